@@ -1,0 +1,76 @@
+#include "batcher.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "philox.h"
+#include "util.h"
+
+static const Corpus *g_sort_corpus;   /* qsort has no context argument */
+
+static int by_length(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    const Corpus *c = g_sort_corpus;
+    int ka = corpus_tgt_len(c, a), kb = corpus_tgt_len(c, b);
+    if (ka != kb) return ka - kb;
+    ka = corpus_src_len(c, a); kb = corpus_src_len(c, b);
+    if (ka != kb) return ka - kb;
+    return a - b;
+}
+
+int batchplan_build(BatchPlan *bp, const Corpus *c, int max_tokens, int max_len, uint64_t seed)
+{
+    memset(bp, 0, sizeof *bp);
+    bp->seed = seed;
+    bp->perm_epoch = -1;
+    int n = 0;
+    int *order = xmalloc(sizeof(int) * (c->n ? c->n : 1));
+    for (int i = 0; i < c->n; i++)   /* +1 for EOS (source) and BOS/EOS (target) */
+        if (corpus_src_len(c, i) + 1 <= max_len && corpus_tgt_len(c, i) + 1 <= max_len) order[n++] = i;
+    if (n == 0) { free(order); return -1; }
+    g_sort_corpus = c;
+    qsort(order, n, sizeof(int), by_length);
+    bp->idx = order;
+    bp->start = xmalloc(sizeof(int) * (n + 1));
+    int nb = 0, k = 0;
+    while (k < n) {
+        bp->start[nb++] = k;
+        int S = 0, T = 0, cnt = 0;
+        while (k < n) {
+            int s = corpus_src_len(c, order[k]) + 1, t = corpus_tgt_len(c, order[k]) + 1;
+            int nS = s > S ? s : S, nT = t > T ? t : T;
+            if (cnt > 0 && ((long)(cnt + 1) * nS > max_tokens || (long)(cnt + 1) * nT > max_tokens)) break;
+            S = nS; T = nT; cnt++; k++;
+        }
+    }
+    bp->start[nb] = n;
+    bp->n_batches = nb;
+    bp->perm = xmalloc(sizeof(int) * nb);
+    return 0;
+}
+
+int batchplan_global(BatchPlan *bp, long g)
+{
+    long epoch = g / bp->n_batches;
+    if (epoch != bp->perm_epoch) {
+        /* Fisher-Yates with Philox keyed by (seed, epoch) */
+        for (int i = 0; i < bp->n_batches; i++) bp->perm[i] = i;
+        uint32_t k0 = (uint32_t)bp->seed ^ 0xBA7C4E5u, k1 = (uint32_t)(bp->seed >> 32) ^ (uint32_t)epoch;
+        for (int i = bp->n_batches - 1; i > 0; i--) {
+            philox_ctr ctr = {{ (uint32_t)i, (uint32_t)(epoch >> 32), 7, 0 }};
+            int j = (int)(philox4x32(ctr, k0, k1).v[0] % (uint32_t)(i + 1));
+            int t = bp->perm[i]; bp->perm[i] = bp->perm[j]; bp->perm[j] = t;
+        }
+        bp->perm_epoch = epoch;
+    }
+    return bp->perm[g % bp->n_batches];
+}
+
+void batchplan_free(BatchPlan *bp)
+{
+    free(bp->start);
+    free(bp->idx);
+    free(bp->perm);
+    memset(bp, 0, sizeof *bp);
+}

@@ -1,0 +1,314 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_INT, T_FLOAT, T_U64, T_STR };
+
+typedef struct {
+    const char *key;
+    int type;
+    size_t off;
+    double lo, hi;   /* accepted range for numbers */
+    int arch;        /* architecture key: must match on resume */
+} KeyDesc;
+
+#define K(name, type, lo, hi, arch) { #name, type, offsetof(Config, name), lo, hi, arch }
+static const KeyDesc KEYS[] = {
+    K(n_layers, T_INT, 1, 64, 1),
+    K(d_model, T_INT, 1, 65536, 1),
+    K(d_ff, T_INT, 1, 1 << 20, 1),
+    K(n_heads, T_INT, 1, 1024, 1),
+    K(d_k, T_INT, 1, 65536, 1),
+    K(d_v, T_INT, 1, 65536, 1),
+    K(vocab_size, T_INT, 5, 1 << 24, 1),
+    K(max_len, T_INT, 2, 1 << 16, 1),
+    K(positional, T_STR, 0, 0, 1),
+    K(ln_eps, T_FLOAT, 1e-12, 1, 1),
+    K(dropout, T_FLOAT, 0, 0.99, 0),
+    K(label_smoothing, T_FLOAT, 0, 0.99, 0),
+    K(warmup, T_INT, 1, 1e9, 0),
+    K(lr_factor, T_FLOAT, 0, 1e6, 0),
+    K(adam_beta1, T_FLOAT, 0, 0.999999, 0),
+    K(adam_beta2, T_FLOAT, 0, 0.999999, 0),
+    K(adam_eps, T_FLOAT, 0, 1, 0),
+    K(seed, T_U64, 0, 0, 0),
+    K(train_steps, T_INT, 0, 1e9, 0),
+    K(max_tokens, T_INT, 1, 1e8, 0),
+    K(update_freq, T_INT, 1, 1e6, 0),
+    K(log_steps, T_INT, 1, 1e9, 0),
+    K(eval_steps, T_INT, 0, 1e9, 0),
+    K(threads, T_INT, 0, 4096, 0),
+    K(bucket_kb, T_INT, 1, 1 << 22, 0),
+    K(device, T_STR, 0, 0, 0),
+    K(precision, T_STR, 0, 0, 0),
+    K(run_dir, T_STR, 0, 0, 0),
+    K(ckpt_steps, T_INT, 0, 1e9, 0),
+    K(ckpt_minutes, T_FLOAT, 0, 1e9, 0),
+    K(keep_ckpts, T_INT, 1, 1e6, 0),
+    K(attn_steps, T_INT, 0, 1e9, 0),
+    K(data, T_STR, 0, 0, 0),
+    K(task, T_STR, 0, 0, 0),
+    K(synth_vocab, T_INT, 2, 1 << 20, 0),
+    K(synth_min_len, T_INT, 1, 1 << 16, 0),
+    K(synth_max_len, T_INT, 1, 1 << 16, 0),
+    K(synth_train, T_INT, 1, 1e9, 0),
+    K(synth_dev, T_INT, 1, 1e9, 0),
+    K(beam, T_INT, 1, 1024, 0),
+    K(len_alpha, T_FLOAT, 0, 100, 0),
+    K(max_len_a, T_INT, 0, 1 << 16, 0),
+    K(paper_ppl, T_FLOAT, 0, 1e9, 0),
+    K(paper_bleu, T_FLOAT, 0, 100, 0),
+    K(paper_params_m, T_FLOAT, 0, 1e9, 0),
+    K(row, T_STR, 0, 0, 0),
+};
+#undef K
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+void config_defaults(Config *c)
+{
+    memset(c, 0, sizeof *c);
+    /* a small model that learns the synthetic task on 2 cores in minutes */
+    c->n_layers = 2;
+    c->d_model = 64;
+    c->d_ff = 256;
+    c->n_heads = 4;
+    c->d_k = 16;
+    c->d_v = 16;
+    c->vocab_size = 24;
+    c->max_len = 64;
+    strcpy(c->positional, "sinusoid");
+    c->ln_eps = 1e-6f;
+    c->dropout = 0.1f;
+    c->label_smoothing = 0.1f;
+    c->warmup = 4000;
+    c->lr_factor = 1.0f;
+    c->adam_beta1 = 0.9f;
+    c->adam_beta2 = 0.98f;
+    c->adam_eps = 1e-9f;
+    c->seed = 1;
+    c->train_steps = 1000;
+    c->max_tokens = 2048;
+    c->update_freq = 1;
+    c->log_steps = 100;
+    c->eval_steps = 0;
+    c->threads = 0;
+    c->bucket_kb = 4096;
+    strcpy(c->device, "cpu");
+    strcpy(c->precision, "fp32");
+    strcpy(c->run_dir, "runs/default");
+    c->ckpt_steps = 0;
+    c->ckpt_minutes = 10.0f;
+    c->keep_ckpts = 5;
+    c->attn_steps = 0;
+    strcpy(c->data, "synthetic");
+    strcpy(c->task, "reverse");
+    c->synth_vocab = 20;
+    c->synth_min_len = 4;
+    c->synth_max_len = 12;
+    c->synth_train = 20000;
+    c->synth_dev = 200;
+    c->beam = 4;
+    c->len_alpha = 0.6f;
+    c->max_len_a = 50;
+    strcpy(c->row, "");
+}
+
+static const KeyDesc *find_key(const char *key)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].key, key) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static void where(char *buf, size_t cap, const char *origin, int line)
+{
+    if (line > 0) snprintf(buf, cap, "%s:%d", origin, line);
+    else snprintf(buf, cap, "%s", origin);
+}
+
+int config_set(Config *c, const char *origin, int line, const char *key, const char *value)
+{
+    char at[512];
+    where(at, sizeof at, origin, line);
+    const KeyDesc *k = find_key(key);
+    if (!k) {
+        fprintf(stderr, "error: %s: unknown key '%s'\n", at, key);
+        return 2;
+    }
+    char *p = (char *)c + k->off;
+    if (k->type == T_STR) {
+        if (strlen(value) >= CFG_STR) {
+            fprintf(stderr, "error: %s: key '%s': value longer than %d characters\n", at, key, CFG_STR - 1);
+            return 2;
+        }
+        strcpy(p, value);
+        return 0;
+    }
+    if (*value == '\0') {
+        fprintf(stderr, "error: %s: key '%s': empty value\n", at, key);
+        return 2;
+    }
+    char *end;
+    errno = 0;
+    if (k->type == T_U64) {
+        if (value[0] == '-') {
+            fprintf(stderr, "error: %s: key '%s': '%s' is negative\n", at, key, value);
+            return 2;
+        }
+        unsigned long long u = strtoull(value, &end, 10);
+        if (*end || errno) {
+            fprintf(stderr, "error: %s: key '%s': '%s' is not a non-negative integer\n", at, key, value);
+            return 2;
+        }
+        *(uint64_t *)p = u;
+        return 0;
+    }
+    double v = strtod(value, &end);
+    if (*end || errno || !isfinite(v)) {
+        fprintf(stderr, "error: %s: key '%s': '%s' is not a number\n", at, key, value);
+        return 2;
+    }
+    if (k->type == T_INT && v != floor(v)) {
+        fprintf(stderr, "error: %s: key '%s': '%s' is not an integer\n", at, key, value);
+        return 2;
+    }
+    if (v < k->lo || v > k->hi) {
+        fprintf(stderr, "error: %s: key '%s': %s is out of range [%g, %g]\n", at, key, value, k->lo, k->hi);
+        return 2;
+    }
+    if (k->type == T_INT) *(int *)p = (int)v;
+    else *(float *)p = (float)v;
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+int config_load_file(Config *c, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "error: %s: cannot open config file: %s\n", path, strerror(errno));
+        return 2;
+    }
+    char buf[4096];
+    int line = 0, rc = 0;
+    while (!rc && fgets(buf, sizeof buf, f)) {
+        line++;
+        if (!strchr(buf, '\n') && !feof(f)) {
+            fprintf(stderr, "error: %s:%d: line longer than %zu characters\n", path, line, sizeof buf - 2);
+            rc = 2;
+            break;
+        }
+        char *hash = strchr(buf, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(buf);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            fprintf(stderr, "error: %s:%d: malformed line (expected key = value): '%s'\n", path, line, s);
+            rc = 2;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        if (!*key) {
+            fprintf(stderr, "error: %s:%d: malformed line (empty key)\n", path, line);
+            rc = 2;
+            break;
+        }
+        rc = config_set(c, path, line, key, val);
+    }
+    fclose(f);
+    return rc;
+}
+
+int config_validate(const Config *c, const char *origin)
+{
+#define FAIL(...) do { fprintf(stderr, "error: %s: ", origin); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 2; } while (0)
+    if (strcmp(c->positional, "sinusoid") && strcmp(c->positional, "learned"))
+        FAIL("key 'positional': '%s' is not 'sinusoid' or 'learned'", c->positional);
+    if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
+        FAIL("key 'device': '%s' is not 'cpu' or 'cuda'", c->device);
+    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32") && strcmp(c->precision, "bf16"))
+        FAIL("key 'precision': '%s' is not 'fp32', 'tf32' or 'bf16'", c->precision);
+    if (strcmp(c->task, "reverse") && strcmp(c->task, "copy") && strcmp(c->task, "sort"))
+        FAIL("key 'task': '%s' is not 'reverse', 'copy' or 'sort'", c->task);
+    if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda"))
+        FAIL("key 'precision': bf16 needs device=cuda (the CPU backend is fp32)");
+    if (c->d_model % 2)
+        FAIL("key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
+    if (!strcmp(c->data, "synthetic")) {
+        if (c->synth_min_len > c->synth_max_len)
+            FAIL("key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);
+        if (c->synth_vocab + 4 > c->vocab_size)
+            FAIL("key 'vocab_size': %d is smaller than synth_vocab + 4 = %d", c->vocab_size, c->synth_vocab + 4);
+        if (c->synth_max_len + 2 > c->max_len)
+            FAIL("key 'max_len': %d cannot hold synth_max_len + 2 = %d positions", c->max_len, c->synth_max_len + 2);
+    }
+    if (c->max_tokens < c->max_len)
+        FAIL("key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
+    return 0;
+#undef FAIL
+}
+
+int config_to_string(const Config *c, char *buf, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDesc *k = &KEYS[i];
+        const char *p = (const char *)c + k->off;
+        int w;
+        switch (k->type) {
+        case T_INT: w = snprintf(buf + n, cap - n, "%s = %d\n", k->key, *(const int *)p); break;
+        case T_FLOAT: w = snprintf(buf + n, cap - n, "%s = %.9g\n", k->key, *(const float *)p); break;
+        case T_U64: w = snprintf(buf + n, cap - n, "%s = %llu\n", k->key, (unsigned long long)*(const uint64_t *)p); break;
+        default: w = snprintf(buf + n, cap - n, "%s = %s\n", k->key, p); break;
+        }
+        if (w < 0 || w >= cap - n) return -1;
+        n += w;
+    }
+    return n;
+}
+
+int config_is_arch_key(const char *key)
+{
+    const KeyDesc *k = find_key(key);
+    return k && k->arch;
+}
+
+int config_arch_mismatch(const Config *a, const Config *b, char *msg, int cap)
+{
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDesc *k = &KEYS[i];
+        if (!k->arch) continue;
+        const char *pa = (const char *)a + k->off, *pb = (const char *)b + k->off;
+        int differ;
+        char va[64], vb[64];
+        switch (k->type) {
+        case T_INT: differ = *(const int *)pa != *(const int *)pb;
+            snprintf(va, 64, "%d", *(const int *)pa); snprintf(vb, 64, "%d", *(const int *)pb); break;
+        case T_FLOAT: differ = *(const float *)pa != *(const float *)pb;
+            snprintf(va, 64, "%g", *(const float *)pa); snprintf(vb, 64, "%g", *(const float *)pb); break;
+        case T_STR: differ = strcmp(pa, pb) != 0;
+            snprintf(va, 64, "%s", pa); snprintf(vb, 64, "%s", pb); break;
+        default: differ = 0; va[0] = vb[0] = 0;
+        }
+        if (differ) {
+            snprintf(msg, cap, "architecture key '%s' differs: %s vs %s", k->key, va, vb);
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,82 @@
+/* Run configuration: every hyperparameter of the paper's Table 3 and every
+ * setting of a run is one key of this struct.  Files hold `key = value`
+ * lines ('#' starts a comment); `key=value` words on the command line
+ * override them.  Errors name the file, line and key and exit with code 2. */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stdint.h>
+
+#define CFG_STR 256
+
+typedef struct Config {
+    /* architecture (Table 3 columns; must match on resume) */
+    int n_layers;        /* N: encoder layers = decoder layers */
+    int d_model;
+    int d_ff;
+    int n_heads;         /* h */
+    int d_k;             /* independent of d_model/h (Table 3 row B) */
+    int d_v;
+    int vocab_size;      /* shared source/target vocabulary */
+    int max_len;         /* maximum positions (tokens incl. BOS/EOS) */
+    char positional[CFG_STR]; /* "sinusoid" or "learned" (row E) */
+    float ln_eps;
+
+    /* regularisation and optimisation (section 5.3, 5.4) */
+    float dropout;       /* P_drop */
+    float label_smoothing; /* eps_ls */
+    int warmup;          /* warmup_steps */
+    float lr_factor;     /* multiplies the paper's lrate (1 = paper) */
+    float adam_beta1, adam_beta2, adam_eps;
+    uint64_t seed;
+
+    /* training run */
+    int train_steps;
+    int max_tokens;      /* per batch: source and target tokens, padding counted */
+    int update_freq;     /* micro-batches accumulated per update, per rank */
+    int log_steps;
+    int eval_steps;      /* dev evaluation interval (0: only at the end) */
+    int threads;         /* OpenMP threads per rank (0: cores per rank) */
+    int bucket_kb;       /* gradient allreduce bucket size */
+    char device[CFG_STR];    /* "cpu" or "cuda" */
+    char precision[CFG_STR]; /* "fp32", "tf32" or "bf16" (cuda) */
+    char run_dir[CFG_STR];
+    int ckpt_steps;
+    float ckpt_minutes;
+    int keep_ckpts;
+    int attn_steps;
+
+    /* data */
+    char data[CFG_STR];  /* dataset HDF5 file, or "synthetic" */
+    char task[CFG_STR];  /* synthetic task: "reverse", "copy" or "sort" */
+    int synth_vocab;     /* synthetic symbols (ids 4..synth_vocab+3) */
+    int synth_min_len, synth_max_len;
+    int synth_train;     /* synthetic training pairs */
+    int synth_dev;
+
+    /* decoding (section 6.1) */
+    int beam;
+    float len_alpha;
+    int max_len_a;       /* max output length = input length + max_len_a */
+
+    /* informational: the paper's Table 3 numbers for this row (0 = none) */
+    float paper_ppl, paper_bleu, paper_params_m;
+    char row[CFG_STR];   /* Table 3 row name, e.g. "base", "A1" */
+} Config;
+
+void config_defaults(Config *c);
+/* Parse FILE into c (which already holds defaults).  Returns 0, or prints a
+ * one-line error naming file, line and key and returns 2. */
+int config_load_file(Config *c, const char *path);
+/* Apply one "key=value" override (origin names where it came from). */
+int config_set(Config *c, const char *origin, int line, const char *key, const char *value);
+/* Cross-key consistency checks (one-line error, return 2). */
+int config_validate(const Config *c, const char *origin);
+/* Write all keys as "key = value" lines (checkpoints keep this text). */
+int config_to_string(const Config *c, char *buf, int cap);
+/* 1 if key is an architecture key (must match on resume). */
+int config_is_arch_key(const char *key);
+/* Compare architecture keys; on mismatch write a message into msg and return 1. */
+int config_arch_mismatch(const Config *a, const Config *b, char *msg, int cap);
+
+#endif

@@ -1,0 +1,36 @@
+/* bin/transformer <command> [options] [key=value ...] */
+#include <stdio.h>
+#include <string.h>
+
+#include "train.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} Command;
+
+static const Command COMMANDS[] = {
+    { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
+    { "params", cmd_params, "print the exact parameter count of a config" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: transformer <command> [options] [key=value ...]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    fprintf(f, "\n'transformer <command> --help' describes each command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc, argv);
+    fprintf(stderr, "error: unknown command '%s' (see 'transformer --help')\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,542 @@
+/* The Transformer, forward and backward, over the op interface.
+ * Equation and section numbers refer to Vaswani et al. (2017). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* ---------------------------------------------------------------- params */
+
+static size_t add_tensor(ParamTable *pt, int *cap, const char *name, int rows, int cols, int init)
+{
+    if (pt->n == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        pt->t = xrealloc(pt->t, sizeof(ParamInfo) * *cap);
+    }
+    ParamInfo *p = &pt->t[pt->n++];
+    snprintf(p->name, PARAM_NAME, "%s", name);
+    p->rows = rows;
+    p->cols = cols;
+    p->offset = pt->total;
+    p->numel = (size_t)rows * cols;
+    p->init = init;
+    pt->total += p->numel;
+    return p->offset;
+}
+
+static void add_attention(ParamTable *pt, int *cap, const char *prefix, const Config *c, AttnOffsets *a)
+{
+    char n[PARAM_NAME];
+    int d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v;
+    /* W^Q, W^K, W^V of all heads (section 3.2.2), adjacent so one GEMM projects them */
+    snprintf(n, sizeof n, "%s/W_q", prefix); a->Wq = add_tensor(pt, cap, n, hk, d, PARAM_INIT_XAVIER);
+    snprintf(n, sizeof n, "%s/W_k", prefix); a->Wk = add_tensor(pt, cap, n, hk, d, PARAM_INIT_XAVIER);
+    snprintf(n, sizeof n, "%s/W_v", prefix); a->Wv = add_tensor(pt, cap, n, hv, d, PARAM_INIT_XAVIER);
+    snprintf(n, sizeof n, "%s/W_o", prefix); a->Wo = add_tensor(pt, cap, n, d, hv, PARAM_INIT_XAVIER);
+}
+
+static void add_norm(ParamTable *pt, int *cap, const char *prefix, const Config *c, NormOffsets *o)
+{
+    char n[PARAM_NAME];
+    snprintf(n, sizeof n, "%s/gamma", prefix); o->gamma = add_tensor(pt, cap, n, c->d_model, 1, PARAM_INIT_ONE);
+    snprintf(n, sizeof n, "%s/beta", prefix); o->beta = add_tensor(pt, cap, n, c->d_model, 1, PARAM_INIT_ZERO);
+}
+
+static void add_ffn(ParamTable *pt, int *cap, const char *prefix, const Config *c, FfnOffsets *f)
+{
+    char n[PARAM_NAME];
+    /* FFN(x) = max(0, x W1 + b1) W2 + b2  (eq. 2) */
+    snprintf(n, sizeof n, "%s/W_1", prefix); f->W1 = add_tensor(pt, cap, n, c->d_ff, c->d_model, PARAM_INIT_XAVIER);
+    snprintf(n, sizeof n, "%s/b_1", prefix); f->b1 = add_tensor(pt, cap, n, c->d_ff, 1, PARAM_INIT_ZERO);
+    snprintf(n, sizeof n, "%s/W_2", prefix); f->W2 = add_tensor(pt, cap, n, c->d_model, c->d_ff, PARAM_INIT_XAVIER);
+    snprintf(n, sizeof n, "%s/b_2", prefix); f->b2 = add_tensor(pt, cap, n, c->d_model, 1, PARAM_INIT_ZERO);
+}
+
+void param_table_build(ParamTable *pt, const Config *c)
+{
+    memset(pt, 0, sizeof *pt);
+    int cap = 0, N = c->n_layers;
+    char p[32], q[64];
+    pt->enc = xcalloc(N, sizeof(LayerOffsets));
+    pt->dec = xcalloc(N, sizeof(LayerOffsets));
+    /* reverse layer order: the order in which backward finalises gradients */
+    for (int l = N - 1; l >= 0; l--) {
+        LayerOffsets *L = &pt->dec[l];
+        snprintf(p, sizeof p, "decoder/layer_%02d", l);
+        snprintf(q, sizeof q, "%s/self_attention", p); add_attention(pt, &cap, q, c, &L->self_attn);
+        snprintf(q, sizeof q, "%s/self_attention_norm", p); add_norm(pt, &cap, q, c, &L->ln1);
+        snprintf(q, sizeof q, "%s/cross_attention", p); add_attention(pt, &cap, q, c, &L->cross_attn);
+        snprintf(q, sizeof q, "%s/cross_attention_norm", p); add_norm(pt, &cap, q, c, &L->ln2);
+        snprintf(q, sizeof q, "%s/ffn", p); add_ffn(pt, &cap, q, c, &L->ffn);
+        snprintf(q, sizeof q, "%s/ffn_norm", p); add_norm(pt, &cap, q, c, &L->ln3);
+    }
+    pt->enc_begin = pt->total;
+    for (int l = N - 1; l >= 0; l--) {
+        LayerOffsets *L = &pt->enc[l];
+        snprintf(p, sizeof p, "encoder/layer_%02d", l);
+        snprintf(q, sizeof q, "%s/self_attention", p); add_attention(pt, &cap, q, c, &L->self_attn);
+        snprintf(q, sizeof q, "%s/self_attention_norm", p); add_norm(pt, &cap, q, c, &L->ln1);
+        snprintf(q, sizeof q, "%s/ffn", p); add_ffn(pt, &cap, q, c, &L->ffn);
+        snprintf(q, sizeof q, "%s/ffn_norm", p); add_norm(pt, &cap, q, c, &L->ln3);
+    }
+    pt->emb_begin = pt->total;
+    pt->has_pos = strcmp(c->positional, "learned") == 0;
+    if (pt->has_pos)
+        pt->pos_embedding = add_tensor(pt, &cap, "positional_embedding", c->max_len, c->d_model, PARAM_INIT_NORMAL);
+    /* one matrix for source and target embeddings and the pre-softmax
+     * projection (section 3.4) */
+    pt->embedding = add_tensor(pt, &cap, "shared_embedding", c->vocab_size, c->d_model, PARAM_INIT_NORMAL);
+}
+
+void param_table_free(ParamTable *pt)
+{
+    free(pt->t);
+    free(pt->enc);
+    free(pt->dec);
+    memset(pt, 0, sizeof *pt);
+}
+
+size_t model_param_count(const Config *c)
+{
+    ParamTable pt;
+    param_table_build(&pt, c);
+    size_t n = pt.total;
+    param_table_free(&pt);
+    return n;
+}
+
+void param_init_host(const ParamTable *pt, const Config *c, float *host)
+{
+    for (int ti = 0; ti < pt->n; ti++) {
+        const ParamInfo *p = &pt->t[ti];
+        float *w = host + p->offset;
+        uint32_t k0 = (uint32_t)c->seed ^ 0x5EED1A17u, k1 = (uint32_t)(c->seed >> 32) + (uint32_t)ti;
+        switch (p->init) {
+        case PARAM_INIT_ZERO: memset(w, 0, sizeof(float) * p->numel); break;
+        case PARAM_INIT_ONE: for (size_t i = 0; i < p->numel; i++) w[i] = 1.0f; break;
+        case PARAM_INIT_XAVIER: {
+            /* Glorot uniform, as tensor2tensor and fairseq initialise linear maps */
+            float a = sqrtf(6.0f / (float)(p->rows + p->cols));
+            for (size_t i = 0; i < p->numel; i += 4) {
+                philox_ctr ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), 0x1417u, 0 }};
+                philox_ctr r = philox4x32(ctr, k0, k1);
+                for (size_t j = 0; j < 4 && i + j < p->numel; j++)
+                    w[i + j] = a * (2.0f * philox_uniform(r.v[j]) - 1.0f);
+            }
+            break;
+        }
+        case PARAM_INIT_NORMAL: {
+            /* N(0, d_model^-1/2): with the sqrt(d_model) scale of section 3.4
+             * embeddings start at unit variance */
+            float sd = 1.0f / sqrtf((float)c->d_model);
+            for (size_t i = 0; i < p->numel; i += 2) {
+                philox_ctr ctr = {{ (uint32_t)(i >> 2), (uint32_t)(i >> 34), 0x2417u, 0 }};
+                philox_ctr r = philox4x32(ctr, k0, k1);
+                int o = (int)(i & 2);
+                double u1 = ((r.v[o] >> 8) + 1.0) / 16777217.0, u2 = (r.v[o + 1] >> 8) / 16777216.0;
+                double rad = sqrt(-2.0 * log(u1));
+                w[i] = (float)(sd * rad * cos(2 * M_PI * u2));
+                if (i + 1 < p->numel) w[i + 1] = (float)(sd * rad * sin(2 * M_PI * u2));
+            }
+            break;
+        }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+float model_lrate(const Config *c, int step)
+{
+    if (step < 1) step = 1;
+    double s = step, w = c->warmup;
+    double a = 1.0 / sqrt(s), b = s * pow(w, -1.5);
+    return (float)(c->lr_factor * pow((double)c->d_model, -0.5) * (a < b ? a : b));
+}
+
+int model_init(Model *m, const Config *c, Backend *be)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    m->be = be;
+    param_table_build(&m->pt, c);
+    size_t bytes = sizeof(float) * m->pt.total;
+    m->params = be->alloc(be, bytes);
+    m->grads = be->alloc(be, bytes);
+    m->adam_m = be->alloc(be, bytes);
+    m->adam_v = be->alloc(be, bytes);
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v) return -1;
+    float *host = xmalloc(bytes);
+    param_init_host(&m->pt, c, host);
+    be->upload(be, m->params, host, bytes);
+    free(host);
+    m->enc = xcalloc(c->n_layers, sizeof(LayerActs));
+    m->dec = xcalloc(c->n_layers, sizeof(LayerActs));
+    return 0;
+}
+
+#define FREE(p) do { if (p) m->be->free(m->be, p); (p) = NULL; } while (0)
+
+static void free_acts(Model *m)
+{
+    int N = m->cfg.n_layers;
+    for (int l = 0; l < N; l++) {
+        LayerActs *A[2] = { &m->enc[l], &m->dec[l] };
+        for (int k = 0; k < 2; k++) {
+            LayerActs *a = A[k];
+            FREE(a->qkv); FREE(a->P); FREE(a->ctx); FREE(a->r1); FREE(a->m1); FREE(a->s1); FREE(a->x1);
+            FREE(a->q2); FREE(a->kv2); FREE(a->P2); FREE(a->ctx2); FREE(a->r2); FREE(a->m2); FREE(a->s2); FREE(a->x2);
+            FREE(a->hid); FREE(a->r3); FREE(a->m3); FREE(a->s3); FREE(a->x3);
+        }
+    }
+    FREE(m->enc_in); FREE(m->dec_in); FREE(m->logits); FREE(m->row_loss); FREE(m->row_nll);
+    FREE(m->g_x); FREE(m->g_sub); FREE(m->g_big); FREE(m->g_ctx); FREE(m->g_P); FREE(m->g_hid); FREE(m->g_enc);
+    FREE(m->d_src); FREE(m->d_tgt_in); FREE(m->d_tgt_out); FREE(m->d_src_len); FREE(m->d_tgt_len); FREE(m->d_sent_id);
+    free(m->h_row_loss); free(m->h_row_nll);
+    m->h_row_loss = m->h_row_nll = NULL;
+}
+
+void model_free(Model *m)
+{
+    if (!m->be) return;
+    free_acts(m);
+    FREE(m->params); FREE(m->grads); FREE(m->adam_m); FREE(m->adam_v);
+    free(m->enc);
+    free(m->dec);
+    param_table_free(&m->pt);
+    m->be = NULL;
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { size_t m = a > b ? a : b; return m > c ? m : c; }
+
+void model_reserve(Model *m, int B, int S, int T)
+{
+    const Config *c = &m->cfg;
+    size_t h = c->n_heads;
+    size_t ns = (size_t)B * S, nt = (size_t)B * T;
+    size_t pss = h * B * S * S, ptt = h * B * T * T, pts = h * B * T * S;
+    if (ns <= m->cap_ns && nt <= m->cap_nt && pss <= m->cap_pss && ptt <= m->cap_ptt && pts <= m->cap_pts
+        && (size_t)B <= m->cap_B)
+        return;
+    /* grow (rare: only when a batch shape exceeds every earlier one) */
+    free_acts(m);
+    if (ns < m->cap_ns) ns = m->cap_ns;
+    if (nt < m->cap_nt) nt = m->cap_nt;
+    if (pss < m->cap_pss) pss = m->cap_pss;
+    if (ptt < m->cap_ptt) ptt = m->cap_ptt;
+    if (pts < m->cap_pts) pts = m->cap_pts;
+    if ((size_t)B < m->cap_B) B = (int)m->cap_B;
+    m->cap_ns = ns; m->cap_nt = nt; m->cap_pss = pss; m->cap_ptt = ptt; m->cap_pts = pts; m->cap_B = B;
+
+    Backend *be = m->be;
+    size_t d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v, V = c->vocab_size;
+    size_t w3 = 2 * hk + hv, w2 = hk + hv, F = sizeof(float);
+#define A(n) be->alloc(be, (n) * F)
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerActs *e = &m->enc[l];
+        e->qkv = A(ns * w3); e->P = A(pss); e->ctx = A(ns * hv);
+        e->r1 = A(ns * d); e->m1 = A(ns); e->s1 = A(ns); e->x1 = A(ns * d);
+        e->hid = A(ns * dff); e->r3 = A(ns * d); e->m3 = A(ns); e->s3 = A(ns); e->x3 = A(ns * d);
+        LayerActs *a = &m->dec[l];
+        a->qkv = A(nt * w3); a->P = A(ptt); a->ctx = A(nt * hv);
+        a->r1 = A(nt * d); a->m1 = A(nt); a->s1 = A(nt); a->x1 = A(nt * d);
+        a->q2 = A(nt * hk); a->kv2 = A(ns * w2); a->P2 = A(pts); a->ctx2 = A(nt * hv);
+        a->r2 = A(nt * d); a->m2 = A(nt); a->s2 = A(nt); a->x2 = A(nt * d);
+        a->hid = A(nt * dff); a->r3 = A(nt * d); a->m3 = A(nt); a->s3 = A(nt); a->x3 = A(nt * d);
+    }
+    size_t nmax = ns > nt ? ns : nt;
+    m->enc_in = A(ns * d); m->dec_in = A(nt * d);
+    m->logits = A(nt * V); m->row_loss = A(nt); m->row_nll = A(nt);
+    m->g_x = A(nmax * d); m->g_sub = A(nmax * d);
+    m->g_big = A(nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
+    m->g_ctx = A(nmax * hv); m->g_P = A(max3(pss, ptt, pts)); m->g_hid = A(nmax * dff); m->g_enc = A(ns * d);
+    m->d_src = A(ns); m->d_tgt_in = A(nt); m->d_tgt_out = A(nt);
+    m->d_src_len = A((size_t)B); m->d_tgt_len = A((size_t)B); m->d_sent_id = A((size_t)B);
+#undef A
+    m->h_row_loss = xmalloc(nt * F);
+    m->h_row_nll = xmalloc(nt * F);
+}
+
+void model_upload_batch(Model *m, const Batch *b)
+{
+    model_reserve(m, b->B, b->S, b->T);
+    Backend *be = m->be;
+    m->B = b->B; m->S = b->S; m->T = b->T;
+    be->upload(be, m->d_src, b->src, sizeof(int32_t) * b->B * b->S);
+    be->upload(be, m->d_tgt_in, b->tgt_in, sizeof(int32_t) * b->B * b->T);
+    be->upload(be, m->d_tgt_out, b->tgt_out, sizeof(int32_t) * b->B * b->T);
+    be->upload(be, m->d_src_len, b->src_len, sizeof(int32_t) * b->B);
+    be->upload(be, m->d_tgt_len, b->tgt_len, sizeof(int32_t) * b->B);
+    be->upload(be, m->d_sent_id, b->sent_id, sizeof(uint32_t) * b->B);
+}
+
+/* --------------------------------------------------------------- dropout */
+
+enum { SITE_SRC_EMB = 1, SITE_TGT_EMB = 2, SITE_ENC = 16, SITE_DEC = 16 + 4 * 256 };
+
+static DropoutKey drop_key(const Model *m, uint32_t step, uint32_t site)
+{
+    DropoutKey k = { m->cfg.seed, step, site };
+    return k;
+}
+
+/* ------------------------------------------------------------- attention */
+
+/* Multi-head attention core (eq. 1 and section 3.2.2) over projected Q, K, V
+ * stored with row strides ldq, ldkv: ctx[b, t, head*d_v ..] = softmax(Q K^T
+ * / sqrt(d_k)) V.  P keeps the weights for backward. */
+static void attention_core_forward(Model *m, const float *Q, int ldq, const float *K, const float *Vv, int ldkv,
+                                   float *P, float *ctx, int Tq, int Tk, const int32_t *key_len, int causal)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int B = m->B, h = c->n_heads, dk = c->d_k, dv = c->d_v, hv = h * dv;
+    be->gemm_batched(be, 0, 1, Tq, Tk, dk, 1.0f, Q, ldq, (long)Tq * ldq, dk, K, ldkv, (long)Tk * ldkv, dk,
+                     0.0f, P, Tk, (long)h * Tq * Tk, (long)Tq * Tk, B, h);
+    be->softmax_forward(be, P, key_len, 1.0f / sqrtf((float)dk), B, h, Tq, Tk, causal, 0);
+    be->gemm_batched(be, 0, 0, Tq, dv, Tk, 1.0f, P, Tk, (long)h * Tq * Tk, (long)Tq * Tk, Vv, ldkv,
+                     (long)Tk * ldkv, dv, 0.0f, ctx, hv, (long)Tq * hv, dv, B, h);
+}
+
+/* Backward of attention_core_forward: from dctx, write dQ, dK, dV (with the
+ * same strides as Q, K, V).  Uses m->g_P as scratch. */
+static void attention_core_backward(Model *m, const float *Q, int ldq, const float *K, const float *Vv, int ldkv,
+                                    const float *P, const float *dctx, float *dQ, float *dK, float *dV,
+                                    int Tq, int Tk)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int B = m->B, h = c->n_heads, dk = c->d_k, dv = c->d_v, hv = h * dv;
+    long sP = (long)h * Tq * Tk, sPi = (long)Tq * Tk;
+    float *dP = m->g_P;
+    /* dP = dctx V^T ; dV = P^T dctx */
+    be->gemm_batched(be, 0, 1, Tq, Tk, dv, 1.0f, dctx, hv, (long)Tq * hv, dv, Vv, ldkv, (long)Tk * ldkv, dv,
+                     0.0f, dP, Tk, sP, sPi, B, h);
+    be->gemm_batched(be, 1, 0, Tk, dv, Tq, 1.0f, P, Tk, sP, sPi, dctx, hv, (long)Tq * hv, dv,
+                     0.0f, dV, ldkv, (long)Tk * ldkv, dv, B, h);
+    be->softmax_backward(be, dP, P, 1.0f / sqrtf((float)dk), B, h, Tq, Tk);
+    /* dQ = dS K ; dK = dS^T Q */
+    be->gemm_batched(be, 0, 0, Tq, dk, Tk, 1.0f, dP, Tk, sP, sPi, K, ldkv, (long)Tk * ldkv, dk,
+                     0.0f, dQ, ldq, (long)Tq * ldq, dk, B, h);
+    be->gemm_batched(be, 1, 0, Tk, dk, Tq, 1.0f, dP, Tk, sP, sPi, Q, ldq, (long)Tq * ldq, dk,
+                     0.0f, dK, ldkv, (long)Tk * ldkv, dk, B, h);
+}
+
+/* --------------------------------------------------------------- layers */
+
+#define PRM(off) (m->params + (off))
+#define GRD(off) (m->grads + (off))
+
+/* x_out = LayerNorm(x + Dropout(FFN(x)))  (eq. 2, section 5.4) */
+static void ffn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int rows, int T,
+                              float p, DropoutKey key)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int d = c->d_model, dff = c->d_ff;
+    float *sub = m->g_sub;   /* scratch in forward */
+    be->gemm(be, 0, 1, rows, dff, d, 1.0f, x, d, PRM(L->ffn.W1), d, 0.0f, a->hid, dff);
+    be->bias_forward(be, a->hid, PRM(L->ffn.b1), rows, dff, 1);
+    be->gemm(be, 0, 1, rows, d, dff, 1.0f, a->hid, dff, PRM(L->ffn.W2), dff, 0.0f, sub, d);
+    be->bias_forward(be, sub, PRM(L->ffn.b2), rows, d, 0);
+    be->residual_ln_forward(be, a->x3, a->r3, a->m3, a->s3, x, sub, PRM(L->ln3.gamma), PRM(L->ln3.beta),
+                            rows, d, c->ln_eps, p, key, m->d_sent_id, T);
+}
+
+/* in: m->g_x = dL/dx_out; out: m->g_x = dL/dx (input of the block) */
+static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int rows, int T,
+                               float p, DropoutKey key)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int d = c->d_model, dff = c->d_ff;
+    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln3.gamma), GRD(L->ln3.beta), m->g_x, a->r3, a->m3,
+                             a->s3, PRM(L->ln3.gamma), rows, d, p, key, m->d_sent_id, T);
+    be->bias_backward(be, m->g_sub, GRD(L->ffn.b2), NULL, rows, d, 0);
+    be->gemm(be, 1, 0, d, dff, rows, 1.0f, m->g_sub, d, a->hid, dff, 1.0f, GRD(L->ffn.W2), dff);
+    be->gemm(be, 0, 0, rows, dff, d, 1.0f, m->g_sub, d, PRM(L->ffn.W2), dff, 0.0f, m->g_hid, dff);
+    be->bias_backward(be, m->g_hid, GRD(L->ffn.b1), a->hid, rows, dff, 1);
+    be->gemm(be, 1, 0, dff, d, rows, 1.0f, m->g_hid, dff, x, d, 1.0f, GRD(L->ffn.W1), d);
+    be->gemm(be, 0, 0, rows, d, dff, 1.0f, m->g_hid, dff, PRM(L->ffn.W1), d, 1.0f, m->g_x, d);
+}
+
+/* x1 = LayerNorm(x + Dropout(SelfAttention(x)))  (section 3.2.3) */
+static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int T,
+                                    const int32_t *key_len, int causal, float p, DropoutKey key)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
+    be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, PRM(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
+    attention_core_forward(m, a->qkv, w3, a->qkv + hk, a->qkv + 2 * hk, w3, a->P, a->ctx, T, T, key_len, causal);
+    be->gemm(be, 0, 1, rows, d, hv, 1.0f, a->ctx, hv, PRM(L->self_attn.Wo), hv, 0.0f, m->g_sub, d);
+    be->residual_ln_forward(be, a->x1, a->r1, a->m1, a->s1, x, m->g_sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
+                            rows, d, c->ln_eps, p, key, m->d_sent_id, T);
+}
+
+static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int T,
+                                     float p, DropoutKey key)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
+    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln1.gamma), GRD(L->ln1.beta), m->g_x, a->r1, a->m1,
+                             a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
+    be->gemm(be, 1, 0, d, hv, rows, 1.0f, m->g_sub, d, a->ctx, hv, 1.0f, GRD(L->self_attn.Wo), hv);
+    be->gemm(be, 0, 0, rows, hv, d, 1.0f, m->g_sub, d, PRM(L->self_attn.Wo), hv, 0.0f, m->g_ctx, hv);
+    float *dqkv = m->g_big;
+    attention_core_backward(m, a->qkv, w3, a->qkv + hk, a->qkv + 2 * hk, w3, a->P, m->g_ctx,
+                            dqkv, dqkv + hk, dqkv + 2 * hk, T, T);
+    be->gemm(be, 1, 0, w3, d, rows, 1.0f, dqkv, w3, x, d, 1.0f, GRD(L->self_attn.Wq), d);
+    be->gemm(be, 0, 0, rows, d, w3, 1.0f, dqkv, w3, PRM(L->self_attn.Wq), d, 1.0f, m->g_x, d);
+}
+
+/* x2 = LayerNorm(x1 + Dropout(Attention(Q = x1, K = V = encoder output))) */
+static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, const float *enc_out,
+                                     float p, DropoutKey key)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model;
+    int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
+    be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, PRM(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
+    be->gemm(be, 0, 1, ns, w2, d, 1.0f, enc_out, d, PRM(L->cross_attn.Wk), d, 0.0f, a->kv2, w2);
+    attention_core_forward(m, a->q2, hk, a->kv2, a->kv2 + hk, w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
+    be->gemm(be, 0, 1, nt, d, hv, 1.0f, a->ctx2, hv, PRM(L->cross_attn.Wo), hv, 0.0f, m->g_sub, d);
+    be->residual_ln_forward(be, a->x2, a->r2, a->m2, a->s2, a->x1, m->g_sub, PRM(L->ln2.gamma), PRM(L->ln2.beta),
+                            nt, d, c->ln_eps, p, key, m->d_sent_id, T);
+}
+
+static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, const float *enc_out,
+                                      float p, DropoutKey key)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model;
+    int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
+    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln2.gamma), GRD(L->ln2.beta), m->g_x, a->r2, a->m2,
+                             a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
+    be->gemm(be, 1, 0, d, hv, nt, 1.0f, m->g_sub, d, a->ctx2, hv, 1.0f, GRD(L->cross_attn.Wo), hv);
+    be->gemm(be, 0, 0, nt, hv, d, 1.0f, m->g_sub, d, PRM(L->cross_attn.Wo), hv, 0.0f, m->g_ctx, hv);
+    float *dkv = m->g_big, *dq = m->g_big + (size_t)ns * w2;
+    attention_core_backward(m, a->q2, hk, a->kv2, a->kv2 + hk, w2, a->P2, m->g_ctx, dq, dkv, dkv + hk, T, S);
+    be->gemm(be, 1, 0, hk, d, nt, 1.0f, dq, hk, a->x1, d, 1.0f, GRD(L->cross_attn.Wq), d);
+    be->gemm(be, 0, 0, nt, d, hk, 1.0f, dq, hk, PRM(L->cross_attn.Wq), d, 1.0f, m->g_x, d);
+    be->gemm(be, 1, 0, w2, d, ns, 1.0f, dkv, w2, enc_out, d, 1.0f, GRD(L->cross_attn.Wk), d);
+    be->gemm(be, 0, 0, ns, d, w2, 1.0f, dkv, w2, PRM(L->cross_attn.Wk), d, 1.0f, m->g_enc, d);
+}
+
+/* ---------------------------------------------------------- whole model */
+
+static float pdrop(const Model *m, int train) { return train ? m->cfg.dropout : 0.0f; }
+
+static const float *pos_table(const Model *m)
+{
+    return m->pt.has_pos ? m->params + m->pt.pos_embedding : NULL;
+}
+
+const float *model_encode(Model *m, int train, uint32_t step)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int S = m->S, ns = m->B * S;
+    float p = pdrop(m, train);
+    be->embed_forward(be, m->enc_in, PRM(m->pt.embedding), pos_table(m), m->d_src, m->d_sent_id, m->B, S,
+                      c->d_model, sqrtf((float)c->d_model), 0, p, drop_key(m, step, SITE_SRC_EMB));
+    const float *x = m->enc_in;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerOffsets *L = &m->pt.enc[l];
+        LayerActs *a = &m->enc[l];
+        self_attn_block_forward(m, L, a, x, S, m->d_src_len, 0, p, drop_key(m, step, SITE_ENC + 4 * l));
+        ffn_block_forward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
+        x = a->x3;
+    }
+    return x;
+}
+
+const float *model_decode(Model *m, const float *enc_out, int train, uint32_t step)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int T = m->T, nt = m->B * T;
+    float p = pdrop(m, train);
+    be->embed_forward(be, m->dec_in, PRM(m->pt.embedding), pos_table(m), m->d_tgt_in, m->d_sent_id, m->B, T,
+                      c->d_model, sqrtf((float)c->d_model), 0, p, drop_key(m, step, SITE_TGT_EMB));
+    const float *x = m->dec_in;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerOffsets *L = &m->pt.dec[l];
+        LayerActs *a = &m->dec[l];
+        self_attn_block_forward(m, L, a, x, T, m->d_tgt_len, 1, p, drop_key(m, step, SITE_DEC + 4 * l));
+        cross_attn_block_forward(m, L, a, enc_out, p, drop_key(m, step, SITE_DEC + 4 * l + 1));
+        ffn_block_forward(m, L, a, a->x2, nt, T, p, drop_key(m, step, SITE_DEC + 4 * l + 2));
+        x = a->x3;
+    }
+    return x;
+}
+
+LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
+                                 GradReadyFn ready, void *ready_ctx)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    model_upload_batch(m, b);
+    int N = c->n_layers, T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model, V = c->vocab_size;
+    float p = pdrop(m, train);
+    const float *enc_out = model_encode(m, train, step);
+    const float *y = model_decode(m, enc_out, train, step);
+
+    /* pre-softmax linear transformation with the shared embedding (3.4) */
+    const float *E = PRM(m->pt.embedding);
+    be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, E, d, 0.0f, m->logits, V);
+    be->xent_forward_backward(be, m->logits, m->d_tgt_out, nt, V, c->label_smoothing, do_backward ? 1.0f : 0.0f,
+                              m->row_loss, m->row_nll);
+    be->download(be, m->h_row_loss, m->row_loss, sizeof(float) * nt);
+    be->download(be, m->h_row_nll, m->row_nll, sizeof(float) * nt);
+    LossStats st = { 0, 0, b->n_tgt_tokens };
+    for (int i = 0; i < nt; i++) {   /* in order: deterministic */
+        st.loss_sum += m->h_row_loss[i];
+        st.nll_sum += m->h_row_nll[i];
+    }
+    if (!do_backward) return st;
+
+    float *dE = GRD(m->pt.embedding);
+    float *dpos = m->pt.has_pos ? GRD(m->pt.pos_embedding) : NULL;
+    be->gemm(be, 1, 0, V, d, nt, 1.0f, m->logits, V, y, d, 1.0f, dE, d);
+    be->gemm(be, 0, 0, nt, d, V, 1.0f, m->logits, V, E, d, 0.0f, m->g_x, d);
+    be->zero(be, m->g_enc, sizeof(float) * ns * d);
+    for (int l = N - 1; l >= 0; l--) {
+        const LayerOffsets *L = &m->pt.dec[l];
+        LayerActs *a = &m->dec[l];
+        const float *x = l ? m->dec[l - 1].x3 : m->dec_in;
+        ffn_block_backward(m, L, a, a->x2, nt, T, p, drop_key(m, step, SITE_DEC + 4 * l + 2));
+        cross_attn_block_backward(m, L, a, enc_out, p, drop_key(m, step, SITE_DEC + 4 * l + 1));
+        self_attn_block_backward(m, L, a, x, T, p, drop_key(m, step, SITE_DEC + 4 * l));
+        if (ready) ready(ready_ctx, l ? m->pt.dec[l - 1].self_attn.Wq : m->pt.enc_begin);
+    }
+    be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
+                       drop_key(m, step, SITE_TGT_EMB));
+    be->copy(be, m->g_x, m->g_enc, sizeof(float) * ns * d);
+    for (int l = N - 1; l >= 0; l--) {
+        const LayerOffsets *L = &m->pt.enc[l];
+        LayerActs *a = &m->enc[l];
+        const float *x = l ? m->enc[l - 1].x3 : m->enc_in;
+        ffn_block_backward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
+        self_attn_block_backward(m, L, a, x, S, p, drop_key(m, step, SITE_ENC + 4 * l));
+        if (ready) ready(ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
+    }
+    be->embed_backward(be, dE, dpos, m->g_x, m->d_src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,
+                       drop_key(m, step, SITE_SRC_EMB));
+    if (ready) ready(ready_ctx, m->pt.total);
+    return st;
+}
+
+void model_adam_step(Model *m, int step, float grad_scale)
+{
+    const Config *c = &m->cfg;
+    m->be->adam(m->be, m->params, m->grads, m->adam_m, m->adam_v, m->pt.total, model_lrate(c, step),
+                c->adam_beta1, c->adam_beta2, c->adam_eps, step, grad_scale);
+}

@@ -1,0 +1,120 @@
+/* The encoder-decoder Transformer of "Attention Is All You Need" (sections 3
+ * and 5), written against the op interface of ops.h.
+ *
+ * Parameters live in one contiguous buffer described by a table of named
+ * tensors; gradients and Adam moments use the same layout.  The buffer is
+ * ordered as backward finalises gradients: decoder layers N-1..0, encoder
+ * layers N-1..0, learned positions, then the shared embedding (the source
+ * embedding, target embedding and pre-softmax projection all add into it, so
+ * it is final last).  Gradient buckets are therefore contiguous ranges. */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "config.h"
+#include "ops.h"
+
+#define PARAM_NAME 96
+
+typedef struct {
+    char name[PARAM_NAME];   /* e.g. "decoder/layer_02/cross_attention/W_k" */
+    int rows, cols;          /* cols == 1 for vectors */
+    size_t offset, numel;    /* in floats, into the flat buffer */
+    int init;                /* PARAM_INIT_* */
+} ParamInfo;
+
+enum { PARAM_INIT_XAVIER, PARAM_INIT_NORMAL, PARAM_INIT_ZERO, PARAM_INIT_ONE };
+
+/* Offsets (in floats) of one attention sub-layer.  W_q, W_k, W_v are stored
+ * adjacently as [h*d_k | h*d_k | h*d_v] x d_model rows, so one GEMM projects
+ * all three (self-attention) or K and V (encoder-decoder attention). */
+typedef struct { size_t Wq, Wk, Wv, Wo; } AttnOffsets;
+typedef struct { size_t gamma, beta; } NormOffsets;
+typedef struct { size_t W1, b1, W2, b2; } FfnOffsets;
+
+typedef struct {
+    AttnOffsets self_attn, cross_attn;   /* cross_attn unused in the encoder */
+    NormOffsets ln1, ln2, ln3;           /* ln3 unused in the encoder */
+    FfnOffsets ffn;
+} LayerOffsets;
+
+typedef struct {
+    int n;
+    ParamInfo *t;
+    size_t total;            /* floats */
+    LayerOffsets *enc, *dec; /* [N] */
+    size_t embedding;        /* [V, d_model] shared (section 3.4) */
+    size_t pos_embedding;    /* [max_len, d_model] when positional=learned */
+    int has_pos;
+    size_t enc_begin, emb_begin; /* buffer: [0,enc_begin) decoder, [enc_begin,emb_begin) encoder */
+} ParamTable;
+
+void param_table_build(ParamTable *pt, const Config *c);
+void param_table_free(ParamTable *pt);
+/* deterministic initialisation on the host from cfg->seed (Philox) */
+void param_init_host(const ParamTable *pt, const Config *c, float *host);
+
+/* Saved activations of one layer for backward */
+typedef struct {
+    float *qkv, *P, *ctx, *r1, *m1, *s1, *x1;           /* self-attention */
+    float *q2, *kv2, *P2, *ctx2, *r2, *m2, *s2, *x2;    /* cross-attention (decoder) */
+    float *hid, *r3, *m3, *s3, *x3;                     /* feed-forward */
+} LayerActs;
+
+/* Called by backward whenever the gradients of buffer range [0, hi) are
+ * final (hi only grows, up to pt.total); the MPI layer starts bucket
+ * allreduces here while backward goes on. */
+typedef void (*GradReadyFn)(void *ctx, size_t hi);
+
+typedef struct Model {
+    Config cfg;
+    Backend *be;
+    ParamTable pt;
+    float *params, *grads, *adam_m, *adam_v;   /* device, pt.total floats each */
+
+    /* device copies of the current batch */
+    int B, S, T;
+    int32_t *d_src, *d_tgt_in, *d_tgt_out, *d_src_len, *d_tgt_len;
+    uint32_t *d_sent_id;
+
+    /* activations, sized by model_reserve */
+    size_t cap_ns, cap_nt, cap_pss, cap_ptt, cap_pts, cap_B;
+    float *enc_in, *dec_in;
+    LayerActs *enc, *dec;
+    float *logits, *row_loss, *row_nll;
+    float *g_x, *g_sub, *g_big, *g_ctx, *g_P, *g_hid, *g_enc;  /* backward scratch */
+    float *h_row_loss, *h_row_nll;                              /* host */
+} Model;
+
+typedef struct {
+    double loss_sum;   /* label-smoothed loss summed over target tokens */
+    double nll_sum;    /* -log p(reference) summed (for perplexity) */
+    long n_tokens;     /* non-padding target tokens */
+} LossStats;
+
+int model_init(Model *m, const Config *c, Backend *be);
+void model_free(Model *m);
+/* Forward (training if p_drop from cfg, or eval with dropout off), and with
+ * do_backward accumulate (+=) the gradients of the *summed* loss into
+ * m->grads.  The caller scales by 1/global target tokens (in Adam). */
+LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
+                                 GradReadyFn ready, void *ready_ctx);
+/* lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (eq. 3) */
+float model_lrate(const Config *c, int step);
+/* Adam update of all parameters with grads scaled by grad_scale */
+void model_adam_step(Model *m, int step, float grad_scale);
+/* exact parameter count of a config */
+size_t model_param_count(const Config *c);
+
+/* Pieces used by decoding (decode.c) and attention maps (attention.c) */
+void model_upload_batch(Model *m, const Batch *b);
+void model_reserve(Model *m, int B, int S, int T);
+/* encoder over the uploaded batch: output in m->enc[N-1].x3 (eval: no dropout) */
+const float *model_encode(Model *m, int train, uint32_t step);
+/* decoder over the uploaded batch's tgt_in; returns the last layer output [B*T, d] */
+const float *model_decode(Model *m, const float *enc_out, int train, uint32_t step);
+
+#endif

@@ -1,0 +1,110 @@
+/* The backend-neutral op interface.  The model (model.c) is written only in
+ * terms of these calls; the CPU backend (ops_cpu.c) is the reference and the
+ * CUDA backend (cuda/ops_cuda.cu) implements the same table name for name.
+ *
+ * Conventions
+ * - Every pointer argument is memory of the backend ("device memory"); only
+ *   upload/download cross to the host.
+ * - Matrices are row-major.  gemm computes C = alpha*op(A)*op(B) + beta*C with
+ *   op(A) of shape MxK and op(B) KxN; transposes are expressed through the
+ *   operands, never copied.
+ * - Token activations are [rows = B*T, features], row b*T+t is position t of
+ *   sentence b.  Sequences are right-padded; key_len[b] keys of sentence b are
+ *   real, the rest padding.
+ * - Dropout masks are recomputed from (DropoutKey, sentence id, position,
+ *   feature) in backward: no mask is stored (see philox.h).
+ */
+#ifndef OPS_H
+#define OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "philox.h"
+
+typedef struct Backend Backend;
+
+struct Backend {
+    const char *name;
+    void *impl;                 /* backend-private state */
+
+    /* memory */
+    void *(*alloc)(Backend *be, size_t bytes);            /* zero-filled */
+    void (*free)(Backend *be, void *p);
+    void (*upload)(Backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(Backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*zero)(Backend *be, void *p, size_t bytes);
+    void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);
+    void (*sync)(Backend *be);
+
+    /* C = alpha*op(A)*op(B) + beta*C (row-major) */
+    void (*gemm)(Backend *be, int transA, int transB, int M, int N, int K,
+                 float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc);
+    /* n_outer*n_inner independent gemms; matrix (o,i) of X starts at
+     * X + o*sX_outer + i*sX_inner (attention: outer = sentence, inner = head) */
+    void (*gemm_batched)(Backend *be, int transA, int transB, int M, int N, int K, float alpha,
+                         const float *A, int lda, long sA_outer, long sA_inner,
+                         const float *B, int ldb, long sB_outer, long sB_inner, float beta,
+                         float *C, int ldc, long sC_outer, long sC_inner, int n_outer, int n_inner);
+
+    /* Y[r,:] += bias; with relu: Y = max(0, Y + bias) (eq. 2) */
+    void (*bias_forward)(Backend *be, float *Y, const float *bias, int rows, int cols, int relu);
+    /* dbias += column sums of dY; with relu, first dY *= (Y > 0) in place */
+    void (*bias_backward)(Backend *be, float *dY, float *dbias, const float *Y, int rows, int cols, int relu);
+
+    /* Attention weights, in place over S [n_batch, n_heads, Tq, Tk]:
+     * P = softmax(scale*S) over keys k < key_len[b] (and k <= q + q_offset if
+     * causal); masked entries are exactly 0.  (eq. 1) */
+    void (*softmax_forward)(Backend *be, float *S, const int32_t *key_len, float scale,
+                            int n_batch, int n_heads, int Tq, int Tk, int causal, int q_offset);
+    /* dS = scale * P * (dP - sum_k P*dP), in place over dP */
+    void (*softmax_backward)(Backend *be, float *dP, const float *P, float scale,
+                             int n_batch, int n_heads, int Tq, int Tk);
+
+    /* r = x + dropout(sub); y = LayerNorm(r)*gamma + beta; keeps r, mean,
+     * rstd for backward.  Row b*T+t uses dropout counter (sent_id[b], t).
+     * (section 5.4, post-norm residual of section 3.1) */
+    void (*residual_ln_forward)(Backend *be, float *y, float *r, float *mean, float *rstd,
+                                const float *x, const float *sub, const float *gamma, const float *beta,
+                                int rows, int d, float eps, float p_drop, DropoutKey key,
+                                const uint32_t *sent_id, int T);
+    /* dx = dr (residual path), dsub = dropout'(dr), dgamma/dbeta +=; dx may alias dy */
+    void (*residual_ln_backward)(Backend *be, float *dx, float *dsub, float *dgamma, float *dbeta,
+                                 const float *dy, const float *r, const float *mean, const float *rstd,
+                                 const float *gamma, int rows, int d, float p_drop, DropoutKey key,
+                                 const uint32_t *sent_id, int T);
+
+    /* out[b,t] = dropout(E[tok]*scale + pos[t]) with pos the sinusoids of
+     * section 3.5 (pos_table == NULL) or learned rows pos_table[t] */
+    void (*embed_forward)(Backend *be, float *out, const float *E, const float *pos_table,
+                          const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
+                          float scale, int pos_offset, float p_drop, DropoutKey key);
+    /* dE[tok] += scale*dropout'(dout); dpos[t] += dropout'(dout) if learned;
+     * deterministic (no atomics) */
+    void (*embed_backward)(Backend *be, float *dE, float *dpos, const float *dout,
+                           const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
+                           int vocab, float scale, float p_drop, DropoutKey key);
+
+    /* Label-smoothed cross-entropy (section 5.4) over logits [rows, V]:
+     * q = (1-eps)*onehot(target) + eps/V.  Rows with target 0 (padding) give
+     * 0.  Writes row_loss (smoothed) and row_nll (-log p(target)); if
+     * grad_scale != 0 overwrites logits with grad_scale * (softmax - q). */
+    void (*xent_forward_backward)(Backend *be, float *logits, const int32_t *target, int rows, int V,
+                                  float eps, float grad_scale, float *row_loss, float *row_nll);
+
+    /* Adam (section 5.3) with g = grad_scale*grad, bias-corrected at step t */
+    void (*adam)(Backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                 float lr, float beta1, float beta2, float eps, int t, float grad_scale);
+
+    /* decoding helpers: log_softmax of rows in place */
+    void (*log_softmax)(Backend *be, float *x, int rows, int cols);
+
+    void (*destroy)(Backend *be);
+};
+
+Backend *backend_cpu_create(int threads);
+/* device = "cpu" or "cuda"; returns NULL with a one-line message on failure */
+Backend *backend_create(const char *device, const char *precision, int threads, int local_rank);
+
+#endif

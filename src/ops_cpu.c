@@ -1,0 +1,361 @@
+/* CPU backend: the reference implementation of ops.h.  GEMMs go to OpenBLAS
+ * (OpenMP build); every other loop is OpenMP-parallel.  Reductions over rows
+ * (bias, LayerNorm and embedding gradients) are parallel over columns and
+ * sum rows in order, so results do not depend on the thread count. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenBLAS extension, declared here to avoid depending on its header's variant */
+void openblas_set_num_threads(int);
+
+static void *cpu_alloc(Backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    size_t n = (bytes + 63) & ~(size_t)63;
+    if (n == 0) n = 64;
+    if (posix_memalign(&p, 64, n)) return NULL;
+    memset(p, 0, n);
+    return p;
+}
+static void cpu_free(Backend *be, void *p) { (void)be; free(p); }
+static void cpu_upload(Backend *be, void *dst, const void *src, size_t n) { (void)be; if (n) memcpy(dst, src, n); }
+static void cpu_download(Backend *be, void *dst, const void *src, size_t n) { (void)be; if (n) memcpy(dst, src, n); }
+static void cpu_zero(Backend *be, void *p, size_t n) { (void)be; if (n) memset(p, 0, n); }
+static void cpu_copy(Backend *be, void *dst, const void *src, size_t n) { (void)be; if (n) memmove(dst, src, n); }
+static void cpu_sync(Backend *be) { (void)be; }
+
+static void cpu_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    (void)be;
+    cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, float alpha,
+                             const float *A, int lda, long sAo, long sAi,
+                             const float *B, int ldb, long sBo, long sBi, float beta,
+                             float *C, int ldc, long sCo, long sCi, int n_outer, int n_inner)
+{
+    (void)be;
+    /* one small GEMM per (sentence, head); OpenBLAS runs single-threaded
+     * inside the parallel region */
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int o = 0; o < n_outer; o++)
+        for (int i = 0; i < n_inner; i++)
+            cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans,
+                        M, N, K, alpha, A + o * sAo + i * sAi, lda, B + o * sBo + i * sBi, ldb,
+                        beta, C + o * sCo + i * sCi, ldc);
+}
+
+static void cpu_bias_forward(Backend *be, float *Y, const float *bias, int rows, int cols, int relu)
+{
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *y = Y + (size_t)r * cols;
+        if (relu)
+            for (int c = 0; c < cols; c++) { float v = y[c] + bias[c]; y[c] = v > 0.0f ? v : 0.0f; }
+        else
+            for (int c = 0; c < cols; c++) y[c] += bias[c];
+    }
+}
+
+#define COL_BLOCK 64
+
+static void cpu_bias_backward(Backend *be, float *dY, float *dbias, const float *Y, int rows, int cols, int relu)
+{
+    (void)be;
+    if (relu) {
+        #pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++) {
+            float *d = dY + (size_t)r * cols;
+            const float *y = Y + (size_t)r * cols;
+            for (int c = 0; c < cols; c++) d[c] = y[c] > 0.0f ? d[c] : 0.0f;
+        }
+    }
+    int nblk = (cols + COL_BLOCK - 1) / COL_BLOCK;
+    #pragma omp parallel for schedule(static)
+    for (int bk = 0; bk < nblk; bk++) {
+        int c0 = bk * COL_BLOCK, c1 = c0 + COL_BLOCK < cols ? c0 + COL_BLOCK : cols;
+        float acc[COL_BLOCK] = {0};
+        for (int r = 0; r < rows; r++) {
+            const float *d = dY + (size_t)r * cols;
+            for (int c = c0; c < c1; c++) acc[c - c0] += d[c];
+        }
+        for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
+    }
+}
+
+static void cpu_softmax_forward(Backend *be, float *S, const int32_t *key_len, float scale,
+                                int nb, int nh, int Tq, int Tk, int causal, int q_offset)
+{
+    (void)be;
+    long rows = (long)nb * nh * Tq;
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int b = (int)(r / ((long)nh * Tq));
+        int q = (int)(r % Tq);
+        int n = key_len[b];
+        if (causal && q + q_offset + 1 < n) n = q + q_offset + 1;
+        if (n > Tk) n = Tk;
+        float *s = S + r * Tk;
+        float mx = -INFINITY;
+        for (int k = 0; k < n; k++) { float v = s[k] * scale; s[k] = v; if (v > mx) mx = v; }
+        float sum = 0.0f;
+        for (int k = 0; k < n; k++) { float e = expf(s[k] - mx); s[k] = e; sum += e; }
+        float inv = n > 0 ? 1.0f / sum : 0.0f;
+        for (int k = 0; k < n; k++) s[k] *= inv;
+        for (int k = n; k < Tk; k++) s[k] = 0.0f;
+    }
+}
+
+static void cpu_softmax_backward(Backend *be, float *dP, const float *P, float scale,
+                                 int nb, int nh, int Tq, int Tk)
+{
+    (void)be;
+    long rows = (long)nb * nh * Tq;
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        float *d = dP + r * Tk;
+        const float *p = P + r * Tk;
+        float dot = 0.0f;
+        for (int k = 0; k < Tk; k++) dot += p[k] * d[k];
+        for (int k = 0; k < Tk; k++) d[k] = scale * p[k] * (d[k] - dot);
+    }
+}
+
+static inline float drop_scale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
+
+static void cpu_residual_ln_forward(Backend *be, float *y, float *r, float *mean, float *rstd,
+                                    const float *x, const float *sub, const float *gamma, const float *beta,
+                                    int rows, int d, float eps, float p, DropoutKey key,
+                                    const uint32_t *sent_id, int T)
+{
+    (void)be;
+    float ks = drop_scale(p);
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        const float *xi = x + (size_t)i * d, *si = sub + (size_t)i * d;
+        float *ri = r + (size_t)i * d, *yi = y + (size_t)i * d;
+        uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
+        float sum = 0.0f;
+        for (int j = 0; j < d; j++) {
+            float s = si[j];
+            if (p > 0.0f) s = dropout_keep(key, p, sent, pos, (uint32_t)j) ? s * ks : 0.0f;
+            ri[j] = xi[j] + s;
+            sum += ri[j];
+        }
+        float mu = sum / d, var = 0.0f;
+        for (int j = 0; j < d; j++) { float c = ri[j] - mu; var += c * c; }
+        float rs = 1.0f / sqrtf(var / d + eps);
+        mean[i] = mu;
+        rstd[i] = rs;
+        for (int j = 0; j < d; j++) yi[j] = (ri[j] - mu) * rs * gamma[j] + beta[j];
+    }
+}
+
+static void cpu_residual_ln_backward(Backend *be, float *dx, float *dsub, float *dgamma, float *dbeta,
+                                     const float *dy, const float *r, const float *mean, const float *rstd,
+                                     const float *gamma, int rows, int d, float p, DropoutKey key,
+                                     const uint32_t *sent_id, int T)
+{
+    (void)be;
+    /* parameter gradients first, so that dx may alias dy */
+    int nblk = (d + COL_BLOCK - 1) / COL_BLOCK;
+    #pragma omp parallel for schedule(static)
+    for (int bk = 0; bk < nblk; bk++) {
+        int c0 = bk * COL_BLOCK, c1 = c0 + COL_BLOCK < d ? c0 + COL_BLOCK : d;
+        float ag[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
+        for (int i = 0; i < rows; i++) {
+            const float *dyi = dy + (size_t)i * d, *ri = r + (size_t)i * d;
+            float mu = mean[i], rs = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                ag[c - c0] += dyi[c] * (ri[c] - mu) * rs;
+                ab[c - c0] += dyi[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) { dgamma[c] += ag[c - c0]; dbeta[c] += ab[c - c0]; }
+    }
+    float ks = drop_scale(p);
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        const float *dyi = dy + (size_t)i * d, *ri = r + (size_t)i * d;
+        float *dxi = dx + (size_t)i * d, *dsi = dsub + (size_t)i * d;
+        float mu = mean[i], rs = rstd[i];
+        float m1 = 0.0f, m2 = 0.0f;
+        for (int j = 0; j < d; j++) {
+            float g = dyi[j] * gamma[j], xh = (ri[j] - mu) * rs;
+            m1 += g;
+            m2 += g * xh;
+        }
+        m1 /= d;
+        m2 /= d;
+        uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
+        for (int j = 0; j < d; j++) {
+            float xh = (ri[j] - mu) * rs;
+            float dr = rs * (dyi[j] * gamma[j] - m1 - xh * m2);
+            dxi[j] = dr;
+            if (p > 0.0f) dr = dropout_keep(key, p, sent, pos, (uint32_t)j) ? dr * ks : 0.0f;
+            dsi[j] = dr;
+        }
+    }
+}
+
+/* PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (section 3.5) */
+static inline float sinusoid(int pos, int j, int d)
+{
+    double rate = pow(10000.0, (double)(j & ~1) / d);
+    double a = pos / rate;
+    return (float)((j & 1) ? cos(a) : sin(a));
+}
+
+static void cpu_embed_forward(Backend *be, float *out, const float *E, const float *pos_table,
+                              const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
+                              float scale, int pos_offset, float p, DropoutKey key)
+{
+    (void)be;
+    float ks = drop_scale(p);
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * T; i++) {
+        int b = i / T, t = i % T, pos = t + pos_offset;
+        const float *e = E + (size_t)tokens[i] * d;
+        float *o = out + (size_t)i * d;
+        for (int j = 0; j < d; j++) {
+            float v = e[j] * scale + (pos_table ? pos_table[(size_t)pos * d + j] : sinusoid(pos, j, d));
+            if (p > 0.0f) v = dropout_keep(key, p, sent_id[b], (uint32_t)pos, (uint32_t)j) ? v * ks : 0.0f;
+            o[j] = v;
+        }
+    }
+}
+
+static void cpu_embed_backward(Backend *be, float *dE, float *dpos, const float *dout,
+                               const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
+                               int vocab, float scale, float p, DropoutKey key)
+{
+    (void)be;
+    (void)vocab;
+    float ks = drop_scale(p);
+    int nblk = (d + COL_BLOCK - 1) / COL_BLOCK;
+    /* each thread owns a block of feature columns and adds rows in order:
+     * deterministic without atomics */
+    #pragma omp parallel for schedule(static)
+    for (int bk = 0; bk < nblk; bk++) {
+        int c0 = bk * COL_BLOCK, c1 = c0 + COL_BLOCK < d ? c0 + COL_BLOCK : d;
+        for (int i = 0; i < B * T; i++) {
+            int b = i / T, t = i % T;
+            const float *g = dout + (size_t)i * d;
+            float *e = dE + (size_t)tokens[i] * d;
+            for (int j = c0; j < c1; j++) {
+                float v = g[j];
+                if (p > 0.0f) v = dropout_keep(key, p, sent_id[b], (uint32_t)t, (uint32_t)j) ? v * ks : 0.0f;
+                e[j] += v * scale;
+                if (dpos) dpos[(size_t)t * d + j] += v;
+            }
+        }
+    }
+}
+
+static void cpu_xent_forward_backward(Backend *be, float *logits, const int32_t *target, int rows, int V,
+                                      float eps, float grad_scale, float *row_loss, float *row_nll)
+{
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *z = logits + (size_t)r * V;
+        int y = target[r];
+        if (y == 0) {
+            row_loss[r] = row_nll[r] = 0.0f;
+            if (grad_scale != 0.0f) memset(z, 0, sizeof(float) * V);
+            continue;
+        }
+        float mx = z[0];
+        for (int k = 1; k < V; k++) mx = z[k] > mx ? z[k] : mx;
+        double se = 0.0, sz = 0.0;
+        for (int k = 0; k < V; k++) { se += exp((double)(z[k] - mx)); sz += z[k]; }
+        double lse = mx + log(se);
+        double nll = lse - z[y];
+        /* -sum_k q_k log p_k with q = (1-eps) onehot + eps/V */
+        double smooth = lse - sz / V;
+        row_nll[r] = (float)nll;
+        row_loss[r] = (float)((1.0 - eps) * nll + eps * smooth);
+        if (grad_scale != 0.0f) {
+            float u = eps / V;
+            for (int k = 0; k < V; k++) z[k] = grad_scale * ((float)exp((double)z[k] - lse) - u);
+            z[y] -= grad_scale * (1.0f - eps);
+        }
+    }
+}
+
+static void cpu_adam(Backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                     float lr, float b1, float b2, float eps, int t, float gs)
+{
+    (void)be;
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] -= lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+    }
+}
+
+static void cpu_log_softmax(Backend *be, float *x, int rows, int cols)
+{
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *z = x + (size_t)r * cols;
+        float mx = z[0];
+        for (int k = 1; k < cols; k++) mx = z[k] > mx ? z[k] : mx;
+        double se = 0.0;
+        for (int k = 0; k < cols; k++) se += exp((double)(z[k] - mx));
+        float lse = mx + (float)log(se);
+        for (int k = 0; k < cols; k++) z[k] -= lse;
+    }
+}
+
+static void cpu_destroy(Backend *be) { free(be); }
+
+Backend *backend_cpu_create(int threads)
+{
+    if (threads > 0) {
+        omp_set_num_threads(threads);
+        openblas_set_num_threads(threads);
+    }
+    Backend *be = calloc(1, sizeof *be);
+    if (!be) return NULL;
+    be->name = "cpu";
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->zero = cpu_zero;
+    be->copy = cpu_copy;
+    be->sync = cpu_sync;
+    be->gemm = cpu_gemm;
+    be->gemm_batched = cpu_gemm_batched;
+    be->bias_forward = cpu_bias_forward;
+    be->bias_backward = cpu_bias_backward;
+    be->softmax_forward = cpu_softmax_forward;
+    be->softmax_backward = cpu_softmax_backward;
+    be->residual_ln_forward = cpu_residual_ln_forward;
+    be->residual_ln_backward = cpu_residual_ln_backward;
+    be->embed_forward = cpu_embed_forward;
+    be->embed_backward = cpu_embed_backward;
+    be->xent_forward_backward = cpu_xent_forward_backward;
+    be->adam = cpu_adam;
+    be->log_softmax = cpu_log_softmax;
+    be->destroy = cpu_destroy;
+    return be;
+}

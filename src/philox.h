@@ -1,0 +1,67 @@
+/* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+ * 3", SC'11): a counter-based generator.  Every random number is a pure
+ * function of (key, counter), so the CPU and CUDA backends, any number of
+ * ranks and a resumed run draw exactly the same dropout masks and initial
+ * weights.  Header-only; compiled by gcc and by nvcc (PHILOX_HD). */
+#ifndef PHILOX_H
+#define PHILOX_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__) || defined(CUDA_EMULATION)
+#define PHILOX_HD __host__ __device__
+#else
+#define PHILOX_HD
+#endif
+
+typedef struct { uint32_t v[4]; } philox_ctr;
+
+static inline PHILOX_HD uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
+{
+    uint64_t p = (uint64_t)a * b;
+    *hi = (uint32_t)(p >> 32);
+    return (uint32_t)p;
+}
+
+static inline PHILOX_HD philox_ctr philox4x32(philox_ctr c, uint32_t k0, uint32_t k1)
+{
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0, hi1;
+        uint32_t lo0 = philox_mulhilo(0xD2511F53u, c.v[0], &hi0);
+        uint32_t lo1 = philox_mulhilo(0xCD9E8D57u, c.v[2], &hi1);
+        philox_ctr n;
+        n.v[0] = hi1 ^ c.v[1] ^ k0;
+        n.v[1] = lo1;
+        n.v[2] = hi0 ^ c.v[3] ^ k1;
+        n.v[3] = lo0;
+        c = n;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return c;
+}
+
+/* uniform in [0, 1) with 24 random bits: exactly representable in float */
+static inline PHILOX_HD float philox_uniform(uint32_t x)
+{
+    return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
+
+/* Dropout key: the mask of element (sentence, position, feature) at a given
+ * training step and dropout site depends on nothing else, in particular not
+ * on how sentences were batched or split over ranks. */
+typedef struct {
+    uint64_t seed;
+    uint32_t step;
+    uint32_t site;   /* which dropout in the network (layer, sub-layer) */
+} DropoutKey;
+
+/* keep (1) or drop (0) feature j of token (sent, pos) */
+static inline PHILOX_HD int dropout_keep(DropoutKey k, float p, uint32_t sent, uint32_t pos, uint32_t j)
+{
+    philox_ctr c = {{ j >> 2, pos, sent, k.step }};
+    philox_ctr r = philox4x32(c, (uint32_t)k.seed ^ (k.site * 0x85EBCA6Bu), (uint32_t)(k.seed >> 32) + k.site);
+    return philox_uniform(r.v[j & 3]) >= p;
+}
+
+#endif

@@ -1,0 +1,33 @@
+#ifndef TRAIN_H
+#define TRAIN_H
+
+#include "batch.h"
+#include "batcher.h"
+#include "config.h"
+#include "dist.h"
+#include "model.h"
+
+/* Everything a training run holds; checkpoint.c saves and restores it. */
+typedef struct {
+    Config cfg;
+    Dist dist;
+    Backend *be;
+    Model model;
+    Corpus train, dev;
+    BatchPlan plan;
+    GradSync sync;
+    int step;               /* completed optimiser steps */
+    double elapsed;         /* training wall time, summed over resumes */
+} TrainRun;
+
+/* options shared by commands: --config FILE and key=value overrides */
+int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
+                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
+/* dev loss and perplexity (no label smoothing in PPL, no dropout) summed over
+ * all ranks */
+void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok);
+
+int cmd_train(int argc, char **argv);
+int cmd_params(int argc, char **argv);
+
+#endif

@@ -1,0 +1,20 @@
+/* Small helpers shared by the host code: checked allocation, timing, fatal
+ * errors.  die() prints one line and exits with the given code; under MPI it
+ * aborts the whole job (see dist.c) so that no rank hangs. */
+#ifndef UTIL_H
+#define UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+double now_seconds(void);
+/* one-line error "error: ..." on stderr, then exit(code) (MPI_Abort under MPI) */
+void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+/* set by dist.c: called by die() instead of exit() when MPI is running */
+extern void (*util_abort_hook)(int code);
+uint64_t fnv1a64(const void *data, size_t n, uint64_t h);
+
+#endif
