@@ -1,0 +1,20 @@
+# Shared environment and helpers for the shell tests (sourced).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${BIN:-$TOP/bin/transformer}
+SHARED_DATA=${SHARED_DATA:-$TOP/../shared/data}
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { echo "ok: $*"; }
+# expect_error CODE PATTERN cmd...: the command exits CODE and its stderr has
+# exactly one line matching PATTERN
+expect_error() {
+    local code=$1 pat=$2; shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $err)"
+    echo "$err" | grep -q -- "$pat" || fail "'$*': stderr lacks '$pat': $err"
+    ok "'$*' -> exit $rc: $(echo "$err" | head -1)"
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every test of the project and prints one line per test and a closing
+# "N passed, M failed" line.  C tests are bin/tests/test_* (built by make),
+# shell tests are tests/test_*.sh, Python tests run under pytest in .venv.
+# TESTS=pattern limits the run to tests whose name matches.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+logdir=build/test-logs
+mkdir -p "$logdir"
+pass=0 fail=0
+failed=()
+pattern=${TESTS:-}
+
+run_one() {
+    local name=$1; shift
+    if [ -n "$pattern" ] && [[ "$name" != *$pattern* ]]; then return; fi
+    local log="$logdir/$name.log" t0 t1
+    t0=$(date +%s.%N)
+    if "$@" >"$log" 2>&1; then
+        t1=$(date +%s.%N)
+        printf 'PASS %-40s %6.1fs\n' "$name" "$(echo "$t1 - $t0" | bc)"
+        pass=$((pass + 1))
+    else
+        local rc=$?
+        t1=$(date +%s.%N)
+        printf 'FAIL %-40s %6.1fs (exit %d, log %s)\n' "$name" "$(echo "$t1 - $t0" | bc)" "$rc" "$log"
+        tail -n 20 "$log" | sed 's/^/    | /'
+        fail=$((fail + 1))
+        failed+=("$name")
+    fi
+}
+
+for t in bin/tests/test_*; do
+    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+done
+for t in tests/test_*.sh; do
+    [ -f "$t" ] && run_one "$(basename "$t" .sh)" bash "$t"
+done
+if [ -d analysis/tests ] && [ -x .venv/bin/python ]; then
+    run_one pytest-analysis .venv/bin/python -m pytest -q analysis/tests
+fi
+
+[ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
