@@ -17,28 +17,33 @@ import numpy as np
 
 from common import AnalysisError, main_wrapper, open_h5, paper_style, savefig
 
-# dataset name -> accepted names in the file (first found wins)
-TRAIN_KEYS = {
-    "step": ("step", "steps"),
-    "loss": ("loss", "train_loss"),
-    "lr": ("lr", "learning_rate"),
-    "tokens_per_s": ("tokens_per_s", "tok_per_s", "throughput"),
-    "elapsed": ("elapsed", "elapsed_s", "wall_seconds", "time"),
-}
-DEV_KEYS = {
-    "dev_step": ("dev_step", "dev/step"),
-    "dev_loss": ("dev_loss", "dev/loss"),
-    "dev_ppl": ("dev_ppl", "dev/ppl"),
-    "dev_elapsed": ("dev_elapsed", "dev/elapsed"),
+# series -> (group, accepted dataset names): the layout of docs/metrics.md is
+# /train/{step,loss,lr,tokens_per_s,elapsed_s} and /dev/{step,loss,ppl,tokens,elapsed_s};
+# a flat layout (step, loss, ..., dev_step, dev_ppl at the root) is read too.
+SERIES = {
+    "step": ("train", ("step",)),
+    "loss": ("train", ("loss",)),
+    "lr": ("train", ("lr",)),
+    "tokens_per_s": ("train", ("tokens_per_s",)),
+    "elapsed": ("train", ("elapsed_s", "elapsed")),
+    "dev_step": ("dev", ("step",)),
+    "dev_loss": ("dev", ("loss",)),
+    "dev_ppl": ("dev", ("ppl",)),
+    "dev_elapsed": ("dev", ("elapsed_s", "elapsed")),
 }
 
 
-def _find(f, names):
-    for n in names:
-        if n in f:
-            obj = f[n]
-            if hasattr(obj, "shape") and len(obj.shape) == 1:
-                return np.asarray(obj[()], dtype=np.float64)
+def _find(f, group, names):
+    import h5py
+
+    cands = []
+    if group in f and isinstance(f[group], h5py.Group):
+        cands += [f[group].get(n) for n in names]
+    prefix = "" if group == "train" else group + "_"
+    cands += [f.get(prefix + n) for n in names]
+    for obj in cands:
+        if isinstance(obj, h5py.Dataset) and len(obj.shape) == 1:
+            return np.asarray(obj[()], dtype=np.float64)
     return None
 
 
@@ -46,20 +51,20 @@ def read_metrics(path):
     """Read a metrics.h5 into a dict of 1-D float arrays (missing series are empty).
     Raises AnalysisError if the file is not a training metrics log."""
     with open_h5(path) as f:
-        if _find(f, TRAIN_KEYS["step"]) is None:
-            raise AnalysisError(path, "not a training metrics log (no 1-D dataset 'step')")
+        if _find(f, "train", ("step",)) is None:
+            raise AnalysisError(path, "not a training metrics log (no 1-D dataset train/step)")
         out = {}
-        for k, names in {**TRAIN_KEYS, **DEV_KEYS}.items():
-            v = _find(f, names)
+        for k, (g, names) in SERIES.items():
+            v = _find(f, g, names)
             out[k] = v if v is not None else np.zeros(0)
     n = len(out["step"])
     for k in ("loss", "lr", "tokens_per_s", "elapsed"):
         if len(out[k]) not in (0, n):
-            raise AnalysisError(path, f"dataset '{k}' has {len(out[k])} entries but 'step' has {n}")
+            raise AnalysisError(path, f"train/{k} has {len(out[k])} entries but train/step has {n}")
     nd = len(out["dev_step"])
-    for k in ("dev_loss", "dev_ppl"):
+    for k in ("dev_loss", "dev_ppl", "dev_elapsed"):
         if len(out[k]) not in (0, nd):
-            raise AnalysisError(path, f"dataset '{k}' has {len(out[k])} entries but 'dev_step' has {nd}")
+            raise AnalysisError(path, f"dev/{k[4:]} has {len(out[k])} entries but dev/step has {nd}")
     if nd and not len(out["dev_elapsed"]) and n and len(out["elapsed"]):
         # wall time of each dev evaluation: interpolate the training clock
         out["dev_elapsed"] = np.interp(out["dev_step"], out["step"], out["elapsed"])
@@ -72,6 +77,23 @@ def metrics_path(run):
     if not os.path.exists(p):
         raise AnalysisError(run, "no metrics.h5 in this run directory")
     return p
+
+
+def _plain_log_ticks(ax):
+    """Log axis labelled 2, 3, 5, 10, 20 ... instead of 2x10^0 notation."""
+    from matplotlib.ticker import FuncFormatter
+
+    def major(v, _):
+        return f"{v:g}"
+
+    def minor(v, _):
+        if v <= 0:
+            return ""
+        mant = v / 10 ** np.floor(np.log10(v) + 1e-9)
+        return f"{v:g}" if round(mant) in (2, 3, 5) and abs(mant - round(mant)) < 1e-6 else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(major))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 PANELS = [
@@ -114,6 +136,7 @@ def plot(runs, labels, xaxis, prefix, smooth=1):
         ax.set_ylabel(ylabel)
         if logy and drawn:
             ax.set_yscale("log")
+            _plain_log_ticks(ax)
         if key == "lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
         if not drawn:
