@@ -39,7 +39,7 @@ tests: $(TEST_BIN)
 test: all $(TEST_BIN)
 	tests/run_all.sh
 
-bench: all
+bench: all bin/bench/gemm_peak
 	tests/bench/run.sh
 
 clean:
@@ -50,3 +50,9 @@ venv:
 	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
 
 -include $(OBJ:.o=.d)
+
+bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+bin/bench:
+	mkdir -p $@
