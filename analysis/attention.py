@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from common import AnalysisError, as_strings, attr_str, main_wrapper, open_h5, paper_style, savefig, write_atomic
+from common import AnalysisError, pyplot, as_strings, attr_str, main_wrapper, open_h5, paper_style, savefig, write_atomic
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLE = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -269,9 +269,8 @@ def _draw(ax, m, qlab, klab, cmap, show_x=True, show_y=True, fontsize=None):
 
 
 def heatmap(path, sent, kind, layer, head, prefix, cmap="Blues", step=None):
-    import matplotlib.pyplot as plt
-
     paper_style()
+    plt = pyplot()
     a = pick_map(path, sent, kind, layer)
     L, H, Tq, Tk = a.shape
     q, k = axis_tokens(sent, kind)
@@ -344,9 +343,8 @@ def stats_table(stats):
 
 def stats_figure(stats, prefix, title):
     """A grid: one row per attention kind, one column per statistic, each a layers x heads heatmap."""
-    import matplotlib.pyplot as plt
-
     paper_style()
+    plt = pyplot()
     kinds = [k for k in KINDS if k in stats]
     L, H = stats[kinds[0]]["entropy"].shape
     pw, ph = max(1.25, 0.2 * H + 0.4), max(1.0, 0.2 * L + 0.5)
@@ -395,7 +393,7 @@ def stats_figure(stats, prefix, title):
 def evolution(path, data, prefix):
     """Statistics against training step: per layer the mean over heads (line)
     and the range over heads (band); CSV of every head."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = sorted(k for k in data["steps"] if k is not None)
     if len(steps) < 1:

@@ -5,11 +5,18 @@ import os
 import sys
 import tempfile
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # no display needed (batch jobs, CI)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed: batch jobs, CI).
+    Imported on first use: the scripts that draw nothing start faster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 class AnalysisError(Exception):
@@ -118,12 +125,13 @@ def savefig(fig, prefix):
                 os.unlink(tmp)
             raise
         out.append(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return out
 
 
 def paper_style():
-    """Figure style for papers: serif-free small fonts, no top/right spines, light grid."""
+    """Figure style for papers: small fonts, no top/right spines, light grid."""
+    plt = pyplot()
     plt.rcParams.update({
         "font.size": 9,
         "axes.titlesize": 9,

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from common import AnalysisError, main_wrapper, open_h5, paper_style, savefig
+from common import AnalysisError, pyplot, main_wrapper, open_h5, paper_style, savefig
 
 # series -> (group, accepted dataset names): the layout of docs/metrics.md is
 # /train/{step,loss,lr,tokens_per_s,elapsed_s} and /dev/{step,loss,ppl,tokens,elapsed_s};
@@ -107,9 +107,8 @@ PANELS = [
 
 def plot(runs, labels, xaxis, prefix, smooth=1):
     """One 2x2 figure of all runs against xaxis ('step' or 'time')."""
-    import matplotlib.pyplot as plt
-
     paper_style()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(7.0, 4.8), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (key, kind, ylabel, logy) in zip(axes.flat, PANELS):

@@ -154,8 +154,9 @@ def sacrebleu_score(hyp_path, ref_path):
     h, r = lines(hyp_path), lines(ref_path)
     if len(h) != len(r):
         raise AnalysisError(hyp_path, f"{len(h)} lines but the reference {ref_path} has {len(r)}")
-    bleu = sacrebleu.corpus_bleu(h, [r])
-    return float(bleu.score), str(sacrebleu.BLEU().get_signature())
+    metric = sacrebleu.BLEU()
+    bleu = metric.corpus_score(h, [r])
+    return float(bleu.score), str(metric.get_signature())
 
 
 def show(path):

@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 
-from common import AnalysisError, fmt_num, main_wrapper, paper_style, savefig, write_atomic
+from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
 from row_result import cfg_float, parse_config_text, read_result
 
 # Table 3 hyperparameter columns: (config key, Markdown header, LaTeX header, kind)
@@ -280,9 +280,8 @@ def to_latex(rows):
 
 def plot(rows, prefix):
     """Dev PPL and BLEU per row: ours (bars) vs the paper (markers)."""
-    import matplotlib.pyplot as plt
-
     paper_style()
+    plt = pyplot()
     names = [r["row"] for r in rows]
     x = np.arange(len(rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(5.0, 0.34 * len(rows) + 1.5), 4.6), sharex=True)
