@@ -74,17 +74,31 @@ def _sort_key(path):
     return (0, int(last), path) if last.isdigit() else (1, 0, path)
 
 
+def _read_maps(path, g, s):
+    for k in KINDS:
+        if k in g:
+            a = np.asarray(g[k][()], dtype=np.float64)
+            if a.ndim != 4:
+                raise AnalysisError(path, f"{g.name}/{k}: expected [layers, heads, Tq, Tk], got shape {a.shape}")
+            s["maps"][k] = a
+
+
 def _read_sentences(path, root):
+    """Sentence groups below root.  A sentence's 'greedy' subgroup (maps
+    teacher-forced on the model's own translation) becomes s['greedy'], a
+    sentence of its own with the parent's source tokens and encoder maps."""
     sents = []
     for p, g in sorted(_sentence_groups(root), key=lambda t: _sort_key(t[0])):
         s = {"name": p.rsplit("/", 1)[-1], "path": p, "maps": {},
              "src_tokens": _tokens(g, "src_tokens"), "tgt_tokens": _tokens(g, "tgt_tokens")}
-        for k in KINDS:
-            if k in g:
-                a = np.asarray(g[k][()], dtype=np.float64)
-                if a.ndim != 4:
-                    raise AnalysisError(path, f"{g.name}/{k}: expected [layers, heads, Tq, Tk], got shape {a.shape}")
-                s["maps"][k] = a
+        _read_maps(path, g, s)
+        if "greedy" in g:
+            gr = {"name": s["name"], "is_greedy": True, "path": p + "/greedy", "maps": {},
+                  "src_tokens": s["src_tokens"], "tgt_tokens": _tokens(g["greedy"], "tgt_tokens")}
+            _read_maps(path, g["greedy"], gr)
+            if "encoder_self" in s["maps"]:
+                gr["maps"]["encoder_self"] = s["maps"]["encoder_self"]
+            s["greedy"] = gr
         sents.append(s)
     return sents
 
@@ -104,6 +118,8 @@ def load(path):
         if top:
             steps[None] = top
         kind = attr_str(f, "format", "")
+    if kind and not kind.startswith("transformer-attention"):
+        raise AnalysisError(path, f"not an attention file (format '{kind}')")
     if not steps:
         raise AnalysisError(path, "not an attention file (no groups with encoder_self/decoder_self/cross maps)")
     return {"steps": dict(sorted(steps.items(), key=lambda kv: -1 if kv[0] is None else kv[0])), "format": kind}
@@ -195,6 +211,13 @@ def file_stats(path, sents):
 
 
 # ---------------------------------------------------------------- selection
+def use_greedy(path, sents):
+    """The sentences' maps teacher-forced on the model's greedy translations."""
+    if not all("greedy" in s for s in sents):
+        raise AnalysisError(path, "no greedy maps (write them with transformer attention --greedy)")
+    return [s["greedy"] for s in sents]
+
+
 def pick_step(path, data, step):
     steps = data["steps"]
     if step is None:
@@ -213,6 +236,8 @@ def pick_sentence(path, sents, which):
     for s in sents:
         if s["name"] == str(which) or s["path"] == str(which):
             return s
+        if str(which).isdigit() and s["name"].isdigit() and int(s["name"]) == int(which):
+            return s  # '42' finds /sentences/000042
     names = [s["name"] for s in sents]
     shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
     raise AnalysisError(path, f"no sentence '{which}' (sentences: {shown})")
@@ -269,13 +294,21 @@ def _draw(ax, m, qlab, klab, cmap, show_x=True, show_y=True, fontsize=None):
 
 
 def heatmap(path, sent, kind, layer, head, prefix, cmap="Blues", step=None):
+    """Draw heatmap_figure() and save it as PREFIX.{png,pdf}."""
+    return savefig(heatmap_figure(path, sent, kind, layer, head, cmap, step), prefix)
+
+
+def heatmap_figure(path, sent, kind, layer, head, cmap="Blues", step=None):
+    """One head (head = int) or a grid of all heads (head = None) of a layer,
+    the query tokens down the rows and the key tokens along the columns."""
     paper_style()
     plt = pyplot()
     a = pick_map(path, sent, kind, layer)
     L, H, Tq, Tk = a.shape
     q, k = axis_tokens(sent, kind)
     qlab, klab = _labels(q, Tq), _labels(k, Tk)
-    where = f"sentence {sent['name']}" + (f", step {step}" if step is not None else "")
+    where = f"sentence {sent['name'].lstrip('0') or '0'}" + (", greedy output" if sent.get("is_greedy") else "") + \
+        (f", step {step}" if step is not None else "")
     cell = 0.16  # inches per token
     if head is not None:
         if not 0 <= head < H:
@@ -312,7 +345,7 @@ def heatmap(path, sent, kind, layer, head, prefix, cmap="Blues", step=None):
         cb.set_label("attention weight", fontsize=8)
         cb.outline.set_visible(False)
         cb.ax.tick_params(labelsize=7)
-    return savefig(fig, prefix)
+    return fig
 
 
 def stats_table(stats):
@@ -465,11 +498,13 @@ def build_parser():
     h.add_argument("--layer", type=int, default=0, help="layer, from 0 (default 0)")
     h.add_argument("--head", type=int, help="head, from 0 (default: a grid of all heads)")
     h.add_argument("--step", type=int, help="probe file: the training step (default: the last)")
+    h.add_argument("--greedy", action="store_true", help="the maps on the model's own (greedy) translation")
     h.add_argument("--cmap", default="Blues", help="matplotlib colour map (default: Blues)")
     h.add_argument("--out", metavar="PREFIX", help="output prefix (default: attn_<kind>_s<sentence>_l<layer>[_h<head>])")
     s = sub.add_parser("stats", help="per-head statistics: table of heads by layer (Markdown, CSV) and figure")
     s.add_argument("file", metavar="ATTN_H5")
     s.add_argument("--step", type=int, help="probe file: the training step (default: the last)")
+    s.add_argument("--greedy", action="store_true", help="the maps on the model's own (greedy) translations")
     s.add_argument("--out", metavar="PREFIX", default="attn_stats", help="output prefix (default: attn_stats)")
     e = sub.add_parser("evolution", help="statistics against training step, from a probe file")
     e.add_argument("file", metavar="PROBE_H5")
@@ -482,7 +517,10 @@ def main(argv):
     data = load(a.file)
     if a.cmd == "heatmap":
         step, sents = pick_step(a.file, data, a.step)
+        if a.greedy:
+            sents = use_greedy(a.file, sents)
         sent = pick_sentence(a.file, sents, a.sentence)
+        pyplot()
         import matplotlib
 
         if a.cmap not in matplotlib.colormaps:
@@ -491,6 +529,8 @@ def main(argv):
         outs = heatmap(a.file, sent, a.kind, a.layer, a.head, prefix, a.cmap, step)
     elif a.cmd == "stats":
         step, sents = pick_step(a.file, data, a.step)
+        if a.greedy:
+            sents = use_greedy(a.file, sents)
         st = file_stats(a.file, sents)
         md, csv = stats_table(st)
         name = os.path.basename(a.file) + (f", step {step}" if step is not None else "")
