@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "prepare.h"
 #include "train.h"
 
 typedef struct {
@@ -13,6 +14,7 @@ typedef struct {
 static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
+    { "prepare", cmd_prepare, "parallel text -> BPE vocabulary + binarized HDF5 dataset" },
 };
 
 static void usage(FILE *f)
