@@ -42,7 +42,7 @@ fetch() {
     local folder=$1 root=$2
     [ -d "$root/$folder" ] && return 0
     grep -q "^$folder " "$MANIFEST" || die "$root/$folder: missing, and $MANIFEST has no source for it"
-    echo "fetch: $root/$folder is missing; downloading from $MANIFEST" >&2
+    echo "fetch: $root/$folder is missing; downloading from $MANIFEST"
     mkdir -p "$root"
     local part="$root/.$folder.partial.$$"
     rm -rf "$part"; mkdir -p "$part/.download"
@@ -72,7 +72,7 @@ fetch() {
             *) [ "$got" = "$sum" ] || die "$url: sha256 mismatch for $folder/$f (expected $sum, got $got)" ;;
         esac
         mv "$tmp" "$part/$f"
-        echo "fetch: $folder/$f ok" >&2
+        echo "fetch: $folder/$f ok"
     done < <(grep -v '^#' "$MANIFEST")
     rm -rf "$part/.download"
     mv "$part" "$root/$folder"
