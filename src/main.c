@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "eval.h"
+#include "prepare.h"
 #include "train.h"
 
 typedef struct {
@@ -13,6 +15,8 @@ typedef struct {
 static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
+    { "eval", cmd_eval, "dev/test loss and per-wordpiece perplexity of a checkpoint" },
+    { "prepare", cmd_prepare, "parallel text -> BPE vocabulary + binarized HDF5 dataset" },
 };
 
 static void usage(FILE *f)
