@@ -178,6 +178,7 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     bad |= attr_i64(f, "batches_per_epoch", st->n_batches);
     bad |= attr_i64(f, "param_count", (int64_t)pt->total);
     bad |= attr_i64(f, "has_adam", adam_m && adam_v);
+    if (st->averaged_from) bad |= attr_str(f, "averaged_from", st->averaged_from);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && adam_m && adam_v) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);

@@ -31,6 +31,7 @@ typedef struct {
     int64_t data_position;    /* next position of the global batch sequence (batcher.h) */
     uint64_t plan_hash;       /* hash of the batch plan (composition of batches) */
     int n_batches;            /* batches per epoch */
+    const char *averaged_from; /* averages: the source files, one per line (else NULL) */
 } CkptState;
 
 /* Read the stored config into cfg_out, model_init(m, cfg_out, be), load the

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "train.h"
 
 typedef struct {
@@ -13,6 +14,7 @@ typedef struct {
 static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
+    { "average", cmd_average, "average the parameters of checkpoints (section 6.1)" },
 };
 
 static void usage(FILE *f)

@@ -1,6 +1,6 @@
 # Helpers for the checkpoint tests (sourced after tests/lib.sh).
 # A small model whose steps take long enough to kill a run between checkpoints.
-CK_ARGS="threads=1 max_tokens=512 d_model=64 d_ff=128 n_layers=2 synth_train=3000 synth_dev=40 log_steps=5 ckpt_minutes=0"
+CK_ARGS="threads=1 max_tokens=256 d_model=32 d_ff=64 n_layers=2 synth_train=2000 synth_dev=40 log_steps=5 ckpt_minutes=0"
 
 # same_state A B: parameters and Adam moments of two checkpoints are bitwise equal
 same_state() {

@@ -7,14 +7,14 @@ set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-STEPS=60
+STEPS=40
 
 # reference: uninterrupted
-$BIN train $CK_ARGS run_dir=$W/ref train_steps=$STEPS ckpt_steps=10 > $W/ref.log 2>&1 || fail "reference run: $(tail -3 $W/ref.log)"
-[ -f $W/ref/ckpt_00000060.h5 ] || fail "no final checkpoint"
-# keep_ckpts=5 of 6 (10..60): the oldest is pruned
-[ ! -e $W/ref/ckpt_00000010.h5 ] && [ -e $W/ref/ckpt_00000020.h5 ] || fail "keep_ckpts=5 not honoured: $(ls $W/ref)"
-ok "uninterrupted run, 5 checkpoints kept"
+$BIN train $CK_ARGS run_dir=$W/ref train_steps=$STEPS ckpt_steps=10 keep_ckpts=3 > $W/ref.log 2>&1 || fail "reference run: $(tail -3 $W/ref.log)"
+[ -f $W/ref/ckpt_00000040.h5 ] || fail "no final checkpoint"
+# keep_ckpts=3 of 4 (10..40): the oldest is pruned
+[ ! -e $W/ref/ckpt_00000010.h5 ] && [ -e $W/ref/ckpt_00000020.h5 ] || fail "keep_ckpts=3 not honoured: $(ls $W/ref)"
+ok "uninterrupted run, last 3 checkpoints kept"
 
 # kill -9 once the checkpoint of step 20 is in place
 $BIN train $CK_ARGS run_dir=$W/k train_steps=$STEPS ckpt_steps=10 > $W/k1.log 2>&1 &
@@ -26,16 +26,16 @@ last=$(ls $W/k | grep '^ckpt_' | tail -1)
 ok "killed after checkpoint(s), newest $last"
 $BIN train $CK_ARGS run_dir=$W/k train_steps=$STEPS ckpt_steps=10 > $W/k2.log 2>&1 || fail "resume: $(tail -3 $W/k2.log)"
 grep -q "^resume: .*ckpt_" $W/k2.log || fail "did not resume: $(head -3 $W/k2.log)"
-same_state $W/ref/ckpt_00000060.h5 $W/k/ckpt_00000060.h5
+same_state $W/ref/ckpt_00000040.h5 $W/k/ckpt_00000040.h5
 # the dev loss printed at the end agrees too
 [ "$(grep 'dev final' $W/ref.log)" = "$(grep 'dev final' $W/k2.log)" ] || fail "dev loss differs"
 ok "resumed run bitwise equal to the uninterrupted one ($(grep '^resume' $W/k2.log))"
 
-# explicit --resume with a changed train_steps (allowed) continues to 60
+# explicit --resume with a changed train_steps (allowed) continues to 40
 $BIN train $CK_ARGS run_dir=$W/r train_steps=30 ckpt_steps=10 > /dev/null 2>&1 || fail "30-step run"
 $BIN train --resume $CK_ARGS run_dir=$W/r train_steps=$STEPS ckpt_steps=10 > $W/r.log 2>&1 || fail "--resume: $(tail -3 $W/r.log)"
 grep -q "resume: .*ckpt_00000030.h5 (step 30" $W/r.log || fail "--resume did not start at 30"
-same_state $W/ref/ckpt_00000060.h5 $W/r/ckpt_00000060.h5
+same_state $W/ref/ckpt_00000040.h5 $W/r/ckpt_00000040.h5
 ok "train --resume with a longer train_steps: bitwise equal"
 
 # fault injection: the process dies between the write of checkpoint 30 and its rename
@@ -48,18 +48,29 @@ h5dump -H $W/f/ckpt_00000020.h5 > /dev/null || fail "previous checkpoint unreada
 $BIN train $CK_ARGS run_dir=$W/f train_steps=$STEPS ckpt_steps=10 > $W/f2.log 2>&1 || fail "resume after fault: $(tail -3 $W/f2.log)"
 grep -q "resume: .*ckpt_00000020.h5 (step 20" $W/f2.log || fail "did not resume from 20: $(head -2 $W/f2.log)"
 [ ! -e $W/f/.ckpt_00000030.h5.tmp ] || fail "stale temporary not cleaned up"
-same_state $W/ref/ckpt_00000060.h5 $W/f/ckpt_00000060.h5
+same_state $W/ref/ckpt_00000040.h5 $W/f/ckpt_00000040.h5
 ok "killed during a checkpoint write: previous checkpoint intact, resume bitwise equal"
+
+# preemption contract on 1 rank: SIGTERM -> checkpoint, exit 99, exact resume
+$BIN train $CK_ARGS run_dir=$W/t train_steps=$STEPS ckpt_steps=10 > $W/t1.log 2>&1 &
+pid=$!
+wait_file $W/t/ckpt_00000010.h5 $pid || fail "no checkpoint 10 (SIGTERM run)"
+kill -TERM $pid
+wait $pid; rc=$?
+[ $rc -eq 99 ] || fail "SIGTERM run exited $rc, expected 99"
+$BIN train $CK_ARGS run_dir=$W/t train_steps=$STEPS ckpt_steps=10 > $W/t2.log 2>&1 || fail "resume after SIGTERM"
+same_state $W/ref/ckpt_00000040.h5 $W/t/ckpt_00000040.h5
+ok "SIGTERM on 1 rank -> exit 99; resumed bitwise equal"
 
 # metrics log: one row per log interval, rows after the resumed checkpoint replaced
 python_ok=$(/usr/bin/python3 - "$W/ref/metrics.h5" "$W/k/metrics.h5" <<'PY'
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r") for p in sys.argv[1:])
 sa, sb = a["train/step"][:], b["train/step"][:]
-assert list(sa) == list(range(5, 61, 5)), sa
+assert list(sa) == list(range(5, 41, 5)), sa
 assert list(sb) == list(sa), sb
 assert np.array_equal(a["train/loss"][:], b["train/loss"][:])
-assert a["dev/step"][-1] == 60 and np.isfinite(a["dev/ppl"][:]).all()
+assert a["dev/step"][-1] == 40 and np.isfinite(a["dev/ppl"][:]).all()
 print("yes")
 PY
 )
