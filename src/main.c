@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention_maps.h"
 #include "checkpoint.h"
 #include "train.h"
 
@@ -15,6 +16,7 @@ static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
     { "average", cmd_average, "average the parameters of checkpoints (section 6.1)" },
+    { "attention", cmd_attention, "write attention maps of chosen sentences to HDF5" },
 };
 
 static void usage(FILE *f)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attention_maps.h"
 #include "greedy.h"
 #include "resume.h"
 #include "synthetic.h"
@@ -133,6 +134,8 @@ static void train_help(void)
            "                      keep_ckpts are kept. Written atomically by rank 0 in the\n"
            "                      background while training goes on.\n"
            "  DIR/metrics.h5      step, loss, lr, tokens/s, elapsed; dev loss/PPL (docs/metrics.md)\n"
+           "  DIR/attention_probe.h5  every attn_steps steps: attention maps of the first 4 dev\n"
+           "                      pairs, one group per step (docs/attention.md)\n"
            "  --resume            continue from the newest complete checkpoint (an error if\n"
            "                      there is none); without it a run resumes automatically when\n"
            "                      DIR has checkpoints. Architecture keys must match; the resumed\n"
@@ -245,6 +248,8 @@ int cmd_train(int argc, char **argv)
             if (D->rank == 0) { printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, loss, ppl, nt); fflush(stdout); }
             if (rd.metrics) metrics_dev(rd.metrics, step, loss, ppl, nt, r->elapsed + now_seconds() - t_start);
         }
+        if (c->attn_steps > 0 && step % c->attn_steps == 0 && rd.enabled && D->rank == 0)
+            attention_probe_write(m, &r->dev, c->run_dir, step);   /* watch heads form */
         if (glob[3] > 0) { preempted = 1; break; }
         rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
     }
