@@ -103,7 +103,7 @@ void config_defaults(Config *c)
     c->bucket_kb = 4096;
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
-    strcpy(c->run_dir, "runs/default");
+    strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
     c->keep_ckpts = 5;

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "attention_maps.h"
 #include "greedy.h"
+#include "resume.h"
 #include "synthetic.h"
 #include "util.h"
 
@@ -145,7 +147,29 @@ static void train_help(void)
            "Trains the Transformer (data-parallel under mpirun/srun: one rank per device).\n"
            "With no config and no data, trains the embedded synthetic task (reversal).\n"
            "Logs one line per log_steps: step, loss, lr, target tokens/s, elapsed time.\n"
-           "Every key of input/table3/base.cfg may be given as key=value.\n");
+           "Every key of input/table3/base.cfg may be given as key=value.\n\n"
+           "Run directory (run_dir=DIR; empty: nothing is written):\n"
+           "  DIR/ckpt_<step>.h5  checkpoints (docs/checkpoint.md), every ckpt_steps steps,\n"
+           "                      every ckpt_minutes minutes and at the end; the last\n"
+           "                      keep_ckpts are kept. Written atomically by rank 0 in the\n"
+           "                      background while training goes on.\n"
+           "  DIR/metrics.h5      step, loss, lr, tokens/s, elapsed; dev loss/PPL (docs/metrics.md)\n"
+           "  DIR/attention_probe.h5  every attn_steps steps: attention maps of the first 4 dev\n"
+           "                      pairs, one group per step (docs/attention.md)\n"
+           "  --resume            continue from the newest complete checkpoint (an error if\n"
+           "                      there is none); without it a run resumes automatically when\n"
+           "                      DIR has checkpoints. Architecture keys must match; the resumed\n"
+           "                      run is bitwise identical to an uninterrupted one.\n\n"
+           "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
+           "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
+           "mpirun forwards; under Slurm e.g. sbatch --signal=B:USR1@120 or scancel -s USR1).\n");
+}
+
+static int train_extra(void *ctx, int argc, char **argv, int *i)
+{
+    (void)argc;
+    if (!strcmp(argv[*i], "--resume")) { *(int *)ctx = 1; return 1; }
+    return 0;
 }
 
 int cmd_train(int argc, char **argv)
@@ -156,7 +180,9 @@ int cmd_train(int argc, char **argv)
     dist_init(&r->dist, &argc, &argv);
     dist_install_abort(&r->dist);
     Dist *D = &r->dist;
-    if (parse_config_args(&r->cfg, argc, argv, 2, "train", NULL, NULL)) {
+    int resume_flag = 0;
+    preempt_install();
+    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &resume_flag)) {
         if (D->size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
         return 2;
     }
@@ -184,6 +210,8 @@ int cmd_train(int argc, char **argv)
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
+    RunDir rd;
+    rundir_open(&rd, r, resume_flag);
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
@@ -192,9 +220,10 @@ int cmd_train(int argc, char **argv)
     Batch b = {0};
     double t_start = now_seconds(), t_log = t_start;
     double log_loss = 0, log_tok = 0, log_tok_time = 0;
+    int preempted = 0;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
         r->be->zero(r->be, m->grads, bytes);
-        double loc[3] = {0, 0, 0}, glob[3];
+        double loc[4] = {0, 0, 0, 0}, glob[4];
         for (int k = 0; k < c->update_freq; k++) {
             int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
             batch_build(&b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
@@ -206,7 +235,9 @@ int cmd_train(int argc, char **argv)
             loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
         }
         gradsync_finish(&r->sync);
-        MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_SUM, D->comm);
+        /* the preemption flag travels with the loss sums: all ranks agree */
+        loc[3] = preempt_pending();
+        MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_SUM, D->comm);
         /* normalise by the target tokens of the whole global batch */
         model_adam_step(m, step, (float)(1.0 / glob[2]));
         r->be->sync(r->be);
@@ -221,6 +252,11 @@ int cmd_train(int argc, char **argv)
                        model_lrate(c, step), log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                        r->elapsed + now - t_start);
                 fflush(stdout);
+                if (rd.metrics) {
+                    metrics_train(rd.metrics, step, log_loss / log_tok, model_lrate(c, step),
+                                  log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t_start);
+                    metrics_flush(rd.metrics, 0);
+                }
             }
             t_log = now;
             log_loss = log_tok = 0;
@@ -230,13 +266,27 @@ int cmd_train(int argc, char **argv)
             long nt;
             evaluate(r, &r->dev, &loss, &ppl, &nt);
             if (D->rank == 0) { printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, loss, ppl, nt); fflush(stdout); }
+            if (rd.metrics) metrics_dev(rd.metrics, step, loss, ppl, nt, r->elapsed + now_seconds() - t_start);
         }
+        if (c->attn_steps > 0 && step % c->attn_steps == 0 && rd.enabled && D->rank == 0)
+            attention_probe_write(m, &r->dev, c->run_dir, step);   /* watch heads form */
+        if (glob[3] > 0) { preempted = 1; break; }
+        rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
     }
     r->elapsed += now_seconds() - t_start;
+    rundir_checkpoint_sync(&rd, r, r->elapsed);
+    if (preempted) {
+        if (D->rank == 0) { printf("preempted: checkpoint of step %d written, exiting with code %d\n", r->step, EXIT_PREEMPTED); fflush(stdout); }
+        rundir_close(&rd);
+        dist_finalize(D);
+        return EXIT_PREEMPTED;
+    }
     double loss, ppl;
     long nt;
     evaluate(r, &r->dev, &loss, &ppl, &nt);
     if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", loss, ppl, nt);
+    if (rd.metrics) metrics_dev(rd.metrics, r->step, loss, ppl, nt, r->elapsed);
+    rundir_close(&rd);
     if (!strcmp(c->data, "synthetic")) {
         int n;
         double acc = greedy_accuracy(r, &r->dev, c->synth_dev, &n);
