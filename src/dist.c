@@ -215,10 +215,12 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
     }
     int n_mine = CPU_COUNT(&mine);
     if (threads <= 0) threads = n_mine > 0 ? n_mine : 1;
-    /* one thread per CPU of our set, unless the user placed threads with
-     * the OpenMP variables or there are more threads than CPUs */
+    /* one thread per CPU when the threads fill our set exactly; fewer
+     * threads stay free to move within it (pinning them all to the first
+     * CPUs would pile jobs that share a node onto the same cores), and
+     * OMP_PLACES/OMP_PROC_BIND mean the user places threads */
     int pinned = 0;
-    if (!getenv("OMP_PLACES") && !getenv("OMP_PROC_BIND") && threads <= n_mine && strcmp(how, "oversubscribed, not pinned")) {
+    if (!getenv("OMP_PLACES") && !getenv("OMP_PROC_BIND") && threads == n_mine && strcmp(how, "oversubscribed, not pinned")) {
         int cpus[CPU_SETSIZE], k = 0;
         for (int c = 0; c < CPU_SETSIZE; c++)
             if (CPU_ISSET(c, &mine)) cpus[k++] = c;

@@ -209,7 +209,7 @@ int cmd_train(int argc, char **argv)
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);
-    for (int k = 0; D->rank == 0 && k < D->size && k < 8; k++) printf("rank %d: %s\n", k, binds + k * sizeof bind);
+    for (int k = 0; D->rank == 0 && D->size > 1 && k < D->size && k < 8; k++) printf("rank %d: %s\n", k, binds + k * sizeof bind);
     free(binds);
 
     Batch b = {0};
