@@ -39,10 +39,16 @@ tests: $(TEST_BIN)
 test: all $(TEST_BIN)
 	tests/run_all.sh
 
-bench: all
+bench: all bin/bench/gemm_peak
 	tests/bench/run.sh
 
 clean:
 	rm -rf build bin
 
 -include $(OBJ:.o=.d)
+
+bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+bin/bench:
+	mkdir -p $@

@@ -254,8 +254,8 @@ int config_validate(const Config *c, const char *origin)
             FAIL("key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);
         if (c->synth_vocab + 4 > c->vocab_size)
             FAIL("key 'vocab_size': %d is smaller than synth_vocab + 4 = %d", c->vocab_size, c->synth_vocab + 4);
-        if (c->synth_max_len + 2 > c->max_len)
-            FAIL("key 'max_len': %d cannot hold synth_max_len + 2 = %d positions", c->max_len, c->synth_max_len + 2);
+        if (c->synth_max_len + 1 > c->max_len)
+            FAIL("key 'max_len': %d cannot hold synth_max_len + 1 = %d positions", c->max_len, c->synth_max_len + 1);
     }
     if (c->max_tokens < c->max_len)
         FAIL("key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
