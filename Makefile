@@ -20,7 +20,7 @@ LIBOBJ   := $(filter-out build/main.o,$(OBJ))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%)
 
-.PHONY: all test bench clean
+.PHONY: all test bench clean venv
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -45,6 +45,10 @@ bench: all bin/bench/gemm_peak
 
 clean:
 	rm -rf build bin
+
+# Python environment of analysis/ (pinned in analysis/requirements.txt)
+venv:
+	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
 
 -include $(OBJ:.o=.d)
 
