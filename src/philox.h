@@ -61,7 +61,10 @@ static inline PHILOX_HD int dropout_keep(DropoutKey k, float p, uint32_t sent, u
 {
     philox_ctr c = {{ j >> 2, pos, sent, k.step }};
     philox_ctr r = philox4x32(c, (uint32_t)k.seed ^ (k.site * 0x85EBCA6Bu), (uint32_t)(k.seed >> 32) + k.site);
-    return philox_uniform(r.v[j & 3]) >= p;
+    /* select without a variable index: a dynamically indexed array would go
+     * to local memory on the GPU */
+    uint32_t x = (j & 2) ? ((j & 1) ? r.v[3] : r.v[2]) : ((j & 1) ? r.v[1] : r.v[0]);
+    return philox_uniform(x) >= p;
 }
 
 #endif
