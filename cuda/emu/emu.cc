@@ -460,8 +460,8 @@ cudaError_t cudaMalloc(void **p, size_t size)
     /* exactly `size` bytes (256-aligned like the GPU), so that ASan sees
      * an access past the end even where the GPU's rounding would hide it */
     size_t n = size ? size : 1;
-    void *q = aligned_alloc(256, n);
-    if (!q) return set_err(cudaErrorMemoryAllocation);
+    void *q = NULL;
+    if (posix_memalign(&q, 256, n)) return set_err(cudaErrorMemoryAllocation);
     memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
     E.allocs[(uintptr_t)q] = size;
     *p = q;
