@@ -395,6 +395,13 @@ def stats_figure(stats, prefix, title):
                            interpolation="nearest")
             if not np.isfinite(v).any():
                 ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", color="0.5", fontsize=7)
+            elif L * H <= 64:  # small grids: the value in each cell
+                norm = im.norm
+                for (l, h), val in np.ndenumerate(v):
+                    if np.isfinite(val):
+                        dark = norm(val) > 0.55
+                        ax.text(h, l, f"{val:.2f}" if val < 10 else f"{val:.1f}", ha="center", va="center",
+                                fontsize=5.5 if H <= 8 else 4.5, color="white" if dark else "0.15")
             ax.grid(False)
             ax.set_xticks(range(H))
             ax.set_yticks(range(L))

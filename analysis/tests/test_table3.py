@@ -204,3 +204,9 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
     assert "1 lines but the reference" in cli_error("row_result.py", "--out", tmp_path / "x.h5", "--row", "b",
                                                     "--dev-ppl", "5", "--hyp", hyp, "--ref", ref)
     assert not os.path.exists(tmp_path / "x.h5")
+
+
+def test_every_script_has_help():
+    for name in ("table3.py", "row_result.py", "attention.py", "curves.py"):
+        p = script(name, "--help")
+        assert p.stdout.startswith("usage: ") and "--out" in p.stdout, name
