@@ -183,6 +183,14 @@ def test_errors(sweep, tmp_path):
     assert "dev PPL" in p.stderr and not (tmp_path / "r.h5").exists()
     assert "no such file" in cli_error("row_result.py", "--out", tmp_path / "r.h5", "--config", tmp_path / "nope.cfg").lower()
     assert "not a Table 3 row result" in cli_error("row_result.py", "--show", bad / "results" / "x.h5")
+    # a broken metrics log: an error for a done row, ignored when recording a failure
+    (tmp_path / "m.h5").write_text("truncated")
+    assert "not an HDF5 file" in cli_error("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg,
+                                           "--dev-ppl", "5", "--metrics", tmp_path / "m.h5")
+    cli("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg, "--status", "failed",
+        "--message", "killed", "--metrics", tmp_path / "m.h5")
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        assert f.attrs["status"] == "failed" and f.attrs["message"] == "killed"
 
 
 def test_sacrebleu_from_hypotheses(tmp_path, sweep):
@@ -200,6 +208,9 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
            "--hyp", hyp, "--ref", ref)
     with h5py.File(tmp_path / "part.h5", "r") as f:
         assert 0 < f.attrs["dev_bleu"] < 100
+        part = f.attrs["dev_bleu"]
+    p = script("bleu.py", hyp, ref)
+    assert p.stdout.startswith(f"BLEU {part:.2f} nrefs:1|")
     hyp.write_text("one line only\n")
     assert "1 lines but the reference" in cli_error("row_result.py", "--out", tmp_path / "x.h5", "--row", "b",
                                                     "--dev-ppl", "5", "--hyp", hyp, "--ref", ref)
@@ -207,6 +218,6 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
 
 
 def test_every_script_has_help():
-    for name in ("table3.py", "row_result.py", "attention.py", "curves.py"):
+    for name in ("table3.py", "row_result.py", "attention.py", "curves.py", "bleu.py"):
         p = script(name, "--help")
-        assert p.stdout.startswith("usage: ") and "--out" in p.stdout, name
+        assert p.stdout.startswith("usage: ") and ("--out" in p.stdout or name == "bleu.py"), name
