@@ -326,10 +326,12 @@ def heatmap_figure(path, sent, kind, layer, head, cmap="Blues", step=None):
     else:
         ncol = min(4, H)
         nrow = math.ceil(H / ncol)
-        pw = max(1.8, Tk * cell * 0.8)
-        ph = max(1.6, Tq * cell * 0.8)
+        # panels of at most 3.5 in: a grid of 8 heads stays a page wide
+        scale = min(1.0, 3.5 / (max(Tq, Tk) * cell * 0.8))
+        pw = max(1.8, Tk * cell * 0.8 * scale)
+        ph = max(1.6, Tq * cell * 0.8 * scale)
         fig, axes = plt.subplots(nrow, ncol, figsize=(ncol * pw + 1.4, nrow * ph + 1.0), squeeze=False)
-        fs = max(3.5, min(7.0, 150.0 / max(Tq, Tk)))
+        fs = max(3.0, min(7.0, 0.8 * 72.0 * max(pw, ph) / max(Tq, Tk)))  # about one token per label height
         for hh in range(nrow * ncol):
             ax = axes[hh // ncol, hh % ncol]
             if hh >= H:
@@ -339,6 +341,8 @@ def heatmap_figure(path, sent, kind, layer, head, cmap="Blues", step=None):
                        show_y=hh % ncol == 0, fontsize=fs)
             ax.set_title(f"head {hh}", fontsize=8, pad=2)
         fig.suptitle(f"{KIND_TITLE[kind]}, layer {layer}, all {H} heads ({where})", fontsize=9)
+        fig.supxlabel("key" + (" (source)" if kind != "decoder_self" else " (target)"), fontsize=8)
+        fig.supylabel("query" + (" (target)" if kind != "encoder_self" else " (source)"), fontsize=8)
         fig.tight_layout(rect=(0, 0, 0.93, 1))
         cax = fig.add_axes((0.945, 0.25, 0.012, 0.5))
         cb = fig.colorbar(im, cax=cax)
