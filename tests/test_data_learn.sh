@@ -30,7 +30,8 @@ uni=$(awk -v V=$V -v ntr="$n_train" -v ndev="$n_dev" '
 echo "unigram dev perplexity: $uni"
 
 t0=$(date +%s)
-"$BIN" train data="$W/m.h5" vocab_size=$V max_len=64 d_model=64 d_ff=256 n_heads=4 d_k=16 d_v=16 n_layers=2 \
+ARCH=${ARCH:-d_model=64 d_ff=256 n_heads=4 d_k=16 d_v=16 n_layers=2}
+"$BIN" train data="$W/m.h5" vocab_size=$V max_len=64 $ARCH \
     max_tokens=1024 train_steps=${STEPS:-120} warmup=60 log_steps=20 seed=5 \
     label_smoothing=0 dropout=0 >"$W/train.log" 2>&1 || { cat "$W/train.log"; fail "train"; }
 cat "$W/train.log"

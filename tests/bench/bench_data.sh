@@ -37,6 +37,6 @@ echo "train step: ${step_s} s; loader per step: ${per_us} us = ${ratio}% of a st
 awk -v r="$ratio" 'BEGIN { exit !(r < 2) }' || { echo "loader is too slow"; exit 1; }
 
 if [ "${LONG:-0}" = 1 ]; then
-    STEPS=${LONG_STEPS:-2000} bash tests/test_data_learn.sh
+    ARCH="d_model=256 d_ff=1024 n_heads=4 d_k=64 d_v=64 n_layers=3" STEPS=${LONG_STEPS:-2000} bash tests/test_data_learn.sh
 fi
 echo "command: make bench BENCH=bench_data   (LONG=1 for the learning run)"
