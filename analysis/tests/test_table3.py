@@ -121,7 +121,8 @@ def test_markdown_shows_only_differences_from_base(sweep):
     assert table["D1"]["P_drop"] == "0" and table["D1"]["PPL (dev)"] == "pending"
     assert table["C4"]["PPL (dev)"] == "failed"
     assert f"{truth['base']['ppl']:.2f}" == b["PPL (dev)"]
-    assert b["params ×10⁶"] == f"{truth['base']['params'] / 1e6:.1f}"
+    pm = truth["base"]["params"] / 1e6
+    assert b["params ×10⁶"] == (f"{pm:.3g}" if pm < 1 else f"{pm:.1f}")
     assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
 
 
