@@ -3,7 +3,8 @@
 CC       := mpicc
 OPENBLAS_PC := /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig
 PKGS     := hdf5-openmpi
-CFLAGS   ?= -O3 -march=x86-64-v2 -mtune=native
+ARCH     ?= -march=x86-64-v3
+CFLAGS   ?= -O3 $(ARCH) -fno-math-errno
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -MMD -MP \
             $(shell pkg-config --cflags $(PKGS)) \
             $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
@@ -39,10 +40,16 @@ tests: $(TEST_BIN)
 test: all $(TEST_BIN)
 	tests/run_all.sh
 
-bench: all
+bench: all bin/bench/gemm_peak
 	tests/bench/run.sh
 
 clean:
 	rm -rf build bin
 
 -include $(OBJ:.o=.d)
+
+bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+bin/bench:
+	mkdir -p $@

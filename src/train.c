@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataset.h"
 #include "attention_maps.h"
 #include "greedy.h"
 #include "resume.h"
@@ -51,6 +52,19 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     return config_validate(c, file ? file : "command line");
 }
 
+static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
+{
+    int v = dataset_vocab_size(c->data);
+    if (v <= 0) return 2;
+    if (v != c->vocab_size) {
+        fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but vocab_size = %d (set vocab_size=%d)\n",
+                c->data, v, c->vocab_size, v);
+        return 2;
+    }
+    if (dataset_load(c->data, "train", train) || dataset_load(c->data, "dev", dev)) return 2;
+    return 0;
+}
+
 static void load_corpora(TrainRun *r)
 {
     const Config *c = &r->cfg;
@@ -59,7 +73,13 @@ static void load_corpora(TrainRun *r)
         synthetic_corpus(&r->dev, c, SPLIT_DEV, c->synth_dev);
         return;
     }
-    die(2, "%s: dataset files are not supported by this build yet (use data=synthetic)", c->data);
+    /* a dataset written by `transformer prepare` (dataset.h): rank 0 checks
+     * it first so that a bad file gives one error line, not one per rank */
+    int rc = 0;
+    if (r->dist.rank == 0) rc = load_dataset(c, &r->train, &r->dev);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, r->dist.comm);
+    if (rc) { dist_finalize(&r->dist); exit(2); }
+    if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
 }
 
 void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok)
