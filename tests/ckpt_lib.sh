@@ -20,3 +20,7 @@ wait_file() {
     done
     return 1
 }
+
+# a Python with h5py and numpy: the analysis venv, else the system one
+PY=/usr/bin/python3
+[ -x "$TOP/.venv/bin/python" ] && "$TOP/.venv/bin/python" -c "import h5py, numpy" 2>/dev/null && PY=$TOP/.venv/bin/python

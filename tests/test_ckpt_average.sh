@@ -12,7 +12,7 @@ A=$W/run/ckpt_00000020.h5 B=$W/run/ckpt_00000030.h5
 $BIN average --output $W/avg2.h5 $A $B > /dev/null || fail "average of two"
 $BIN average --output $W/avg1.h5 $A > /dev/null || fail "average of one"
 $BIN average --output $W/last2.h5 --last 2 $W/run > /dev/null || fail "average --last 2"
-res=$(/usr/bin/python3 - $A $B $W/avg2.h5 $W/avg1.h5 $W/last2.h5 <<'PY'
+res=$($PY - $A $B $W/avg2.h5 $W/avg1.h5 $W/last2.h5 <<'PY'
 import sys, h5py, numpy as np
 a, b, m2, m1, l2 = (h5py.File(p, "r") for p in sys.argv[1:])
 names = []

@@ -63,7 +63,7 @@ same_state $W/ref/ckpt_00000040.h5 $W/t/ckpt_00000040.h5
 ok "SIGTERM on 1 rank -> exit 99; resumed bitwise equal"
 
 # metrics log: one row per log interval, rows after the resumed checkpoint replaced
-python_ok=$(/usr/bin/python3 - "$W/ref/metrics.h5" "$W/k/metrics.h5" <<'PY'
+python_ok=$($PY - "$W/ref/metrics.h5" "$W/k/metrics.h5" <<'PY'
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r") for p in sys.argv[1:])
 sa, sb = a["train/step"][:], b["train/step"][:]
