@@ -66,7 +66,11 @@ static inline PHILOX_HD philox_ctr dropout_bits4(DropoutKey k, uint32_t sent, ui
 /* keep (1) or drop (0) feature j of token (sent, pos) */
 static inline PHILOX_HD int dropout_keep(DropoutKey k, float p, uint32_t sent, uint32_t pos, uint32_t j)
 {
-    return philox_uniform(dropout_bits4(k, sent, pos, j >> 2).v[j & 3]) >= p;
+    philox_ctr r = dropout_bits4(k, sent, pos, j >> 2);
+    /* select without a variable index: a dynamically indexed array would
+     * live in local memory on the GPU */
+    uint32_t x = (j & 2) ? ((j & 1) ? r.v[3] : r.v[2]) : ((j & 1) ? r.v[1] : r.v[0]);
+    return philox_uniform(x) >= p;
 }
 
 /* out[j] = in[j] * (kept ? 1/(1-p) : 0) for features j of one token row */

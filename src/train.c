@@ -133,12 +133,43 @@ static double greedy_accuracy(TrainRun *r, const Corpus *c, int n, int *n_done)
     return glob[1] ? (double)glob[0] / glob[1] : 0.0;
 }
 
-static int threads_for_rank(const Config *c, const Dist *d)
+typedef struct {
+    int resume;               /* --resume */
+    const char *dump_params;  /* --dump-params FILE */
+} TrainArgs;
+
+/* train-only options */
+static int train_extra(void *ctx, int argc, char **argv, int *i)
 {
-    if (c->threads > 0) return c->threads;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = (int)(cores / (d->local_size > 0 ? d->local_size : 1));
-    return t > 0 ? t : 1;
+    TrainArgs *a = ctx;
+    if (!strcmp(argv[*i], "--resume")) { a->resume = 1; return 1; }
+    if (strcmp(argv[*i], "--dump-params")) return 0;
+    if (*i + 1 >= argc) { fprintf(stderr, "error: train: --dump-params needs a file name\n"); return 2; }
+    a->dump_params = argv[++*i];
+    return 1;
+}
+
+/* rank 0 prints what the gradient allreduce cost (make bench reads this) */
+static void report_gradsync(TrainRun *r, int steps, double train_s)
+{
+    GradSync *g = &r->sync;
+    Dist *D = &r->dist;
+    if (D->size == 1 || steps <= 0) return;
+    double wait = g->t_wait, wait_max;
+    MPI_Allreduce(&wait, &wait_max, 1, MPI_DOUBLE, MPI_MAX, D->comm);
+    if (train_s <= 0) train_s = 1e-9;
+    double algbw, busbw, t = gradsync_measure(g, 3, &algbw, &busbw);
+    if (D->rank != 0) return;
+    printf("allreduce: %d buckets (bucket_kb %d), %.2f MiB/update, %.2f bucket starts/update, %ld of %ld started "
+           "during backward\n",
+           g->n_buckets, r->cfg.bucket_kb, g->total * 4.0 / 1048576, (double)g->n_started / steps, g->n_early,
+           g->n_started);
+    printf("allreduce: not hidden by backward %.3f s, %.2f ms/update, %.1f%% of training time; "
+           "waiting for slower ranks %.3f s (%.1f%%)\n",
+           g->t_exposed, 1e3 * g->t_exposed / steps, 100.0 * g->t_exposed / train_s, wait_max - g->t_exposed,
+           100.0 * (wait_max - g->t_exposed) / train_s);
+    printf("allreduce: blocking %.2f MiB x %d ranks: %.2f ms, algbw %.3f GB/s, busbw %.3f GB/s\n",
+           g->total * 4.0 / 1048576, D->size, 1e3 * t, algbw / 1e9, busbw / 1e9);
 }
 
 static void train_help(void)
@@ -162,14 +193,14 @@ static void train_help(void)
            "                      run is bitwise identical to an uninterrupted one.\n\n"
            "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
            "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
-           "mpirun forwards; under Slurm e.g. sbatch --signal=B:USR1@120 or scancel -s USR1).\n");
-}
-
-static int train_extra(void *ctx, int argc, char **argv, int *i)
-{
-    (void)argc;
-    if (!strcmp(argv[*i], "--resume")) { *(int *)ctx = 1; return 1; }
-    return 0;
+           "mpirun forwards; under Slurm e.g. sbatch --signal=B:USR1@120 or scancel -s USR1).\n\n"
+           "  --dump-params FILE  after the last step, check that all ranks hold the same\n"
+           "                      parameters and write them (rank 0) as raw little-endian\n"
+           "                      float32 in buffer order (see 'params'), atomically\n\n"
+           "Under MPI each rank takes its share of the node's cores (threads=0) and pins\n"
+           "one OpenMP thread per core unless OMP_PLACES/OMP_PROC_BIND are set.  A rank\n"
+           "that fails takes the whole job down (MPI_Abort) with a message naming it.\n"
+           "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP.\n");
 }
 
 int cmd_train(int argc, char **argv)
@@ -180,22 +211,24 @@ int cmd_train(int argc, char **argv)
     dist_init(&r->dist, &argc, &argv);
     dist_install_abort(&r->dist);
     Dist *D = &r->dist;
-    int resume_flag = 0;
+    TrainArgs args = { 0, NULL };
     preempt_install();
-    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &resume_flag)) {
+    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &args)) {
         if (D->size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
         return 2;
     }
     Config *c = &r->cfg;
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
-    if (dist_check_same(D, text, strlen(text), "the configuration", msg, sizeof msg)) {
+    if (dist_check_config(D, text, msg, sizeof msg)) {
         if (D->rank == 0) fprintf(stderr, "error: %s\n", msg);
         MPI_Barrier(D->comm);
         dist_finalize(D);
         return 2;
     }
-    int threads = threads_for_rank(c, D);
+    char bind[160], *binds = D->rank == 0 ? xmalloc(sizeof bind * D->size) : NULL;
+    int threads = dist_bind_cpu(D, c->threads, bind, sizeof bind);
+    MPI_Gather(bind, sizeof bind, MPI_CHAR, binds, sizeof bind, MPI_CHAR, 0, D->comm);
     r->be = backend_create(c->device, c->precision, threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
     if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
@@ -204,24 +237,33 @@ int cmd_train(int argc, char **argv)
     {
         float *host = xmalloc(bytes);
         r->be->download(r->be, host, m->params, bytes);
-        if (dist_check_same(D, host, bytes, "the initial parameters", msg, sizeof msg)) die(2, "%s", msg);
+        int bad = dist_check_same(D, host, bytes, "the initial parameters", msg, sizeof msg);
         free(host);
+        if (bad) {
+            if (D->rank == 0) fprintf(stderr, "error: %s\n", msg);
+            MPI_Barrier(D->comm);
+            dist_finalize(D);
+            return 2;
+        }
     }
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
     RunDir rd;
-    rundir_open(&rd, r, resume_flag);
+    rundir_open(&rd, r, args.resume);
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);
+    for (int k = 0; D->rank == 0 && D->size > 1 && k < D->size && k < 8; k++) printf("rank %d: %s\n", k, binds + k * sizeof bind);
+    free(binds);
 
     Batch b = {0};
     double t_start = now_seconds(), t_log = t_start;
     double log_loss = 0, log_tok = 0, log_tok_time = 0;
     int preempted = 0;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
+        dist_fault_point(D, step);
         r->be->zero(r->be, m->grads, bytes);
         double loc[4] = {0, 0, 0, 0}, glob[4];
         for (int k = 0; k < c->update_freq; k++) {
@@ -248,7 +290,7 @@ int cmd_train(int argc, char **argv)
             double now = now_seconds();
             log_tok_time = now - t_log;
             if (D->rank == 0) {
-                printf("step %d loss %.4f lr %.3e tok/s %.0f elapsed %.1fs\n", step, log_loss / log_tok,
+                printf("step %d loss %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, log_loss / log_tok,
                        model_lrate(c, step), log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                        r->elapsed + now - t_start);
                 fflush(stdout);
@@ -280,6 +322,14 @@ int cmd_train(int argc, char **argv)
         rundir_close(&rd);
         dist_finalize(D);
         return EXIT_PREEMPTED;
+    }
+    report_gradsync(r, r->sync.n_syncs, now_seconds() - t_start);
+    if (args.dump_params) {
+        float *host = xmalloc(bytes);
+        r->be->download(r->be, host, m->params, bytes);
+        int bad = dist_dump_params(D, host, m->pt.total, args.dump_params);
+        free(host);
+        if (bad) die(1, "train: --dump-params %s failed", args.dump_params);
     }
     double loss, ppl;
     long nt;
