@@ -198,6 +198,10 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
         return -1;
     }
     fsync_path(dir, 1);
+    /* test hook: freeze the whole process once this checkpoint is in place,
+     * so that a test can kill -9 it at a known point */
+    const char *stop = getenv("TRANSFORMER_CKPT_STOP_STEP");
+    if (stop && atoll(stop) == st->step) raise(SIGSTOP);
     return 0;
 }
 
