@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Exact resume with 2 MPI ranks (SIGKILL of the ranks after a checkpoint),
+# Exact resume with 2 MPI ranks and update_freq 2 (SIGKILL of the ranks after a checkpoint),
 # and the preemption contract: SIGUSR1 (2 ranks, through mpirun) or SIGTERM
 # (1 rank, test_ckpt_resume.sh) -> the step finishes, a checkpoint is written, exit code 99, and
 # the resumed run is bitwise equal to an uninterrupted one.
@@ -9,6 +9,8 @@ set -u
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 STEPS=30
 MPI="mpirun -np 2"
+# gradient accumulation too: the data position is (step, rank, micro-batch)
+CK_ARGS="$CK_ARGS update_freq=2"
 
 $MPI $BIN train $CK_ARGS run_dir=$W/ref train_steps=$STEPS ckpt_steps=10 > $W/ref.log 2>&1 || fail "2-rank reference: $(tail -3 $W/ref.log)"
 grep -q "2 ranks" $W/ref.log || fail "not 2 ranks"
