@@ -132,9 +132,9 @@ static void report_gradsync(TrainRun *r, int steps, double train_s)
     if (train_s <= 0) train_s = 1e-9;
     double algbw, busbw, t = gradsync_measure(g, 3, &algbw, &busbw);
     if (D->rank != 0) return;
-    printf("allreduce: %d buckets (bucket_kb %d), %.2f MiB/update, %.2f bucket starts/update, %ld of %ld started "
+    printf("allreduce: %d buckets (bucket_kb %d, progress thread %s), %.2f MiB/update, %.2f bucket starts/update, %ld of %ld started "
            "during backward\n",
-           g->n_buckets, r->cfg.bucket_kb, g->total * 4.0 / 1048576, (double)g->n_started / steps, g->n_early,
+           g->n_buckets, r->cfg.bucket_kb, g->have_thread ? "on" : "off", g->total * 4.0 / 1048576, (double)g->n_started / steps, g->n_early,
            g->n_started);
     printf("allreduce: not hidden by backward %.3f s, %.2f ms/update, %.1f%% of training time; "
            "waiting for slower ranks %.3f s (%.1f%%)\n",
@@ -205,7 +205,7 @@ int cmd_train(int argc, char **argv)
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
-    gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
+    gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024, c->progress_us);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);
