@@ -99,8 +99,8 @@ void config_defaults(Config *c)
     c->log_steps = 100;
     c->eval_steps = 0;
     c->threads = 0;
-    c->bucket_kb = 4096;
-    c->progress_us = 50;
+    c->bucket_kb = 25600;   /* 25 MB: docs/scaling.md */
+    c->progress_us = 200;
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
     strcpy(c->run_dir, "runs/default");
