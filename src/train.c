@@ -157,6 +157,10 @@ static void train_help(void)
            "Under MPI each rank takes its share of the node's cores (threads=0) and pins\n"
            "one OpenMP thread per core unless OMP_PLACES/OMP_PROC_BIND are set.  A rank\n"
            "that fails takes the whole job down (MPI_Abort) with a message naming it.\n"
+           "Gradients are allreduced in buckets of bucket_kb (default 25 MB) started\n"
+           "during backward; a thread polls them every progress_us (0: no thread).  At\n"
+           "the end rank 0 prints 'allreduce:' lines: buckets, time not hidden by\n"
+           "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
            "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP.\n");
 }
 
