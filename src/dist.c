@@ -290,7 +290,7 @@ static void *progress_main(void *ctx)
     return NULL;
 }
 
-void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes, int poll_us)
+void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes)
 {
     memset(g, 0, sizeof *g);
     g->dist = d;
@@ -316,9 +316,13 @@ void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, siz
     for (int k = 0; k < g->n_buckets; k++) g->req[k] = MPI_REQUEST_NULL;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
+}
+
+void gradsync_start_progress(GradSync *g, int poll_us)
+{
+    if (g->have_thread || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
     g->poll_us = poll_us;
-    if (d->size > 1 && poll_us > 0 && d->thread_multiple)
-        g->have_thread = pthread_create(&g->thread, NULL, progress_main, g) == 0;
+    g->have_thread = pthread_create(&g->thread, NULL, progress_main, g) == 0;
 }
 
 void gradsync_free(GradSync *g)

@@ -70,8 +70,10 @@ typedef struct {
     pthread_cond_t cv;
 } GradSync;
 
-/* poll_us > 0 starts the progress thread (when MPI grants THREAD_MULTIPLE) */
-void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes, int poll_us);
+void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes);
+/* start the progress thread polling every poll_us (> 0; needs
+ * MPI_THREAD_MULTIPLE and more than one rank, else nothing happens) */
+void gradsync_start_progress(GradSync *g, int poll_us);
 void gradsync_free(GradSync *g);
 /* GradReadyFn: start the allreduce of every bucket inside [0, hi) */
 void gradsync_ready(void *g, size_t hi);

@@ -10,7 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataset.h"
+#include "attention_maps.h"
 #include "greedy.h"
+#include "resume.h"
 #include "synthetic.h"
 #include "util.h"
 
@@ -49,6 +52,19 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     return config_validate(c, file ? file : "command line");
 }
 
+static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
+{
+    int v = dataset_vocab_size(c->data);
+    if (v <= 0) return 2;
+    if (v != c->vocab_size) {
+        fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but vocab_size = %d (set vocab_size=%d)\n",
+                c->data, v, c->vocab_size, v);
+        return 2;
+    }
+    if (dataset_load(c->data, "train", train) || dataset_load(c->data, "dev", dev)) return 2;
+    return 0;
+}
+
 static void load_corpora(TrainRun *r)
 {
     const Config *c = &r->cfg;
@@ -57,7 +73,13 @@ static void load_corpora(TrainRun *r)
         synthetic_corpus(&r->dev, c, SPLIT_DEV, c->synth_dev);
         return;
     }
-    die(2, "%s: dataset files are not supported by this build yet (use data=synthetic)", c->data);
+    /* a dataset written by `transformer prepare` (dataset.h): rank 0 checks
+     * it first so that a bad file gives one error line, not one per rank */
+    int rc = 0;
+    if (r->dist.rank == 0) rc = load_dataset(c, &r->train, &r->dev);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, r->dist.comm);
+    if (rc) { dist_finalize(&r->dist); exit(2); }
+    if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
 }
 
 void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok)
@@ -111,13 +133,19 @@ static double greedy_accuracy(TrainRun *r, const Corpus *c, int n, int *n_done)
     return glob[1] ? (double)glob[0] / glob[1] : 0.0;
 }
 
-/* train-only options: --dump-params FILE */
+typedef struct {
+    int resume;               /* --resume */
+    const char *dump_params;  /* --dump-params FILE */
+} TrainArgs;
+
+/* train-only options */
 static int train_extra(void *ctx, int argc, char **argv, int *i)
 {
-    const char **dump = ctx;
+    TrainArgs *a = ctx;
+    if (!strcmp(argv[*i], "--resume")) { a->resume = 1; return 1; }
     if (strcmp(argv[*i], "--dump-params")) return 0;
     if (*i + 1 >= argc) { fprintf(stderr, "error: train: --dump-params needs a file name\n"); return 2; }
-    *dump = argv[++*i];
+    a->dump_params = argv[++*i];
     return 1;
 }
 
@@ -151,6 +179,21 @@ static void train_help(void)
            "With no config and no data, trains the embedded synthetic task (reversal).\n"
            "Logs one line per log_steps: step, loss, lr, target tokens/s, elapsed time.\n"
            "Every key of input/table3/base.cfg may be given as key=value.\n\n"
+           "Run directory (run_dir=DIR; empty: nothing is written):\n"
+           "  DIR/ckpt_<step>.h5  checkpoints (docs/checkpoint.md), every ckpt_steps steps,\n"
+           "                      every ckpt_minutes minutes and at the end; the last\n"
+           "                      keep_ckpts are kept. Written atomically by rank 0 in the\n"
+           "                      background while training goes on.\n"
+           "  DIR/metrics.h5      step, loss, lr, tokens/s, elapsed; dev loss/PPL (docs/metrics.md)\n"
+           "  DIR/attention_probe.h5  every attn_steps steps: attention maps of the first 4 dev\n"
+           "                      pairs, one group per step (docs/attention.md)\n"
+           "  --resume            continue from the newest complete checkpoint (an error if\n"
+           "                      there is none); without it a run resumes automatically when\n"
+           "                      DIR has checkpoints. Architecture keys must match; the resumed\n"
+           "                      run is bitwise identical to an uninterrupted one.\n\n"
+           "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
+           "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
+           "mpirun forwards; under Slurm e.g. sbatch --signal=B:USR1@120 or scancel -s USR1).\n\n"
            "  --dump-params FILE  after the last step, check that all ranks hold the same\n"
            "                      parameters and write them (rank 0) as raw little-endian\n"
            "                      float32 in buffer order (see 'params'), atomically\n\n"
@@ -172,8 +215,9 @@ int cmd_train(int argc, char **argv)
     dist_init(&r->dist, &argc, &argv);
     dist_install_abort(&r->dist);
     Dist *D = &r->dist;
-    const char *dump_params = NULL;
-    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &dump_params)) {
+    TrainArgs args = { 0, NULL };
+    preempt_install();
+    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &args)) {
         if (D->size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
         return 2;
     }
@@ -209,7 +253,10 @@ int cmd_train(int argc, char **argv)
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
-    gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024, c->progress_us);
+    RunDir rd;
+    rundir_open(&rd, r, args.resume);
+    gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
+    gradsync_start_progress(&r->sync, c->progress_us);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);
@@ -219,10 +266,11 @@ int cmd_train(int argc, char **argv)
     Batch b = {0};
     double t_start = now_seconds(), t_log = t_start;
     double log_loss = 0, log_tok = 0, log_tok_time = 0;
+    int preempted = 0;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
         dist_fault_point(D, step);
         r->be->zero(r->be, m->grads, bytes);
-        double loc[3] = {0, 0, 0}, glob[3];
+        double loc[4] = {0, 0, 0, 0}, glob[4];
         for (int k = 0; k < c->update_freq; k++) {
             int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
             batch_build(&b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
@@ -234,7 +282,9 @@ int cmd_train(int argc, char **argv)
             loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
         }
         gradsync_finish(&r->sync);
-        MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_SUM, D->comm);
+        /* the preemption flag travels with the loss sums: all ranks agree */
+        loc[3] = preempt_pending();
+        MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_SUM, D->comm);
         /* normalise by the target tokens of the whole global batch */
         model_adam_step(m, step, (float)(1.0 / glob[2]));
         r->be->sync(r->be);
@@ -249,6 +299,11 @@ int cmd_train(int argc, char **argv)
                        model_lrate(c, step), log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                        r->elapsed + now - t_start);
                 fflush(stdout);
+                if (rd.metrics) {
+                    metrics_train(rd.metrics, step, log_loss / log_tok, model_lrate(c, step),
+                                  log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t_start);
+                    metrics_flush(rd.metrics, 0);
+                }
             }
             t_log = now;
             log_loss = log_tok = 0;
@@ -258,21 +313,35 @@ int cmd_train(int argc, char **argv)
             long nt;
             evaluate(r, &r->dev, &loss, &ppl, &nt);
             if (D->rank == 0) { printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, loss, ppl, nt); fflush(stdout); }
+            if (rd.metrics) metrics_dev(rd.metrics, step, loss, ppl, nt, r->elapsed + now_seconds() - t_start);
         }
+        if (c->attn_steps > 0 && step % c->attn_steps == 0 && rd.enabled && D->rank == 0)
+            attention_probe_write(m, &r->dev, c->run_dir, step);   /* watch heads form */
+        if (glob[3] > 0) { preempted = 1; break; }
+        rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
     }
     r->elapsed += now_seconds() - t_start;
+    rundir_checkpoint_sync(&rd, r, r->elapsed);
+    if (preempted) {
+        if (D->rank == 0) { printf("preempted: checkpoint of step %d written, exiting with code %d\n", r->step, EXIT_PREEMPTED); fflush(stdout); }
+        rundir_close(&rd);
+        dist_finalize(D);
+        return EXIT_PREEMPTED;
+    }
     report_gradsync(r, r->sync.n_syncs, now_seconds() - t_start);
-    if (dump_params) {
+    if (args.dump_params) {
         float *host = xmalloc(bytes);
         r->be->download(r->be, host, m->params, bytes);
-        int bad = dist_dump_params(D, host, m->pt.total, dump_params);
+        int bad = dist_dump_params(D, host, m->pt.total, args.dump_params);
         free(host);
-        if (bad) die(1, "train: --dump-params %s failed", dump_params);
+        if (bad) die(1, "train: --dump-params %s failed", args.dump_params);
     }
     double loss, ppl;
     long nt;
     evaluate(r, &r->dev, &loss, &ppl, &nt);
     if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", loss, ppl, nt);
+    if (rd.metrics) metrics_dev(rd.metrics, r->step, loss, ppl, nt, r->elapsed);
+    rundir_close(&rd);
     if (!strcmp(c->data, "synthetic")) {
         int n;
         double acc = greedy_accuracy(r, &r->dev, c->synth_dev, &n);
