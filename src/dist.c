@@ -275,7 +275,7 @@ int dist_dump_params(Dist *d, const float *host, size_t n, const char *path)
 static void *progress_main(void *ctx)
 {
     GradSync *g = ctx;
-    struct timespec ts = { 0, 1000L * g->poll_us };
+    struct timespec ts = { g->poll_us / 1000000, 1000L * (g->poll_us % 1000000) };
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
         if (!g->active) { pthread_cond_wait(&g->cv, &g->mu); continue; }
