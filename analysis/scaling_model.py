@@ -122,7 +122,7 @@ def main():
                 ex = [exposed(n, s * 1e6, tf * 1e12, nics)[0] for s in sizes]
                 k = min(range(len(sizes)), key=lambda i: ex[i])
                 print(f"| {n} | {T * 1e3:.1f} | " + " | ".join(f"{e * 1e3:.1f}" for e in ex)
-                      + f" | {sizes[k]} | {100 * (1 - ex[k] / T):.0f}% | {100 * t_step / (t_step + ex[k]):.0f}% |")
+                      + f" | {sizes[k]} | {max(0.0, 100 * (1 - ex[k] / T)):.0f}% | {100 * t_step / (t_step + ex[k]):.0f}% |")
 
 
 if __name__ == "__main__":
