@@ -236,7 +236,7 @@ static void run(const char *positional)
 
 int main(void)
 {
-    be = backend_cpu_create(2);
+    be = backend_cpu_create(1);
     run("sinusoid");
     run("learned");
     be->destroy(be);
