@@ -103,7 +103,7 @@ void config_defaults(Config *c)
     c->bucket_kb = 4096;
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
-    strcpy(c->run_dir, "runs/default");
+    strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
     c->keep_ckpts = 5;
@@ -278,8 +278,8 @@ int config_validate(const Config *c, const char *origin)
             FAIL("synth_min_len", "key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);
         if (c->synth_vocab + 4 > c->vocab_size)
             FAIL("vocab_size", "key 'vocab_size': %d is smaller than synth_vocab + 4 = %d", c->vocab_size, c->synth_vocab + 4);
-        if (c->synth_max_len + 2 > c->max_len)
-            FAIL("max_len", "key 'max_len': %d cannot hold synth_max_len + 2 = %d positions", c->max_len, c->synth_max_len + 2);
+        if (c->synth_max_len + 1 > c->max_len)
+            FAIL("max_len", "key 'max_len': %d cannot hold synth_max_len + 1 = %d positions", c->max_len, c->synth_max_len + 1);
     }
     if (c->max_tokens < c->max_len)
         FAIL("max_tokens", "key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
