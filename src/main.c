@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "train.h"
+#include "translate.h"
 
 typedef struct {
     const char *name;
@@ -13,6 +14,7 @@ typedef struct {
 static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
+    { "translate", cmd_translate, "beam search over a dataset split or raw text (section 6.1)" },
 };
 
 static void usage(FILE *f)
