@@ -207,6 +207,21 @@ static int same_vocab(const DatasetVocab *a, const DatasetVocab *b)
     return 1;
 }
 
+/* the temporary directory of rank 0, removed at exit (also after die()) */
+static char tmp_dir[64];
+static void remove_tmp_dir(void)
+{
+    static const char *names[] = { "spm.model", "in.txt", "out.txt", "err.txt" };
+    char p[128];
+    if (!tmp_dir[0]) return;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmp_dir, names[i]);
+        unlink(p);
+    }
+    rmdir(tmp_dir);
+    tmp_dir[0] = '\0';
+}
+
 /* sentences [lo, hi) of src sorted by length (longest first) in batches */
 static const Corpus *cmp_corpus;
 static int cmp_len_desc(const void *x, const void *y)
@@ -260,10 +275,10 @@ int cmd_translate(int argc, char **argv)
 
     /* sources: a split of the dataset, or raw text tokenised on rank 0 */
     char tmpdir[] = "/tmp/transformer-translate-XXXXXX";
-    int have_tmp = 0;
     if (D.rank == 0) {
         if (!mkdtemp(tmpdir)) die(1, "translate: cannot create a temporary directory in /tmp");
-        have_tmp = 1;
+        snprintf(tmp_dir, sizeof tmp_dir, "%s", tmpdir);
+        atexit(remove_tmp_dir);
     }
     char spm_path[128], p_in[128], p_out[128], p_err[128];
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", tmpdir);
@@ -414,8 +429,7 @@ int cmd_translate(int argc, char **argv)
                o.recompute ? "greedy by full recomputation" : "incremental", dopt.beam, dopt.len_alpha, D.size,
                D.size > 1 ? "s" : "", threads, be->name);
         fflush(stdout);
-        unlink(spm_path); unlink(p_in); unlink(p_out); unlink(p_err);
-        if (have_tmp) rmdir(tmpdir);
+        remove_tmp_dir();
     }
     free(cnt_l); free(dsp_l); free(cnt_t); free(dsp_t); free(all_len); free(all_tok); free(packed);
     free(bidx); free(bo); free(bl); free(out); free(out_len); free(order); free(o.over);
