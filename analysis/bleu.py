@@ -33,10 +33,8 @@ def read_lines(path):
 def paper_tokenise(line, lowercase=False):
     """13a tokens with hyphenated compounds split (t2t get_ende_bleu.sh)."""
     tok = Tokenizer13a()(line.strip())
-    prev = None
-    while prev != tok:   # overlapping matches (a-b-c) need a second pass
-        prev = tok
-        tok = _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tok)
+    # one pass, as the perl one-liner s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g
+    tok = _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tok)
     return tok.lower() if lowercase else tok
 
 
