@@ -31,20 +31,14 @@
 #include "model.h"
 #include "util.h"
 
-#if defined(__has_include)
-#if __has_include("checkpoint.h") && __has_include("dataset.h")
-#define HAVE_CKPT_DATA 1
-#endif
-#endif
-
-#ifdef HAVE_CKPT_DATA
 #include "checkpoint.h"
 #include "dataset.h"
+#include "synthetic.h"
 
 extern char **environ;
 
 typedef struct {
-    const char *ckpt, *data, *split, *input, *output;
+    const char *ckpt, *data, *split, *input, *output, *reference;
     int batch, recompute;
     int n_over;
     char **over;      /* key=value overrides */
@@ -59,6 +53,9 @@ static void help(void)
            "(section 6.1 of the paper) and writes one detokenised line per input line, in order.\n"
            "Under mpirun the sentences are split across ranks and gathered on rank 0.\n"
            "  --batch-size N   sentences decoded together (default 64)\n"
+           "  --reference REF  also write the split's reference translations (detokenised)\n"
+           "--data synthetic: the embedded task of the checkpoint's config (splits train, dev,\n"
+           "test); inputs and outputs are lines of token ids, and the exact-match rate is printed.\n"
            "  --recompute      greedy decoding by full recomputation of the decoder each step\n"
            "                   (the slow reference, for benchmarks; implies beam=1)\n"
            "Decoding keys: beam (4; 1 = greedy), len_alpha (0.6: length penalty\n"
@@ -77,7 +74,7 @@ static int parse(Opts *o, int argc, char **argv)
         const char *a = argv[i];
         const char **dst = !strcmp(a, "--checkpoint") ? &o->ckpt : !strcmp(a, "--data") ? &o->data
                          : !strcmp(a, "--split") ? &o->split : !strcmp(a, "--input") ? &o->input
-                         : !strcmp(a, "--output") ? &o->output : NULL;
+                         : !strcmp(a, "--output") ? &o->output : !strcmp(a, "--reference") ? &o->reference : NULL;
         if (dst || !strcmp(a, "--batch-size")) {
             if (i + 1 >= argc) { fprintf(stderr, "error: translate: %s needs a value\n", a); return 2; }
             if (dst) *dst = argv[++i];
@@ -98,6 +95,7 @@ static int parse(Opts *o, int argc, char **argv)
     if (!o->data) { fprintf(stderr, "error: translate: --data DATA.h5 is required (its vocabulary and SentencePiece model)\n"); return 2; }
     if (!o->split == !o->input) { fprintf(stderr, "error: translate: give exactly one of --split NAME and --input FILE\n"); return 2; }
     if (!o->output) { fprintf(stderr, "error: translate: --output OUT.txt is required\n"); return 2; }
+    if (o->reference && !o->split) { fprintf(stderr, "error: translate: --reference needs --split\n"); return 2; }
     return 0;
 }
 
@@ -222,6 +220,46 @@ static void remove_tmp_dir(void)
     tmp_dir[0] = '\0';
 }
 
+static int rlen_or(const Corpus *c, int i) { return c->tgt_off ? corpus_tgt_len(c, i) : -1; }
+
+/* write n lines of ids (len[i] tokens each, concatenated in tok) to dest,
+ * detokenised with spm_decode unless raw, via a temporary file, fsync and
+ * rename: dest appears only complete */
+static void emit(const char *dest, int n, const int *len, const int32_t *tok, int raw, const char *spm_path,
+                 const char *p_in, const char *p_out, const char *p_err)
+{
+    FILE *f = fopen(p_in, "w");
+    if (!f) die(1, "%s: cannot write", p_in);
+    long q = 0;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < len[i]; j++) fprintf(f, j ? " %d" : "%d", tok[q + j]);
+        q += len[i];
+        fputc('\n', f);
+    }
+    if (fclose(f)) die(1, "%s: cannot write", p_in);
+    const char *text = p_in;
+    if (!raw) {
+        char mo[160];
+        snprintf(mo, sizeof mo, "--model=%s", spm_path);
+        char *av[] = { "spm_decode", mo, "--input_format=id", NULL };
+        if (run_tool(av, p_in, p_out, p_err)) tool_error("spm_decode", p_err);
+        int got = count_lines(p_out);
+        if (got != n) die(1, "translate: spm_decode returned %d lines for %d sentences", got, n);
+        text = p_out;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dest, (int)getpid());
+    FILE *in = fopen(text, "r"), *w = fopen(tmp, "w");
+    if (!in || !w) die(2, "%s: cannot write", dest);
+    char buf[65536];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, r, w) != r) { unlink(tmp); die(2, "%s: write failed", dest); }
+    fclose(in);
+    if (fflush(w) || fsync(fileno(w)) || fclose(w)) { unlink(tmp); die(2, "%s: write failed", dest); }
+    if (rename(tmp, dest)) { unlink(tmp); die(2, "%s: cannot rename %s into place", dest, tmp); }
+}
+
 /* sentences [lo, hi) of src sorted by length (longest first) in batches */
 static const Corpus *cmp_corpus;
 static int cmp_len_desc(const void *x, const void *y)
@@ -256,12 +294,17 @@ int cmd_translate(int argc, char **argv)
     m.cfg.beam = c.beam; m.cfg.len_alpha = c.len_alpha; m.cfg.max_len_a = c.max_len_a;
 
     /* the dataset's vocabulary must be the checkpoint's */
+    int synth = !strcmp(o.data, "synthetic");
     DatasetVocab voc;
-    if (dataset_load_vocab(o.data, &voc)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
-    if (voc.vocab_size != c.vocab_size)
+    memset(&voc, 0, sizeof voc);
+    if (synth) {
+        if (strcmp(c.data, "synthetic"))
+            die(2, "%s: this checkpoint was trained on %s, not on the synthetic task", o.ckpt, c.data);
+    } else if (dataset_load_vocab(o.data, &voc)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+    if (!synth && voc.vocab_size != c.vocab_size)
         die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o.data,
             voc.vocab_size, o.ckpt, c.vocab_size);
-    if (c.data[0] && strcmp(c.data, o.data) && access(c.data, R_OK) == 0) {
+    if (!synth && c.data[0] && strcmp(c.data, o.data) && access(c.data, R_OK) == 0) {
         /* the checkpoint's training data is at hand: compare piece by piece */
         DatasetVocab tv;
         if (dataset_load_vocab(c.data, &tv) == 0) {
@@ -285,20 +328,31 @@ int cmd_translate(int argc, char **argv)
     snprintf(p_in, sizeof p_in, "%s/in.txt", tmpdir);
     snprintf(p_out, sizeof p_out, "%s/out.txt", tmpdir);
     snprintf(p_err, sizeof p_err, "%s/err.txt", tmpdir);
-    if (D.rank == 0) write_file(spm_path, voc.spm_model, voc.spm_model_len);
+    if (D.rank == 0 && !synth) write_file(spm_path, voc.spm_model, voc.spm_model_len);
     Corpus src;
-    if (o.split) {
+    if (o.split && synth) {
+        int sp = !strcmp(o.split, "train") ? SPLIT_TRAIN : !strcmp(o.split, "dev") ? SPLIT_DEV
+               : !strcmp(o.split, "test") ? SPLIT_TEST : -1;
+        if (sp < 0) die(2, "synthetic: no split '%s' (train, dev, test)", o.split);
+        synthetic_corpus(&src, &c, sp, sp == SPLIT_TRAIN ? c.synth_train : c.synth_dev);
+    } else if (o.split) {
         if (dataset_load(o.data, o.split, &src)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
     } else {
         long hdr[2] = { 0, 0 };
         if (D.rank == 0) {
             int n = count_lines(o.input);
             if (n < 0) die(2, "%s: cannot read", o.input);
-            char mo[160];
-            snprintf(mo, sizeof mo, "--model=%s", spm_path);
-            char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
-            if (run_tool(av, o.input, p_out, p_err)) tool_error("spm_encode", p_err);
-            if (read_id_lines(p_out, &src, n)) die(2, "%s: spm_encode returned fewer lines than the input's %d", o.input, n);
+            if (synth) {
+                /* the synthetic task's text is its token ids */
+                if (read_id_lines(o.input, &src, n)) die(2, "%s: cannot read", o.input);
+            } else {
+                char mo[160];
+                snprintf(mo, sizeof mo, "--model=%s", spm_path);
+                char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
+                if (run_tool(av, o.input, p_out, p_err)) tool_error("spm_encode", p_err);
+                if (read_id_lines(p_out, &src, n))
+                    die(2, "%s: spm_encode returned fewer lines than the input's %d", o.input, n);
+            }
             hdr[0] = src.n;
             hdr[1] = src.src_off[src.n];
         }
@@ -316,7 +370,8 @@ int cmd_translate(int argc, char **argv)
     }
     for (long i = 0; i < src.src_off[src.n]; i++)
         if (src.src_tok[i] < 0 || src.src_tok[i] >= c.vocab_size)
-            die(2, "%s: token id %d outside the checkpoint's vocabulary of %d", o.data, src.src_tok[i], c.vocab_size);
+            die(2, "%s: token id %d outside the checkpoint's vocabulary of %d", o.input ? o.input : o.data,
+                src.src_tok[i], c.vocab_size);
 
     /* truncation of over-long sources (documented in --help and README) */
     int max_src = c.max_len - 1, n_long = 0, first_long = -1;
@@ -396,33 +451,25 @@ int cmd_translate(int argc, char **argv)
     MPI_Gatherv(packed, ntl, MPI_INT32_T, all_tok, cnt_t, dsp_t, MPI_INT32_T, 0, D.comm);
 
     if (D.rank == 0) {
-        /* detokenise: ids -> spm_decode -> text, written atomically */
-        FILE *f = fopen(p_in, "w");
-        if (!f) die(1, "%s: cannot write", p_in);
-        long q = 0;
-        for (int i = 0; i < src.n; i++) {
-            for (int j = 0; j < all_len[i]; j++) fprintf(f, j ? " %d" : "%d", all_tok[q + j]);
-            q += all_len[i];
-            fputc('\n', f);
+        /* detokenise (ids -> spm_decode -> text) and write atomically */
+        const int32_t *rtok = src.tgt_tok;
+        int *rlen = NULL;
+        if (o.reference) {
+            rlen = xmalloc(sizeof(int) * (src.n + 1));
+            for (int i = 0; i < src.n; i++) rlen[i] = corpus_tgt_len(&src, i);
         }
-        if (fclose(f)) die(1, "%s: cannot write", p_in);
-        char mo[160];
-        snprintf(mo, sizeof mo, "--model=%s", spm_path);
-        char *av[] = { "spm_decode", mo, "--input_format=id", NULL };
-        if (run_tool(av, p_in, p_out, p_err)) tool_error("spm_decode", p_err);
-        int got = count_lines(p_out);
-        if (got != src.n) die(1, "translate: spm_decode returned %d lines for %d sentences", got, src.n);
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", o.output, (int)getpid());
-        FILE *in = fopen(p_out, "r"), *w = fopen(tmp, "w");
-        if (!in || !w) die(2, "%s: cannot write", o.output);
-        char buf[65536];
-        size_t r;
-        while ((r = fread(buf, 1, sizeof buf, in)) > 0)
-            if (fwrite(buf, 1, r, w) != r) { unlink(tmp); die(2, "%s: write failed", o.output); }
-        fclose(in);
-        if (fflush(w) || fsync(fileno(w)) || fclose(w)) { unlink(tmp); die(2, "%s: write failed", o.output); }
-        if (rename(tmp, o.output)) { unlink(tmp); die(2, "%s: cannot rename %s into place", o.output, tmp); }
+        emit(o.output, src.n, all_len, all_tok, synth, spm_path, p_in, p_out, p_err);
+        if (o.reference) emit(o.reference, src.n, rlen, rtok, synth, spm_path, p_in, p_out, p_err);
+        if (synth && o.split) {
+            long exact = 0, q = 0;
+            for (int i = 0; i < src.n; i++) {
+                exact += all_len[i] == rlen_or(&src, i) &&
+                         !memcmp(all_tok + q, src.tgt_tok + src.tgt_off[i], sizeof(int32_t) * all_len[i]);
+                q += all_len[i];
+            }
+            printf("translate: exact match %.4f (%ld of %d)\n", (double)exact / (src.n ? src.n : 1), exact, src.n);
+        }
+        free(rlen);
         printf("translate: %d sentences, %ld target tokens in %.2fs: %.1f sentences/s, %.0f target tokens/s "
                "(%s, beam %d, alpha %.2f, %d rank%s x %d threads, backend %s)\n",
                src.n, ntok, t_max, src.n / (t_max > 0 ? t_max : 1e-9), ntok / (t_max > 0 ? t_max : 1e-9),
@@ -436,23 +483,10 @@ int cmd_translate(int argc, char **argv)
     batch_free(&b);
     decoder_free(dec);
     corpus_free(&src);
-    dataset_vocab_free(&voc);
+    if (!synth) dataset_vocab_free(&voc);
     model_free(&m);
     be->destroy(be);
     dist_finalize(&D);
     return 0;
 }
 
-#else  /* this build lacks checkpoint.h / dataset.h */
-
-#include <stdio.h>
-
-int cmd_translate(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "error: translate: this build has no checkpoint/dataset support (src/checkpoint.c, src/dataset.c)\n");
-    return 2;
-}
-
-#endif
