@@ -69,6 +69,19 @@ static float *full_logits(Model *m, const Batch *b)
     return h;
 }
 
+/* CPU by default; TEST_DEVICE=cuda runs the same checks on the CUDA backend
+ * (fp32) where a GPU is available */
+static Backend *test_backend(void)
+{
+    const char *dev = getenv("TEST_DEVICE");
+    if (dev && *dev && strcmp(dev, "cpu")) {
+        Backend *be = backend_create(dev, "fp32", 1, 0);
+        if (!be) die(2, "TEST_DEVICE=%s: no backend", dev);
+        return be;
+    }
+    return backend_cpu_create(1);
+}
+
 static uint32_t rng_state = 12345;
 static int rnd(int n) { rng_state = rng_state * 1664525u + 1013904223u; return (int)((rng_state >> 8) % (uint32_t)n); }
 
@@ -78,7 +91,7 @@ static void test_incremental(const char *pos)
     Config c;
     int V = 13, B = 3, T = 9, K = 2;
     tiny_config(&c, V, pos, 7);
-    Backend *be = backend_cpu_create(1);
+    Backend *be = test_backend();
     Model m;
     model_init(&m, &c, be);
     Decoder *dec = decoder_create(&m);
@@ -176,7 +189,7 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     Config c;
     int V = 7, B = 2;
     tiny_config(&c, V, "sinusoid", seed);
-    Backend *be = backend_cpu_create(1);
+    Backend *be = test_backend();
     Model m;
     model_init(&m, &c, be);
     {   /* sharpen the output distributions (scaled shared embedding) and make
@@ -282,9 +295,17 @@ static void test_synthetic(void)
     config_defaults(&c);
     c.n_layers = 2; c.d_model = 64; c.d_ff = 128; c.n_heads = 4; c.d_k = 16; c.d_v = 16;
     c.synth_vocab = 8; c.synth_min_len = 2; c.synth_max_len = 7; c.vocab_size = 12; c.max_len = 12;
-    c.max_tokens = 768; c.dropout = 0; c.label_smoothing = 0; c.warmup = 200; c.train_steps = 700;
+    c.max_tokens = 1024; c.dropout = 0; c.label_smoothing = 0; c.warmup = 200; c.train_steps = 1500;
+    c.lr_factor = 0.5;   /* steadier than 1 for this small model: 200/200 with margin */
     c.synth_train = 10000; c.synth_dev = 200;
-    Backend *be = backend_cpu_create(2);
+    /* overrides for experimenting with the training recipe (not used by make test) */
+    if (getenv("TEST_TASK")) snprintf(c.task, sizeof c.task, "%s", getenv("TEST_TASK"));
+    if (getenv("TEST_SMAX")) c.synth_max_len = atoi(getenv("TEST_SMAX"));
+    if (getenv("TEST_TOKENS")) c.max_tokens = atoi(getenv("TEST_TOKENS"));
+    if (getenv("TEST_STEPS")) c.train_steps = atoi(getenv("TEST_STEPS"));
+    if (getenv("TEST_WARMUP")) c.warmup = atoi(getenv("TEST_WARMUP"));
+    if (getenv("TEST_LR")) c.lr_factor = (float)atof(getenv("TEST_LR"));
+    Backend *be = test_backend();   /* CPU: one thread, as fast for this tiny model and robust to load */
     Model m;
     model_init(&m, &c, be);
     Corpus tr, dev;
