@@ -211,7 +211,7 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
         assert 0 < f.attrs["dev_bleu"] < 100
         part = f.attrs["dev_bleu"]
     p = script("bleu.py", hyp, ref)
-    assert p.stdout.startswith(f"BLEU {part:.2f} nrefs:1|")
+    assert p.stdout.startswith(f"sacreBLEU {part:.2f} ") and "signature: nrefs:1|" in p.stdout
     hyp.write_text("one line only\n")
     assert "1 lines but the reference" in cli_error("row_result.py", "--out", tmp_path / "x.h5", "--row", "b",
                                                     "--dev-ppl", "5", "--hyp", hyp, "--ref", ref)
