@@ -16,10 +16,11 @@
 # step, with --signal=B:USR1@T to this batch shell only.  Preemption,
 # `scontrol requeue` and `scancel` send SIGTERM to every process of the job.
 # On SIGUSR1 or SIGTERM `transformer train` finishes its step, writes a
-# checkpoint and exits with REQUEUE_EXIT (99).  This shell traps both signals:
-# SIGUSR1 is forwarded to the launcher (srun forwards it to every task), so both
-# --signal forms work; SIGTERM is only noted (the tasks got it themselves) and
-# the shell keeps waiting so the checkpoint is complete before the job ends.
+# checkpoint and exits with REQUEUE_EXIT (99).  This shell traps both signals
+# and sends SIGUSR1 to the launcher (srun and mpirun forward it to every
+# rank), so both --signal forms work and a SIGTERM to a workstation run stops
+# it cleanly too; the shell keeps waiting, so the checkpoint is complete
+# before the job ends.
 # After a stage that exited with REQUEUE_EXIT (or died of the forwarded
 # SIGUSR1) the batch script calls requeue_self: `scontrol requeue` puts the job
 # back into the queue with the same job id, and the new run resumes from the
@@ -58,8 +59,11 @@ job_init() {
 _on_signal() {
     JOB_SIGNAL=$1
     echo "job: received SIG$1 at $(date -u +%FT%TZ)${_STAGE_PID:+, passing SIGUSR1 to the running stage}" >&2
-    # TERM reached the tasks directly; USR1 may have come to this shell only
-    if [ "$1" = USR1 ] && [ -n "$_STAGE_PID" ]; then kill -USR1 "$_STAGE_PID" 2>/dev/null || true; fi
+    # USR1 may have come to this shell only (--signal=B:USR1, scancel -b);
+    # under Slurm TERM reached the tasks too, outside Slurm only this shell:
+    # either way the launcher passes SIGUSR1 on to every rank (a rank that is
+    # already stopping ignores the repeat)
+    if [ -n "$_STAGE_PID" ]; then kill -USR1 "$_STAGE_PID" 2>/dev/null || true; fi
 }
 
 launch() {
@@ -96,7 +100,7 @@ preempted() {
 }
 
 requeue_self() {
-    if [ -z "${SLURM_JOB_ID:-}" ]; then
+    if [ -z "${SLURM_JOB_ID:-}" ] || [ -n "${JOBS_NO_SRUN:-}" ]; then
         echo "job: stopped after a checkpoint; run the same command again to resume" >&2
         exit "$REQUEUE_EXIT"
     fi

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# `make test-slurm`: the job scripts (jobs/) on a real single-node Slurm
+# started for this test (tests/slurm/start.sh; two fake GPUs through
+# gres.conf, so --gpus-per-task=1 is exercised) and stopped at the end.
+#   1. Table 3: the sweep array over every row config, scaled down (SHRINK,
+#      a few steps, synthetic data), completes for every row, each row has
+#      its result file, and the dependent analysis job writes the table.
+#   2. A failing element (a config with a bad key) is FAILED with a clear
+#      message in its log and result file; the other element of its array
+#      completes; that sweep's analysis job is never run.
+#   3. Preemption: a 2-rank training job is interrupted three ways (SIGUSR1 to
+#      the batch shell only, as --signal=B:USR1 does; SIGUSR1 to the tasks, as
+#      --signal=USR1@T does; `scontrol requeue`, i.e. SIGTERM), requeues and
+#      resumes each time, and its final parameters equal those of an
+#      uninterrupted run of jobs/run-local.sh (mpirun, 2 ranks), bit for bit.
+# KEEP=1 keeps the temporary directory (logs) for inspection.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib.sh
+T0=$SECONDS
+make -s all >/dev/null || fail "make failed"
+T=$(mktemp -d /tmp/transformer-slurm.XXXXXX)
+chmod 755 "$T"     # munged runs as user munge
+C=$T/cluster
+cleanup() {
+    tests/slurm/stop.sh "$C"
+    if [ -n "${KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+tests/slurm/start.sh "$C" || fail "could not start the test Slurm"
+. "$C/env.sh"
+
+# cluster.env values for this 2-CPU node (environment overrides the file)
+export PARTITION="" ACCOUNT="" MODULES="" GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE=cpu
+export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10 GPU_REQUEST="--gpus-per-task=1"
+
+state() { scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
+# array_states ARRAYID: "<task id> <state>" per element
+array_states() {
+    scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*ArrayTaskId=\([^ ]*\) .*JobState=\([A-Z_]*\).*/\1 \2/p' | sort -n
+}
+# wait_job ID TIMEOUT: until the job (every array element) left PENDING/RUNNING
+wait_job() {
+    local t=$((SECONDS + $2))
+    while [ $SECONDS -lt $t ]; do
+        scontrol -o show job "$1" 2>/dev/null | grep -qE 'JobState=(PENDING|RUNNING|REQUEUED|COMPLETING|CONFIGURING|SUSPENDED)' || return 0
+        sleep 1
+    done
+    scontrol show job "$1" >&2
+    return 1
+}
+pyexe=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3 )}
+export PYTHON=$pyexe
+h5attr() { "$pyexe" -c 'import h5py,sys; v=h5py.File(sys.argv[1],"r").attrs[sys.argv[2]]; print(v.decode() if isinstance(v,bytes) else v)' "$1" "$2"; }
+
+# ---- 1 and 2: the Table 3 sweep, scaled down, and a sweep with a bad row ----
+TABLE3_SRC=${TABLE3_SRC:-input/table3}
+ls $TABLE3_SRC/*.cfg >/dev/null 2>&1 || fail "$TABLE3_SRC: no row configs"
+nrows=$(ls $TABLE3_SRC/*.cfg | wc -l)
+export STEPS=3 MAX_TOKENS=300 DATA=synthetic SHRINK=16
+export EXTRA="vocab_size=24 max_len=64 synth_train=300 synth_dev=16 log_steps=1 eval_steps=0 threads=1"
+read -r A1 AN1 < <(TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/sweep" | tail -n 1) || fail "submit-table3.sh failed"
+mkdir -p "$T/bad-configs"
+cp $TABLE3_SRC/A1.cfg "$T/bad-configs/"
+printf 'row = bad\nn_layers = 2\nd_modle = 64\n' > "$T/bad-configs/bad.cfg"
+read -r A2 AN2 < <(TABLE3_DIR=$T/bad-configs jobs/submit-table3.sh "$T/badsweep" | tail -n 1) || fail "submit-table3.sh (bad sweep) failed"
+echo "submitted: sweep $A1 (+analysis $AN1), bad sweep $A2 (+analysis $AN2)"
+
+wait_job "$A1" 900 || fail "sweep array $A1 did not finish"
+wait_job "$AN1" 300 || fail "analysis job $AN1 did not finish"
+bad_el=$(array_states "$A1" | awk '$2 != "COMPLETED"')
+[ -z "$bad_el" ] || { tail -n 30 "$T"/sweep/logs/*.out >&2; fail "sweep elements not COMPLETED: $bad_el"; }
+[ "$(array_states "$A1" | wc -l)" -eq "$nrows" ] || fail "sweep: expected $nrows elements, got $(array_states "$A1" | wc -l)"
+for c in $TABLE3_SRC/*.cfg; do
+    row=$(basename "$c" .cfg)
+    f=$T/sweep/results/$row.h5
+    [ -f "$f" ] || fail "$f: missing"
+    [ "$(h5attr "$f" status)" = done ] || fail "$f: status $(h5attr "$f" status)"
+    ppl=$(h5attr "$f" dev_ppl)
+    "$pyexe" -c "import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.isfinite(v) and v > 1 else 1)" "$ppl" ||
+        fail "$f: dev_ppl $ppl"
+    [ "$(h5attr "$f" train_steps)" = 3 ] || fail "$f: train_steps $(h5attr "$f" train_steps)"
+done
+ok "Table 3 sweep: $nrows rows COMPLETED, each with a result file (status done, finite dev PPL, 3 steps)"
+[ "$(state "$AN1")" = COMPLETED ] || { cat "$T"/sweep/logs/analysis-*.out >&2; fail "analysis job $AN1: $(state "$AN1")"; }
+[ -s "$T/sweep/table3.md" ] || fail "$T/sweep/table3.md: not written"
+for c in $TABLE3_SRC/*.cfg; do
+    grep -qw "$(basename "$c" .cfg)" "$T/sweep/table3.md" || fail "table3.md lacks row $(basename "$c" .cfg)"
+done
+ok "analysis job after the array (afterok) wrote table3.md with every row"
+
+wait_job "$A2" 300 || fail "bad sweep $A2 did not finish"
+sts=$(array_states "$A2" | awk '{ print $2 }' | tr '\n' ' ')
+[ "$sts" = "COMPLETED FAILED " ] || fail "bad sweep: element states '$sts', expected 'COMPLETED FAILED' (rows A1, bad)"
+log=$(ls "$T"/badsweep/logs/*_1.out)
+grep -q "^error: table3 row bad: params: error: .*bad.cfg:3: unknown key 'd_modle'" "$log" ||
+    { cat "$log" >&2; fail "$log: no clear error message for the bad row"; }
+[ "$(h5attr "$T/badsweep/results/bad.h5" status)" = failed ] || fail "bad.h5: status is not 'failed'"
+h5attr "$T/badsweep/results/bad.h5" message | grep -q "unknown key 'd_modle'" || fail "bad.h5: message lacks the reason"
+[ "$(h5attr "$T/badsweep/results/A1.h5" status)" = done ] || fail "badsweep A1.h5: status is not 'done'"
+for _ in $(seq 30); do [ "$(state "$AN2")" = PENDING ] || break; sleep 1; done
+[ "$(state "$AN2")" = CANCELLED ] || fail "analysis job $AN2 of the failed sweep: $(state "$AN2"), expected CANCELLED (dependency never satisfied)"
+ok "bad row: element FAILED with '$(grep -m1 '^error:' "$log")'; the other element COMPLETED; analysis not run"
+echo "sweeps took $((SECONDS - T0)) s"
+
+# ---- 3: preemption and requeue of a training job -----------------------------
+if ! "$BIN" train --help | grep -q 'code 99'; then
+    echo "SKIP preemption: this build of train has no checkpoint-on-signal (exit 99) yet"
+    echo "test_slurm: sweeps passed in $((SECONDS - T0)) s"; exit 0
+fi
+unset STEPS MAX_TOKENS DATA SHRINK EXTRA
+export GPUS_PER_NODE=2
+cfg=$T/preempt.cfg
+printf 'train_steps = 40\nlog_steps = 1\nsynth_train = 2000\nmax_tokens = 600\nseed = 7\nckpt_minutes = 0\n' > "$cfg"
+J=$(jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
+jlog=$T/run-slurm/slurm-$J.out
+# wait_log PATTERN TIMEOUT: until the job log has a line matching PATTERN
+wait_log() {
+    local t=$((SECONDS + $2))
+    while [ $SECONDS -lt $t ]; do grep -qE "$1" "$jlog" 2>/dev/null && return 0; sleep 0.2; done
+    cat "$jlog" >&2; fail "job $J: no '$1' in its log within $2 s"
+}
+# wait_restart N: the job was requeued; skip Slurm's requeue delay and wait for run N
+wait_restart() {
+    local t=$((SECONDS + 120))
+    while [ $SECONDS -lt $t ]; do
+        if [ "$(state "$J")" = PENDING ]; then scontrol update JobId="$J" StartTime=now 2>/dev/null; fi
+        grep -q "restart $1 " "$jlog" 2>/dev/null && return 0
+        sleep 0.5
+    done
+    cat "$jlog" >&2; fail "job $J: not restarted a ${1}th time (state $(state "$J"))"
+}
+steps_done() { grep -cE '^step [0-9]+ ' "$jlog"; }
+
+wait_log '^step 5 ' 120
+scancel --batch --signal=USR1 "$J"           # batch shell only: it must forward
+wait_restart 1
+s1=$(grep -c '^step ' "$jlog"); t=$((SECONDS + 60))
+while [ "$(grep -c '^step ' "$jlog")" -lt $((s1 + 3)) ] && [ $SECONDS -lt $t ]; do sleep 0.2; done
+scancel --signal=USR1 "$J"                   # the tasks, as --signal=USR1@T does
+wait_restart 2
+s2=$(grep -c '^step ' "$jlog"); t=$((SECONDS + 60))
+while [ "$(grep -c '^step ' "$jlog")" -lt $((s2 + 3)) ] && [ $SECONDS -lt $t ]; do
+    [ "$(grep -c 'restart 2 ' "$jlog")" -ge 1 ] || break; sleep 0.2
+done
+scontrol requeue "$J"                        # SIGTERM: Slurm requeues
+wait_restart 3
+wait_job "$J" 300 || fail "job $J did not finish"
+[ "$(state "$J")" = COMPLETED ] || { cat "$jlog" >&2; fail "job $J: $(state "$J")"; }
+restarts=$(scontrol -o show job "$J" | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
+[ "$restarts" -ge 3 ] || fail "job $J: Restarts=$restarts, expected 3"
+grep -q 'passing SIGUSR1 to the running stage' "$jlog" || fail "job $J: the batch shell did not forward SIGUSR1"
+[ "$(grep -c 'requeueing job' "$jlog")" -ge 2 ] || fail "job $J: did not requeue itself twice"
+
+# the uninterrupted reference: same config, 2 ranks, plain mpirun
+LOCAL_RANKS=2 jobs/run-local.sh train "$T/run-local" "$cfg" > "$T/run-local.log" 2>&1 ||
+    { cat "$T/run-local.log" >&2; fail "run-local.sh train failed"; }
+a=$(ls "$T"/run-slurm/ckpt_*.h5 | sort -V | tail -n 1)
+b=$(ls "$T"/run-local/ckpt_*.h5 | sort -V | tail -n 1)
+[ "$(basename "$a")" = ckpt_40.h5 ] && [ "$(basename "$b")" = ckpt_40.h5 ] || fail "final checkpoints $a $b are not of step 40"
+h5diff -q "$a" "$b" /params /params || fail "preempted run's parameters differ from the uninterrupted run's ($a vs $b)"
+ok "preempted 3 times (B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
+echo "test_slurm: all cases passed in $((SECONDS - T0)) s"
