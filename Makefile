@@ -3,7 +3,8 @@
 CC       := mpicc
 OPENBLAS_PC := /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig
 PKGS     := hdf5-openmpi
-CFLAGS   ?= -O3 -march=x86-64-v2 -mtune=native
+ARCH     ?= -march=x86-64-v3
+CFLAGS   ?= -O3 $(ARCH) -fno-math-errno
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -MMD -MP \
             $(shell pkg-config --cflags $(PKGS)) \
             $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
@@ -11,27 +12,98 @@ OPENBLAS_LIBDIR := $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --variable=
 LDLIBS   += $(shell pkg-config --libs $(PKGS)) \
             -L$(OPENBLAS_LIBDIR) -Wl,-rpath,$(OPENBLAS_LIBDIR) -lopenblas -lm
 LDFLAGS  += -fopenmp
+BASE_LDLIBS := $(LDLIBS)
+
+# CUDA backend: built when nvcc is found (`make NVCC=` builds CPU-only).
+# CUDA_ARCH: compute capabilities (default 80 90 = A100, H100) or `native`.
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null)
+endif
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
+CUDA_ARCH ?= 80 90
+ifeq ($(CUDA_ARCH),native)
+NVCC_ARCH := -arch=native
+else
+NVCC_ARCH := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+endif
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
+             -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
+             -Xcompiler -Wall,-Wextra -Icuda
+CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h
+ifneq ($(NVCC),)
+CFLAGS   += -DHAVE_CUDA
+CUDA_OBJ := build/cuda/ops_cuda.o
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+endif
+
+# CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
+EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
+EMU_CXXFLAGS := -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include -O2 -g -Wall -Wextra -Werror -MMD -MP \
+                $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 SRC      := $(wildcard src/*.c)
 OBJ      := $(SRC:src/%.c=build/%.o)
-LIBOBJ   := $(filter-out build/main.o,$(OBJ))
+LIBOBJ   := $(filter-out build/main.o,$(OBJ)) $(CUDA_OBJ)
+EMU_SRC  := emu cublas_emu ops_cuda
+EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
+EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
+EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)
+EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%)
+ifneq ($(EMU_HAVE),)
+TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
+            bin/tests/test_cuda_step bin/tests/emu-transformer
+endif
 
-.PHONY: all test bench clean
+.PHONY: all test bench clean venv cuda-resources gpu-test gpu-bench
 all: bin/transformer
 
 build/%.o: src/%.c | build
 	$(CC) $(CFLAGS) -c $< -o $@
 
-bin/transformer: $(OBJ) | bin
+bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# nvcc warnings are errors; ptxas reports per-kernel registers and shared
+# memory, which must not spill and must stay near cuda/resource-usage.txt
+build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh | build/cuda
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@.tmp 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; rm -f $@.tmp; exit 1; }
+	cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
+	mv $@.tmp $@
+
+cuda-resources: build/cuda/ops_cuda.o
+	cuda/resource_usage.sh table build/cuda/ptxas.log > cuda/resource-usage.txt
+
+build/emu/ops_cuda.o: cuda/ops_cuda.cu | build/emu
+	g++ -x c++ $(EMU_CXXFLAGS) -c $< -o $@
+build/emu/%.o: cuda/emu/%.cc | build/emu
+	g++ $(EMU_CXXFLAGS) -c $< -o $@
+build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-asan
+	g++ -x c++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
+build/emu-asan/%.o: cuda/emu/%.cc | build/emu-asan
+	g++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
+build/emu/backend.o: src/backend.c | build/emu
+	$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
+
+bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_OBJ) | bin/tests
+	$(CC) $(CFLAGS) -Isrc $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
+	$(CC) $(CFLAGS) $(SAN) -Isrc $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
+	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
+bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
+	$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
+	$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 
 bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 
-build bin bin/tests:
+build bin bin/tests build/cuda build/emu build/emu-asan:
 	mkdir -p $@
 
 tests: $(TEST_BIN)
@@ -39,10 +111,20 @@ tests: $(TEST_BIN)
 test: all $(TEST_BIN)
 	tests/run_all.sh
 
-bench: all
+bench: all bin/bench/gemm_peak
 	tests/bench/run.sh
 
 clean:
 	rm -rf build bin
 
--include $(OBJ:.o=.d)
+# Python environment of analysis/ (pinned in analysis/requirements.txt)
+venv:
+	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
+
+-include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d)
+
+bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+bin/bench:
+	mkdir -p $@

@@ -150,6 +150,15 @@ void param_init_host(const ParamTable *pt, const Config *c, float *host)
 
 /* ------------------------------------------------------------- lifecycle */
 
+void positional_sinusoids(float *host, int max_len, int d)
+{
+    for (int pos = 0; pos < max_len; pos++)
+        for (int j = 0; j < d; j++) {
+            double a = pos / pow(10000.0, (double)(j & ~1) / d);
+            host[(size_t)pos * d + j] = (float)((j & 1) ? cos(a) : sin(a));
+        }
+}
+
 float model_lrate(const Config *c, int step)
 {
     if (step < 1) step = 1;
@@ -174,6 +183,15 @@ int model_init(Model *m, const Config *c, Backend *be)
     param_init_host(&m->pt, c, host);
     be->upload(be, m->params, host, bytes);
     free(host);
+    if (!m->pt.has_pos) {
+        size_t n = (size_t)c->max_len * c->d_model;
+        float *pe = xmalloc(sizeof(float) * n);
+        positional_sinusoids(pe, c->max_len, c->d_model);
+        m->sinusoid = be->alloc(be, sizeof(float) * n);
+        if (!m->sinusoid) { free(pe); return -1; }
+        be->upload(be, m->sinusoid, pe, sizeof(float) * n);
+        free(pe);
+    }
     m->enc = xcalloc(c->n_layers, sizeof(LayerActs));
     m->dec = xcalloc(c->n_layers, sizeof(LayerActs));
     return 0;
@@ -204,7 +222,7 @@ void model_free(Model *m)
 {
     if (!m->be) return;
     free_acts(m);
-    FREE(m->params); FREE(m->grads); FREE(m->adam_m); FREE(m->adam_v);
+    FREE(m->params); FREE(m->grads); FREE(m->adam_m); FREE(m->adam_v); FREE(m->sinusoid);
     free(m->enc);
     free(m->dec);
     param_table_free(&m->pt);
@@ -436,7 +454,7 @@ static float pdrop(const Model *m, int train) { return train ? m->cfg.dropout : 
 
 static const float *pos_table(const Model *m)
 {
-    return m->pt.has_pos ? m->params + m->pt.pos_embedding : NULL;
+    return m->pt.has_pos ? m->params + m->pt.pos_embedding : m->sinusoid;
 }
 
 const float *model_encode(Model *m, int train, uint32_t step)

@@ -74,6 +74,7 @@ typedef struct Model {
     Backend *be;
     ParamTable pt;
     float *params, *grads, *adam_m, *adam_v;   /* device, pt.total floats each */
+    float *sinusoid;       /* [max_len, d_model] fixed encodings (positional=sinusoid) */
 
     /* device copies of the current batch */
     int B, S, T;
@@ -106,6 +107,8 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
 float model_lrate(const Config *c, int step);
 /* Adam update of all parameters with grads scaled by grad_scale */
 void model_adam_step(Model *m, int step, float grad_scale);
+/* PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (section 3.5) */
+void positional_sinusoids(float *host, int max_len, int d);
 /* exact parameter count of a config */
 size_t model_param_count(const Config *c);
 

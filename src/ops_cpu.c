@@ -140,19 +140,14 @@ static void cpu_residual_ln_forward(Backend *be, float *y, float *r, float *mean
                                     const uint32_t *sent_id, int T)
 {
     (void)be;
-    float ks = drop_scale(p);
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++) {
         const float *xi = x + (size_t)i * d, *si = sub + (size_t)i * d;
         float *ri = r + (size_t)i * d, *yi = y + (size_t)i * d;
-        uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
+        if (p > 0.0f) dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), si, ri, d);
+        else memcpy(ri, si, sizeof(float) * d);
         float sum = 0.0f;
-        for (int j = 0; j < d; j++) {
-            float s = si[j];
-            if (p > 0.0f) s = dropout_keep(key, p, sent, pos, (uint32_t)j) ? s * ks : 0.0f;
-            ri[j] = xi[j] + s;
-            sum += ri[j];
-        }
+        for (int j = 0; j < d; j++) { ri[j] += xi[j]; sum += ri[j]; }
         float mu = sum / d, var = 0.0f;
         for (int j = 0; j < d; j++) { float c = ri[j] - mu; var += c * c; }
         float rs = 1.0f / sqrtf(var / d + eps);
@@ -184,7 +179,6 @@ static void cpu_residual_ln_backward(Backend *be, float *dx, float *dsub, float 
         }
         for (int c = c0; c < c1; c++) { dgamma[c] += ag[c - c0]; dbeta[c] += ab[c - c0]; }
     }
-    float ks = drop_scale(p);
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++) {
         const float *dyi = dy + (size_t)i * d, *ri = r + (size_t)i * d;
@@ -198,14 +192,12 @@ static void cpu_residual_ln_backward(Backend *be, float *dx, float *dsub, float 
         }
         m1 /= d;
         m2 /= d;
-        uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
         for (int j = 0; j < d; j++) {
             float xh = (ri[j] - mu) * rs;
-            float dr = rs * (dyi[j] * gamma[j] - m1 - xh * m2);
-            dxi[j] = dr;
-            if (p > 0.0f) dr = dropout_keep(key, p, sent, pos, (uint32_t)j) ? dr * ks : 0.0f;
-            dsi[j] = dr;
+            dxi[j] = rs * (dyi[j] * gamma[j] - m1 - xh * m2);
         }
+        if (p > 0.0f) dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), dxi, dsi, d);
+        else memcpy(dsi, dxi, sizeof(float) * d);
     }
 }
 
@@ -222,17 +214,17 @@ static void cpu_embed_forward(Backend *be, float *out, const float *E, const flo
                               float scale, int pos_offset, float p, DropoutKey key)
 {
     (void)be;
-    float ks = drop_scale(p);
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * T; i++) {
         int b = i / T, t = i % T, pos = t + pos_offset;
         const float *e = E + (size_t)tokens[i] * d;
         float *o = out + (size_t)i * d;
-        for (int j = 0; j < d; j++) {
-            float v = e[j] * scale + (pos_table ? pos_table[(size_t)pos * d + j] : sinusoid(pos, j, d));
-            if (p > 0.0f) v = dropout_keep(key, p, sent_id[b], (uint32_t)pos, (uint32_t)j) ? v * ks : 0.0f;
-            o[j] = v;
-        }
+        if (pos_table) {
+            const float *pe = pos_table + (size_t)pos * d;
+            for (int j = 0; j < d; j++) o[j] = e[j] * scale + pe[j];
+        } else
+            for (int j = 0; j < d; j++) o[j] = e[j] * scale + sinusoid(pos, j, d);
+        if (p > 0.0f) dropout_row(key, p, sent_id[b], (uint32_t)pos, o, o, d);
     }
 }
 
@@ -253,11 +245,15 @@ static void cpu_embed_backward(Backend *be, float *dE, float *dpos, const float 
             int b = i / T, t = i % T;
             const float *g = dout + (size_t)i * d;
             float *e = dE + (size_t)tokens[i] * d;
-            for (int j = c0; j < c1; j++) {
-                float v = g[j];
-                if (p > 0.0f) v = dropout_keep(key, p, sent_id[b], (uint32_t)t, (uint32_t)j) ? v * ks : 0.0f;
-                e[j] += v * scale;
-                if (dpos) dpos[(size_t)t * d + j] += v;
+            for (int j = c0; j < c1; j += 4) {
+                philox_ctr bits = {{0, 0, 0, 0}};
+                if (p > 0.0f) bits = dropout_bits4(key, sent_id[b], (uint32_t)t, (uint32_t)j >> 2);
+                for (int q = 0; q < 4 && j + q < c1; q++) {
+                    float v = g[j + q];
+                    if (p > 0.0f) v = philox_uniform(bits.v[q]) >= p ? v * ks : 0.0f;
+                    e[j + q] += v * scale;
+                    if (dpos) dpos[(size_t)t * d + j + q] += v;
+                }
             }
         }
     }
@@ -278,17 +274,19 @@ static void cpu_xent_forward_backward(Backend *be, float *logits, const int32_t 
         }
         float mx = z[0];
         for (int k = 1; k < V; k++) mx = z[k] > mx ? z[k] : mx;
-        double se = 0.0, sz = 0.0;
-        for (int k = 0; k < V; k++) { se += exp((double)(z[k] - mx)); sz += z[k]; }
-        double lse = mx + log(se);
-        double nll = lse - z[y];
+        float se = 0.0f, sz = 0.0f;
+        #pragma omp simd reduction(+:se, sz)
+        for (int k = 0; k < V; k++) { se += expf(z[k] - mx); sz += z[k]; }
+        float lse = mx + logf(se);
+        float nll = lse - z[y];
         /* -sum_k q_k log p_k with q = (1-eps) onehot + eps/V */
-        double smooth = lse - sz / V;
-        row_nll[r] = (float)nll;
-        row_loss[r] = (float)((1.0 - eps) * nll + eps * smooth);
+        float smooth = lse - sz / V;
+        row_nll[r] = nll;
+        row_loss[r] = (1.0f - eps) * nll + eps * smooth;
         if (grad_scale != 0.0f) {
             float u = eps / V;
-            for (int k = 0; k < V; k++) z[k] = grad_scale * ((float)exp((double)z[k] - lse) - u);
+            #pragma omp simd
+            for (int k = 0; k < V; k++) z[k] = grad_scale * (expf(z[k] - lse) - u);
             z[y] -= grad_scale * (1.0f - eps);
         }
     }
@@ -318,9 +316,10 @@ static void cpu_log_softmax(Backend *be, float *x, int rows, int cols)
         float *z = x + (size_t)r * cols;
         float mx = z[0];
         for (int k = 1; k < cols; k++) mx = z[k] > mx ? z[k] : mx;
-        double se = 0.0;
-        for (int k = 0; k < cols; k++) se += exp((double)(z[k] - mx));
-        float lse = mx + (float)log(se);
+        float se = 0.0f;
+        #pragma omp simd reduction(+:se)
+        for (int k = 0; k < cols; k++) se += expf(z[k] - mx);
+        float lse = mx + logf(se);
         for (int k = 0; k < cols; k++) z[k] -= lse;
     }
 }

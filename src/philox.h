@@ -56,12 +56,33 @@ typedef struct {
     uint32_t site;   /* which dropout in the network (layer, sub-layer) */
 } DropoutKey;
 
+/* the four uniforms of features 4*j4 .. 4*j4+3 of token (sent, pos) */
+static inline PHILOX_HD philox_ctr dropout_bits4(DropoutKey k, uint32_t sent, uint32_t pos, uint32_t j4)
+{
+    philox_ctr c = {{ j4, pos, sent, k.step }};
+    return philox4x32(c, (uint32_t)k.seed ^ (k.site * 0x85EBCA6Bu), (uint32_t)(k.seed >> 32) + k.site);
+}
+
 /* keep (1) or drop (0) feature j of token (sent, pos) */
 static inline PHILOX_HD int dropout_keep(DropoutKey k, float p, uint32_t sent, uint32_t pos, uint32_t j)
 {
-    philox_ctr c = {{ j >> 2, pos, sent, k.step }};
-    philox_ctr r = philox4x32(c, (uint32_t)k.seed ^ (k.site * 0x85EBCA6Bu), (uint32_t)(k.seed >> 32) + k.site);
-    return philox_uniform(r.v[j & 3]) >= p;
+    philox_ctr r = dropout_bits4(k, sent, pos, j >> 2);
+    /* select without a variable index: a dynamically indexed array would
+     * live in local memory on the GPU */
+    uint32_t x = (j & 2) ? ((j & 1) ? r.v[3] : r.v[2]) : ((j & 1) ? r.v[1] : r.v[0]);
+    return philox_uniform(x) >= p;
+}
+
+/* out[j] = in[j] * (kept ? 1/(1-p) : 0) for features j of one token row */
+static inline PHILOX_HD void dropout_row(DropoutKey k, float p, uint32_t sent, uint32_t pos, const float *in,
+                                         float *out, int d)
+{
+    float s = 1.0f / (1.0f - p);
+    for (int j = 0; j < d; j += 4) {
+        philox_ctr r = dropout_bits4(k, sent, pos, (uint32_t)j >> 2);
+        for (int i = 0; i < 4 && j + i < d; i++)
+            out[j + i] = philox_uniform(r.v[i]) >= p ? in[j + i] * s : 0.0f;
+    }
 }
 
 #endif

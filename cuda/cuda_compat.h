@@ -1,0 +1,29 @@
+/* What the CUDA sources of cuda/ use instead of raw launch syntax, so
+ * that the same file compiles with nvcc for the GPU and with g++
+ * (-DCUDA_EMULATION) for the CPU emulator of cuda/emu/, which the tests run
+ * where no GPU exists.
+ *
+ *   LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
+ *   DYNAMIC_SHARED(T, name);    -- T *name = the block's dynamic shared memory
+ *
+ * Kernels use only dynamic shared memory (no static __shared__ arrays): the
+ * emulator refills it with 0xFF before every block and watches red zones
+ * around it. */
+#ifndef CUDA_COMPAT_H
+#define CUDA_COMPAT_H
+
+#ifdef CUDA_EMULATION
+#include "emu/emu.h"
+#else
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+
+#define LAUNCH(kernel, grid, block, smem, stream, ...) \
+    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define DYNAMIC_SHARED(T, name)                                  \
+    extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
+    T *name = reinterpret_cast<T *>(cuda_dyn_smem_)
+#endif
+
+#endif

@@ -1,0 +1,160 @@
+/* cuBLAS for the CUDA emulator: the calls the backend uses, compiled against
+ * the real cublas_v2.h (a wrong signature is a compile error), computed with
+ * OpenBLAS, with the argument checks the cuBLAS documentation lists for
+ * cublasGemmEx / cublasGemmStridedBatchedEx (CUBLAS_STATUS_INVALID_VALUE for
+ * negative sizes, leading dimensions below the minimum, bad operations,
+ * NULL scalars; NOT_INITIALIZED for a null handle; NOT_SUPPORTED for type
+ * combinations the backend does not use).  Every matrix must lie inside one
+ * cudaMalloc'd allocation, as it must on a GPU.
+ *
+ * Compute types: CUBLAS_COMPUTE_32F is plain sgemm; _FAST_TF32 and
+ * _FAST_16BF round the inputs to TF32 / bf16 (round to nearest even) first,
+ * as the tensor cores do, and accumulate in fp32. */
+#include "emu.h"
+
+#include <cblas.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+struct cublasContext {
+    cudaStream_t stream;
+    cublasMath_t math;
+};
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
+{
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    *h = new cublasContext{ nullptr, CUBLAS_DEFAULT_MATH };
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_(emulated error)";
+    }
+}
+
+static bool valid_op(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
+static int imax1(int a) { return a > 1 ? a : 1; }
+
+static float round_bits(float x, int drop)
+{
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {   /* finite: round to nearest even */
+        uint32_t half = (1u << (drop - 1)) - 1 + ((u >> drop) & 1u);
+        u = (u + half) & ~((1u << drop) - 1);
+    }
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+/* column-major matrix with `rows` x `cols` and leading dimension ld */
+static size_t extent(int rows, int cols, int ld)
+{
+    if (rows == 0 || cols == 0) return 0;
+    return ((size_t)(cols - 1) * ld + rows) * sizeof(float);
+}
+
+static void check_mem(const void *p, size_t bytes, const char *fn, const char *what)
+{
+    if (bytes && !cuda_emu::is_device_range(p, bytes))
+        cuda_emu::fail("%s: matrix %s at %p (+%zu bytes) is not inside one device allocation", fn, what, p, bytes);
+}
+
+static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                  int n, int k, const void *alpha, const void *A, cudaDataType At, int lda,
+                                  long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
+                                  const void *beta, void *C, cudaDataType Ct, int ldc, long long sC, int batch,
+                                  cublasComputeType_t ct)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || !valid_op(ta) || !valid_op(tb) || !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    bool nA = ta == CUBLAS_OP_N, nB = tb == CUBLAS_OP_N;
+    if (lda < imax1(nA ? m : k) || ldb < imax1(nB ? k : n) || ldc < imax1(m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (At != CUDA_R_32F || Bt != CUDA_R_32F || Ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ct != CUBLAS_COMPUTE_32F && ct != CUBLAS_COMPUTE_32F_FAST_TF32 && ct != CUBLAS_COMPUTE_32F_FAST_16BF &&
+        ct != CUBLAS_COMPUTE_32F_PEDANTIC)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
+    int drop = ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16
+             : (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH)) ? 13
+             : 0;
+    std::vector<float> ra, rb;
+    for (int i = 0; i < batch; i++) {
+        const float *a = (const float *)A + i * sA, *b = (const float *)B + i * sB;
+        float *c = (float *)C + i * sC;
+        if (k > 0) {
+            check_mem(a, eA, fn, "A");
+            check_mem(b, eB, fn, "B");
+        }
+        check_mem(c, eC, fn, "C");
+        if (drop && k > 0) {
+            ra.assign(a, a + eA / sizeof(float));
+            rb.assign(b, b + eB / sizeof(float));
+            for (float &x : ra) x = round_bits(x, drop);
+            for (float &x : rb) x = round_bits(x, drop);
+            a = ra.data();
+            b = rb.data();
+        }
+        if (k == 0) {   /* C = beta*C (cuBLAS does not read A, B) */
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++) c[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * c[(size_t)j * ldc + r];
+            continue;
+        }
+        cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al, a,
+                    lda, b, ldb, be, c, ldc);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType At, int lda, const void *B, cudaDataType Bt,
+                            int ldb, const void *beta, void *C, cudaDataType Ct, int ldc, cublasComputeType_t ct,
+                            cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    return gemm_common("cublasGemmEx", h, ta, tb, m, n, k, alpha, A, At, lda, 0, B, Bt, ldb, 0, beta, C, Ct, ldc, 0, 1,
+                       ct);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType At, int lda,
+                                          long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
+                                          const void *beta, void *C, cudaDataType Ct, int ldc, long long sC,
+                                          int batch, cublasComputeType_t ct, cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    return gemm_common("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, At, lda, sA, B, Bt, ldb, sB, beta,
+                       C, Ct, ldc, sC, batch, ct);
+}

@@ -1,0 +1,586 @@
+/* CUDA emulator: fiber scheduler for kernels and the runtime calls the
+ * backend uses (memory, copies, streams, events) on host memory.  See emu.h.
+ *
+ * Fibers: each CUDA thread of a block runs on its own mmap'd stack (guard
+ * page below).  A fiber is entered the first time with setcontext() after a
+ * single makecontext(), then switched with _setjmp/_longjmp (no signal mask
+ * syscall, ~50 ns).  The fiber's entry function loops: run the kernel body,
+ * mark DONE, yield; so fibers are reused for every block and launch. */
+#undef _FORTIFY_SOURCE   /* __longjmp_chk rejects jumps between stacks */
+#include "emu.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+namespace cuda_emu {
+
+thread_local Ctx *cur;
+
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+
+struct Fiber {
+    Ctx ctx;
+    jmp_buf jb;
+    ucontext_t uc;
+    char *map;
+    size_t map_size;
+    char *stack_lo;
+    size_t stack_size;
+    bool started;
+    State st;
+    int linear;
+    const char *file;   /* site of the barrier / warp op it waits at */
+    int line;
+    int op, arg, width;
+    unsigned mask;
+    uint64_t val, res;
+    void *asan_fake;
+};
+
+static const char *op_names[] = { "__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync",
+                                  "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp" };
+
+enum Order { FORWARD, REVERSE, RANDOM };
+
+struct Emu {
+    std::vector<Fiber *> pool;
+    jmp_buf sched_jb;
+    const std::function<void()> *body = nullptr;
+    Order order = FORWARD;
+    std::mt19937_64 rng{1};
+    bool order_set = false;
+    /* dynamic shared memory with red zones */
+    unsigned char *smem_buf = nullptr;
+    size_t smem_cap = 0, smem_size = 0;
+    /* current launch, for messages */
+    const char *kname = "";
+    const char *kfile = "";
+    int kline = 0;
+    dim3 grid, block;
+    uint3 bidx;
+    /* ASan fiber bookkeeping */
+    void *sched_fake = nullptr;
+    const void *main_bottom = nullptr;
+    size_t main_size = 0;
+    /* device allocations: start -> size */
+    std::map<uintptr_t, size_t> allocs;
+    cudaError_t last_error = cudaSuccess;
+    long launches = 0;
+};
+static Emu E;
+static thread_local Fiber *cur_fiber;
+
+static const size_t RED = 64;     /* red-zone bytes on each side of shared memory */
+static const unsigned char RED_BYTE = 0xA5;
+
+void fail(const char *fmt, ...)
+{
+    fflush(stdout);
+    fprintf(stderr, "cuda-emu: error: ");
+    if (E.kname && *E.kname) {
+        fprintf(stderr, "kernel %s (launched at %s:%d) block (%u,%u,%u)", E.kname, E.kfile, E.kline, E.bidx.x,
+                E.bidx.y, E.bidx.z);
+        if (cur_fiber)
+            fprintf(stderr, " thread (%u,%u,%u)", cur_fiber->ctx.tid.x, cur_fiber->ctx.tid.y,
+                    cur_fiber->ctx.tid.z);
+        fprintf(stderr, ": ");
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    _exit(99);
+}
+
+/* ---------------------------------------------------------------- order */
+
+static void set_order_spec(const char *s)
+{
+    if (!s || !*s || !strcmp(s, "forward")) { E.order = FORWARD; return; }
+    if (!strcmp(s, "reverse")) { E.order = REVERSE; return; }
+    if (!strncmp(s, "random", 6)) {
+        E.order = RANDOM;
+        unsigned long long seed = 1;
+        if (s[6] == ':') seed = strtoull(s + 7, nullptr, 10);
+        E.rng.seed(seed);
+        return;
+    }
+    fprintf(stderr, "cuda-emu: error: CUDA_EMU_ORDER '%s' is not forward, reverse or random[:seed]\n", s);
+    _exit(99);
+}
+
+static void init_order()
+{
+    if (E.order_set) return;
+    E.order_set = true;
+    set_order_spec(getenv("CUDA_EMU_ORDER"));
+}
+
+/* --------------------------------------------------------------- fibers */
+
+#if EMU_ASAN
+#define ASAN_START(fake, lo, size) __sanitizer_start_switch_fiber(fake, lo, size)
+#define ASAN_FINISH(fake, lo, size) __sanitizer_finish_switch_fiber(fake, lo, size)
+#else
+#define ASAN_START(fake, lo, size) ((void)0)
+#define ASAN_FINISH(fake, lo, size) ((void)0)
+#endif
+
+static size_t stack_bytes()
+{
+    const char *s = getenv("CUDA_EMU_STACK_KB");
+    size_t kb = s ? strtoul(s, nullptr, 10) : (EMU_ASAN ? 512 : 64);
+    if (kb < 16) kb = 16;
+    return kb * 1024;
+}
+
+static void yield_to_sched(Fiber *f)
+{
+    ASAN_START(&f->asan_fake, E.main_bottom, E.main_size);
+    if (!_setjmp(f->jb)) _longjmp(E.sched_jb, 1);
+    ASAN_FINISH(f->asan_fake, &E.main_bottom, &E.main_size);
+}
+
+static void fiber_entry()
+{
+    ASAN_FINISH(nullptr, &E.main_bottom, &E.main_size);
+    for (;;) {
+        (*E.body)();
+        Fiber *f = cur_fiber;
+        f->st = DONE;
+        yield_to_sched(f);
+    }
+}
+
+static Fiber *new_fiber(int linear)
+{
+    Fiber *f = new Fiber();
+    long page = sysconf(_SC_PAGESIZE);
+    f->stack_size = stack_bytes();
+    f->map_size = f->stack_size + (size_t)page;
+    void *m = mmap(nullptr, f->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) fail("cannot map a fiber stack");
+    f->map = (char *)m;
+    /* guard page: a stack overflow faults instead of corrupting a neighbour */
+    if (mprotect(f->map, (size_t)page, PROT_NONE)) fail("mprotect of a guard page failed");
+    f->stack_lo = f->map + page;
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack_lo;
+    f->uc.uc_stack.ss_size = f->stack_size;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, fiber_entry, 0);
+    f->linear = linear;
+    return f;
+}
+
+static void resume(Fiber *f)
+{
+    cur_fiber = f;
+    cur = &f->ctx;
+    ASAN_START(&E.sched_fake, f->stack_lo, f->stack_size);
+    if (!_setjmp(E.sched_jb)) {
+        if (!f->started) {
+            f->started = true;
+            setcontext(&f->uc);
+        }
+        _longjmp(f->jb, 1);
+    }
+    ASAN_FINISH(E.sched_fake, nullptr, nullptr);
+    cur_fiber = nullptr;
+    cur = nullptr;
+}
+
+/* ------------------------------------------------------- sync primitives */
+
+static Fiber *me(const char *what)
+{
+    if (!cur_fiber) fail("%s called outside a kernel", what);
+    return cur_fiber;
+}
+
+void syncthreads(const char *file, int line)
+{
+    Fiber *f = me("__syncthreads");
+    f->st = AT_BARRIER;
+    f->file = file;
+    f->line = line;
+    yield_to_sched(f);
+}
+
+uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line)
+{
+    Fiber *f = me(op_names[op]);
+    if (width <= 0 || width > 32 || (width & (width - 1)))
+        fail("%s at %s:%d: width %d is not a power of 2 in [1, 32]", op_names[op], file, line, width);
+    f->st = AT_WARP;
+    f->op = op;
+    f->mask = mask;
+    f->val = val;
+    f->arg = arg;
+    f->width = width;
+    f->file = file;
+    f->line = line;
+    yield_to_sched(f);
+    return f->res;
+}
+
+void *dynamic_shared()
+{
+    me("dynamic shared memory");
+    return E.smem_buf + RED;
+}
+
+static const char *where(const Fiber *g, char *buf, size_t n)
+{
+    switch (g->st) {
+    case DONE: snprintf(buf, n, "has exited"); break;
+    case AT_BARRIER: snprintf(buf, n, "waits at __syncthreads() at %s:%d", g->file, g->line); break;
+    case AT_WARP: snprintf(buf, n, "waits at %s(mask 0x%08x) at %s:%d", op_names[g->op], g->mask, g->file, g->line); break;
+    default: snprintf(buf, n, "is running"); break;
+    }
+    return buf;
+}
+
+/* Complete every warp operation whose lanes have all arrived; returns
+ * whether any thread became runnable. */
+static bool resolve_warps(int n)
+{
+    bool progressed = false;
+    char buf[256];
+    for (int w0 = 0; w0 < n; w0 += 32) {
+        for (int l = 0; l < 32 && w0 + l < n; l++) {
+            Fiber *f = E.pool[w0 + l];
+            if (f->st != AT_WARP) continue;
+            cur_fiber = f;
+            unsigned m = f->mask;
+            if (!((m >> l) & 1u))
+                fail("%s at %s:%d: mask 0x%08x does not include the calling lane %d", op_names[f->op], f->file,
+                     f->line, m, l);
+            /* every lane of the mask must wait at the same operation with the same mask */
+            for (int b = 0; b < 32; b++) {
+                if (!((m >> b) & 1u)) continue;
+                if (w0 + b >= n)
+                    fail("%s at %s:%d: mask 0x%08x names lane %d, which does not exist (block of %d threads)",
+                         op_names[f->op], f->file, f->line, m, b, n);
+                Fiber *g = E.pool[w0 + b];
+                if (g->st != AT_WARP || g->op != f->op || g->mask != m || g->file != f->file || g->line != f->line)
+                    fail("%s at %s:%d with mask 0x%08x: lane %d of the mask never arrives (it %s)", op_names[f->op],
+                         f->file, f->line, m, b, where(g, buf, sizeof buf));
+            }
+            uint64_t ballot = 0;
+            for (int b = 0; b < 32; b++)
+                if ((m >> b) & 1u) ballot |= (uint64_t)(E.pool[w0 + b]->val != 0) << b;
+            for (int b = 0; b < 32; b++) {
+                if (!((m >> b) & 1u)) continue;
+                Fiber *g = E.pool[w0 + b];
+                int wd = g->width, seg = b & ~(wd - 1), src = b;
+                switch (g->op) {
+                case OP_IDX: src = seg + (g->arg & (wd - 1)); break;
+                case OP_XOR: src = b ^ g->arg; if (src < seg || src >= seg + wd) src = b; break;
+                case OP_DOWN: src = b + g->arg; if (src >= seg + wd) src = b; break;
+                case OP_UP: src = b - g->arg; if (src < seg) src = b; break;
+                default: break;
+                }
+                switch (g->op) {
+                case OP_IDX: case OP_XOR: case OP_DOWN: case OP_UP:
+                    if (src < 0 || src > 31 || !((m >> src) & 1u)) {
+                        cur_fiber = g;
+                        fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x", op_names[g->op], g->file,
+                             g->line, b, src, m);
+                    }
+                    g->res = E.pool[w0 + src]->val;
+                    break;
+                case OP_BALLOT: g->res = ballot; break;
+                case OP_ANY: g->res = ballot != 0; break;
+                case OP_ALL: g->res = ballot == m; break;
+                default: g->res = 0; break;
+                }
+            }
+            for (int b = 0; b < 32; b++)
+                if ((m >> b) & 1u) E.pool[w0 + b]->st = RUNNABLE;
+            progressed = true;
+        }
+    }
+    cur_fiber = nullptr;
+    return progressed;
+}
+
+static void check_red_zones()
+{
+    unsigned char *lo = E.smem_buf, *hi = E.smem_buf + RED + E.smem_size;
+    for (size_t i = 0; i < RED; i++) {
+        if (lo[i] != RED_BYTE)
+            fail("shared memory written out of bounds at byte offset %ld (dynamic shared memory is %zu bytes)",
+                 (long)i - (long)RED, E.smem_size);
+        if (hi[i] != RED_BYTE)
+            fail("shared memory written out of bounds at byte offset %zu (dynamic shared memory is %zu bytes)",
+                 E.smem_size + i, E.smem_size);
+    }
+}
+
+static void run_block(int n)
+{
+    std::vector<int> ord(n);
+    for (int i = 0; i < n; i++) {
+        Fiber *f = E.pool[i];
+        f->st = RUNNABLE;
+        f->ctx.bid = E.bidx;
+        f->ctx.bdim = E.block;
+        f->ctx.gdim = E.grid;
+        f->ctx.tid = make_uint3(i % E.block.x, (i / E.block.x) % E.block.y, i / (E.block.x * E.block.y));
+    }
+    memset(E.smem_buf, RED_BYTE, RED);
+    memset(E.smem_buf + RED, 0xFF, E.smem_size);
+    memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
+    char buf[256];
+    for (;;) {
+        for (int i = 0; i < n; i++) ord[i] = E.order == REVERSE ? n - 1 - i : i;
+        if (E.order == RANDOM) std::shuffle(ord.begin(), ord.end(), E.rng);
+        for (int i : ord)
+            if (E.pool[i]->st == RUNNABLE) resume(E.pool[i]);
+        if (resolve_warps(n)) continue;
+        Fiber *bar = nullptr, *done = nullptr, *warp = nullptr;
+        for (int i = 0; i < n; i++) {
+            Fiber *f = E.pool[i];
+            if (f->st == AT_BARRIER && !bar) bar = f;
+            if (f->st == DONE && !done) done = f;
+            if (f->st == AT_WARP && !warp) warp = f;
+        }
+        if (!bar && !warp) break;   /* every thread exited */
+        if (warp) { cur_fiber = warp; fail("deadlock: %s", where(warp, buf, sizeof buf)); }
+        if (done) {
+            cur_fiber = done;
+            fail("thread exited while thread (%u,%u,%u) waits at __syncthreads() at %s:%d", bar->ctx.tid.x,
+                 bar->ctx.tid.y, bar->ctx.tid.z, bar->file, bar->line);
+        }
+        for (int i = 0; i < n; i++) {
+            Fiber *f = E.pool[i];
+            if (f->file != bar->file || f->line != bar->line) {
+                cur_fiber = f;
+                fail("threads reach different barriers: this thread __syncthreads() at %s:%d, thread (%u,%u,%u) at %s:%d",
+                     f->file, f->line, bar->ctx.tid.x, bar->ctx.tid.y, bar->ctx.tid.z, bar->file,
+                     bar->line);
+            }
+        }
+        for (int i = 0; i < n; i++) E.pool[i]->st = RUNNABLE;
+    }
+    check_red_zones();
+}
+
+void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            const std::function<void()> &body, const char *file, int line)
+{
+    (void)stream;
+    if (cur_fiber) fail("kernel %s launched from inside a kernel", name);
+    init_order();
+    E.kname = name;
+    E.kfile = file;
+    E.kline = line;
+    E.bidx = make_uint3(0, 0, 0);
+    unsigned long nt = (unsigned long)block.x * block.y * block.z;
+    if (nt == 0 || nt > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+        fail("invalid block (%u,%u,%u)", block.x, block.y, block.z);
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu)
+        fail("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
+    if (smem > 48 * 1024) fail("%zu bytes of dynamic shared memory exceed the default limit of 48 KiB", smem);
+    while (E.pool.size() < nt) E.pool.push_back(new_fiber((int)E.pool.size()));
+    if (E.smem_cap < smem + 2 * RED) {
+        free(E.smem_buf);
+        E.smem_cap = smem + 2 * RED;
+        E.smem_buf = (unsigned char *)aligned_alloc(64, (E.smem_cap + 63) & ~(size_t)63);
+    }
+    E.smem_size = smem;
+    E.grid = grid;
+    E.block = block;
+    E.body = &body;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                E.bidx = make_uint3(x, y, z);
+                run_block((int)nt);
+            }
+    E.body = nullptr;
+    E.kname = "";
+    E.launches++;
+}
+
+bool is_device_range(const void *p, size_t bytes)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = E.allocs.upper_bound(a);
+    if (it == E.allocs.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+} // namespace cuda_emu
+
+using namespace cuda_emu;
+
+extern "C" int cuda_emu_set_order(const char *spec)
+{
+    E.order_set = true;
+    set_order_spec(spec);
+    return 0;
+}
+
+extern "C" long cuda_emu_launches(void) { return E.launches; }
+
+/* ------------------------------------------------------------- runtime */
+
+static cudaError_t set_err(cudaError_t e)
+{
+    if (e != cudaSuccess) E.last_error = e;
+    return e;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size)
+{
+    if (!p) return set_err(cudaErrorInvalidValue);
+    /* exactly `size` bytes (256-aligned like the GPU), so that ASan sees
+     * an access past the end even where the GPU's rounding would hide it */
+    size_t n = size ? size : 1;
+    void *q = NULL;
+    if (posix_memalign(&q, 256, n)) return set_err(cudaErrorMemoryAllocation);
+    memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
+    E.allocs[(uintptr_t)q] = size;
+    *p = q;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    if (!p) return cudaSuccess;
+    auto it = E.allocs.find((uintptr_t)p);
+    if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
+    E.allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t size)
+{
+    *p = malloc(size ? size : 1);
+    return *p ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what)
+{
+    bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (dd && !is_device_range(dst, n)) fail("%s: destination %p (+%zu bytes) is not device memory", what, dst, n);
+    if (sd && !is_device_range(src, n)) fail("%s: source %p (+%zu bytes) is not device memory", what, src, n);
+    if (kind == cudaMemcpyHostToDevice && is_device_range(src, 1)) fail("%s: host-to-device copy from device memory", what);
+    if (kind == cudaMemcpyDeviceToHost && is_device_range(dst, 1)) fail("%s: device-to-host copy into device memory", what);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
+{
+    if (!n) return cudaSuccess;
+    check_copy(dst, src, n, kind, "cudaMemcpy");
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s)
+{
+    (void)s;
+    if (!n) return cudaSuccess;
+    check_copy(dst, src, n, kind, "cudaMemcpyAsync");
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    if (!n) return cudaSuccess;
+    if (!is_device_range(p, n)) fail("cudaMemset: %p (+%zu bytes) is not device memory", p, n);
+    memset(p, v, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
+    (void)s;
+    return cudaMemset(p, v, n);
+}
+
+/* streams and events: the emulator runs everything synchronously */
+static int stream_tag;
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)&stream_tag; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f) { (void)f; return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) { (void)s; (void)e; (void)f; return cudaSuccess; }
+static int event_tag;
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (cudaEvent_t)&event_tag; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    /* CUDA_EMU_DEVICES=0 plays a machine without a GPU */
+    const char *s = getenv("CUDA_EMU_DEVICES");
+    *n = s ? atoi(s) : 1;
+    return *n > 0 ? cudaSuccess : set_err(cudaErrorNoDevice);
+}
+
+static int cur_device;
+cudaError_t cudaSetDevice(int d)
+{
+    int n;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) return set_err(cudaErrorInvalidDevice);
+    cur_device = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) { *d = cur_device; return cudaSuccess; }
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = E.last_error;
+    E.last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return E.last_error; }
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return "emulated CUDA error";
+    }
+}

@@ -1,0 +1,124 @@
+/* CUDA emulator (tests only): compiles a .cu file with g++ -x c++
+ * -DCUDA_EMULATION and runs its kernels on the CPU.
+ *
+ * - The real CUDA headers give dim3, uint3, float4, cudaError_t, the bf16
+ *   types and the runtime/cuBLAS prototypes (so a wrong signature in the
+ *   emulated runtime, emu.cc, or cuBLAS, cublas_emu.cc, is a compile error).
+ * - Each CUDA thread of a block is a fiber with its own small stack (guard
+ *   page below it); blocks run one after another.  __syncthreads() is a
+ *   barrier that fails loudly when threads reach different barriers or when
+ *   some exited while others wait.  Warp intrinsics (shuffles, ballots,
+ *   __syncwarp) are resolved per warp once every lane of the mask arrived,
+ *   with mask checks.
+ * - Dynamic shared memory is refilled with 0xFF (a NaN pattern) before each
+ *   block; red zones around it catch out-of-bounds writes.
+ * - The order in which threads run between two barriers is chosen at run
+ *   time (CUDA_EMU_ORDER=forward|reverse|random[:seed], or
+ *   cuda_emu_set_order): a missing barrier shows up under some order.
+ * Any misuse prints "cuda-emu: error: ..." and exits with status 99. */
+#ifndef CUDA_EMU_H
+#define CUDA_EMU_H
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <utility>
+
+#undef __shared__
+#define __shared__ static
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+namespace cuda_emu {
+
+struct Ctx {
+    uint3 tid, bid;
+    dim3 bdim, gdim;
+};
+extern thread_local Ctx *cur;
+
+enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC };
+
+void syncthreads(const char *file, int line);
+uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
+void *dynamic_shared();
+void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            const std::function<void()> &body, const char *file, int line);
+/* throws nothing: reports a misuse and exits 99 */
+[[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* is [p, p+bytes) inside one cudaMalloc'd allocation? */
+bool is_device_range(const void *p, size_t bytes);
+
+template <class T> inline T shfl(int op, const char *f, int l, unsigned mask, T v, int arg, int width)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+    uint64_t u = 0;
+    std::memcpy(&u, &v, sizeof v);
+    u = warp_op(op, mask, u, arg, width, f, l);
+    T r;
+    std::memcpy(&r, &u, sizeof r);
+    return r;
+}
+template <class T> inline T shfl_at(const char *f, int l, unsigned m, T v, int src, int w = 32) { return shfl(OP_IDX, f, l, m, v, src, w); }
+template <class T> inline T shfl_xor_at(const char *f, int l, unsigned m, T v, int x, int w = 32) { return shfl(OP_XOR, f, l, m, v, x, w); }
+template <class T> inline T shfl_down_at(const char *f, int l, unsigned m, T v, unsigned d, int w = 32) { return shfl(OP_DOWN, f, l, m, v, (int)d, w); }
+template <class T> inline T shfl_up_at(const char *f, int l, unsigned m, T v, unsigned d, int w = 32) { return shfl(OP_UP, f, l, m, v, (int)d, w); }
+inline unsigned ballot_at(const char *f, int l, unsigned m, int p) { return (unsigned)warp_op(OP_BALLOT, m, p != 0, 0, 32, f, l); }
+inline int any_at(const char *f, int l, unsigned m, int p) { return (int)warp_op(OP_ANY, m, p != 0, 0, 32, f, l); }
+inline int all_at(const char *f, int l, unsigned m, int p) { return (int)warp_op(OP_ALL, m, p != 0, 0, 32, f, l); }
+inline void syncwarp_at(const char *f, int l, unsigned m = 0xffffffffu) { warp_op(OP_SYNC, m, 0, 0, 32, f, l); }
+
+/* a launch converts its arguments to the kernel's parameter types once (as
+ * the CUDA runtime does); every thread then gets its own copy */
+template <class... P, class... A>
+inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          const char *file, int line, void (*k)(P...), A &&...a)
+{
+    std::tuple<P...> args(std::forward<A>(a)...);
+    launch(name, grid, block, smem, stream, [&]() { std::apply(k, args); }, file, line);
+}
+
+} // namespace cuda_emu
+
+#define threadIdx (cuda_emu::cur->tid)
+#define blockIdx (cuda_emu::cur->bid)
+#define blockDim (cuda_emu::cur->bdim)
+#define gridDim (cuda_emu::cur->gdim)
+#define warpSize 32
+
+#define __syncthreads() cuda_emu::syncthreads(__FILE__, __LINE__)
+#define __syncwarp(...) cuda_emu::syncwarp_at(__FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_sync(...) cuda_emu::shfl_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_xor_sync(...) cuda_emu::shfl_xor_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(...) cuda_emu::shfl_down_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_up_sync(...) cuda_emu::shfl_up_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __ballot_sync(...) cuda_emu::ballot_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __any_sync(...) cuda_emu::any_at(__FILE__, __LINE__, __VA_ARGS__)
+#define __all_sync(...) cuda_emu::all_at(__FILE__, __LINE__, __VA_ARGS__)
+
+#define LAUNCH(kernel, grid, block, smem, stream, ...) \
+    cuda_emu::launch_kernel(#kernel, dim3(grid), dim3(block), (smem), (stream), __FILE__, __LINE__, kernel, __VA_ARGS__)
+#define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
+
+/* device intrinsics on the host (IEEE versions: the emulator checks logic,
+ * the tolerance of the tests covers the GPU's fast approximations) */
+/* (__expf and __logf are glibc's) */
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+
+/* atomics (the project's kernels avoid them for determinism; given for completeness) */
+static inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; return o; }
+static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline int atomicMax(int *p, int v) { int o = *p; if (v > o) *p = v; return o; }
+
+#endif

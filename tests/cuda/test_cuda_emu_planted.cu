@@ -1,0 +1,161 @@
+/* Planted bugs: the CUDA emulator (cuda/emu/) must catch each of them.
+ * Compiled like the backend (g++ -x c++ -DCUDA_EMULATION).
+ *  - a missing __syncthreads(): wrong results under some thread order
+ *    (here forward order hides it, reverse and random find it);
+ *  - an out-of-bounds write to dynamic shared memory;
+ *  - a shuffle reading a lane outside its mask;
+ *  - a lane of a shuffle's mask that never arrives;
+ *  - threads reaching different barriers; a thread exiting while others
+ *    wait at a barrier.
+ * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
+ * planted kernel runs in a forked child and the message is checked. */
+#include "cuda_compat.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern "C" int cuda_emu_set_order(const char *spec);
+
+static int failures;
+
+/* out[t] = in-block neighbour t-1's value, passed through shared memory */
+static __global__ void k_neighbour(int *out, int with_barrier)
+{
+    DYNAMIC_SHARED(int, sh);
+    int t = threadIdx.x;
+    sh[t] = 10 * t + 1;
+    if (with_barrier) __syncthreads();
+    out[t] = t > 0 ? sh[t - 1] : 0;
+}
+
+static __global__ void k_oob_shared(int *out)
+{
+    DYNAMIC_SHARED(int, sh);
+    sh[threadIdx.x + 1] = 1;   /* the last thread writes one past the end */
+    __syncthreads();
+    out[threadIdx.x] = sh[threadIdx.x];
+}
+
+static __global__ void k_shfl_outside_mask(int *out)
+{
+    int lane = threadIdx.x & 31, v = lane;
+    if (lane < 16) v = __shfl_xor_sync(0x0000ffffu, v, 16);   /* lane ^ 16 is not in the mask */
+    out[threadIdx.x] = v;
+}
+
+static __global__ void k_shfl_missing_lane(int *out)
+{
+    int lane = threadIdx.x & 31, v = lane;
+    if (lane != 7) v = __shfl_xor_sync(0xffffffffu, v, 1);   /* lane 7 never calls */
+    out[threadIdx.x] = v;
+}
+
+static __global__ void k_shfl_ok(int *out)
+{
+    int lane = threadIdx.x & 31, v = lane;
+    v = __shfl_xor_sync(0xffffffffu, v, 1);
+    unsigned b = __ballot_sync(0xffffffffu, lane & 1);
+    int s = __shfl_down_sync(0xffffffffu, lane, 3);
+    out[threadIdx.x] = v * 1000000 + (int)(b == 0xaaaaaaaau) * 1000 + s;
+}
+
+static __global__ void k_divergent_barrier(int *out)
+{
+    if (threadIdx.x & 1) __syncthreads();
+    else __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+static __global__ void k_early_exit(int *out)
+{
+    if (threadIdx.x == 5) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+static void check(int ok, const char *what)
+{
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok) failures++;
+}
+
+/* run fn in a child; expect exit 99 and `msg` in its stderr */
+static void expect_caught(const char *what, void (*fn)(int *), int *buf, const char *msg)
+{
+    int fd[2];
+    if (pipe(fd)) { perror("pipe"); failures++; return; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        fn(buf);
+        _exit(0);   /* not caught */
+    }
+    close(fd[1]);
+    char err[2048] = "";
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fd[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)r;
+    err[n] = '\0';
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 99 && strstr(err, msg) != NULL;
+    printf("%s %s: %s", ok ? "ok  " : "FAIL", what, n ? err : "(nothing reported)\n");
+    if (!ok) failures++;
+}
+
+static void run_oob(int *b) { LAUNCH(k_oob_shared, 1, 64, 64 * sizeof(int), 0, b); }
+static void run_shfl_mask(int *b) { LAUNCH(k_shfl_outside_mask, 1, 32, 0, 0, b); }
+static void run_shfl_missing(int *b) { LAUNCH(k_shfl_missing_lane, 1, 32, 0, 0, b); }
+static void run_divergent(int *b) { LAUNCH(k_divergent_barrier, 1, 64, 0, 0, b); }
+static void run_early(int *b) { LAUNCH(k_early_exit, 1, 64, 0, 0, b); }
+static void run_partial_warp(int *b) { LAUNCH(k_shfl_ok, 1, 48, 0, 0, b); }   /* full mask, 16-lane warp */
+
+int main()
+{
+    const int n = 96;
+    int *d = NULL, h[96];
+    if (cudaMalloc((void **)&d, n * sizeof(int)) != cudaSuccess) return 1;
+    const char *orders[] = { "forward", "reverse", "random:7" };
+    int found[3];
+    for (int o = 0; o < 3; o++) {
+        cuda_emu_set_order(orders[o]);
+        for (int bug = 0; bug < 2; bug++) {
+            LAUNCH(k_neighbour, 1, n, n * sizeof(int), 0, d, !bug);
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+            int wrong = 0;
+            for (int t = 0; t < n; t++) wrong += h[t] != (t > 0 ? 10 * (t - 1) + 1 : 0);
+            if (!bug) {
+                char w[96];
+                snprintf(w, sizeof w, "correct barrier: right result under %s order", orders[o]);
+                check(!wrong, w);
+            } else {
+                found[o] = wrong > 0;
+                printf("     missing barrier under %-9s order: %d of %d results wrong\n", orders[o], wrong, n);
+            }
+        }
+    }
+    check(found[1] && found[2], "missing __syncthreads() caught under reverse and random order");
+    cuda_emu_set_order("forward");
+    LAUNCH(k_shfl_ok, 1, 64, 0, 0, d);
+    cudaMemcpy(h, d, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+    int wrong = 0;
+    for (int t = 0; t < 64; t++) {
+        int lane = t & 31, s = lane + 3 < 32 ? lane + 3 : lane;
+        wrong += h[t] != (lane ^ 1) * 1000000 + 1000 + s;
+    }
+    check(!wrong, "__shfl_xor_sync, __ballot_sync, __shfl_down_sync give CUDA's results");
+    expect_caught("out-of-bounds shared-memory write", run_oob, d, "shared memory written out of bounds");
+    expect_caught("shuffle outside its mask", run_shfl_mask, d, "outside the mask");
+    expect_caught("lane of the mask that never arrives", run_shfl_missing, d, "never arrives");
+    expect_caught("threads at different barriers", run_divergent, d, "different barriers");
+    expect_caught("thread exits while others wait at a barrier", run_early, d, "exited while");
+    expect_caught("full mask in a partial warp", run_partial_warp, d, "does not exist");
+    cudaFree(d);
+    printf("%d failed\n", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,133 @@
+/* A whole training step of the CUDA backend (run by the CPU emulator of
+ * cuda/emu/) against the CPU backend: the same model, batch and dropout
+ * masks; forward, backward with the bucketed gradient allreduce of
+ * dist.c, then Adam.  Compares the loss, every named gradient tensor and
+ * every parameter after the update.  Run with 1 rank (make test) and with
+ * 2 ranks (tests/test_cuda_step_mpi.sh): each rank takes its own sentences,
+ * so the gradients compared are the allreduced sums.
+ * Both positional encodings (sinusoid, learned), d_k != d_v != d_model/h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "dist.h"
+#include "model.h"
+#include "synthetic.h"
+#include "util.h"
+
+Backend *backend_cuda_create(const char *precision, int local_rank);
+int cuda_emu_set_order(const char *spec);
+
+typedef struct {
+    double loss, nll;
+    long ntok;
+    float *grads, *params;
+} StepOut;
+
+static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b)
+{
+    Model m;
+    if (model_init(&m, c, be)) die(1, "model_init failed");
+    GradSync gs;
+    gradsync_init(&gs, D, &m.pt, m.grads, 4096);   /* small buckets: many allreduces during backward */
+    be->zero(be, m.grads, sizeof(float) * m.pt.total);
+    LossStats st = model_forward_backward(&m, b, 3, 1, 1, D->size > 1 ? gradsync_ready : NULL, &gs);
+    gradsync_finish(&gs);
+    double loc[3] = { st.loss_sum, st.nll_sum, (double)st.n_tokens }, glob[3];
+    MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_SUM, D->comm);
+    StepOut o = { glob[0], glob[1], (long)glob[2], xmalloc(sizeof(float) * m.pt.total),
+                  xmalloc(sizeof(float) * m.pt.total) };
+    be->download(be, o.grads, m.grads, sizeof(float) * m.pt.total);
+    /* several Adam steps so that the update is well above rounding */
+    for (int t = 1; t <= 3; t++) model_adam_step(&m, t, (float)(1.0 / glob[2]));
+    be->download(be, o.params, m.params, sizeof(float) * m.pt.total);
+    gradsync_free(&gs);
+    model_free(&m);
+    return o;
+}
+
+int main(int argc, char **argv)
+{
+    Dist D;
+    dist_init(&D, &argc, &argv);
+    int failures = 0;
+    const char *pos[2] = { "sinusoid", "learned" };
+    for (int pe = 0; pe < 2; pe++) {
+        Config c;
+        config_defaults(&c);
+        c.n_layers = 2;
+        c.d_model = 36;
+        c.d_ff = 50;
+        c.n_heads = 3;
+        c.d_k = 7;
+        c.d_v = 11;
+        c.synth_vocab = 30;
+        c.vocab_size = 37;
+        c.max_len = 16;
+        c.synth_max_len = 13;
+        c.dropout = 0.1f;
+        c.label_smoothing = 0.1f;
+        c.seed = 1234;
+        snprintf(c.positional, sizeof c.positional, "%s", pos[pe]);
+        if (config_validate(&c, "test")) return 2;
+        Corpus corp;
+        synthetic_corpus(&corp, &c, SPLIT_TRAIN, 64);
+        int B = 5, idx[5];
+        for (int i = 0; i < B; i++) idx[i] = D.rank * B + i * 3;
+        Batch b = { 0 };
+        batch_build(&b, &corp, idx, B, c.max_len);
+
+        Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create("fp32", D.local_rank);
+        if (!gpu) return 1;
+        cuda_emu_set_order(pe ? "random:99" : "reverse");
+        StepOut r = run_step(&D, &c, cpu, &b), g = run_step(&D, &c, gpu, &b);
+        ParamTable pt;
+        param_table_build(&pt, &c);
+        double le = fabs(r.loss - g.loss) / fabs(r.loss);
+        int ok = le < 1e-5 && r.ntok == g.ntok;
+        failures += !ok;
+        if (D.rank == 0)
+            printf("%s ranks %d positional %s: loss cpu %.7f cuda %.7f (rel %.1e), %ld target tokens\n",
+                   ok ? "ok  " : "FAIL", D.size, pos[pe], r.loss / r.ntok, g.loss / g.ntok, le, r.ntok);
+        for (int k = 0; k < 2; k++) {
+            const float *A = k ? r.params : r.grads, *G = k ? g.params : g.grads;
+            int bad = 0;
+            double worst = 0;
+            const char *wname = "";
+            for (int t = 0; t < pt.n; t++) {
+                const ParamInfo *p = &pt.t[t];
+                double mx = 0, err = 0;
+                for (size_t i = 0; i < p->numel; i++) {
+                    mx = fmax(mx, fabs(A[p->offset + i]));
+                    err = fmax(err, fabs((double)A[p->offset + i] - G[p->offset + i]));
+                }
+                /* gradients: relative to the tensor's largest entry.
+                 * Parameters: zero-initialised biases move by ~lr = 2e-6 per
+                 * step here, so the floor 1e-3 still resolves 0.1% of an update */
+                double rel = err / (k ? fmax(mx, 1e-3) : (mx > 0 ? mx : 1));
+                double tol = k ? 2e-6 : 2e-5;
+                if (!(rel <= tol)) {
+                    bad++;
+                    if (D.rank == 0) printf("FAIL   %s %s: max error %.3g of max |ref| %.3g\n", k ? "param" : "grad", p->name, err, mx);
+                }
+                if (rel > worst) { worst = rel; wname = p->name; }
+            }
+            failures += bad > 0;
+            if (D.rank == 0)
+                printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
+                       D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
+        }
+        param_table_free(&pt);
+        free(r.grads); free(r.params); free(g.grads); free(g.params);
+        batch_free(&b);
+        corpus_free(&corp);
+        cpu->destroy(cpu);
+        gpu->destroy(gpu);
+    }
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, D.comm);
+    dist_finalize(&D);
+    return all ? 1 : 0;
+}

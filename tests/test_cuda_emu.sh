@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# CUDA backend under the CPU emulator (cuda/emu/): the whole training step
+# with 2 MPI ranks against the CPU backend (tests/cuda/test_cuda_step.c), a
+# short `transformer train device=cuda` run whose losses must match
+# device=cpu, and device=cuda without a GPU failing with one error line.
+set -u
+. "$(dirname "$0")/lib.sh"
+EMU=$TOP/bin/tests/emu-transformer
+STEP=$TOP/bin/tests/test_cuda_step
+[ -x "$EMU" ] && [ -x "$STEP" ] || fail "emulator binaries missing (make tests; needs the CUDA headers)"
+export OMP_NUM_THREADS=1
+
+mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated) differs from CPU"
+ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
+
+args="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 train_steps=6 log_steps=1 max_tokens=160 synth_train=300 synth_dev=16 warmup=10 threads=1"
+out_cpu=$(mpirun -np 2 "$EMU" train $args device=cpu 2>&1) || fail "device=cpu run failed: $out_cpu"
+out_gpu=$(mpirun -np 2 "$EMU" train $args device=cuda 2>&1) || fail "device=cuda (emulated) run failed: $out_gpu"
+echo "$out_gpu" | grep -q "backend cuda" || fail "device=cuda did not use the CUDA backend: $out_gpu"
+python3 - "$out_cpu" "$out_gpu" <<'PY' || fail "losses of device=cuda (emulated) differ from device=cpu"
+import re, sys
+def losses(s):
+    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("cpu ", a); print("cuda", b)
+assert len(a) == 7 and len(a) == len(b), "expected 6 step lines and a dev line"
+assert all(abs(x - y) <= 2e-4 * abs(x) for x, y in zip(a, b))
+PY
+ok "6 training steps on 2 ranks: device=cuda (emulated) losses = device=cpu"
+
+expect_error 2 "error: device=cuda: no usable CUDA device" env CUDA_EMU_DEVICES=0 "$EMU" train device=cuda train_steps=1
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    expect_error 2 "error: device=cuda" "$BIN" train device=cuda train_steps=1
+fi
