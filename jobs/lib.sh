@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs/lib.sh: shell functions shared by the job scripts (sourced, bash).
 #
 #   job_init              find the project (TRANSFORMER_HOME), read cluster.env,
@@ -34,7 +35,7 @@ job_init() {
         # sbatch runs a copy of the script from the spool directory, so the
         # project is found from the submit directory (the submit scripts
         # export TRANSFORMER_HOME explicitly)
-        if [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -x "$SLURM_SUBMIT_DIR/jobs/lib.sh" -o -f "$SLURM_SUBMIT_DIR/jobs/lib.sh" ]; then
+        if [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -f "$SLURM_SUBMIT_DIR/jobs/lib.sh" ]; then
             TRANSFORMER_HOME=$SLURM_SUBMIT_DIR
         else
             TRANSFORMER_HOME=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -94,8 +95,11 @@ run_stage() {
 }
 
 preempted() {
+    [ "$1" -eq 0 ] && return 1            # finished anyway
     [ "$1" -eq "$REQUEUE_EXIT" ] || [ "$1" -eq $((128 + 10)) ] && return 0   # 10 = SIGUSR1
-    [ "$JOB_SIGNAL" = USR1 ] && return 0
+    # a signal reached this shell: under SIGTERM srun may report 255 while
+    # the ranks still finish their checkpoint (KillWait); not a failure
+    [ -n "$JOB_SIGNAL" ] && return 0
     return 1
 }
 
@@ -107,7 +111,7 @@ requeue_self() {
     if [ "$JOB_SIGNAL" = TERM ]; then
         # SIGTERM: Slurm is ending this job (preemption, `scontrol requeue`,
         # scancel) and requeues it itself if it should run again
-        echo "job: checkpoint written after SIGTERM; Slurm requeues or ends the job" >&2
+        echo "job: stopped by SIGTERM; Slurm requeues or ends the job (a requeued job resumes from the newest checkpoint)" >&2
         exit "$REQUEUE_EXIT"
     fi
     echo "job: checkpoint written, requeueing job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1)))" >&2

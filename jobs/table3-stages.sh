@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs/table3-stages.sh: the stages of one Table 3 sweep element (sourced by
 # jobs/table3.sbatch and jobs/run-local.sh after jobs/lib.sh).  Each stage is
 # one function; table3_element runs them in order and turns the first failure
@@ -95,46 +96,92 @@ stage_train() {
 # newest checkpoint of the run (Table 3: no checkpoint averaging)
 stage_checkpoint() {
     CKPT=$(ls "$RUN"/ckpt_*.h5 2>/dev/null | sort -V | tail -n 1)
-    if [ -z "$CKPT" ]; then
-        echo "table3: $ROW: no checkpoint in $RUN (this build writes none): dev numbers from train's final evaluation"
-    else
-        echo "table3: $ROW: evaluating $CKPT"
-    fi
+    [ -n "$CKPT" ] || { FAIL_MSG="train: no checkpoint in $RUN"; return 1; }
+    echo "table3: $ROW: evaluating $CKPT"
 }
 
-# dev loss and per-wordpiece perplexity (unsmoothed NLL)
+# the dataset of the run ("synthetic" or a dataset file)
+row_data() { echo "${DATA:-$(cfg_get "$CFG" data)}"; }
+
+# key=value overrides that eval/translate accept (the architecture comes from
+# the checkpoint): device, precision, threads, max_tokens
+eval_overrides() {
+    EVO=("device=$DEVICE")
+    local o
+    for o in "${OVR[@]}"; do
+        case ${o%%=*} in threads|precision|max_tokens|beam|len_alpha|max_len_a) EVO+=("$o") ;; esac
+    done
+}
+
+# dev per-wordpiece perplexity (unsmoothed NLL) of the checkpoint
 stage_eval() {
-    local src rc
-    if [ -n "$CKPT" ] && has_command eval; then
-        run_logged eval "$BIN" eval --checkpoint "$CKPT" --data "${DATA:-$(cfg_get "$CFG" data)}" --split dev "${OVR[@]}"
-        rc=$?
-        if preempted "$rc"; then requeue_self; fi
-        [ "$rc" -eq 0 ] || { FAIL_MSG="eval: $(stage_message eval "$rc")"; return 1; }
-        src="$RUN/eval.out"
-    else
-        src="$RUN/train.out"    # train evaluates the final parameters on dev
-    fi
-    DEV_LOSS=$(grep -E '(^| )ppl ' "$src" | tail -n 1 | sed -n 's/.*loss \([^ ]*\).*/\1/p')
-    DEV_PPL=$(grep -E '(^| )ppl ' "$src" | tail -n 1 | sed -n 's/.*ppl \([^ ]*\).*/\1/p')
-    [ -n "$DEV_PPL" ] || { FAIL_MSG="eval: no 'ppl' in $src"; return 1; }
-    echo "table3: $ROW: dev loss $DEV_LOSS ppl $DEV_PPL"
-}
-
-# dev BLEU: beam search with the config's beam/len_alpha (paper: 4, 0.6)
-stage_bleu() {
-    DEV_BLEU=""
-    if [ -z "$CKPT" ] || ! has_command translate; then
-        echo "table3: $ROW: dev BLEU not measured (no checkpoint or no translate command in this build)"
+    local rc data
+    data=$(row_data)
+    if [ "$data" = synthetic ]; then
+        # `eval` reads dataset files only; train evaluated the same final
+        # parameters on the synthetic dev split (RUN/metrics.h5, /dev/ppl)
+        echo "table3: $ROW: synthetic data: dev PPL from train's final evaluation ($RUN/metrics.h5)"
         return 0
     fi
-    local rc
-    run_logged translate "$BIN" translate --checkpoint "$CKPT" --data "${DATA:-$(cfg_get "$CFG" data)}" \
-        --split dev --output "$RUN/dev.hyp" "${OVR[@]}"
+    eval_overrides
+    run_logged eval "$BIN" eval --checkpoint "$CKPT" --data "$data" --split dev "${EVO[@]}"
+    rc=$?
+    if preempted "$rc"; then requeue_self; fi
+    [ "$rc" -eq 0 ] || { FAIL_MSG="eval: $(stage_message eval "$rc")"; return 1; }
+    DEV_PPL=$(awk '$1 == "eval" { for (i = 2; i < NF; i++) if ($i == "ppl") v = $(i + 1) } END { print v }' "$RUN/eval.out")
+    [ -n "$DEV_PPL" ] || { FAIL_MSG="eval: no 'ppl' in its output ($RUN/eval.out)"; return 1; }
+    echo "table3: $ROW: dev ppl $DEV_PPL"
+}
+
+# dev translations by beam search (config keys beam, len_alpha, max_len_a:
+# the paper's 4, 0.6, 50) and their references; row_result.py scores them
+# with sacreBLEU
+stage_bleu() {
+    local rc data py
+    data=$(row_data)
+    if [ "$data" = synthetic ]; then
+        echo "table3: $ROW: synthetic data: no BLEU"
+        return 0
+    fi
+    if ! has_command translate; then
+        echo "table3: $ROW: dev BLEU not measured (this build has no translate command)"
+        return 0
+    fi
+    eval_overrides
+    run_logged translate "$BIN" translate --checkpoint "$CKPT" --data "$data" --split dev \
+        --output "$RUN/dev.hyp" "${EVO[@]}"
     rc=$?
     if preempted "$rc"; then requeue_self; fi
     [ "$rc" -eq 0 ] || { FAIL_MSG="translate: $(stage_message translate "$rc")"; return 1; }
-    DEV_BLEU=$(grep -E '(^| )BLEU' "$RUN/translate.out" | tail -n 1 | sed -n 's/.*BLEU[ =]*\([0-9.]*\).*/\1/p')
-    echo "table3: $ROW: dev BLEU ${DEV_BLEU:-?}"
+    # references: DEV_REF, else the dev split's target files named in the
+    # dataset, else its target ids decoded (normalised text, docs/dataset.md)
+    py=$(table3_python)
+    if [ -n "${DEV_REF:-}" ]; then
+        cp "$DEV_REF" "$RUN/dev.ref" || { FAIL_MSG="$DEV_REF: cannot read the dev references"; return 1; }
+    elif ! "$py" - "$data" "$RUN/dev.ref" <<'PY'
+import os, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+g = f["splits/dev"]
+files = [x.decode() if isinstance(x, bytes) else str(x) for x in g.attrs.get("tgt_files", [])]
+lines = []
+if files and all(os.path.isfile(p) for p in files):
+    for p in files:
+        with open(p, encoding="utf-8") as r:
+            lines += [l.rstrip("\n") for l in r]
+else:
+    pieces = [p.decode() if isinstance(p, bytes) else p for p in f["vocab/pieces"][:]]
+    o, ids = g["tgt_offsets"][:], g["tgt_ids"][:]
+    lines = ["".join(pieces[i] for i in ids[o[k]:o[k + 1]]).replace("\u2581", " ").strip() for k in range(len(o) - 1)]
+with open(sys.argv[2], "w", encoding="utf-8") as w:
+    w.writelines(l + "\n" for l in lines)
+PY
+    then
+        FAIL_MSG="$data: cannot read the dev references"; return 1
+    fi
+    HYP=$RUN/dev.hyp REF=$RUN/dev.ref
+    if [ -f "$TRANSFORMER_HOME/analysis/bleu.py" ]; then
+        "$py" "$TRANSFORMER_HOME/analysis/bleu.py" "$HYP" "$REF" || true
+    fi
 }
 
 # write SWEEP/results/<row>.h5 (docs/results.md); STATUS done or failed
@@ -145,9 +192,8 @@ stage_result() {
     for o in "${OVR[@]}"; do args+=(--set "$o"); done
     [ -n "${PARAMS:-}" ] && args+=(--params "$PARAMS")
     [ -f "$RUN/metrics.h5" ] && args+=(--metrics "$RUN/metrics.h5")
-    [ -n "${DEV_LOSS:-}" ] && args+=(--dev-loss "$DEV_LOSS")
     [ -n "${DEV_PPL:-}" ] && args+=(--dev-ppl "$DEV_PPL")
-    [ -n "${DEV_BLEU:-}" ] && args+=(--dev-bleu "$DEV_BLEU")
+    [ -n "${HYP:-}" ] && [ "$status" = "done" ] && args+=(--hyp "$HYP" --ref "$REF")
     [ -n "${TRAIN_WALL:-}" ] && [ ! -f "$RUN/metrics.h5" ] && args+=(--wall "$TRAIN_WALL")
     [ "$status" = failed ] && args+=(--message "$FAIL_MSG")
     "$py" "$TRANSFORMER_HOME/analysis/row_result.py" "${args[@]}"
@@ -163,7 +209,7 @@ table3_element() {
     mkdir -p "$RUN" "$SWEEP/results"
     [ -f "$SWEEP/sweep.env" ] && . "$SWEEP/sweep.env"
     table3_overrides "$CFG"
-    PARAMS="" DEV_LOSS="" DEV_PPL="" DEV_BLEU="" TRAIN_WALL="" CKPT="" FAIL_MSG=""
+    PARAMS="" DEV_PPL="" HYP="" REF="" TRAIN_WALL="" CKPT="" FAIL_MSG=""
     echo "table3: row $ROW (index $index) job ${SLURM_JOB_ID:-local} restart ${SLURM_RESTART_COUNT:-0}" \
          "on ${SLURM_JOB_NODELIST:-$(hostname -s)}: $CFG ${OVR[*]}"
     local stage
@@ -174,7 +220,7 @@ table3_element() {
             exit 1
         fi
     done
-    stage_result done || { echo "error: $SWEEP/results/$ROW.h5: cannot write the row result" >&2; exit 1; }
+    stage_result "done" || { echo "error: $SWEEP/results/$ROW.h5: cannot write the row result" >&2; exit 1; }
     echo "table3: row $ROW done: $SWEEP/results/$ROW.h5"
 }
 

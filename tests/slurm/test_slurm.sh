@@ -15,7 +15,7 @@
 #      uninterrupted run of jobs/run-local.sh (mpirun, 2 ranks), bit for bit.
 # KEEP=1 keeps the temporary directory (logs) for inspection.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 T0=$SECONDS
 make -s all >/dev/null || fail "make failed"
@@ -58,8 +58,16 @@ h5attr() { "$pyexe" -c 'import h5py,sys; v=h5py.File(sys.argv[1],"r").attrs[sys.
 TABLE3_SRC=${TABLE3_SRC:-input/table3}
 ls $TABLE3_SRC/*.cfg >/dev/null 2>&1 || fail "$TABLE3_SRC: no row configs"
 nrows=$(ls $TABLE3_SRC/*.cfg | wc -l)
-export STEPS=3 MAX_TOKENS=300 DATA=synthetic SHRINK=16
-export EXTRA="vocab_size=24 max_len=64 synth_train=300 synth_dev=16 log_steps=1 eval_steps=0 threads=1"
+# real data, scaled down: the first 3000 Multi30k training pairs and 100 dev
+# pairs, a 500-piece BPE vocabulary
+M=$SHARED_DATA/multi30k
+[ -f "$M/train.en" ] || fail "$M: Multi30k not found (SHARED_DATA)"
+head -n 3000 "$M/train.en" > "$T/train.en"; head -n 3000 "$M/train.de" > "$T/train.de"
+head -n 100 "$M/val.en" > "$T/dev.en"; head -n 100 "$M/val.de" > "$T/dev.de"
+"$BIN" prepare --out "$T/m30k.h5" --split train "$T/train.en" "$T/train.de" --split dev "$T/dev.en" "$T/dev.de" \
+    vocab_size=500 max_len=64 > "$T/prepare.log" 2>&1 || { cat "$T/prepare.log"; fail "prepare failed"; }
+export STEPS=3 MAX_TOKENS=400 DATA=$T/m30k.h5 SHRINK=16
+export EXTRA="vocab_size=500 max_len=64 log_steps=1 eval_steps=0 threads=1"
 read -r A1 AN1 < <(TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/sweep" | tail -n 1) || fail "submit-table3.sh failed"
 mkdir -p "$T/bad-configs"
 cp $TABLE3_SRC/A1.cfg "$T/bad-configs/"
@@ -72,17 +80,35 @@ wait_job "$AN1" 300 || fail "analysis job $AN1 did not finish"
 bad_el=$(array_states "$A1" | awk '$2 != "COMPLETED"')
 [ -z "$bad_el" ] || { tail -n 30 "$T"/sweep/logs/*.out >&2; fail "sweep elements not COMPLETED: $bad_el"; }
 [ "$(array_states "$A1" | wc -l)" -eq "$nrows" ] || fail "sweep: expected $nrows elements, got $(array_states "$A1" | wc -l)"
-for c in $TABLE3_SRC/*.cfg; do
-    row=$(basename "$c" .cfg)
-    f=$T/sweep/results/$row.h5
-    [ -f "$f" ] || fail "$f: missing"
-    [ "$(h5attr "$f" status)" = done ] || fail "$f: status $(h5attr "$f" status)"
-    ppl=$(h5attr "$f" dev_ppl)
-    "$pyexe" -c "import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.isfinite(v) and v > 1 else 1)" "$ppl" ||
-        fail "$f: dev_ppl $ppl"
-    [ "$(h5attr "$f" train_steps)" = 3 ] || fail "$f: train_steps $(h5attr "$f" train_steps)"
-done
-ok "Table 3 sweep: $nrows rows COMPLETED, each with a result file (status done, finite dev PPL, 3 steps)"
+has_translate=0; "$BIN" --help | grep -q '^  translate ' && has_translate=1
+# every row: result file with status done, 3 steps, finite dev PPL equal to
+# eval's output on the newest checkpoint; dev BLEU when translate exists
+# shellcheck disable=SC2046
+"$pyexe" - "$T/sweep" "$has_translate" $(for c in "$TABLE3_SRC"/*.cfg; do basename "$c" .cfg; done) <<'PY' || fail "sweep results (above)"
+import math, re, sys, h5py
+sweep, has_translate, rows = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+bad = []
+for row in rows:
+    try:
+        a = h5py.File(f"{sweep}/results/{row}.h5", "r").attrs
+    except OSError as e:
+        bad.append(f"{row}: no result file ({e})"); continue
+    s = lambda k: a[k].decode() if isinstance(a[k], bytes) else a[k]
+    if s("status") != "done": bad.append(f"{row}: status {s('status')}")
+    if int(a["train_steps"]) != 3: bad.append(f"{row}: train_steps {a['train_steps']}")
+    ppl = float(a["dev_ppl"])
+    ev = open(f"{sweep}/runs/{row}/eval.out").read()
+    m = re.search(r"^eval dev .* ppl ([0-9.]+) ", ev, re.M)
+    if not (math.isfinite(ppl) and ppl > 1 and m and abs(float(m.group(1)) - ppl) <= 1e-3 * ppl):
+        bad.append(f"{row}: dev_ppl {ppl} vs eval output {ev.strip()!r}")
+    if has_translate:
+        bleu = float(a["dev_bleu"])
+        if not (math.isfinite(bleu) and bleu >= 0): bad.append(f"{row}: dev_bleu {bleu}")
+        if sum(1 for _ in open(f"{sweep}/runs/{row}/dev.hyp")) != 100: bad.append(f"{row}: dev.hyp is not 100 lines")
+for b in bad: print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+ok "Table 3 sweep: $nrows rows COMPLETED, each with a result file (status done, eval's dev PPL, 3 steps)"
 [ "$(state "$AN1")" = COMPLETED ] || { cat "$T"/sweep/logs/analysis-*.out >&2; fail "analysis job $AN1: $(state "$AN1")"; }
 [ -s "$T/sweep/table3.md" ] || fail "$T/sweep/table3.md: not written"
 for c in $TABLE3_SRC/*.cfg; do
@@ -98,7 +124,7 @@ grep -q "^error: table3 row bad: params: error: .*bad.cfg:3: unknown key 'd_modl
     { cat "$log" >&2; fail "$log: no clear error message for the bad row"; }
 [ "$(h5attr "$T/badsweep/results/bad.h5" status)" = failed ] || fail "bad.h5: status is not 'failed'"
 h5attr "$T/badsweep/results/bad.h5" message | grep -q "unknown key 'd_modle'" || fail "bad.h5: message lacks the reason"
-[ "$(h5attr "$T/badsweep/results/A1.h5" status)" = done ] || fail "badsweep A1.h5: status is not 'done'"
+[ "$(h5attr "$T/badsweep/results/A1.h5" status)" = "done" ] || fail "badsweep A1.h5: status is not 'done'"
 for _ in $(seq 30); do [ "$(state "$AN2")" = PENDING ] || break; sleep 1; done
 [ "$(state "$AN2")" = CANCELLED ] || fail "analysis job $AN2 of the failed sweep: $(state "$AN2"), expected CANCELLED (dependency never satisfied)"
 ok "bad row: element FAILED with '$(grep -m1 '^error:' "$log")'; the other element COMPLETED; analysis not run"
@@ -112,7 +138,7 @@ fi
 unset STEPS MAX_TOKENS DATA SHRINK EXTRA
 export GPUS_PER_NODE=2
 cfg=$T/preempt.cfg
-printf 'train_steps = 40\nlog_steps = 1\nsynth_train = 2000\nmax_tokens = 600\nseed = 7\nckpt_minutes = 0\n' > "$cfg"
+printf 'train_steps = 40\nlog_steps = 1\nsynth_train = 2000\nmax_tokens = 600\nseed = 7\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
 J=$(jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
 jlog=$T/run-slurm/slurm-$J.out
 # wait_log PATTERN TIMEOUT: until the job log has a line matching PATTERN
@@ -158,7 +184,7 @@ LOCAL_RANKS=2 jobs/run-local.sh train "$T/run-local" "$cfg" > "$T/run-local.log"
     { cat "$T/run-local.log" >&2; fail "run-local.sh train failed"; }
 a=$(ls "$T"/run-slurm/ckpt_*.h5 | sort -V | tail -n 1)
 b=$(ls "$T"/run-local/ckpt_*.h5 | sort -V | tail -n 1)
-[ "$(basename "$a")" = ckpt_40.h5 ] && [ "$(basename "$b")" = ckpt_40.h5 ] || fail "final checkpoints $a $b are not of step 40"
+[ "$(basename "$a")" = ckpt_00000040.h5 ] && [ "$(basename "$b")" = ckpt_00000040.h5 ] || fail "final checkpoints $a $b are not of step 40"
 h5diff -q "$a" "$b" /params /params || fail "preempted run's parameters differ from the uninterrupted run's ($a vs $b)"
 ok "preempted 3 times (B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
 echo "test_slurm: all cases passed in $((SECONDS - T0)) s"
