@@ -69,9 +69,12 @@ _on_signal() {
 
 launch() {
     if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${JOBS_NO_SRUN:-}" ]; then
-        # one task per rank; --gpus-per-task etc. come from the job allocation
+        # one task per rank; --gpus-per-task etc. come from the job
+        # allocation, but Slurm 22.05+ srun does not inherit --cpus-per-task
+        local cpt=()
+        [ -n "${SLURM_CPUS_PER_TASK:-}" ] && cpt=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
         # shellcheck disable=SC2086
-        srun --mpi="$SRUN_MPI" $SRUN_EXTRA "$@"
+        srun --mpi="$SRUN_MPI" "${cpt[@]}" $SRUN_EXTRA "$@"
     else
         # shellcheck disable=SC2086
         mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@"
