@@ -13,6 +13,8 @@
 #      --signal=USR1@T does; `scontrol requeue`, i.e. SIGTERM), requeues and
 #      resumes each time, and its final parameters equal those of an
 #      uninterrupted run of jobs/run-local.sh (mpirun, 2 ranks), bit for bit.
+#   4. jobs/run-local.sh table3 (no Slurm) on two rows, synthetic data, and a
+#      bad row, which fails with a clear message.
 # KEEP=1 keeps the temporary directory (logs) for inspection.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -179,6 +181,7 @@ restarts=$(scontrol -o show job "$J" | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
 [ "$restarts" -ge 3 ] || fail "job $J: Restarts=$restarts, expected 3"
 grep -q 'passing SIGUSR1 to the running stage' "$jlog" || fail "job $J: the batch shell did not forward SIGUSR1"
 [ "$(grep -c 'requeueing job' "$jlog")" -ge 2 ] || fail "job $J: did not requeue itself twice"
+[ "$(grep -cE '^resume: .*\(step ([0-9]|[1-3][0-9]),' "$jlog")" -ge 3 ] || fail "job $J: not resumed 3 times from a mid-run checkpoint"
 
 # the uninterrupted reference: same config, 2 ranks, plain mpirun
 LOCAL_RANKS=2 jobs/run-local.sh train "$T/run-local" "$cfg" > "$T/run-local.log" 2>&1 ||
@@ -188,4 +191,20 @@ b=$(ls "$T"/run-local/ckpt_*.h5 | sort -V | tail -n 1)
 [ "$(basename "$a")" = ckpt_00000040.h5 ] && [ "$(basename "$b")" = ckpt_00000040.h5 ] || fail "final checkpoints $a $b are not of step 40"
 h5diff -q "$a" "$b" /params /params || fail "preempted run's parameters differ from the uninterrupted run's ($a vs $b)"
 ok "preempted 3 times (B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
+
+# ---- 4: the same sweep without Slurm (jobs/run-local.sh), synthetic data ----
+export STEPS=2 MAX_TOKENS=300 DATA=synthetic SHRINK=16 GPUS_PER_NODE=1
+export EXTRA="vocab_size=24 max_len=64 synth_train=200 synth_dev=16 log_steps=1 eval_steps=0 threads=1"
+cp $TABLE3_SRC/base.cfg $TABLE3_SRC/C1.cfg "$T/bad-configs/"
+TABLE3_DIR=$T/bad-configs LOCAL_RANKS=1 jobs/run-local.sh table3 "$T/local" base C1 > "$T/local.log" 2>&1 ||
+    { cat "$T/local.log"; fail "run-local.sh table3 failed"; }
+for row in base C1; do
+    [ "$(h5attr "$T/local/results/$row.h5" status)" = "done" ] || fail "local $row: status is not 'done'"
+done
+grep -qw C1 "$T/local/table3.md" || fail "run-local.sh: table3.md lacks C1"
+TABLE3_DIR=$T/bad-configs LOCAL_RANKS=1 jobs/run-local.sh table3 "$T/local" bad > "$T/local-bad.log" 2>&1 &&
+    fail "run-local.sh table3 with a bad row succeeded"
+grep -q "^error: table3 row bad: failed (exit 1): .*unknown key 'd_modle'" "$T/local-bad.log" ||
+    { cat "$T/local-bad.log"; fail "run-local.sh: no clear message for the bad row"; }
+ok "run-local.sh table3 (mpirun, synthetic data): rows done and the table written; a bad row fails with '$(grep -m1 '^error:' "$T/local-bad.log")'"
 echo "test_slurm: all cases passed in $((SECONDS - T0)) s"
