@@ -8,10 +8,11 @@
 #   2. A failing element (a config with a bad key) is FAILED with a clear
 #      message in its log and result file; the other element of its array
 #      completes; that sweep's analysis job is never run.
-#   3. Preemption: a 2-rank training job is interrupted three ways (SIGUSR1 to
+#   3. Preemption: a 2-rank training job is interrupted four ways (SIGUSR1 to
 #      the batch shell only, as --signal=B:USR1 does; SIGUSR1 to the tasks, as
-#      --signal=USR1@T does; `scontrol requeue`, i.e. SIGTERM), requeues and
-#      resumes each time, and its final parameters equal those of an
+#      --signal=USR1@T does; `scontrol requeue`, i.e. SIGTERM; first of all the
+#      time limit, lowered so that Slurm's own --signal=USR1@115 becomes due), requeues
+#      and resumes each time, and its final parameters equal those of an
 #      uninterrupted run of jobs/run-local.sh (mpirun, 2 ranks), bit for bit.
 #   4. jobs/run-local.sh table3 (no Slurm) on two rows, synthetic data, and a
 #      bad row, which fails with a clear message.
@@ -134,15 +135,14 @@ ok "bad row: element FAILED with '$(grep -m1 '^error:' "$log")'; the other eleme
 echo "sweeps took $((SECONDS - T0)) s"
 
 # ---- 3: preemption and requeue of a training job -----------------------------
-if ! "$BIN" train --help | grep -q 'code 99'; then
-    echo "SKIP preemption: this build of train has no checkpoint-on-signal (exit 99) yet"
-    echo "test_slurm: sweeps passed in $((SECONDS - T0)) s"; exit 0
-fi
 unset STEPS MAX_TOKENS DATA SHRINK EXTRA
 export GPUS_PER_NODE=2
 cfg=$T/preempt.cfg
-printf 'train_steps = 40\nlog_steps = 1\nsynth_train = 2000\nmax_tokens = 600\nseed = 7\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
-J=$(jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
+printf 'train_steps = 300\nlog_steps = 1\nsynth_train = 3000\nmax_tokens = 1000\nseed = 7\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
+# --signal=USR1@115: never due within the 20-minute limit, until case (a)
+# lowers the limit to 2 minutes; slurmctld checks such signals every 30 s, so
+# the run is long enough (300 steps, > 40 s on 2 idle cores) for it to arrive
+J=$(SIGNAL_LEAD=115 jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
 jlog=$T/run-slurm/slurm-$J.out
 # wait_log PATTERN TIMEOUT: until the job log has a line matching PATTERN
 wait_log() {
@@ -154,43 +154,47 @@ wait_log() {
 wait_restart() {
     local t=$((SECONDS + 120))
     while [ $SECONDS -lt $t ]; do
-        if [ "$(state "$J")" = PENDING ]; then scontrol update JobId="$J" StartTime=now 2>/dev/null; fi
+        if [ "$(state "$J")" = PENDING ]; then scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null; fi
         grep -q "restart $1 " "$jlog" 2>/dev/null && return 0
         sleep 0.5
     done
     cat "$jlog" >&2; fail "job $J: not restarted a ${1}th time (state $(state "$J"))"
 }
-steps_done() { grep -cE '^step [0-9]+ ' "$jlog"; }
+# wait_steps N: until N more step lines than now are in the log
+wait_steps() {
+    local n0 t=$((SECONDS + 60))
+    n0=$(grep -c '^step ' "$jlog")
+    while [ "$(grep -c '^step ' "$jlog")" -lt $((n0 + $1)) ] && [ $SECONDS -lt $t ]; do sleep 0.2; done
+}
 
 wait_log '^step 5 ' 120
-scancel --batch --signal=USR1 "$J"           # batch shell only: it must forward
+scontrol update JobId="$J" TimeLimit=2       # (a) the time limit: Slurm's timer sends USR1 (<= 30 s)
 wait_restart 1
-s1=$(grep -c '^step ' "$jlog"); t=$((SECONDS + 60))
-while [ "$(grep -c '^step ' "$jlog")" -lt $((s1 + 3)) ] && [ $SECONDS -lt $t ]; do sleep 0.2; done
-scancel --signal=USR1 "$J"                   # the tasks, as --signal=USR1@T does
+wait_steps 3
+scancel --batch --signal=USR1 "$J"           # (b) batch shell only (B:USR1): it must forward
 wait_restart 2
-s2=$(grep -c '^step ' "$jlog"); t=$((SECONDS + 60))
-while [ "$(grep -c '^step ' "$jlog")" -lt $((s2 + 3)) ] && [ $SECONDS -lt $t ]; do
-    [ "$(grep -c 'restart 2 ' "$jlog")" -ge 1 ] || break; sleep 0.2
-done
-scontrol requeue "$J"                        # SIGTERM: Slurm requeues
+wait_steps 3
+scancel --signal=USR1 "$J"                   # (c) the tasks, as --signal=USR1@T does
 wait_restart 3
+wait_steps 3
+scontrol requeue "$J"                        # (d) SIGTERM: Slurm requeues
+wait_restart 4
 wait_job "$J" 300 || fail "job $J did not finish"
 [ "$(state "$J")" = COMPLETED ] || { cat "$jlog" >&2; fail "job $J: $(state "$J")"; }
 restarts=$(scontrol -o show job "$J" | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
-[ "$restarts" -ge 3 ] || fail "job $J: Restarts=$restarts, expected 3"
+[ "$restarts" -ge 4 ] || fail "job $J: Restarts=$restarts, expected 4"
 grep -q 'passing SIGUSR1 to the running stage' "$jlog" || fail "job $J: the batch shell did not forward SIGUSR1"
-[ "$(grep -c 'requeueing job' "$jlog")" -ge 2 ] || fail "job $J: did not requeue itself twice"
-[ "$(grep -cE '^resume: .*\(step ([0-9]|[1-3][0-9]),' "$jlog")" -ge 3 ] || fail "job $J: not resumed 3 times from a mid-run checkpoint"
+[ "$(grep -c 'requeueing job' "$jlog")" -ge 3 ] || fail "job $J: did not requeue itself 3 times"
+[ "$(grep -cE '^resume: .*\(step ([0-9]|[1-9][0-9]|[12][0-9][0-9]),' "$jlog")" -ge 4 ] || fail "job $J: not resumed 4 times from a mid-run checkpoint"
 
 # the uninterrupted reference: same config, 2 ranks, plain mpirun
 LOCAL_RANKS=2 jobs/run-local.sh train "$T/run-local" "$cfg" > "$T/run-local.log" 2>&1 ||
     { cat "$T/run-local.log" >&2; fail "run-local.sh train failed"; }
 a=$(ls "$T"/run-slurm/ckpt_*.h5 | sort -V | tail -n 1)
 b=$(ls "$T"/run-local/ckpt_*.h5 | sort -V | tail -n 1)
-[ "$(basename "$a")" = ckpt_00000040.h5 ] && [ "$(basename "$b")" = ckpt_00000040.h5 ] || fail "final checkpoints $a $b are not of step 40"
+[ "$(basename "$a")" = ckpt_00000300.h5 ] && [ "$(basename "$b")" = ckpt_00000300.h5 ] || fail "final checkpoints $a $b are not of step 300"
 h5diff -q "$a" "$b" /params /params || fail "preempted run's parameters differ from the uninterrupted run's ($a vs $b)"
-ok "preempted 3 times (B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
+ok "interrupted 4 times (time limit with --signal=USR1@115, B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
 
 # ---- 4: the same sweep without Slurm (jobs/run-local.sh), synthetic data ----
 export STEPS=2 MAX_TOKENS=300 DATA=synthetic SHRINK=16 GPUS_PER_NODE=1
