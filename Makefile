@@ -59,7 +59,7 @@ TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tes
             bin/tests/test_cuda_step bin/tests/emu-transformer
 endif
 
-.PHONY: all test bench clean venv cuda-resources gpu-test gpu-bench
+.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -110,6 +110,11 @@ tests: $(TEST_BIN)
 
 test: all $(TEST_BIN)
 	tests/run_all.sh
+
+# the job scripts (jobs/) on a real single-node Slurm started for the test
+# (root; installs Debian's slurm packages if missing); a few minutes
+test-slurm: all
+	tests/slurm/test_slurm.sh
 
 bench: all bin/bench/gemm_peak
 	tests/bench/run.sh
