@@ -31,22 +31,31 @@ NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
 CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h
+MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+NVCCFLAGS += $(MPI_INC)
+# NCCL for the gradient allreduce when its header is found (else MPI on host copies)
+NCCL_HOME ?= $(CUDA_HOME)
 ifneq ($(NVCC),)
 CFLAGS   += -DHAVE_CUDA
 CUDA_OBJ := build/cuda/ops_cuda.o
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+NVCCFLAGS += -DHAVE_NCCL -I$(NCCL_HOME)/include
+LDLIBS   += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl
+endif
+LDLIBS   += -lcudart -lcublas -lstdc++
 endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
-EMU_CXXFLAGS := -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include -O2 -g -Wall -Wextra -Werror -MMD -MP \
+EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
                 $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 SRC      := $(wildcard src/*.c)
 OBJ      := $(SRC:src/%.c=build/%.o)
 LIBOBJ   := $(filter-out build/main.o,$(OBJ)) $(CUDA_OBJ)
-EMU_SRC  := emu cublas_emu ops_cuda
+EMU_SRC  := emu cublas_emu nccl_emu ops_cuda
 EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
 EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
 EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)

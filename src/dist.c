@@ -111,16 +111,28 @@ void gradsync_free(GradSync *g)
     memset(g, 0, sizeof *g);
 }
 
+void gradsync_use_backend(GradSync *g, Backend *be)
+{
+    if (!be->allreduce_start || g->dist->size == 1) return;
+    be->allreduce_init(be, &g->dist->comm);
+    g->be = be;
+}
+
 void gradsync_ready(void *ctx, size_t hi)
 {
     GradSync *g = ctx;
     if (g->dist->size == 1) return;
     while (g->next < g->n_buckets && g->hi[g->next] <= hi) {
         int k = g->next++;
+        g->bytes += (double)(g->hi[k] - g->lo[k]) * sizeof(float);
+        if (g->be) {
+            g->be->allreduce_start(g->be, g->grads + g->lo[k], g->hi[k] - g->lo[k]);
+            continue;
+        }
         MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
                        g->dist->comm, &g->req[k]);
-        g->bytes += (double)(g->hi[k] - g->lo[k]) * sizeof(float);
     }
+    if (g->be) return;
     /* give MPI a chance to progress the buckets in flight */
     int flag;
     if (g->next > 0) MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
@@ -131,7 +143,8 @@ void gradsync_finish(GradSync *g)
     if (g->dist->size == 1) return;
     gradsync_ready(g, (size_t)-1);
     double t0 = now_seconds();
-    MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
+    if (g->be) g->be->allreduce_wait(g->be);
+    else MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
     g->t_wait += now_seconds() - t0;
     g->next = 0;
 }

@@ -31,12 +31,16 @@ typedef struct {
     size_t *lo, *hi;        /* bucket k = grads[lo[k], hi[k]) */
     MPI_Request *req;
     int next;               /* first bucket not yet started */
+    Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
     double t_wait;          /* seconds spent waiting after backward */
     double bytes;
 } GradSync;
 
 void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes);
 void gradsync_free(GradSync *g);
+/* let the backend's allreduce hooks (ops.h) sum the buckets, e.g. NCCL on
+ * device memory; no-op for a backend without them */
+void gradsync_use_backend(GradSync *g, Backend *be);
 /* GradReadyFn: start the allreduce of every bucket inside [0, hi) */
 void gradsync_ready(void *g, size_t hi);
 /* wait for every bucket (starting any not yet started) */

@@ -165,6 +165,7 @@ int cmd_train(int argc, char **argv)
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
+    gradsync_use_backend(&r->sync, r->be);   /* CUDA: NCCL on device memory */
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);

@@ -10,7 +10,8 @@ STEP=$TOP/bin/tests/test_cuda_step
 [ -x "$EMU" ] && [ -x "$STEP" ] || fail "emulator binaries missing (make tests; needs the CUDA headers)"
 export OMP_NUM_THREADS=1
 
-mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated) differs from CPU"
+mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU"
+mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP" | grep -q "ok   ranks 2" || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
 ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
 
 args="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 train_steps=6 log_steps=1 max_tokens=160 synth_train=300 synth_dev=16 warmup=10 threads=1"

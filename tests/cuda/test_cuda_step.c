@@ -32,6 +32,7 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b)
     if (model_init(&m, c, be)) die(1, "model_init failed");
     GradSync gs;
     gradsync_init(&gs, D, &m.pt, m.grads, 4096);   /* small buckets: many allreduces during backward */
+    gradsync_use_backend(&gs, be);                  /* CUDA: (emulated) NCCL on device memory */
     be->zero(be, m.grads, sizeof(float) * m.pt.total);
     LossStats st = model_forward_backward(&m, b, 3, 1, 1, D->size > 1 ? gradsync_ready : NULL, &gs);
     gradsync_finish(&gs);
