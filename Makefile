@@ -112,7 +112,21 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 
-build bin bin/tests build/cuda build/emu build/emu-asan:
+# real-GPU runs (need nvcc and a GPU): the op and step tests built against
+# the real backend, and the throughput benchmark
+GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak
+bin/gpu/test_cuda_%: tests/cuda/test_cuda_%.c $(LIBOBJ) | bin/gpu
+	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
+	$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
+gpu-test: all $(GPU_BIN)
+	@[ -n "$(NVCC)" ] || { echo "error: gpu-test: nvcc not found"; exit 2; }
+	tests/gpu/gpu_test.sh
+gpu-bench: all $(GPU_BIN)
+	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
+	tests/gpu/gpu_bench.sh
+
+build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan:
 	mkdir -p $@
 
 tests: $(TEST_BIN)
