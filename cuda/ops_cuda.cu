@@ -223,18 +223,27 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
     CudaImpl *I = IMPL(be);
     if (M <= 0 || N <= 0 || n_outer <= 0 || n_inner <= 0) return;
     /* one strided-batched call when the (outer, inner) grid is a single
-     * stride for all three operands; otherwise one per outer index (the
-     * attention heads of a sentence: inner stride = d_k within a row) */
+     * stride for all three operands.  Otherwise a loop over the shorter of
+     * the two dimensions, batching the other: attention (outer = sentence,
+     * inner = head at stride d_k within a row) makes h calls of B matrices
+     * each, not B launches (a 25k-token batch has ~1000 sentences). */
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
         CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B, CUDA_R_32F, ldb, sBi, A,
                                        CUDA_R_32F, lda, sAi, &beta, C, CUDA_R_32F, ldc, sCi, n_outer * n_inner,
                                        I->compute, CUBLAS_GEMM_DEFAULT));
         return;
     }
-    for (int o = 0; o < n_outer; o++)
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + o * sBo, CUDA_R_32F, ldb, sBi,
-                                       A + o * sAo, CUDA_R_32F, lda, sAi, &beta, C + o * sCo, CUDA_R_32F, ldc, sCi,
-                                       n_inner, I->compute, CUBLAS_GEMM_DEFAULT));
+    if (n_outer <= n_inner) {
+        for (int o = 0; o < n_outer; o++)
+            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + o * sBo, CUDA_R_32F, ldb,
+                                           sBi, A + o * sAo, CUDA_R_32F, lda, sAi, &beta, C + o * sCo, CUDA_R_32F,
+                                           ldc, sCi, n_inner, I->compute, CUBLAS_GEMM_DEFAULT));
+    } else {
+        for (int i = 0; i < n_inner; i++)
+            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + i * sBi, CUDA_R_32F, ldb,
+                                           sBo, A + i * sAi, CUDA_R_32F, lda, sAo, &beta, C + i * sCi, CUDA_R_32F,
+                                           ldc, sCo, n_outer, I->compute, CUBLAS_GEMM_DEFAULT));
+    }
 }
 
 /* ------------------------------------------------------------------ bias */

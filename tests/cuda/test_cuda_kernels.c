@@ -116,9 +116,9 @@ static void test_gemm(void)
 }
 
 /* attention-shaped: outer = sentence, inner = head with stride d_k inside a row */
-static void test_gemm_batched(void)
+static void test_gemm_batched_shape(int nb, int h)
 {
-    int nb = 3, h = 4, T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
+    int T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
     Pair Q = pair_rand((size_t)nb * T * ldq, 1), Kt = pair_rand((size_t)nb * S * ldq, 1);
     Pair P = pair_rand((size_t)nb * h * T * S, 1);
     long sP = (long)h * T * S, sPi = (long)T * S;
@@ -126,7 +126,7 @@ static void test_gemm_batched(void)
                       sP, sPi, nb, h);
     gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f, P.g, S,
                       sP, sPi, nb, h);
-    compare("gemm_batched Q K^T (per-sentence loop)", P, FP32);
+    compare(nb <= h ? "gemm_batched Q K^T (loop over sentences)" : "gemm_batched Q K^T (loop over heads)", P, FP32);
     Pair ctx = pair_rand((size_t)nb * T * ldq, 1);
     cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
                       (long)T * ldq, dk, nb, h);
@@ -141,6 +141,12 @@ static void test_gemm_batched(void)
     gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
     compare("gemm_batched P^T P (single strided call)", D2, FP32);
     pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
+}
+
+static void test_gemm_batched(void)
+{
+    test_gemm_batched_shape(3, 4);   /* fewer sentences than heads */
+    test_gemm_batched_shape(5, 2);   /* more sentences than heads */
 }
 
 static void test_gemm_lowp(const char *prec, double rtol, double atol)
