@@ -44,6 +44,9 @@ NVCCFLAGS += -DHAVE_NCCL -I$(NCCL_HOME)/include
 LDLIBS   += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl
 endif
 LDLIBS   += -lcudart -lcublas -lstdc++
+# rebuild the CUDA object when the nvcc command changes (CUDA_ARCH, NCCL_HOME)
+NVCC_STAMP := build/cuda/nvcc-command
+$(shell mkdir -p build/cuda; echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCCFLAGS)' > $(NVCC_STAMP))
 endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
@@ -79,7 +82,7 @@ bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
 
 # nvcc warnings are errors; ptxas reports per-kernel registers and shared
 # memory, which must not spill and must stay near cuda/resource-usage.txt
-build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh | build/cuda
+build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh $(NVCC_STAMP) | build/cuda
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@.tmp 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; rm -f $@.tmp; exit 1; }
 	cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
 	mv $@.tmp $@
