@@ -261,6 +261,47 @@ static const char *where(const Fiber *g, char *buf, size_t n)
     return buf;
 }
 
+struct LaneReq {
+    int op, arg, width;
+    unsigned mask;
+    uint64_t val;
+    const char *file;
+    int line;
+};
+
+/* results of one warp operation for every lane of mask m (CUDA's rules for
+ * out-of-segment sources); a source lane outside the mask is an error */
+static void warp_results(unsigned m, const LaneReq *req, uint64_t *res)
+{
+    uint64_t ballot = 0;
+    for (int b = 0; b < 32; b++)
+        if ((m >> b) & 1u) ballot |= (uint64_t)(req[b].val != 0) << b;
+    for (int b = 0; b < 32; b++) {
+        if (!((m >> b) & 1u)) continue;
+        const LaneReq &g = req[b];
+        int wd = g.width, seg = b & ~(wd - 1), src = b;
+        switch (g.op) {
+        case OP_IDX: src = seg + (g.arg & (wd - 1)); break;
+        case OP_XOR: src = b ^ g.arg; if (src < seg || src >= seg + wd) src = b; break;
+        case OP_DOWN: src = b + g.arg; if (src >= seg + wd) src = b; break;
+        case OP_UP: src = b - g.arg; if (src < seg) src = b; break;
+        default: break;
+        }
+        switch (g.op) {
+        case OP_IDX: case OP_XOR: case OP_DOWN: case OP_UP:
+            if (src < 0 || src > 31 || !((m >> src) & 1u))
+                fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x", op_names[g.op], g.file, g.line, b,
+                     src, m);
+            res[b] = req[src].val;
+            break;
+        case OP_BALLOT: res[b] = ballot; break;
+        case OP_ANY: res[b] = ballot != 0; break;
+        case OP_ALL: res[b] = ballot == m; break;
+        default: res[b] = 0; break;
+        }
+    }
+}
+
 /* Complete every warp operation whose lanes have all arrived; returns
  * whether any thread became runnable. */
 static bool resolve_warps(int n)
@@ -287,35 +328,16 @@ static bool resolve_warps(int n)
                     fail("%s at %s:%d with mask 0x%08x: lane %d of the mask never arrives (it %s)", op_names[f->op],
                          f->file, f->line, m, b, where(g, buf, sizeof buf));
             }
-            uint64_t ballot = 0;
+            LaneReq req[32];
+            uint64_t res[32];
             for (int b = 0; b < 32; b++)
-                if ((m >> b) & 1u) ballot |= (uint64_t)(E.pool[w0 + b]->val != 0) << b;
-            for (int b = 0; b < 32; b++) {
-                if (!((m >> b) & 1u)) continue;
-                Fiber *g = E.pool[w0 + b];
-                int wd = g->width, seg = b & ~(wd - 1), src = b;
-                switch (g->op) {
-                case OP_IDX: src = seg + (g->arg & (wd - 1)); break;
-                case OP_XOR: src = b ^ g->arg; if (src < seg || src >= seg + wd) src = b; break;
-                case OP_DOWN: src = b + g->arg; if (src >= seg + wd) src = b; break;
-                case OP_UP: src = b - g->arg; if (src < seg) src = b; break;
-                default: break;
+                if ((m >> b) & 1u) {
+                    Fiber *g = E.pool[w0 + b];
+                    req[b] = LaneReq{ g->op, g->arg, g->width, g->mask, g->val, g->file, g->line };
                 }
-                switch (g->op) {
-                case OP_IDX: case OP_XOR: case OP_DOWN: case OP_UP:
-                    if (src < 0 || src > 31 || !((m >> src) & 1u)) {
-                        cur_fiber = g;
-                        fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x", op_names[g->op], g->file,
-                             g->line, b, src, m);
-                    }
-                    g->res = E.pool[w0 + src]->val;
-                    break;
-                case OP_BALLOT: g->res = ballot; break;
-                case OP_ANY: g->res = ballot != 0; break;
-                case OP_ALL: g->res = ballot == m; break;
-                default: g->res = 0; break;
-                }
-            }
+            warp_results(m, req, res);
+            for (int b = 0; b < 32; b++)
+                if ((m >> b) & 1u) E.pool[w0 + b]->res = res[b];
             for (int b = 0; b < 32; b++)
                 if ((m >> b) & 1u) E.pool[w0 + b]->st = RUNNABLE;
             progressed = true;
