@@ -61,6 +61,7 @@ LIBOBJ   := $(filter-out build/main.o,$(OBJ)) $(CUDA_OBJ)
 EMU_SRC  := emu cublas_emu nccl_emu ops_cuda
 EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
 EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
+EMU_TSAN_OBJ := $(EMU_SRC:%=build/emu-tsan/%.o)
 EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 
@@ -68,6 +69,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%)
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
+            bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer
 endif
 
@@ -98,6 +100,10 @@ build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-asan
 	g++ -x c++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
 build/emu-asan/%.o: cuda/emu/%.cc | build/emu-asan
 	g++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
+build/emu-tsan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-tsan
+	g++ -x c++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
+build/emu-tsan/%.o: cuda/emu/%.cc | build/emu-tsan
+	g++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
 build/emu/backend.o: src/backend.c | build/emu
 	$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
@@ -105,6 +111,10 @@ bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o buil
 	$(CC) $(CFLAGS) -Isrc $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
 	$(CC) $(CFLAGS) $(SAN) -Isrc $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) | bin/tests
+	$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
+	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
 	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
@@ -129,7 +139,7 @@ gpu-bench: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
 	tests/gpu/gpu_bench.sh
 
-build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan:
+build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan build/emu-tsan:
 	mkdir -p $@
 
 tests: $(TEST_BIN)
@@ -143,7 +153,7 @@ bench: all bin/bench/gemm_peak
 clean:
 	rm -rf build bin
 
--include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d)
+-include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d)
 
 bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)

@@ -29,6 +29,9 @@ const char *__asan_default_options(void) { return "detect_leaks=0"; }
 static Backend *cpu, *gpu;
 static int failures, checks;
 static const char *order_name = "";
+#ifdef CUDA_TEST_TSAN
+int cuda_emu_set_backend(const char *name);
+#endif
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)   /* uniform in [-1, 1) */
@@ -312,6 +315,21 @@ int main(void)
     gpu = backend_cuda_create("fp32", 0);
     if (!cpu || !gpu) return 1;
     const char *orders[] = { "forward", "reverse", "random:12345" };
+    /* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
+     * (shared memory, barriers, shuffles), one order: for the pthread
+     * backend under ThreadSanitizer */
+    const char *subset = getenv("CUDA_TEST_SUBSET");
+#ifdef CUDA_TEST_TSAN
+    cuda_emu_set_backend("pthread");
+    subset = "sync";
+#endif
+    if (subset && !strcmp(subset, "sync")) {
+        test_softmax();         /* block reductions: shuffles + shared memory */
+        test_residual_ln();     /* the same, and the two-stage column sums */
+        test_xent();
+        printf("%d checks, %d failed\n", checks, failures);
+        return failures ? 1 : 0;
+    }
     int n_orders = cuda_emu_set_order ? 3 : 1;   /* a real GPU has its own order */
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
