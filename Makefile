@@ -73,7 +73,7 @@ TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tes
             bin/tests/test_cuda_step bin/tests/emu-transformer
 endif
 
-.PHONY: all test bench clean cuda-resources gpu-test gpu-bench
+.PHONY: all test bench clean venv cuda-resources gpu-test gpu-bench
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -152,6 +152,10 @@ bench: all bin/bench/gemm_peak
 
 clean:
 	rm -rf build bin
+
+# Python environment of analysis/ (pinned in analysis/requirements.txt)
+venv:
+	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
 
 -include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d)
 

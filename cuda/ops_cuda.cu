@@ -805,6 +805,9 @@ static void cuda_allreduce_wait(Backend *be)
         /* later work on the compute stream (Adam) waits for the sums */
         CK(cudaEventRecord(I->ev_done, I->comm_stream));
         CK(cudaStreamWaitEvent(I->stream, I->ev_done, 0));
+        /* the host waits too, so that gradsync's timers see the
+         * communication backward did not hide (nothing else is queued) */
+        CK(cudaEventSynchronize(I->ev_done));
         return;
     }
     MPI_Waitall((int)I->reqs.size(), I->reqs.data(), MPI_STATUSES_IGNORE);

@@ -6,17 +6,15 @@
 #include "philox.h"
 #include "util.h"
 
-static const Corpus *g_sort_corpus;   /* qsort has no context argument */
+/* Sort key: target length, then source length, then index (a total order,
+ * so the plan does not depend on the qsort implementation). */
+typedef struct { uint64_t len; int i; } SortKey;
 
-static int by_length(const void *pa, const void *pb)
+static int by_key(const void *pa, const void *pb)
 {
-    int a = *(const int *)pa, b = *(const int *)pb;
-    const Corpus *c = g_sort_corpus;
-    int ka = corpus_tgt_len(c, a), kb = corpus_tgt_len(c, b);
-    if (ka != kb) return ka - kb;
-    ka = corpus_src_len(c, a); kb = corpus_src_len(c, b);
-    if (ka != kb) return ka - kb;
-    return a - b;
+    const SortKey *a = pa, *b = pb;
+    if (a->len != b->len) return (a->len > b->len) - (a->len < b->len);
+    return (a->i > b->i) - (a->i < b->i);
 }
 
 int batchplan_build(BatchPlan *bp, const Corpus *c, int max_tokens, int max_len, uint64_t seed)
@@ -24,13 +22,21 @@ int batchplan_build(BatchPlan *bp, const Corpus *c, int max_tokens, int max_len,
     memset(bp, 0, sizeof *bp);
     bp->seed = seed;
     bp->perm_epoch = -1;
+    /* a pair needs its length + 1 positions (EOS on the source, BOS/EOS on
+     * the target); pairs that do not fit max_len (or alone exceed the token
+     * budget) are left out of the plan */
+    int lim = max_len < max_tokens ? max_len : max_tokens;
     int n = 0;
-    int *order = xmalloc(sizeof(int) * (c->n ? c->n : 1));
-    for (int i = 0; i < c->n; i++)   /* +1 for EOS (source) and BOS/EOS (target) */
-        if (corpus_src_len(c, i) + 1 <= max_len && corpus_tgt_len(c, i) + 1 <= max_len) order[n++] = i;
-    if (n == 0) { free(order); return -1; }
-    g_sort_corpus = c;
-    qsort(order, n, sizeof(int), by_length);
+    SortKey *key = xmalloc(sizeof(SortKey) * (c->n ? c->n : 1));
+    for (int i = 0; i < c->n; i++) {
+        int s = corpus_src_len(c, i) + 1, t = corpus_tgt_len(c, i) + 1;
+        if (s <= lim && t <= lim) key[n++] = (SortKey){ (uint64_t)t << 32 | (uint32_t)s, i };
+    }
+    if (n == 0) { free(key); return -1; }
+    qsort(key, n, sizeof(SortKey), by_key);
+    int *order = xmalloc(sizeof(int) * n);
+    for (int k = 0; k < n; k++) order[k] = key[k].i;
+    free(key);
     bp->idx = order;
     bp->start = xmalloc(sizeof(int) * (n + 1));
     int nb = 0, k = 0;

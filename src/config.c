@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@ static const KeyDesc KEYS[] = {
 };
 #undef K
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+_Static_assert(NKEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS in config.h");
 
 void config_defaults(Config *c)
 {
@@ -101,7 +103,7 @@ void config_defaults(Config *c)
     c->bucket_kb = 4096;
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
-    strcpy(c->run_dir, "runs/default");
+    strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
     c->keep_ckpts = 5;
@@ -141,6 +143,8 @@ int config_set(Config *c, const char *origin, int line, const char *key, const c
         fprintf(stderr, "error: %s: unknown key '%s'\n", at, key);
         return 2;
     }
+    c->key_line[k - KEYS] = line > 0 ? line : -1;
+    if (line > 0) snprintf(c->config_file, CFG_STR, "%s", origin);
     char *p = (char *)c + k->off;
     if (k->type == T_STR) {
         if (strlen(value) >= CFG_STR) {
@@ -234,31 +238,51 @@ int config_load_file(Config *c, const char *path)
     return rc;
 }
 
+/* One-line error for an inconsistent setting, naming where `key` was set:
+ * "file:line" (config file), "command line" (override) or just the origin
+ * when the key kept its default. */
+static int validate_error(const Config *c, const char *origin, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int validate_error(const Config *c, const char *origin, const char *key, const char *fmt, ...)
+{
+    const KeyDesc *k = find_key(key);
+    int line = k ? c->key_line[k - KEYS] : 0;
+    if (line > 0) fprintf(stderr, "error: %s:%d: ", c->config_file[0] ? c->config_file : origin, line);
+    else if (line < 0) fprintf(stderr, "error: command line: ");
+    else fprintf(stderr, "error: %s: ", origin);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 2;
+}
+
 int config_validate(const Config *c, const char *origin)
 {
-#define FAIL(...) do { fprintf(stderr, "error: %s: ", origin); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 2; } while (0)
+#define FAIL(key, ...) return validate_error(c, origin, key, __VA_ARGS__)
     if (strcmp(c->positional, "sinusoid") && strcmp(c->positional, "learned"))
-        FAIL("key 'positional': '%s' is not 'sinusoid' or 'learned'", c->positional);
+        FAIL("positional", "key 'positional': '%s' is not 'sinusoid' or 'learned'", c->positional);
     if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
-        FAIL("key 'device': '%s' is not 'cpu' or 'cuda'", c->device);
+        FAIL("device", "key 'device': '%s' is not 'cpu' or 'cuda'", c->device);
     if (strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32") && strcmp(c->precision, "bf16"))
-        FAIL("key 'precision': '%s' is not 'fp32', 'tf32' or 'bf16'", c->precision);
+        FAIL("precision", "key 'precision': '%s' is not 'fp32', 'tf32' or 'bf16'", c->precision);
     if (strcmp(c->task, "reverse") && strcmp(c->task, "copy") && strcmp(c->task, "sort"))
-        FAIL("key 'task': '%s' is not 'reverse', 'copy' or 'sort'", c->task);
+        FAIL("task", "key 'task': '%s' is not 'reverse', 'copy' or 'sort'", c->task);
     if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda"))
-        FAIL("key 'precision': bf16 needs device=cuda (the CPU backend is fp32)");
+        FAIL("precision", "key 'precision': bf16 needs device=cuda (the CPU backend is fp32)");
     if (c->d_model % 2)
-        FAIL("key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
+        FAIL("d_model", "key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
     if (!strcmp(c->data, "synthetic")) {
         if (c->synth_min_len > c->synth_max_len)
-            FAIL("key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);
+            FAIL("synth_min_len", "key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);
         if (c->synth_vocab + 4 > c->vocab_size)
-            FAIL("key 'vocab_size': %d is smaller than synth_vocab + 4 = %d", c->vocab_size, c->synth_vocab + 4);
+            FAIL("vocab_size", "key 'vocab_size': %d is smaller than synth_vocab + 4 = %d", c->vocab_size, c->synth_vocab + 4);
         if (c->synth_max_len + 1 > c->max_len)
-            FAIL("key 'max_len': %d cannot hold synth_max_len + 1 = %d positions", c->max_len, c->synth_max_len + 1);
+            FAIL("max_len", "key 'max_len': %d cannot hold synth_max_len + 1 = %d positions", c->max_len, c->synth_max_len + 1);
     }
     if (c->max_tokens < c->max_len)
-        FAIL("key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
+        FAIL("max_tokens", "key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
     return 0;
 #undef FAIL
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define CFG_STR 256
+#define CFG_MAX_KEYS 128
 
 typedef struct Config {
     /* architecture (Table 3 columns; must match on resume) */
@@ -62,6 +63,11 @@ typedef struct Config {
     /* informational: the paper's Table 3 numbers for this row (0 = none) */
     float paper_ppl, paper_bleu, paper_params_m;
     char row[CFG_STR];   /* Table 3 row name, e.g. "base", "A1" */
+
+    /* where each key was set, for error messages (not a key): line in
+     * config_file (> 0), command line (-1) or default (0), by KEYS index */
+    int key_line[CFG_MAX_KEYS];
+    char config_file[CFG_STR];
 } Config;
 
 void config_defaults(Config *c);

@@ -1,5 +1,9 @@
 #include "dist.h"
 
+#include <errno.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,13 +41,26 @@ void dist_init(Dist *d, int *argc, char ***argv)
     d->comm = MPI_COMM_WORLD;
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
-    MPI_Comm node;
-    MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &d->local_rank);
-    MPI_Comm_size(node, &d->local_size);
-    MPI_Comm_free(&node);
+    /* device binding uses the rank within the node, not the global rank */
+    MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &d->node);
+    MPI_Comm_rank(d->node, &d->local_rank);
+    MPI_Comm_size(d->node, &d->local_size);
     /* errors are reported by us, with the rank; never hang */
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_ARE_FATAL);
+}
+
+static int signal_from_name(const char *s)
+{
+    static const struct { const char *name; int sig; } T[] = {
+        { "SEGV", SIGSEGV }, { "KILL", SIGKILL }, { "TERM", SIGTERM }, { "ABRT", SIGABRT },
+        { "BUS", SIGBUS }, { "FPE", SIGFPE }, { "INT", SIGINT },
+    };
+    if (!strncmp(s, "SIG", 3)) s += 3;
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+        if (!strcmp(s, T[i].name)) return T[i].sig;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s && !*end && v > 0 && v < 65 ? (int)v : -1;
 }
 
 void dist_install_abort(Dist *d)
@@ -53,14 +70,34 @@ void dist_install_abort(Dist *d)
     signal(SIGSEGV, fatal_signal);
     signal(SIGBUS, fatal_signal);
     signal(SIGFPE, fatal_signal);
+    const char *f = getenv("TRANSFORMER_FAIL_AT");
+    if (f && *f) {
+        char how[32] = "";
+        int n = sscanf(f, "%d:%d:%31s", &d->fail_rank, &d->fail_step, how);
+        d->fail_sig = n == 3 ? signal_from_name(how) : 0;
+        if (n < 2 || d->fail_step < 1 || d->fail_sig < 0)
+            die(2, "TRANSFORMER_FAIL_AT=%s: expected RANK:STEP[:SIGNAL], e.g. 1:5 or 1:5:SEGV", f);
+    }
+}
+
+void dist_fault_point(Dist *d, int step)
+{
+    if (d->fail_step != step || d->fail_rank != d->rank) return;
+    if (d->fail_sig) {
+        fprintf(stderr, "rank %d: raising signal %d at step %d (TRANSFORMER_FAIL_AT)\n", d->rank, d->fail_sig, step);
+        fflush(stderr);
+        raise(d->fail_sig);
+    }
+    die(1, "rank %d: injected failure at step %d (TRANSFORMER_FAIL_AT)", d->rank, step);
 }
 
 void dist_finalize(Dist *d)
 {
-    (void)d;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    if (fin) return;
+    if (d->node != MPI_COMM_NULL && d->node != 0) MPI_Comm_free(&d->node);
+    MPI_Finalize();
 }
 
 int dist_check_same(Dist *d, const void *data, size_t n, const char *what, char *msg, int cap)
@@ -78,11 +115,165 @@ int dist_check_same(Dist *d, const void *data, size_t n, const char *what, char 
     return 1;
 }
 
+/* copy line `p` (up to '\n') into out */
+static void line_copy(char *out, int cap, const char *p)
+{
+    int n = 0;
+    while (p[n] && p[n] != '\n' && n < cap - 1) { out[n] = p[n]; n++; }
+    out[n] = '\0';
+}
+
+int dist_check_config(Dist *d, const char *text, char *msg, int cap)
+{
+    if (!dist_check_same(d, text, strlen(text), "the configuration", msg, cap)) return 0;
+    /* rare path: tell the user which key differs */
+    int len = (int)strlen(text) + 1;
+    MPI_Bcast(&len, 1, MPI_INT, 0, d->comm);
+    char *t0 = xmalloc((size_t)len);
+    if (d->rank == 0) memcpy(t0, text, (size_t)len);
+    MPI_Bcast(t0, len, MPI_CHAR, 0, d->comm);
+    char local[512] = "";
+    int bad = d->size;
+    if (strcmp(t0, text)) {
+        const char *a = t0, *b = text;
+        for (;;) {   /* first differing line */
+            const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+            size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+            if (la != lb || memcmp(a, b, la) || !ea || !eb) break;
+            a = ea + 1;
+            b = eb + 1;
+        }
+        char la[200], lb[200];
+        line_copy(la, sizeof la, a);
+        line_copy(lb, sizeof lb, b);
+        snprintf(local, sizeof local, "ranks disagree on the configuration: rank %d has '%s', rank 0 has '%s'",
+                 d->rank, lb, la);
+        bad = d->rank;
+    }
+    free(t0);
+    int first = d->size;
+    MPI_Allreduce(&bad, &first, 1, MPI_INT, MPI_MIN, d->comm);
+    if (first < d->size) {
+        MPI_Bcast(local, sizeof local, MPI_CHAR, first, d->comm);
+        snprintf(msg, cap, "%s", local);
+    }
+    return 1;
+}
+
+/* "0-3,8" style list of the CPUs in s */
+static void cpu_list(const cpu_set_t *s, char *out, int cap)
+{
+    int n = 0;
+    out[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE && n < cap - 16; c++) {
+        if (!CPU_ISSET(c, s)) continue;
+        int e = c;
+        while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, s)) e++;
+        n += snprintf(out + n, cap - n, n ? ",%d" : "%d", c);
+        if (e > c) n += snprintf(out + n, cap - n, "-%d", e);
+        c = e;
+    }
+}
+
+int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
+{
+    cpu_set_t allowed, mine;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed)) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(desc, cap, "affinity unknown");
+        int t = (int)(n / d->local_size);
+        return threads > 0 ? threads : t > 0 ? t : 1;
+    }
+    int n_allowed = CPU_COUNT(&allowed);
+    /* Did the launcher already give each local rank its own CPUs (mpirun
+     * --bind-to, srun --cpu-bind)?  Then the sets differ between ranks. */
+    unsigned long long h = fnv1a64(&allowed, sizeof allowed, 0), hmin, hmax;
+    MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, d->node);
+    MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, d->node);
+    int shared = hmin == hmax && d->local_size > 1;
+    const char *how;
+    if (!shared) {
+        mine = allowed;
+        how = d->local_size > 1 ? "bound by launcher" : "all allowed";
+    } else if (n_allowed >= d->local_size) {
+        /* split the shared set: local rank r takes the r-th contiguous slice */
+        int per = n_allowed / d->local_size, k = 0;
+        CPU_ZERO(&mine);
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &allowed)) {
+                if (k / per == d->local_rank) CPU_SET(c, &mine);
+                k++;
+            }
+        if (sched_setaffinity(0, sizeof mine, &mine)) mine = allowed;
+        how = "own slice";
+    } else {
+        /* oversubscribed: more ranks than CPUs, leave scheduling to the OS */
+        mine = allowed;
+        how = "oversubscribed, not pinned";
+        if (threads <= 0) threads = 1;
+    }
+    int n_mine = CPU_COUNT(&mine);
+    if (threads <= 0) threads = n_mine > 0 ? n_mine : 1;
+    /* one thread per CPU when the threads fill our set exactly; fewer
+     * threads stay free to move within it (pinning them all to the first
+     * CPUs would pile jobs that share a node onto the same cores), and
+     * OMP_PLACES/OMP_PROC_BIND mean the user places threads */
+    int pinned = 0;
+    if (!getenv("OMP_PLACES") && !getenv("OMP_PROC_BIND") && threads == n_mine && strcmp(how, "oversubscribed, not pinned")) {
+        int cpus[CPU_SETSIZE], k = 0;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &mine)) cpus[k++] = c;
+        int fails = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : fails)
+        {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[omp_get_thread_num()], &one);
+            fails += pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0;
+        }
+        pinned = fails == 0;
+    }
+    char list[128];
+    cpu_list(&mine, list, sizeof list);
+    snprintf(desc, cap, "cpus %s (%s)%s", list, how, pinned ? ", threads pinned" : "");
+    return threads;
+}
+
+int dist_dump_params(Dist *d, const float *host, size_t n, const char *path)
+{
+    char msg[256];
+    /* replicas must not drift apart: the same update on every rank */
+    if (dist_check_same(d, host, n * sizeof(float), "the trained parameters", msg, sizeof msg)) {
+        if (d->rank == 0) fprintf(stderr, "error: %s\n", msg);
+        return 1;
+    }
+    int rc = 0;
+    if (d->rank == 0) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(host, sizeof(float), n, f) != n || fflush(f) || fsync(fileno(f))) {
+            fprintf(stderr, "error: %s: cannot write: %s\n", path, strerror(errno));
+            if (f) fclose(f);
+            unlink(tmp);
+            rc = 1;
+        } else if (fclose(f) || rename(tmp, path)) {
+            fprintf(stderr, "error: %s: cannot write: %s\n", path, strerror(errno));
+            unlink(tmp);
+            rc = 1;
+        }
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, d->comm);
+    return rc;
+}
+
 void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes)
 {
     memset(g, 0, sizeof *g);
     g->dist = d;
     g->grads = grads;
+    g->total = pt->total;
     size_t bucket = bucket_bytes / sizeof(float);
     if (bucket == 0) bucket = 1;
     g->lo = xmalloc(sizeof(size_t) * (pt->n + 1));
@@ -125,6 +316,8 @@ void gradsync_ready(void *ctx, size_t hi)
     while (g->next < g->n_buckets && g->hi[g->next] <= hi) {
         int k = g->next++;
         g->bytes += (double)(g->hi[k] - g->lo[k]) * sizeof(float);
+        g->n_started++;
+        g->n_early += hi < g->total;   /* backward still has gradients to finish */
         if (g->be) {
             g->be->allreduce_start(g->be, g->grads + g->lo[k], g->hi[k] - g->lo[k]);
             continue;
@@ -133,7 +326,8 @@ void gradsync_ready(void *ctx, size_t hi)
                        g->dist->comm, &g->req[k]);
     }
     if (g->be) return;
-    /* give MPI a chance to progress the buckets in flight */
+    /* give MPI a chance to progress the buckets in flight (Open MPI has no
+     * progress thread: nonblocking collectives advance inside MPI calls) */
     int flag;
     if (g->next > 0) MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
 }
@@ -145,6 +339,28 @@ void gradsync_finish(GradSync *g)
     double t0 = now_seconds();
     if (g->be) g->be->allreduce_wait(g->be);
     else MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
-    g->t_wait += now_seconds() - t0;
+    double w = now_seconds() - t0, wmin = w;
+    g->t_wait += w;
+    MPI_Allreduce(&w, &wmin, 1, MPI_DOUBLE, MPI_MIN, g->dist->comm);
+    g->t_exposed += wmin;
     g->next = 0;
+    g->n_syncs++;
+}
+
+double gradsync_measure(GradSync *g, int iters, double *algbw, double *busbw)
+{
+    Dist *d = g->dist;
+    size_t n = g->total;
+    float *buf = xcalloc(n, sizeof(float));
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, d->comm);   /* warm-up */
+    MPI_Barrier(d->comm);
+    double t0 = now_seconds();
+    for (int i = 0; i < iters; i++) MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, d->comm);
+    double t = (now_seconds() - t0) / (iters > 0 ? iters : 1), tmax = t;
+    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, d->comm);
+    free(buf);
+    double bytes = (double)n * sizeof(float), P = d->size;
+    *algbw = tmax > 0 ? bytes / tmax : 0;
+    *busbw = *algbw * 2.0 * (P - 1) / P;
+    return tmax;
 }

@@ -14,26 +14,52 @@ typedef struct {
     int rank, size;
     int local_rank, local_size;   /* within the node (MPI_Comm_split_type shared) */
     MPI_Comm comm;
+    MPI_Comm node;                /* ranks sharing this node's memory */
+    int fail_rank, fail_step, fail_sig;   /* TRANSFORMER_FAIL_AT (tests); fail_step 0 = off */
 } Dist;
 
 void dist_init(Dist *d, int *argc, char ***argv);
 void dist_finalize(Dist *d);
-/* abort every rank when any of them dies with an error */
+/* abort every rank when any of them dies with an error or a fatal signal;
+ * also reads the fault-injection variable TRANSFORMER_FAIL_AT */
 void dist_install_abort(Dist *d);
 /* all ranks must hold the same bytes (config text, parameters): returns 0,
  * or 1 on every rank (message in msg) if they differ */
 int dist_check_same(Dist *d, const void *data, size_t n, const char *what, char *msg, int cap);
+/* like dist_check_same for "key = value" lines; the message names the first
+ * rank that differs from rank 0 and its first differing line */
+int dist_check_config(Dist *d, const char *text, char *msg, int cap);
+/* fault injection for tests: TRANSFORMER_FAIL_AT="RANK:STEP[:SIGNAL]" makes
+ * rank RANK fail at the start of step STEP, with an error (die) or by raising
+ * SIGNAL (e.g. SEGV, KILL) */
+void dist_fault_point(Dist *d, int step);
+/* pin this rank's OpenMP threads to its share of the node's cores and return
+ * the thread count (threads > 0 forces the count).  desc receives a short
+ * description such as "cpus 2-3". */
+int dist_bind_cpu(Dist *d, int threads, char *desc, int cap);
+/* rank 0 writes n floats to path atomically (temp, fsync, rename) after
+ * checking that every rank holds the same values; returns 0 or 1 (message
+ * printed by rank 0) */
+int dist_dump_params(Dist *d, const float *host, size_t n, const char *path);
 
 typedef struct {
     Dist *dist;
     float *grads;           /* host-addressable gradient buffer */
+    size_t total;           /* floats */
     int n_buckets;
     size_t *lo, *hi;        /* bucket k = grads[lo[k], hi[k]) */
     MPI_Request *req;
     int next;               /* first bucket not yet started */
     Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
-    double t_wait;          /* seconds spent waiting after backward */
-    double bytes;
+    /* statistics */
+    double t_wait;          /* seconds this rank waited after backward */
+    double t_exposed;       /* per update, the least wait of any rank, summed:
+                             * the slowest rank's wait is communication that
+                             * backward did not hide (the rest is imbalance) */
+    double bytes;           /* bytes allreduced */
+    long n_syncs;           /* completed gradsync_finish calls that communicated */
+    long n_started;         /* bucket allreduces started */
+    long n_early;           /* of those, started while backward was still running */
 } GradSync;
 
 void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes);
@@ -45,5 +71,9 @@ void gradsync_use_backend(GradSync *g, Backend *be);
 void gradsync_ready(void *g, size_t hi);
 /* wait for every bucket (starting any not yet started) */
 void gradsync_finish(GradSync *g);
+/* nccl-tests convention: time `iters` blocking allreduces of the whole
+ * gradient buffer (contents saved and restored); algbw = bytes / time,
+ * busbw = algbw * 2(P-1)/P.  Collective; returns seconds per allreduce. */
+double gradsync_measure(GradSync *g, int iters, double *algbw, double *busbw);
 
 #endif

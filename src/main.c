@@ -2,6 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "eval.h"
+#include "prepare.h"
+#include "attention_maps.h"
+#include "checkpoint.h"
 #include "train.h"
 
 typedef struct {
@@ -13,6 +17,10 @@ typedef struct {
 static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
+    { "eval", cmd_eval, "dev/test loss and per-wordpiece perplexity of a checkpoint" },
+    { "prepare", cmd_prepare, "parallel text -> BPE vocabulary + binarized HDF5 dataset" },
+    { "average", cmd_average, "average the parameters of checkpoints (section 6.1)" },
+    { "attention", cmd_attention, "write attention maps of chosen sentences to HDF5" },
 };
 
 static void usage(FILE *f)

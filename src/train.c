@@ -10,7 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataset.h"
+#include "attention_maps.h"
 #include "greedy.h"
+#include "resume.h"
 #include "synthetic.h"
 #include "util.h"
 
@@ -49,6 +52,19 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     return config_validate(c, file ? file : "command line");
 }
 
+static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
+{
+    int v = dataset_vocab_size(c->data);
+    if (v <= 0) return 2;
+    if (v != c->vocab_size) {
+        fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but vocab_size = %d (set vocab_size=%d)\n",
+                c->data, v, c->vocab_size, v);
+        return 2;
+    }
+    if (dataset_load(c->data, "train", train) || dataset_load(c->data, "dev", dev)) return 2;
+    return 0;
+}
+
 static void load_corpora(TrainRun *r)
 {
     const Config *c = &r->cfg;
@@ -57,7 +73,13 @@ static void load_corpora(TrainRun *r)
         synthetic_corpus(&r->dev, c, SPLIT_DEV, c->synth_dev);
         return;
     }
-    die(2, "%s: dataset files are not supported by this build yet (use data=synthetic)", c->data);
+    /* a dataset written by `transformer prepare` (dataset.h): rank 0 checks
+     * it first so that a bad file gives one error line, not one per rank */
+    int rc = 0;
+    if (r->dist.rank == 0) rc = load_dataset(c, &r->train, &r->dev);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, r->dist.comm);
+    if (rc) { dist_finalize(&r->dist); exit(2); }
+    if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
 }
 
 void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok)
@@ -111,12 +133,43 @@ static double greedy_accuracy(TrainRun *r, const Corpus *c, int n, int *n_done)
     return glob[1] ? (double)glob[0] / glob[1] : 0.0;
 }
 
-static int threads_for_rank(const Config *c, const Dist *d)
+typedef struct {
+    int resume;               /* --resume */
+    const char *dump_params;  /* --dump-params FILE */
+} TrainArgs;
+
+/* train-only options */
+static int train_extra(void *ctx, int argc, char **argv, int *i)
 {
-    if (c->threads > 0) return c->threads;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = (int)(cores / (d->local_size > 0 ? d->local_size : 1));
-    return t > 0 ? t : 1;
+    TrainArgs *a = ctx;
+    if (!strcmp(argv[*i], "--resume")) { a->resume = 1; return 1; }
+    if (strcmp(argv[*i], "--dump-params")) return 0;
+    if (*i + 1 >= argc) { fprintf(stderr, "error: train: --dump-params needs a file name\n"); return 2; }
+    a->dump_params = argv[++*i];
+    return 1;
+}
+
+/* rank 0 prints what the gradient allreduce cost (make bench reads this) */
+static void report_gradsync(TrainRun *r, int steps, double train_s)
+{
+    GradSync *g = &r->sync;
+    Dist *D = &r->dist;
+    if (D->size == 1 || steps <= 0) return;
+    double wait = g->t_wait, wait_max;
+    MPI_Allreduce(&wait, &wait_max, 1, MPI_DOUBLE, MPI_MAX, D->comm);
+    if (train_s <= 0) train_s = 1e-9;
+    double algbw, busbw, t = gradsync_measure(g, 3, &algbw, &busbw);
+    if (D->rank != 0) return;
+    printf("allreduce: %d buckets (bucket_kb %d), %.2f MiB/update, %.2f bucket starts/update, %ld of %ld started "
+           "during backward\n",
+           g->n_buckets, r->cfg.bucket_kb, g->total * 4.0 / 1048576, (double)g->n_started / steps, g->n_early,
+           g->n_started);
+    printf("allreduce: not hidden by backward %.3f s, %.2f ms/update, %.1f%% of training time; "
+           "waiting for slower ranks %.3f s (%.1f%%)\n",
+           g->t_exposed, 1e3 * g->t_exposed / steps, 100.0 * g->t_exposed / train_s, wait_max - g->t_exposed,
+           100.0 * (wait_max - g->t_exposed) / train_s);
+    printf("allreduce: blocking %.2f MiB x %d ranks: %.2f ms, algbw %.3f GB/s, busbw %.3f GB/s\n",
+           g->total * 4.0 / 1048576, D->size, 1e3 * t, algbw / 1e9, busbw / 1e9);
 }
 
 static void train_help(void)
@@ -125,7 +178,29 @@ static void train_help(void)
            "Trains the Transformer (data-parallel under mpirun/srun: one rank per device).\n"
            "With no config and no data, trains the embedded synthetic task (reversal).\n"
            "Logs one line per log_steps: step, loss, lr, target tokens/s, elapsed time.\n"
-           "Every key of input/table3/base.cfg may be given as key=value.\n");
+           "Every key of input/table3/base.cfg may be given as key=value.\n\n"
+           "Run directory (run_dir=DIR; empty: nothing is written):\n"
+           "  DIR/ckpt_<step>.h5  checkpoints (docs/checkpoint.md), every ckpt_steps steps,\n"
+           "                      every ckpt_minutes minutes and at the end; the last\n"
+           "                      keep_ckpts are kept. Written atomically by rank 0 in the\n"
+           "                      background while training goes on.\n"
+           "  DIR/metrics.h5      step, loss, lr, tokens/s, elapsed; dev loss/PPL (docs/metrics.md)\n"
+           "  DIR/attention_probe.h5  every attn_steps steps: attention maps of the first 4 dev\n"
+           "                      pairs, one group per step (docs/attention.md)\n"
+           "  --resume            continue from the newest complete checkpoint (an error if\n"
+           "                      there is none); without it a run resumes automatically when\n"
+           "                      DIR has checkpoints. Architecture keys must match; the resumed\n"
+           "                      run is bitwise identical to an uninterrupted one.\n\n"
+           "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
+           "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
+           "mpirun forwards; under Slurm e.g. sbatch --signal=B:USR1@120 or scancel -s USR1).\n\n"
+           "  --dump-params FILE  after the last step, check that all ranks hold the same\n"
+           "                      parameters and write them (rank 0) as raw little-endian\n"
+           "                      float32 in buffer order (see 'params'), atomically\n\n"
+           "Under MPI each rank takes its share of the node's cores (threads=0) and pins\n"
+           "one OpenMP thread per core unless OMP_PLACES/OMP_PROC_BIND are set.  A rank\n"
+           "that fails takes the whole job down (MPI_Abort) with a message naming it.\n"
+           "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP.\n");
 }
 
 int cmd_train(int argc, char **argv)
@@ -136,20 +211,24 @@ int cmd_train(int argc, char **argv)
     dist_init(&r->dist, &argc, &argv);
     dist_install_abort(&r->dist);
     Dist *D = &r->dist;
-    if (parse_config_args(&r->cfg, argc, argv, 2, "train", NULL, NULL)) {
+    TrainArgs args = { 0, NULL };
+    preempt_install();
+    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &args)) {
         if (D->size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
         return 2;
     }
     Config *c = &r->cfg;
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
-    if (dist_check_same(D, text, strlen(text), "the configuration", msg, sizeof msg)) {
+    if (dist_check_config(D, text, msg, sizeof msg)) {
         if (D->rank == 0) fprintf(stderr, "error: %s\n", msg);
         MPI_Barrier(D->comm);
         dist_finalize(D);
         return 2;
     }
-    int threads = threads_for_rank(c, D);
+    char bind[160], *binds = D->rank == 0 ? xmalloc(sizeof bind * D->size) : NULL;
+    int threads = dist_bind_cpu(D, c->threads, bind, sizeof bind);
+    MPI_Gather(bind, sizeof bind, MPI_CHAR, binds, sizeof bind, MPI_CHAR, 0, D->comm);
     r->be = backend_create(c->device, c->precision, threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
     if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
@@ -158,24 +237,36 @@ int cmd_train(int argc, char **argv)
     {
         float *host = xmalloc(bytes);
         r->be->download(r->be, host, m->params, bytes);
-        if (dist_check_same(D, host, bytes, "the initial parameters", msg, sizeof msg)) die(2, "%s", msg);
+        int bad = dist_check_same(D, host, bytes, "the initial parameters", msg, sizeof msg);
         free(host);
+        if (bad) {
+            if (D->rank == 0) fprintf(stderr, "error: %s\n", msg);
+            MPI_Barrier(D->comm);
+            dist_finalize(D);
+            return 2;
+        }
     }
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
+    RunDir rd;
+    rundir_open(&rd, r, args.resume);
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
     gradsync_use_backend(&r->sync, r->be);   /* CUDA: NCCL on device memory */
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);
+    for (int k = 0; D->rank == 0 && D->size > 1 && k < D->size && k < 8; k++) printf("rank %d: %s\n", k, binds + k * sizeof bind);
+    free(binds);
 
     Batch b = {0};
     double t_start = now_seconds(), t_log = t_start;
     double log_loss = 0, log_tok = 0, log_tok_time = 0;
+    int preempted = 0;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
+        dist_fault_point(D, step);
         r->be->zero(r->be, m->grads, bytes);
-        double loc[3] = {0, 0, 0}, glob[3];
+        double loc[4] = {0, 0, 0, 0}, glob[4];
         for (int k = 0; k < c->update_freq; k++) {
             int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
             batch_build(&b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
@@ -187,7 +278,9 @@ int cmd_train(int argc, char **argv)
             loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
         }
         gradsync_finish(&r->sync);
-        MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_SUM, D->comm);
+        /* the preemption flag travels with the loss sums: all ranks agree */
+        loc[3] = preempt_pending();
+        MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_SUM, D->comm);
         /* normalise by the target tokens of the whole global batch */
         model_adam_step(m, step, (float)(1.0 / glob[2]));
         r->be->sync(r->be);
@@ -198,10 +291,15 @@ int cmd_train(int argc, char **argv)
             double now = now_seconds();
             log_tok_time = now - t_log;
             if (D->rank == 0) {
-                printf("step %d loss %.4f lr %.3e tok/s %.0f elapsed %.1fs\n", step, log_loss / log_tok,
+                printf("step %d loss %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, log_loss / log_tok,
                        model_lrate(c, step), log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                        r->elapsed + now - t_start);
                 fflush(stdout);
+                if (rd.metrics) {
+                    metrics_train(rd.metrics, step, log_loss / log_tok, model_lrate(c, step),
+                                  log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t_start);
+                    metrics_flush(rd.metrics, 0);
+                }
             }
             t_log = now;
             log_loss = log_tok = 0;
@@ -211,13 +309,35 @@ int cmd_train(int argc, char **argv)
             long nt;
             evaluate(r, &r->dev, &loss, &ppl, &nt);
             if (D->rank == 0) { printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, loss, ppl, nt); fflush(stdout); }
+            if (rd.metrics) metrics_dev(rd.metrics, step, loss, ppl, nt, r->elapsed + now_seconds() - t_start);
         }
+        if (c->attn_steps > 0 && step % c->attn_steps == 0 && rd.enabled && D->rank == 0)
+            attention_probe_write(m, &r->dev, c->run_dir, step);   /* watch heads form */
+        if (glob[3] > 0) { preempted = 1; break; }
+        rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
     }
     r->elapsed += now_seconds() - t_start;
+    rundir_checkpoint_sync(&rd, r, r->elapsed);
+    if (preempted) {
+        if (D->rank == 0) { printf("preempted: checkpoint of step %d written, exiting with code %d\n", r->step, EXIT_PREEMPTED); fflush(stdout); }
+        rundir_close(&rd);
+        dist_finalize(D);
+        return EXIT_PREEMPTED;
+    }
+    report_gradsync(r, r->sync.n_syncs, now_seconds() - t_start);
+    if (args.dump_params) {
+        float *host = xmalloc(bytes);
+        r->be->download(r->be, host, m->params, bytes);
+        int bad = dist_dump_params(D, host, m->pt.total, args.dump_params);
+        free(host);
+        if (bad) die(1, "train: --dump-params %s failed", args.dump_params);
+    }
     double loss, ppl;
     long nt;
     evaluate(r, &r->dev, &loss, &ppl, &nt);
     if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", loss, ppl, nt);
+    if (rd.metrics) metrics_dev(rd.metrics, r->step, loss, ppl, nt, r->elapsed);
+    rundir_close(&rd);
     if (!strcmp(c->data, "synthetic")) {
         int n;
         double acc = greedy_accuracy(r, &r->dev, c->synth_dev, &n);

@@ -1,0 +1,164 @@
+"""Shared helpers of the analysis scripts: one-line errors, HDF5 access,
+figure style and atomic output (temporary name, fsync, rename)."""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed: batch jobs, CI).
+    Imported on first use: the scripts that draw nothing start faster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+class AnalysisError(Exception):
+    """A user-facing problem: printed as one line 'error: THING: PROBLEM', exit 2."""
+
+    def __init__(self, thing, problem):
+        super().__init__(f"{thing}: {problem}")
+        self.thing = thing
+        self.problem = problem
+
+
+def main_wrapper(main):
+    """Run main(argv); turn AnalysisError (and unreadable files) into the one-line error."""
+    try:
+        rc = main(sys.argv[1:])
+    except AnalysisError as e:
+        print(f"error: {e.thing}: {e.problem}", file=sys.stderr)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(rc or 0)
+
+
+def open_h5(path):
+    """Open an HDF5 file read-only, or raise a one-line AnalysisError."""
+    import h5py
+
+    if not os.path.exists(path):
+        raise AnalysisError(path, "no such file")
+    if os.path.isdir(path):
+        raise AnalysisError(path, "is a directory, expected an HDF5 file")
+    try:
+        return h5py.File(path, "r")
+    except OSError:
+        raise AnalysisError(path, "not an HDF5 file (or truncated)") from None
+
+
+def attr_str(obj, name, default=None):
+    """An attribute as a Python str (h5py returns bytes or str depending on how it was written)."""
+    if name not in obj.attrs:
+        return default
+    v = obj.attrs[name]
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            return default
+        v = v.reshape(-1)[0]
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def attr_float(obj, name, default=float("nan")):
+    if name not in obj.attrs:
+        return default
+    v = obj.attrs[name]
+    try:
+        return float(np.asarray(v).reshape(-1)[0])
+    except (TypeError, ValueError, IndexError):
+        return default
+
+
+def as_strings(v):
+    """A list of str from an HDF5 string dataset/attribute (bytes, str, or one joined string)."""
+    a = np.asarray(v)
+    if a.ndim == 0:
+        s = a.item()
+        s = s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
+        return s.split()
+    return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in a.reshape(-1)]
+
+
+def write_atomic(path, data, mode="w"):
+    """Write text or bytes to path through a temporary name, fsync and rename:
+    a crash never leaves a half-written output."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=d)
+    try:
+        with os.fdopen(fd, mode + ("b" if isinstance(data, bytes) else "")) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def savefig(fig, prefix):
+    """Save fig as PREFIX.png (200 dpi) and PREFIX.pdf (vector), atomically. Returns the paths."""
+    out = []
+    d = os.path.dirname(os.path.abspath(prefix))
+    os.makedirs(d, exist_ok=True)
+    for ext in ("png", "pdf"):
+        path = f"{prefix}.{ext}"
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix="." + ext, dir=d)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                fig.savefig(f, format=ext, dpi=200, bbox_inches="tight")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        out.append(path)
+    pyplot().close(fig)
+    return out
+
+
+def paper_style():
+    """Figure style for papers: small fonts, no top/right spines, light grid."""
+    plt = pyplot()
+    plt.rcParams.update({
+        "font.size": 9,
+        "axes.titlesize": 9,
+        "axes.labelsize": 9,
+        "xtick.labelsize": 8,
+        "ytick.labelsize": 8,
+        "legend.fontsize": 8,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "grid.linewidth": 0.5,
+        "lines.linewidth": 1.4,
+        "savefig.pad_inches": 0.03,
+        "pdf.fonttype": 42,  # TrueType in PDF: editable text, accepted by publishers
+        "ps.fonttype": 42,
+    })
+
+
+def fmt_num(x, digits=2):
+    """Format a float for a table; NaN / None as an en dash."""
+    if x is None:
+        return "–"
+    try:
+        xf = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if not np.isfinite(xf):
+        return "–"
+    return f"{xf:.{digits}f}"

@@ -1,0 +1,89 @@
+"""Shared fixtures of the analysis tests: the C program (bin/transformer, built
+by `make`), tiny configs, and a helper to run the analysis scripts as a user
+would (subprocess, checking exit code and the one-line error)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ANALYSIS = os.path.join(ROOT, "analysis")
+BIN = os.environ.get("BIN", os.path.join(ROOT, "bin", "transformer"))
+sys.path.insert(0, ANALYSIS)
+
+# as tests/lib.sh: bin/transformer initialises MPI even without mpirun
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_btl": "self,vader",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+    "OMP_NUM_THREADS": "1",
+}
+
+# a Transformer small enough to train a few steps in about a second on one core
+TINY = {
+    "n_layers": "1", "d_model": "16", "d_ff": "32", "n_heads": "2", "d_k": "8", "d_v": "8",
+    "dropout": "0.1", "label_smoothing": "0.1", "positional": "sinusoid",
+    "train_steps": "20", "warmup": "10", "log_steps": "5", "eval_steps": "10",
+    "synth_train": "200", "synth_dev": "20", "max_tokens": "512", "threads": "1",
+    "ckpt_minutes": "0",
+}
+
+
+def write_cfg(path, **keys):
+    with open(path, "w") as f:
+        for k, v in keys.items():
+            f.write(f"{k} = {v}\n")
+    return path
+
+
+def transformer(*args, check=True, cwd=None):
+    """Run bin/transformer; returns the CompletedProcess."""
+    if not os.access(BIN, os.X_OK):
+        pytest.fail(f"{BIN} is missing: run `make` first")
+    env = dict(os.environ, **MPI_ENV)
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, env=env, cwd=cwd or ROOT, timeout=120)
+    if check and p.returncode != 0:
+        pytest.fail(f"transformer {' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
+    return p
+
+
+def has_command(name):
+    p = transformer("--help", check=False)
+    return re.search(rf"^\s+{name}\s", p.stdout, re.M) is not None
+
+
+def script(name, *args, expect=0):
+    """Run analysis/<name> with the venv's python; assert the exit code; on
+    an expected error assert exactly one 'error: ' line on stderr."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    env.pop("DISPLAY", None)
+    p = subprocess.run([sys.executable, os.path.join(ANALYSIS, name), *map(str, args)],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert p.returncode == expect, f"{name} {args}: exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
+    if expect == 2:
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), f"not a one-line error: {p.stderr!r}"
+        assert "Traceback" not in p.stderr
+    return p
+
+
+def assert_figure(prefix):
+    """PREFIX.png and PREFIX.pdf exist and are real PNG / PDF files."""
+    with open(prefix + ".png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", prefix + ".png is not a PNG"
+    with open(prefix + ".pdf", "rb") as f:
+        assert f.read(5) == b"%PDF-", prefix + ".pdf is not a PDF"
+    assert os.path.getsize(prefix + ".png") > 5000
+
+
+def parse_train_stdout(text):
+    """The dev numbers the trainer prints: final (loss, ppl) and the last step."""
+    m = re.search(r"^dev final loss ([0-9.]+) ppl ([0-9.]+)", text, re.M)
+    assert m, f"no 'dev final' line in:\n{text}"
+    steps = [int(s) for s in re.findall(r"^step (\d+) ", text, re.M)]
+    return float(m.group(1)), float(m.group(2)), steps[-1]

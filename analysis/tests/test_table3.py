@@ -1,0 +1,208 @@
+"""Table 3 from a scaled-down sweep run by the C program: rows trained with
+bin/transformer, parameter counts from `transformer params`, one row failing
+on a bad config and one not run (pending); row files written by row_result.py
+as the sweep job does, then table3.py."""
+
+import csv
+import math
+import os
+
+import h5py
+import pytest
+
+from conftest import (TINY, assert_figure, parse_train_stdout, script, transformer, write_cfg)
+
+ROWS = {  # row -> (overrides of TINY, paper PPL, paper BLEU, paper params x10^6)
+    "base": ({}, 4.92, 25.8, 65),
+    "A1": ({"n_heads": "1", "d_k": "16", "d_v": "16"}, 5.29, 24.9, 0),
+    "C1": ({"n_layers": "2"}, 6.11, 23.7, 36),
+    "C4": ({"d_model": "8", "d_k": "4", "d_v": "4", "no_such_key": "1"}, 5.75, 24.5, 28),  # fails
+    "D1": ({"dropout": "0.0"}, 5.77, 24.6, 0),  # never run: pending
+}
+BLEU = {"base": 12.5}  # a BLEU handed to row_result.py (the C decoder's BLEU is not in this test)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    top = tmp_path_factory.mktemp("sweep")
+    cfgdir = top / "configs"
+    cfgdir.mkdir()
+    truth = {}
+    for row, (over, pp, pb, pm) in ROWS.items():
+        keys = dict(TINY, **over, row=row, paper_ppl=pp, paper_bleu=pb, paper_params_m=pm)
+        cfg = write_cfg(cfgdir / f"{row}.cfg", **keys)
+        if row == "D1":
+            continue
+        out = top / "results" / f"{row}.h5"
+        run = top / "runs" / row
+        p = transformer("train", "--config", str(cfg), f"run_dir={run}", check=False)
+        if p.returncode != 0:
+            assert row == "C4", f"row {row} failed: {p.stderr}"
+            msg = p.stderr.strip().splitlines()[-1]
+            script("row_result.py", "--out", out, "--config", cfg, "--status", "failed", "--message", msg)
+            truth[row] = {"message": msg}
+            continue
+        loss, ppl, steps = parse_train_stdout(p.stdout)
+        params = int(transformer("params", "--config", str(cfg)).stdout.split("\n")[0].split()[1])
+        args = ["--out", out, "--config", cfg, "--params", params]
+        metrics = run / "metrics.h5"
+        if metrics.exists():  # the C program's HDF5 log: steps, wall time, dev loss/PPL
+            args += ["--metrics", metrics]
+        else:
+            args += ["--dev-ppl", ppl, "--dev-loss", loss, "--steps", steps]
+        if row in BLEU:
+            args += ["--dev-bleu", BLEU[row]]
+        script("row_result.py", *args)
+        truth[row] = {"ppl": ppl, "loss": loss, "steps": steps, "params": params,
+                      "metrics": metrics.exists()}
+    p = script("table3.py", top, "--configs", cfgdir)
+    assert "5 rows (3 done, 1 pending, 1 failed)" in p.stdout
+    return top, truth
+
+
+def read_csv(top):
+    with open(top / "table3.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_rows_in_paper_order_with_status(sweep):
+    top, _ = sweep
+    rows = read_csv(top)
+    assert [r["row"] for r in rows] == ["base", "A1", "C1", "C4", "D1"]
+    assert [r["status"] for r in rows] == ["done", "done", "done", "failed", "pending"]
+
+
+def test_values_are_the_c_programs(sweep):
+    top, truth = sweep
+    for r in read_csv(top):
+        row = r["row"]
+        _, pp, pb, pm = ROWS[row]
+        assert float(r["paper_ppl"]) == pytest.approx(pp)
+        assert float(r["paper_bleu"]) == pytest.approx(pb)
+        assert r["paper_params_m"] == ("" if pm == 0 else str(float(pm)))
+        if r["status"] != "done":
+            assert r["dev_ppl"] == r["params"] == r["diff_ppl"] == ""
+            continue
+        t = truth[row]
+        assert int(r["params"]) == t["params"]
+        assert float(r["params_m"]) == pytest.approx(t["params"] / 1e6)
+        # stdout prints 3 decimals; metrics.h5 holds the double
+        assert float(r["dev_ppl"]) == pytest.approx(t["ppl"], abs=6e-4)
+        assert float(r["dev_loss"]) == pytest.approx(t["loss"], abs=6e-5)
+        assert int(r["train_steps"]) == t["steps"] == int(TINY["train_steps"])
+        assert float(r["diff_ppl"]) == pytest.approx(float(r["dev_ppl"]) - pp)
+        if row in BLEU:
+            assert float(r["dev_bleu"]) == BLEU[row]
+            assert float(r["diff_bleu"]) == pytest.approx(BLEU[row] - pb)
+        else:
+            assert r["dev_bleu"] == r["diff_bleu"] == ""
+    # the three trained rows differ (different architectures, different PPL)
+    ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
+    assert len(set(ppls)) == 3 and all(1 < p < 30 for p in ppls)
+
+
+def test_markdown_shows_only_differences_from_base(sweep):
+    top, truth = sweep
+    text = (top / "table3.md").read_text()
+    lines = [l for l in text.splitlines() if l.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    table = {}
+    for l in lines[1:]:
+        cells = [c.strip() for c in l.strip("|").split("|")]
+        table[cells[0]] = dict(zip(head, cells))
+    assert list(table) == ["base", "A1", "C1", "C4", "D1"]
+    b = table["base"]
+    assert (b["N"], b["d_model"], b["d_ff"], b["h"], b["d_k"], b["d_v"]) == ("1", "16", "32", "2", "8", "8")
+    assert (b["P_drop"], b["eps_ls"], b["pos. emb."], b["train steps"]) == ("0.1", "0.1", "sinusoid", "20")
+    a1 = table["A1"]
+    assert (a1["h"], a1["d_k"], a1["d_v"]) == ("1", "16", "16")
+    assert a1["N"] == a1["d_model"] == a1["d_ff"] == a1["P_drop"] == a1["train steps"] == ""
+    assert table["C1"]["N"] == "2" and table["C1"]["h"] == ""
+    assert table["D1"]["P_drop"] == "0" and table["D1"]["PPL (dev)"] == "pending"
+    assert table["C4"]["PPL (dev)"] == "failed"
+    assert f"{truth['base']['ppl']:.2f}" == b["PPL (dev)"]
+    assert b["params ×10⁶"] == f"{truth['base']['params'] / 1e6:.1f}"
+    assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
+
+
+def test_latex_table(sweep):
+    top, _ = sweep
+    tex = (top / "table3.tex").read_text()
+    assert tex.count("\\begin{tabular}") == 1 and "\\bottomrule" in tex
+    body = [l for l in tex.splitlines() if l.endswith("\\\\")]
+    assert len(body) == 2 + 5  # two header lines, five rows
+    ncols = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0].count("c") + 1 + 9
+    for l in body[2:]:
+        assert l.count("&") == ncols - 1, l
+    assert "\\emph{pending}" in tex and "\\emph{failed}" in tex and "(A) A1" in tex
+
+
+def test_plot(sweep):
+    top, _ = sweep
+    assert_figure(str(top / "table3"))
+
+
+def test_row_result_file_format(sweep):
+    top, truth = sweep
+    with h5py.File(top / "results" / "base.h5", "r") as f:
+        a = f.attrs
+        assert a["format"] == "transformer-row-result" and a["row"] == "base" and a["status"] == "done"
+        for k in ("config", "params", "train_steps", "dev_loss", "dev_ppl", "dev_bleu", "wall_seconds",
+                  "paper_ppl", "paper_bleu", "paper_params_m"):
+            assert k in a, k
+        assert "d_model = 16" in a["config"]
+        if truth["base"]["metrics"]:
+            assert a["wall_seconds"] > 0
+    with h5py.File(top / "results" / "C4.h5", "r") as f:
+        assert f.attrs["status"] == "failed" and math.isnan(f.attrs["dev_ppl"])
+
+
+def test_pending_rows_without_configs_dir_and_rows_only_in_results(sweep, tmp_path):
+    top, _ = sweep
+    # no configs: only the rows with result files, still in order
+    script("table3.py", top, "--configs", tmp_path, "--out", tmp_path / "t", "--no-plot")
+    with open(tmp_path / "t.csv") as f:
+        assert [r["row"] for r in csv.DictReader(f)] == ["base", "A1", "C1", "C4"]
+
+
+def test_errors(sweep, tmp_path):
+    top, _ = sweep
+    script("table3.py", tmp_path / "missing", expect=2)
+    bad = tmp_path / "bad"
+    (bad / "results").mkdir(parents=True)
+    (bad / "results" / "x.h5").write_text("not hdf5\n")
+    p = script("table3.py", bad, "--configs", tmp_path, expect=2)
+    assert "x.h5: not an HDF5 file" in p.stderr
+    with h5py.File(bad / "results" / "x.h5", "w") as f:  # an HDF5 file that is not a row result
+        f["step"] = [1, 2, 3]
+    p = script("table3.py", bad, "--configs", tmp_path, expect=2)
+    assert "not a Table 3 row result" in p.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    script("table3.py", empty, "--configs", empty, expect=2)
+    cfg = top / "configs" / "base.cfg"
+    p = script("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg, "--status", "done", expect=2)
+    assert "dev PPL" in p.stderr and not (tmp_path / "r.h5").exists()
+    script("row_result.py", "--out", tmp_path / "r.h5", "--config", tmp_path / "nope.cfg", expect=2)
+    script("row_result.py", "--show", bad / "results" / "x.h5", expect=2)
+
+
+def test_sacrebleu_from_hypotheses(tmp_path, sweep):
+    top, _ = sweep
+    ref = tmp_path / "ref.txt"
+    ref.write_text("the cat sat on the mat .\na dog runs in the park .\n")
+    script("row_result.py", "--out", tmp_path / "same.h5", "--row", "base", "--dev-ppl", "5",
+           "--hyp", ref, "--ref", ref)
+    with h5py.File(tmp_path / "same.h5", "r") as f:
+        assert f.attrs["dev_bleu"] == pytest.approx(100.0)
+        assert "13a" in f.attrs["bleu_signature"]
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("the cat sat on a mat .\nthe dog runs in the park .\n")
+    script("row_result.py", "--out", tmp_path / "part.h5", "--row", "base", "--dev-ppl", "5",
+           "--hyp", hyp, "--ref", ref)
+    with h5py.File(tmp_path / "part.h5", "r") as f:
+        assert 0 < f.attrs["dev_bleu"] < 100
+    hyp.write_text("one line only\n")
+    script("row_result.py", "--out", tmp_path / "x.h5", "--row", "b", "--dev-ppl", "5", "--hyp", hyp,
+           "--ref", ref, expect=2)
+    assert not os.path.exists(tmp_path / "x.h5")

@@ -1,0 +1,116 @@
+# jobs/lib.sh: shell functions shared by the job scripts (sourced, bash).
+#
+#   job_init              find the project (TRANSFORMER_HOME), read cluster.env,
+#                         load modules, install the signal traps
+#   launch CMD...         run CMD as one MPI job: srun inside a Slurm job,
+#                         mpirun -n LOCAL_RANKS outside (jobs/run-local.sh)
+#   run_stage CMD...      launch CMD in the background and wait for it, passing
+#                         a preemption signal on to it (see below); returns its
+#                         exit status
+#   preempted RC          true if RC (or a signal seen by this shell) means
+#                         "checkpointed, continue in a new job"
+#   requeue_self          requeue this job (or array element) and leave
+#
+# Preemption protocol (docs/jobs.md).  Slurm sends SIGUSR1 SIGNAL_LEAD seconds
+# before the time limit: with --signal=USR1@T to every task of the running
+# step, with --signal=B:USR1@T to this batch shell only.  Preemption,
+# `scontrol requeue` and `scancel` send SIGTERM to every process of the job.
+# On SIGUSR1 or SIGTERM `transformer train` finishes its step, writes a
+# checkpoint and exits with REQUEUE_EXIT (99).  This shell traps both signals:
+# SIGUSR1 is forwarded to the launcher (srun forwards it to every task), so both
+# --signal forms work; SIGTERM is only noted (the tasks got it themselves) and
+# the shell keeps waiting so the checkpoint is complete before the job ends.
+# After a stage that exited with REQUEUE_EXIT (or died of the forwarded
+# SIGUSR1) the batch script calls requeue_self: `scontrol requeue` puts the job
+# back into the queue with the same job id, and the new run resumes from the
+# newest checkpoint in its run directory.
+
+JOB_SIGNAL=""        # the last preemption signal this shell received
+_STAGE_PID=""
+
+job_init() {
+    if [ -z "${TRANSFORMER_HOME:-}" ]; then
+        # sbatch runs a copy of the script from the spool directory, so the
+        # project is found from the submit directory (the submit scripts
+        # export TRANSFORMER_HOME explicitly)
+        if [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -x "$SLURM_SUBMIT_DIR/jobs/lib.sh" -o -f "$SLURM_SUBMIT_DIR/jobs/lib.sh" ]; then
+            TRANSFORMER_HOME=$SLURM_SUBMIT_DIR
+        else
+            TRANSFORMER_HOME=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+        fi
+    fi
+    export TRANSFORMER_HOME
+    # shellcheck source=jobs/cluster.env
+    . "${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}" || { echo "error: ${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}: cannot read the cluster settings" >&2; exit 2; }
+    BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        local m
+        for m in $MODULES; do
+            module load "$m" || { echo "error: module load $m: failed (MODULES in cluster.env)" >&2; exit 2; }
+        done
+        if [ -n "$JOB_SETUP" ]; then eval "$JOB_SETUP"; fi
+    fi
+    [ -x "$BIN" ] || { echo "error: $BIN: not built (run make in $TRANSFORMER_HOME)" >&2; exit 2; }
+    trap '_on_signal USR1' USR1
+    trap '_on_signal TERM' TERM
+}
+
+_on_signal() {
+    JOB_SIGNAL=$1
+    echo "job: received SIG$1 at $(date -u +%FT%TZ)${_STAGE_PID:+, passing SIGUSR1 to the running stage}" >&2
+    # TERM reached the tasks directly; USR1 may have come to this shell only
+    if [ "$1" = USR1 ] && [ -n "$_STAGE_PID" ]; then kill -USR1 "$_STAGE_PID" 2>/dev/null || true; fi
+}
+
+launch() {
+    if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${JOBS_NO_SRUN:-}" ]; then
+        # one task per rank; --gpus-per-task etc. come from the job allocation
+        # shellcheck disable=SC2086
+        srun --mpi="$SRUN_MPI" $SRUN_EXTRA "$@"
+    else
+        # shellcheck disable=SC2086
+        mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@"
+    fi
+}
+
+run_stage() {
+    launch "$@" &
+    _STAGE_PID=$!
+    local rc
+    while :; do
+        wait "$_STAGE_PID"; rc=$?
+        [ "$rc" -le 128 ] && break
+        # wait was interrupted by a trapped signal: keep waiting while it runs
+        kill -0 "$_STAGE_PID" 2>/dev/null && continue
+        wait "$_STAGE_PID"; rc=$?     # it ended meanwhile: its own status
+        break
+    done
+    _STAGE_PID=""
+    return "$rc"
+}
+
+preempted() {
+    [ "$1" -eq "$REQUEUE_EXIT" ] || [ "$1" -eq $((128 + 10)) ] && return 0   # 10 = SIGUSR1
+    [ "$JOB_SIGNAL" = USR1 ] && return 0
+    return 1
+}
+
+requeue_self() {
+    if [ -z "${SLURM_JOB_ID:-}" ]; then
+        echo "job: stopped after a checkpoint; run the same command again to resume" >&2
+        exit "$REQUEUE_EXIT"
+    fi
+    if [ "$JOB_SIGNAL" = TERM ]; then
+        # SIGTERM: Slurm is ending this job (preemption, `scontrol requeue`,
+        # scancel) and requeues it itself if it should run again
+        echo "job: checkpoint written after SIGTERM; Slurm requeues or ends the job" >&2
+        exit "$REQUEUE_EXIT"
+    fi
+    echo "job: checkpoint written, requeueing job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1)))" >&2
+    if ! scontrol requeue "$SLURM_JOB_ID"; then
+        # e.g. a preemption or `scontrol requeue` already requeued it
+        echo "job: scontrol requeue $SLURM_JOB_ID failed; resubmit to resume from the checkpoint" >&2
+        exit "$REQUEUE_EXIT"
+    fi
+    exit 0
+}

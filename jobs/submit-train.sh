@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Submits one training run (jobs/train.sbatch) with the settings of
+# jobs/cluster.env:
+#   jobs/submit-train.sh RUN_DIR CONFIG [key=value ...]
+# e.g. jobs/submit-train.sh runs/base input/table3/base.cfg train_steps=100000
+# Prints the job id.  The job log is RUN_DIR/slurm-<jobid>.out (appended to
+# across requeues).  Extra sbatch options: SBATCH_EXTRA="..." (cluster.env).
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: jobs/submit-train.sh RUN_DIR CONFIG [key=value ...]" >&2; exit 2; }
+. "$(dirname "$0")/submit.sh"
+RUN_DIR=$1 CONFIG=$2
+[ -f "$CONFIG" ] || { echo "error: $CONFIG: no such config file" >&2; exit 2; }
+mkdir -p "$RUN_DIR"
+RUN_DIR=$(cd "$RUN_DIR" && pwd)
+CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
+shift 2
+sbatch --parsable "${SBATCH_OPTS[@]}" --job-name="train-$(basename "$RUN_DIR")" \
+    --output="$RUN_DIR/slurm-%j.out" "$TRANSFORMER_HOME/jobs/train.sbatch" "$RUN_DIR" "$CONFIG" "$@"

@@ -1,0 +1,527 @@
+/* Attention maps to HDF5 (attention_maps.h, docs/attention.md). */
+#include "attention_maps.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "dist.h"
+#include "greedy.h"
+#include "synthetic.h"
+#include "train.h"
+#include "util.h"
+
+#if defined(__has_include)
+#if __has_include("dataset.h")
+#include "dataset.h"
+#define HAVE_DATASET 1
+#endif
+#endif
+
+/* one sentence pair: tokens (known on every rank) and maps (owner only) */
+typedef struct {
+    int64_t index;            /* pair index in the split */
+    int S, T;                 /* source tokens incl. EOS; target positions BOS y.. */
+    int32_t *src, *tin, *tout;
+    float *enc, *dec, *crs;   /* [L, h, S, S], [L, h, T, T], [L, h, T, S] */
+    int Tg;                   /* greedy: decoder positions (hyp + BOS) */
+    int32_t *gin, *gout;
+    float *gdec, *gcrs;
+} Sent;
+
+/* ---------------------------------------------------------------- tokens */
+
+typedef struct {
+    int n;
+    char **name;   /* [vocab_size] */
+    size_t width;  /* longest name: fixed-length string type size */
+} Vocab;
+
+static void vocab_build(Vocab *v, int vocab_size, char **pieces)
+{
+    static const char *special[4] = { "<pad>", "<s>", "</s>", "<unk>" };
+    v->n = vocab_size;
+    v->name = xmalloc(sizeof(char *) * vocab_size);
+    v->width = 1;
+    char buf[32];
+    for (int i = 0; i < vocab_size; i++) {
+        if (pieces && pieces[i]) v->name[i] = strdup(pieces[i]);
+        else if (i < 4) v->name[i] = strdup(special[i]);
+        else { snprintf(buf, sizeof buf, "%d", i); v->name[i] = strdup(buf); }   /* synthetic symbols: their ids */
+        size_t L = strlen(v->name[i]);
+        if (L > v->width) v->width = L;
+    }
+}
+
+static void vocab_free(Vocab *v)
+{
+    for (int i = 0; i < v->n; i++) free(v->name[i]);
+    free(v->name);
+}
+
+/* ------------------------------------------------------------- computing */
+
+static void forward_maps(Model *m, const Batch *b, float *enc, float *dec, float *crs)
+{
+    model_upload_batch(m, b);
+    const float *e = model_encode(m, 0, 0);
+    model_decode(m, e, 0, 0);
+    const Config *c = &m->cfg;
+    size_t h = c->n_heads, S = b->S, T = b->T;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (enc) m->be->download(m->be, enc + l * h * S * S, m->enc[l].P, sizeof(float) * h * S * S);
+        m->be->download(m->be, dec + l * h * T * T, m->dec[l].P, sizeof(float) * h * T * T);
+        m->be->download(m->be, crs + l * h * T * S, m->dec[l].P2, sizeof(float) * h * T * S);
+    }
+}
+
+/* tokens of pair idx of c (reference) */
+static void sent_tokens(Sent *s, const Corpus *c, int idx, int max_len)
+{
+    Batch b = {0};
+    batch_build(&b, c, &idx, 1, max_len);
+    s->index = idx;
+    s->S = b.S;
+    s->T = b.T;
+    s->src = xmalloc(sizeof(int32_t) * s->S);
+    s->tin = xmalloc(sizeof(int32_t) * s->T);
+    s->tout = xmalloc(sizeof(int32_t) * s->T);
+    memcpy(s->src, b.src, sizeof(int32_t) * s->S);
+    memcpy(s->tin, b.tgt_in, sizeof(int32_t) * s->T);
+    memcpy(s->tout, b.tgt_out, sizeof(int32_t) * s->T);
+    batch_free(&b);
+}
+
+/* a one-pair batch with the source of s and target y[0..n) */
+static void one_pair_batch(Batch *b, const Sent *s, const int32_t *y, int n, int max_len)
+{
+    Corpus c = {0};
+    int64_t so[2] = { 0, s->S - 1 }, to[2] = { 0, n };
+    c.n = 1;
+    c.src_off = so;
+    c.tgt_off = to;
+    c.src_tok = s->src;   /* without the EOS at S-1 */
+    c.tgt_tok = (int32_t *)y;
+    int idx = 0;
+    batch_build(b, &c, &idx, 1, max_len);
+}
+
+static void sent_compute(Model *m, Sent *s, int greedy)
+{
+    const Config *c = &m->cfg;
+    size_t L = c->n_layers, h = c->n_heads, S = s->S, T = s->T;
+    s->enc = xmalloc(sizeof(float) * L * h * S * S);
+    s->dec = xmalloc(sizeof(float) * L * h * T * T);
+    s->crs = xmalloc(sizeof(float) * L * h * T * S);
+    Batch b = {0};
+    one_pair_batch(&b, s, s->tout, s->T - 1, c->max_len);
+    forward_maps(m, &b, s->enc, s->dec, s->crs);
+    if (greedy) {
+        /* the model's own translation (max length: input + max_len_a, 6.1) */
+        int max_out = (s->S - 1) + c->max_len_a;
+        if (max_out > c->max_len - 1) max_out = c->max_len - 1;
+        int32_t *out = xmalloc(sizeof(int32_t) * (max_out > 0 ? max_out : 1));
+        int len = 0;
+        greedy_decode(m, &b, max_out, out, &len);
+        Batch g = {0};
+        one_pair_batch(&g, s, out, len, c->max_len);
+        s->Tg = g.T;
+        s->gin = xmalloc(sizeof(int32_t) * g.T);
+        s->gout = xmalloc(sizeof(int32_t) * g.T);
+        memcpy(s->gin, g.tgt_in, sizeof(int32_t) * g.T);
+        memcpy(s->gout, g.tgt_out, sizeof(int32_t) * g.T);
+        size_t Tg = g.T;
+        s->gdec = xmalloc(sizeof(float) * L * h * Tg * Tg);
+        s->gcrs = xmalloc(sizeof(float) * L * h * Tg * S);
+        forward_maps(m, &g, NULL, s->gdec, s->gcrs);
+        batch_free(&g);
+        free(out);
+    }
+    batch_free(&b);
+}
+
+static void sent_free(Sent *s)
+{
+    free(s->src); free(s->tin); free(s->tout); free(s->enc); free(s->dec); free(s->crs);
+    free(s->gin); free(s->gout); free(s->gdec); free(s->gcrs);
+}
+
+/* --------------------------------------------------------------- writing */
+
+static void attr_i64(hid_t o, const char *name, int64_t v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Sclose(sp);
+}
+
+static void attr_str(hid_t o, const char *name, const char *s)
+{
+    /* fixed length: parallel HDF5 cannot write variable-length data */
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(s) + 1);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, s);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+}
+
+/* Create a dataset (collective under MPI-IO) and write it from the owner;
+ * the other ranks take part with empty selections. */
+static int write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
+                    const void *data, int mine, hid_t dxpl)
+{
+    hid_t sp = H5Screate_simple(nd, dims, NULL);
+    hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0) { H5Sclose(sp); return -1; }
+    int rc;
+    if (mine) rc = H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, dxpl, data);
+    else {
+        hid_t ms = H5Scopy(sp);
+        H5Sselect_none(ms);
+        H5Sselect_none(sp);
+        static float dummy;
+        rc = H5Dwrite(d, mtype, ms, sp, dxpl, &dummy);
+        H5Sclose(ms);
+    }
+    H5Dclose(d);
+    H5Sclose(sp);
+    return rc < 0 ? -1 : 0;
+}
+
+static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, const Vocab *v, int mine, hid_t dxpl)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, v->width);
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    char *buf = xcalloc((size_t)n * v->width, 1);
+    for (int i = 0; i < n; i++) {
+        const char *s = tok[i] >= 0 && tok[i] < v->n ? v->name[tok[i]] : "<?>";
+        memcpy(buf + (size_t)i * v->width, s, strlen(s) < v->width ? strlen(s) : v->width);
+    }
+    hsize_t dim = n;
+    int rc = write_ds(g, name, t, t, 1, &dim, buf, mine, dxpl);
+    free(buf);
+    H5Tclose(t);
+    return rc;
+}
+
+/* the groups of sentences s[0..n) under parent; sentence k belongs to rank
+ * k % P */
+static int write_sentences(hid_t parent, Sent *s, int n, int rank, int P, int greedy, const Config *c,
+                           const Vocab *v, hid_t dxpl)
+{
+    hid_t top = H5Gcreate2(parent, "sentences", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (top < 0) return -1;
+    int bad = 0;
+    hsize_t L = c->n_layers, h = c->n_heads;
+    for (int k = 0; k < n && !bad; k++) {
+        Sent *x = &s[k];
+        int mine = k % P == rank;
+        char name[32];
+        snprintf(name, sizeof name, "%06lld", (long long)x->index);
+        hid_t g = H5Gcreate2(top, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (g < 0) { bad = 1; break; }
+        attr_i64(g, "index", x->index);
+        attr_i64(g, "src_len", x->S);
+        attr_i64(g, "tgt_len", x->T);
+        bad |= write_tokens(g, "src_tokens", x->src, x->S, v, mine, dxpl);
+        bad |= write_tokens(g, "tgt_tokens", x->tin, x->T, v, mine, dxpl);
+        bad |= write_tokens(g, "tgt_out_tokens", x->tout, x->T, v, mine, dxpl);
+        hsize_t de[4] = { L, h, (hsize_t)x->S, (hsize_t)x->S }, dd[4] = { L, h, (hsize_t)x->T, (hsize_t)x->T },
+                dc[4] = { L, h, (hsize_t)x->T, (hsize_t)x->S };
+        bad |= write_ds(g, "encoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, de, x->enc, mine, dxpl);
+        bad |= write_ds(g, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dd, x->dec, mine, dxpl);
+        bad |= write_ds(g, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dc, x->crs, mine, dxpl);
+        if (greedy) {
+            hid_t gg = H5Gcreate2(g, "greedy", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            attr_i64(gg, "tgt_len", x->Tg);
+            bad |= write_tokens(gg, "tgt_tokens", x->gin, x->Tg, v, mine, dxpl);
+            bad |= write_tokens(gg, "tgt_out_tokens", x->gout, x->Tg, v, mine, dxpl);
+            hsize_t gd[4] = { L, h, (hsize_t)x->Tg, (hsize_t)x->Tg }, gc[4] = { L, h, (hsize_t)x->Tg, (hsize_t)x->S };
+            bad |= write_ds(gg, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gd, x->gdec, mine, dxpl);
+            bad |= write_ds(gg, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gc, x->gcrs, mine, dxpl);
+            H5Gclose(gg);
+        }
+        H5Gclose(g);
+    }
+    H5Gclose(top);
+    return bad ? -1 : 0;
+}
+
+/* --------------------------------------------------------- training probe */
+
+void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int step)
+{
+    int n = dev->n < ATTN_PROBE_SENTENCES ? dev->n : ATTN_PROBE_SENTENCES;
+    Sent *s = xcalloc(n ? n : 1, sizeof(Sent));
+    for (int k = 0; k < n; k++) {
+        sent_tokens(&s[k], dev, k, m->cfg.max_len);
+        sent_compute(m, &s[k], 0);
+    }
+    Vocab v;
+    vocab_build(&v, m->cfg.vocab_size, NULL);
+    char path[4200], grp[32];
+    snprintf(path, sizeof path, "%s/attention_probe.h5", run_dir);
+    snprintf(grp, sizeof grp, "step_%08d", step);
+    hdf5_lock();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = access(path, F_OK) == 0 ? H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT) : -1;
+    if (f < 0) {
+        f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        if (f >= 0) {
+            attr_str(f, "format", "transformer-attention-probe");
+            attr_str(f, "version", PROJECT_VERSION);
+            attr_i64(f, "n_layers", m->cfg.n_layers);
+            attr_i64(f, "n_heads", m->cfg.n_heads);
+        }
+    }
+    int bad = f < 0;
+    if (!bad) {
+        /* a resumed run recomputes steps after its checkpoint */
+        if (H5Lexists(f, grp, H5P_DEFAULT) > 0) H5Ldelete(f, grp, H5P_DEFAULT);
+        hid_t g = H5Gcreate2(f, grp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad = g < 0;
+        if (!bad) {
+            attr_i64(g, "step", step);
+            bad = write_sentences(g, s, n, 0, 1, 0, &m->cfg, &v, H5P_DEFAULT) != 0;
+            H5Gclose(g);
+        }
+        bad |= H5Fclose(f) < 0;
+    }
+    hdf5_unlock();
+    if (bad) fprintf(stderr, "warning: %s: cannot write the attention probe of step %d\n", path, step);
+    vocab_free(&v);
+    for (int k = 0; k < n; k++) sent_free(&s[k]);
+    free(s);
+}
+
+/* --------------------------------------------------------------- command */
+
+static void attention_help(void)
+{
+    printf("usage: transformer attention --checkpoint CKPT --data DATA.h5|synthetic [--split dev]\n"
+           "                             --sentences LIST --output ATTN.h5 [--greedy]\n\n"
+           "Writes every head of every layer of encoder self-attention, decoder\n"
+           "self-attention and encoder-decoder attention of the chosen sentence pairs,\n"
+           "teacher-forced on the reference (with --greedy also on the model's own greedy\n"
+           "translation), with source and target tokens as strings (docs/attention.md).\n"
+           "LIST: pair indices of the split, e.g. 0,5,10-19.  With data=synthetic the\n"
+           "pairs are the checkpoint's synthetic task and tokens are named by their ids.\n"
+           "Under mpirun the sentences are split over the ranks and written collectively\n"
+           "into one file (MPI-IO).\n");
+}
+
+/* "0,5,10-19" -> indices; returns count or -1 */
+static int parse_list(const char *s, int64_t **out)
+{
+    int n = 0, cap = 16;
+    *out = xmalloc(sizeof(int64_t) * cap);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long long a = strtoll(p, &end, 10), b;
+        if (end == p || a < 0) return -1;
+        b = a;
+        p = end;
+        if (*p == '-') {
+            b = strtoll(p + 1, &end, 10);
+            if (end == p + 1 || b < a) return -1;
+            p = end;
+        }
+        for (long long i = a; i <= b; i++) {
+            if (n == cap) { cap *= 2; *out = xrealloc(*out, sizeof(int64_t) * cap); }
+            (*out)[n++] = i;
+        }
+        if (*p == ',') p++;
+        else if (*p) return -1;
+    }
+    return n;
+}
+
+typedef struct {
+    const char *ckpt, *data, *split, *list, *out;
+    int greedy;
+} AttnArgs;
+
+static int split_id(const char *s)
+{
+    if (!strcmp(s, "train")) return SPLIT_TRAIN;
+    if (!strcmp(s, "dev")) return SPLIT_DEV;
+    if (!strcmp(s, "test")) return SPLIT_TEST;
+    return -1;
+}
+
+static int load_data(const AttnArgs *a, const Config *cfg, Corpus *c, Vocab *v)
+{
+    if (!strcmp(a->data, "synthetic")) {
+        int sp = split_id(a->split);
+        if (sp < 0) { fprintf(stderr, "error: --split '%s': synthetic data has train, dev and test\n", a->split); return 2; }
+        synthetic_corpus(c, cfg, sp, sp == SPLIT_TRAIN ? cfg->synth_train : cfg->synth_dev);
+        vocab_build(v, cfg->vocab_size, NULL);
+        return 0;
+    }
+#ifdef HAVE_DATASET
+    if (dataset_load(a->data, a->split, c)) return 2;
+    DatasetVocab dv;
+    if (dataset_load_vocab(a->data, &dv)) return 2;
+    if (dv.vocab_size != cfg->vocab_size) {
+        fprintf(stderr, "error: %s: vocabulary of %d pieces, the checkpoint's model has vocab_size %d\n", a->data,
+                dv.vocab_size, cfg->vocab_size);
+        dataset_vocab_free(&dv);
+        return 2;
+    }
+    vocab_build(v, cfg->vocab_size, dv.pieces);
+    dataset_vocab_free(&dv);
+    return 0;
+#else
+    fprintf(stderr, "error: %s: dataset files are not supported by this build yet (use --data synthetic)\n", a->data);
+    return 2;
+#endif
+}
+
+/* broadcast the greedy hypotheses of sentence k from its owner */
+static void share_greedy(Sent *s, int k, int owner, const Config *c, MPI_Comm comm, int rank)
+{
+    MPI_Bcast(&s->Tg, 1, MPI_INT, owner, comm);
+    if (rank != owner) {
+        s->gin = xmalloc(sizeof(int32_t) * s->Tg);
+        s->gout = xmalloc(sizeof(int32_t) * s->Tg);
+    }
+    MPI_Bcast(s->gin, s->Tg, MPI_INT32_T, owner, comm);
+    MPI_Bcast(s->gout, s->Tg, MPI_INT32_T, owner, comm);
+    (void)k;
+    (void)c;
+}
+
+static int attention_main(const AttnArgs *a, Dist *D)
+{
+    Config cfg;
+    Model m;
+    /* one thread: the maps do not depend on how many ranks share the cores */
+    Backend *be = backend_create("cpu", "fp32", 1, D->local_rank);
+    if (!be) return 2;
+    if (checkpoint_open_model(a->ckpt, &cfg, &m, be)) { be->destroy(be); return 2; }
+    Corpus c = {0};
+    Vocab v = {0};
+    int64_t *idx = NULL;
+    int n = parse_list(a->list, &idx), rc = 2;
+    Sent *s = NULL;
+    if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); goto out; }
+    if (load_data(a, &cfg, &c, &v)) goto out;
+    for (int k = 0; k < n; k++)
+        if (idx[k] >= c.n) {
+            fprintf(stderr, "error: --sentences: index %lld is past the %d pairs of split '%s'\n", (long long)idx[k], c.n, a->split);
+            goto out;
+        }
+    s = xcalloc(n, sizeof(Sent));
+    for (int k = 0; k < n; k++) {
+        sent_tokens(&s[k], &c, (int)idx[k], cfg.max_len);
+        if (k % D->size == D->rank) sent_compute(&m, &s[k], a->greedy);
+    }
+    if (a->greedy)
+        for (int k = 0; k < n; k++) share_greedy(&s[k], k, k % D->size, &cfg, D->comm, D->rank);
+
+    /* one file, written collectively through MPI-IO, under a temporary name */
+    char tmp[4200];
+    const char *slash = strrchr(a->out, '/');
+    if (slash) snprintf(tmp, sizeof tmp, "%.*s/.%s.tmp", (int)(slash - a->out), a->out, slash + 1);
+    else snprintf(tmp, sizeof tmp, ".%s.tmp", a->out);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_mpio(fapl, D->comm, MPI_INFO_NULL);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    int bad = f < 0, any;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, D->comm);
+    if (any) {
+        if (D->rank == 0) fprintf(stderr, "error: %s: cannot create the output file\n", tmp);
+        if (f >= 0) H5Fclose(f);
+        goto out;
+    }
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    char text[16384];
+    config_to_string(&cfg, text, sizeof text);
+    Config tmpc;
+    CkptState st;
+    memset(&st, 0, sizeof st);
+    checkpoint_read_config(a->ckpt, &tmpc, &st);
+    attr_str(f, "format", "transformer-attention");
+    attr_str(f, "version", PROJECT_VERSION);
+    attr_str(f, "checkpoint", a->ckpt);
+    attr_i64(f, "checkpoint_step", st.step);
+    attr_str(f, "data", a->data);
+    attr_str(f, "split", a->split);
+    attr_str(f, "mode", a->greedy ? "reference+greedy" : "reference");
+    attr_str(f, "config", text);
+    attr_i64(f, "n_layers", cfg.n_layers);
+    attr_i64(f, "n_heads", cfg.n_heads);
+    hsize_t nn = n;
+    bad = write_ds(f, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, idx, D->rank == 0, dxpl) != 0;
+    bad |= write_sentences(f, s, n, D->rank, D->size, a->greedy, &cfg, &v, dxpl) != 0;
+    H5Pclose(dxpl);
+    bad |= H5Fclose(f) < 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, D->comm);
+    if (D->rank == 0) {
+        if (any) {
+            fprintf(stderr, "error: %s: writing the attention maps failed\n", tmp);
+            unlink(tmp);
+        } else {
+            int fd_ok = 1;
+            FILE *fp = fopen(tmp, "rb");
+            if (fp) { fsync(fileno(fp)); fclose(fp); } else fd_ok = 0;
+            if (!fd_ok || rename(tmp, a->out)) {
+                fprintf(stderr, "error: %s: cannot move the output into place\n", a->out);
+                any = 1;
+            } else printf("attention: %d sentence(s), %d layers x %d heads -> %s\n", n, cfg.n_layers, cfg.n_heads, a->out);
+        }
+    }
+    MPI_Bcast(&any, 1, MPI_INT, 0, D->comm);
+    rc = any ? 2 : 0;
+out:
+    if (s) for (int k = 0; k < n; k++) sent_free(&s[k]);
+    free(s);
+    free(idx);
+    if (v.name) vocab_free(&v);
+    corpus_free(&c);
+    model_free(&m);
+    be->destroy(be);
+    return rc;
+}
+
+int cmd_attention(int argc, char **argv)
+{
+    AttnArgs a = { NULL, "synthetic", "dev", NULL, NULL, 0 };
+    for (int i = 2; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { attention_help(); return 0; }
+        if (!strcmp(o, "--greedy")) { a.greedy = 1; continue; }
+        const char **dst = !strcmp(o, "--checkpoint") ? &a.ckpt : !strcmp(o, "--data") ? &a.data
+                         : !strcmp(o, "--split") ? &a.split : !strcmp(o, "--sentences") ? &a.list
+                         : !strcmp(o, "--output") ? &a.out : NULL;
+        if (!dst) { fprintf(stderr, "error: attention: unknown argument '%s' (see 'transformer attention --help')\n", o); return 2; }
+        if (i + 1 >= argc) { fprintf(stderr, "error: attention: %s needs a value\n", o); return 2; }
+        *dst = argv[++i];
+    }
+    if (!a.ckpt || !a.out || !a.list) {
+        fprintf(stderr, "error: attention: --checkpoint, --sentences and --output are required\n");
+        return 2;
+    }
+    Dist D;
+    dist_init(&D, &argc, &argv);
+    int rc = attention_main(&a, &D);
+    /* every rank reports the same rc: no abort needed */
+    dist_finalize(&D);
+    return rc;
+}

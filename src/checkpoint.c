@@ -1,0 +1,532 @@
+/* HDF5 checkpoints: layout in docs/checkpoint.md. */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* ------------------------------------------------------------ HDF5 basics */
+
+static pthread_mutex_t g_h5_lock = PTHREAD_MUTEX_INITIALIZER;
+void hdf5_lock(void) { pthread_mutex_lock(&g_h5_lock); }
+int hdf5_trylock(void) { return pthread_mutex_trylock(&g_h5_lock); }
+void hdf5_unlock(void) { pthread_mutex_unlock(&g_h5_lock); }
+
+/* Initialise the library on the calling (main) thread and silence its
+ * error-stack printing: we report failures ourselves, in one line. */
+static void h5_init(void)
+{
+    static int done;
+    if (done) return;
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    done = 1;
+}
+
+static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *val)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, mtype, val) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return rc;
+}
+
+static int attr_str(hid_t obj, const char *name, const char *s)
+{
+    /* variable-length UTF-8: h5py reads it as str, h5dump prints it */
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    int rc = attr_write(obj, name, t, t, &s);
+    H5Tclose(t);
+    return rc;
+}
+
+static int attr_i64(hid_t o, const char *n, int64_t v) { return attr_write(o, n, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
+static int attr_u64(hid_t o, const char *n, uint64_t v) { return attr_write(o, n, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
+static int attr_f64(hid_t o, const char *n, double v) { return attr_write(o, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v); }
+
+static int attr_read(hid_t obj, const char *name, hid_t mtype, void *val)
+{
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    int rc = H5Aread(a, mtype, val) < 0 ? -1 : 0;
+    H5Aclose(a);
+    return rc;
+}
+
+/* a string attribute (variable or fixed length) as a malloc'ed string */
+static char *attr_read_str(hid_t obj, const char *name)
+{
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return NULL;
+    hid_t ft = H5Aget_type(a);
+    char *out = NULL;
+    if (H5Tget_class(ft) == H5T_STRING) {
+        if (H5Tis_variable_str(ft) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(ft));
+            char *s = NULL;
+            if (H5Aread(a, mt, &s) >= 0 && s) {
+                out = strdup(s);
+                H5free_memory(s);
+            }
+            H5Tclose(mt);
+        } else {
+            size_t n = H5Tget_size(ft);
+            out = xcalloc(n + 1, 1);
+            if (H5Aread(a, ft, out) < 0) { free(out); out = NULL; }
+        }
+    }
+    H5Tclose(ft);
+    H5Aclose(a);
+    return out;
+}
+
+/* --------------------------------------------------------------- writing */
+
+static int fsync_path(const char *path, int dir)
+{
+    int fd = open(path, O_RDONLY | (dir ? O_DIRECTORY : 0));
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static void dir_of(const char *path, char *dir, size_t cap)
+{
+    const char *s = strrchr(path, '/');
+    if (!s) snprintf(dir, cap, ".");
+    else if (s == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(s - path), path);
+}
+
+static void tmp_name(const char *path, char *tmp, size_t cap)
+{
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    const char *s = strrchr(path, '/');
+    snprintf(tmp, cap, "%s/.%s.tmp", dir, s ? s + 1 : path);
+}
+
+static int write_group(hid_t f, const char *group, const ParamTable *pt, const float *buf, hid_t lcpl)
+{
+    char name[PARAM_NAME + 32];
+    for (int i = 0; i < pt->n; i++) {
+        const ParamInfo *p = &pt->t[i];
+        hsize_t dims[2] = { (hsize_t)p->rows, (hsize_t)p->cols };
+        hid_t sp = H5Screate_simple(p->cols == 1 ? 1 : 2, dims, NULL);
+        snprintf(name, sizeof name, "%s/%s", group, p->name);
+        hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        int bad = d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf + p->offset) < 0;
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(sp);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
+                     const float *adam_v, const char *cfg_text, const CkptState *st, char *msg, int cap)
+{
+    h5_init();
+    char tmp[4200], dir[4096];
+    tmp_name(path, tmp, sizeof tmp);
+    dir_of(path, dir, sizeof dir);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    /* large tensors on 1 MiB boundaries, metadata aggregated: few large
+     * sequential writes */
+    H5Pset_alignment(fapl, 1 << 16, 1 << 20);
+    H5Pset_meta_block_size(fapl, 1 << 20);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (f < 0) {
+        snprintf(msg, cap, "%s: cannot create checkpoint file: %s", tmp, strerror(errno));
+        return -1;
+    }
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    int bad = 0;
+    bad |= attr_str(f, "format", CKPT_FORMAT);
+    bad |= attr_i64(f, "format_version", CKPT_FORMAT_VERSION);
+    bad |= attr_str(f, "version", PROJECT_VERSION);
+    bad |= attr_str(f, "config", cfg_text);
+    bad |= attr_i64(f, "step", st->step);
+    bad |= attr_f64(f, "elapsed_seconds", st->elapsed);
+    bad |= attr_u64(f, "seed", st->seed);
+    bad |= attr_i64(f, "ranks", st->ranks);
+    bad |= attr_i64(f, "update_freq", st->update_freq);
+    bad |= attr_i64(f, "data_position", st->data_position);
+    bad |= attr_u64(f, "batch_plan_hash", st->plan_hash);
+    bad |= attr_i64(f, "batches_per_epoch", st->n_batches);
+    bad |= attr_i64(f, "param_count", (int64_t)pt->total);
+    bad |= attr_i64(f, "has_adam", adam_m && adam_v);
+    if (st->averaged_from) bad |= attr_str(f, "averaged_from", st->averaged_from);
+    if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
+    if (!bad && adam_m && adam_v) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
+    H5Pclose(lcpl);
+    if (!bad) bad |= H5Fflush(f, H5F_SCOPE_GLOBAL) < 0;
+    bad |= H5Fclose(f) < 0;
+    if (bad || fsync_path(tmp, 0)) {
+        snprintf(msg, cap, "%s: writing the checkpoint failed (disk full?)", tmp);
+        unlink(tmp);
+        return -1;
+    }
+    /* fault injection for tests: die between the write and the rename */
+    const char *fault = getenv("TRANSFORMER_CKPT_FAULT_STEP");
+    if (fault && atoll(fault) == st->step) raise(SIGKILL);
+    if (rename(tmp, path)) {
+        snprintf(msg, cap, "%s: cannot rename checkpoint into place: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    fsync_path(dir, 1);
+    return 0;
+}
+
+/* --------------------------------------------------------------- reading */
+
+/* Open path as one of our checkpoints: file id, or -1 after a one-line error */
+static hid_t open_ckpt(const char *path)
+{
+    h5_init();
+    struct stat sb;
+    if (stat(path, &sb)) {
+        fprintf(stderr, "error: %s: cannot open checkpoint: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (H5Fis_hdf5(path) <= 0) {
+        fprintf(stderr, "error: %s: not a checkpoint (not an HDF5 file)\n", path);
+        return -1;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        fprintf(stderr, "error: %s: cannot read checkpoint (truncated or corrupt HDF5 file)\n", path);
+        return -1;
+    }
+    char *fmt = attr_read_str(f, "format");
+    int ok = fmt && !strcmp(fmt, CKPT_FORMAT);
+    free(fmt);
+    if (!ok) {
+        fprintf(stderr, "error: %s: not a transformer checkpoint (no format=\"%s\" attribute)\n", path, CKPT_FORMAT);
+        H5Fclose(f);
+        return -1;
+    }
+    int64_t v = 0;
+    if (attr_read(f, "format_version", H5T_NATIVE_INT64, &v) || v != CKPT_FORMAT_VERSION) {
+        fprintf(stderr, "error: %s: checkpoint format version %lld is not %d\n", path, (long long)v, CKPT_FORMAT_VERSION);
+        H5Fclose(f);
+        return -1;
+    }
+    return f;
+}
+
+static int config_from_text(Config *c, const char *text, const char *origin)
+{
+    config_defaults(c);
+    char *buf = strdup(text), *save = NULL;
+    int rc = 0, line = 0;
+    for (char *l = strtok_r(buf, "\n", &save); l && !rc; l = strtok_r(NULL, "\n", &save)) {
+        line++;
+        char *eq = strstr(l, " = ");
+        if (!eq) {
+            fprintf(stderr, "error: %s: config line %d malformed\n", origin, line);
+            rc = 2;
+            break;
+        }
+        *eq = '\0';
+        rc = config_set(c, origin, line, l, eq + 3);
+    }
+    free(buf);
+    return rc ? 2 : config_validate(c, origin);
+}
+
+static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
+{
+    char *text = attr_read_str(f, "config");
+    if (!text) {
+        fprintf(stderr, "error: %s: checkpoint has no config attribute\n", path);
+        return 2;
+    }
+    char origin[4200];
+    snprintf(origin, sizeof origin, "%s (config attribute)", path);
+    int rc = config_from_text(cfg, text, origin);
+    free(text);
+    if (rc) return 2;
+    if (st) {
+        memset(st, 0, sizeof *st);
+        int64_t i64;
+        int bad = attr_read(f, "step", H5T_NATIVE_INT64, &st->step);
+        bad |= attr_read(f, "elapsed_seconds", H5T_NATIVE_DOUBLE, &st->elapsed);
+        bad |= attr_read(f, "seed", H5T_NATIVE_UINT64, &st->seed);
+        bad |= attr_read(f, "ranks", H5T_NATIVE_INT64, &i64); st->ranks = (int)i64;
+        bad |= attr_read(f, "update_freq", H5T_NATIVE_INT64, &i64); st->update_freq = (int)i64;
+        bad |= attr_read(f, "data_position", H5T_NATIVE_INT64, &st->data_position);
+        bad |= attr_read(f, "batch_plan_hash", H5T_NATIVE_UINT64, &st->plan_hash);
+        bad |= attr_read(f, "batches_per_epoch", H5T_NATIVE_INT64, &i64); st->n_batches = (int)i64;
+        if (bad) {
+            fprintf(stderr, "error: %s: checkpoint lacks run-state attributes (step, seed, ...)\n", path);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+int checkpoint_read_config(const char *path, Config *cfg_out, CkptState *st)
+{
+    hid_t f = open_ckpt(path);
+    if (f < 0) return 2;
+    int rc = read_config_f(f, path, cfg_out, st);
+    H5Fclose(f);
+    return rc;
+}
+
+static int read_group(hid_t f, const char *path, const char *group, const ParamTable *pt, float *buf)
+{
+    char name[PARAM_NAME + 32];
+    for (int i = 0; i < pt->n; i++) {
+        const ParamInfo *p = &pt->t[i];
+        snprintf(name, sizeof name, "%s/%s", group, p->name);
+        hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+        if (d < 0) {
+            fprintf(stderr, "error: %s: checkpoint is missing tensor %s\n", path, name);
+            return 2;
+        }
+        hid_t sp = H5Dget_space(d);
+        hsize_t dims[3] = { 0, 0, 0 };
+        int nd = H5Sget_simple_extent_ndims(sp);
+        if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(sp, dims, NULL);
+        H5Sclose(sp);
+        int ok = (nd == 1 && p->cols == 1 && dims[0] == (hsize_t)p->rows)
+                 || (nd == 2 && dims[0] == (hsize_t)p->rows && dims[1] == (hsize_t)p->cols);
+        if (!ok) {
+            fprintf(stderr, "error: %s: tensor %s has shape [%llu, %llu], expected [%d, %d]\n", path, name,
+                    (unsigned long long)dims[0], (unsigned long long)dims[1], p->rows, p->cols);
+            H5Dclose(d);
+            return 2;
+        }
+        if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf + p->offset) < 0) {
+            fprintf(stderr, "error: %s: cannot read tensor %s (truncated or corrupt file)\n", path, name);
+            H5Dclose(d);
+            return 2;
+        }
+        H5Dclose(d);
+    }
+    return 0;
+}
+
+int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *params, float *m_out, float *v_out)
+{
+    hid_t f = open_ckpt(path);
+    if (f < 0) return 2;
+    int rc = read_group(f, path, "params", pt, params);
+    if (!rc && (m_out || v_out)) {
+        int64_t has = 0;
+        if (attr_read(f, "has_adam", H5T_NATIVE_INT64, &has) || !has) {
+            fprintf(stderr, "error: %s: checkpoint has no Adam moments (an average?): cannot resume training from it\n", path);
+            rc = 2;
+        }
+        if (!rc && m_out) rc = read_group(f, path, "adam_m", pt, m_out);
+        if (!rc && v_out) rc = read_group(f, path, "adam_v", pt, v_out);
+    }
+    H5Fclose(f);
+    return rc;
+}
+
+int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *be)
+{
+    hid_t f = open_ckpt(path);
+    if (f < 0) return 2;
+    int rc = read_config_f(f, path, cfg_out, NULL);
+    H5Fclose(f);
+    if (rc) return 2;
+    if (model_init(m, cfg_out, be)) {
+        fprintf(stderr, "error: %s: out of device memory for the parameters\n", path);
+        return 2;
+    }
+    size_t bytes = sizeof(float) * m->pt.total;
+    float *host = xmalloc(bytes);
+    rc = checkpoint_read_tensors(path, &m->pt, host, NULL, NULL);
+    if (!rc) be->upload(be, m->params, host, bytes);
+    free(host);
+    if (rc) model_free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------- run directories */
+
+void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step)
+{
+    snprintf(buf, cap, "%s/ckpt_%08lld.h5", run_dir, (long long)step);
+}
+
+static int is_ckpt_name(const char *name, int64_t *step)
+{
+    long long s;
+    char chk[64];
+    if (sscanf(name, "ckpt_%lld.h5", &s) != 1 || s < 0) return 0;
+    snprintf(chk, sizeof chk, "ckpt_%08lld.h5", s);
+    if (strcmp(chk, name)) return 0;
+    *step = s;
+    return 1;
+}
+
+int checkpoint_list(const char *run_dir, char ***paths, int64_t **steps)
+{
+    *paths = NULL;
+    *steps = NULL;
+    DIR *d = opendir(run_dir);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (!is_ckpt_name(e->d_name, &s)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *paths = xrealloc(*paths, sizeof(char *) * cap);
+            *steps = xrealloc(*steps, sizeof(int64_t) * cap);
+        }
+        size_t L = strlen(run_dir) + strlen(e->d_name) + 2;
+        (*paths)[n] = xmalloc(L);
+        snprintf((*paths)[n], L, "%s/%s", run_dir, e->d_name);
+        (*steps)[n] = s;
+        n++;
+    }
+    closedir(d);
+    /* insertion sort by step (few files) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
+            int64_t ts = (*steps)[j]; (*steps)[j] = (*steps)[j - 1]; (*steps)[j - 1] = ts;
+            char *tp = (*paths)[j]; (*paths)[j] = (*paths)[j - 1]; (*paths)[j - 1] = tp;
+        }
+    return n;
+}
+
+void checkpoint_prune(const char *run_dir, int keep)
+{
+    char **paths;
+    int64_t *steps;
+    int n = checkpoint_list(run_dir, &paths, &steps);
+    for (int i = 0; i < n; i++) {
+        if (i < n - keep) unlink(paths[i]);
+        free(paths[i]);
+    }
+    free(paths);
+    free(steps);
+    /* temporaries left by a crash in the middle of a write */
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[4400];
+    while ((e = readdir(d))) {
+        size_t L = strlen(e->d_name);
+        if (!strncmp(e->d_name, ".ckpt_", 6) && L > 4 && !strcmp(e->d_name + L - 4, ".tmp")) {
+            snprintf(p, sizeof p, "%s/%s", run_dir, e->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* ------------------------------------------------------ background writer */
+
+struct CkptWriter {
+    const ParamTable *pt;
+    char run_dir[CFG_STR];
+    int keep;
+    float *host;          /* params | adam_m | adam_v */
+    char *cfg_text;
+    CkptState st;
+    pthread_t thread;
+    int started;          /* a thread exists that has not been joined */
+    atomic_int done;
+    int result;
+};
+
+CkptWriter *checkpoint_writer_create(const ParamTable *pt, const char *run_dir, int keep)
+{
+    h5_init();   /* on the main thread: the library sets up MPI hooks here */
+    CkptWriter *w = xcalloc(1, sizeof *w);
+    w->pt = pt;
+    snprintf(w->run_dir, sizeof w->run_dir, "%s", run_dir);
+    w->keep = keep;
+    return w;
+}
+
+static void *writer_main(void *arg)
+{
+    CkptWriter *w = arg;
+    char path[4200], msg[4400];
+    checkpoint_path(path, sizeof path, w->run_dir, w->st.step);
+    size_t n = w->pt->total;
+    hdf5_lock();
+    int rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, msg, sizeof msg);
+    if (!rc) checkpoint_prune(w->run_dir, w->keep);
+    hdf5_unlock();
+    if (rc) fprintf(stderr, "error: %s\n", msg);
+    w->result = rc;
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+int checkpoint_writer_busy(CkptWriter *w)
+{
+    return w->started && !atomic_load(&w->done);
+}
+
+int checkpoint_writer_wait(CkptWriter *w)
+{
+    if (!w->started) return 0;
+    pthread_join(w->thread, NULL);
+    w->started = 0;
+    return w->result;
+}
+
+void checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st)
+{
+    checkpoint_writer_wait(w);
+    size_t n = w->pt->total, bytes = sizeof(float) * n;
+    if (!w->host) w->host = xmalloc(3 * bytes);
+    /* the only part on the training thread: a device -> host copy */
+    m->be->sync(m->be);
+    m->be->download(m->be, w->host, m->params, bytes);
+    m->be->download(m->be, w->host + n, m->adam_m, bytes);
+    m->be->download(m->be, w->host + 2 * n, m->adam_v, bytes);
+    free(w->cfg_text);
+    w->cfg_text = strdup(cfg_text);
+    w->st = *st;
+    atomic_store(&w->done, 0);
+    w->result = 0;
+    if (pthread_create(&w->thread, NULL, writer_main, w)) {
+        writer_main(w);   /* no thread: write synchronously */
+        return;
+    }
+    w->started = 1;
+}
+
+void checkpoint_writer_free(CkptWriter *w)
+{
+    if (!w) return;
+    checkpoint_writer_wait(w);
+    free(w->host);
+    free(w->cfg_text);
+    free(w);
+}

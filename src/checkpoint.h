@@ -1,0 +1,85 @@
+/* HDF5 checkpoints (docs/checkpoint.md): one dataset per parameter tensor
+ * under /params/<ParamTable name>, the Adam moments under /adam_m/... and
+ * /adam_v/..., and the run state (step, elapsed time, data position, seed,
+ * config text, project version) as attributes of the root group.
+ *
+ * Files are written atomically: to a hidden temporary name in the run
+ * directory, flushed and fsync'ed, then renamed and the directory fsync'ed,
+ * so the newest ckpt_*.h5 is always complete.  During training the write runs
+ * in a background thread from a host copy of the state (checkpoint_writer_*),
+ * at most one write in flight. */
+#ifndef CHECKPOINT_H
+#define CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "model.h"
+#include "ops.h"
+
+#define PROJECT_VERSION "0.1.0"
+#define CKPT_FORMAT "transformer-checkpoint"
+#define CKPT_FORMAT_VERSION 1
+
+/* The run state stored with the tensors. */
+typedef struct {
+    int64_t step;             /* completed optimiser steps */
+    double elapsed;           /* training wall time in seconds, summed over resumes */
+    uint64_t seed;            /* keys dropout (Philox) and the batch shuffle */
+    int ranks, update_freq;   /* with step: the data-loader position */
+    int64_t data_position;    /* next position of the global batch sequence (batcher.h) */
+    uint64_t plan_hash;       /* hash of the batch plan (composition of batches) */
+    int n_batches;            /* batches per epoch */
+    const char *averaged_from; /* averages: the source files, one per line (else NULL) */
+} CkptState;
+
+/* Read the stored config into cfg_out, model_init(m, cfg_out, be), load the
+ * parameters.  Returns 0, or prints one line "error: PATH: ..." and returns
+ * 2 (not HDF5, truncated, not a checkpoint, missing or misshapen tensor). */
+int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *be);
+
+/* Read only the stored config (and state, if st is not NULL): 0 or 2 with a
+ * one-line error. */
+int checkpoint_read_config(const char *path, Config *cfg_out, CkptState *st);
+/* Load parameters (and, if adam is set, the Adam moments) into host buffers
+ * laid out as pt (pt->total floats each; m_out/v_out may be NULL).  0 or 2. */
+int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *params, float *m_out, float *v_out);
+
+/* Write a complete checkpoint atomically to path (host buffers laid out as
+ * pt; adam_m/adam_v may be NULL for parameter-only files such as averages).
+ * cfg_text is config_to_string() output.  Returns 0, or -1 with msg set. */
+int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
+                     const float *adam_v, const char *cfg_text, const CkptState *st, char *msg, int cap);
+
+/* Checkpoints of a run directory, ckpt_<step>.h5, sorted by step (ascending).
+ * Returns how many; *paths (caller frees each and the array). */
+int checkpoint_list(const char *run_dir, char ***paths, int64_t **steps);
+/* Delete all but the newest keep checkpoints and any stale temporaries. */
+void checkpoint_prune(const char *run_dir, int keep);
+/* ckpt path of a step */
+void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step);
+
+/* Background writer: snapshot into host memory, write in a thread. */
+typedef struct CkptWriter CkptWriter;
+CkptWriter *checkpoint_writer_create(const ParamTable *pt, const char *run_dir, int keep);
+/* 1 while a write is in flight */
+int checkpoint_writer_busy(CkptWriter *w);
+/* Wait for the write in flight (if any); returns its result (0 or -1, the
+ * error already printed). */
+int checkpoint_writer_wait(CkptWriter *w);
+/* Copy the model state (device -> host) and start writing it; waits for a
+ * previous write first.  cfg_text is copied. */
+void checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st);
+void checkpoint_writer_free(CkptWriter *w);
+
+/* HDF5 is not thread-safe in this (parallel) build: every HDF5 call made
+ * while a background write may be running holds this lock. */
+void hdf5_lock(void);
+int hdf5_trylock(void);   /* 0 if acquired */
+void hdf5_unlock(void);
+
+/* `transformer average` */
+int cmd_average(int argc, char **argv);
+
+#endif

@@ -1,0 +1,421 @@
+/* HDF5 reader/writer of binarized datasets (docs/dataset.md).  HDF5's own
+ * error stack printing is switched off around our calls so that every
+ * failure is reported as one line naming the file. */
+#include "dataset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* ---------- helpers ---------- */
+
+typedef struct { H5E_auto2_t fn; void *data; } ErrSave;
+
+static void quiet_on(ErrSave *s)
+{
+    H5Eget_auto2(H5E_DEFAULT, &s->fn, &s->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+static void quiet_off(const ErrSave *s) { H5Eset_auto2(H5E_DEFAULT, s->fn, s->data); }
+
+static hid_t str_type(void)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    return t;
+}
+
+static int attr_str(hid_t obj, const char *name, const char *val)
+{
+    hid_t t = str_type(), sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, t, &val) < 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp); H5Tclose(t);
+    return rc;
+}
+
+static int attr_strs(hid_t obj, const char *name, const char **vals, int n)
+{
+    hsize_t dim = (hsize_t)n;
+    hid_t t = str_type(), sp = H5Screate_simple(1, &dim, NULL);
+    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, t, vals) < 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp); H5Tclose(t);
+    return rc;
+}
+
+/* n < 0: a scalar attribute; otherwise an array of n */
+static int attr_i64s(hid_t obj, const char *name, const long long *vals, int n)
+{
+    hsize_t dim = (hsize_t)(n < 0 ? 1 : n);
+    hid_t sp = n < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &dim, NULL);
+    hid_t a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_LLONG, vals) < 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return rc;
+}
+static int attr_i64(hid_t obj, const char *name, long long v) { return attr_i64s(obj, name, &v, -1); }
+
+/* 1-D dataset, chunked + deflate for the big id arrays (they compress ~2x) */
+static int write_1d(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data, size_t n)
+{
+    hsize_t dim = n;
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (n >= 4096) {
+        hsize_t chunk = n < (1u << 20) ? n : (1u << 20);
+        H5Pset_chunk(dcpl, 1, &chunk);
+        H5Pset_shuffle(dcpl);
+        H5Pset_deflate(dcpl, 1);
+    }
+    hid_t ds = H5Dcreate2(loc, name, file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    int rc = ds < 0 || (n > 0 && H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0);
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    return rc;
+}
+
+/* ---------- writing ---------- */
+
+static int write_split(hid_t splits, const DatasetSplit *s)
+{
+    hid_t g = H5Gcreate2(splits, s->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return 1;
+    const Corpus *c = &s->corpus;
+    int rc = 0;
+    rc |= write_1d(g, "src_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->src_off, (size_t)c->n + 1);
+    rc |= write_1d(g, "tgt_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->tgt_off, (size_t)c->n + 1);
+    rc |= write_1d(g, "src_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, c->src_tok, (size_t)c->src_off[c->n]);
+    rc |= write_1d(g, "tgt_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, c->tgt_tok, (size_t)c->tgt_off[c->n]);
+    rc |= attr_i64(g, "n_pairs", c->n);
+    rc |= attr_i64(g, "n_input_pairs", s->n_lines);
+    rc |= attr_i64(g, "n_dropped", s->n_dropped);
+    int nf = s->n_files;
+    const char **names = xmalloc(sizeof(char *) * 2 * nf);
+    long long *num = xmalloc(sizeof(long long) * 2 * nf);
+    for (int side = 0; side < 2; side++) {
+        const DatasetFile *f = side ? s->tgt : s->src;
+        const char *pre = side ? "tgt" : "src";
+        char key[32];
+        for (int k = 0; k < nf; k++) names[k] = f[k].path;
+        snprintf(key, sizeof key, "%s_files", pre);
+        rc |= attr_strs(g, key, names, nf);
+        for (int k = 0; k < nf; k++) names[k] = f[k].sha256;
+        snprintf(key, sizeof key, "%s_sha256", pre);
+        rc |= attr_strs(g, key, names, nf);
+        for (int k = 0; k < nf; k++) num[k] = f[k].bytes;
+        snprintf(key, sizeof key, "%s_bytes", pre);
+        rc |= attr_i64s(g, key, num, nf);
+        for (int k = 0; k < nf; k++) num[k] = f[k].lines;
+        snprintf(key, sizeof key, "%s_lines", pre);
+        rc |= attr_i64s(g, key, num, nf);
+    }
+    free(names); free(num);
+    H5Gclose(g);
+    return rc;
+}
+
+int dataset_write(const char *path, const DatasetWrite *d)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        fprintf(stderr, "error: %s: path too long\n", path);
+        return 2;
+    }
+    ErrSave es;
+    quiet_on(&es);
+    int rc = 1;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        quiet_off(&es);
+        fprintf(stderr, "error: %s: cannot create (%s)\n", tmp, strerror(errno ? errno : EIO));
+        return 2;
+    }
+    rc = 0;
+    rc |= attr_str(f, "format", DATASET_FORMAT);
+    rc |= attr_i64(f, "format_version", DATASET_FORMAT_VERSION);
+    rc |= attr_i64(f, "vocab_size", d->vocab.vocab_size);
+    rc |= attr_i64(f, "max_len", d->max_len);
+    rc |= attr_str(f, "spm_options", d->spm_options);
+    rc |= attr_str(f, "command", d->command);
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    rc |= attr_str(f, "created", when);
+    rc |= attr_i64(f, "pad_id", TOK_PAD);
+    rc |= attr_i64(f, "bos_id", TOK_BOS);
+    rc |= attr_i64(f, "eos_id", TOK_EOS);
+    rc |= attr_i64(f, "unk_id", TOK_UNK);
+
+    hid_t vg = H5Gcreate2(f, "vocab", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (vg >= 0) {
+        hid_t t = str_type();
+        rc |= write_1d(vg, "pieces", t, t, d->vocab.pieces, (size_t)d->vocab.vocab_size);
+        H5Tclose(t);
+        rc |= write_1d(vg, "spm_model", H5T_STD_U8LE, H5T_NATIVE_UCHAR, d->vocab.spm_model, d->vocab.spm_model_len);
+        H5Gclose(vg);
+    } else rc = 1;
+    hid_t sg = H5Gcreate2(f, "splits", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (sg >= 0) {
+        const char **names = xmalloc(sizeof(char *) * (d->n_splits ? d->n_splits : 1));
+        for (int i = 0; i < d->n_splits; i++) {
+            rc |= write_split(sg, &d->splits[i]);
+            names[i] = d->splits[i].name;
+        }
+        rc |= attr_strs(f, "split_names", names, d->n_splits);
+        free(names);
+        H5Gclose(sg);
+    } else rc = 1;
+    if (H5Fclose(f) < 0) rc = 1;
+    quiet_off(&es);
+    if (rc) {
+        unlink(tmp);
+        fprintf(stderr, "error: %s: writing the HDF5 dataset failed (disk full?)\n", tmp);
+        return 2;
+    }
+    /* fsync the data, rename, fsync the directory: all or nothing */
+    int fd = open(tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        fprintf(stderr, "error: %s: fsync failed: %s\n", tmp, strerror(errno));
+        if (fd >= 0) close(fd);
+        unlink(tmp);
+        return 2;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        fprintf(stderr, "error: %s: cannot rename %s: %s\n", path, tmp, strerror(errno));
+        unlink(tmp);
+        return 2;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) { if (slash == dir) slash[1] = '\0'; else *slash = '\0'; } else strcpy(dir, ".");
+    fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+    return 0;
+}
+
+/* ---------- reading ---------- */
+
+/* Open path and check that it is one of our datasets; returns the file id
+ * or -1 after a one-line error.  Must be called with HDF5 errors quiet. */
+static hid_t open_ours(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "error: %s: cannot open dataset: %s\n", path, strerror(errno));
+        return -1;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        /* the HDF5 signature is at the start; a cut file still has it but
+         * its end-of-address lies past the end of the file */
+        FILE *fp = fopen(path, "rb");
+        unsigned char magic[8] = {0};
+        size_t got = fp ? fread(magic, 1, 8, fp) : 0;
+        if (fp) fclose(fp);
+        if (got == 8 && !memcmp(magic, "\211HDF\r\n\032\n", 8))
+            fprintf(stderr, "error: %s: truncated or corrupt HDF5 file (cannot be opened)\n", path);
+        else
+            fprintf(stderr, "error: %s: not an HDF5 file%s\n", path, st.st_size == 0 ? " (empty)" : "");
+        return -1;
+    }
+    char *fmt = NULL;
+    hid_t a = H5Aexists(f, "format") > 0 ? H5Aopen(f, "format", H5P_DEFAULT) : -1;
+    int ok = 0;
+    if (a >= 0) {
+        hid_t t = str_type();
+        hid_t ft = H5Aget_type(a);
+        if (H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) > 0 && H5Aread(a, t, &fmt) >= 0 && fmt)
+            ok = !strcmp(fmt, DATASET_FORMAT);
+        if (fmt) H5free_memory(fmt);
+        H5Tclose(ft); H5Tclose(t);
+        H5Aclose(a);
+    }
+    if (!ok) {
+        fprintf(stderr, "error: %s: HDF5 file is not a transformer dataset (no format=\"%s\" attribute)\n", path,
+                DATASET_FORMAT);
+        H5Fclose(f);
+        return -1;
+    }
+    long long ver = 0;
+    a = H5Aexists(f, "format_version") > 0 ? H5Aopen(f, "format_version", H5P_DEFAULT) : -1;
+    if (a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &ver) < 0 || ver != DATASET_FORMAT_VERSION) {
+        fprintf(stderr, "error: %s: dataset format version %lld, this build reads version %d\n", path, ver,
+                DATASET_FORMAT_VERSION);
+        if (a >= 0) H5Aclose(a);
+        H5Fclose(f);
+        return -1;
+    }
+    H5Aclose(a);
+    return f;
+}
+
+static int read_i64_attr(hid_t obj, const char *name, long long *v)
+{
+    if (H5Aexists(obj, name) <= 0) return 1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    int rc = a < 0 || H5Aread(a, H5T_NATIVE_LLONG, v) < 0;
+    if (a >= 0) H5Aclose(a);
+    return rc;
+}
+
+/* read a whole 1-D dataset of n_expect elements (n_expect < 0: any; the
+ * length is returned in *n) into a fresh buffer */
+static void *read_1d(hid_t loc, const char *name, hid_t mem_type, size_t elem, long long n_expect, long long *n)
+{
+    if (H5Lexists(loc, name, H5P_DEFAULT) <= 0) return NULL;
+    hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (ds < 0) return NULL;
+    hid_t sp = H5Dget_space(ds);
+    hsize_t dim = 0;
+    void *buf = NULL;
+    if (H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &dim, NULL) == 1
+        && (n_expect < 0 || (long long)dim == n_expect)) {
+        buf = xmalloc(elem * (dim ? dim : 1));
+        if (dim && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) { free(buf); buf = NULL; }
+        if (n) *n = (long long)dim;
+    }
+    H5Sclose(sp);
+    H5Dclose(ds);
+    return buf;
+}
+
+static int check_offsets(const int64_t *off, int n, long long n_ids)
+{
+    if (off[0] != 0 || off[n] != n_ids) return 1;
+    for (int i = 0; i < n; i++)
+        if (off[i + 1] < off[i]) return 1;
+    return 0;
+}
+
+int dataset_load(const char *path, const char *split, Corpus *out)
+{
+    memset(out, 0, sizeof *out);
+    ErrSave es;
+    quiet_on(&es);
+    hid_t f = open_ours(path);
+    if (f < 0) { quiet_off(&es); return 2; }
+    const char *why = NULL;
+    long long vocab = 0, n = 0, ns = 0, nt = 0;
+    char gname[512];
+    snprintf(gname, sizeof gname, "splits/%s", split);
+    hid_t g = -1;
+    if (read_i64_attr(f, "vocab_size", &vocab)) why = "missing vocab_size attribute";
+    else if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
+        why = "no such split";
+    else if ((g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || read_i64_attr(g, "n_pairs", &n) || n < 0 || n > INT32_MAX)
+        why = "split has no valid n_pairs attribute";
+    if (!why) {
+        out->n = (int)n;
+        out->src_off = read_1d(g, "src_offsets", H5T_NATIVE_INT64, 8, n + 1, NULL);
+        out->tgt_off = read_1d(g, "tgt_offsets", H5T_NATIVE_INT64, 8, n + 1, NULL);
+        out->src_tok = read_1d(g, "src_ids", H5T_NATIVE_INT32, 4, -1, &ns);
+        out->tgt_tok = read_1d(g, "tgt_ids", H5T_NATIVE_INT32, 4, -1, &nt);
+        if (!out->src_off || !out->tgt_off || !out->src_tok || !out->tgt_tok)
+            why = "cannot read the split's ids/offsets (corrupt file?)";
+        else if (check_offsets(out->src_off, out->n, ns) || check_offsets(out->tgt_off, out->n, nt))
+            why = "offsets do not match the ids (corrupt file)";
+        else {
+            for (long long i = 0; i < ns && !why; i++)
+                if (out->src_tok[i] < TOK_FIRST_SYMBOL - 1 || out->src_tok[i] >= vocab) why = "source id out of vocabulary range";
+            for (long long i = 0; i < nt && !why; i++)
+                if (out->tgt_tok[i] < TOK_FIRST_SYMBOL - 1 || out->tgt_tok[i] >= vocab) why = "target id out of vocabulary range";
+        }
+    }
+    if (g >= 0) H5Gclose(g);
+    H5Fclose(f);
+    quiet_off(&es);
+    if (why) {
+        if (!strcmp(why, "no such split"))
+            fprintf(stderr, "error: %s: dataset has no split '%s'\n", path, split);
+        else
+            fprintf(stderr, "error: %s: split '%s': %s\n", path, split, why);
+        corpus_free(out);
+        return 2;
+    }
+    return 0;
+}
+
+int dataset_vocab_size(const char *path)
+{
+    ErrSave es;
+    quiet_on(&es);
+    hid_t f = open_ours(path);
+    long long v = 0;
+    if (f >= 0) {
+        if (read_i64_attr(f, "vocab_size", &v) || v <= 0) {
+            fprintf(stderr, "error: %s: missing vocab_size attribute\n", path);
+            v = 0;
+        }
+        H5Fclose(f);
+    }
+    quiet_off(&es);
+    return (int)v;
+}
+
+int dataset_load_vocab(const char *path, DatasetVocab *v)
+{
+    memset(v, 0, sizeof *v);
+    ErrSave es;
+    quiet_on(&es);
+    hid_t f = open_ours(path);
+    if (f < 0) { quiet_off(&es); return 2; }
+    const char *why = NULL;
+    long long vs = 0, ml = 0;
+    hid_t t = str_type();
+    char **pieces = NULL;
+    if (read_i64_attr(f, "vocab_size", &vs) || vs <= 0 || vs > INT32_MAX) why = "missing vocab_size attribute";
+    else if (H5Lexists(f, "vocab", H5P_DEFAULT) <= 0) why = "no vocab group";
+    else {
+        hid_t g = H5Gopen2(f, "vocab", H5P_DEFAULT);
+        pieces = read_1d(g, "pieces", t, sizeof(char *), vs, NULL);
+        v->spm_model = read_1d(g, "spm_model", H5T_NATIVE_UCHAR, 1, -1, &ml);
+        H5Gclose(g);
+        if (!pieces || !v->spm_model) why = "cannot read vocab/pieces and vocab/spm_model";
+    }
+    if (pieces) {
+        /* copy out of HDF5's allocations so that the caller frees with free() */
+        v->pieces = xmalloc(sizeof(char *) * vs);
+        for (long long i = 0; i < vs; i++) v->pieces[i] = strdup(pieces[i] ? pieces[i] : "");
+        hsize_t dim = (hsize_t)vs;
+        hid_t sp = H5Screate_simple(1, &dim, NULL);
+        H5Dvlen_reclaim(t, sp, H5P_DEFAULT, pieces);
+        H5Sclose(sp);
+        free(pieces);
+    }
+    H5Tclose(t);
+    H5Fclose(f);
+    quiet_off(&es);
+    v->vocab_size = (int)vs;
+    v->spm_model_len = (size_t)ml;
+    if (why) {
+        fprintf(stderr, "error: %s: %s\n", path, why);
+        dataset_vocab_free(v);
+        return 2;
+    }
+    return 0;
+}
+
+void dataset_vocab_free(DatasetVocab *v)
+{
+    if (v->pieces)
+        for (int i = 0; i < v->vocab_size; i++) free(v->pieces[i]);
+    free(v->pieces);
+    free(v->spm_model);
+    memset(v, 0, sizeof *v);
+}

@@ -1,0 +1,171 @@
+/* HDF5 metrics log (docs/metrics.md). */
+#include "metrics.h"
+
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "util.h"
+
+#define MAXCOL 6
+
+typedef struct {
+    const char *group;
+    int ncol;
+    const char *col[MAXCOL];
+    int is_int[MAXCOL];
+    double *rows;     /* buffered, ncol per row */
+    int n, cap;
+} Table;
+
+struct Metrics {
+    char path[4200];
+    Table train, dev;
+    int broken;       /* a write failed: warned once, stop trying */
+};
+
+static void table_add(Table *t, const double *row)
+{
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->rows = xrealloc(t->rows, sizeof(double) * t->ncol * t->cap);
+    }
+    memcpy(t->rows + (size_t)t->n * t->ncol, row, sizeof(double) * t->ncol);
+    t->n++;
+}
+
+static hid_t col_type(const Table *t, int c, int mem)
+{
+    if (t->is_int[c]) return mem ? H5T_NATIVE_INT64 : H5T_STD_I64LE;
+    return mem ? H5T_NATIVE_DOUBLE : H5T_IEEE_F64LE;
+}
+
+/* open or create the column dataset (extendible, chunked) */
+static hid_t col_open(hid_t g, const Table *t, int c)
+{
+    if (H5Lexists(g, t->col[c], H5P_DEFAULT) > 0) return H5Dopen2(g, t->col[c], H5P_DEFAULT);
+    hsize_t dim = 0, maxd = H5S_UNLIMITED, chunk = 1024;
+    hid_t sp = H5Screate_simple(1, &dim, &maxd);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, &chunk);
+    hid_t d = H5Dcreate2(g, t->col[c], col_type(t, c, 0), sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    return d;
+}
+
+/* append the buffered rows of t; with keep_upto >= 0 first cut rows whose
+ * step exceeds it */
+static int table_write(hid_t f, Table *t, long keep_upto)
+{
+    hid_t g = H5Lexists(f, t->group, H5P_DEFAULT) > 0 ? H5Gopen2(f, t->group, H5P_DEFAULT)
+                                                       : H5Gcreate2(f, t->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return -1;
+    int bad = 0;
+    hsize_t keep = (hsize_t)-1;
+    if (keep_upto >= 0) {   /* column 0 is the step, ascending */
+        hid_t d = col_open(g, t, 0);
+        hid_t sp = H5Dget_space(d);
+        hsize_t n = 0;
+        H5Sget_simple_extent_dims(sp, &n, NULL);
+        H5Sclose(sp);
+        int64_t *st = xmalloc(sizeof(int64_t) * (n ? n : 1));
+        if (n && H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, st) < 0) bad = 1;
+        keep = 0;
+        while (keep < n && st[keep] <= keep_upto) keep++;
+        free(st);
+        H5Dclose(d);
+    }
+    for (int c = 0; c < t->ncol && !bad; c++) {
+        hid_t d = col_open(g, t, c);
+        if (d < 0) { bad = 1; break; }
+        hid_t sp = H5Dget_space(d);
+        hsize_t n = 0;
+        H5Sget_simple_extent_dims(sp, &n, NULL);
+        H5Sclose(sp);
+        if (keep != (hsize_t)-1 && keep < n) n = keep;
+        hsize_t add = (hsize_t)t->n, total = n + add;
+        if (H5Dset_extent(d, &total) < 0) bad = 1;
+        if (!bad && add) {
+            void *buf = xmalloc(8 * add);
+            for (hsize_t i = 0; i < add; i++) {
+                double v = t->rows[i * t->ncol + c];
+                if (t->is_int[c]) ((int64_t *)buf)[i] = (int64_t)v;
+                else ((double *)buf)[i] = v;
+            }
+            hid_t fs = H5Dget_space(d);
+            H5Sselect_hyperslab(fs, H5S_SELECT_SET, &n, NULL, &add, NULL);
+            hid_t ms = H5Screate_simple(1, &add, NULL);
+            if (H5Dwrite(d, col_type(t, c, 1), ms, fs, H5P_DEFAULT, buf) < 0) bad = 1;
+            H5Sclose(ms);
+            H5Sclose(fs);
+            free(buf);
+        }
+        H5Dclose(d);
+    }
+    H5Gclose(g);
+    if (!bad) t->n = 0;
+    return bad ? -1 : 0;
+}
+
+static int write_all(Metrics *m, long keep_upto)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(m->path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) f = H5Fcreate(m->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) return -1;
+    int bad = table_write(f, &m->train, keep_upto) | table_write(f, &m->dev, keep_upto);
+    bad |= H5Fclose(f) < 0;
+    return bad ? -1 : 0;
+}
+
+Metrics *metrics_open(const char *run_dir, long keep_upto)
+{
+    H5open();
+    Metrics *m = xcalloc(1, sizeof *m);
+    snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
+    m->train = (Table){ "train", 5, { "step", "loss", "lr", "tokens_per_s", "elapsed_s" }, { 1, 0, 0, 0, 0 }, NULL, 0, 0 };
+    m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0 };
+    hdf5_lock();
+    if (write_all(m, keep_upto)) {
+        fprintf(stderr, "warning: %s: cannot write the metrics log\n", m->path);
+        m->broken = 1;
+    }
+    hdf5_unlock();
+    return m;
+}
+
+void metrics_train(Metrics *m, long step, double loss, double lr, double tokens_per_s, double elapsed)
+{
+    double row[5] = { (double)step, loss, lr, tokens_per_s, elapsed };
+    table_add(&m->train, row);
+}
+
+void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, double elapsed)
+{
+    double row[5] = { (double)step, loss, ppl, (double)tokens, elapsed };
+    table_add(&m->dev, row);
+}
+
+void metrics_flush(Metrics *m, int block)
+{
+    if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0)) return;
+    if (block) hdf5_lock();
+    else if (hdf5_trylock()) return;   /* a checkpoint is being written: next time */
+    if (write_all(m, -1)) {
+        fprintf(stderr, "warning: %s: cannot append to the metrics log\n", m->path);
+        m->broken = 1;
+    }
+    hdf5_unlock();
+}
+
+void metrics_close(Metrics *m)
+{
+    if (!m) return;
+    metrics_flush(m, 1);
+    free(m->train.rows);
+    free(m->dev.rows);
+    free(m);
+}

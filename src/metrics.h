@@ -1,0 +1,21 @@
+/* Training metrics appended to an HDF5 log, run_dir/metrics.h5 (format in
+ * docs/metrics.md): one extendible 1-D dataset per column in /train (one row
+ * per log interval) and /dev (one row per evaluation).  Rows are buffered
+ * and appended at every log interval; the file is closed after each append,
+ * so a killed run leaves a readable log. */
+#ifndef METRICS_H
+#define METRICS_H
+
+typedef struct Metrics Metrics;
+
+/* open (creating if absent) run_dir/metrics.h5; rows with step > keep_upto
+ * (logged after the checkpoint a run resumes from) are dropped. */
+Metrics *metrics_open(const char *run_dir, long keep_upto);
+void metrics_train(Metrics *m, long step, double loss, double lr, double tokens_per_s, double elapsed);
+void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, double elapsed);
+/* append buffered rows; if block is 0 and a checkpoint write holds the HDF5
+ * lock, keep them for the next flush instead of waiting */
+void metrics_flush(Metrics *m, int block);
+void metrics_close(Metrics *m);
+
+#endif

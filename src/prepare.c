@@ -1,0 +1,557 @@
+/* `transformer prepare`: validates the parallel text files (in C, so that
+ * every problem is one line naming the file and line), learns ONE shared BPE
+ * vocabulary for both languages with SentencePiece's spm_train (section 5.1:
+ * "a shared source-target vocabulary of about 37000 tokens"), encodes every
+ * file with spm_encode, drops training pairs longer than max_len, and writes
+ * the dataset with dataset_write() (temp name + rename).  The tools run via
+ * posix_spawnp with redirected stdio, never through a shell. */
+#include "prepare.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "dataset.h"
+#include "sha256.h"
+#include "train.h"
+#include "util.h"
+
+extern char **environ;
+
+typedef struct {
+    const char *name;
+    const char *src, *tgt;
+} SplitArg;
+
+typedef struct {
+    const char *out;
+    SplitArg *args;
+    int n_args;
+    double coverage;
+    long long sentence_size;
+    int byte_fallback;
+    int jobs;
+} PrepOpts;
+
+/* ---------- command line ---------- */
+
+static int prep_extra(void *ctx, int argc, char **argv, int *i)
+{
+    PrepOpts *o = ctx;
+    const char *a = argv[*i];
+    int need = !strcmp(a, "--split") ? 3
+             : (!strcmp(a, "--out") || !strcmp(a, "--character-coverage") || !strcmp(a, "--sentences")
+                || !strcmp(a, "--byte-fallback") || !strcmp(a, "--jobs")) ? 1 : 0;
+    if (!need) return 0;
+    if (*i + need >= argc) {
+        fprintf(stderr, "error: prepare: %s needs %d argument%s (see 'transformer prepare --help')\n", a, need,
+                need > 1 ? "s" : "");
+        return 2;
+    }
+    const char *v = argv[*i + 1];
+    char *end;
+    if (!strcmp(a, "--split")) {
+        o->args = xrealloc(o->args, sizeof(SplitArg) * (o->n_args + 1));
+        o->args[o->n_args++] = (SplitArg){ v, argv[*i + 2], argv[*i + 3] };
+    } else if (!strcmp(a, "--out")) o->out = v;
+    else if (!strcmp(a, "--character-coverage")) {
+        o->coverage = strtod(v, &end);
+        if (*end || !(o->coverage > 0 && o->coverage <= 1)) {
+            fprintf(stderr, "error: prepare: --character-coverage '%s' must be in (0, 1]\n", v);
+            return 2;
+        }
+    } else {
+        long long x = strtoll(v, &end, 10);
+        if (*end || x < 0) { fprintf(stderr, "error: prepare: %s '%s' must be a non-negative integer\n", a, v); return 2; }
+        if (!strcmp(a, "--sentences")) o->sentence_size = x;
+        else if (!strcmp(a, "--jobs")) o->jobs = (int)x;
+        else o->byte_fallback = x != 0;
+    }
+    *i += need;
+    return 1;
+}
+
+static void prepare_help(void)
+{
+    printf("usage: transformer prepare --out DATA.h5 --split NAME SRC TGT [--split NAME SRC TGT ...]\n"
+           "                           [--character-coverage X] [--sentences N] [--byte-fallback 0|1]\n"
+           "                           [--jobs N] [--config FILE] [vocab_size=N] [max_len=N] [seed=N]\n\n"
+           "Validates the parallel text files (UTF-8, one sentence per line, equal line counts),\n"
+           "learns one shared BPE vocabulary of vocab_size pieces with spm_train on the 'train'\n"
+           "split (both sides), encodes every split with spm_encode, drops training pairs that\n"
+           "do not fit max_len positions (with EOS/BOS), and writes one HDF5 dataset\n"
+           "(docs/dataset.md).  A split given several times is concatenated in order.\n"
+           "  --character-coverage X  spm_train character coverage (default 1.0)\n"
+           "  --sentences N           spm_train samples at most N lines (default 0: all)\n"
+           "  --byte-fallback 0|1     unseen characters become UTF-8 byte pieces, not <unk> (default 1)\n"
+           "  --jobs N                spm_encode processes at once (default: cores)\n");
+}
+
+/* ---------- validation ---------- */
+
+typedef struct {
+    char *data;
+    size_t len;
+    long long lines;
+    char sha[65];
+} TextFile;
+
+/* first byte offset of invalid UTF-8 in s[0..n) (or n): rejects overlong
+ * forms, surrogates, code points > U+10FFFF and NUL */
+static size_t utf8_bad(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c == 0) return i;
+        if (c < 0x80) { i++; continue; }
+        int k;
+        unsigned cp;
+        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
+        else return i;
+        for (int j = 1; j <= k; j++) {
+            if (i + j >= n || (s[i + j] & 0xC0) != 0x80) return i;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return i;
+        i += k + 1;
+    }
+    return n;
+}
+
+static int read_text(const char *path, TextFile *t)
+{
+    memset(t, 0, sizeof *t);
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 2;
+    }
+    if (!S_ISREG(st.st_mode)) { fprintf(stderr, "error: %s: not a regular file\n", path); close(fd); return 2; }
+    if (st.st_size == 0) { fprintf(stderr, "error: %s: empty file\n", path); close(fd); return 2; }
+    t->len = (size_t)st.st_size;
+    t->data = xmalloc(t->len);
+    size_t got = 0;
+    while (got < t->len) {
+        ssize_t r = read(fd, t->data + got, t->len - got);
+        if (r <= 0) {
+            fprintf(stderr, "error: %s: read failed: %s\n", path, r < 0 ? strerror(errno) : "file shrank");
+            close(fd); free(t->data); t->data = NULL;
+            return 2;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    sha256_hex(t->data, t->len, t->sha);
+    /* line by line: UTF-8 and counting ('\n' ends a line; a last line
+     * without '\n' still counts) */
+    size_t i = 0;
+    while (i < t->len) {
+        char *nl = memchr(t->data + i, '\n', t->len - i);
+        size_t e = nl ? (size_t)(nl - t->data) : t->len;
+        t->lines++;
+        size_t bad = utf8_bad((const unsigned char *)t->data + i, e - i);
+        if (bad < e - i) {
+            fprintf(stderr, "error: %s: line %lld: %s at byte %zu of the line\n", path, t->lines,
+                    t->data[i + bad] ? "invalid UTF-8" : "NUL byte", bad + 1);
+            free(t->data); t->data = NULL;
+            return 2;
+        }
+        i = e + 1;
+    }
+    return 0;
+}
+
+/* ---------- running the SentencePiece tools ---------- */
+
+/* spawn argv with stdin/stdout/stderr redirected to files (NULL: inherit) */
+static pid_t spawn(char *const argv[], const char *in, const char *out, const char *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (in) posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
+    if (out) posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (err) posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) {
+        fprintf(stderr, "error: %s: cannot run: %s%s\n", argv[0], strerror(rc),
+                rc == ENOENT ? " (install the Debian package 'sentencepiece')" : "");
+        return -1;
+    }
+    return pid;
+}
+
+static int wait_ok(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 0;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* the reason SentencePiece gives on failure: the last line before
+ * "Program terminated", from its last "] " on */
+static void spm_reason(const char *errfile, char *msg, size_t cap)
+{
+    snprintf(msg, cap, "spm_train failed (see no message)");
+    FILE *f = fopen(errfile, "r");
+    if (!f) return;
+    char line[4096], last[4096] = "";
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "Program terminated")) break;
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0]) snprintf(last, sizeof last, "%s", line);
+    }
+    fclose(f);
+    const char *p = last, *q;
+    while ((q = strstr(p, "] ")) != NULL) p = q + 2;
+    if (*p) snprintf(msg, cap, "%s", p);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = xmalloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = '\0';
+    *len = got;
+    return buf;
+}
+
+/* parse spm_encode --output_format=id output: one line of ids per input
+ * line; appends to the growing token array */
+static int parse_ids(const char *path, long long expect_lines, int vocab, int64_t **off, int32_t **tok, long long *n,
+                     long long *ntok, long long *cap_tok)
+{
+    size_t len;
+    char *buf = slurp(path, &len);
+    if (!buf) { fprintf(stderr, "error: %s: cannot read spm_encode output\n", path); return 2; }
+    long long lines = 0;
+    char *p = buf, *end = buf + len;
+    *off = xrealloc(*off, sizeof(int64_t) * (*n + expect_lines + 1));
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) nl = end;
+        if (lines == expect_lines) { lines++; break; }
+        while (p < nl) {
+            char *e;
+            long v = strtol(p, &e, 10);
+            if (e == p || v < 0 || v >= vocab) { free(buf); fprintf(stderr, "error: %s: bad id output at line %lld\n", path, lines + 1); return 2; }
+            if (*ntok == *cap_tok) { *cap_tok = *cap_tok * 2 + 1024; *tok = xrealloc(*tok, sizeof(int32_t) * *cap_tok); }
+            (*tok)[(*ntok)++] = (int32_t)v;
+            p = e;
+            while (p < nl && *p == ' ') p++;
+        }
+        (*off)[++*n] = *ntok;
+        lines++;
+        p = nl + 1;
+    }
+    free(buf);
+    if (lines != expect_lines) {
+        fprintf(stderr, "error: %s: spm_encode wrote %lld lines for %lld input lines\n", path, lines, expect_lines);
+        return 2;
+    }
+    return 0;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+/* ---------- the command ---------- */
+
+int cmd_prepare(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { prepare_help(); return 0; }
+    double t0 = now_seconds();
+    PrepOpts o = { .coverage = 1.0, .byte_fallback = 1, .jobs = (int)sysconf(_SC_NPROCESSORS_ONLN) };
+    Config cfg;
+    if (parse_config_args(&cfg, argc, argv, 2, "prepare", prep_extra, &o)) { free(o.args); return 2; }
+    if (!o.out) { fprintf(stderr, "error: prepare: --out DATA.h5 is required\n"); free(o.args); return 2; }
+    int has_train = 0;
+    for (int i = 0; i < o.n_args; i++) {
+        has_train |= !strcmp(o.args[i].name, "train");
+        if (!o.args[i].name[0] || strchr(o.args[i].name, '/')) {
+            fprintf(stderr, "error: prepare: bad split name '%s'\n", o.args[i].name);
+            free(o.args);
+            return 2;
+        }
+    }
+    if (!has_train) { fprintf(stderr, "error: prepare: no '--split train SRC TGT' given\n"); free(o.args); return 2; }
+    if (o.jobs < 1) o.jobs = 1;
+
+    /* 1. validate every file; collect provenance */
+    int nf = o.n_args;
+    TextFile *src = xcalloc(nf, sizeof *src), *tgt = xcalloc(nf, sizeof *tgt);
+    int rc = 0;
+    for (int i = 0; i < nf && !rc; i++) {
+        rc = read_text(o.args[i].src, &src[i]);
+        if (!rc) rc = read_text(o.args[i].tgt, &tgt[i]);
+        if (!rc && src[i].lines != tgt[i].lines) {
+            int tshort = tgt[i].lines < src[i].lines;
+            const char *sh = tshort ? o.args[i].tgt : o.args[i].src, *lo = tshort ? o.args[i].src : o.args[i].tgt;
+            long long ns = tshort ? tgt[i].lines : src[i].lines, nl = tshort ? src[i].lines : tgt[i].lines;
+            fprintf(stderr, "error: %s: has %lld lines but %s has %lld: it ends before line %lld\n", sh, ns, lo, nl,
+                    ns + 1);
+            rc = 2;
+        }
+        for (int k = 0; k < 2 && !rc; k++) {
+            const char *p = k ? o.args[i].tgt : o.args[i].src;
+            if (strchr(p, ',') && !strcmp(o.args[i].name, "train")) {
+                fprintf(stderr, "error: %s: spm_train cannot take file names with ',' (rename the file)\n", p);
+                rc = 2;
+            }
+        }
+    }
+    /* the texts are only needed for validation and hashing */
+    for (int i = 0; i < nf; i++) { free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL; }
+
+    char work[4096] = "";
+    DatasetWrite dw = {0};
+    char *spm_cmd = NULL, *command = NULL;
+    if (rc) goto done;
+
+    /* work directory next to the output (the encoded text can be large) */
+    if (snprintf(work, sizeof work, "%s.work.XXXXXX", o.out) >= (int)sizeof work || !mkdtemp(work)) {
+        fprintf(stderr, "error: %s: cannot create a work directory next to it: %s\n", o.out, strerror(errno));
+        work[0] = '\0';
+        rc = 2;
+        goto done;
+    }
+
+    /* 2. shared BPE vocabulary from both sides of the training split */
+    {
+        size_t cap = 64;
+        for (int i = 0; i < nf; i++) cap += strlen(o.args[i].src) + strlen(o.args[i].tgt) + 2;
+        char *input = xmalloc(cap);
+        input[0] = '\0';
+        strcat(input, "--input=");
+        int first = 1;
+        for (int i = 0; i < nf; i++) {
+            if (strcmp(o.args[i].name, "train")) continue;
+            if (!first) strcat(input, ",");
+            strcat(input, o.args[i].src);
+            strcat(input, ",");
+            strcat(input, o.args[i].tgt);
+            first = 0;
+        }
+        char prefix[4200], vs[64], cov[64], thr[64], sss[64], bf[64], seed[64], errf[4200];
+        snprintf(prefix, sizeof prefix, "--model_prefix=%s/spm", work);
+        snprintf(vs, sizeof vs, "--vocab_size=%d", cfg.vocab_size);
+        snprintf(cov, sizeof cov, "--character_coverage=%g", o.coverage);
+        snprintf(thr, sizeof thr, "--num_threads=%d", cfg.threads > 0 ? cfg.threads : o.jobs);
+        snprintf(sss, sizeof sss, "--input_sentence_size=%lld", o.sentence_size);
+        snprintf(bf, sizeof bf, "--byte_fallback=%s", o.byte_fallback ? "true" : "false");
+        snprintf(seed, sizeof seed, "--random_seed=%u", (unsigned)(cfg.seed & 0xffffffffu));
+        char *av[] = { "spm_train", input, prefix, vs, "--model_type=bpe", "--pad_id=0", "--bos_id=1",
+                       "--eos_id=2", "--unk_id=3", cov, bf, sss, "--shuffle_input_sentence=true", seed, thr, NULL };
+        /* provenance: the options (not the work path) */
+        size_t sl = 0;
+        for (int k = 0; av[k]; k++) sl += strlen(av[k]) + 1;
+        spm_cmd = xmalloc(sl + 1);
+        spm_cmd[0] = '\0';
+        for (int k = 0; av[k]; k++) {
+            if (k == 2) { strcat(spm_cmd, "--model_prefix=spm"); }
+            else strcat(spm_cmd, av[k]);
+            if (av[k + 1]) strcat(spm_cmd, " ");
+        }
+        snprintf(errf, sizeof errf, "%s/spm_train.log", work);
+        double ts = now_seconds();
+        pid_t pid = spawn(av, "/dev/null", errf, errf);
+        int ok = pid > 0 && wait_ok(pid);
+        free(input);
+        if (pid <= 0) { rc = 2; goto done; }
+        if (!ok) {
+            char why[1024];
+            spm_reason(errf, why, sizeof why);
+            const char *tr = NULL;
+            for (int i = 0; i < nf && !tr; i++) if (!strcmp(o.args[i].name, "train")) tr = o.args[i].src;
+            if (strstr(why, "Vocabulary size"))
+                fprintf(stderr, "error: %s (train split): vocab_size=%d cannot be supported by this corpus: %s\n", tr,
+                        cfg.vocab_size, why);
+            else
+                fprintf(stderr, "error: %s (train split): spm_train failed: %s\n", tr, why);
+            rc = 2;
+            goto done;
+        }
+        printf("prepare: spm_train: %d BPE pieces in %.1fs\n", cfg.vocab_size, now_seconds() - ts);
+    }
+
+    /* 3. vocabulary pieces (spm.vocab: "piece\tscore", line = id) and model bytes */
+    {
+        char p[4200];
+        size_t len;
+        snprintf(p, sizeof p, "%s/spm.model", work);
+        dw.vocab.spm_model = (unsigned char *)slurp(p, &dw.vocab.spm_model_len);
+        snprintf(p, sizeof p, "%s/spm.vocab", work);
+        char *voc = slurp(p, &len);
+        if (!voc || !dw.vocab.spm_model) { fprintf(stderr, "error: %s: spm_train wrote no model\n", p); rc = 2; free(voc); goto done; }
+        dw.vocab.pieces = xcalloc(cfg.vocab_size, sizeof(char *));
+        int n = 0;
+        for (char *s = voc, *e; *s && n < cfg.vocab_size; s = e + 1) {
+            e = strchr(s, '\n');
+            if (!e) e = s + strlen(s);
+            char *tab = e;
+            while (tab > s && *tab != '\t') tab--;
+            dw.vocab.pieces[n++] = strndup(s, (size_t)(tab > s || *s == '\t' ? tab - s : e - s));
+            if (!*e) break;
+        }
+        free(voc);
+        dw.vocab.vocab_size = cfg.vocab_size;
+        if (n != cfg.vocab_size || strcmp(dw.vocab.pieces[TOK_PAD], "<pad>") || strcmp(dw.vocab.pieces[TOK_UNK], "<unk>")) {
+            fprintf(stderr, "error: %s: spm_train wrote %d pieces, expected %d with <pad>=0 <unk>=3\n", p, n,
+                    cfg.vocab_size);
+            rc = 2;
+            goto done;
+        }
+    }
+
+    /* 4. encode every file (up to jobs spm_encode processes at a time) */
+    {
+        double ts = now_seconds();
+        char model[4200];
+        snprintf(model, sizeof model, "--model=%s/spm.model", work);
+        int nproc = 2 * nf, running = 0, next = 0, failed = 0;
+        pid_t *pids = xcalloc(nproc, sizeof(pid_t));
+        while (next < nproc || running > 0) {
+            if (next < nproc && running < o.jobs && !failed) {
+                char outp[4200], errp[4200];
+                snprintf(outp, sizeof outp, "%s/%d.ids", work, next);
+                snprintf(errp, sizeof errp, "%s/%d.log", work, next);
+                char *av[] = { "spm_encode", model, "--output_format=id", NULL };
+                const char *in = next % 2 ? o.args[next / 2].tgt : o.args[next / 2].src;
+                pids[next] = spawn(av, in, outp, errp);
+                if (pids[next] <= 0) failed = 1;
+                else running++;
+                next++;
+                continue;
+            }
+            if (running == 0) break;
+            int st;
+            pid_t w = wait(&st);
+            if (w < 0) { if (errno == EINTR) continue; break; }
+            for (int k = 0; k < nproc; k++)
+                if (pids[k] == w) {
+                    running--;
+                    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+                        const char *in = k % 2 ? o.args[k / 2].tgt : o.args[k / 2].src;
+                        if (!failed) fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", in, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+                        failed = 1;
+                    }
+                }
+        }
+        free(pids);
+        if (failed || next < nproc) { rc = 2; goto done; }
+        printf("prepare: spm_encode: %d files in %.1fs\n", nproc, now_seconds() - ts);
+    }
+
+    /* 5. build splits in order of first appearance; filter training pairs */
+    dw.splits = xcalloc(nf, sizeof(DatasetSplit));
+    for (int i = 0; i < nf && !rc; i++) {
+        DatasetSplit *s = NULL;
+        for (int k = 0; k < dw.n_splits; k++) if (!strcmp(dw.splits[k].name, o.args[i].name)) s = &dw.splits[k];
+        if (!s) {
+            s = &dw.splits[dw.n_splits++];
+            s->name = o.args[i].name;
+            s->src = xcalloc(nf, sizeof(DatasetFile));
+            s->tgt = xcalloc(nf, sizeof(DatasetFile));
+        }
+        s->src[s->n_files] = (DatasetFile){ o.args[i].src, (long long)src[i].len, src[i].lines, "" };
+        s->tgt[s->n_files] = (DatasetFile){ o.args[i].tgt, (long long)tgt[i].len, tgt[i].lines, "" };
+        memcpy(s->src[s->n_files].sha256, src[i].sha, 65);
+        memcpy(s->tgt[s->n_files].sha256, tgt[i].sha, 65);
+        s->n_files++;
+    }
+    for (int k = 0; k < dw.n_splits && !rc; k++) {
+        DatasetSplit *s = &dw.splits[k];
+        Corpus *c = &s->corpus;
+        int64_t *soff = xmalloc(sizeof(int64_t)), *toff = xmalloc(sizeof(int64_t));
+        int32_t *stok = NULL, *ttok = NULL;
+        long long ns = 0, nt = 0, ls = 0, lt = 0, cs = 0, ct = 0;
+        soff[0] = toff[0] = 0;
+        for (int i = 0; i < nf && !rc; i++) {
+            if (strcmp(o.args[i].name, s->name)) continue;
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%d.ids", work, 2 * i);
+            rc = parse_ids(p, src[i].lines, cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
+            snprintf(p, sizeof p, "%s/%d.ids", work, 2 * i + 1);
+            if (!rc) rc = parse_ids(p, tgt[i].lines, cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
+            s->n_lines += src[i].lines;
+        }
+        if (rc) { free(soff); free(toff); free(stok); free(ttok); break; }
+        if (ns > INT32_MAX) { fprintf(stderr, "error: %s: split '%s' has too many pairs\n", o.out, s->name); rc = 2; break; }
+        /* keep pair i if its source + EOS and BOS + target fit max_len
+         * positions; dev/test splits keep every pair (train/eval skip
+         * overlong ones) so that test sets stay complete for BLEU */
+        int filter = !strcmp(s->name, "train");
+        long long over = 0, m = 0, ms = 0, mt = 0;
+        for (long long i = 0; i < ns; i++) {
+            long long a = soff[i + 1] - soff[i], b = toff[i + 1] - toff[i];
+            int fits = a + 1 <= cfg.max_len && b + 1 <= cfg.max_len;
+            if (!fits) over++;
+            if (filter && !fits) continue;
+            memmove(stok + ms, stok + soff[i], sizeof(int32_t) * a);
+            memmove(ttok + mt, ttok + toff[i], sizeof(int32_t) * b);
+            soff[m] = ms; toff[m] = mt;   /* safe: m <= i and soff[i] read above */
+            ms += a; mt += b; m++;
+        }
+        soff[m] = ms; toff[m] = mt;
+        c->n = (int)m;
+        c->src_off = soff; c->tgt_off = toff; c->src_tok = stok; c->tgt_tok = ttok;
+        if (filter) s->n_dropped = over;
+        printf("prepare: %-10s %8lld pairs, %9lld + %9lld tokens", s->name, m, ms, mt);
+        if (filter) printf(", %lld dropped (longer than max_len=%d)\n", over, cfg.max_len);
+        else printf(over ? ", %lld longer than max_len=%d (kept)\n" : "\n", over, cfg.max_len);
+        if (filter && m == 0) { fprintf(stderr, "error: %s: no training pair fits max_len=%d\n", o.args[0].src, cfg.max_len); rc = 2; }
+    }
+    if (rc) goto done;
+
+    /* 6. write */
+    {
+        size_t cl = 1;
+        for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
+        command = xmalloc(cl);
+        command[0] = '\0';
+        for (int i = 0; i < argc; i++) { strcat(command, argv[i]); if (i + 1 < argc) strcat(command, " "); }
+        dw.spm_options = spm_cmd;
+        dw.command = command;
+        dw.max_len = cfg.max_len;
+        rc = dataset_write(o.out, &dw);
+        if (!rc) printf("prepare: wrote %s (vocab %d) in %.1fs\n", o.out, cfg.vocab_size, now_seconds() - t0);
+    }
+
+done:
+    if (work[0]) nftw(work, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    for (int k = 0; k < dw.n_splits; k++) {
+        corpus_free(&dw.splits[k].corpus);
+        free(dw.splits[k].src); free(dw.splits[k].tgt);
+    }
+    free(dw.splits);
+    dataset_vocab_free(&dw.vocab);
+    free(spm_cmd); free(command);
+    free(src); free(tgt); free(o.args);
+    return rc;
+}

@@ -1,0 +1,202 @@
+/* Resume, checkpoint schedule and preemption of a training run (resume.h). */
+#include "resume.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+/* ------------------------------------------------------------ preemption */
+
+static volatile sig_atomic_t g_preempt;
+
+static void on_preempt(int sig)
+{
+    (void)sig;
+    g_preempt = 1;
+}
+
+void preempt_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_preempt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int preempt_pending(void) { return g_preempt != 0; }
+
+/* ---------------------------------------------------------------- resume */
+
+static int mkdir_p(const char *path)
+{
+    char buf[CFG_STR];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+    return 0;
+}
+
+static uint64_t plan_hash(const BatchPlan *bp)
+{
+    uint64_t h = fnv1a64(bp->start, sizeof(int) * (bp->n_batches + 1), 0);
+    return fnv1a64(bp->idx, sizeof(int) * bp->start[bp->n_batches], h);
+}
+
+static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
+{
+    memset(st, 0, sizeof *st);
+    st->step = r->step;
+    st->elapsed = elapsed;
+    st->seed = r->cfg.seed;
+    st->ranks = r->dist.size;
+    st->update_freq = r->cfg.update_freq;
+    st->data_position = batchplan_position(r->step + 1, 0, 0, r->dist.size, r->cfg.update_freq);
+    st->plan_hash = plan_hash(&r->plan);
+    st->n_batches = r->plan.n_batches;
+}
+
+/* rank 0: find the newest readable checkpoint and load it into host
+ * buffers; returns 1 if found, 0 if none; exits 2 on architecture mismatch */
+static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size_t cap)
+{
+    char **paths;
+    int64_t *steps;
+    int n = checkpoint_list(r->cfg.run_dir, &paths, &steps), found = 0;
+    size_t N = r->model.pt.total;
+    for (int i = n - 1; i >= 0 && !found; i--) {
+        Config ck;
+        if (checkpoint_read_config(paths[i], &ck, st)) {
+            fprintf(stderr, "warning: %s: skipped (unreadable), trying an older checkpoint\n", paths[i]);
+            continue;
+        }
+        char msg[512];
+        if (config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
+            die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", paths[i], msg);
+        if (checkpoint_read_tensors(paths[i], &r->model.pt, host, host + N, host + 2 * N)) {
+            fprintf(stderr, "warning: %s: skipped (unreadable), trying an older checkpoint\n", paths[i]);
+            continue;
+        }
+        snprintf(used, cap, "%s", paths[i]);
+        found = 1;
+    }
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    free(steps);
+    return found;
+}
+
+void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
+{
+    memset(rd, 0, sizeof *rd);
+    Dist *D = &r->dist;
+    const Config *c = &r->cfg;
+    if (config_to_string(c, rd->cfg_text, sizeof rd->cfg_text) < 0) die(1, "config text too long");
+    rd->enabled = c->run_dir[0] != '\0';
+    if (!rd->enabled) {
+        if (resume_flag) die(2, "train --resume: run_dir is empty (no checkpoints to resume from)");
+        return;
+    }
+    int status = 0;   /* -1 error, 0 fresh, 1 resumed */
+    size_t N = r->model.pt.total;
+    float *host = NULL;
+    CkptState st;
+    memset(&st, 0, sizeof st);
+    char used[4200] = "";
+    if (D->rank == 0) {
+        if (mkdir_p(c->run_dir)) die(2, "%s: cannot create run directory: %s", c->run_dir, strerror(errno));
+        host = xmalloc(sizeof(float) * 3 * N);
+        status = load_newest(r, host, &st, used, sizeof used);
+        if (!status && resume_flag) die(2, "%s: --resume: no complete checkpoint in the run directory", c->run_dir);
+    }
+    MPI_Bcast(&status, 1, MPI_INT, 0, D->comm);
+    if (status == 1) {
+        int64_t step = st.step;
+        double el = st.elapsed;
+        MPI_Bcast(&step, 1, MPI_INT64_T, 0, D->comm);
+        MPI_Bcast(&el, 1, MPI_DOUBLE, 0, D->comm);
+        if (!host) host = xmalloc(sizeof(float) * 3 * N);
+        /* params | adam_m | adam_v, in pieces below the int count limit */
+        for (size_t off = 0; off < 3 * N; off += (size_t)1 << 30) {
+            size_t k = 3 * N - off < ((size_t)1 << 30) ? 3 * N - off : ((size_t)1 << 30);
+            MPI_Bcast(host + off, (int)k, MPI_FLOAT, 0, D->comm);
+        }
+        Model *m = &r->model;
+        size_t bytes = sizeof(float) * N;
+        r->be->upload(r->be, m->params, host, bytes);
+        r->be->upload(r->be, m->adam_m, host + N, bytes);
+        r->be->upload(r->be, m->adam_v, host + 2 * N, bytes);
+        r->step = (int)step;
+        r->elapsed = el;
+        if (D->rank == 0) {
+            printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
+            CkptState now;
+            fill_state(&now, r, el);
+            if (st.seed != now.seed || st.ranks != now.ranks || st.update_freq != now.update_freq
+                || st.plan_hash != now.plan_hash)
+                fprintf(stderr, "warning: %s: seed, ranks, update_freq or the batch plan differ from the "
+                        "checkpoint's: training continues but is not bitwise identical to an uninterrupted run\n", used);
+        }
+    }
+    free(host);
+    rd->last_step = r->step;
+    rd->t_last = now_seconds();
+    if (D->rank == 0) {
+        rd->writer = checkpoint_writer_create(&r->model.pt, c->run_dir, c->keep_ckpts);
+        rd->metrics = metrics_open(c->run_dir, r->step);
+    }
+}
+
+static void start_ckpt(RunDir *rd, TrainRun *r, double elapsed_now)
+{
+    CkptState st;
+    fill_state(&st, r, elapsed_now);
+    checkpoint_writer_start(rd->writer, &r->model, rd->cfg_text, &st);
+    rd->last_step = r->step;
+    rd->t_last = now_seconds();
+}
+
+void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now)
+{
+    if (!rd->enabled || r->dist.rank != 0) return;
+    const Config *c = &r->cfg;
+    if (c->ckpt_steps > 0 && step % c->ckpt_steps == 0) {
+        start_ckpt(rd, r, elapsed_now);   /* waits for a write still in flight */
+        return;
+    }
+    /* by wall time: if the previous write is still going, try again next
+     * step instead of waiting for it */
+    if (c->ckpt_minutes > 0 && now_seconds() - rd->t_last >= 60.0 * c->ckpt_minutes
+        && !checkpoint_writer_busy(rd->writer))
+        start_ckpt(rd, r, elapsed_now);
+}
+
+void rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now)
+{
+    if (!rd->enabled) return;
+    if (r->dist.rank == 0) {
+        if (rd->last_step != r->step) start_ckpt(rd, r, elapsed_now);
+        if (checkpoint_writer_wait(rd->writer)) die(1, "%s: the checkpoint of step %d was not written", r->cfg.run_dir, r->step);
+    }
+    MPI_Barrier(r->dist.comm);   /* no rank leaves before the file is in place */
+}
+
+void rundir_close(RunDir *rd)
+{
+    if (rd->writer) checkpoint_writer_free(rd->writer);
+    if (rd->metrics) metrics_close(rd->metrics);
+    rd->writer = NULL;
+    rd->metrics = NULL;
+}

@@ -1,0 +1,40 @@
+/* The run directory of a training run: resume from its newest complete
+ * checkpoint, the checkpoint schedule (every ckpt_steps steps and every
+ * ckpt_minutes minutes, the last keep_ckpts kept), the metrics log and the
+ * preemption contract (SIGUSR1/SIGTERM: finish the step, checkpoint, exit 99).
+ * With run_dir empty nothing is written. */
+#ifndef RESUME_H
+#define RESUME_H
+
+#include "checkpoint.h"
+#include "metrics.h"
+#include "train.h"
+
+#define EXIT_PREEMPTED 99
+
+typedef struct {
+    int enabled;            /* run_dir set */
+    CkptWriter *writer;     /* rank 0 */
+    Metrics *metrics;       /* rank 0 */
+    double t_last;          /* wall time of the last checkpoint */
+    int last_step;          /* step of the last checkpoint started */
+    char cfg_text[16384];
+} RunDir;
+
+/* Create run_dir, and resume from its newest complete checkpoint if it has
+ * one (required if resume_flag).  On resume r->step, r->elapsed, the
+ * parameters and Adam moments are restored on every rank.  Errors (other
+ * architecture, --resume without checkpoint) are one line, exit 2. */
+void rundir_open(RunDir *rd, TrainRun *r, int resume_flag);
+/* after optimiser step `step`: start a checkpoint if one is due */
+void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now);
+/* write a checkpoint of the current state now and wait for it (end of the
+ * run, preemption); skipped if the last one is of this step */
+void rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now);
+void rundir_close(RunDir *rd);
+
+/* SIGUSR1 / SIGTERM set a flag; the training loop agrees on it over ranks */
+void preempt_install(void);
+int preempt_pending(void);
+
+#endif

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Attention maps: the file of `transformer attention` (reference and greedy
+# teacher forcing) matches an independent NumPy forward pass of the
+# checkpoint (rows sum to 1, decoder self-attention lower-triangular,
+# shapes = token counts); 1-rank and 2-rank (MPI-IO) files are identical;
+# the training probe file has one group per attn_steps.
+set -u
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ckpt_lib.sh"
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+$BIN train $CK_ARGS n_heads=2 run_dir=$W/run train_steps=30 ckpt_steps=0 attn_steps=10 > $W/train.log 2>&1 || fail "train: $(tail -3 $W/train.log)"
+C=$W/run/ckpt_00000030.h5
+[ -f $C ] || fail "no final checkpoint"
+$BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a1.h5 --greedy > /dev/null || fail "attention (1 rank)"
+mpirun -np 2 $BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a2.h5 --greedy > /dev/null || fail "attention (2 ranks)"
+res=$(/usr/bin/python3 "$(dirname "$0")/attention_check.py" $W/a2.h5 $C) || fail "2-rank maps: $res"
+[ "${res%% *}" = ok ] || fail "check: $res"
+ok "5 sentences x (reference + greedy): rows sum to 1, causal, shapes, = NumPy forward (max err ${res##* })"
+h5diff $W/a1.h5 $W/a2.h5 > $W/diff.txt || fail "1-rank and 2-rank files differ: $(head -5 $W/diff.txt)"
+ok "1-rank and 2-rank attention files identical (h5diff)"
+res=$(/usr/bin/python3 - $W/a1.h5 <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+assert list(f["sentence_index"][()]) == [0, 2, 5, 6, 7]
+assert sorted(f["sentences"]) == ["000000", "000002", "000005", "000006", "000007"]
+fmt = f.attrs["format"]
+assert (fmt.decode() if isinstance(fmt, bytes) else fmt) == "transformer-attention", fmt
+print("ok")
+PY
+)
+[ "$res" = ok ] || fail "sentence selection"
+# the probe holds maps of earlier steps: only the step-30 group matches the final checkpoint
+steps=$(h5ls $W/run/attention_probe.h5 | awk '{print $1}' | tr '\n' ' ')
+[ "$steps" = "step_00000010 step_00000020 step_00000030 " ] || fail "probe groups: $steps"
+/usr/bin/python3 - $W/run/attention_probe.h5 $W/p30.h5 <<'PY'
+import sys, h5py
+src, dst = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "w")
+src.copy("step_00000030/sentences", dst)
+PY
+res=$(/usr/bin/python3 "$(dirname "$0")/attention_check.py" $W/p30.h5 $C) || fail "probe maps: $res"
+ok "training probe: groups $steps; step 30 maps = NumPy forward of the final checkpoint"
+expect_error 2 "error: --sentences: index 999 is past" $BIN attention --checkpoint $C --sentences 999 --output $W/x.h5
+expect_error 2 "error: $W/nope.h5: cannot open checkpoint" $BIN attention --checkpoint $W/nope.h5 --sentences 0 --output $W/x.h5
+[ ! -e $W/x.h5 ] || fail "output written despite an error"

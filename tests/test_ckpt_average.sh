@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# transformer average: the mean of two checkpoints is the element-wise mean
+# (checked independently with h5py/numpy), the average of one checkpoint is
+# that checkpoint's parameters, --last K picks the newest K, and the output
+# is itself a loadable checkpoint.
+set -u
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ckpt_lib.sh"
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+$BIN train $CK_ARGS run_dir=$W/run train_steps=30 ckpt_steps=10 > $W/train.log 2>&1 || fail "train: $(tail -3 $W/train.log)"
+A=$W/run/ckpt_00000020.h5 B=$W/run/ckpt_00000030.h5
+$BIN average --output $W/avg2.h5 $A $B > /dev/null || fail "average of two"
+$BIN average --output $W/avg1.h5 $A > /dev/null || fail "average of one"
+$BIN average --output $W/last2.h5 --last 2 $W/run > /dev/null || fail "average --last 2"
+res=$(/usr/bin/python3 - $A $B $W/avg2.h5 $W/avg1.h5 $W/last2.h5 <<'PY'
+import sys, h5py, numpy as np
+a, b, m2, m1, l2 = (h5py.File(p, "r") for p in sys.argv[1:])
+names = []
+a["params"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+assert len(names) > 20, names
+changed = 0
+for n in names:
+    x, y = a["params"][n][()], b["params"][n][()]
+    want = ((x.astype(np.float64) + y.astype(np.float64)) / 2).astype(np.float32)
+    assert np.array_equal(m2["params"][n][()], want), n
+    assert np.array_equal(l2["params"][n][()], want), n
+    assert np.array_equal(m1["params"][n][()], x), n
+    assert m2["params"][n].shape == x.shape
+    changed += not np.array_equal(x, y)
+assert changed > 0            # the two inputs differ: the test can fail
+assert "adam_m" not in m2 and m2.attrs["has_adam"] == 0
+assert m2.attrs["format"] == "transformer-checkpoint"
+assert m2.attrs["averaged_from"].split("\n") == [sys.argv[1], sys.argv[2]]
+print("yes", len(names))
+PY
+)
+[ "${res%% *}" = yes ] || fail "averages differ from the element-wise mean"
+ok "average of 2 = element-wise mean, of 1 = identity, --last 2 = the newest two (${res#* } tensors)"
+# the average is a loadable checkpoint: averaging it again reproduces it
+$BIN average --output $W/again.h5 $W/avg2.h5 > /dev/null || fail "average of an average"
+h5diff -q $W/again.h5 $W/avg2.h5 /params /params || fail "average of an average changed"
+ok "averaged checkpoint loads back"
+# no output left behind on error; usage errors
+expect_error 2 "error: average: --output" $BIN average $A
+expect_error 2 "error: .*no checkpoints" $BIN average --output $W/x.h5 --last 3 $W
+[ ! -e $W/x.h5 ] || fail "output written despite error"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Bad configuration input: each case is exactly one line on stderr,
+# "error: <file>:<line>: ... key ..." (or the file alone when there is no
+# line), and exit code 2, with no output written.  Also: `--help` of every
+# command exits 0.
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# one_line_error PATTERN cmd...: exit 2, exactly one stderr line, matching PATTERN
+one_line_error() {
+    local pat=$1; shift
+    expect_error 2 "$pat" "$@"
+    local n
+    n=$("$@" 2>&1 >/dev/null | wc -l)
+    [ "$n" -eq 1 ] || fail "'$*': $n lines on stderr, expected exactly 1"
+}
+
+cfg() { printf '%b' "$2" > "$tmp/$1"; echo "$tmp/$1"; }
+
+for cmd in params train; do
+    one_line_error "^error: $tmp/missing.cfg: cannot open config file" "$BIN" $cmd --config "$tmp/missing.cfg"
+    f=$(cfg malformed.cfg '# comment\nn_layers = 2\nthis line has no equals sign\n')
+    one_line_error "^error: $f:3: malformed line" "$BIN" $cmd --config "$f"
+    f=$(cfg unknown.cfg 'n_layers = 2\n\nd_modle = 512\n')
+    one_line_error "^error: $f:3: unknown key 'd_modle'" "$BIN" $cmd --config "$f"
+    f=$(cfg negative.cfg 'd_model = 512\nd_ff = -2048   # negative size\n')
+    one_line_error "^error: $f:2: key 'd_ff': -2048 is out of range" "$BIN" $cmd --config "$f"
+    f=$(cfg nonnum.cfg 'n_heads = eight\n')
+    one_line_error "^error: $f:1: key 'n_heads': 'eight' is not a number" "$BIN" $cmd --config "$f"
+    f=$(cfg nonint.cfg 'n_layers = 2.5\n')
+    one_line_error "^error: $f:1: key 'n_layers': '2.5' is not an integer" "$BIN" $cmd --config "$f"
+    f=$(cfg empty.cfg 'd_k =\n')
+    one_line_error "^error: $f:1: key 'd_k': empty value" "$BIN" $cmd --config "$f"
+    f=$(cfg seed.cfg 'seed = -1\n')
+    one_line_error "^error: $f:1: key 'seed': '-1' is negative" "$BIN" $cmd --config "$f"
+    # inconsistent settings: the line of the offending key
+    f=$(cfg odd.cfg 'n_layers = 2\nd_model = 511\n')
+    one_line_error "^error: $f:2: key 'd_model': 511 must be even" "$BIN" $cmd --config "$f"
+    f=$(cfg budget.cfg 'max_len = 128\nmax_tokens = 100\n')
+    one_line_error "^error: $f:2: key 'max_tokens': 100 is smaller than max_len 128" "$BIN" $cmd --config "$f"
+    f=$(cfg pos.cfg 'positional = rotary\n')
+    one_line_error "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
+    # the same mistakes as command-line overrides
+    one_line_error "^error: command line: unknown key 'd_modle'" "$BIN" $cmd d_modle=512
+    one_line_error "^error: command line: key 'd_model': -512 is out of range" "$BIN" $cmd d_model=-512
+    one_line_error "^error: command line: key 'warmup': 'soon' is not a number" "$BIN" $cmd warmup=soon
+    one_line_error "^error: command line: key 'd_model': 9 must be even" "$BIN" $cmd --config "$tmp/odd.cfg" d_model=9
+    one_line_error "^error: $cmd: unknown argument 'bogus'" "$BIN" $cmd bogus
+done
+
+# --help of every command in the command table exits 0 and prints a usage line
+"$BIN" --help > "$tmp/help" || fail "transformer --help exited $?"
+cmds=$(awk '/^commands:/ { on = 1; next } on && NF >= 2 { print $1 } on && NF == 0 { on = 0 }' "$tmp/help")
+[ -n "$cmds" ] || fail "no commands listed by --help"
+for c in $cmds; do
+    "$BIN" "$c" --help > "$tmp/h" 2>&1 || fail "transformer $c --help exited $?"
+    grep -q "usage: transformer $c" "$tmp/h" || fail "transformer $c --help prints no usage line"
+    ok "transformer $c --help"
+done
+one_line_error "^error: unknown command 'trian'" "$BIN" trian

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# `transformer prepare` on real Multi30k text:
+#  - round trip: the dev split (Multi30k val) decoded with spm_decode from the
+#    ids and the SentencePiece model stored IN the dataset equals the text,
+#    up to SentencePiece's normalisation (NFKC + whitespace collapsing): we
+#    compare with spm_normalize of the raw text, and report how many raw lines
+#    the normalisation changes;
+#  - provenance: sha256/bytes/lines attributes equal sha256sum/wc of the inputs;
+#  - bad inputs: one-line errors naming the file (line count mismatch with the
+#    line, empty, missing, invalid UTF-8 with the line, truncated dataset,
+#    foreign HDF5 file, impossible vocabulary size) and no output file;
+#  - the output appears only when complete (SIGKILL mid-run leaves nothing).
+set -u
+. "$(dirname "$0")/lib.sh"
+M=$SHARED_DATA/multi30k
+[ -f "$M/val.en" ] || fail "no Multi30k in $SHARED_DATA (see ../shared/data/README.md)"
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+
+# ---- a real dataset: train on val+test2016 (small, so that this test is fast)
+"$BIN" prepare --out "$W/d.h5" --split train "$M/test2016.en" "$M/test2016.de" --split train "$M/test2017.en" "$M/test2017.de" \
+    --split dev "$M/val.en" "$M/val.de" vocab_size=2000 max_len=40 >"$W/log" 2>&1 || { cat "$W/log"; fail "prepare failed"; }
+cat "$W/log"
+grep -q "dropped (longer than max_len=40)" "$W/log" || fail "no dropped-pairs report"
+ls -a "$W" | grep -q -e '\.tmp' -e '\.work' && fail "temporary files left behind"
+ok "prepare wrote $W/d.h5"
+
+# ---- round trip of the dev split with the model bytes from the file
+dump() { h5dump -d "$2" -b LE -o "$W/$3" "$1" >/dev/null || fail "h5dump $2"; }
+dump "$W/d.h5" /vocab/spm_model spm.model
+dump "$W/d.h5" /splits/dev/src_ids ids.bin
+dump "$W/d.h5" /splits/dev/src_offsets off.bin
+od -An -v -t d4 -w4 "$W/ids.bin" | tr -d ' ' >"$W/ids.txt"
+od -An -v -t d8 -w8 "$W/off.bin" | tr -d ' ' >"$W/off.txt"
+# offsets -> one line of ids per sentence
+awk 'NR==FNR { id[NR-1]=$1; next } FNR>1 { line=""; for (k=prev; k<$1; k++) line = line (k>prev?" ":"") id[k]; print line } { prev=$1 }' \
+    "$W/ids.txt" "$W/off.txt" >"$W/dev.ids"
+[ "$(wc -l <"$W/dev.ids")" -eq "$(wc -l <"$M/val.en")" ] || fail "dev split has $(wc -l <"$W/dev.ids") pairs, val.en $(wc -l <"$M/val.en")"
+spm_decode --model="$W/spm.model" --input_format=id <"$W/dev.ids" >"$W/dev.dec"
+spm_normalize --model="$W/spm.model" <"$M/val.en" >"$W/val.norm"
+cmp -s "$W/dev.dec" "$W/val.norm" || { diff "$W/dev.dec" "$W/val.norm" | head; fail "round trip differs from the normalised text"; }
+changed=$(paste -d'\n' "$M/val.en" "$W/val.norm" | paste - - | awk -F'\t' '$1 != $2' | wc -l)
+ok "round trip: $(wc -l <"$W/dev.dec") dev sentences decode to the (normalised) text exactly; normalisation changes $changed raw lines"
+grep -c '<unk>\| ⁇ ' "$W/dev.dec" | grep -qx 0 || fail "decoded dev text has unknown pieces"
+
+# ---- provenance
+for side in src tgt; do
+    f=$M/val.en; [ $side = tgt ] && f=$M/val.de
+    h5dump -a /splits/dev/${side}_sha256 "$W/d.h5" | grep -q "$(sha256sum "$f" | cut -d' ' -f1)" || fail "dev $side sha256"
+    h5dump -a /splits/dev/${side}_bytes "$W/d.h5" | grep -q "(0): $(stat -c %s "$f")" || fail "dev $side bytes"
+done
+h5dump -a /splits/train/src_files "$W/d.h5" | grep -q "test2017.en" || fail "train provenance lacks test2017.en"
+ok "provenance attributes match sha256sum and stat"
+
+# ---- bad inputs
+head -n 500 "$M/val.de" >"$W/short.de"
+: >"$W/empty.en"
+{ head -n 6 "$M/val.en"; printf 'bad \xff\xfe byte\n'; tail -n +8 "$M/val.en"; } >"$W/badutf8.en"
+P=("$BIN" prepare --out "$W/bad.h5" vocab_size=500)
+expect_error 2 "short.de: has 500 lines but .*val.en has 1014: it ends before line 501" \
+    "${P[@]}" --split train "$M/val.en" "$W/short.de"
+expect_error 2 "empty.en: empty file" "${P[@]}" --split train "$W/empty.en" "$M/val.de"
+expect_error 2 "nothere.de: cannot open" "${P[@]}" --split train "$M/val.en" "$W/nothere.de"
+expect_error 2 "badutf8.en: line 7: invalid UTF-8" "${P[@]}" --split train "$W/badutf8.en" "$M/val.de"
+expect_error 2 "val.en (train split): vocab_size=100000 cannot be supported by this corpus: Vocabulary size too high" \
+    "$BIN" prepare --out "$W/bad.h5" --split train "$M/val.en" "$M/val.de" vocab_size=100000
+expect_error 2 "val.en (train split): vocab_size=30 cannot be supported by this corpus: Vocabulary size is smaller than required_chars" \
+    "$BIN" prepare --out "$W/bad.h5" --split train "$M/val.en" "$M/val.de" vocab_size=30
+[ -e "$W/bad.h5" ] && fail "an output file was written for bad input"
+ls -a "$W" | grep -q -e '\.tmp' -e '\.work' && fail "temporary files left behind after errors"
+n_err=$("${P[@]}" --split train "$M/val.en" "$W/short.de" 2>&1 >/dev/null | wc -l)
+[ "$n_err" -eq 1 ] || fail "expected exactly one error line, got $n_err"
+
+# ---- bad dataset files, read by train
+T=("$BIN" train vocab_size=2000 max_len=40 train_steps=1 d_model=16 d_ff=16 n_heads=2 d_k=8 d_v=8 n_layers=1)
+head -c $(( $(stat -c %s "$W/d.h5") / 2 )) "$W/d.h5" >"$W/trunc.h5"
+expect_error 2 "trunc.h5: truncated or corrupt HDF5 file" "${T[@]}" data="$W/trunc.h5"
+h5copy -i "$W/d.h5" -o "$W/foreign.h5" -s /vocab -d /vocab || fail "h5copy"
+expect_error 2 "foreign.h5: HDF5 file is not a transformer dataset" "${T[@]}" data="$W/foreign.h5"
+cp "$M/val.en" "$W/text.h5"
+expect_error 2 "text.h5: not an HDF5 file" "${T[@]}" data="$W/text.h5"
+expect_error 2 "d.h5: dataset vocabulary has 2000 pieces but vocab_size = 3000" "${T[@]}" data="$W/d.h5" vocab_size=3000
+n_err=$("${T[@]}" data="$W/trunc.h5" 2>&1 >/dev/null | wc -l)
+[ "$n_err" -eq 1 ] || fail "expected exactly one error line for a truncated dataset, got $n_err"
+
+# ---- all or nothing: kill prepare while it runs; the output never appears
+# (in its own process group, so that its spm_train child goes too)
+setsid "$BIN" prepare --out "$W/killed.h5" --split train "$M/train.en" "$M/train.de" vocab_size=4000 >/dev/null 2>&1 &
+pid=$!
+for i in $(seq 1 100); do
+    [ -e "$W/killed.h5" ] && fail "output exists while prepare is still running"
+    ls "$W" | grep -q 'killed.h5.work' && break
+    sleep 0.05
+done
+sleep 0.5
+kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null
+[ -e "$W/killed.h5" ] && fail "a killed prepare left its output file"
+ok "killed prepare left no output file"
+echo "test_data_prepare: all checks passed"

@@ -1,0 +1,244 @@
+/* Finite-difference check of the whole model: the gradient that
+ * model_forward_backward accumulates must be the derivative of the summed
+ * label-smoothed loss it returns, for every parameter tensor.
+ *
+ * Tiny config with d_k != d_v != d_model/h (section 3.2.2 does not tie them),
+ * dropout on (masks are a pure function of (seed, step, site, sentence,
+ * position, feature), so the perturbed forwards see the same mask), label
+ * smoothing on, a batch with padding in source and target, and both
+ * sinusoidal and learned positions (Table 3 row E).
+ *
+ * Per tensor: central differences of a few sampled elements, and of the
+ * directional derivative along a random unit direction over the whole tensor
+ * (every element contributes, so a wrong element anywhere shows).  Also:
+ * padding must not change anything, i.e. the loss and gradient of the padded
+ * batch equal the sums over the sentences run alone. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "config.h"
+#include "gradcheck.h"
+#include "model.h"
+#include "util.h"
+
+#define STEP 5
+/* FD step: large enough that float32 rounding of the loss (~1e-6 relative)
+ * stays small against the difference, small enough for the curvature */
+#define FD_STEP 2e-3
+
+static Backend *be;
+
+typedef struct {
+    Model *m;
+    Batch *b;
+    float *host;     /* host copy of the parameters */
+} Ctx;
+
+/* Hash of the ReLU pattern (which hidden units of eq. 2 are active) of the
+ * last forward: a central difference whose two sides differ in it crossed a
+ * kink of max(0, .) and is not a derivative; it is redone with a smaller
+ * step. */
+static uint64_t relu_pattern(Model *m)
+{
+    uint64_t h = 0;
+    int dff = m->cfg.d_ff;
+    size_t ns = (size_t)m->B * m->S * dff, nt = (size_t)m->B * m->T * dff;
+    float *buf = malloc(sizeof(float) * (ns > nt ? ns : nt));
+    unsigned char *bit = malloc(ns > nt ? ns : nt);
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int k = 0; k < 2; k++) {
+            size_t n = k ? nt : ns;
+            be->download(be, buf, k ? m->dec[l].hid : m->enc[l].hid, sizeof(float) * n);
+            for (size_t i = 0; i < n; i++) bit[i] = buf[i] > 0.0f;
+            h = fnv1a64(bit, n, h);
+        }
+    free(buf);
+    free(bit);
+    return h;
+}
+
+static double loss_of(Ctx *c, uint64_t *pattern)
+{
+    Model *m = c->m;
+    be->upload(be, m->params, c->host, sizeof(float) * m->pt.total);
+    LossStats st = model_forward_backward(m, c->b, STEP, 1, 0, NULL, NULL);
+    if (pattern) *pattern = relu_pattern(m);
+    return st.loss_sum;
+}
+
+static int n_kink_retries = 0, n_kink_skips = 0;
+
+/* Central difference of the loss along direction u (n floats of w; u NULL:
+ * the single element w[0]), step h shrunk while the two sides lie on
+ * different sides of a ReLU kink.  Returns 0 if no kink-free step was found. */
+static int central(Ctx *c, float *w, const double *u, size_t n, double h, double *out)
+{
+    float *w0 = malloc(sizeof(float) * n);
+    memcpy(w0, w, sizeof(float) * n);
+    int found = 0;
+    for (int attempt = 0; attempt < 4 && !found; attempt++, h /= 4) {
+        uint64_t pp, pm;
+        double dp = 0, dm = 0;
+        for (size_t i = 0; i < n; i++) w[i] = (float)(w0[i] + h * (u ? u[i] : 1.0));
+        if (!u) dp = (double)w[0] - w0[0];
+        double Lp = loss_of(c, &pp);
+        for (size_t i = 0; i < n; i++) w[i] = (float)(w0[i] - h * (u ? u[i] : 1.0));
+        if (!u) dm = (double)w0[0] - w[0];
+        double Lm = loss_of(c, &pm);
+        memcpy(w, w0, sizeof(float) * n);
+        if (pp != pm) { n_kink_retries++; continue; }
+        *out = (Lp - Lm) / (u ? 2 * h : dp + dm);
+        found = 1;
+    }
+    if (!found) n_kink_skips++;
+    free(w0);
+    return found;
+}
+
+static void grads_of(Model *m, const Batch *b, float *g)
+{
+    be->zero(be, m->grads, sizeof(float) * m->pt.total);
+    model_forward_backward(m, b, STEP, 1, 1, NULL, NULL);
+    be->download(be, g, m->grads, sizeof(float) * m->pt.total);
+}
+
+static void make_corpus(Corpus *c)
+{
+    /* lengths without EOS/BOS: sources 4, 2, 6; targets 3, 5, 1 */
+    static const int ls[3] = { 4, 2, 6 }, lt[3] = { 3, 5, 1 };
+    memset(c, 0, sizeof *c);
+    c->n = 3;
+    c->src_off = calloc(4, sizeof(int64_t));
+    c->tgt_off = calloc(4, sizeof(int64_t));
+    for (int i = 0; i < 3; i++) {
+        c->src_off[i + 1] = c->src_off[i] + ls[i];
+        c->tgt_off[i + 1] = c->tgt_off[i] + lt[i];
+    }
+    c->src_tok = malloc(sizeof(int32_t) * c->src_off[3]);
+    c->tgt_tok = malloc(sizeof(int32_t) * c->tgt_off[3]);
+    for (int i = 0; i < c->src_off[3]; i++) c->src_tok[i] = TOK_FIRST_SYMBOL + (int)((gc_rand() + 1) * 3.5);
+    for (int i = 0; i < c->tgt_off[3]; i++) c->tgt_tok[i] = TOK_FIRST_SYMBOL + (int)((gc_rand() + 1) * 3.5);
+}
+
+static void run(const char *positional)
+{
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.n_layers = 2;
+    cfg.d_model = 8;
+    cfg.n_heads = 2;
+    cfg.d_k = 3;
+    cfg.d_v = 5;
+    cfg.d_ff = 12;
+    cfg.vocab_size = 11;
+    cfg.max_len = 10;
+    cfg.dropout = 0.2f;
+    cfg.label_smoothing = 0.1f;
+    cfg.seed = 7;
+    snprintf(cfg.positional, CFG_STR, "%s", positional);
+
+    Model m;
+    if (model_init(&m, &cfg, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
+    size_t P = m.pt.total;
+    /* move the LayerNorm gains and all biases away from their initial 1/0 so
+     * that their gradients are generic */
+    float *host = malloc(sizeof(float) * P);
+    be->download(be, host, m.params, sizeof(float) * P);
+    for (int t = 0; t < m.pt.n; t++) {
+        const ParamInfo *pi = &m.pt.t[t];
+        if (pi->init == PARAM_INIT_ONE || pi->init == PARAM_INIT_ZERO)
+            for (size_t i = 0; i < pi->numel; i++) host[pi->offset + i] += (float)(0.3 * gc_rand());
+    }
+    be->upload(be, m.params, host, sizeof(float) * P);
+
+    Corpus corp;
+    make_corpus(&corp);
+    Batch b = {0};
+    int idx[3] = { 0, 1, 2 };
+    batch_build(&b, &corp, idx, 3, cfg.max_len);
+    Ctx c = { &m, &b, host };
+
+    float *g = malloc(sizeof(float) * P);
+    grads_of(&m, &b, g);
+    double L0 = loss_of(&c, NULL);
+    printf("[%s] %zu parameters, %d tensors, batch %dx%d -> %dx%d, loss_sum %.6f over %ld tokens\n", positional, P,
+           m.pt.n, b.B, b.S, b.B, b.T, L0, b.n_tgt_tokens);
+
+    /* dropout must actually be active: the training loss differs from eval */
+    be->upload(be, m.params, host, sizeof(float) * P);
+    double Leval = model_forward_backward(&m, &b, STEP, 0, 0, NULL, NULL).loss_sum;
+    if (fabs(Leval - L0) < 1e-4) { fprintf(stderr, "FAIL dropout has no effect\n"); gc_failures++; }
+
+    char nm[160];
+    double worst = 0;
+    for (int t = 0; t < m.pt.n; t++) {
+        const ParamInfo *pi = &m.pt.t[t];
+        float *w = host + pi->offset;
+        const float *gt = g + pi->offset;
+        double gmax = 0;
+        for (size_t i = 0; i < pi->numel; i++) gmax = fmax(gmax, fabs(gt[i]));
+        if (gmax == 0 && strcmp(pi->name, "positional_embedding")) {
+            fprintf(stderr, "FAIL %s: gradient is identically zero\n", pi->name);
+            gc_failures++;
+        }
+        /* (a) sampled elements */
+        for (int k = 0; k < 4; k++) {
+            size_t i = (size_t)((gc_rand() + 1) * 0.5 * pi->numel) % pi->numel;
+            snprintf(nm, sizeof nm, "[%s] %s", positional, pi->name);
+            double fd;
+            if (!central(&c, &w[i], NULL, 1, FD_STEP, &fd)) continue;
+            double e = gc_compare(nm, (long)i, gt[i], fd, 1e-2, 2e-3 * (1 + gmax));
+            worst = fmax(worst, e / (1 + gmax));
+        }
+        /* (b) directional derivative along a random unit vector u */
+        double *u = malloc(sizeof(double) * pi->numel), nu = 0, gu = 0;
+        for (size_t i = 0; i < pi->numel; i++) { u[i] = gc_rand(); nu += u[i] * u[i]; }
+        nu = sqrt(nu);
+        for (size_t i = 0; i < pi->numel; i++) { u[i] /= nu; gu += u[i] * gt[i]; }
+        double fd;
+        snprintf(nm, sizeof nm, "[%s] %s (direction)", positional, pi->name);
+        if (central(&c, w, u, pi->numel, FD_STEP, &fd)) gc_compare(nm, 0, gu, fd, 1e-2, 2e-3 * (1 + gmax));
+        free(u);
+    }
+    printf("[%s] ReLU-kink retries %d, skipped %d\n", positional, n_kink_retries, n_kink_skips);
+    printf("[%s] worst sampled |analytic - fd| / (1 + max|g|) = %.2e\n", positional, worst);
+
+    /* padding invariance: the padded batch equals the sentences run alone
+     * (same sentence ids, hence the same dropout masks) */
+    be->upload(be, m.params, host, sizeof(float) * P);
+    float *gs = calloc(P, sizeof(float)), *g1 = malloc(sizeof(float) * P);
+    double Lsum = 0;
+    Batch one = {0};
+    for (int k = 0; k < 3; k++) {
+        batch_build(&one, &corp, &idx[k], 1, cfg.max_len);
+        c.b = &one;
+        Lsum += loss_of(&c, NULL);
+        grads_of(&m, &one, g1);
+        for (size_t i = 0; i < P; i++) gs[i] += g1[i];
+    }
+    c.b = &b;
+    snprintf(nm, sizeof nm, "[%s] padded batch loss vs sentences alone", positional);
+    gc_compare(nm, 0, L0, Lsum, 1e-5, 1e-5);
+    double gmax = 0;
+    for (size_t i = 0; i < P; i++) gmax = fmax(gmax, fabs(g[i]));
+    snprintf(nm, sizeof nm, "[%s] padded batch gradient vs sentences alone", positional);
+    for (size_t i = 0; i < P; i++) gc_compare(nm, (long)i, g[i], gs[i], 1e-4, 1e-5 * gmax);
+
+    batch_free(&one);
+    batch_free(&b);
+    corpus_free(&corp);
+    free(g); free(gs); free(g1); free(host);
+    model_free(&m);
+}
+
+int main(void)
+{
+    be = backend_cpu_create(2);
+    run("sinusoid");
+    run("learned");
+    be->destroy(be);
+    return gc_report("test_grad_model");
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Ranks that disagree on the configuration are caught at start-up (MPMD
+# launch with a different key on one rank): exit 2, one error line naming the
+# rank and the differing key, no training step.
+set -u
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+A="train_steps=5 log_steps=1 threads=1 synth_train=100 synth_dev=20 max_tokens=256
+   n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16"
+
+check() {   # check PATTERN mpirun-args...
+    local pat=$1; shift
+    timeout -s KILL 30 mpirun "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    [ "$rc" -eq 2 ] || fail "mpirun $*: exit $rc, expected 2: $(cat "$tmp/err")"
+    [ "$(grep -c '^error: ' "$tmp/err")" -eq 1 ] || fail "expected one error line: $(cat "$tmp/err")"
+    grep -q "^error: ranks disagree on the configuration: $pat" "$tmp/err" || fail "error lacks '$pat': $(cat "$tmp/err")"
+    grep -q '^step' "$tmp/out" && fail "training started despite the mismatch"
+    ok "$(grep '^error' "$tmp/err")"
+}
+check "rank 1 has 'seed = 2', rank 0 has 'seed = 1'" \
+    -np 1 "$BIN" train $A : -np 1 "$BIN" train $A seed=2
+check "rank 2 has 'd_model = 64', rank 0 has 'd_model = 32'" \
+    -np 2 "$BIN" train $A : -np 1 "$BIN" train $A d_model=64 d_k=32
+# the same configuration from a file and from the command line is accepted
+printf 'seed = 7\nd_model = 32\n' >"$tmp/a.cfg"
+timeout -s KILL 30 mpirun -np 1 "$BIN" train $A --config "$tmp/a.cfg" : -np 1 "$BIN" train $A seed=7 >"$tmp/out" 2>"$tmp/err" \
+    || fail "equal configurations rejected: $(cat "$tmp/err")"
+grep -q '^step 5 ' "$tmp/out" || fail "equal configurations did not train"
+ok "equal configurations from a file and the command line train"
