@@ -320,7 +320,8 @@ void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, siz
 
 void gradsync_start_progress(GradSync *g, int poll_us)
 {
-    if (g->have_thread || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
+    /* the backend's own collectives (NCCL) progress by themselves */
+    if (g->have_thread || g->be || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
     g->poll_us = poll_us;
     g->have_thread = pthread_create(&g->thread, NULL, progress_main, g) == 0;
 }
@@ -342,6 +343,13 @@ void gradsync_free(GradSync *g)
     memset(g, 0, sizeof *g);
 }
 
+void gradsync_use_backend(GradSync *g, Backend *be)
+{
+    if (!be->allreduce_start || g->dist->size == 1) return;
+    be->allreduce_init(be, &g->dist->comm);
+    g->be = be;
+}
+
 void gradsync_ready(void *ctx, size_t hi)
 {
     GradSync *g = ctx;
@@ -349,12 +357,17 @@ void gradsync_ready(void *ctx, size_t hi)
     pthread_mutex_lock(&g->mu);
     while (g->next < g->n_buckets && g->hi[g->next] <= hi) {
         int k = g->next++;
-        MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
-                       g->dist->comm, &g->req[k]);
         g->bytes += (double)(g->hi[k] - g->lo[k]) * sizeof(float);
         g->n_started++;
         g->n_early += hi < g->total;   /* backward still has gradients to finish */
+        if (g->be) {
+            g->be->allreduce_start(g->be, g->grads + g->lo[k], g->hi[k] - g->lo[k]);
+            continue;
+        }
+        MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
+                       g->dist->comm, &g->req[k]);
     }
+    if (g->be) return;
     /* give MPI a chance to progress the buckets in flight (Open MPI has no
      * progress thread: nonblocking collectives advance inside MPI calls) */
     int flag;
@@ -375,7 +388,8 @@ void gradsync_finish(GradSync *g)
     g->active = 0;   /* the progress thread leaves req alone until the next update */
     pthread_mutex_unlock(&g->mu);
     double t0 = now_seconds();
-    MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
+    if (g->be) g->be->allreduce_wait(g->be);
+    else MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
     double w = now_seconds() - t0, wmin = w;
     g->t_wait += w;
     MPI_Allreduce(&w, &wmin, 1, MPI_DOUBLE, MPI_MIN, g->dist->comm);

@@ -52,6 +52,7 @@ typedef struct {
     size_t *lo, *hi;        /* bucket k = grads[lo[k], hi[k]) */
     MPI_Request *req;
     int next;               /* first bucket not yet started */
+    Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
     /* statistics */
     double t_wait;          /* seconds this rank waited after backward */
     double t_exposed;       /* per update, the least wait of any rank, summed:
@@ -75,6 +76,9 @@ void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, siz
  * MPI_THREAD_MULTIPLE and more than one rank, else nothing happens) */
 void gradsync_start_progress(GradSync *g, int poll_us);
 void gradsync_free(GradSync *g);
+/* let the backend's allreduce hooks (ops.h) sum the buckets, e.g. NCCL on
+ * device memory; no-op for a backend without them */
+void gradsync_use_backend(GradSync *g, Backend *be);
 /* GradReadyFn: start the allreduce of every bucket inside [0, hi) */
 void gradsync_ready(void *g, size_t hi);
 /* wait for every bucket (starting any not yet started) */

@@ -257,6 +257,7 @@ int cmd_train(int argc, char **argv)
     RunDir rd;
     rundir_open(&rd, r, args.resume);
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
+    gradsync_use_backend(&r->sync, r->be);   /* CUDA: NCCL on device memory */
     gradsync_start_progress(&r->sync, c->progress_us);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
