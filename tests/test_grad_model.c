@@ -105,6 +105,46 @@ static void grads_of(Model *m, const Batch *b, float *g)
     be->download(be, g, m->grads, sizeof(float) * m->pt.total);
 }
 
+/* GradReadyFn contract (model.h): when ready(hi) is called, gradients in
+ * [0, hi) are final, and hi only grows up to the total */
+typedef struct { Model *m; float *snap; size_t last; int calls, bad; } ReadyCheck;
+
+static void ready_cb(void *p, size_t hi)
+{
+    ReadyCheck *r = p;
+    if (hi < r->last || hi > r->m->pt.total) r->bad++;
+    else {
+        be->download(be, r->snap + r->last, r->m->grads + r->last, sizeof(float) * (hi - r->last));
+        r->last = hi;
+    }
+    r->calls++;
+}
+
+static void check_ready(Model *m, const Batch *b, const char *positional)
+{
+    size_t P = m->pt.total;
+    ReadyCheck r = { m, malloc(sizeof(float) * P), 0, 0, 0 };
+    float *g = malloc(sizeof(float) * P);
+    be->zero(be, m->grads, sizeof(float) * P);
+    model_forward_backward(m, b, STEP, 1, 1, ready_cb, &r);
+    be->download(be, g, m->grads, sizeof(float) * P);
+    gc_checks++;
+    if (r.bad || r.last != P || r.calls < 2 * m->cfg.n_layers) {
+        fprintf(stderr, "FAIL [%s] ready(): %d calls, %d out of order, last %zu of %zu\n", positional, r.calls, r.bad,
+                r.last, P);
+        gc_failures++;
+    }
+    size_t changed = 0;
+    for (size_t i = 0; i < r.last; i++) changed += memcmp(&g[i], &r.snap[i], sizeof(float)) != 0;
+    if (changed) {
+        fprintf(stderr, "FAIL [%s] %zu gradients changed after ready() declared them final\n", positional, changed);
+        gc_failures++;
+    }
+    printf("[%s] ready(): %d calls, gradients final when declared\n", positional, r.calls);
+    free(r.snap);
+    free(g);
+}
+
 static void make_corpus(Corpus *c)
 {
     /* lengths without EOS/BOS: sources 4, 2, 6; targets 3, 5, 1 */
@@ -172,6 +212,8 @@ static void run(const char *positional)
     double Leval = model_forward_backward(&m, &b, STEP, 0, 0, NULL, NULL).loss_sum;
     if (fabs(Leval - L0) < 1e-4) { fprintf(stderr, "FAIL dropout has no effect\n"); gc_failures++; }
 
+    check_ready(&m, &b, positional);
+
     char nm[160];
     double worst = 0;
     for (int t = 0; t < m.pt.n; t++) {
@@ -236,7 +278,7 @@ static void run(const char *positional)
 
 int main(void)
 {
-    be = backend_cpu_create(2);
+    be = backend_cpu_create(1);
     run("sinusoid");
     run("learned");
     be->destroy(be);

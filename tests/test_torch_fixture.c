@@ -93,7 +93,7 @@ static void run_case(hid_t file, const char *group)
     snprintf(c.positional, CFG_STR, "%s", group);
     uint32_t grad_step = (uint32_t)attr_i64(g, "grad_step");
 
-    Backend *be = backend_cpu_create(2);
+    Backend *be = backend_cpu_create(1);
     Model m;
     if (model_init(&m, &c, be)) die_h5("model_init");
     size_t P = m.pt.total;
