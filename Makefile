@@ -31,24 +31,37 @@ NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
 CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h
+MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+NVCCFLAGS += $(MPI_INC)
+# NCCL for the gradient allreduce when its header is found (else MPI on host copies)
+NCCL_HOME ?= $(CUDA_HOME)
 ifneq ($(NVCC),)
 CFLAGS   += -DHAVE_CUDA
 CUDA_OBJ := build/cuda/ops_cuda.o
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+NVCCFLAGS += -DHAVE_NCCL -I$(NCCL_HOME)/include
+LDLIBS   += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl
+endif
+LDLIBS   += -lcudart -lcublas -lstdc++
+# rebuild the CUDA object when the nvcc command changes (CUDA_ARCH, NCCL_HOME)
+NVCC_STAMP := build/cuda/nvcc-command
+$(shell mkdir -p build/cuda; echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCCFLAGS)' > $(NVCC_STAMP))
 endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
-EMU_CXXFLAGS := -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include -O2 -g -Wall -Wextra -Werror -MMD -MP \
+EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
                 $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 SRC      := $(wildcard src/*.c)
 OBJ      := $(SRC:src/%.c=build/%.o)
 LIBOBJ   := $(filter-out build/main.o,$(OBJ)) $(CUDA_OBJ)
-EMU_SRC  := emu cublas_emu ops_cuda
+EMU_SRC  := emu cublas_emu nccl_emu ops_cuda
 EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
 EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
+EMU_TSAN_OBJ := $(EMU_SRC:%=build/emu-tsan/%.o)
 EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 
@@ -56,10 +69,11 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%)
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
+            bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer
 endif
 
-.PHONY: all test bench clean venv cuda-resources gpu-test gpu-bench
+.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -70,7 +84,7 @@ bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
 
 # nvcc warnings are errors; ptxas reports per-kernel registers and shared
 # memory, which must not spill and must stay near cuda/resource-usage.txt
-build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh | build/cuda
+build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh $(NVCC_STAMP) | build/cuda
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@.tmp 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; rm -f $@.tmp; exit 1; }
 	cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
 	mv $@.tmp $@
@@ -86,6 +100,10 @@ build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-asan
 	g++ -x c++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
 build/emu-asan/%.o: cuda/emu/%.cc | build/emu-asan
 	g++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
+build/emu-tsan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-tsan
+	g++ -x c++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
+build/emu-tsan/%.o: cuda/emu/%.cc | build/emu-tsan
+	g++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
 build/emu/backend.o: src/backend.c | build/emu
 	$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
@@ -93,6 +111,10 @@ bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o buil
 	$(CC) $(CFLAGS) -Isrc $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
 	$(CC) $(CFLAGS) $(SAN) -Isrc $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) | bin/tests
+	$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
+	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
 	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
@@ -103,13 +125,32 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 
-build bin bin/tests build/cuda build/emu build/emu-asan:
+# real-GPU runs (need nvcc and a GPU): the op and step tests built against
+# the real backend, and the throughput benchmark
+GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak
+bin/gpu/test_cuda_%: tests/cuda/test_cuda_%.c $(LIBOBJ) | bin/gpu
+	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
+	$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
+gpu-test: all $(GPU_BIN)
+	@[ -n "$(NVCC)" ] || { echo "error: gpu-test: nvcc not found"; exit 2; }
+	tests/gpu/gpu_test.sh
+gpu-bench: all $(GPU_BIN)
+	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
+	tests/gpu/gpu_bench.sh
+
+build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan build/emu-tsan:
 	mkdir -p $@
 
 tests: $(TEST_BIN)
 
 test: all $(TEST_BIN)
 	tests/run_all.sh
+
+# the job scripts (jobs/) on a real single-node Slurm started for the test
+# (root; installs Debian's slurm packages if missing); a few minutes
+test-slurm: all
+	tests/slurm/test_slurm.sh
 
 bench: all bin/bench/gemm_peak
 	tests/bench/run.sh
@@ -121,7 +162,7 @@ clean:
 venv:
 	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
 
--include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d)
+-include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d)
 
 bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)

@@ -74,17 +74,31 @@ def _sort_key(path):
     return (0, int(last), path) if last.isdigit() else (1, 0, path)
 
 
+def _read_maps(path, g, s):
+    for k in KINDS:
+        if k in g:
+            a = np.asarray(g[k][()], dtype=np.float64)
+            if a.ndim != 4:
+                raise AnalysisError(path, f"{g.name}/{k}: expected [layers, heads, Tq, Tk], got shape {a.shape}")
+            s["maps"][k] = a
+
+
 def _read_sentences(path, root):
+    """Sentence groups below root.  A sentence's 'greedy' subgroup (maps
+    teacher-forced on the model's own translation) becomes s['greedy'], a
+    sentence of its own with the parent's source tokens and encoder maps."""
     sents = []
     for p, g in sorted(_sentence_groups(root), key=lambda t: _sort_key(t[0])):
         s = {"name": p.rsplit("/", 1)[-1], "path": p, "maps": {},
              "src_tokens": _tokens(g, "src_tokens"), "tgt_tokens": _tokens(g, "tgt_tokens")}
-        for k in KINDS:
-            if k in g:
-                a = np.asarray(g[k][()], dtype=np.float64)
-                if a.ndim != 4:
-                    raise AnalysisError(path, f"{g.name}/{k}: expected [layers, heads, Tq, Tk], got shape {a.shape}")
-                s["maps"][k] = a
+        _read_maps(path, g, s)
+        if "greedy" in g:
+            gr = {"name": s["name"], "is_greedy": True, "path": p + "/greedy", "maps": {},
+                  "src_tokens": s["src_tokens"], "tgt_tokens": _tokens(g["greedy"], "tgt_tokens")}
+            _read_maps(path, g["greedy"], gr)
+            if "encoder_self" in s["maps"]:
+                gr["maps"]["encoder_self"] = s["maps"]["encoder_self"]
+            s["greedy"] = gr
         sents.append(s)
     return sents
 
@@ -104,6 +118,8 @@ def load(path):
         if top:
             steps[None] = top
         kind = attr_str(f, "format", "")
+    if kind and not kind.startswith("transformer-attention"):
+        raise AnalysisError(path, f"not an attention file (format '{kind}')")
     if not steps:
         raise AnalysisError(path, "not an attention file (no groups with encoder_self/decoder_self/cross maps)")
     return {"steps": dict(sorted(steps.items(), key=lambda kv: -1 if kv[0] is None else kv[0])), "format": kind}
@@ -195,6 +211,13 @@ def file_stats(path, sents):
 
 
 # ---------------------------------------------------------------- selection
+def use_greedy(path, sents):
+    """The sentences' maps teacher-forced on the model's greedy translations."""
+    if not all("greedy" in s for s in sents):
+        raise AnalysisError(path, "no greedy maps (write them with transformer attention --greedy)")
+    return [s["greedy"] for s in sents]
+
+
 def pick_step(path, data, step):
     steps = data["steps"]
     if step is None:
@@ -213,6 +236,8 @@ def pick_sentence(path, sents, which):
     for s in sents:
         if s["name"] == str(which) or s["path"] == str(which):
             return s
+        if str(which).isdigit() and s["name"].isdigit() and int(s["name"]) == int(which):
+            return s  # '42' finds /sentences/000042
     names = [s["name"] for s in sents]
     shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
     raise AnalysisError(path, f"no sentence '{which}' (sentences: {shown})")
@@ -269,13 +294,21 @@ def _draw(ax, m, qlab, klab, cmap, show_x=True, show_y=True, fontsize=None):
 
 
 def heatmap(path, sent, kind, layer, head, prefix, cmap="Blues", step=None):
+    """Draw heatmap_figure() and save it as PREFIX.{png,pdf}."""
+    return savefig(heatmap_figure(path, sent, kind, layer, head, cmap, step), prefix)
+
+
+def heatmap_figure(path, sent, kind, layer, head, cmap="Blues", step=None):
+    """One head (head = int) or a grid of all heads (head = None) of a layer,
+    the query tokens down the rows and the key tokens along the columns."""
     paper_style()
     plt = pyplot()
     a = pick_map(path, sent, kind, layer)
     L, H, Tq, Tk = a.shape
     q, k = axis_tokens(sent, kind)
     qlab, klab = _labels(q, Tq), _labels(k, Tk)
-    where = f"sentence {sent['name']}" + (f", step {step}" if step is not None else "")
+    where = f"sentence {sent['name'].lstrip('0') or '0'}" + (", greedy output" if sent.get("is_greedy") else "") + \
+        (f", step {step}" if step is not None else "")
     cell = 0.16  # inches per token
     if head is not None:
         if not 0 <= head < H:
@@ -293,10 +326,12 @@ def heatmap(path, sent, kind, layer, head, prefix, cmap="Blues", step=None):
     else:
         ncol = min(4, H)
         nrow = math.ceil(H / ncol)
-        pw = max(1.8, Tk * cell * 0.8)
-        ph = max(1.6, Tq * cell * 0.8)
+        # panels of at most 3.5 in: a grid of 8 heads stays a page wide
+        scale = min(1.0, 3.5 / (max(Tq, Tk) * cell * 0.8))
+        pw = max(1.8, Tk * cell * 0.8 * scale)
+        ph = max(1.6, Tq * cell * 0.8 * scale)
         fig, axes = plt.subplots(nrow, ncol, figsize=(ncol * pw + 1.4, nrow * ph + 1.0), squeeze=False)
-        fs = max(3.5, min(7.0, 150.0 / max(Tq, Tk)))
+        fs = max(3.0, min(7.0, 0.8 * 72.0 * max(pw, ph) / max(Tq, Tk)))  # about one token per label height
         for hh in range(nrow * ncol):
             ax = axes[hh // ncol, hh % ncol]
             if hh >= H:
@@ -306,13 +341,15 @@ def heatmap(path, sent, kind, layer, head, prefix, cmap="Blues", step=None):
                        show_y=hh % ncol == 0, fontsize=fs)
             ax.set_title(f"head {hh}", fontsize=8, pad=2)
         fig.suptitle(f"{KIND_TITLE[kind]}, layer {layer}, all {H} heads ({where})", fontsize=9)
+        fig.supxlabel("key" + (" (source)" if kind != "decoder_self" else " (target)"), fontsize=8)
+        fig.supylabel("query" + (" (target)" if kind != "encoder_self" else " (source)"), fontsize=8)
         fig.tight_layout(rect=(0, 0, 0.93, 1))
         cax = fig.add_axes((0.945, 0.25, 0.012, 0.5))
         cb = fig.colorbar(im, cax=cax)
         cb.set_label("attention weight", fontsize=8)
         cb.outline.set_visible(False)
         cb.ax.tick_params(labelsize=7)
-    return savefig(fig, prefix)
+    return fig
 
 
 def stats_table(stats):
@@ -362,6 +399,13 @@ def stats_figure(stats, prefix, title):
                            interpolation="nearest")
             if not np.isfinite(v).any():
                 ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", color="0.5", fontsize=7)
+            elif L * H <= 64:  # small grids: the value in each cell
+                norm = im.norm
+                for (l, h), val in np.ndenumerate(v):
+                    if np.isfinite(val):
+                        dark = norm(val) > 0.55
+                        ax.text(h, l, f"{val:.2f}" if val < 10 else f"{val:.1f}", ha="center", va="center",
+                                fontsize=5.5 if H <= 8 else 4.5, color="white" if dark else "0.15")
             ax.grid(False)
             ax.set_xticks(range(H))
             ax.set_yticks(range(L))
@@ -465,11 +509,13 @@ def build_parser():
     h.add_argument("--layer", type=int, default=0, help="layer, from 0 (default 0)")
     h.add_argument("--head", type=int, help="head, from 0 (default: a grid of all heads)")
     h.add_argument("--step", type=int, help="probe file: the training step (default: the last)")
+    h.add_argument("--greedy", action="store_true", help="the maps on the model's own (greedy) translation")
     h.add_argument("--cmap", default="Blues", help="matplotlib colour map (default: Blues)")
     h.add_argument("--out", metavar="PREFIX", help="output prefix (default: attn_<kind>_s<sentence>_l<layer>[_h<head>])")
     s = sub.add_parser("stats", help="per-head statistics: table of heads by layer (Markdown, CSV) and figure")
     s.add_argument("file", metavar="ATTN_H5")
     s.add_argument("--step", type=int, help="probe file: the training step (default: the last)")
+    s.add_argument("--greedy", action="store_true", help="the maps on the model's own (greedy) translations")
     s.add_argument("--out", metavar="PREFIX", default="attn_stats", help="output prefix (default: attn_stats)")
     e = sub.add_parser("evolution", help="statistics against training step, from a probe file")
     e.add_argument("file", metavar="PROBE_H5")
@@ -482,7 +528,10 @@ def main(argv):
     data = load(a.file)
     if a.cmd == "heatmap":
         step, sents = pick_step(a.file, data, a.step)
+        if a.greedy:
+            sents = use_greedy(a.file, sents)
         sent = pick_sentence(a.file, sents, a.sentence)
+        pyplot()
         import matplotlib
 
         if a.cmap not in matplotlib.colormaps:
@@ -491,6 +540,8 @@ def main(argv):
         outs = heatmap(a.file, sent, a.kind, a.layer, a.head, prefix, a.cmap, step)
     elif a.cmd == "stats":
         step, sents = pick_step(a.file, data, a.step)
+        if a.greedy:
+            sents = use_greedy(a.file, sents)
         st = file_stats(a.file, sents)
         md, csv = stats_table(st)
         name = os.path.basename(a.file) + (f", step {step}" if step is not None else "")

@@ -106,6 +106,11 @@ PANELS = [
 
 
 def plot(runs, labels, xaxis, prefix, smooth=1):
+    """Draw plot_figure() and save it as PREFIX.{png,pdf}."""
+    return savefig(plot_figure(runs, labels, xaxis, smooth), prefix)
+
+
+def plot_figure(runs, labels, xaxis, smooth=1):
     """One 2x2 figure of all runs against xaxis ('step' or 'time')."""
     paper_style()
     plt = pyplot()
@@ -157,7 +162,7 @@ def plot(runs, labels, xaxis, prefix, smooth=1):
         fig.legend(handles, labs, loc="upper center", ncol=min(len(labs), 5), frameon=False,
                    bbox_to_anchor=(0.5, 1.04))
     fig.tight_layout()
-    return savefig(fig, prefix)
+    return fig
 
 
 def build_parser():

@@ -234,7 +234,13 @@ def main(argv):
     for k in ("paper_ppl", "paper_bleu", "paper_params_m"):
         vals[k] = cfg_float(cfg, k)
     if a.metrics:
-        vals.update(from_metrics(a.metrics))
+        try:
+            vals.update(from_metrics(a.metrics))
+        except AnalysisError as e:
+            if a.status == "done":
+                raise
+            # recording a failure must not fail on the failed run's log
+            print(f"warning: {e.thing}: {e.problem} (ignored for a {a.status} row)", file=sys.stderr)
     sig = ""
     if a.hyp or a.ref:
         if not (a.hyp and a.ref):

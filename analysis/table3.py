@@ -198,7 +198,12 @@ def _num_cells(r):
         if r["status"] != "done" and not key.startswith("paper"):
             cells.append(r["status"] if key in ("ppl", "bleu") else "")
             continue
-        cells.append(_signed(n[key], dg) if signed else fmt_num(n[key], dg))
+        v = n[key]
+        if key in ("params_m", "d_params_m") and math.isfinite(v) and 0 < abs(v) < 1:
+            # scaled-down sweeps: tiny models keep 3 significant digits
+            cells.append(f"{v:+.3g}" if signed else f"{v:.3g}")
+        else:
+            cells.append(_signed(v, dg) if signed else fmt_num(v, dg))
     return cells
 
 
@@ -298,9 +303,8 @@ def plot(rows, prefix):
         top = vals.max() if len(vals) else 1.0
         ax.set_ylim(0, top * 1.15)
         for i, r in enumerate(rows):
-            if r["status"] != "done" or not math.isfinite(ours[i]):
-                ax.text(i, top * 0.03, r["status"] if r["status"] != "done" else "n/a", rotation=90,
-                        ha="center", va="bottom", fontsize=7, color="0.35")
+            if r["status"] == "done" and not math.isfinite(ours[i]):
+                ax.text(i, top * 0.03, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color="0.35")
         # separators between the paper's row groups
         for i in range(1, len(rows)):
             if row_group(names[i]) != row_group(names[i - 1]):
@@ -318,8 +322,15 @@ def plot(rows, prefix):
     axes[0].legend([h[k] for k in order], [l[k] for k in order], loc="lower left", frameon=False, ncol=2,
                    bbox_to_anchor=(0.0, 1.09))
     axes[1].set_xticks(x)
-    axes[1].set_xticklabels(names, rotation=0 if len(rows) <= 12 else 45,
-                            ha="center" if len(rows) <= 12 else "right")
+    rot = len(rows) > 12
+    labels = [n if r["status"] == "done" else f"{n} ({r['status']})" if rot else f"{n}\n{r['status']}"
+              for n, r in zip(names, rows)]
+    axes[1].set_xticklabels(labels, rotation=45 if rot else 0, ha="right" if rot else "center",
+                            rotation_mode="anchor" if rot else "default")
+    for t, r in zip(axes[1].get_xticklabels(), rows):
+        if r["status"] != "done":  # rows without our numbers: grey, italic
+            t.set_color("0.45")
+            t.set_fontstyle("italic")
     axes[1].set_xlim(-0.6, len(rows) - 0.4)
     fig.tight_layout()
     return savefig(fig, prefix)

@@ -27,6 +27,14 @@
 
 #include <vector>
 
+#include <mpi.h>
+#if defined(HAVE_NCCL) || defined(CUDA_EMULATION)
+#define USE_NCCL 1
+#include <nccl.h>
+#else
+#define USE_NCCL 0
+#endif
+
 extern "C" {
 #include "../src/ops.h"
 #include "../src/util.h"
@@ -62,6 +70,19 @@ struct CudaImpl {
     int32_t *seg;
     size_t seg_cap;
     std::vector<int32_t> h_tok, h_seg;
+    /* gradient allreduce (allreduce_* hooks of ops.h) */
+    MPI_Comm comm;
+    int nranks;
+    bool use_nccl;
+    cudaStream_t comm_stream;
+    cudaEvent_t ev_ready, ev_done;
+#if USE_NCCL
+    ncclComm_t nccl;
+#endif
+    /* MPI fallback: host staging per started bucket */
+    std::vector<std::vector<float>> stage;
+    std::vector<float *> stage_dst;
+    std::vector<MPI_Request> reqs;
 };
 
 static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }
@@ -202,18 +223,27 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
     CudaImpl *I = IMPL(be);
     if (M <= 0 || N <= 0 || n_outer <= 0 || n_inner <= 0) return;
     /* one strided-batched call when the (outer, inner) grid is a single
-     * stride for all three operands; otherwise one per outer index (the
-     * attention heads of a sentence: inner stride = d_k within a row) */
+     * stride for all three operands.  Otherwise a loop over the shorter of
+     * the two dimensions, batching the other: attention (outer = sentence,
+     * inner = head at stride d_k within a row) makes h calls of B matrices
+     * each, not B launches (a 25k-token batch has ~1000 sentences). */
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
         CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B, CUDA_R_32F, ldb, sBi, A,
                                        CUDA_R_32F, lda, sAi, &beta, C, CUDA_R_32F, ldc, sCi, n_outer * n_inner,
                                        I->compute, CUBLAS_GEMM_DEFAULT));
         return;
     }
-    for (int o = 0; o < n_outer; o++)
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + o * sBo, CUDA_R_32F, ldb, sBi,
-                                       A + o * sAo, CUDA_R_32F, lda, sAi, &beta, C + o * sCo, CUDA_R_32F, ldc, sCi,
-                                       n_inner, I->compute, CUBLAS_GEMM_DEFAULT));
+    if (n_outer <= n_inner) {
+        for (int o = 0; o < n_outer; o++)
+            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + o * sBo, CUDA_R_32F, ldb,
+                                           sBi, A + o * sAo, CUDA_R_32F, lda, sAi, &beta, C + o * sCo, CUDA_R_32F,
+                                           ldc, sCi, n_inner, I->compute, CUBLAS_GEMM_DEFAULT));
+    } else {
+        for (int i = 0; i < n_inner; i++)
+            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + i * sBi, CUDA_R_32F, ldb,
+                                           sBo, A + i * sAi, CUDA_R_32F, lda, sAo, &beta, C + i * sCi, CUDA_R_32F,
+                                           ldc, sCo, n_outer, I->compute, CUBLAS_GEMM_DEFAULT));
+    }
 }
 
 /* ------------------------------------------------------------------ bias */
@@ -711,6 +741,84 @@ static void cuda_log_softmax(Backend *be, float *x, int rows, int cols)
     CKL();
 }
 
+/* ------------------------------------------------- gradient allreduce */
+
+#if USE_NCCL
+#define CKN(call)                                                                                        \
+    do {                                                                                                 \
+        ncclResult_t r_ = (call);                                                                        \
+        if (r_ != ncclSuccess) die(1, "nccl: %s:%d: %s: %s", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+    } while (0)
+#endif
+
+/* NCCL on its own stream (so that the sums overlap the rest of backward),
+ * its unique id broadcast over MPI.  TRANSFORMER_NCCL=0, or a build without
+ * NCCL, sums through MPI on host copies instead. */
+static void cuda_allreduce_init(Backend *be, const void *mpi_comm)
+{
+    CudaImpl *I = IMPL(be);
+    I->comm = *(const MPI_Comm *)mpi_comm;
+    int rank;
+    MPI_Comm_size(I->comm, &I->nranks);
+    MPI_Comm_rank(I->comm, &rank);
+    const char *env = getenv("TRANSFORMER_NCCL");
+    I->use_nccl = USE_NCCL && !(env && !strcmp(env, "0"));
+    CK(cudaStreamCreateWithFlags(&I->comm_stream, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&I->ev_ready, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&I->ev_done, cudaEventDisableTiming));
+#if USE_NCCL
+    if (I->use_nccl) {
+        ncclUniqueId id;
+        if (rank == 0) CKN(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, I->comm);
+        CKN(ncclCommInitRank(&I->nccl, I->nranks, id, rank));
+    }
+#endif
+}
+
+static void cuda_allreduce_start(Backend *be, float *p, size_t n)
+{
+    CudaImpl *I = IMPL(be);
+    if (!n) return;
+#if USE_NCCL
+    if (I->use_nccl) {
+        /* the bucket's gradients are final once the compute stream gets here */
+        CK(cudaEventRecord(I->ev_ready, I->stream));
+        CK(cudaStreamWaitEvent(I->comm_stream, I->ev_ready, 0));
+        CKN(ncclAllReduce(p, p, n, ncclFloat32, ncclSum, I->nccl, I->comm_stream));
+        return;
+    }
+#endif
+    size_t k = I->reqs.size();
+    if (I->stage.size() <= k) I->stage.resize(k + 1);
+    I->stage[k].resize(n);
+    cuda_download(be, I->stage[k].data(), p, n * sizeof(float));
+    I->stage_dst.push_back(p);
+    I->reqs.push_back(MPI_REQUEST_NULL);
+    MPI_Iallreduce(MPI_IN_PLACE, I->stage[k].data(), (int)n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[k]);
+}
+
+static void cuda_allreduce_wait(Backend *be)
+{
+    CudaImpl *I = IMPL(be);
+    if (I->use_nccl) {
+        /* later work on the compute stream (Adam) waits for the sums */
+        CK(cudaEventRecord(I->ev_done, I->comm_stream));
+        CK(cudaStreamWaitEvent(I->stream, I->ev_done, 0));
+        /* the host waits too, so that gradsync's timers see the
+         * communication backward did not hide (nothing else is queued) */
+        CK(cudaEventSynchronize(I->ev_done));
+        return;
+    }
+    MPI_Waitall((int)I->reqs.size(), I->reqs.data(), MPI_STATUSES_IGNORE);
+    for (size_t k = 0; k < I->reqs.size(); k++)
+        CK(cudaMemcpyAsync(I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),
+                           cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+    I->reqs.clear();
+    I->stage_dst.clear();
+}
+
 /* ------------------------------------------------------------- lifecycle */
 
 static void cuda_destroy(Backend *be)
@@ -720,6 +828,15 @@ static void cuda_destroy(Backend *be)
     if (I->sin_table) cudaFree(I->sin_table);
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
+    if (I->comm_stream) {
+        cudaStreamSynchronize(I->comm_stream);
+#if USE_NCCL
+        if (I->use_nccl) ncclCommDestroy(I->nccl);
+#endif
+        cudaEventDestroy(I->ev_ready);
+        cudaEventDestroy(I->ev_done);
+        cudaStreamDestroy(I->comm_stream);
+    }
     cublasDestroy(I->blas);
     cudaStreamDestroy(I->stream);
     delete I;
@@ -781,6 +898,9 @@ extern "C" Backend *backend_cuda_create(const char *precision, int local_rank)
     be->xent_forward_backward = cuda_xent_forward_backward;
     be->adam = cuda_adam;
     be->log_softmax = cuda_log_softmax;
+    be->allreduce_init = cuda_allreduce_init;
+    be->allreduce_start = cuda_allreduce_start;
+    be->allreduce_wait = cuda_allreduce_wait;
     be->destroy = cuda_destroy;
     return be;
 }

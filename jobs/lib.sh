@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs/lib.sh: shell functions shared by the job scripts (sourced, bash).
 #
 #   job_init              find the project (TRANSFORMER_HOME), read cluster.env,
@@ -16,10 +17,11 @@
 # step, with --signal=B:USR1@T to this batch shell only.  Preemption,
 # `scontrol requeue` and `scancel` send SIGTERM to every process of the job.
 # On SIGUSR1 or SIGTERM `transformer train` finishes its step, writes a
-# checkpoint and exits with REQUEUE_EXIT (99).  This shell traps both signals:
-# SIGUSR1 is forwarded to the launcher (srun forwards it to every task), so both
-# --signal forms work; SIGTERM is only noted (the tasks got it themselves) and
-# the shell keeps waiting so the checkpoint is complete before the job ends.
+# checkpoint and exits with REQUEUE_EXIT (99).  This shell traps both signals
+# and sends SIGUSR1 to the launcher (srun and mpirun forward it to every
+# rank), so both --signal forms work and a SIGTERM to a workstation run stops
+# it cleanly too; the shell keeps waiting, so the checkpoint is complete
+# before the job ends.
 # After a stage that exited with REQUEUE_EXIT (or died of the forwarded
 # SIGUSR1) the batch script calls requeue_self: `scontrol requeue` puts the job
 # back into the queue with the same job id, and the new run resumes from the
@@ -33,7 +35,7 @@ job_init() {
         # sbatch runs a copy of the script from the spool directory, so the
         # project is found from the submit directory (the submit scripts
         # export TRANSFORMER_HOME explicitly)
-        if [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -x "$SLURM_SUBMIT_DIR/jobs/lib.sh" -o -f "$SLURM_SUBMIT_DIR/jobs/lib.sh" ]; then
+        if [ -n "${SLURM_SUBMIT_DIR:-}" ] && [ -f "$SLURM_SUBMIT_DIR/jobs/lib.sh" ]; then
             TRANSFORMER_HOME=$SLURM_SUBMIT_DIR
         else
             TRANSFORMER_HOME=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,15 +60,21 @@ job_init() {
 _on_signal() {
     JOB_SIGNAL=$1
     echo "job: received SIG$1 at $(date -u +%FT%TZ)${_STAGE_PID:+, passing SIGUSR1 to the running stage}" >&2
-    # TERM reached the tasks directly; USR1 may have come to this shell only
-    if [ "$1" = USR1 ] && [ -n "$_STAGE_PID" ]; then kill -USR1 "$_STAGE_PID" 2>/dev/null || true; fi
+    # USR1 may have come to this shell only (--signal=B:USR1, scancel -b);
+    # under Slurm TERM reached the tasks too, outside Slurm only this shell:
+    # either way the launcher passes SIGUSR1 on to every rank (a rank that is
+    # already stopping ignores the repeat)
+    if [ -n "$_STAGE_PID" ]; then kill -USR1 "$_STAGE_PID" 2>/dev/null || true; fi
 }
 
 launch() {
     if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${JOBS_NO_SRUN:-}" ]; then
-        # one task per rank; --gpus-per-task etc. come from the job allocation
+        # one task per rank; --gpus-per-task etc. come from the job
+        # allocation, but Slurm 22.05+ srun does not inherit --cpus-per-task
+        local cpt=()
+        [ -n "${SLURM_CPUS_PER_TASK:-}" ] && cpt=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
         # shellcheck disable=SC2086
-        srun --mpi="$SRUN_MPI" $SRUN_EXTRA "$@"
+        srun --mpi="$SRUN_MPI" "${cpt[@]}" $SRUN_EXTRA "$@"
     else
         # shellcheck disable=SC2086
         mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@"
@@ -90,20 +98,23 @@ run_stage() {
 }
 
 preempted() {
+    [ "$1" -eq 0 ] && return 1            # finished anyway
     [ "$1" -eq "$REQUEUE_EXIT" ] || [ "$1" -eq $((128 + 10)) ] && return 0   # 10 = SIGUSR1
-    [ "$JOB_SIGNAL" = USR1 ] && return 0
+    # a signal reached this shell: under SIGTERM srun may report 255 while
+    # the ranks still finish their checkpoint (KillWait); not a failure
+    [ -n "$JOB_SIGNAL" ] && return 0
     return 1
 }
 
 requeue_self() {
-    if [ -z "${SLURM_JOB_ID:-}" ]; then
+    if [ -z "${SLURM_JOB_ID:-}" ] || [ -n "${JOBS_NO_SRUN:-}" ]; then
         echo "job: stopped after a checkpoint; run the same command again to resume" >&2
         exit "$REQUEUE_EXIT"
     fi
     if [ "$JOB_SIGNAL" = TERM ]; then
         # SIGTERM: Slurm is ending this job (preemption, `scontrol requeue`,
         # scancel) and requeues it itself if it should run again
-        echo "job: checkpoint written after SIGTERM; Slurm requeues or ends the job" >&2
+        echo "job: stopped by SIGTERM; Slurm requeues or ends the job (a requeued job resumes from the newest checkpoint)" >&2
         exit "$REQUEUE_EXIT"
     fi
     echo "job: checkpoint written, requeueing job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1)))" >&2

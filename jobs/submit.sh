@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs/submit.sh: sbatch options from jobs/cluster.env (sourced by the
 # submit scripts).  Sets the array SBATCH_OPTS for a GPU training job and
 # ANALYSIS_OPTS for a CPU-only analysis job.

@@ -270,7 +270,16 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
         sent_compute(m, &s[k], 0);
     }
     Vocab v;
-    vocab_build(&v, m->cfg.vocab_size, NULL);
+    char **pieces = NULL;
+#ifdef HAVE_DATASET
+    DatasetVocab dv = {0};
+    if (strcmp(m->cfg.data, "synthetic") && dataset_load_vocab(m->cfg.data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
+        pieces = dv.pieces;
+#endif
+    vocab_build(&v, m->cfg.vocab_size, pieces);
+#ifdef HAVE_DATASET
+    if (dv.pieces) dataset_vocab_free(&dv);
+#endif
     char path[4200], grp[32];
     snprintf(path, sizeof path, "%s/attention_probe.h5", run_dir);
     snprintf(grp, sizeof grp, "step_%08d", step);

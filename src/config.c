@@ -46,6 +46,7 @@ static const KeyDesc KEYS[] = {
     K(eval_steps, T_INT, 0, 1e9, 0),
     K(threads, T_INT, 0, 4096, 0),
     K(bucket_kb, T_INT, 1, 1 << 22, 0),
+    K(progress_us, T_INT, 0, 1e6, 0),
     K(device, T_STR, 0, 0, 0),
     K(precision, T_STR, 0, 0, 0),
     K(run_dir, T_STR, 0, 0, 0),
@@ -105,7 +106,8 @@ void config_defaults(Config *c)
     c->log_steps = 100;
     c->eval_steps = 0;
     c->threads = 0;
-    c->bucket_kb = 4096;
+    c->bucket_kb = 25600;   /* 25 MB: docs/scaling.md */
+    c->progress_us = 200;
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
     strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */

@@ -39,6 +39,7 @@ typedef struct Config {
     int eval_steps;      /* dev evaluation interval (0: only at the end) */
     int threads;         /* OpenMP threads per rank (0: cores per rank) */
     int bucket_kb;       /* gradient allreduce bucket size */
+    int progress_us;     /* MPI progress thread poll interval (0: none) */
     char device[CFG_STR];    /* "cpu" or "cuda" */
     char precision[CFG_STR]; /* "fp32", "tf32" or "bf16" (cuda) */
     char run_dir[CFG_STR];

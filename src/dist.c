@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,10 @@ void dist_init(Dist *d, int *argc, char ***argv)
     memset(d, 0, sizeof *d);
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited) MPI_Init(argc, argv);
+    int provided = MPI_THREAD_SINGLE;
+    if (!inited) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    else MPI_Query_thread(&provided);
+    d->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     d->comm = MPI_COMM_WORLD;
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
@@ -268,6 +272,24 @@ int dist_dump_params(Dist *d, const float *host, size_t n, const char *path)
     return rc;
 }
 
+static void *progress_main(void *ctx)
+{
+    GradSync *g = ctx;
+    struct timespec ts = { g->poll_us / 1000000, 1000L * (g->poll_us % 1000000) };
+    pthread_mutex_lock(&g->mu);
+    while (!g->stop) {
+        if (!g->active) { pthread_cond_wait(&g->cv, &g->mu); continue; }
+        int flag = 0;
+        MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
+        if (flag && g->next == g->n_buckets) g->active = 0;   /* all done: sleep until the next update */
+        pthread_mutex_unlock(&g->mu);
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
 void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes)
 {
     memset(g, 0, sizeof *g);
@@ -292,40 +314,82 @@ void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, siz
     }
     g->req = xmalloc(sizeof(MPI_Request) * g->n_buckets);
     for (int k = 0; k < g->n_buckets; k++) g->req[k] = MPI_REQUEST_NULL;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+
+void gradsync_start_progress(GradSync *g, int poll_us)
+{
+    /* the backend's own collectives (NCCL) progress by themselves */
+    if (g->have_thread || g->be || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
+    g->poll_us = poll_us;
+    g->have_thread = pthread_create(&g->thread, NULL, progress_main, g) == 0;
 }
 
 void gradsync_free(GradSync *g)
 {
+    if (g->have_thread) {
+        pthread_mutex_lock(&g->mu);
+        g->stop = 1;
+        pthread_cond_signal(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->thread, NULL);
+    }
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
     free(g->lo);
     free(g->hi);
     free(g->req);
     memset(g, 0, sizeof *g);
 }
 
+void gradsync_use_backend(GradSync *g, Backend *be)
+{
+    if (!be->allreduce_start || g->dist->size == 1) return;
+    be->allreduce_init(be, &g->dist->comm);
+    g->be = be;
+}
+
 void gradsync_ready(void *ctx, size_t hi)
 {
     GradSync *g = ctx;
     if (g->dist->size == 1) return;
+    pthread_mutex_lock(&g->mu);
     while (g->next < g->n_buckets && g->hi[g->next] <= hi) {
         int k = g->next++;
-        MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
-                       g->dist->comm, &g->req[k]);
         g->bytes += (double)(g->hi[k] - g->lo[k]) * sizeof(float);
         g->n_started++;
         g->n_early += hi < g->total;   /* backward still has gradients to finish */
+        if (g->be) {
+            g->be->allreduce_start(g->be, g->grads + g->lo[k], g->hi[k] - g->lo[k]);
+            continue;
+        }
+        MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
+                       g->dist->comm, &g->req[k]);
     }
+    if (g->be) return;
     /* give MPI a chance to progress the buckets in flight (Open MPI has no
      * progress thread: nonblocking collectives advance inside MPI calls) */
     int flag;
-    if (g->next > 0) MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
+    if (g->have_thread) {
+        g->active = g->next > 0;
+        pthread_cond_signal(&g->cv);
+    } else if (g->next > 0) {
+        MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
+    }
+    pthread_mutex_unlock(&g->mu);
 }
 
 void gradsync_finish(GradSync *g)
 {
     if (g->dist->size == 1) return;
     gradsync_ready(g, (size_t)-1);
+    pthread_mutex_lock(&g->mu);
+    g->active = 0;   /* the progress thread leaves req alone until the next update */
+    pthread_mutex_unlock(&g->mu);
     double t0 = now_seconds();
-    MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
+    if (g->be) g->be->allreduce_wait(g->be);
+    else MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
     double w = now_seconds() - t0, wmin = w;
     g->t_wait += w;
     MPI_Allreduce(&w, &wmin, 1, MPI_DOUBLE, MPI_MIN, g->dist->comm);

@@ -6,6 +6,7 @@
 #define DIST_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stddef.h>
 
 #include "model.h"
@@ -15,6 +16,7 @@ typedef struct {
     int local_rank, local_size;   /* within the node (MPI_Comm_split_type shared) */
     MPI_Comm comm;
     MPI_Comm node;                /* ranks sharing this node's memory */
+    int thread_multiple;          /* MPI_THREAD_MULTIPLE granted */
     int fail_rank, fail_step, fail_sig;   /* TRANSFORMER_FAIL_AT (tests); fail_step 0 = off */
 } Dist;
 
@@ -50,6 +52,7 @@ typedef struct {
     size_t *lo, *hi;        /* bucket k = grads[lo[k], hi[k]) */
     MPI_Request *req;
     int next;               /* first bucket not yet started */
+    Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
     /* statistics */
     double t_wait;          /* seconds this rank waited after backward */
     double t_exposed;       /* per update, the least wait of any rank, summed:
@@ -59,10 +62,23 @@ typedef struct {
     long n_syncs;           /* completed gradsync_finish calls that communicated */
     long n_started;         /* bucket allreduces started */
     long n_early;           /* of those, started while backward was still running */
+    /* Open MPI advances nonblocking collectives only inside MPI calls; a
+     * thread polls the buckets in flight every poll_us so that they move
+     * while backward computes (mu guards req and next) */
+    int poll_us, have_thread, active, stop;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } GradSync;
 
 void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes);
+/* start the progress thread polling every poll_us (> 0; needs
+ * MPI_THREAD_MULTIPLE and more than one rank, else nothing happens) */
+void gradsync_start_progress(GradSync *g, int poll_us);
 void gradsync_free(GradSync *g);
+/* let the backend's allreduce hooks (ops.h) sum the buckets, e.g. NCCL on
+ * device memory; no-op for a backend without them */
+void gradsync_use_backend(GradSync *g, Backend *be);
 /* GradReadyFn: start the allreduce of every bucket inside [0, hi) */
 void gradsync_ready(void *g, size_t hi);
 /* wait for every bucket (starting any not yet started) */

@@ -7,6 +7,7 @@
 #include "attention_maps.h"
 #include "checkpoint.h"
 #include "train.h"
+#include "translate.h"
 
 typedef struct {
     const char *name;
@@ -17,6 +18,7 @@ typedef struct {
 static const Command COMMANDS[] = {
     { "train", cmd_train, "train a model (under mpirun/srun: data-parallel)" },
     { "params", cmd_params, "print the exact parameter count of a config" },
+    { "translate", cmd_translate, "beam search over a dataset split or raw text (section 6.1)" },
     { "eval", cmd_eval, "dev/test loss and per-wordpiece perplexity of a checkpoint" },
     { "prepare", cmd_prepare, "parallel text -> BPE vocabulary + binarized HDF5 dataset" },
     { "average", cmd_average, "average the parameters of checkpoints (section 6.1)" },

@@ -100,6 +100,16 @@ struct Backend {
     /* decoding helpers: log_softmax of rows in place */
     void (*log_softmax)(Backend *be, float *x, int rows, int cols);
 
+    /* Optional data-parallel hooks, NULL where dist.c can run MPI on the
+     * buffer itself (CPU).  allreduce_init(be, &mpi_comm) once;
+     * allreduce_start sums n floats at p over the ranks, ordered after the
+     * work issued so far and overlapping the work issued next (CUDA: NCCL on
+     * a communication stream); allreduce_wait: every started sum is done
+     * before any later op reads it. */
+    void (*allreduce_init)(Backend *be, const void *mpi_comm);
+    void (*allreduce_start)(Backend *be, float *p, size_t n);
+    void (*allreduce_wait)(Backend *be);
+
     void (*destroy)(Backend *be);
 };
 

@@ -160,9 +160,9 @@ static void report_gradsync(TrainRun *r, int steps, double train_s)
     if (train_s <= 0) train_s = 1e-9;
     double algbw, busbw, t = gradsync_measure(g, 3, &algbw, &busbw);
     if (D->rank != 0) return;
-    printf("allreduce: %d buckets (bucket_kb %d), %.2f MiB/update, %.2f bucket starts/update, %ld of %ld started "
+    printf("allreduce: %d buckets (bucket_kb %d, progress thread %s), %.2f MiB/update, %.2f bucket starts/update, %ld of %ld started "
            "during backward\n",
-           g->n_buckets, r->cfg.bucket_kb, g->total * 4.0 / 1048576, (double)g->n_started / steps, g->n_early,
+           g->n_buckets, r->cfg.bucket_kb, g->have_thread ? "on" : "off", g->total * 4.0 / 1048576, (double)g->n_started / steps, g->n_early,
            g->n_started);
     printf("allreduce: not hidden by backward %.3f s, %.2f ms/update, %.1f%% of training time; "
            "waiting for slower ranks %.3f s (%.1f%%)\n",
@@ -193,13 +193,18 @@ static void train_help(void)
            "                      run is bitwise identical to an uninterrupted one.\n\n"
            "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
            "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
-           "mpirun forwards; under Slurm e.g. sbatch --signal=B:USR1@120 or scancel -s USR1).\n\n"
+           "mpirun forwards; under srun the tasks get it from e.g. sbatch --signal=USR1@120\n"
+           "or scancel --signal=USR1 JOBID).\n\n"
            "  --dump-params FILE  after the last step, check that all ranks hold the same\n"
            "                      parameters and write them (rank 0) as raw little-endian\n"
            "                      float32 in buffer order (see 'params'), atomically\n\n"
            "Under MPI each rank takes its share of the node's cores (threads=0) and pins\n"
            "one OpenMP thread per core unless OMP_PLACES/OMP_PROC_BIND are set.  A rank\n"
            "that fails takes the whole job down (MPI_Abort) with a message naming it.\n"
+           "Gradients are allreduced in buckets of bucket_kb (default 25 MB) started\n"
+           "during backward; a thread polls them every progress_us (0: no thread).  At\n"
+           "the end rank 0 prints 'allreduce:' lines: buckets, time not hidden by\n"
+           "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
            "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP.\n");
 }
 
@@ -252,6 +257,8 @@ int cmd_train(int argc, char **argv)
     RunDir rd;
     rundir_open(&rd, r, args.resume);
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
+    gradsync_use_backend(&r->sync, r->be);   /* CUDA: NCCL on device memory */
+    gradsync_start_progress(&r->sync, c->progress_us);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
                m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);

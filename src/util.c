@@ -3,18 +3,23 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 void (*util_abort_hook)(int code) = NULL;
 
 void die(int code, const char *fmt, ...)
 {
+    /* one write: under mpirun the line must not be split by other output */
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    fputs("error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int n = snprintf(line, sizeof line, "error: ");
+    vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
     va_end(ap);
+    strcat(line, "\n");
+    fflush(stdout);
+    fputs(line, stderr);
     fflush(stderr);
     if (util_abort_hook) util_abort_hook(code);
     exit(code);

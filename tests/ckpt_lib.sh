@@ -20,3 +20,20 @@ wait_file() {
     done
     return 1
 }
+
+# a Python with h5py and numpy: the analysis venv, else the system one
+PY=/usr/bin/python3
+[ -x "$TOP/.venv/bin/python" ] && "$TOP/.venv/bin/python" -c "import h5py, numpy" 2>/dev/null && PY=$TOP/.venv/bin/python
+
+# wait_stopped PID...: wait until one of the processes is stopped (state T),
+# as TRANSFORMER_CKPT_STOP_STEP=S makes a run once checkpoint S is in place
+wait_stopped() {
+    local i p
+    for i in $(seq 1 6000); do
+        for p in "$@"; do
+            case "$(ps -o stat= -p $p 2>/dev/null)" in T*) return 0 ;; esac
+        done
+        sleep 0.01
+    done
+    return 1
+}

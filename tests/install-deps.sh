@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(
-    make gcc g++ libc6-dev pkg-config bc procps
+    make gcc g++ libc6-dev pkg-config bc procps curl unzip gzip tar ca-certificates
     openmpi-bin libopenmpi-dev
     libhdf5-openmpi-dev hdf5-tools
     libopenblas-openmp-dev

@@ -13,12 +13,12 @@ C=$W/run/ckpt_00000030.h5
 [ -f $C ] || fail "no final checkpoint"
 $BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a1.h5 --greedy > /dev/null || fail "attention (1 rank)"
 mpirun -np 2 $BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a2.h5 --greedy > /dev/null || fail "attention (2 ranks)"
-res=$(/usr/bin/python3 "$(dirname "$0")/attention_check.py" $W/a2.h5 $C) || fail "2-rank maps: $res"
+res=$($PY "$(dirname "$0")/attention_check.py" $W/a2.h5 $C) || fail "2-rank maps: $res"
 [ "${res%% *}" = ok ] || fail "check: $res"
 ok "5 sentences x (reference + greedy): rows sum to 1, causal, shapes, = NumPy forward (max err ${res##* })"
 h5diff $W/a1.h5 $W/a2.h5 > $W/diff.txt || fail "1-rank and 2-rank files differ: $(head -5 $W/diff.txt)"
 ok "1-rank and 2-rank attention files identical (h5diff)"
-res=$(/usr/bin/python3 - $W/a1.h5 <<'PY'
+res=$($PY - $W/a1.h5 <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 assert list(f["sentence_index"][()]) == [0, 2, 5, 6, 7]
@@ -32,12 +32,12 @@ PY
 # the probe holds maps of earlier steps: only the step-30 group matches the final checkpoint
 steps=$(h5ls $W/run/attention_probe.h5 | awk '{print $1}' | tr '\n' ' ')
 [ "$steps" = "step_00000010 step_00000020 step_00000030 " ] || fail "probe groups: $steps"
-/usr/bin/python3 - $W/run/attention_probe.h5 $W/p30.h5 <<'PY'
+$PY - $W/run/attention_probe.h5 $W/p30.h5 <<'PY'
 import sys, h5py
 src, dst = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "w")
 src.copy("step_00000030/sentences", dst)
 PY
-res=$(/usr/bin/python3 "$(dirname "$0")/attention_check.py" $W/p30.h5 $C) || fail "probe maps: $res"
+res=$($PY "$(dirname "$0")/attention_check.py" $W/p30.h5 $C) || fail "probe maps: $res"
 ok "training probe: groups $steps; step 30 maps = NumPy forward of the final checkpoint"
 expect_error 2 "error: --sentences: index 999 is past" $BIN attention --checkpoint $C --sentences 999 --output $W/x.h5
 expect_error 2 "error: $W/nope.h5: cannot open checkpoint" $BIN attention --checkpoint $W/nope.h5 --sentences 0 --output $W/x.h5

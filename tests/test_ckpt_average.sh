@@ -2,7 +2,7 @@
 # transformer average: the mean of two checkpoints is the element-wise mean
 # (checked independently with h5py/numpy), the average of one checkpoint is
 # that checkpoint's parameters, --last K picks the newest K, and the output
-# is itself a loadable checkpoint.
+# is itself a loadable checkpoint.  Also: checkpoints by wall time.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -12,7 +12,7 @@ A=$W/run/ckpt_00000020.h5 B=$W/run/ckpt_00000030.h5
 $BIN average --output $W/avg2.h5 $A $B > /dev/null || fail "average of two"
 $BIN average --output $W/avg1.h5 $A > /dev/null || fail "average of one"
 $BIN average --output $W/last2.h5 --last 2 $W/run > /dev/null || fail "average --last 2"
-res=$(/usr/bin/python3 - $A $B $W/avg2.h5 $W/avg1.h5 $W/last2.h5 <<'PY'
+res=$($PY - $A $B $W/avg2.h5 $W/avg1.h5 $W/last2.h5 <<'PY'
 import sys, h5py, numpy as np
 a, b, m2, m1, l2 = (h5py.File(p, "r") for p in sys.argv[1:])
 names = []
@@ -44,3 +44,10 @@ ok "averaged checkpoint loads back"
 expect_error 2 "error: average: --output" $BIN average $A
 expect_error 2 "error: .*no checkpoints" $BIN average --output $W/x.h5 --last 3 $W
 [ ! -e $W/x.h5 ] || fail "output written despite error"
+# checkpoints by wall time (ckpt_minutes; 0.001 min = 60 ms) with ckpt_steps=0
+CK_T=$(echo "$CK_ARGS" | sed 's/ckpt_minutes=0//')
+$BIN train $CK_T run_dir=$W/time train_steps=40 ckpt_steps=0 ckpt_minutes=0.001 keep_ckpts=100 > $W/time.log 2>&1 || fail "timed run"
+n=$(ls $W/time | grep -c '^ckpt_')
+[ "$n" -ge 3 ] || fail "ckpt_minutes=0.001 gave only $n checkpoints in a $(grep -o 'elapsed [0-9.]*s' $W/time.log | tail -1) run"
+[ -e $W/time/ckpt_00000040.h5 ] || fail "no final checkpoint"
+ok "ckpt_minutes: $n checkpoints by wall time (incl. the final one)"

@@ -11,7 +11,7 @@ $BIN train $CK_ARGS run_dir=$W/run train_steps=20 ckpt_steps=10 > /dev/null 2>&1
 C=$W/run/ckpt_00000020.h5
 head -c $(( $(stat -c %s $C) / 2 )) $C > $W/trunc.h5
 echo "not hdf5" > $W/text.h5
-/usr/bin/python3 -c "import h5py; f=h5py.File('$W/foreign.h5','w'); f['x']=[1,2,3]"
+$PY -c "import h5py; f=h5py.File('$W/foreign.h5','w'); f['x']=[1,2,3]"
 $BIN train $CK_ARGS d_model=48 run_dir=$W/other train_steps=10 ckpt_steps=10 > /dev/null 2>&1 || fail "train d_model=48"
 O=$W/other/ckpt_00000010.h5
 expect_error 2 "error: $W/trunc.h5: .*truncated" $BIN average --output $W/o.h5 $W/trunc.h5
@@ -21,7 +21,7 @@ expect_error 2 "error: $W/nope.h5: cannot open checkpoint" $BIN average --output
 expect_error 2 "error: .*cannot average with .*architecture key 'd_model' differs" $BIN average --output $W/o.h5 $C $O
 [ ! -e $W/o.h5 ] || fail "output written despite errors"
 # a checkpoint with a tensor removed (h5py copy without one dataset)
-/usr/bin/python3 - $C $W/missing.h5 <<'PY'
+$PY - $C $W/missing.h5 <<'PY'
 import sys, h5py
 src, dst = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "w")
 for k, v in src.attrs.items(): dst.attrs[k] = v

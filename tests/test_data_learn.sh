@@ -4,7 +4,8 @@
 # below the unigram baseline of the dev targets, i.e. the perplexity of the
 # training-target unigram distribution (add-one smoothed, EOS counted) on the
 # dev targets -- computed here from the ids in the dataset file itself.
-# The long run is tests/bench/bench_data.sh (make bench).
+# (No label smoothing or dropout: a short run measures learning, not
+# regularisation.)  The long run: LONG=1 tests/bench/bench_data.sh.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$SHARED_DATA/multi30k
@@ -29,8 +30,10 @@ uni=$(awk -v V=$V -v ntr="$n_train" -v ndev="$n_dev" '
 echo "unigram dev perplexity: $uni"
 
 t0=$(date +%s)
-"$BIN" train data="$W/m.h5" vocab_size=$V max_len=64 d_model=64 d_ff=256 n_heads=4 d_k=16 d_v=16 n_layers=2 \
-    max_tokens=1024 train_steps=${STEPS:-120} warmup=60 log_steps=20 seed=5 >"$W/train.log" 2>&1 || { cat "$W/train.log"; fail "train"; }
+ARCH=${ARCH:-d_model=64 d_ff=256 n_heads=4 d_k=16 d_v=16 n_layers=2}
+"$BIN" train data="$W/m.h5" vocab_size=$V max_len=64 $ARCH \
+    max_tokens=1024 train_steps=${STEPS:-120} warmup=60 log_steps=20 seed=5 \
+    label_smoothing=0 dropout=0 >"$W/train.log" 2>&1 || { cat "$W/train.log"; fail "train"; }
 cat "$W/train.log"
 ppl=$(awk '/^dev final/ {print $6}' "$W/train.log")
 [ -n "$ppl" ] || fail "no dev perplexity in the log"

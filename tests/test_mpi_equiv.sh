@@ -8,7 +8,10 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-A="train_steps=10 log_steps=1 threads=1 dropout=0.1 synth_train=1000 synth_dev=20 max_tokens=256 warmup=10
+# warmup=1000: parameters move by ~1e-3 in 10 steps.  With a much larger
+# learning rate, rounding differences can flip a ReLU or a softmax maximum and
+# the runs drift apart chaotically (seen at warmup=10: 2.5e-5 after 8 steps).
+A="train_steps=10 log_steps=1 threads=1 dropout=0.1 synth_train=1000 synth_dev=20 max_tokens=256 warmup=1000
    n_layers=2 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 bucket_kb=8"
 "$BIN" train $A update_freq=4 --dump-params "$tmp/p1.bin" >"$tmp/l1" || fail "1 rank run"
 mpirun -np 2 "$BIN" train $A update_freq=2 --dump-params "$tmp/p2.bin" >"$tmp/l2" || fail "2 rank run"
@@ -24,25 +27,25 @@ for p in 2 4; do
         || fail "losses of 1 rank and $p ranks differ"
     ok "10 losses agree, 1 rank x update_freq 4 vs $p ranks"
 done
-# the model learnt something: the runs are not trivially equal
-first=$(grep -m1 '^step' "$tmp/l1" | awk '{print $4}'); last=$(grep '^step 10 ' "$tmp/l1" | awk '{print $4}')
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }' || fail "loss did not fall: $first -> $last"
-
-# parameters: ||p_P - p_1|| / ||p_1|| <= 1e-6, and they did move
+# parameters: ||p_P - p_1|| / ||p_1|| <= 1e-6 (the issue's bound) and, much
+# stricter, the 10-step update p_1 - p_0 agrees to 1e-3 of its size (a rank
+# that read the wrong batches changes it by O(1))
+"$BIN" train $A train_steps=0 --dump-params "$tmp/p0.bin" >/dev/null || fail "0-step run"
 for p in 2 4; do
     r=$(perl -e '
         sub rd { open(my $f, "<:raw", $_[0]) or die "$_[0]: $!"; local $/; my @v = unpack("f<*", <$f>); return \@v }
-        my ($a, $b) = (rd($ARGV[0]), rd($ARGV[1]));
-        die "sizes differ\n" unless @$a == @$b && @$a > 0;
-        my ($d, $n) = (0, 0);
-        for my $i (0 .. $#$a) { $d += ($a->[$i] - $b->[$i]) ** 2; $n += $a->[$i] ** 2 }
-        printf "%.3e\n", sqrt($d / $n);' "$tmp/p1.bin" "$tmp/p$p.bin") || fail "cannot compare parameter dumps"
-    awk -v r="$r" 'BEGIN { exit !(r <= 1e-6) }' || fail "parameters of 1 rank and $p ranks differ: relative $r"
-    ok "parameters after 10 steps agree, 1 rank vs $p ranks: relative difference $r"
+        my ($z, $a, $b) = (rd($ARGV[0]), rd($ARGV[1]), rd($ARGV[2]));
+        die "sizes differ\n" unless @$a == @$b && @$a == @$z && @$a > 0;
+        my ($d, $n, $u) = (0, 0, 0);
+        for my $i (0 .. $#$a) { $d += ($a->[$i] - $b->[$i]) ** 2; $n += $a->[$i] ** 2; $u += ($a->[$i] - $z->[$i]) ** 2 }
+        printf "%.3e %.3e %.3e\n", sqrt($d / $n), sqrt($d / $u), sqrt($u / $n);' \
+        "$tmp/p0.bin" "$tmp/p1.bin" "$tmp/p$p.bin") || fail "cannot compare parameter dumps"
+    set -- $r
+    awk -v r="$3" 'BEGIN { exit !(r > 1e-4) }' || fail "parameters hardly moved in 10 steps: relative update $3"
+    awk -v r="$1" 'BEGIN { exit !(r <= 1e-6) }' || fail "parameters of 1 rank and $p ranks differ: relative $1"
+    awk -v r="$2" 'BEGIN { exit !(r <= 1e-3) }' || fail "updates of 1 rank and $p ranks differ: $2 of the update"
+    ok "parameters after 10 steps, 1 rank vs $p ranks: relative difference $1 ($2 of the update, which is $3 of the parameters)"
 done
-# training changed the parameters (the comparison is not of two initial states)
-"$BIN" train $A train_steps=0 --dump-params "$tmp/p0.bin" >/dev/null || fail "0-step run"
-cmp -s "$tmp/p0.bin" "$tmp/p1.bin" && fail "parameters did not change in 10 steps"
 
 # overlap: buckets start inside backward, and once per update with update_freq 2
 line=$(grep '^allreduce: .* buckets' "$tmp/l2") || fail "no allreduce statistics in the 2-rank log"

@@ -72,6 +72,28 @@ def script(name, *args, expect=0):
     return p
 
 
+def cli(name, *args):
+    """Run analysis/<name>'s main() in this process (no interpreter start-up:
+    the shared 2 cores are busy); asserts it succeeds."""
+    import importlib
+
+    mod = importlib.import_module(name[:-3] if name.endswith(".py") else name)
+    rc = mod.main([str(a) for a in args])
+    assert rc in (0, None)
+
+
+def cli_error(name, *args):
+    """Run main() in this process expecting a user error; returns 'thing: problem'."""
+    import importlib
+
+    from common import AnalysisError
+
+    mod = importlib.import_module(name[:-3] if name.endswith(".py") else name)
+    with pytest.raises(AnalysisError) as e:
+        mod.main([str(a) for a in args])
+    return str(e.value)
+
+
 def assert_figure(prefix):
     """PREFIX.png and PREFIX.pdf exist and are real PNG / PDF files."""
     with open(prefix + ".png", "rb") as f:

@@ -10,7 +10,7 @@ import os
 import h5py
 import pytest
 
-from conftest import (TINY, assert_figure, parse_train_stdout, script, transformer, write_cfg)
+from conftest import (TINY, assert_figure, cli, cli_error, parse_train_stdout, script, transformer, write_cfg)
 
 ROWS = {  # row -> (overrides of TINY, paper PPL, paper BLEU, paper params x10^6)
     "base": ({}, 4.92, 25.8, 65),
@@ -121,7 +121,8 @@ def test_markdown_shows_only_differences_from_base(sweep):
     assert table["D1"]["P_drop"] == "0" and table["D1"]["PPL (dev)"] == "pending"
     assert table["C4"]["PPL (dev)"] == "failed"
     assert f"{truth['base']['ppl']:.2f}" == b["PPL (dev)"]
-    assert b["params ×10⁶"] == f"{truth['base']['params'] / 1e6:.1f}"
+    pm = truth["base"]["params"] / 1e6
+    assert b["params ×10⁶"] == (f"{pm:.3g}" if pm < 1 else f"{pm:.1f}")
     assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
 
 
@@ -160,7 +161,7 @@ def test_row_result_file_format(sweep):
 def test_pending_rows_without_configs_dir_and_rows_only_in_results(sweep, tmp_path):
     top, _ = sweep
     # no configs: only the rows with result files, still in order
-    script("table3.py", top, "--configs", tmp_path, "--out", tmp_path / "t", "--no-plot")
+    cli("table3.py", top, "--configs", tmp_path, "--out", tmp_path / "t", "--no-plot")
     with open(tmp_path / "t.csv") as f:
         assert [r["row"] for r in csv.DictReader(f)] == ["base", "A1", "C1", "C4"]
 
@@ -171,38 +172,53 @@ def test_errors(sweep, tmp_path):
     bad = tmp_path / "bad"
     (bad / "results").mkdir(parents=True)
     (bad / "results" / "x.h5").write_text("not hdf5\n")
-    p = script("table3.py", bad, "--configs", tmp_path, expect=2)
-    assert "x.h5: not an HDF5 file" in p.stderr
+    assert "x.h5: not an HDF5 file" in cli_error("table3.py", bad, "--configs", tmp_path)
     with h5py.File(bad / "results" / "x.h5", "w") as f:  # an HDF5 file that is not a row result
         f["step"] = [1, 2, 3]
-    p = script("table3.py", bad, "--configs", tmp_path, expect=2)
-    assert "not a Table 3 row result" in p.stderr
+    assert "not a Table 3 row result" in cli_error("table3.py", bad, "--configs", tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    script("table3.py", empty, "--configs", empty, expect=2)
+    assert "nothing to tabulate" in cli_error("table3.py", empty, "--configs", empty)
     cfg = top / "configs" / "base.cfg"
     p = script("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg, "--status", "done", expect=2)
     assert "dev PPL" in p.stderr and not (tmp_path / "r.h5").exists()
-    script("row_result.py", "--out", tmp_path / "r.h5", "--config", tmp_path / "nope.cfg", expect=2)
-    script("row_result.py", "--show", bad / "results" / "x.h5", expect=2)
+    assert "no such file" in cli_error("row_result.py", "--out", tmp_path / "r.h5", "--config", tmp_path / "nope.cfg").lower()
+    assert "not a Table 3 row result" in cli_error("row_result.py", "--show", bad / "results" / "x.h5")
+    # a broken metrics log: an error for a done row, ignored when recording a failure
+    (tmp_path / "m.h5").write_text("truncated")
+    assert "not an HDF5 file" in cli_error("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg,
+                                           "--dev-ppl", "5", "--metrics", tmp_path / "m.h5")
+    cli("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg, "--status", "failed",
+        "--message", "killed", "--metrics", tmp_path / "m.h5")
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        assert f.attrs["status"] == "failed" and f.attrs["message"] == "killed"
 
 
 def test_sacrebleu_from_hypotheses(tmp_path, sweep):
     top, _ = sweep
     ref = tmp_path / "ref.txt"
     ref.write_text("the cat sat on the mat .\na dog runs in the park .\n")
-    script("row_result.py", "--out", tmp_path / "same.h5", "--row", "base", "--dev-ppl", "5",
+    cli("row_result.py", "--out", tmp_path / "same.h5", "--row", "base", "--dev-ppl", "5",
            "--hyp", ref, "--ref", ref)
     with h5py.File(tmp_path / "same.h5", "r") as f:
         assert f.attrs["dev_bleu"] == pytest.approx(100.0)
         assert "13a" in f.attrs["bleu_signature"]
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("the cat sat on a mat .\nthe dog runs in the park .\n")
-    script("row_result.py", "--out", tmp_path / "part.h5", "--row", "base", "--dev-ppl", "5",
+    cli("row_result.py", "--out", tmp_path / "part.h5", "--row", "base", "--dev-ppl", "5",
            "--hyp", hyp, "--ref", ref)
     with h5py.File(tmp_path / "part.h5", "r") as f:
         assert 0 < f.attrs["dev_bleu"] < 100
+        part = f.attrs["dev_bleu"]
+    p = script("bleu.py", hyp, ref)
+    assert p.stdout.startswith(f"sacreBLEU {part:.2f} ") and "signature: nrefs:1|" in p.stdout
     hyp.write_text("one line only\n")
-    script("row_result.py", "--out", tmp_path / "x.h5", "--row", "b", "--dev-ppl", "5", "--hyp", hyp,
-           "--ref", ref, expect=2)
+    assert "1 lines but the reference" in cli_error("row_result.py", "--out", tmp_path / "x.h5", "--row", "b",
+                                                    "--dev-ppl", "5", "--hyp", hyp, "--ref", ref)
     assert not os.path.exists(tmp_path / "x.h5")
+
+
+def test_every_script_has_help():
+    for name in ("table3.py", "row_result.py", "attention.py", "curves.py", "bleu.py"):
+        p = script(name, "--help")
+        assert p.stdout.startswith("usage: ") and ("--out" in p.stdout or name == "bleu.py"), name

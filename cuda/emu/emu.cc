@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -87,6 +89,10 @@ struct Emu {
 };
 static Emu E;
 static thread_local Fiber *cur_fiber;
+static bool use_pthreads;   /* the pthread backend, below */
+static void pt_syncthreads(const char *file, int line);
+static uint64_t pt_warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
+static void pt_launch(unsigned long nt);
 
 static const size_t RED = 64;     /* red-zone bytes on each side of shared memory */
 static const unsigned char RED_BYTE = 0xA5;
@@ -98,9 +104,8 @@ void fail(const char *fmt, ...)
     if (E.kname && *E.kname) {
         fprintf(stderr, "kernel %s (launched at %s:%d) block (%u,%u,%u)", E.kname, E.kfile, E.kline, E.bidx.x,
                 E.bidx.y, E.bidx.z);
-        if (cur_fiber)
-            fprintf(stderr, " thread (%u,%u,%u)", cur_fiber->ctx.tid.x, cur_fiber->ctx.tid.y,
-                    cur_fiber->ctx.tid.z);
+        const Ctx *c = cur_fiber ? &cur_fiber->ctx : cur;
+        if (c) fprintf(stderr, " thread (%u,%u,%u)", c->tid.x, c->tid.y, c->tid.z);
         fprintf(stderr, ": ");
     }
     va_list ap;
@@ -134,6 +139,15 @@ static void init_order()
     if (E.order_set) return;
     E.order_set = true;
     set_order_spec(getenv("CUDA_EMU_ORDER"));
+}
+
+static bool backend_set;
+static void init_backend()
+{
+    if (backend_set) return;
+    backend_set = true;
+    const char *b = getenv("CUDA_EMU_BACKEND");
+    if (b && !strcmp(b, "pthread")) use_pthreads = true;
 }
 
 /* --------------------------------------------------------------- fibers */
@@ -220,6 +234,7 @@ static Fiber *me(const char *what)
 
 void syncthreads(const char *file, int line)
 {
+    if (use_pthreads) return pt_syncthreads(file, line);
     Fiber *f = me("__syncthreads");
     f->st = AT_BARRIER;
     f->file = file;
@@ -229,9 +244,10 @@ void syncthreads(const char *file, int line)
 
 uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line)
 {
-    Fiber *f = me(op_names[op]);
     if (width <= 0 || width > 32 || (width & (width - 1)))
         fail("%s at %s:%d: width %d is not a power of 2 in [1, 32]", op_names[op], file, line, width);
+    if (use_pthreads) return pt_warp_op(op, mask, val, arg, width, file, line);
+    Fiber *f = me(op_names[op]);
     f->st = AT_WARP;
     f->op = op;
     f->mask = mask;
@@ -246,7 +262,7 @@ uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const 
 
 void *dynamic_shared()
 {
-    me("dynamic shared memory");
+    if (!use_pthreads) me("dynamic shared memory");
     return E.smem_buf + RED;
 }
 
@@ -259,6 +275,47 @@ static const char *where(const Fiber *g, char *buf, size_t n)
     default: snprintf(buf, n, "is running"); break;
     }
     return buf;
+}
+
+struct LaneReq {
+    int op, arg, width;
+    unsigned mask;
+    uint64_t val;
+    const char *file;
+    int line;
+};
+
+/* results of one warp operation for every lane of mask m (CUDA's rules for
+ * out-of-segment sources); a source lane outside the mask is an error */
+static void warp_results(unsigned m, const LaneReq *req, uint64_t *res)
+{
+    uint64_t ballot = 0;
+    for (int b = 0; b < 32; b++)
+        if ((m >> b) & 1u) ballot |= (uint64_t)(req[b].val != 0) << b;
+    for (int b = 0; b < 32; b++) {
+        if (!((m >> b) & 1u)) continue;
+        const LaneReq &g = req[b];
+        int wd = g.width, seg = b & ~(wd - 1), src = b;
+        switch (g.op) {
+        case OP_IDX: src = seg + (g.arg & (wd - 1)); break;
+        case OP_XOR: src = b ^ g.arg; if (src < seg || src >= seg + wd) src = b; break;
+        case OP_DOWN: src = b + g.arg; if (src >= seg + wd) src = b; break;
+        case OP_UP: src = b - g.arg; if (src < seg) src = b; break;
+        default: break;
+        }
+        switch (g.op) {
+        case OP_IDX: case OP_XOR: case OP_DOWN: case OP_UP:
+            if (src < 0 || src > 31 || !((m >> src) & 1u))
+                fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x", op_names[g.op], g.file, g.line, b,
+                     src, m);
+            res[b] = req[src].val;
+            break;
+        case OP_BALLOT: res[b] = ballot; break;
+        case OP_ANY: res[b] = ballot != 0; break;
+        case OP_ALL: res[b] = ballot == m; break;
+        default: res[b] = 0; break;
+        }
+    }
 }
 
 /* Complete every warp operation whose lanes have all arrived; returns
@@ -287,35 +344,16 @@ static bool resolve_warps(int n)
                     fail("%s at %s:%d with mask 0x%08x: lane %d of the mask never arrives (it %s)", op_names[f->op],
                          f->file, f->line, m, b, where(g, buf, sizeof buf));
             }
-            uint64_t ballot = 0;
+            LaneReq req[32];
+            uint64_t res[32];
             for (int b = 0; b < 32; b++)
-                if ((m >> b) & 1u) ballot |= (uint64_t)(E.pool[w0 + b]->val != 0) << b;
-            for (int b = 0; b < 32; b++) {
-                if (!((m >> b) & 1u)) continue;
-                Fiber *g = E.pool[w0 + b];
-                int wd = g->width, seg = b & ~(wd - 1), src = b;
-                switch (g->op) {
-                case OP_IDX: src = seg + (g->arg & (wd - 1)); break;
-                case OP_XOR: src = b ^ g->arg; if (src < seg || src >= seg + wd) src = b; break;
-                case OP_DOWN: src = b + g->arg; if (src >= seg + wd) src = b; break;
-                case OP_UP: src = b - g->arg; if (src < seg) src = b; break;
-                default: break;
+                if ((m >> b) & 1u) {
+                    Fiber *g = E.pool[w0 + b];
+                    req[b] = LaneReq{ g->op, g->arg, g->width, g->mask, g->val, g->file, g->line };
                 }
-                switch (g->op) {
-                case OP_IDX: case OP_XOR: case OP_DOWN: case OP_UP:
-                    if (src < 0 || src > 31 || !((m >> src) & 1u)) {
-                        cur_fiber = g;
-                        fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x", op_names[g->op], g->file,
-                             g->line, b, src, m);
-                    }
-                    g->res = E.pool[w0 + src]->val;
-                    break;
-                case OP_BALLOT: g->res = ballot; break;
-                case OP_ANY: g->res = ballot != 0; break;
-                case OP_ALL: g->res = ballot == m; break;
-                default: g->res = 0; break;
-                }
-            }
+            warp_results(m, req, res);
+            for (int b = 0; b < 32; b++)
+                if ((m >> b) & 1u) E.pool[w0 + b]->res = res[b];
             for (int b = 0; b < 32; b++)
                 if ((m >> b) & 1u) E.pool[w0 + b]->st = RUNNABLE;
             progressed = true;
@@ -387,12 +425,201 @@ static void run_block(int n)
     check_red_zones();
 }
 
+/* ------------------------------------------------------ pthread backend */
+
+/* CUDA_EMU_BACKEND=pthread (or cuda_emu_set_backend("pthread")): every CUDA
+ * thread of a block is an OS thread, barriers and warp operations are
+ * mutex/condition-variable rendezvous.  Slower than the fibers and without
+ * a chosen order, but ThreadSanitizer then sees the real happens-before
+ * relation: shared or global memory touched by two threads without a
+ * barrier between them is reported as a data race. */
+
+struct PtWarp {
+    int arrived;
+    unsigned long gen;
+    unsigned mask;
+    int op, line;          /* the operation being gathered */
+    const char *file;
+    LaneReq req[32];
+    uint64_t res[32];
+};
+
+struct Pt {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    int nt = 0;          /* threads of the current block; workers [nt, pool) sit it out */
+    int pool = 0;        /* workers started (kept for later launches) */
+    Ctx ctx[1024];
+    char exited[1024];
+    PtWarp warps[32];
+    int arrived = 0, n_exited = 0, done = 0;
+    unsigned long gen = 0, block_gen = 0;
+    const char *file = nullptr;
+    int line = 0;
+};
+static Pt P;
+static thread_local int pt_index = -1;
+
+static void pt_wait(unsigned long *genp, unsigned long g, const char *what, const char *file, int line)
+{
+    while (*genp == g) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 20;
+        if (pthread_cond_timedwait(&P.cv, &P.mu, &ts) != 0 && *genp == g)
+            fail("deadlock: %s at %s:%d waited 20 s for the other threads", what, file, line);
+    }
+}
+
+static void pt_syncthreads(const char *file, int line)
+{
+    pthread_mutex_lock(&P.mu);
+    if (P.n_exited) fail("__syncthreads() at %s:%d reached after another thread of the block exited", file, line);
+    if (P.arrived == 0) {
+        P.file = file;
+        P.line = line;
+    } else if (P.file != file || P.line != line) {
+        fail("threads reach different barriers: this thread __syncthreads() at %s:%d, another at %s:%d", file, line,
+             P.file, P.line);
+    }
+    unsigned long g = P.gen;
+    if (++P.arrived == P.nt) {
+        P.arrived = 0;
+        P.gen++;
+        pthread_cond_broadcast(&P.cv);
+    } else {
+        pt_wait(&P.gen, g, "__syncthreads()", file, line);
+    }
+    pthread_mutex_unlock(&P.mu);
+}
+
+static uint64_t pt_warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line)
+{
+    pthread_mutex_lock(&P.mu);
+    int i = pt_index, lane = i & 31, w0 = i - lane;
+    PtWarp &W = P.warps[i / 32];
+    if (!((mask >> lane) & 1u))
+        fail("%s at %s:%d: mask 0x%08x does not include the calling lane %d", op_names[op], file, line, mask, lane);
+    for (int b = 0; b < 32; b++)
+        if (((mask >> b) & 1u) && w0 + b >= P.nt)
+            fail("%s at %s:%d: mask 0x%08x names lane %d, which does not exist (block of %d threads)", op_names[op],
+                 file, line, mask, b, P.nt);
+    if (W.arrived == 0) {
+        W.mask = mask;
+        W.op = op;
+        W.file = file;
+        W.line = line;
+    } else if (W.mask != mask || W.op != op || W.file != file || W.line != line) {
+        fail("%s at %s:%d with mask 0x%08x: lanes of the warp wait at different warp operations", op_names[op], file,
+             line, mask);
+    }
+    for (int b = 0; b < 32; b++)
+        if (((mask >> b) & 1u) && P.exited[w0 + b])
+            fail("%s at %s:%d with mask 0x%08x: lane %d of the mask never arrives (it has exited)", op_names[op], file,
+                 line, mask, b);
+    W.req[lane] = LaneReq{ op, arg, width, mask, val, file, line };
+    unsigned long g = W.gen;
+    if (++W.arrived == __builtin_popcount(mask)) {
+        warp_results(mask, W.req, W.res);
+        W.arrived = 0;
+        W.gen++;
+        pthread_cond_broadcast(&P.cv);
+    } else {
+        pt_wait(&W.gen, g, op_names[op], file, line);
+    }
+    uint64_t r = W.res[lane];
+    pthread_mutex_unlock(&P.mu);
+    return r;
+}
+
+struct PtStart {
+    int index;
+    unsigned long gen;   /* block generation when created: run every later block */
+};
+
+static void *pt_worker(void *arg)
+{
+    PtStart st = *(PtStart *)arg;
+    delete (PtStart *)arg;
+    int i = st.index;
+    pt_index = i;
+    unsigned long seen = st.gen;
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        while (P.block_gen == seen) pthread_cond_wait(&P.cv, &P.mu);
+        seen = P.block_gen;
+        if (i >= P.nt) continue;
+        cur = &P.ctx[i];
+        pthread_mutex_unlock(&P.mu);
+        (*E.body)();
+        pthread_mutex_lock(&P.mu);
+        cur = nullptr;
+        int lane = i & 31;
+        PtWarp &W = P.warps[i / 32];
+        if (W.arrived && ((W.mask >> lane) & 1u))
+            fail("%s at %s:%d with mask 0x%08x: lane %d of the mask never arrives (it has exited)", op_names[W.op],
+                 W.file, W.line, W.mask, lane);
+        if (P.arrived) fail("thread exited while others wait at __syncthreads() at %s:%d", P.file, P.line);
+        P.exited[i] = 1;
+        P.n_exited++;
+        if (++P.done == P.nt) pthread_cond_broadcast(&P.cv);
+    }
+    return nullptr;
+}
+
+/* a forked child has none of the parent's workers */
+static void pt_after_fork_child()
+{
+    pthread_mutex_init(&P.mu, nullptr);
+    pthread_cond_init(&P.cv, nullptr);
+    P.pool = 0;
+}
+
+static void pt_launch(unsigned long nt)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, pt_after_fork_child); });
+    pthread_mutex_lock(&P.mu);
+    while ((unsigned long)P.pool < nt) {
+        pthread_t th;
+        if (pthread_create(&th, nullptr, pt_worker, new PtStart{ P.pool, P.block_gen })) fail("pthread_create failed");
+        pthread_detach(th);
+        P.pool++;
+    }
+    P.nt = (int)nt;
+    for (unsigned long i = 0; i < nt; i++) {
+        P.ctx[i].tid = make_uint3(i % E.block.x, (i / E.block.x) % E.block.y, i / (E.block.x * E.block.y));
+        P.ctx[i].bdim = E.block;
+        P.ctx[i].gdim = E.grid;
+    }
+    for (PtWarp &W : P.warps) W.arrived = 0;
+    pthread_mutex_unlock(&P.mu);
+    for (unsigned z = 0; z < E.grid.z; z++)
+        for (unsigned y = 0; y < E.grid.y; y++)
+            for (unsigned x = 0; x < E.grid.x; x++) {
+                pthread_mutex_lock(&P.mu);
+                E.bidx = make_uint3(x, y, z);
+                for (unsigned long i = 0; i < nt; i++) P.ctx[i].bid = E.bidx;
+                memset(E.smem_buf, RED_BYTE, RED);
+                memset(E.smem_buf + RED, 0xFF, E.smem_size);
+                memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
+                memset(P.exited, 0, sizeof P.exited);
+                P.n_exited = P.done = P.arrived = 0;
+                P.block_gen++;
+                pthread_cond_broadcast(&P.cv);
+                while (P.done < P.nt) pthread_cond_wait(&P.cv, &P.mu);
+                pthread_mutex_unlock(&P.mu);
+                check_red_zones();
+            }
+}
+
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             const std::function<void()> &body, const char *file, int line)
 {
     (void)stream;
-    if (cur_fiber) fail("kernel %s launched from inside a kernel", name);
+    if (cur_fiber || cur) fail("kernel %s launched from inside a kernel", name);
     init_order();
+    init_backend();
     E.kname = name;
     E.kfile = file;
     E.kline = line;
@@ -413,6 +640,13 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     E.grid = grid;
     E.block = block;
     E.body = &body;
+    if (use_pthreads) {
+        pt_launch(nt);
+        E.body = nullptr;
+        E.kname = "";
+        E.launches++;
+        return;
+    }
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
@@ -445,6 +679,14 @@ extern "C" int cuda_emu_set_order(const char *spec)
 }
 
 extern "C" long cuda_emu_launches(void) { return E.launches; }
+
+/* "fibers" (default) or "pthread" (for ThreadSanitizer) */
+extern "C" int cuda_emu_set_backend(const char *name)
+{
+    backend_set = true;
+    use_pthreads = name && !strcmp(name, "pthread");
+    return 0;
+}
 
 /* ------------------------------------------------------------- runtime */
 

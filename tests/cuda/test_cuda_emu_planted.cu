@@ -115,8 +115,24 @@ static void run_divergent(int *b) { LAUNCH(k_divergent_barrier, 1, 64, 0, 0, b);
 static void run_early(int *b) { LAUNCH(k_early_exit, 1, 64, 0, 0, b); }
 static void run_partial_warp(int *b) { LAUNCH(k_shfl_ok, 1, 48, 0, 0, b); }   /* full mask, 16-lane warp */
 
-int main()
+/* `race` / `norace`: only the neighbour exchange without / with its
+ * barrier, once, on the pthread backend: built with ThreadSanitizer, which
+ * must report the first as a data race and stay silent on the second
+ * (tests/test_cuda_emu.sh) */
+extern "C" int cuda_emu_set_backend(const char *name);
+static int race_mode(int with_barrier)
 {
+    int *d = NULL;
+    if (cudaMalloc((void **)&d, 64 * sizeof(int)) != cudaSuccess) return 1;
+    cuda_emu_set_backend("pthread");
+    LAUNCH(k_neighbour, 1, 64, 64 * sizeof(int), 0, d, with_barrier);
+    cudaFree(d);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
     const int n = 96;
     int *d = NULL, h[96];
     if (cudaMalloc((void **)&d, n * sizeof(int)) != cudaSuccess) return 1;

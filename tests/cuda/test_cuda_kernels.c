@@ -13,7 +13,13 @@
 #include "ops.h"
 
 Backend *backend_cuda_create(const char *precision, int local_rank);
-int cuda_emu_set_order(const char *spec);
+/* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
+ * this test (make gpu-test) */
+int cuda_emu_set_order(const char *spec) __attribute__((weak));
+static void set_order(const char *spec)
+{
+    if (cuda_emu_set_order) cuda_emu_set_order(spec);
+}
 
 #ifdef __SANITIZE_ADDRESS__
 /* OpenMP and OpenBLAS keep thread pools alive at exit */
@@ -23,6 +29,9 @@ const char *__asan_default_options(void) { return "detect_leaks=0"; }
 static Backend *cpu, *gpu;
 static int failures, checks;
 static const char *order_name = "";
+#ifdef CUDA_TEST_TSAN
+int cuda_emu_set_backend(const char *name);
+#endif
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)   /* uniform in [-1, 1) */
@@ -110,9 +119,9 @@ static void test_gemm(void)
 }
 
 /* attention-shaped: outer = sentence, inner = head with stride d_k inside a row */
-static void test_gemm_batched(void)
+static void test_gemm_batched_shape(int nb, int h)
 {
-    int nb = 3, h = 4, T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
+    int T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
     Pair Q = pair_rand((size_t)nb * T * ldq, 1), Kt = pair_rand((size_t)nb * S * ldq, 1);
     Pair P = pair_rand((size_t)nb * h * T * S, 1);
     long sP = (long)h * T * S, sPi = (long)T * S;
@@ -120,7 +129,7 @@ static void test_gemm_batched(void)
                       sP, sPi, nb, h);
     gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f, P.g, S,
                       sP, sPi, nb, h);
-    compare("gemm_batched Q K^T (per-sentence loop)", P, FP32);
+    compare(nb <= h ? "gemm_batched Q K^T (loop over sentences)" : "gemm_batched Q K^T (loop over heads)", P, FP32);
     Pair ctx = pair_rand((size_t)nb * T * ldq, 1);
     cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
                       (long)T * ldq, dk, nb, h);
@@ -135,6 +144,12 @@ static void test_gemm_batched(void)
     gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
     compare("gemm_batched P^T P (single strided call)", D2, FP32);
     pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
+}
+
+static void test_gemm_batched(void)
+{
+    test_gemm_batched_shape(3, 4);   /* fewer sentences than heads */
+    test_gemm_batched_shape(5, 2);   /* more sentences than heads */
 }
 
 static void test_gemm_lowp(const char *prec, double rtol, double atol)
@@ -300,9 +315,25 @@ int main(void)
     gpu = backend_cuda_create("fp32", 0);
     if (!cpu || !gpu) return 1;
     const char *orders[] = { "forward", "reverse", "random:12345" };
-    for (int o = 0; o < 3; o++) {
-        order_name = orders[o];
-        cuda_emu_set_order(orders[o]);
+    /* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
+     * (shared memory, barriers, shuffles), one order: for the pthread
+     * backend under ThreadSanitizer */
+    const char *subset = getenv("CUDA_TEST_SUBSET");
+#ifdef CUDA_TEST_TSAN
+    cuda_emu_set_backend("pthread");
+    subset = "sync";
+#endif
+    if (subset && !strcmp(subset, "sync")) {
+        test_softmax();         /* block reductions: shuffles + shared memory */
+        test_residual_ln();     /* the same, and the two-stage column sums */
+        test_xent();
+        printf("%d checks, %d failed\n", checks, failures);
+        return failures ? 1 : 0;
+    }
+    int n_orders = cuda_emu_set_order ? 3 : 1;   /* a real GPU has its own order */
+    for (int o = 0; o < n_orders; o++) {
+        order_name = cuda_emu_set_order ? orders[o] : "gpu";
+        set_order(orders[o]);
         test_gemm();
         test_gemm_batched();
         test_bias();
@@ -312,8 +343,7 @@ int main(void)
         test_xent();
         test_adam_logsoftmax();
     }
-    order_name = "forward";
-    cuda_emu_set_order("forward");
+    set_order("forward");
     test_gemm_lowp("tf32", 3e-3, 3e-3);
     test_gemm_lowp("bf16", 2e-2, 2e-2);
     gpu->destroy(gpu);

@@ -18,7 +18,13 @@
 #include "util.h"
 
 Backend *backend_cuda_create(const char *precision, int local_rank);
-int cuda_emu_set_order(const char *spec);
+/* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
+ * this test (make gpu-test) */
+int cuda_emu_set_order(const char *spec) __attribute__((weak));
+static void set_order(const char *spec)
+{
+    if (cuda_emu_set_order) cuda_emu_set_order(spec);
+}
 
 typedef struct {
     double loss, nll;
@@ -32,6 +38,7 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b)
     if (model_init(&m, c, be)) die(1, "model_init failed");
     GradSync gs;
     gradsync_init(&gs, D, &m.pt, m.grads, 4096);   /* small buckets: many allreduces during backward */
+    gradsync_use_backend(&gs, be);                  /* CUDA: (emulated) NCCL on device memory */
     be->zero(be, m.grads, sizeof(float) * m.pt.total);
     LossStats st = model_forward_backward(&m, b, 3, 1, 1, D->size > 1 ? gradsync_ready : NULL, &gs);
     gradsync_finish(&gs);
@@ -82,7 +89,7 @@ int main(int argc, char **argv)
 
         Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create("fp32", D.local_rank);
         if (!gpu) return 1;
-        cuda_emu_set_order(pe ? "random:99" : "reverse");
+        set_order(pe ? "random:99" : "reverse");
         StepOut r = run_step(&D, &c, cpu, &b), g = run_step(&D, &c, gpu, &b);
         ParamTable pt;
         param_table_build(&pt, &c);
@@ -108,7 +115,7 @@ int main(int argc, char **argv)
                  * Parameters: zero-initialised biases move by ~lr = 2e-6 per
                  * step here, so the floor 1e-3 still resolves 0.1% of an update */
                 double rel = err / (k ? fmax(mx, 1e-3) : (mx > 0 ? mx : 1));
-                double tol = k ? 2e-6 : 2e-5;
+                double tol = k ? 2e-6 : 1e-4;   /* GPU: FMA, other summation orders */
                 if (!(rel <= tol)) {
                     bad++;
                     if (D.rank == 0) printf("FAIL   %s %s: max error %.3g of max |ref| %.3g\n", k ? "param" : "grad", p->name, err, mx);

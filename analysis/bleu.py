@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""BLEU of a translation against references, two ways.
+
+1. sacreBLEU (Post 2018) on detokenised text, printed with its signature: the
+   comparable number (default: 13a tokenisation, mixed case, exp smoothing).
+2. "tokenised BLEU", the kind of number the Transformer paper reports: the
+   hypothesis and references are tokenised with sacreBLEU's 13a tokeniser
+   (the Moses-like mteval tokenisation), hyphenated compounds are split as in
+   tensor2tensor's get_ende_bleu.sh (``a-b`` -> ``a ##AT##-##AT## b``), and
+   BLEU is computed on those tokens without smoothing, i.e. what
+   multi-bleu.perl gives on tokenised text.  It is usually a little higher
+   than (1) and is NOT comparable across tokenisations; report (1).
+
+Usage: analysis/bleu.py HYP REF [REF ...] [--lowercase] [--json]
+"""
+import argparse
+import json
+import re
+import sys
+
+import sacrebleu
+from sacrebleu.metrics import BLEU
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+_COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def paper_tokenise(line, lowercase=False):
+    """13a tokens with hyphenated compounds split (t2t get_ende_bleu.sh)."""
+    tok = Tokenizer13a()(line.strip())
+    # one pass, as the perl one-liner s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g
+    tok = _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tok)
+    return tok.lower() if lowercase else tok
+
+
+def scores(hyp, refs, lowercase=False):
+    """(sacreBLEU score object, its signature, tokenised BLEU score object)"""
+    for r in refs:
+        if len(r) != len(hyp):
+            raise ValueError(f"{len(hyp)} hypothesis lines but {len(r)} reference lines")
+    bleu = BLEU(lowercase=lowercase)
+    s = bleu.corpus_score(hyp, refs)
+    sig = str(bleu.get_signature())
+    tok_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
+    t = tok_bleu.corpus_score([paper_tokenise(h, lowercase) for h in hyp],
+                              [[paper_tokenise(x, lowercase) for x in r] for r in refs])
+    return s, sig, t
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("hyp", help="detokenised translations, one per line")
+    ap.add_argument("refs", nargs="+", help="reference file(s), line-aligned")
+    ap.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU (both numbers)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead")
+    a = ap.parse_args(argv)
+    try:
+        hyp = read_lines(a.hyp)
+        refs = [read_lines(r) for r in a.refs]
+        s, sig, t = scores(hyp, refs, a.lowercase)
+    except (OSError, ValueError) as e:
+        print(f"error: {a.hyp}: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps({"sacrebleu": round(s.score, 2), "signature": sig, "tokenized_bleu": round(t.score, 2),
+                          "sacrebleu_version": sacrebleu.__version__, "sentences": len(hyp)}))
+    else:
+        print(f"sacreBLEU {s.score:.2f}  {s}  signature: {sig}")
+        print(f"tokenised BLEU {t.score:.2f}  (13a tokens, compounds split as ##AT##-##AT##, no smoothing: "
+              f"multi-bleu.perl style, as the paper)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

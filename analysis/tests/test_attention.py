@@ -1,0 +1,227 @@
+"""Attention statistics on known maps (hand-computed values), and heatmaps,
+statistics and their evolution on attention files written by the C program
+(`transformer attention` from a checkpoint, and the training probe)."""
+
+import csv
+import math
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+import attention as A
+from conftest import TINY, assert_figure, cli, cli_error, has_command, script, transformer
+
+
+# ------------------------------------------------------------ known maps
+def one(m):
+    """[Tq, Tk] -> [1, 1, Tq, Tk]"""
+    return np.asarray(m, dtype=np.float64)[None, None]
+
+
+def test_one_hot_map_has_entropy_zero_and_all_on_diagonal():
+    st = A.head_stats(one(np.eye(5)))
+    assert st["entropy"][0, 0] == 0.0
+    assert st["diagonal"][0, 0] == 1.0
+    assert st["distance"][0, 0] == 0.0
+    assert st["previous"][0, 0] == 0.0 and st["next"][0, 0] == 0.0
+
+
+def test_uniform_map_has_entropy_log_n():
+    n = 4
+    st = A.head_stats(one(np.full((n, n), 1.0 / n)))
+    assert st["entropy"][0, 0] == pytest.approx(math.log(n), abs=1e-12)
+    # distances by hand: rows 0..3 have sum_j |i-j| = 6, 4, 4, 6 over 4 keys
+    assert st["distance"][0, 0] == pytest.approx((6 + 4 + 4 + 6) / 4 / 4)
+    assert st["diagonal"][0, 0] == pytest.approx(0.25)
+    assert st["previous"][0, 0] == pytest.approx(0.25)   # rows 1..3
+    assert st["next"][0, 0] == pytest.approx(0.25)       # rows 0..2
+
+
+def test_previous_token_head():
+    m = np.zeros((4, 4))
+    m[0, 0] = 1.0
+    for i in range(1, 4):
+        m[i, i - 1] = 1.0
+    st = A.head_stats(one(m))
+    assert st["previous"][0, 0] == 1.0          # rows 1..3 all on the previous token
+    assert st["diagonal"][0, 0] == 0.25         # only row 0
+    assert st["distance"][0, 0] == pytest.approx(3 / 4)
+    assert st["entropy"][0, 0] == 0.0
+
+
+def test_causal_uniform_and_hand_computed_distance():
+    T = 3
+    m = np.tril(np.ones((T, T)))
+    m /= m.sum(axis=1, keepdims=True)             # row i uniform over keys 0..i
+    st = A.head_stats(one(m))
+    assert st["entropy"][0, 0] == pytest.approx((math.log(1) + math.log(2) + math.log(3)) / 3)
+    # row 0: 0; row 1: (1 + 0)/2; row 2: (2 + 1 + 0)/3
+    assert st["distance"][0, 0] == pytest.approx((0 + 0.5 + 1.0) / 3)
+    assert st["next"][0, 0] == 0.0
+
+
+def test_eos_share_and_rectangular_cross_map():
+    m = np.array([[0.5, 0.0, 0.5],
+                  [0.2, 0.3, 0.5],
+                  [0.0, 0.5, 0.5],
+                  [0.1, 0.4, 0.5]])               # 4 target queries x 3 source keys
+    st = A.head_stats(one(m), ["a", "b", "</s>"])
+    assert st["eos"][0, 0] == pytest.approx(0.5)
+    assert st["diagonal"][0, 0] == pytest.approx((0.5 + 0.3 + 0.5) / 3)   # queries 0..2 only
+    assert st["next"][0, 0] == pytest.approx((0.0 + 0.5) / 2)             # queries 0, 1
+    assert st["previous"][0, 0] == pytest.approx((0.2 + 0.5 + 0.5) / 3)   # queries 1..3
+    assert math.isnan(A.head_stats(one(m), ["a", "b", "c"])["eos"][0, 0])
+
+
+def test_heads_and_layers_are_kept_apart():
+    n = 6
+    maps = np.stack([np.stack([np.eye(n), np.full((n, n), 1.0 / n)]),
+                     np.stack([np.full((n, n), 1.0 / n), np.eye(n)])])   # [2 layers, 2 heads, n, n]
+    e = A.head_stats(maps)["entropy"]
+    np.testing.assert_allclose(e, [[0, math.log(n)], [math.log(n), 0]], atol=1e-12)
+
+
+def test_sentencepiece_tokens_for_display():
+    assert A.display_tokens(["\u2581The", "\u2581ca", "t", "</s>"]) == ["The", "ca", "##t", "</s>"]
+    assert A.display_tokens(["<s>", "17", "5"]) == ["<s>", "17", "5"]
+
+
+# ------------------------------------------------------------ files of the C program
+@pytest.fixture(scope="module")
+def c_files(tmp_path_factory):
+    if not has_command("attention"):
+        pytest.skip("bin/transformer has no 'attention' command yet (HDF5 issue)")
+    top = tmp_path_factory.mktemp("attn")
+    run = top / "run"
+    keys = dict(TINY, n_layers="2", n_heads="4", d_k="4", d_v="4", train_steps="30", attn_steps="10",
+                ckpt_steps="30", eval_steps="0")
+    transformer("train", f"run_dir={run}", *[f"{k}={v}" for k, v in keys.items()])
+    ckpts = sorted(p for p in os.listdir(run) if p.startswith("ckpt") and p.endswith(".h5"))
+    assert ckpts, os.listdir(run)
+    attn = top / "attn.h5"
+    transformer("attention", "--checkpoint", str(run / ckpts[-1]), "--data", "synthetic",
+                "--sentences", "0-2", "--output", str(attn), "--greedy")
+    probe = run / "attention_probe.h5"
+    assert probe.exists()
+    return {"top": top, "attn": attn, "probe": probe, "run": run, "L": 2, "H": 4}
+
+
+def _strings(ds):
+    return [t.decode() if isinstance(t, bytes) else str(t) for t in ds[()]]
+
+
+def test_heatmap_shape_matches_tokens(c_files):
+    data = A.load(str(c_files["attn"]))
+    _, sents = A.pick_step("f", data, None)
+    assert len(sents) == 3
+    with h5py.File(c_files["attn"], "r") as f:
+        g = f["sentences"][sorted(f["sentences"])[1]]
+        src, tgt = _strings(g["src_tokens"]), _strings(g["tgt_tokens"])
+        cross = g["cross"][1, 3]
+    sent = A.pick_sentence("f", sents, "1")
+    fig = A.heatmap_figure("f", sent, "cross", 1, 3)
+    ax = fig.axes[0]
+    img = ax.images[0].get_array()
+    assert img.shape == (len(tgt), len(src)) == cross.shape
+    np.testing.assert_allclose(np.asarray(img), cross, rtol=1e-6)
+    assert [t.get_text() for t in ax.get_xticklabels()] == src
+    assert [t.get_text() for t in ax.get_yticklabels()] == tgt
+    assert src[-1] == "</s>" and tgt[0] == "<s>"
+    # the grid of all heads of a layer: one image per head, encoder self-attention is [S, S]
+    fig = A.heatmap_figure("f", sent, "encoder_self", 0, None)
+    imgs = [a.images[0] for a in fig.axes if a.images]
+    assert len(imgs) == c_files["H"]
+    assert all(i.get_array().shape == (len(src), len(src)) for i in imgs)
+
+
+def test_heatmap_cli_writes_png_and_pdf(c_files, tmp_path):
+    p = script("attention.py", "heatmap", c_files["attn"], "--sentence", "2", "--kind", "decoder_self",
+               "--layer", "1", "--head", "0", "--out", tmp_path / "one")
+    assert p.stdout.split() == [str(tmp_path / "one.png"), str(tmp_path / "one.pdf")]
+    assert_figure(str(tmp_path / "one"))
+    cli("attention.py", "heatmap", c_files["attn"], "--sentence", "0", "--kind", "cross", "--layer", "0",
+        "--greedy", "--out", tmp_path / "grid")
+    assert_figure(str(tmp_path / "grid"))
+    cli("attention.py", "heatmap", c_files["probe"], "--step", "20", "--out", tmp_path / "probe")
+    assert_figure(str(tmp_path / "probe"))
+
+
+def reference_stats(m, key_tokens):
+    """Straightforward loops, independent of the vectorised code."""
+    Tq, Tk = m.shape
+    ent, dist, diag, prev, eos = [], [], [], [], []
+    for i in range(Tq):
+        row = m[i]
+        ent.append(-sum(p * math.log(p) for p in row if p > 0))
+        dist.append(sum(row[j] * abs(i - j) for j in range(Tk)))
+        if i < Tk:
+            diag.append(row[i])
+        if 1 <= i <= Tk:
+            prev.append(row[i - 1])
+        eos.append(sum(row[j] for j in range(Tk) if key_tokens[j] == "</s>"))
+    return {"entropy": np.mean(ent), "distance": np.mean(dist), "diagonal": np.mean(diag),
+            "previous": np.mean(prev), "eos": np.mean(eos)}
+
+
+def test_stats_table_equals_reference_on_c_maps(c_files, tmp_path):
+    cli("attention.py", "stats", c_files["attn"], "--out", tmp_path / "st")
+    assert_figure(str(tmp_path / "st"))
+    with open(tmp_path / "st.csv") as f:
+        rows = list(csv.DictReader(f))
+    L, H = c_files["L"], c_files["H"]
+    assert len(rows) == 3 * L * H
+    assert [(r["kind"], int(r["layer"]), int(r["head"])) for r in rows] == \
+        [(k, l, h) for k in A.KINDS for l in range(L) for h in range(H)]
+    got = {(r["kind"], int(r["layer"]), int(r["head"])): r for r in rows}
+    with h5py.File(c_files["attn"], "r") as f:
+        groups = [f["sentences"][n] for n in sorted(f["sentences"])]
+        for kind, (l, h) in [("encoder_self", (0, 0)), ("cross", (1, 2)), ("decoder_self", (1, 3))]:
+            per = []
+            for g in groups:
+                keys = _strings(g["tgt_tokens"] if kind == "decoder_self" else g["src_tokens"])
+                per.append(reference_stats(g[kind][l, h].astype(np.float64), keys))
+            for s in ("entropy", "distance", "diagonal", "previous"):
+                assert float(got[(kind, l, h)][s]) == pytest.approx(np.mean([p[s] for p in per]), rel=1e-9), (kind, s)
+            if kind == "decoder_self":
+                assert got[(kind, l, h)]["next"] == got[(kind, l, h)]["eos"] == ""  # causal; no EOS among the keys
+            else:
+                assert float(got[(kind, l, h)]["eos"]) == pytest.approx(np.mean([p["eos"] for p in per]), rel=1e-9)
+    md = (tmp_path / "st.md").read_text()
+    assert md.count("| **0** | mean |") == 3 and "### encoder-decoder attention" in md
+
+
+def test_evolution_over_training_from_probe(c_files, tmp_path):
+    cli("attention.py", "evolution", c_files["probe"], "--out", tmp_path / "ev")
+    assert_figure(str(tmp_path / "ev"))
+    with h5py.File(c_files["probe"], "r") as f:
+        steps = sorted(int(f[g].attrs["step"]) for g in f if g.startswith("step_"))
+    assert steps == [10, 20, 30]
+    with open(tmp_path / "ev.csv") as f:
+        rows = list(csv.DictReader(f))
+    L, H = c_files["L"], c_files["H"]
+    assert len(rows) == len(steps) * 3 * L * H
+    assert sorted({int(r["step"]) for r in rows}) == steps
+    # the per-step statistics equal those of the maps of that step
+    data = A.load(str(c_files["probe"]))
+    st = A.file_stats("p", data["steps"][20])
+    r = next(r for r in rows if r["step"] == "20" and r["kind"] == "cross" and r["layer"] == "1" and r["head"] == "2")
+    assert float(r["entropy"]) == pytest.approx(st["cross"]["entropy"][1, 2], rel=1e-12)
+
+
+def test_errors(c_files, tmp_path):
+    f = c_files["attn"]
+    # the command line: one line 'error: ...', exit 2
+    p = script("attention.py", "heatmap", f, "--layer", "7", expect=2)
+    assert "layer 7 out of range" in p.stderr
+    assert "head 9 out of range" in cli_error("attention.py", "heatmap", f, "--layer", "0", "--head", "9")
+    assert "no sentence '99'" in cli_error("attention.py", "heatmap", f, "--sentence", "99")
+    assert "no maps of step 15" in cli_error("attention.py", "heatmap", c_files["probe"], "--step", "15")
+    assert "no greedy maps" in cli_error("attention.py", "stats", c_files["probe"], "--greedy")
+    assert "not a probe file" in cli_error("attention.py", "evolution", f)
+    metrics = c_files["run"] / "metrics.h5"      # ours, but not an attention file
+    assert "not an attention file" in cli_error("attention.py", "stats", metrics)
+    assert "no such file" in cli_error("attention.py", "stats", tmp_path / "none.h5")
+    (tmp_path / "text.h5").write_text("hello\n")
+    assert "not an HDF5 file" in cli_error("attention.py", "stats", tmp_path / "text.h5")

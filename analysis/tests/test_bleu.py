@@ -1,0 +1,66 @@
+"""analysis/bleu.py against an independent from-scratch corpus BLEU (Papineni
+et al. 2002: clipped n-gram precisions 1..4, geometric mean, brevity penalty)
+on the tokenised strings, and sacreBLEU's known edge cases."""
+import math
+import os
+import subprocess
+import sys
+from collections import Counter
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import bleu  # noqa: E402
+
+
+def plain_bleu(hyps, refs):
+    match = [0] * 4
+    total = [0] * 4
+    hl = rl = 0
+    for h, r in zip(hyps, refs):
+        h, r = h.split(), r.split()
+        hl += len(h)
+        rl += len(r)
+        for n in range(1, 5):
+            hc = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            rc = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+            match[n - 1] += sum(min(c, rc[g]) for g, c in hc.items())
+            total[n - 1] += max(len(h) - n + 1, 0)
+    if min(match) == 0:
+        return 0.0
+    logp = sum(math.log(m / t) for m, t in zip(match, total)) / 4
+    bp = 1.0 if hl > rl else math.exp(1 - rl / hl)
+    return 100 * bp * math.exp(logp)
+
+
+HYP = ["Ein Mann fährt Fahrrad auf einer Straße.", "Zwei Kinder spielen im Schnee-Park.",
+       "Eine Frau in einem roten Kleid singt.", "Ein Hund läuft über die grüne Wiese."]
+REF = ["Ein Mann fährt auf einer Straße Fahrrad.", "Zwei Kinder spielen im Schnee-Park.",
+       "Eine Frau in einem roten Kleid singt auf der Bühne.", "Ein brauner Hund rennt über die Wiese."]
+
+
+def test_tokenised_bleu_equals_plain_implementation():
+    s, sig, t = bleu.scores(HYP, [REF])
+    hyp_t = [bleu.paper_tokenise(h) for h in HYP]
+    ref_t = [bleu.paper_tokenise(r) for r in REF]
+    assert "##AT##-##AT##" in hyp_t[1]
+    assert abs(t.score - plain_bleu(hyp_t, ref_t)) < 1e-9
+    assert "tok:13a" in sig and "version:" in sig
+    assert 0 < s.score < 100
+
+
+def test_identity_is_100_and_cli_prints_signature(tmp_path):
+    h = tmp_path / "h.txt"
+    h.write_text("\n".join(REF) + "\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), str(h), str(h)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("sacreBLEU 100.00") and "signature: nrefs:1|case:mixed" in out
+    assert "tokenised BLEU 100.00" in out
+
+
+def test_line_count_mismatch_is_one_line_error(tmp_path):
+    h = tmp_path / "h.txt"
+    r = tmp_path / "r.txt"
+    h.write_text("a\nb\n")
+    r.write_text("a\n")
+    p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), str(h), str(r)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1

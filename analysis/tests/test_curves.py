@@ -1,0 +1,70 @@
+"""Training curves from the metrics logs the C program writes (RUN_DIR/metrics.h5)."""
+
+import h5py
+import numpy as np
+import pytest
+
+import curves as C
+from conftest import TINY, assert_figure, cli_error, script, transformer
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    top = tmp_path_factory.mktemp("curves")
+    out = []
+    for name, lr in (("lr1", "1"), ("lr2", "2")):
+        run = top / name
+        transformer("train", f"run_dir={run}", f"lr_factor={lr}", *[f"{k}={v}" for k, v in TINY.items()])
+        if not (run / "metrics.h5").exists():
+            pytest.skip("bin/transformer does not write run_dir/metrics.h5 yet (HDF5 issue)")
+        out.append(run)
+    return top, out
+
+
+def test_read_metrics_equals_the_file(runs):
+    _, (run, _) = runs
+    m = C.read_metrics(str(run / "metrics.h5"))
+    with h5py.File(run / "metrics.h5", "r") as f:
+        np.testing.assert_array_equal(m["step"], f["train/step"][()])
+        np.testing.assert_array_equal(m["loss"], f["train/loss"][()])
+        np.testing.assert_array_equal(m["dev_ppl"], f["dev/ppl"][()])
+    steps = int(TINY["train_steps"])
+    log, ev = int(TINY["log_steps"]), int(TINY["eval_steps"])
+    assert list(m["step"]) == list(range(log, steps + 1, log))
+    # an evaluation every eval_steps and one at the end
+    assert list(m["dev_step"])[:steps // ev] == list(range(ev, steps + 1, ev))
+    # eq. 3 with lr_factor 1
+    d = int(TINY["d_model"])
+    w = int(TINY["warmup"])
+    lr = [d ** -0.5 * min(s ** -0.5, s * w ** -1.5) for s in m["step"]]
+    np.testing.assert_allclose(m["lr"], lr, rtol=1e-6)
+    assert np.all(np.diff(m["elapsed"]) >= 0) and np.all(m["tokens_per_s"] > 0)
+
+
+def test_two_runs_in_one_figure(runs, tmp_path):
+    _, (r1, r2) = runs
+    p = script("curves.py", r1, r2, "--labels", "lr x1", "lr x2", "--out", tmp_path / "c")
+    assert_figure(str(tmp_path / "c_steps"))
+    assert_figure(str(tmp_path / "c_time"))
+    m = [C.read_metrics(str(r / "metrics.h5")) for r in (r1, r2)]
+    fig = C.plot_figure(m, ["a", "b"], "step")
+    loss_ax, lr_ax, ppl_ax, tput_ax = fig.axes[:4]
+    assert len(loss_ax.lines) == 2 and len(ppl_ax.lines) == 2
+    np.testing.assert_array_equal(loss_ax.lines[1].get_xdata(), m[1]["step"])
+    np.testing.assert_array_equal(lr_ax.lines[1].get_ydata(), m[1]["lr"])
+    # run 2 has twice the learning rate of run 1 at every step
+    np.testing.assert_allclose(lr_ax.lines[1].get_ydata(), 2 * lr_ax.lines[0].get_ydata(), rtol=1e-6)
+    fig = C.plot_figure(m, ["a", "b"], "time")
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), m[0]["elapsed"])  # seconds for short runs
+    assert fig.axes[2].get_xlabel() == "wall time (s)"
+    assert "c_steps.png" in p.stdout
+
+
+def test_errors(runs, tmp_path):
+    top, (r1, r2) = runs
+    p = script("curves.py", tmp_path, expect=2)
+    assert "no metrics.h5" in p.stderr
+    assert "2 runs" in cli_error("curves.py", r1, r2, "--labels", "only one")
+    with h5py.File(tmp_path / "metrics.h5", "w") as f:   # HDF5, but not a metrics log
+        f["sentences/0/cross"] = np.zeros((1, 1, 2, 2), np.float32)
+    assert "not a training metrics log" in cli_error("curves.py", tmp_path)

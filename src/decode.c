@@ -1,0 +1,375 @@
+/* Beam search with incremental decoding over the op interface (decode.h
+ * states the search rules).  Section numbers refer to Vaswani et al. 2017. */
+#include "decode.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct Decoder {
+    Model *m;
+    /* capacities of the buffers below */
+    int cap_n, cap_sent, cap_S, cap_T;
+    /* current problem */
+    int K, n_sent, S, T;          /* T = positions cached per hypothesis */
+    float **self_kv[2];           /* [layer] -> [hyp, T, hk+hv]: K|V of positions 0..t */
+    int cur;                      /* which self_kv buffer is current */
+    float **cross_kv;             /* [layer] -> [sentence, S, hk+hv] from the encoder output */
+    float *xa, *xb, *x1, *x2, *q, *P, *P2, *ctx, *sub, *r, *mean, *rstd, *hid, *logits;
+    int32_t *d_tok, *d_self_len, *d_src_len;
+    uint32_t *d_sent_id;
+    int32_t *h_src_len;
+};
+
+#define PRM(off) (m->params + (off))
+
+void decode_opts_from_config(DecodeOpts *o, const Config *c)
+{
+    o->beam = c->beam;
+    o->len_alpha = c->len_alpha;
+    o->max_len_a = c->max_len_a;
+    o->max_out = 0;
+}
+
+double decode_length_penalty(int n, float alpha)
+{
+    /* lp(Y) = ((5+|Y|)/6)^alpha  (Wu et al. 2016, as used in section 6.1) */
+    return pow((5.0 + n) / 6.0, (double)alpha);
+}
+
+int decode_max_out(const Model *m, const DecodeOpts *o, int src_tokens)
+{
+    long L = (long)src_tokens + o->max_len_a;
+    /* BOS + L tokens must fit the model's positions */
+    if (L > m->cfg.max_len - 1) L = m->cfg.max_len - 1;
+    if (o->max_out > 0 && L > o->max_out) L = o->max_out;
+    return L < 0 ? 0 : (int)L;
+}
+
+Decoder *decoder_create(Model *m)
+{
+    Decoder *d = xcalloc(1, sizeof *d);
+    d->m = m;
+    int N = m->cfg.n_layers;
+    d->self_kv[0] = xcalloc(N, sizeof(float *));
+    d->self_kv[1] = xcalloc(N, sizeof(float *));
+    d->cross_kv = xcalloc(N, sizeof(float *));
+    return d;
+}
+
+#define DFREE(p) do { if (p) be->free(be, p); (p) = NULL; } while (0)
+
+static void release(Decoder *d)
+{
+    Backend *be = d->m->be;
+    for (int l = 0; l < d->m->cfg.n_layers; l++) {
+        DFREE(d->self_kv[0][l]); DFREE(d->self_kv[1][l]); DFREE(d->cross_kv[l]);
+    }
+    DFREE(d->xa); DFREE(d->xb); DFREE(d->x1); DFREE(d->x2); DFREE(d->q); DFREE(d->P); DFREE(d->P2);
+    DFREE(d->ctx); DFREE(d->sub); DFREE(d->r); DFREE(d->mean); DFREE(d->rstd); DFREE(d->hid); DFREE(d->logits);
+    DFREE(d->d_tok); DFREE(d->d_self_len); DFREE(d->d_src_len); DFREE(d->d_sent_id);
+    free(d->h_src_len);
+    d->h_src_len = NULL;
+    d->cap_n = d->cap_sent = d->cap_S = d->cap_T = 0;
+}
+
+void decoder_free(Decoder *d)
+{
+    if (!d) return;
+    release(d);
+    free(d->self_kv[0]); free(d->self_kv[1]); free(d->cross_kv);
+    free(d);
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* grow the buffers to n_sent sentences of K hypotheses, S source and T target positions */
+static void reserve(Decoder *d, int n_sent, int K, int S, int T)
+{
+    int n = n_sent * K;
+    if (n <= d->cap_n && n_sent <= d->cap_sent && S <= d->cap_S && T <= d->cap_T) return;
+    int cn = imax(n, d->cap_n), cs = imax(n_sent, d->cap_sent), cS = imax(S, d->cap_S), cT = imax(T, d->cap_T);
+    release(d);
+    d->cap_n = cn; d->cap_sent = cs; d->cap_S = cS; d->cap_T = cT;
+    Model *m = d->m;
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    size_t h = c->n_heads, dm = c->d_model, hk = h * c->d_k, hv = h * c->d_v, w2 = hk + hv;
+    size_t N = (size_t)cn, F = sizeof(float);
+#define A(x) be->alloc(be, (x) * F)
+    for (int l = 0; l < c->n_layers; l++) {
+        d->self_kv[0][l] = A(N * cT * w2);
+        d->self_kv[1][l] = A(N * cT * w2);
+        d->cross_kv[l] = A((size_t)cs * cS * w2);
+        if (!d->self_kv[0][l] || !d->self_kv[1][l] || !d->cross_kv[l])
+            die(1, "decode: out of device memory for the key/value caches (%d hypotheses x %d positions)", cn, cT);
+    }
+    d->xa = A(N * dm); d->xb = A(N * dm); d->x1 = A(N * dm); d->x2 = A(N * dm);
+    d->q = A(N * hk); d->P = A(N * h * cT); d->P2 = A(N * h * cS); d->ctx = A(N * hv);
+    d->sub = A(N * dm); d->r = A(N * dm); d->mean = A(N); d->rstd = A(N);
+    d->hid = A(N * c->d_ff); d->logits = A(N * c->vocab_size);
+    d->d_tok = A(N); d->d_self_len = A(N); d->d_sent_id = A(N); d->d_src_len = A((size_t)cs);
+#undef A
+    if (!d->logits || !d->hid || !d->d_src_len) die(1, "decode: out of device memory");
+    d->h_src_len = xcalloc(cs, sizeof(int32_t));
+}
+
+void decoder_begin(Decoder *d, const Batch *b, int K, int t_max)
+{
+    Model *m = d->m;
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int B = b->B, S = b->S;
+    reserve(d, B, K, S, t_max);
+    d->K = K; d->n_sent = B; d->S = S; d->T = t_max; d->cur = 0;
+
+    /* encoder over the sources (model.c, dropout off); the target side of
+     * the uploaded batch is a dummy single position */
+    Batch w = *b;
+    int32_t *dummy = xcalloc(B, sizeof(int32_t));
+    int32_t *ones = xmalloc(sizeof(int32_t) * B);
+    for (int k = 0; k < B; k++) ones[k] = 1;
+    w.T = 1; w.tgt_in = dummy; w.tgt_out = dummy; w.tgt_len = ones;
+    model_upload_batch(m, &w);
+    const float *enc = model_encode(m, 0, 0);
+    free(dummy);
+    free(ones);
+
+    /* encoder-decoder attention keys and values, once per sentence
+     * (section 3.2.3): W_k and W_v are adjacent, one GEMM */
+    int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv, dm = c->d_model;
+    for (int l = 0; l < c->n_layers; l++)
+        be->gemm(be, 0, 1, B * S, w2, dm, 1.0f, enc, dm, PRM(m->pt.dec[l].cross_attn.Wk), dm, 0.0f,
+                 d->cross_kv[l], w2);
+    memcpy(d->h_src_len, b->src_len, sizeof(int32_t) * B);
+    be->upload(be, d->d_src_len, d->h_src_len, sizeof(int32_t) * B);
+    int n = B * K;
+    int32_t *len = xmalloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) len[i] = t_max;
+    be->upload(be, d->d_self_len, len, sizeof(int32_t) * n);
+    free(len);
+    be->zero(be, d->d_sent_id, sizeof(uint32_t) * n);
+}
+
+const float *decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
+{
+    Model *m = d->m;
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int K = d->K, ns = d->n_sent, n = ns * K, S = d->S, T = d->T;
+    int h = c->n_heads, dk = c->d_k, dv = c->d_v, hk = h * dk, hv = h * dv, w2 = hk + hv;
+    int dm = c->d_model, dff = c->d_ff, V = c->vocab_size;
+    float scale = 1.0f / sqrtf((float)dk);
+    DropoutKey nokey = { 0, 0, 0 };
+    if (t >= T) die(1, "decode: step %d beyond the %d cached positions", t, T);
+
+    be->upload(be, d->d_tok, tok, sizeof(int32_t) * n);
+    /* embedding * sqrt(d_model) + position t (sections 3.4, 3.5) */
+    be->embed_forward(be, d->xa, PRM(m->pt.embedding), m->pt.has_pos ? PRM(m->pt.pos_embedding) : NULL, d->d_tok,
+                      d->d_sent_id, n, 1, dm, sqrtf((float)dm), t, 0.0f, nokey);
+    float *x = d->xa, *y = d->xb;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerOffsets *L = &m->pt.dec[l];
+        float *kv = d->self_kv[d->cur][l];
+        long sh = (long)T * w2;   /* one hypothesis' cache */
+        /* masked self-attention: project q, append k|v at position t, attend
+         * to positions 0..t (the causal mask is implicit: later positions do
+         * not exist yet) */
+        be->gemm(be, 0, 1, n, hk, dm, 1.0f, x, dm, PRM(L->self_attn.Wq), dm, 0.0f, d->q, hk);
+        be->gemm(be, 0, 1, n, w2, dm, 1.0f, x, dm, PRM(L->self_attn.Wk), dm, 0.0f, kv + (size_t)t * w2, (int)sh);
+        int tk = t + 1;
+        be->gemm_batched(be, 0, 1, 1, tk, dk, 1.0f, d->q, hk, hk, dk, kv, w2, sh, dk, 0.0f, d->P, tk,
+                         (long)h * tk, tk, n, h);
+        be->softmax_forward(be, d->P, d->d_self_len, scale, n, h, 1, tk, 1, t);
+        be->gemm_batched(be, 0, 0, 1, dv, tk, 1.0f, d->P, tk, (long)h * tk, tk, kv + hk, w2, sh, dv, 0.0f,
+                         d->ctx, hv, hv, dv, n, h);
+        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, PRM(L->self_attn.Wo), hv, 0.0f, d->sub, dm);
+        be->residual_ln_forward(be, d->x1, d->r, d->mean, d->rstd, x, d->sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
+                                n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
+        /* encoder-decoder attention: the K hypotheses of a sentence are a
+         * K-row query block against that sentence's cached keys/values */
+        const float *ckv = d->cross_kv[l];
+        be->gemm(be, 0, 1, n, hk, dm, 1.0f, d->x1, dm, PRM(L->cross_attn.Wq), dm, 0.0f, d->q, hk);
+        be->gemm_batched(be, 0, 1, K, S, dk, 1.0f, d->q, hk, (long)K * hk, dk, ckv, w2, (long)S * w2, dk, 0.0f,
+                         d->P2, S, (long)h * K * S, (long)K * S, ns, h);
+        be->softmax_forward(be, d->P2, d->d_src_len, scale, ns, h, K, S, 0, 0);
+        be->gemm_batched(be, 0, 0, K, dv, S, 1.0f, d->P2, S, (long)h * K * S, (long)K * S, ckv + hk, w2,
+                         (long)S * w2, dv, 0.0f, d->ctx, hv, (long)K * hv, dv, ns, h);
+        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, PRM(L->cross_attn.Wo), hv, 0.0f, d->sub, dm);
+        be->residual_ln_forward(be, d->x2, d->r, d->mean, d->rstd, d->x1, d->sub, PRM(L->ln2.gamma),
+                                PRM(L->ln2.beta), n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
+        /* position-wise feed-forward (eq. 2) */
+        be->gemm(be, 0, 1, n, dff, dm, 1.0f, d->x2, dm, PRM(L->ffn.W1), dm, 0.0f, d->hid, dff);
+        be->bias_forward(be, d->hid, PRM(L->ffn.b1), n, dff, 1);
+        be->gemm(be, 0, 1, n, dm, dff, 1.0f, d->hid, dff, PRM(L->ffn.W2), dff, 0.0f, d->sub, dm);
+        be->bias_forward(be, d->sub, PRM(L->ffn.b2), n, dm, 0);
+        be->residual_ln_forward(be, y, d->r, d->mean, d->rstd, d->x2, d->sub, PRM(L->ln3.gamma), PRM(L->ln3.beta),
+                                n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
+        float *tmp = x; x = y; y = tmp;
+    }
+    /* pre-softmax projection with the shared embedding (section 3.4) */
+    be->gemm(be, 0, 1, n, V, dm, 1.0f, x, dm, PRM(m->pt.embedding), dm, 0.0f, d->logits, V);
+    if (log_probs) be->log_softmax(be, d->logits, n, V);
+    return d->logits;
+}
+
+void decoder_reorder(Decoder *d, const int *parent, const int *keep, int n_keep, int t)
+{
+    Model *m = d->m;
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int K = d->K, S = d->S, T = d->T, n = n_keep * K;
+    size_t w2 = (size_t)c->n_heads * (c->d_k + c->d_v);
+    size_t sh = (size_t)T * w2, used = sizeof(float) * (size_t)(t + 1) * w2;
+    int nxt = 1 - d->cur;
+    for (int l = 0; l < c->n_layers; l++) {
+        float *src = d->self_kv[d->cur][l], *dst = d->self_kv[nxt][l];
+        for (int r = 0; r < n; r++) be->copy(be, dst + r * sh, src + (size_t)parent[r] * sh, used);
+        /* drop finished sentences: keep[] increases, so moving blocks down in
+         * order never overwrites a block still to be moved */
+        for (int i = 0; i < n_keep; i++)
+            if (keep[i] != i)
+                be->copy(be, d->cross_kv[l] + (size_t)i * S * w2, d->cross_kv[l] + (size_t)keep[i] * S * w2,
+                         sizeof(float) * S * w2);
+    }
+    d->cur = nxt;
+    if (n_keep != d->n_sent) {
+        for (int i = 0; i < n_keep; i++) d->h_src_len[i] = d->h_src_len[keep[i]];
+        be->upload(be, d->d_src_len, d->h_src_len, sizeof(int32_t) * n_keep);
+    }
+    d->n_sent = n_keep;
+}
+
+/* ---------------------------------------------------------- the search */
+
+typedef struct { double s; int j, v; } Cand;
+
+/* insert (s, j, v) into the descending list top[0..*cnt) of at most K; ties
+ * keep the earlier candidate (scan order: hypothesis, then EOS, then ids) */
+static void cand_push(Cand *top, int *cnt, int K, double s, int j, int v)
+{
+    if (*cnt == K && !(s > top[K - 1].s)) return;
+    int i = *cnt < K ? (*cnt)++ : K - 1;
+    while (i > 0 && s > top[i - 1].s) { top[i] = top[i - 1]; i--; }
+    top[i].s = s; top[i].j = j; top[i].v = v;
+}
+
+int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, int out_stride,
+                 int *out_len, float *score)
+{
+    Model *m = d->m;
+    Backend *be = m->be;
+    int B = b->B, K = o->beam < 1 ? 1 : o->beam, V = m->cfg.vocab_size;
+    if (B == 0) return 0;
+    int *Lmax = xmalloc(sizeof(int) * B);
+    int T = 1;
+    for (int k = 0; k < B; k++) {
+        Lmax[k] = decode_max_out(m, o, b->src_len[k] - 1);
+        if (Lmax[k] > out_stride) Lmax[k] = out_stride;
+        if (Lmax[k] + 1 > T) T = Lmax[k] + 1;
+        out_len[k] = 0;
+    }
+    decoder_begin(d, b, K, T);
+
+    int n = B * K;
+    int *act = xmalloc(sizeof(int) * B);          /* active slot -> sentence of b */
+    int *alive = xcalloc(n, sizeof(int)), *nalive = xcalloc(n, sizeof(int));
+    double *sc = xcalloc(n, sizeof(double)), *nsc = xcalloc(n, sizeof(double));
+    int32_t *hist = xcalloc((size_t)n * T, sizeof(int32_t)), *nhist = xcalloc((size_t)n * T, sizeof(int32_t));
+    int32_t *tok = xmalloc(sizeof(int32_t) * n), *ntok = xmalloc(sizeof(int32_t) * n);
+    int *parent = xmalloc(sizeof(int) * n), *keep = xmalloc(sizeof(int) * B), *done = xcalloc(B, sizeof(int));
+    double *best = xmalloc(sizeof(double) * B);
+    float *lp = xmalloc(sizeof(float) * (size_t)n * V);
+    for (int k = 0; k < B; k++) {
+        act[k] = k;
+        best[k] = -INFINITY;
+        for (int j = 0; j < K; j++) {
+            int r = k * K + j;
+            alive[r] = j == 0;      /* one live hypothesis: BOS */
+            tok[r] = TOK_BOS;
+        }
+    }
+    int n_act = B, t;
+    for (t = 0; n_act > 0; t++) {
+        int na = n_act * K;
+        const float *dl = decoder_step(d, tok, t, 1);
+        be->download(be, lp, dl, sizeof(float) * (size_t)na * V);
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < n_act; i++) {
+            int k = act[i], L = Lmax[k];
+            Cand top[K];
+            int cnt = 0;
+            for (int j = 0; j < K; j++) {
+                int r = i * K + j;
+                if (!alive[r]) continue;
+                const float *row = lp + (size_t)r * V;
+                cand_push(top, &cnt, K, sc[r] + row[TOK_EOS], j, TOK_EOS);
+                if (t >= L) continue;   /* the maximum length: only EOS */
+                for (int v = TOK_EOS + 1; v < V; v++) cand_push(top, &cnt, K, sc[r] + row[v], j, v);
+            }
+            int live = 0;
+            for (int c = 0; c < cnt; c++) {
+                int pr = i * K + top[c].j;
+                if (top[c].s == -INFINITY) continue;
+                if (top[c].v == TOK_EOS) {
+                    /* finished: y_1..y_t EOS, |Y| = t + 1 */
+                    double s = top[c].s / decode_length_penalty(t + 1, o->len_alpha);
+                    if (s > best[k]) {
+                        best[k] = s;
+                        out_len[k] = t;
+                        memcpy(out + (size_t)k * out_stride, hist + (size_t)pr * T, sizeof(int32_t) * t);
+                    }
+                    continue;
+                }
+                int r = i * K + live++;
+                nalive[r] = 1;
+                nsc[r] = top[c].s;
+                parent[r] = pr;
+                ntok[r] = top[c].v;
+                memcpy(nhist + (size_t)r * T, hist + (size_t)pr * T, sizeof(int32_t) * t);
+                nhist[(size_t)r * T + t] = top[c].v;
+            }
+            /* exact early stop (decode.h): the best any live prefix can
+             * still reach is s / lp(L+1) (alpha >= 0) or s / lp(t+2) */
+            double bound = -INFINITY;
+            for (int j = 0; j < live; j++) {
+                int n_fin = o->len_alpha >= 0 ? L + 1 : t + 2;
+                double ub = nsc[i * K + j] / decode_length_penalty(n_fin, o->len_alpha);
+                if (ub > bound) bound = ub;
+            }
+            done[i] = live == 0 || best[k] >= bound;
+            for (int j = live; j < K; j++) {   /* empty slots: inert copies */
+                int r = i * K + j;
+                nalive[r] = 0;
+                nsc[r] = -INFINITY;
+                parent[r] = i * K;
+                ntok[r] = TOK_EOS;
+            }
+        }
+        /* compact: drop finished sentences, renumber the hypotheses */
+        int n_keep = 0;
+        for (int i = 0; i < n_act; i++) {
+            if (done[i]) continue;
+            keep[n_keep] = i;
+            for (int j = 0; j < K; j++) {
+                int rn = n_keep * K + j, ro = i * K + j;
+                alive[rn] = nalive[ro];
+                sc[rn] = nsc[ro];
+                tok[rn] = ntok[ro];
+                parent[rn] = parent[ro];
+                memcpy(hist + (size_t)rn * T, nhist + (size_t)ro * T, sizeof(int32_t) * (t + 1));
+            }
+            act[n_keep] = act[i];
+            n_keep++;
+        }
+        if (n_keep > 0) decoder_reorder(d, parent, keep, n_keep, t);
+        n_act = n_keep;
+    }
+    if (score)
+        for (int k = 0; k < B; k++) score[k] = (float)best[k];
+    free(Lmax); free(act); free(alive); free(nalive); free(sc); free(nsc); free(hist); free(nhist);
+    free(tok); free(ntok); free(parent); free(keep); free(done); free(best); free(lp);
+    return t;
+}

@@ -1,0 +1,492 @@
+/* `transformer translate`: translate a split of a dataset file or raw text
+ * with the beam search of decode.c (section 6.1), batched over sentences of
+ * similar length, split across MPI ranks and gathered in input order.
+ *
+ * Raw text is tokenised with the dataset's own SentencePiece model
+ * (spm_encode --output_format=id; the dataset's ids are SentencePiece's:
+ * pad 0, bos 1, eos 2, unk 3) and every output is detokenised with
+ * spm_decode.  Both tools run as child processes (posix_spawn), on rank 0.
+ *
+ * Bad input: an empty line gives an empty output line (nothing is decoded);
+ * a source longer than the model's positions (max_len - 1 tokens plus EOS)
+ * is truncated to fit, with one warning line for the whole run; a checkpoint
+ * whose vocabulary differs from the dataset's is a one-line error. */
+#include "translate.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "config.h"
+#include "decode.h"
+#include "dist.h"
+#include "greedy.h"
+#include "model.h"
+#include "util.h"
+
+#include "checkpoint.h"
+#include "dataset.h"
+#include "synthetic.h"
+
+extern char **environ;
+
+typedef struct {
+    const char *ckpt, *data, *split, *input, *output, *reference;
+    int batch, recompute;
+    int n_over;
+    char **over;      /* key=value overrides */
+} Opts;
+
+static void help(void)
+{
+    printf("usage: transformer translate --checkpoint CKPT --data DATA.h5 (--split NAME | --input FILE)\n"
+           "                             --output OUT.txt [--batch-size N] [key=value ...]\n\n"
+           "Translates the source side of split NAME of DATA.h5 (e.g. test2016), or the raw text\n"
+           "lines of FILE (tokenised with the dataset's SentencePiece model), with beam search\n"
+           "(section 6.1 of the paper) and writes one detokenised line per input line, in order.\n"
+           "Under mpirun the sentences are split across ranks and gathered on rank 0.\n"
+           "  --batch-size N   sentences decoded together (default 64)\n"
+           "  --reference REF  also write the split's reference translations (detokenised)\n"
+           "--data synthetic: the embedded task of the checkpoint's config (splits train, dev,\n"
+           "test); inputs and outputs are lines of token ids, and the exact-match rate is printed.\n"
+           "  --recompute      greedy decoding by full recomputation of the decoder each step\n"
+           "                   (the slow reference, for benchmarks; implies beam=1)\n"
+           "Decoding keys: beam (4; 1 = greedy), len_alpha (0.6: length penalty\n"
+           "((5+|Y|)/6)^alpha), max_len_a (50: max output = input length + max_len_a);\n"
+           "device and threads select the backend.  Architecture keys come from the checkpoint.\n"
+           "Empty lines give empty lines; lines longer than the model's max_len positions are\n"
+           "truncated (one warning line).  Prints sentences/s and target tokens/s.\n");
+}
+
+static int parse(Opts *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    o->batch = 64;
+    o->over = xcalloc(argc, sizeof(char *));
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--checkpoint") ? &o->ckpt : !strcmp(a, "--data") ? &o->data
+                         : !strcmp(a, "--split") ? &o->split : !strcmp(a, "--input") ? &o->input
+                         : !strcmp(a, "--output") ? &o->output : !strcmp(a, "--reference") ? &o->reference : NULL;
+        if (dst || !strcmp(a, "--batch-size")) {
+            if (i + 1 >= argc) { fprintf(stderr, "error: translate: %s needs a value\n", a); return 2; }
+            if (dst) *dst = argv[++i];
+            else {
+                char *end;
+                long v = strtol(argv[++i], &end, 10);
+                if (*end || v < 1 || v > 1000000) {
+                    fprintf(stderr, "error: translate: --batch-size '%s' is not a positive integer\n", argv[i]);
+                    return 2;
+                }
+                o->batch = (int)v;
+            }
+        } else if (!strcmp(a, "--recompute")) o->recompute = 1;
+        else if (a[0] != '-' && strchr(a, '=')) o->over[o->n_over++] = argv[i];
+        else { fprintf(stderr, "error: translate: unknown argument '%s' (see 'transformer translate --help')\n", a); return 2; }
+    }
+    if (!o->ckpt) { fprintf(stderr, "error: translate: --checkpoint CKPT is required\n"); return 2; }
+    if (!o->data) { fprintf(stderr, "error: translate: --data DATA.h5 is required (its vocabulary and SentencePiece model)\n"); return 2; }
+    if (!o->split == !o->input) { fprintf(stderr, "error: translate: give exactly one of --split NAME and --input FILE\n"); return 2; }
+    if (!o->output) { fprintf(stderr, "error: translate: --output OUT.txt is required\n"); return 2; }
+    if (o->reference && !o->split) { fprintf(stderr, "error: translate: --reference needs --split\n"); return 2; }
+    return 0;
+}
+
+/* apply key=value overrides; architecture keys belong to the checkpoint */
+static int apply_overrides(Config *c, const Opts *o, int arch_ok)
+{
+    for (int i = 0; i < o->n_over; i++) {
+        char key[128];
+        const char *eq = strchr(o->over[i], '=');
+        size_t kl = (size_t)(eq - o->over[i]);
+        if (kl >= sizeof key) kl = sizeof key - 1;
+        memcpy(key, o->over[i], kl);
+        key[kl] = '\0';
+        if (!arch_ok && config_is_arch_key(key)) {
+            fprintf(stderr, "error: translate: key '%s' is fixed by the checkpoint's architecture\n", key);
+            return 2;
+        }
+        if (config_set(c, "command line", 0, key, eq + 1)) return 2;
+    }
+    return 0;
+}
+
+/* run argv[0] (PATH lookup) with stdin/stdout/stderr from/to files */
+static int run_tool(char *const argv[], const char *in, const char *out, const char *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) return -1;
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void tool_error(const char *tool, const char *errpath)
+{
+    char line[256] = "";
+    FILE *f = fopen(errpath, "r");
+    if (f) {
+        char buf[256];
+        while (fgets(buf, sizeof buf, f)) if (buf[0] != '\n') snprintf(line, sizeof line, "%s", buf);
+        fclose(f);
+    }
+    line[strcspn(line, "\n")] = '\0';
+    die(2, "translate: %s failed (is sentencepiece installed?)%s%s", tool, *line ? ": " : "", line);
+}
+
+/* read lines of space-separated ids into a corpus (source side only) */
+static int read_id_lines(const char *path, Corpus *c, int expect)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    memset(c, 0, sizeof *c);
+    size_t cap = 1024, n = 0;
+    c->src_tok = xmalloc(sizeof(int32_t) * cap);
+    c->src_off = xmalloc(sizeof(int64_t) * (expect + 1));
+    char *line = NULL;
+    size_t lcap = 0;
+    int k = 0;
+    c->src_off[0] = 0;
+    while (getline(&line, &lcap, f) >= 0 && k < expect) {
+        char *p = line, *end;
+        for (;;) {
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            if (n == cap) { cap *= 2; c->src_tok = xrealloc(c->src_tok, sizeof(int32_t) * cap); }
+            c->src_tok[n++] = (int32_t)v;
+            p = end;
+        }
+        c->src_off[++k] = (int64_t)n;
+    }
+    free(line);
+    fclose(f);
+    c->n = k;
+    c->tgt_off = xcalloc(k + 1, sizeof(int64_t));
+    c->tgt_tok = xmalloc(sizeof(int32_t));
+    return k == expect ? 0 : -1;
+}
+
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0, ch, last = '\n';
+    while ((ch = getc(f)) != EOF) { if (ch == '\n') n++; last = ch; }
+    fclose(f);
+    return n + (last != '\n');
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f)) die(2, "%s: cannot write", path);
+}
+
+static int same_vocab(const DatasetVocab *a, const DatasetVocab *b)
+{
+    if (a->vocab_size != b->vocab_size) return 0;
+    for (int i = 0; i < a->vocab_size; i++)
+        if (strcmp(a->pieces[i], b->pieces[i])) return 0;
+    return 1;
+}
+
+/* the temporary directory of rank 0, removed at exit (also after die()) */
+static char tmp_dir[64];
+static void remove_tmp_dir(void)
+{
+    static const char *names[] = { "spm.model", "in.txt", "out.txt", "err.txt" };
+    char p[128];
+    if (!tmp_dir[0]) return;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmp_dir, names[i]);
+        unlink(p);
+    }
+    rmdir(tmp_dir);
+    tmp_dir[0] = '\0';
+}
+
+static int rlen_or(const Corpus *c, int i) { return c->tgt_off ? corpus_tgt_len(c, i) : -1; }
+
+/* write n lines of ids (len[i] tokens each, concatenated in tok) to dest,
+ * detokenised with spm_decode unless raw, via a temporary file, fsync and
+ * rename: dest appears only complete */
+static void emit(const char *dest, int n, const int *len, const int32_t *tok, int raw, const char *spm_path,
+                 const char *p_in, const char *p_out, const char *p_err)
+{
+    FILE *f = fopen(p_in, "w");
+    if (!f) die(1, "%s: cannot write", p_in);
+    long q = 0;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < len[i]; j++) fprintf(f, j ? " %d" : "%d", tok[q + j]);
+        q += len[i];
+        fputc('\n', f);
+    }
+    if (fclose(f)) die(1, "%s: cannot write", p_in);
+    const char *text = p_in;
+    if (!raw) {
+        char mo[160];
+        snprintf(mo, sizeof mo, "--model=%s", spm_path);
+        char *av[] = { "spm_decode", mo, "--input_format=id", NULL };
+        if (run_tool(av, p_in, p_out, p_err)) tool_error("spm_decode", p_err);
+        int got = count_lines(p_out);
+        if (got != n) die(1, "translate: spm_decode returned %d lines for %d sentences", got, n);
+        text = p_out;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dest, (int)getpid());
+    FILE *in = fopen(text, "r"), *w = fopen(tmp, "w");
+    if (!in || !w) die(2, "%s: cannot write", dest);
+    char buf[65536];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, r, w) != r) { unlink(tmp); die(2, "%s: write failed", dest); }
+    fclose(in);
+    if (fflush(w) || fsync(fileno(w)) || fclose(w)) { unlink(tmp); die(2, "%s: write failed", dest); }
+    if (rename(tmp, dest)) { unlink(tmp); die(2, "%s: cannot rename %s into place", dest, tmp); }
+}
+
+/* sentences [lo, hi) of src sorted by length (longest first) in batches */
+static const Corpus *cmp_corpus;
+static int cmp_len_desc(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    int la = corpus_src_len(cmp_corpus, a), lb = corpus_src_len(cmp_corpus, b);
+    return la != lb ? lb - la : a - b;
+}
+
+int cmd_translate(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
+    Dist D;
+    dist_init(&D, &argc, &argv);
+    dist_install_abort(&D);
+    Opts o;
+    if (parse(&o, argc, argv)) { free(o.over); if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+
+    /* backend from the command line's device/threads, model from the checkpoint */
+    Config c;
+    config_defaults(&c);
+    if (apply_overrides(&c, &o, 1)) die(2, "translate: bad key=value argument");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = c.threads > 0 ? c.threads : (int)(cores / (D.local_size > 0 ? D.local_size : 1));
+    if (threads < 1) threads = 1;
+    Backend *be = backend_create(c.device, c.precision, threads, D.local_rank);
+    if (!be) die(2, "translate: cannot create backend '%s'", c.device);
+    Model m;
+    if (checkpoint_open_model(o.ckpt, &c, &m, be)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+    if (apply_overrides(&c, &o, 0)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+    m.cfg.beam = c.beam; m.cfg.len_alpha = c.len_alpha; m.cfg.max_len_a = c.max_len_a;
+
+    /* the dataset's vocabulary must be the checkpoint's */
+    int synth = !strcmp(o.data, "synthetic");
+    DatasetVocab voc;
+    memset(&voc, 0, sizeof voc);
+    if (synth) {
+        if (strcmp(c.data, "synthetic"))
+            die(2, "%s: this checkpoint was trained on %s, not on the synthetic task", o.ckpt, c.data);
+    } else if (dataset_load_vocab(o.data, &voc)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+    if (!synth && voc.vocab_size != c.vocab_size)
+        die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o.data,
+            voc.vocab_size, o.ckpt, c.vocab_size);
+    if (!synth && c.data[0] && strcmp(c.data, o.data) && access(c.data, R_OK) == 0) {
+        /* the checkpoint's training data is at hand: compare piece by piece */
+        DatasetVocab tv;
+        if (dataset_load_vocab(c.data, &tv) == 0) {
+            int same = same_vocab(&voc, &tv);
+            dataset_vocab_free(&tv);
+            if (!same)
+                die(2, "%s: vocabulary differs from that of %s, the training data of checkpoint %s", o.data, c.data,
+                    o.ckpt);
+        }
+    }
+
+    /* sources: a split of the dataset, or raw text tokenised on rank 0 */
+    char tmpdir[] = "/tmp/transformer-translate-XXXXXX";
+    if (D.rank == 0) {
+        if (!mkdtemp(tmpdir)) die(1, "translate: cannot create a temporary directory in /tmp");
+        snprintf(tmp_dir, sizeof tmp_dir, "%s", tmpdir);
+        atexit(remove_tmp_dir);
+    }
+    char spm_path[128], p_in[128], p_out[128], p_err[128];
+    snprintf(spm_path, sizeof spm_path, "%s/spm.model", tmpdir);
+    snprintf(p_in, sizeof p_in, "%s/in.txt", tmpdir);
+    snprintf(p_out, sizeof p_out, "%s/out.txt", tmpdir);
+    snprintf(p_err, sizeof p_err, "%s/err.txt", tmpdir);
+    if (D.rank == 0 && !synth) write_file(spm_path, voc.spm_model, voc.spm_model_len);
+    Corpus src;
+    if (o.split && synth) {
+        int sp = !strcmp(o.split, "train") ? SPLIT_TRAIN : !strcmp(o.split, "dev") ? SPLIT_DEV
+               : !strcmp(o.split, "test") ? SPLIT_TEST : -1;
+        if (sp < 0) die(2, "synthetic: no split '%s' (train, dev, test)", o.split);
+        synthetic_corpus(&src, &c, sp, sp == SPLIT_TRAIN ? c.synth_train : c.synth_dev);
+    } else if (o.split) {
+        if (dataset_load(o.data, o.split, &src)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+    } else {
+        long hdr[2] = { 0, 0 };
+        if (D.rank == 0) {
+            int n = count_lines(o.input);
+            if (n < 0) die(2, "%s: cannot read", o.input);
+            if (synth) {
+                /* the synthetic task's text is its token ids */
+                if (read_id_lines(o.input, &src, n)) die(2, "%s: cannot read", o.input);
+            } else {
+                char mo[160];
+                snprintf(mo, sizeof mo, "--model=%s", spm_path);
+                char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
+                if (run_tool(av, o.input, p_out, p_err)) tool_error("spm_encode", p_err);
+                if (read_id_lines(p_out, &src, n))
+                    die(2, "%s: spm_encode returned fewer lines than the input's %d", o.input, n);
+            }
+            hdr[0] = src.n;
+            hdr[1] = src.src_off[src.n];
+        }
+        MPI_Bcast(hdr, 2, MPI_LONG, 0, D.comm);
+        if (D.rank != 0) {
+            memset(&src, 0, sizeof src);
+            src.n = (int)hdr[0];
+            src.src_off = xmalloc(sizeof(int64_t) * (hdr[0] + 1));
+            src.src_tok = xmalloc(sizeof(int32_t) * (hdr[1] + 1));
+            src.tgt_off = xcalloc(hdr[0] + 1, sizeof(int64_t));
+            src.tgt_tok = xmalloc(sizeof(int32_t));
+        }
+        MPI_Bcast(src.src_off, (int)hdr[0] + 1, MPI_INT64_T, 0, D.comm);
+        MPI_Bcast(src.src_tok, (int)hdr[1], MPI_INT32_T, 0, D.comm);
+    }
+    for (long i = 0; i < src.src_off[src.n]; i++)
+        if (src.src_tok[i] < 0 || src.src_tok[i] >= c.vocab_size)
+            die(2, "%s: token id %d outside the checkpoint's vocabulary of %d", o.input ? o.input : o.data,
+                src.src_tok[i], c.vocab_size);
+
+    /* truncation of over-long sources (documented in --help and README) */
+    int max_src = c.max_len - 1, n_long = 0, first_long = -1;
+    for (int i = 0; i < src.n; i++)
+        if (corpus_src_len(&src, i) > max_src) { n_long++; if (first_long < 0) first_long = i; }
+    if (n_long && D.rank == 0)
+        fprintf(stderr, "warning: %s: %d input line%s longer than the model's %d source tokens (max_len %d) truncated "
+                "(first: line %d)\n", o.input ? o.input : o.split, n_long, n_long > 1 ? "s" : "", max_src, c.max_len,
+                first_long + 1);
+
+    /* this rank's sentences, longest first, in batches */
+    int lo = (int)((long)src.n * D.rank / D.size), hi = (int)((long)src.n * (D.rank + 1) / D.size);
+    int nl = hi - lo;
+    int *order = xmalloc(sizeof(int) * (nl > 0 ? nl : 1));
+    for (int i = 0; i < nl; i++) order[i] = lo + i;
+    cmp_corpus = &src;
+    qsort(order, nl, sizeof(int), cmp_len_desc);
+    DecodeOpts dopt;
+    decode_opts_from_config(&dopt, &c);
+    if (o.recompute) dopt.beam = 1;
+    int stride = c.max_len;
+    int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(nl > 0 ? nl : 1) * stride);
+    int *out_len = xcalloc(nl > 0 ? nl : 1, sizeof(int));
+    Decoder *dec = decoder_create(&m);
+    Batch b = {0};
+    int *bidx = xmalloc(sizeof(int) * o.batch);
+    int32_t *bo = xmalloc(sizeof(int32_t) * (size_t)o.batch * stride);
+    int *bl = xmalloc(sizeof(int) * o.batch);
+    double t0 = now_seconds();
+    for (int s = 0; s < nl;) {
+        int k = 0;
+        while (s + k < nl && k < o.batch && corpus_src_len(&src, order[s + k]) > 0) { bidx[k] = order[s + k]; k++; }
+        if (k == 0) { s++; continue; }   /* empty line: empty output (out_len 0) */
+        batch_build(&b, &src, bidx, k, c.max_len);
+        /* the reference path: one max_out for the batch (its longest source) */
+        int bstride = o.recompute ? decode_max_out(&m, &dopt, b.S - 1) : stride;
+        if (o.recompute) greedy_decode(&m, &b, bstride, bo, bl);
+        else decode_batch(dec, &b, &dopt, bo, stride, bl, NULL);
+        for (int j = 0; j < k; j++) {
+            int li = bidx[j] - lo;
+            out_len[li] = bl[j];
+            memcpy(out + (size_t)li * stride, bo + (size_t)j * bstride, sizeof(int32_t) * bl[j]);
+        }
+        s += k;
+    }
+    be->sync(be);
+    double t_dec = now_seconds() - t0;
+
+    /* gather in input order on rank 0 (ranks hold consecutive ranges) */
+    long ntok_loc = 0;
+    for (int i = 0; i < nl; i++) ntok_loc += out_len[i];
+    int32_t *packed = xmalloc(sizeof(int32_t) * (ntok_loc + 1));
+    long p = 0;
+    for (int i = 0; i < nl; i++) { memcpy(packed + p, out + (size_t)i * stride, sizeof(int32_t) * out_len[i]); p += out_len[i]; }
+    int *cnt_l = NULL, *dsp_l = NULL, *cnt_t = NULL, *dsp_t = NULL, *all_len = NULL;
+    int32_t *all_tok = NULL;
+    int ntl = (int)ntok_loc;
+    long ntok = 0;
+    double t_max;
+    MPI_Reduce(&t_dec, &t_max, 1, MPI_DOUBLE, MPI_MAX, 0, D.comm);
+    if (D.rank == 0) {
+        cnt_l = xmalloc(sizeof(int) * D.size); dsp_l = xmalloc(sizeof(int) * D.size);
+        cnt_t = xmalloc(sizeof(int) * D.size); dsp_t = xmalloc(sizeof(int) * D.size);
+        all_len = xmalloc(sizeof(int) * (src.n + 1));
+    }
+    MPI_Gather(&nl, 1, MPI_INT, cnt_l, 1, MPI_INT, 0, D.comm);
+    MPI_Gather(&ntl, 1, MPI_INT, cnt_t, 1, MPI_INT, 0, D.comm);
+    if (D.rank == 0) {
+        for (int r = 0; r < D.size; r++) {
+            dsp_l[r] = r ? dsp_l[r - 1] + cnt_l[r - 1] : 0;
+            dsp_t[r] = r ? dsp_t[r - 1] + cnt_t[r - 1] : 0;
+        }
+        ntok = dsp_t[D.size - 1] + cnt_t[D.size - 1];
+        all_tok = xmalloc(sizeof(int32_t) * (ntok + 1));
+    }
+    MPI_Gatherv(out_len, nl, MPI_INT, all_len, cnt_l, dsp_l, MPI_INT, 0, D.comm);
+    MPI_Gatherv(packed, ntl, MPI_INT32_T, all_tok, cnt_t, dsp_t, MPI_INT32_T, 0, D.comm);
+
+    if (D.rank == 0) {
+        /* detokenise (ids -> spm_decode -> text) and write atomically */
+        const int32_t *rtok = src.tgt_tok;
+        int *rlen = NULL;
+        if (o.reference) {
+            rlen = xmalloc(sizeof(int) * (src.n + 1));
+            for (int i = 0; i < src.n; i++) rlen[i] = corpus_tgt_len(&src, i);
+        }
+        emit(o.output, src.n, all_len, all_tok, synth, spm_path, p_in, p_out, p_err);
+        if (o.reference) emit(o.reference, src.n, rlen, rtok, synth, spm_path, p_in, p_out, p_err);
+        if (synth && o.split) {
+            long exact = 0, q = 0;
+            for (int i = 0; i < src.n; i++) {
+                exact += all_len[i] == rlen_or(&src, i) &&
+                         !memcmp(all_tok + q, src.tgt_tok + src.tgt_off[i], sizeof(int32_t) * all_len[i]);
+                q += all_len[i];
+            }
+            printf("translate: exact match %.4f (%ld of %d)\n", (double)exact / (src.n ? src.n : 1), exact, src.n);
+        }
+        free(rlen);
+        printf("translate: %d sentences, %ld target tokens in %.2fs: %.1f sentences/s, %.0f target tokens/s "
+               "(%s, beam %d, alpha %.2f, %d rank%s x %d threads, backend %s)\n",
+               src.n, ntok, t_max, src.n / (t_max > 0 ? t_max : 1e-9), ntok / (t_max > 0 ? t_max : 1e-9),
+               o.recompute ? "greedy by full recomputation" : "incremental", dopt.beam, dopt.len_alpha, D.size,
+               D.size > 1 ? "s" : "", threads, be->name);
+        fflush(stdout);
+        remove_tmp_dir();
+    }
+    free(cnt_l); free(dsp_l); free(cnt_t); free(dsp_t); free(all_len); free(all_tok); free(packed);
+    free(bidx); free(bo); free(bl); free(out); free(out_len); free(order); free(o.over);
+    batch_free(&b);
+    decoder_free(dec);
+    corpus_free(&src);
+    if (!synth) dataset_vocab_free(&voc);
+    model_free(&m);
+    be->destroy(be);
+    dist_finalize(&D);
+    return 0;
+}
+

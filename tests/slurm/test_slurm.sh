@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# `make test-slurm`: the job scripts (jobs/) on a real single-node Slurm
+# started for this test (tests/slurm/start.sh; two fake GPUs through
+# gres.conf, so --gpus-per-task=1 is exercised) and stopped at the end.
+#   1. Table 3: the sweep array over every row config, scaled down (SHRINK,
+#      a few steps, synthetic data), completes for every row, each row has
+#      its result file, and the dependent analysis job writes the table.
+#   2. A failing element (a config with a bad key) is FAILED with a clear
+#      message in its log and result file; the other element of its array
+#      completes; that sweep's analysis job is never run.
+#   3. Preemption: a 2-rank training job is interrupted four ways (SIGUSR1 to
+#      the batch shell only, as --signal=B:USR1 does; SIGUSR1 to the tasks, as
+#      --signal=USR1@T does; `scontrol requeue`, i.e. SIGTERM; first of all the
+#      time limit, lowered so that Slurm's own --signal=USR1@115 becomes due), requeues
+#      and resumes each time, and its final parameters equal those of an
+#      uninterrupted run of jobs/run-local.sh (mpirun, 2 ranks), bit for bit.
+#   4. jobs/run-local.sh table3 (no Slurm) on two rows, synthetic data, and a
+#      bad row, which fails with a clear message.
+# KEEP=1 keeps the temporary directory (logs) for inspection.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+T0=$SECONDS
+make -s all >/dev/null || fail "make failed"
+T=$(mktemp -d /tmp/transformer-slurm.XXXXXX)
+chmod 755 "$T"     # munged runs as user munge
+C=$T/cluster
+cleanup() {
+    tests/slurm/stop.sh "$C"
+    if [ -n "${KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+tests/slurm/start.sh "$C" || fail "could not start the test Slurm"
+. "$C/env.sh"
+
+# cluster.env values for this 2-CPU node (environment overrides the file)
+export PARTITION="" ACCOUNT="" MODULES="" GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE=cpu
+export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10 GPU_REQUEST="--gpus-per-task=1"
+
+state() { scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
+# array_states ARRAYID: "<task id> <state>" per element
+array_states() {
+    scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*ArrayTaskId=\([^ ]*\) .*JobState=\([A-Z_]*\).*/\1 \2/p' | sort -n
+}
+# wait_job ID TIMEOUT: until the job (every array element) left PENDING/RUNNING
+wait_job() {
+    local t=$((SECONDS + $2))
+    while [ $SECONDS -lt $t ]; do
+        scontrol -o show job "$1" 2>/dev/null | grep -qE 'JobState=(PENDING|RUNNING|REQUEUED|COMPLETING|CONFIGURING|SUSPENDED)' || return 0
+        sleep 1
+    done
+    scontrol show job "$1" >&2
+    return 1
+}
+pyexe=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3 )}
+export PYTHON=$pyexe
+h5attr() { "$pyexe" -c 'import h5py,sys; v=h5py.File(sys.argv[1],"r").attrs[sys.argv[2]]; print(v.decode() if isinstance(v,bytes) else v)' "$1" "$2"; }
+
+# ---- 1 and 2: the Table 3 sweep, scaled down, and a sweep with a bad row ----
+TABLE3_SRC=${TABLE3_SRC:-input/table3}
+ls $TABLE3_SRC/*.cfg >/dev/null 2>&1 || fail "$TABLE3_SRC: no row configs"
+nrows=$(ls $TABLE3_SRC/*.cfg | wc -l)
+# real data, scaled down: the first 3000 Multi30k training pairs and 40 dev
+# pairs, a 500-piece BPE vocabulary; translations at most 10 tokens longer
+# than the source (max_len_a) keep the untrained models' beam search short
+M=$SHARED_DATA/multi30k
+[ -f "$M/train.en" ] || fail "$M: Multi30k not found (SHARED_DATA)"
+head -n 3000 "$M/train.en" > "$T/train.en"; head -n 3000 "$M/train.de" > "$T/train.de"
+head -n 40 "$M/val.en" > "$T/dev.en"; head -n 40 "$M/val.de" > "$T/dev.de"
+"$BIN" prepare --out "$T/m30k.h5" --split train "$T/train.en" "$T/train.de" --split dev "$T/dev.en" "$T/dev.de" \
+    vocab_size=500 max_len=64 > "$T/prepare.log" 2>&1 || { cat "$T/prepare.log"; fail "prepare failed"; }
+export STEPS=3 MAX_TOKENS=400 DATA=$T/m30k.h5 SHRINK=16
+export EXTRA="vocab_size=500 max_len=64 max_len_a=10 log_steps=1 eval_steps=0 threads=1"
+read -r A1 AN1 < <(TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/sweep" | tail -n 1) || fail "submit-table3.sh failed"
+mkdir -p "$T/bad-configs"
+cp $TABLE3_SRC/A1.cfg "$T/bad-configs/"
+printf 'row = bad\nn_layers = 2\nd_modle = 64\n' > "$T/bad-configs/bad.cfg"
+read -r A2 AN2 < <(TABLE3_DIR=$T/bad-configs jobs/submit-table3.sh "$T/badsweep" | tail -n 1) || fail "submit-table3.sh (bad sweep) failed"
+echo "submitted: sweep $A1 (+analysis $AN1), bad sweep $A2 (+analysis $AN2)"
+
+wait_job "$A1" 900 || fail "sweep array $A1 did not finish"
+wait_job "$AN1" 300 || fail "analysis job $AN1 did not finish"
+bad_el=$(array_states "$A1" | awk '$2 != "COMPLETED"')
+[ -z "$bad_el" ] || { tail -n 30 "$T"/sweep/logs/*.out >&2; fail "sweep elements not COMPLETED: $bad_el"; }
+[ "$(array_states "$A1" | wc -l)" -eq "$nrows" ] || fail "sweep: expected $nrows elements, got $(array_states "$A1" | wc -l)"
+has_translate=0; "$BIN" --help | grep -q '^  translate ' && has_translate=1
+# every row: result file with status done, 3 steps, finite dev PPL equal to
+# eval's output on the newest checkpoint; dev BLEU when translate exists
+# shellcheck disable=SC2046
+"$pyexe" - "$T/sweep" "$has_translate" $(for c in "$TABLE3_SRC"/*.cfg; do basename "$c" .cfg; done) <<'PY' || fail "sweep results (above)"
+import math, re, sys, h5py
+sweep, has_translate, rows = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+bad = []
+for row in rows:
+    try:
+        a = h5py.File(f"{sweep}/results/{row}.h5", "r").attrs
+    except OSError as e:
+        bad.append(f"{row}: no result file ({e})"); continue
+    s = lambda k: a[k].decode() if isinstance(a[k], bytes) else a[k]
+    if s("status") != "done": bad.append(f"{row}: status {s('status')}")
+    if int(a["train_steps"]) != 3: bad.append(f"{row}: train_steps {a['train_steps']}")
+    ppl = float(a["dev_ppl"])
+    ev = open(f"{sweep}/runs/{row}/eval.out").read()
+    m = re.search(r"^eval dev .* ppl ([0-9.]+) ", ev, re.M)
+    if not (math.isfinite(ppl) and ppl > 1 and m and abs(float(m.group(1)) - ppl) <= 1e-3 * ppl):
+        bad.append(f"{row}: dev_ppl {ppl} vs eval output {ev.strip()!r}")
+    if has_translate:
+        bleu = float(a["dev_bleu"])
+        if not (math.isfinite(bleu) and bleu >= 0): bad.append(f"{row}: dev_bleu {bleu}")
+        if sum(1 for _ in open(f"{sweep}/runs/{row}/dev.hyp")) != 40: bad.append(f"{row}: dev.hyp is not 40 lines")
+for b in bad: print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+ok "Table 3 sweep: $nrows rows COMPLETED, each with a result file (status done, eval's dev PPL, 3 steps)"
+[ "$(state "$AN1")" = COMPLETED ] || { cat "$T"/sweep/logs/analysis-*.out >&2; fail "analysis job $AN1: $(state "$AN1")"; }
+[ -s "$T/sweep/table3.md" ] || fail "$T/sweep/table3.md: not written"
+for c in $TABLE3_SRC/*.cfg; do
+    grep -qw "$(basename "$c" .cfg)" "$T/sweep/table3.md" || fail "table3.md lacks row $(basename "$c" .cfg)"
+done
+ok "analysis job after the array (afterok) wrote table3.md with every row"
+
+wait_job "$A2" 300 || fail "bad sweep $A2 did not finish"
+sts=$(array_states "$A2" | awk '{ print $2 }' | tr '\n' ' ')
+[ "$sts" = "COMPLETED FAILED " ] || fail "bad sweep: element states '$sts', expected 'COMPLETED FAILED' (rows A1, bad)"
+log=$(ls "$T"/badsweep/logs/*_1.out)
+grep -q "^error: table3 row bad: params: error: .*bad.cfg:3: unknown key 'd_modle'" "$log" ||
+    { cat "$log" >&2; fail "$log: no clear error message for the bad row"; }
+[ "$(h5attr "$T/badsweep/results/bad.h5" status)" = failed ] || fail "bad.h5: status is not 'failed'"
+h5attr "$T/badsweep/results/bad.h5" message | grep -q "unknown key 'd_modle'" || fail "bad.h5: message lacks the reason"
+[ "$(h5attr "$T/badsweep/results/A1.h5" status)" = "done" ] || fail "badsweep A1.h5: status is not 'done'"
+for _ in $(seq 30); do [ "$(state "$AN2")" = PENDING ] || break; sleep 1; done
+[ "$(state "$AN2")" = CANCELLED ] || fail "analysis job $AN2 of the failed sweep: $(state "$AN2"), expected CANCELLED (dependency never satisfied)"
+ok "bad row: element FAILED with '$(grep -m1 '^error:' "$log")'; the other element COMPLETED; analysis not run"
+echo "sweeps took $((SECONDS - T0)) s"
+
+# ---- 3: preemption and requeue of a training job -----------------------------
+unset STEPS MAX_TOKENS DATA SHRINK EXTRA
+export GPUS_PER_NODE=2
+cfg=$T/preempt.cfg
+printf 'train_steps = 300\nlog_steps = 1\nsynth_train = 3000\nmax_tokens = 1000\nseed = 7\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
+# --signal=USR1@115: never due within the 20-minute limit, until case (a)
+# lowers the limit to 2 minutes; slurmctld checks such signals every 30 s, so
+# the run is long enough (300 steps, > 40 s on 2 idle cores) for it to arrive
+J=$(SIGNAL_LEAD=115 jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
+jlog=$T/run-slurm/slurm-$J.out
+# wait_log PATTERN TIMEOUT: until the job log has a line matching PATTERN
+wait_log() {
+    local t=$((SECONDS + $2))
+    while [ $SECONDS -lt $t ]; do grep -qE "$1" "$jlog" 2>/dev/null && return 0; sleep 0.2; done
+    cat "$jlog" >&2; fail "job $J: no '$1' in its log within $2 s"
+}
+# wait_restart N: the job was requeued; skip Slurm's requeue delay and wait for run N
+wait_restart() {
+    local t=$((SECONDS + 120))
+    while [ $SECONDS -lt $t ]; do
+        if [ "$(state "$J")" = PENDING ]; then scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null; fi
+        grep -q "restart $1 " "$jlog" 2>/dev/null && return 0
+        sleep 0.5
+    done
+    cat "$jlog" >&2; fail "job $J: not restarted a ${1}th time (state $(state "$J"))"
+}
+# wait_steps N: until N more step lines than now are in the log
+wait_steps() {
+    local n0 t=$((SECONDS + 60))
+    n0=$(grep -c '^step ' "$jlog")
+    while [ "$(grep -c '^step ' "$jlog")" -lt $((n0 + $1)) ] && [ $SECONDS -lt $t ]; do sleep 0.2; done
+}
+
+wait_log '^step 5 ' 120
+scontrol update JobId="$J" TimeLimit=2       # (a) the time limit: Slurm's timer sends USR1 (<= 30 s)
+wait_restart 1
+wait_steps 3
+scancel --batch --signal=USR1 "$J"           # (b) batch shell only (B:USR1): it must forward
+wait_restart 2
+wait_steps 3
+scancel --signal=USR1 "$J"                   # (c) the tasks, as --signal=USR1@T does
+wait_restart 3
+wait_steps 3
+scontrol requeue "$J"                        # (d) SIGTERM: Slurm requeues
+wait_restart 4
+wait_job "$J" 300 || fail "job $J did not finish"
+[ "$(state "$J")" = COMPLETED ] || { cat "$jlog" >&2; fail "job $J: $(state "$J")"; }
+restarts=$(scontrol -o show job "$J" | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
+[ "$restarts" -ge 4 ] || fail "job $J: Restarts=$restarts, expected 4"
+grep -q 'passing SIGUSR1 to the running stage' "$jlog" || fail "job $J: the batch shell did not forward SIGUSR1"
+[ "$(grep -c 'requeueing job' "$jlog")" -ge 3 ] || fail "job $J: did not requeue itself 3 times"
+[ "$(grep -cE '^resume: .*\(step ([0-9]|[1-9][0-9]|[12][0-9][0-9]),' "$jlog")" -ge 4 ] || fail "job $J: not resumed 4 times from a mid-run checkpoint"
+
+# the uninterrupted reference: same config, 2 ranks, plain mpirun
+LOCAL_RANKS=2 jobs/run-local.sh train "$T/run-local" "$cfg" > "$T/run-local.log" 2>&1 ||
+    { cat "$T/run-local.log" >&2; fail "run-local.sh train failed"; }
+a=$(ls "$T"/run-slurm/ckpt_*.h5 | sort -V | tail -n 1)
+b=$(ls "$T"/run-local/ckpt_*.h5 | sort -V | tail -n 1)
+[ "$(basename "$a")" = ckpt_00000300.h5 ] && [ "$(basename "$b")" = ckpt_00000300.h5 ] || fail "final checkpoints $a $b are not of step 300"
+h5diff -q "$a" "$b" /params /params || fail "preempted run's parameters differ from the uninterrupted run's ($a vs $b)"
+ok "interrupted 4 times (time limit with --signal=USR1@115, B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
+
+# ---- 4: the same sweep without Slurm (jobs/run-local.sh), synthetic data ----
+export STEPS=2 MAX_TOKENS=300 DATA=synthetic SHRINK=16 GPUS_PER_NODE=1
+export EXTRA="vocab_size=24 max_len=64 synth_train=200 synth_dev=16 log_steps=1 eval_steps=0 threads=1"
+cp $TABLE3_SRC/base.cfg $TABLE3_SRC/C1.cfg "$T/bad-configs/"
+TABLE3_DIR=$T/bad-configs LOCAL_RANKS=1 jobs/run-local.sh table3 "$T/local" base C1 > "$T/local.log" 2>&1 ||
+    { cat "$T/local.log"; fail "run-local.sh table3 failed"; }
+for row in base C1; do
+    [ "$(h5attr "$T/local/results/$row.h5" status)" = "done" ] || fail "local $row: status is not 'done'"
+done
+grep -qw C1 "$T/local/table3.md" || fail "run-local.sh: table3.md lacks C1"
+TABLE3_DIR=$T/bad-configs LOCAL_RANKS=1 jobs/run-local.sh table3 "$T/local" bad > "$T/local-bad.log" 2>&1 &&
+    fail "run-local.sh table3 with a bad row succeeded"
+grep -q "^error: table3 row bad: failed (exit 1): .*unknown key 'd_modle'" "$T/local-bad.log" ||
+    { cat "$T/local-bad.log"; fail "run-local.sh: no clear message for the bad row"; }
+ok "run-local.sh table3 (mpirun, synthetic data): rows done and the table written; a bad row fails with '$(grep -m1 '^error:' "$T/local-bad.log")'"
+echo "test_slurm: all cases passed in $((SECONDS - T0)) s"

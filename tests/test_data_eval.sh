@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# `transformer eval --checkpoint CKPT --data DATA.h5 --split S`:
+#  - on the dev split it reproduces, to the printed digit, the dev perplexity
+#    that `train` reported at the end of the run that wrote the checkpoint
+#    (same model, no dropout, no label smoothing);
+#  - its loss is the log of its perplexity (unsmoothed NLL per wordpiece);
+#  - 2 ranks give the same perplexity as 1;
+#  - errors: dataset/model vocabulary mismatch, unknown split, an architecture
+#    key on the command line, a missing checkpoint -- one line each.
+set -u
+. "$(dirname "$0")/lib.sh"
+M=$SHARED_DATA/multi30k
+[ -f "$M/val.en" ] || fail "no Multi30k in $SHARED_DATA"
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+head -n 120 "$M/test2017.en" >"$W/dev.en"; head -n 120 "$M/test2017.de" >"$W/dev.de"
+"$BIN" prepare --out "$W/d.h5" --split train "$M/val.en" "$M/val.de" --split train "$M/test2016.en" "$M/test2016.de" \
+    --split dev "$W/dev.en" "$W/dev.de" vocab_size=1000 max_len=48 >/dev/null || fail "prepare"
+ARCH="vocab_size=1000 max_len=48 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 n_layers=1"
+"$BIN" train data="$W/d.h5" $ARCH max_tokens=512 train_steps=6 warmup=3 log_steps=3 ckpt_steps=6 \
+    run_dir="$W/run" label_smoothing=0.1 >"$W/train.log" 2>&1 || { cat "$W/train.log"; fail "train"; }
+ck=$(ls "$W"/run/ckpt_*.h5 | tail -1)
+[ -f "$ck" ] || fail "no checkpoint written"
+want=$(awk '/^dev final/ {print $6}' "$W/train.log")
+out=$("$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split dev threads=1) || fail "eval failed"
+echo "$out"
+got=$(echo "$out" | awk '{print $6}')
+[ "$got" = "$want" ] || fail "eval ppl $got, train reported $want"
+echo "$out" | awk '{ exit !(($4 - log($6))^2 < 1e-6) }' || fail "loss is not log(ppl)"
+ok "eval dev ppl $got = train's final dev ppl"
+out2=$(mpirun -np 2 "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split dev threads=1 2>/dev/null) || fail "2-rank eval"
+[ "$(echo "$out2" | awk '{print $6}')" = "$got" ] || fail "2 ranks: $out2"
+ok "2 ranks: same ppl"
+"$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split train | grep -q "^eval train loss" || fail "train split"
+
+"$BIN" prepare --out "$W/other.h5" --split train "$M/val.en" "$M/val.de" vocab_size=900 >/dev/null || fail "prepare 2"
+expect_error 2 "other.h5: dataset vocabulary has 900 pieces but the model in .* has vocab_size 1000" \
+    "$BIN" eval --checkpoint "$ck" --data "$W/other.h5"
+expect_error 2 "d.h5: dataset has no split 'test9'" "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split test9
+expect_error 2 "key 'd_model' is an architecture key" "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" d_model=64
+expect_error 2 "nockpt.h5" "$BIN" eval --checkpoint "$W/nockpt.h5" --data "$W/d.h5"
+echo "test_data_eval: all checks passed"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# `transformer translate` end to end on real files: a small dataset prepared
+# from Multi30k lines, a checkpoint of a briefly trained model.  Checks: split
+# and raw-text input give one detokenised line per input line in order; an
+# empty line gives an empty line; an over-long line is truncated with one
+# warning; 2 MPI ranks give the same output as 1; a dataset with another
+# vocabulary is a one-line error (size differs; same size, other pieces);
+# missing options are one-line errors.
+set -u
+. "$(dirname "$0")/lib.sh"
+cd "$TOP"
+if ! "$BIN" prepare --help >/dev/null 2>&1 || ! "$BIN" average --help >/dev/null 2>&1; then
+    echo "skipped: this build has no prepare/checkpoint commands yet"; exit 0
+fi
+M=$SHARED_DATA/multi30k
+[ -f "$M/train.en" ] || fail "$M: Multi30k not found"
+W=$(mktemp -d /tmp/test_translate.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+# English side: real Multi30k sentences; German side: one fixed sentence, which a
+# tiny model learns in a few dozen steps, so that every non-empty input must
+# come out as exactly that sentence (checks decoding, detokenisation, order)
+FIXED="Ein Hund läuft über die Wiese."
+head -n 400 "$M/train.en" >"$W/tr.en"; for i in $(seq 400); do echo "$FIXED"; done >"$W/tr.de"
+head -n 20 "$M/val.en" >"$W/dev.en"; head -n 20 "$W/tr.de" >"$W/dev.de"
+head -n 12 "$M/test2016.en" >"$W/te.en"; head -n 12 "$W/tr.de" >"$W/te.de"
+"$BIN" prepare --out "$W/a.h5" --split train "$W/tr.en" "$W/tr.de" --split dev "$W/dev.en" "$W/dev.de" \
+    --split test "$W/te.en" "$W/te.de" vocab_size=300 max_len=24 --jobs 1 --byte-fallback 0 >"$W/prep.log" 2>&1 \
+    || fail "prepare: $(tail -2 "$W/prep.log")"
+"$BIN" train data="$W/a.h5" vocab_size=300 max_len=24 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 \
+    max_tokens=512 train_steps=200 warmup=50 lr_factor=1 dropout=0 threads=1 run_dir="$W/run" >"$W/train.log" 2>&1 \
+    || fail "train: $(tail -2 "$W/train.log")"
+CK=$(ls "$W"/run/ckpt_*.h5 | tail -1)
+
+# a split: one line per test pair
+"$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split test --output "$W/out.txt" beam=4 max_len_a=5 threads=1 \
+    >"$W/tr1.log" 2>&1 || fail "translate --split: $(cat "$W/tr1.log")"
+[ "$(wc -l <"$W/out.txt")" -eq 12 ] || fail "split: $(wc -l <"$W/out.txt") output lines, expected 12"
+[ "$(grep -cxF "$FIXED" "$W/out.txt")" -eq 12 ] || fail "split: outputs are not the learned sentence: $(head -3 "$W/out.txt")"
+grep -q "sentences/s" "$W/tr1.log" || fail "no throughput line"
+ok "translate --split test: 12 lines ($(grep -o '[0-9.]* sentences/s' "$W/tr1.log"))"
+
+# raw text: empty line, normal lines, an over-long line (> 24 positions)
+{ echo "A man rides a bike."; echo ""; printf 'a dog %.0s' $(seq 40); echo; echo "Two children play."; } >"$W/raw.en"
+"$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input "$W/raw.en" --output "$W/raw.de" max_len_a=5 threads=1 \
+    >"$W/tr2.log" 2>"$W/tr2.err" || fail "translate --input: $(cat "$W/tr2.err")"
+[ "$(wc -l <"$W/raw.de")" -eq 4 ] || fail "raw: $(wc -l <"$W/raw.de") lines for 4 inputs"
+[ -z "$(sed -n 2p "$W/raw.de")" ] || fail "empty input line gave '$(sed -n 2p "$W/raw.de")'"
+for l in 1 3 4; do [ "$(sed -n ${l}p "$W/raw.de")" = "$FIXED" ] || fail "raw line $l: '$(sed -n ${l}p "$W/raw.de")'"; done
+[ "$(grep -c '^warning: .*truncated' "$W/tr2.err")" -eq 1 ] || fail "expected one truncation warning: $(cat "$W/tr2.err")"
+grep -q "first: line 3" "$W/tr2.err" || fail "warning does not name line 3: $(cat "$W/tr2.err")"
+ok "raw input: empty line -> empty line, long line truncated: $(cat "$W/tr2.err")"
+
+# 2 ranks: same output, in order
+mpirun -np 2 "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split test --output "$W/out2.txt" beam=4 \
+    max_len_a=5 threads=1 >"$W/tr3.log" 2>&1 || fail "mpirun translate: $(tail -3 "$W/tr3.log")"
+cmp -s "$W/out.txt" "$W/out2.txt" || fail "2 ranks differ from 1 rank"
+ok "2 ranks == 1 rank"
+
+# vocabulary mismatches
+"$BIN" prepare --out "$W/b.h5" --split train "$W/tr.en" "$W/tr.de" --split test "$W/te.en" "$W/te.de" \
+    vocab_size=250 max_len=24 --jobs 1 --byte-fallback 0 >"$W/prep2.log" 2>&1 || fail "prepare b"
+expect_error 2 "error: .*b.h5: vocabulary of 250 pieces does not match" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/b.h5" --split test --output "$W/x.txt"
+tail -n 200 "$M/train.en" >"$W/tr2.en"; tail -n 200 "$M/train.de" >"$W/tr2.de"
+"$BIN" prepare --out "$W/c.h5" --split train "$W/tr2.en" "$W/tr2.de" --split test "$W/te.en" "$W/te.de" \
+    vocab_size=300 max_len=24 --jobs 1 --byte-fallback 0 >"$W/prep3.log" 2>&1 || fail "prepare c"
+expect_error 2 "error: .*c.h5: vocabulary differs from that of" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/c.h5" --split test --output "$W/x.txt"
+[ ! -e "$W/x.txt" ] || fail "an output file was written despite the error"
+expect_error 2 "error: translate: --checkpoint CKPT is required" "$BIN" translate --data "$W/a.h5" --split test --output "$W/x.txt"
+expect_error 2 "error: translate: give exactly one of --split" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --output "$W/x.txt"
+expect_error 2 "error: .*: unknown split\|error: .*nosuch" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split nosuch --output "$W/x.txt"
+expect_error 2 "key 'd_model' is fixed by the checkpoint" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split test --output "$W/x.txt" d_model=64
+echo "all translate checks passed"
