@@ -42,6 +42,7 @@ static const KeyDesc KEYS[] = {
     K(train_steps, T_INT, 0, 1e9, 0),
     K(max_tokens, T_INT, 1, 1e8, 0),
     K(update_freq, T_INT, 1, 1e6, 0),
+    K(batch_tokens, T_INT, 0, 1e9, 0),
     K(log_steps, T_INT, 1, 1e9, 0),
     K(eval_steps, T_INT, 0, 1e9, 0),
     K(threads, T_INT, 0, 4096, 0),

@@ -6,6 +6,8 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
+# OpenMP threads sleep instead of spinning when they wait: tests share 2 cores
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 logdir=build/test-logs
 mkdir -p "$logdir"
 pass=0 fail=0
