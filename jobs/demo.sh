@@ -12,7 +12,7 @@ make -j2
 . tests/lib.sh
 RUN=${1:-runs/demo}
 RANKS=${RANKS:-2}
-STEPS=${STEPS:-1500}
+STEPS=${STEPS:-2000}
 rm -rf "$RUN"
 mkdir -p "$RUN"
 echo "== train: $RANKS ranks, $STEPS steps, embedded synthetic task (reversal) -> $RUN"

@@ -28,6 +28,11 @@ table3_overrides() {
     [ -n "${STEPS:-}" ] && OVR+=("train_steps=$STEPS")
     [ -n "${MAX_TOKENS:-}" ] && OVR+=("max_tokens=$MAX_TOKENS")
     [ -n "${UPDATE_FREQ:-}" ] && OVR+=("update_freq=$UPDATE_FREQ")
+    # an explicit batch size replaces the configs' global batch_tokens
+    # (which would otherwise set update_freq from max_tokens)
+    if [ -n "${MAX_TOKENS:-}${UPDATE_FREQ:-}" ] || [ -n "${BATCH_TOKENS:-}" ]; then
+        OVR+=("batch_tokens=${BATCH_TOKENS:-0}")
+    fi
     [ -n "${DATA:-}" ] && OVR+=("data=$DATA")
     if [ -n "${SHRINK:-}" ] && [ "$SHRINK" != 1 ]; then
         local k v

@@ -42,6 +42,7 @@ static const KeyDesc KEYS[] = {
     K(train_steps, T_INT, 0, 1e9, 0),
     K(max_tokens, T_INT, 1, 1e8, 0),
     K(update_freq, T_INT, 1, 1e6, 0),
+    K(batch_tokens, T_INT, 0, 1e9, 0),
     K(log_steps, T_INT, 1, 1e9, 0),
     K(eval_steps, T_INT, 0, 1e9, 0),
     K(threads, T_INT, 0, 4096, 0),
@@ -89,13 +90,18 @@ void config_defaults(Config *c)
     c->ln_eps = 1e-6f;
     c->dropout = 0.1f;
     c->label_smoothing = 0.1f;
-    c->warmup = 4000;
+    /* eq. 3 with the paper's factor but a short warmup: the default run
+     * (reverse 4-12 random symbols) reaches dev greedy exact match 0.995,
+     * ppl 1.085 in 2000 steps (about 7 minutes on one loaded core; the
+     * paper's warmup of 4000 left it at 0.71 after 1000 steps).  Table 3
+     * configs set warmup = 4000. */
+    c->warmup = 200;
     c->lr_factor = 1.0f;
     c->adam_beta1 = 0.9f;
     c->adam_beta2 = 0.98f;
     c->adam_eps = 1e-9f;
     c->seed = 1;
-    c->train_steps = 1000;
+    c->train_steps = 2000;
     c->max_tokens = 2048;
     c->update_freq = 1;
     c->log_steps = 100;

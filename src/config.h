@@ -35,6 +35,7 @@ typedef struct Config {
     int train_steps;
     int max_tokens;      /* per batch: source and target tokens, padding counted */
     int update_freq;     /* micro-batches accumulated per update, per rank */
+    int batch_tokens;    /* > 0: global batch target; sets update_freq from ranks x max_tokens */
     int log_steps;
     int eval_steps;      /* dev evaluation interval (0: only at the end) */
     int threads;         /* OpenMP threads per rank (0: cores per rank) */

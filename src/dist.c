@@ -367,7 +367,10 @@ void gradsync_ready(void *ctx, size_t hi)
         MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
                        g->dist->comm, &g->req[k]);
     }
-    if (g->be) return;
+    if (g->be) {   /* the backend's collectives progress on their own stream */
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
     /* give MPI a chance to progress the buckets in flight (Open MPI has no
      * progress thread: nonblocking collectives advance inside MPI calls) */
     int flag;

@@ -205,6 +205,8 @@ static void train_help(void)
            "during backward; a thread polls them every progress_us (0: no thread).  At\n"
            "the end rank 0 prints 'allreduce:' lines: buckets, time not hidden by\n"
            "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
+           "batch_tokens=N (> 0) sets update_freq = ceil(N / (ranks x max_tokens)), so a\n"
+           "config keeps the paper's global batch on any number of ranks.\n"
            "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP.\n");
 }
 
@@ -230,6 +232,12 @@ int cmd_train(int argc, char **argv)
         MPI_Barrier(D->comm);
         dist_finalize(D);
         return 2;
+    }
+    if (c->batch_tokens > 0) {
+        /* the paper's global batch (~25000 target tokens, section 5.1) on any
+         * number of ranks: accumulate over enough micro-batches of max_tokens */
+        long per_update = (long)D->size * c->max_tokens;
+        c->update_freq = (int)((c->batch_tokens + per_update - 1) / per_update);
     }
     char bind[160], *binds = D->rank == 0 ? xmalloc(sizeof bind * D->size) : NULL;
     int threads = dist_bind_cpu(D, c->threads, bind, sizeof bind);

@@ -77,6 +77,7 @@ int main(int argc, char **argv)
         c.dropout = 0.1f;
         c.label_smoothing = 0.1f;
         c.seed = 1234;
+        c.warmup = 4000;   /* lr ~2e-6 per step, as the parameter tolerance below assumes */
         snprintf(c.positional, sizeof c.positional, "%s", pos[pe]);
         if (config_validate(&c, "test")) return 2;
         Corpus corp;

@@ -150,11 +150,17 @@ wait_log() {
     while [ $SECONDS -lt $t ]; do grep -qE "$1" "$jlog" 2>/dev/null && return 0; sleep 0.2; done
     cat "$jlog" >&2; fail "job $J: no '$1' in its log within $2 s"
 }
-# wait_restart N: the job was requeued; skip Slurm's requeue delay and wait for run N
+# wait_restart N: the job was requeued; skip Slurm's requeue delay (about 2
+# minutes) and wait for run N.  Not at once: slurmd rejects a job whose new
+# credential is from the same second as the revocation of its previous run's
+# ("Job credential revoked"), which Slurm's own delay avoids
 wait_restart() {
-    local t=$((SECONDS + 120))
+    local t=$((SECONDS + 120)) pend=0
     while [ $SECONDS -lt $t ]; do
-        if [ "$(state "$J")" = PENDING ]; then scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null; fi
+        if [ "$(state "$J")" = PENDING ]; then
+            pend=$((pend + 1))
+            [ $pend -ge 5 ] && scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null
+        fi
         grep -q "restart $1 " "$jlog" 2>/dev/null && return 0
         sleep 0.5
     done
