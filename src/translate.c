@@ -226,13 +226,23 @@ static int rlen_or(const Corpus *c, int i) { return c->tgt_off ? corpus_tgt_len(
  * detokenised with spm_decode unless raw, via a temporary file, fsync and
  * rename: dest appears only complete */
 static void emit(const char *dest, int n, const int *len, const int32_t *tok, int raw, const char *spm_path,
-                 const char *p_in, const char *p_out, const char *p_err)
+                 const char *p_in, const char *p_out, const char *p_err, const DatasetVocab *voc)
 {
     FILE *f = fopen(p_in, "w");
     if (!f) die(1, "%s: cannot write", p_in);
     long q = 0;
     for (int i = 0; i < n; i++) {
-        for (int j = 0; j < len[i]; j++) fprintf(f, j ? " %d" : "%d", tok[q + j]);
+        int first = 1;
+        for (int j = 0; j < len[i]; j++) {
+            int32_t t = tok[q + j];
+            /* byte-fallback pieces of line breaks would split the sentence's
+             * line in spm_decode's output: one output line per sentence */
+            if (!raw && voc && t >= 0 && t < voc->vocab_size &&
+                (!strcmp(voc->pieces[t], "<0x0A>") || !strcmp(voc->pieces[t], "<0x0D>")))
+                continue;
+            fprintf(f, first ? "%d" : " %d", t);
+            first = 0;
+        }
         q += len[i];
         fputc('\n', f);
     }
@@ -458,8 +468,8 @@ int cmd_translate(int argc, char **argv)
             rlen = xmalloc(sizeof(int) * (src.n + 1));
             for (int i = 0; i < src.n; i++) rlen[i] = corpus_tgt_len(&src, i);
         }
-        emit(o.output, src.n, all_len, all_tok, synth, spm_path, p_in, p_out, p_err);
-        if (o.reference) emit(o.reference, src.n, rlen, rtok, synth, spm_path, p_in, p_out, p_err);
+        emit(o.output, src.n, all_len, all_tok, synth, spm_path, p_in, p_out, p_err, synth ? NULL : &voc);
+        if (o.reference) emit(o.reference, src.n, rlen, rtok, synth, spm_path, p_in, p_out, p_err, synth ? NULL : &voc);
         if (synth && o.split) {
             long exact = 0, q = 0;
             for (int i = 0; i < src.n; i++) {
