@@ -74,6 +74,10 @@ void dist_install_abort(Dist *d)
     signal(SIGSEGV, fatal_signal);
     signal(SIGBUS, fatal_signal);
     signal(SIGFPE, fatal_signal);
+    /* a test that must signal a run mid-way (Slurm's time-limit signal comes
+     * up to 30 s late) makes every step last at least this long */
+    const char *sl = getenv("TRANSFORMER_STEP_SLEEP_MS");
+    d->step_sleep_ms = sl ? atoi(sl) : 0;
     const char *f = getenv("TRANSFORMER_FAIL_AT");
     if (f && *f) {
         char how[32] = "";
@@ -86,6 +90,7 @@ void dist_install_abort(Dist *d)
 
 void dist_fault_point(Dist *d, int step)
 {
+    if (d->step_sleep_ms > 0) usleep((useconds_t)d->step_sleep_ms * 1000);
     if (d->fail_step != step || d->fail_rank != d->rank) return;
     if (d->fail_sig) {
         fprintf(stderr, "rank %d: raising signal %d at step %d (TRANSFORMER_FAIL_AT)\n", d->rank, d->fail_sig, step);

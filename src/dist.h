@@ -18,6 +18,7 @@ typedef struct {
     MPI_Comm node;                /* ranks sharing this node's memory */
     int thread_multiple;          /* MPI_THREAD_MULTIPLE granted */
     int fail_rank, fail_step, fail_sig;   /* TRANSFORMER_FAIL_AT (tests); fail_step 0 = off */
+    int step_sleep_ms;                    /* TRANSFORMER_STEP_SLEEP_MS (tests): slows steps, same results */
 } Dist;
 
 void dist_init(Dist *d, int *argc, char ***argv);

@@ -207,7 +207,8 @@ static void train_help(void)
            "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
            "batch_tokens=N (> 0) sets update_freq = ceil(N / (ranks x max_tokens)), so a\n"
            "config keeps the paper's global batch on any number of ranks.\n"
-           "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP.\n");
+           "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP;\n"
+           "TRANSFORMER_STEP_SLEEP_MS=N makes every step last at least N ms (same results).\n");
 }
 
 int cmd_train(int argc, char **argv)

@@ -141,8 +141,9 @@ cfg=$T/preempt.cfg
 printf 'train_steps = 300\nlog_steps = 1\nsynth_train = 3000\nmax_tokens = 1000\nseed = 7\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
 # --signal=USR1@115: never due within the 20-minute limit, until case (a)
 # lowers the limit to 2 minutes; slurmctld checks such signals every 30 s, so
-# the run is long enough (300 steps, > 40 s on 2 idle cores) for it to arrive
-J=$(SIGNAL_LEAD=115 jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
+# the run is long enough for it to arrive: 300 steps of at least 200 ms
+# (TRANSFORMER_STEP_SLEEP_MS only slows the steps; results are unchanged)
+J=$(TRANSFORMER_STEP_SLEEP_MS=200 SIGNAL_LEAD=115 jobs/submit-train.sh "$T/run-slurm" "$cfg") || fail "submit-train.sh failed"
 jlog=$T/run-slurm/slurm-$J.out
 # wait_log PATTERN TIMEOUT: until the job log has a line matching PATTERN
 wait_log() {
