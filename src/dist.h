@@ -55,10 +55,9 @@ typedef struct {
     int next;               /* first bucket not yet started */
     Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
     /* statistics */
-    double t_wait;          /* seconds this rank waited after backward */
-    double t_exposed;       /* per update, the least wait of any rank, summed:
-                             * the slowest rank's wait is communication that
-                             * backward did not hide (the rest is imbalance) */
+    double t_wait;          /* seconds this rank waited after backward; the least
+                             * of any rank is communication that backward did not
+                             * hide (the rest is imbalance) */
     double bytes;           /* bytes allreduced */
     long n_syncs;           /* completed gradsync_finish calls that communicated */
     long n_started;         /* bucket allreduces started */

@@ -10,7 +10,7 @@
 # and prints target tokens/s of each (measured over the second half of the
 # steps, after allocation and warm-up), the 2-rank efficiency
 # tok/s(2) / (2 * tok/s(1)) (aim >= 90%) and relative to run 2, the allreduce
-# time backward did not hide (GradSync: per update, the least wait of any
+# time backward did not hide (GradSync: the least total wait of any
 # rank), time lost to load imbalance, and the bus bandwidth of a blocking
 # allreduce of the gradient buffer (nccl-tests: busbw = algbw * 2(n-1)/n).
 # Other load on the machine lowers every figure: the load average is printed.
