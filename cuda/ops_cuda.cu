@@ -5,11 +5,11 @@
  *   interface is row-major and cuBLAS column-major: a row-major C = op(A)
  *   op(B) is the column-major C^T = op(B)^T op(A)^T, so the operands are
  *   swapped and every transpose stays an operand flag (nothing is copied).
- * - precision: fp32 (IEEE sgemm), tf32 (tensor cores, 10-bit mantissa
- *   inputs) or bf16 (tensor cores with bf16 inputs, fp32 accumulation):
- *   chosen by the cuBLAS compute type.  Parameters, Adam state and
- *   activations stay fp32 in memory (see docs/gpu-roofline.md for what bf16
- *   storage would add).
+ * - precision: fp32 (IEEE sgemm) or tf32 (tensor cores, 10-bit mantissa
+ *   inputs), chosen by the cuBLAS compute type, with everything stored
+ *   fp32; or bf16 mixed precision (section "bf16 storage" below):
+ *   activations and GEMM inputs stored bf16, every op accumulating in fp32,
+ *   fp32 master weights, gradients and Adam state.
  * - Every other op is a kernel below.  Reductions are block-level tree sums
  *   with a fixed shape, so results are deterministic run to run; no kernel
  *   uses atomics.  Dropout masks come from the same Philox counter as the
@@ -25,7 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include <mpi.h>
 #if defined(HAVE_NCCL) || defined(CUDA_EMULATION)
@@ -53,6 +56,15 @@ extern "C" {
 #define CKL() CK(cudaGetLastError())
 
 enum { PREC_FP32, PREC_TF32, PREC_BF16 };
+
+/* One alloc_act buffer.  bf16: [base, base + bytes) is a PROT_NONE host
+ * reservation (a handle, sized as fp32) and dev the bf16 storage of
+ * bytes/4 elements; fp32: base == dev, recorded only to count act_bytes. */
+struct ActRange {
+    uintptr_t base;
+    size_t bytes;
+    void *dev;
+};
 
 struct CudaImpl {
     int device;
@@ -83,6 +95,15 @@ struct CudaImpl {
     std::vector<std::vector<float>> stage;
     std::vector<float *> stage_dst;
     std::vector<MPI_Request> reqs;
+    /* bf16 storage (precision=bf16; see "bf16 storage" below) */
+    bool bf16;
+    std::vector<ActRange> acts;   /* sorted by base */
+    const float *params;                 /* fp32 master weights (set_params) */
+    size_t n_params;
+    __nv_bfloat16 *shadow;               /* bf16 copy of params for GEMM inputs */
+    bool shadow_stale;
+    void *gscratch[3];                   /* GEMM operand conversions: A, B, C */
+    size_t gscratch_cap[3];
 };
 
 static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }
@@ -156,6 +177,109 @@ static __device__ __forceinline__ float drop_apply(float v, float p, float ks, D
 
 static float drop_scale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
 
+/* ---------------------------------------------------------- bf16 storage
+ *
+ * With precision=bf16 the model's activations (everything it allocates with
+ * alloc_act, see ops.h) are stored as bf16 (8-bit mantissa, fp32's exponent
+ * range: no loss scaling needed), halving their memory and the bytes every
+ * elementwise kernel moves; parameters, gradients, Adam moments, LayerNorm
+ * statistics and losses stay fp32 (mixed precision as in Micikevicius et
+ * al. 2018, with bf16 instead of fp16).
+ *
+ * model.c is unchanged: it does float-pointer arithmetic on activation
+ * buffers (a->qkv + hk), so alloc_act returns a *handle*, an address in a
+ * host range reserved PROT_NONE with the fp32 size (never touched: any
+ * host access faults), and cudaMallocs the bf16 storage.  Element index =
+ * (float *)p - (float *)base.  Every op resolves each pointer argument to a
+ * typed device pointer (TP: pointer + element type); kernels load and store
+ * through ld()/st(), which convert to and from fp32 (round to nearest even)
+ * with a branch that is uniform over the launch, and compute in fp32.
+ * Pointers that are not handles (parameters, gradients, buffers the
+ * decoders allocate with plain alloc) resolve to fp32 as before, so the ops
+ * accept any mix, and precision=fp32/tf32 runs exactly the code of before.
+ *
+ * GEMMs: when either input is bf16 both are given to cuBLAS as bf16 (the
+ * weights through a bf16 shadow copy of the parameters, refreshed lazily
+ * after anything writes the parameters: Adam, upload, copy, zero), with
+ * fp32 accumulation (CUBLAS_COMPUTE_32F) and C stored bf16 (activations) or
+ * fp32 (weight gradients, accumulated with beta = 1 in fp32). */
+
+/* typed device pointer */
+struct TP {
+    void *p;
+    int bf;   /* 1: __nv_bfloat16 elements, 0: float */
+};
+
+static __device__ __forceinline__ float ld(TP t, size_t i)
+{
+    return t.bf ? __bfloat162float(((const __nv_bfloat16 *)t.p)[i]) : ((const float *)t.p)[i];
+}
+
+static __device__ __forceinline__ void st(TP t, size_t i, float v)
+{
+    if (t.bf)
+        ((__nv_bfloat16 *)t.p)[i] = __float2bfloat16_rn(v);
+    else
+        ((float *)t.p)[i] = v;
+}
+
+/* t advanced by i elements */
+static __host__ __device__ __forceinline__ TP at(TP t, size_t i)
+{
+    TP r = { (char *)t.p + i * (t.bf ? 2 : 4), t.bf };
+    return r;
+}
+
+static const ActRange *find_act(CudaImpl *I, const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    auto it = std::upper_bound(I->acts.begin(), I->acts.end(), u,
+                               [](uintptr_t v, const ActRange &r) { return v < r.base; });
+    if (it == I->acts.begin()) return NULL;
+    --it;
+    return u - it->base < it->bytes ? &*it : NULL;
+}
+
+/* the device storage behind a pointer argument of an op */
+static TP R(Backend *be, const void *p)
+{
+    CudaImpl *I = IMPL(be);
+    TP t = { (void *)p, 0 };
+    if (!I->bf16 || !p) return t;
+    const ActRange *a = find_act(I, p);
+    if (!a) return t;
+    size_t off = (uintptr_t)p - a->base;
+    if (off % sizeof(float)) die(1, "cuda: activation pointer %p is not float-aligned within its buffer", p);
+    t.p = (char *)a->dev + off / 2;
+    t.bf = 1;
+    return t;
+}
+
+static bool in_params(CudaImpl *I, const void *p, size_t bytes)
+{
+    uintptr_t u = (uintptr_t)p, b = (uintptr_t)I->params, e = b + I->n_params * sizeof(float);
+    return I->params && u < e && u + bytes > b;
+}
+
+/* anything that writes the master weights makes the bf16 shadow stale */
+static void touch(CudaImpl *I, const void *p, size_t bytes)
+{
+    if (I->shadow && in_params(I, p, bytes)) I->shadow_stale = true;
+}
+
+static __global__ void k_convert(TP dst, TP src, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        st(dst, i, ld(src, i));
+}
+
+static void convert(Backend *be, TP dst, TP src, long n)
+{
+    if (n <= 0) return;
+    LAUNCH(k_convert, nblocks(n, 256), 256, 0, IMPL(be)->stream, dst, src, n);
+    CKL();
+}
+
 /* ---------------------------------------------------------------- memory */
 
 static void *cuda_alloc(Backend *be, size_t bytes)
@@ -170,34 +294,136 @@ static void *cuda_alloc(Backend *be, size_t bytes)
     return p;
 }
 
+static void *cuda_alloc_act(Backend *be, size_t bytes)
+{
+    CudaImpl *I = IMPL(be);
+    ActRange a;
+    size_t held;
+    if (!I->bf16) {
+        a.dev = cuda_alloc(be, bytes);
+        if (!a.dev) return NULL;
+        a.base = (uintptr_t)a.dev;
+        held = bytes;
+    } else {
+        size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+        if (!n) n = 1;
+        /* NORESERVE: only address space, no memory, is taken on the host */
+        void *h = mmap(NULL, n * sizeof(float), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (h == MAP_FAILED) return NULL;
+        a.dev = cuda_alloc(be, n * sizeof(__nv_bfloat16));   /* zero bits = bf16 0.0 */
+        if (!a.dev) {
+            munmap(h, n * sizeof(float));
+            return NULL;
+        }
+        a.base = (uintptr_t)h;
+        held = n * sizeof(__nv_bfloat16);
+    }
+    a.bytes = bytes ? bytes : 1;
+    auto it = std::upper_bound(I->acts.begin(), I->acts.end(), a.base,
+                               [](uintptr_t v, const ActRange &r) { return v < r.base; });
+    I->acts.insert(it, a);
+    be->act_bytes += held;
+    return (void *)a.base;
+}
+
 static void cuda_free(Backend *be, void *p)
 {
-    (void)be;
-    if (p) CK(cudaFree(p));
+    CudaImpl *I = IMPL(be);
+    if (!p) return;
+    const ActRange *a = find_act(I, p);
+    if (a && a->base == (uintptr_t)p) {
+        size_t i = a - I->acts.data();
+        ActRange r = *a;
+        I->acts.erase(I->acts.begin() + i);
+        if (r.dev != p) {   /* bf16: the handle's reservation and the storage */
+            size_t n = (r.bytes + sizeof(float) - 1) / sizeof(float);
+            munmap(p, n * sizeof(float));
+            be->act_bytes -= n * sizeof(__nv_bfloat16);
+            CK(cudaFree(r.dev));
+            return;
+        }
+        be->act_bytes -= r.bytes;
+    }
+    CK(cudaFree(p));
+}
+
+static void cuda_set_params(Backend *be, float *params, size_t n)
+{
+    CudaImpl *I = IMPL(be);
+    I->params = params;
+    I->n_params = n;
+    if (I->shadow) CK(cudaFree(I->shadow));
+    I->shadow = NULL;
+    if (I->bf16 && n) CK(cudaMalloc((void **)&I->shadow, n * sizeof(__nv_bfloat16)));
+    I->shadow_stale = true;
+}
+
+/* the weights as a bf16 GEMM operand: the shadow, converted if stale */
+static TP shadow_of(Backend *be, const void *p)
+{
+    CudaImpl *I = IMPL(be);
+    if (I->shadow_stale) {
+        TP d = { I->shadow, 1 }, s = { (void *)I->params, 0 };
+        convert(be, d, s, (long)I->n_params);
+        I->shadow_stale = false;
+    }
+    TP t = { I->shadow, 1 };
+    return at(t, (const float *)p - I->params);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n) return;
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, IMPL(be)->stream));
-    CK(cudaStreamSynchronize(IMPL(be)->stream));   /* the caller may reuse src at once */
+    CudaImpl *I = IMPL(be);
+    TP d = R(be, dst);
+    touch(I, dst, n);
+    if (d.bf) {   /* fp32 host data into bf16 storage: convert on the host */
+        size_t k = n / sizeof(float);
+        std::vector<__nv_bfloat16> h(k);
+        for (size_t i = 0; i < k; i++) h[i] = __float2bfloat16_rn(((const float *)src)[i]);
+        CK(cudaMemcpyAsync(d.p, h.data(), k * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, I->stream));
+        CK(cudaStreamSynchronize(I->stream));
+        return;
+    }
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));   /* the caller may reuse src at once */
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n) return;
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, IMPL(be)->stream));
-    CK(cudaStreamSynchronize(IMPL(be)->stream));
+    CudaImpl *I = IMPL(be);
+    TP s = R(be, src);
+    if (s.bf) {   /* e.g. attention weights P for the maps: widen on the host */
+        size_t k = n / sizeof(float);
+        std::vector<__nv_bfloat16> h(k);
+        CK(cudaMemcpyAsync(h.data(), s.p, k * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, I->stream));
+        CK(cudaStreamSynchronize(I->stream));
+        for (size_t i = 0; i < k; i++) ((float *)dst)[i] = __bfloat162float(h[i]);
+        return;
+    }
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
 }
 
 static void cuda_zero(Backend *be, void *p, size_t n)
 {
-    if (n) CK(cudaMemsetAsync(p, 0, n, IMPL(be)->stream));
+    if (!n) return;
+    TP t = R(be, p);
+    touch(IMPL(be), p, n);
+    CK(cudaMemsetAsync(t.p, 0, t.bf ? n / 2 : n, IMPL(be)->stream));
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t n)
 {
-    if (n && dst != src) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, IMPL(be)->stream));
+    if (!n || dst == src) return;
+    TP d = R(be, dst), s = R(be, src);
+    touch(IMPL(be), dst, n);
+    if (d.bf != s.bf) {   /* between bf16 and fp32 storage: convert */
+        convert(be, d, s, (long)(n / sizeof(float)));
+        return;
+    }
+    CK(cudaMemcpyAsync(d.p, s.p, d.bf ? n / 2 : n, cudaMemcpyDeviceToDevice, IMPL(be)->stream));
 }
 
 static void cuda_sync(Backend *be) { CK(cudaStreamSynchronize(IMPL(be)->stream)); }
@@ -205,15 +431,79 @@ static void cuda_sync(Backend *be) { CK(cudaStreamSynchronize(IMPL(be)->stream))
 /* ----------------------------------------------------------------- GEMM */
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
+static cudaDataType dtype(TP t) { return t.bf ? CUDA_R_16BF : CUDA_R_32F; }
+
+/* elements spanned by a row-major rows x cols matrix with leading dimension ld */
+static long span(int rows, int cols, int ld) { return rows > 0 && cols > 0 ? (long)(rows - 1) * ld + cols : 0; }
+
+static void *gemm_scratch(Backend *be, int k, size_t bytes)
+{
+    CudaImpl *I = IMPL(be);
+    if (bytes > I->gscratch_cap[k]) {
+        if (I->gscratch[k]) CK(cudaFree(I->gscratch[k]));
+        I->gscratch_cap[k] = bytes * 5 / 4;
+        CK(cudaMalloc(&I->gscratch[k], I->gscratch_cap[k]));
+    }
+    return I->gscratch[k];
+}
+
+/* The storage a GEMM runs on (see "bf16 storage"): A, B and C resolved; if
+ * either input is bf16 both become bf16 (weights: the shadow; any other
+ * fp32 operand: converted into scratch) and cuBLAS accumulates in fp32.
+ * fp32 inputs into a bf16 C (no such cuBLAS type combination) go through
+ * an fp32 scratch C.  precision=fp32/tf32: everything fp32, the plain call. */
+struct GemmOps {
+    TP a, b, c, c_dst;
+    long c_n;   /* > 0: c is scratch, converted into c_dst afterwards */
+    cublasComputeType_t ct;
+};
+
+static GemmOps gemm_ops(Backend *be, const void *A, long nA, const void *B, long nB, void *C, long nC, float beta)
+{
+    CudaImpl *I = IMPL(be);
+    GemmOps g = { R(be, A), R(be, B), R(be, C), { NULL, 0 }, 0, I->compute };
+    if (g.a.bf || g.b.bf) {
+        TP *t[2] = { &g.a, &g.b };
+        const void *raw[2] = { A, B };
+        long n[2] = { nA, nB };
+        for (int k = 0; k < 2; k++) {
+            if (t[k]->bf) continue;
+            const float *p = (const float *)raw[k];
+            if (I->shadow && p >= I->params && p + n[k] <= I->params + I->n_params) {
+                *t[k] = shadow_of(be, p);
+            } else {
+                TP s = { gemm_scratch(be, k, n[k] * sizeof(__nv_bfloat16) + 2), 1 };
+                convert(be, s, *t[k], n[k]);
+                *t[k] = s;
+            }
+        }
+        g.ct = CUBLAS_COMPUTE_32F;
+    } else if (g.c.bf) {
+        TP s = { gemm_scratch(be, 2, nC * sizeof(float) + 4), 0 };
+        if (beta != 0.0f) convert(be, s, g.c, nC);
+        g.c_dst = g.c;
+        g.c = s;
+        g.c_n = nC;
+    }
+    return g;
+}
+
+static void gemm_done(Backend *be, const GemmOps &g)
+{
+    if (g.c_n) convert(be, g.c_dst, g.c, g.c_n);
+}
 
 static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc)
 {
     CudaImpl *I = IMPL(be);
     if (M <= 0 || N <= 0) return;
+    GemmOps g = gemm_ops(be, A, tA ? span(K, M, lda) : span(M, K, lda), B, tB ? span(N, K, ldb) : span(K, N, ldb), C,
+                         span(M, N, ldc), beta);
     /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
-    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
-                     CUDA_R_32F, ldc, I->compute, CUBLAS_GEMM_DEFAULT));
+    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.p, dtype(g.b), ldb, g.a.p, dtype(g.a), lda, &beta,
+                     g.c.p, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+    gemm_done(be, g);
 }
 
 static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
@@ -222,37 +512,41 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
 {
     CudaImpl *I = IMPL(be);
     if (M <= 0 || N <= 0 || n_outer <= 0 || n_inner <= 0) return;
+    long last_o = n_outer - 1, last_i = n_inner - 1;
+    long nA = (tA ? span(K, M, lda) : span(M, K, lda)), nB = (tB ? span(N, K, ldb) : span(K, N, ldb));
+    if (nA) nA += last_o * sAo + last_i * sAi;
+    if (nB) nB += last_o * sBo + last_i * sBi;
+    GemmOps g = gemm_ops(be, A, nA, B, nB, C, span(M, N, ldc) + last_o * sCo + last_i * sCi, beta);
+    cudaDataType ta = dtype(g.a), tb = dtype(g.b), tc = dtype(g.c);
     /* one strided-batched call when the (outer, inner) grid is a single
      * stride for all three operands.  Otherwise a loop over the shorter of
      * the two dimensions, batching the other: attention (outer = sentence,
      * inner = head at stride d_k within a row) makes h calls of B matrices
      * each, not B launches (a 25k-token batch has ~1000 sentences). */
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B, CUDA_R_32F, ldb, sBi, A,
-                                       CUDA_R_32F, lda, sAi, &beta, C, CUDA_R_32F, ldc, sCi, n_outer * n_inner,
-                                       I->compute, CUBLAS_GEMM_DEFAULT));
-        return;
-    }
-    if (n_outer <= n_inner) {
+        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.p, tb, ldb, sBi, g.a.p, ta, lda,
+                                       sAi, &beta, g.c.p, tc, ldc, sCi, n_outer * n_inner, g.ct, CUBLAS_GEMM_DEFAULT));
+    } else if (n_outer <= n_inner) {
         for (int o = 0; o < n_outer; o++)
-            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + o * sBo, CUDA_R_32F, ldb,
-                                           sBi, A + o * sAo, CUDA_R_32F, lda, sAi, &beta, C + o * sCo, CUDA_R_32F,
-                                           ldc, sCi, n_inner, I->compute, CUBLAS_GEMM_DEFAULT));
+            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, at(g.b, o * sBo).p, tb, ldb, sBi,
+                                           at(g.a, o * sAo).p, ta, lda, sAi, &beta, at(g.c, o * sCo).p, tc, ldc, sCi,
+                                           n_inner, g.ct, CUBLAS_GEMM_DEFAULT));
     } else {
         for (int i = 0; i < n_inner; i++)
-            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, B + i * sBi, CUDA_R_32F, ldb,
-                                           sBo, A + i * sAi, CUDA_R_32F, lda, sAo, &beta, C + i * sCi, CUDA_R_32F,
-                                           ldc, sCo, n_outer, I->compute, CUBLAS_GEMM_DEFAULT));
+            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, at(g.b, i * sBi).p, tb, ldb, sBo,
+                                           at(g.a, i * sAi).p, ta, lda, sAo, &beta, at(g.c, i * sCi).p, tc, ldc, sCo,
+                                           n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
     }
+    gemm_done(be, g);
 }
 
 /* ------------------------------------------------------------------ bias */
 
-static __global__ void k_bias_forward(float *Y, const float *bias, long n, int cols, int relu)
+static __global__ void k_bias_forward(TP Y, TP bias, long n, int cols, int relu)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        float v = Y[i] + bias[i % cols];
-        Y[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        float v = ld(Y, i) + ld(bias, i % cols);
+        st(Y, i, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
 
@@ -260,14 +554,14 @@ static void cuda_bias_forward(Backend *be, float *Y, const float *bias, int rows
 {
     long n = (long)rows * cols;
     if (n <= 0) return;
-    LAUNCH(k_bias_forward, nblocks(n, 256), 256, 0, IMPL(be)->stream, Y, bias, n, cols, relu);
+    LAUNCH(k_bias_forward, nblocks(n, 256), 256, 0, IMPL(be)->stream, R(be, Y), R(be, bias), n, cols, relu);
     CKL();
 }
 
-static __global__ void k_relu_mask(float *dY, const float *Y, long n)
+static __global__ void k_relu_mask(TP dY, TP Y, long n)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        if (!(Y[i] > 0.0f)) dY[i] = 0.0f;
+        if (!(ld(Y, i) > 0.0f)) st(dY, i, 0.0f);
 }
 
 /* Deterministic column sums in two stages.  Stage 1: block (32, 8) owns 32
@@ -279,8 +573,8 @@ static __global__ void k_relu_mask(float *dY, const float *Y, long n)
 #define CS_Y 8
 #define CS_ROWS 256   /* rows per chunk */
 
-static __global__ void k_colsum_partial(const float *X, const float *R, const float *mean, const float *rstd,
-                                        int rows, int cols, float *part_a, float *part_b)
+static __global__ void k_colsum_partial(TP X, TP R, TP mean, TP rstd, int rows, int cols, float *part_a,
+                                        float *part_b)
 {
     DYNAMIC_SHARED(float, sh);   /* [2][CS_Y][CS_X] */
     int c = blockIdx.x * CS_X + threadIdx.x, chunk = blockIdx.y;
@@ -288,9 +582,9 @@ static __global__ void k_colsum_partial(const float *X, const float *R, const fl
     float a = 0.0f, b = 0.0f;
     if (c < cols)
         for (int r = r0 + threadIdx.y; r < r1; r += CS_Y) {
-            float x = X[(size_t)r * cols + c];
+            float x = ld(X, (size_t)r * cols + c);
             b += x;
-            if (R) a += x * (R[(size_t)r * cols + c] - mean[r]) * rstd[r];
+            if (R.p) a += x * (ld(R, (size_t)r * cols + c) - ld(mean, r)) * ld(rstd, r);
         }
     sh[threadIdx.y * CS_X + threadIdx.x] = b;
     sh[(CS_Y + threadIdx.y) * CS_X + threadIdx.x] = a;
@@ -302,17 +596,17 @@ static __global__ void k_colsum_partial(const float *X, const float *R, const fl
             sa += sh[(CS_Y + y) * CS_X + threadIdx.x];
         }
         part_b[(size_t)chunk * cols + c] = sb;
-        if (R) part_a[(size_t)chunk * cols + c] = sa;
+        if (R.p) part_a[(size_t)chunk * cols + c] = sa;
     }
 }
 
-static __global__ void k_colsum_final(const float *part, int chunks, int cols, float *out)
+static __global__ void k_colsum_final(const float *part, int chunks, int cols, TP out)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;
     float s = 0.0f;
     for (int k = 0; k < chunks; k++) s += part[(size_t)k * cols + c];
-    out[c] += s;
+    st(out, c, ld(out, c) + s);
 }
 
 static float *part_buffer(Backend *be, size_t n)
@@ -327,8 +621,8 @@ static float *part_buffer(Backend *be, size_t n)
     return I->part;
 }
 
-/* out_b += column sums of X; with R: out_a += column sums of X*(R-mean)*rstd */
-static void colsums(Backend *be, const float *X, const float *R, const float *mean, const float *rstd, int rows,
+/* out_b += column sums of X; with Rr: out_a += column sums of X*(Rr-mean)*rstd */
+static void colsums(Backend *be, const float *X, const float *Rr, const float *mean, const float *rstd, int rows,
                     int cols, float *out_a, float *out_b)
 {
     if (rows <= 0 || cols <= 0) return;
@@ -337,12 +631,13 @@ static void colsums(Backend *be, const float *X, const float *R, const float *me
     float *part = part_buffer(be, (size_t)chunks * cols * 2);
     float *pb = part, *pa = part + (size_t)chunks * cols;
     dim3 grid((cols + CS_X - 1) / CS_X, chunks), block(CS_X, CS_Y);
-    LAUNCH(k_colsum_partial, grid, block, 2 * CS_X * CS_Y * sizeof(float), s, X, R, mean, rstd, rows, cols, pa, pb);
+    LAUNCH(k_colsum_partial, grid, block, 2 * CS_X * CS_Y * sizeof(float), s, R(be, X), R(be, Rr), R(be, mean),
+           R(be, rstd), rows, cols, pa, pb);
     CKL();
-    LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pb, chunks, cols, out_b);
+    LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pb, chunks, cols, R(be, out_b));
     CKL();
-    if (R) {
-        LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pa, chunks, cols, out_a);
+    if (Rr) {
+        LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pa, chunks, cols, R(be, out_a));
         CKL();
     }
 }
@@ -352,7 +647,7 @@ static void cuda_bias_backward(Backend *be, float *dY, float *dbias, const float
     long n = (long)rows * cols;
     if (n <= 0) return;
     if (relu) {
-        LAUNCH(k_relu_mask, nblocks(n, 256), 256, 0, IMPL(be)->stream, dY, Y, n);
+        LAUNCH(k_relu_mask, nblocks(n, 256), 256, 0, IMPL(be)->stream, R(be, dY), R(be, Y), n);
         CKL();
     }
     colsums(be, dY, NULL, NULL, NULL, rows, cols, NULL, dbias);
@@ -361,7 +656,7 @@ static void cuda_bias_backward(Backend *be, float *dY, float *dbias, const float
 /* --------------------------------------------------------------- softmax */
 
 /* one block per row of S (eq. 1 with the padding and causal masks) */
-static __global__ void k_softmax_forward(float *S, const int32_t *key_len, float scale, int nh, int Tq, int Tk,
+static __global__ void k_softmax_forward(TP S, const int32_t *key_len, float scale, int nh, int Tq, int Tk,
                                          int causal, int q_offset)
 {
     DYNAMIC_SHARED(float, sh);
@@ -370,15 +665,15 @@ static __global__ void k_softmax_forward(float *S, const int32_t *key_len, float
     int n = key_len[b];
     if (causal && q + q_offset + 1 < n) n = q + q_offset + 1;
     if (n > Tk) n = Tk;
-    float *s = S + r * Tk;
+    TP s = at(S, r * Tk);
     float mx = -INFINITY;
-    for (int k = threadIdx.x; k < n; k += blockDim.x) mx = fmaxf(mx, s[k] * scale);
+    for (int k = threadIdx.x; k < n; k += blockDim.x) mx = fmaxf(mx, ld(s, k) * scale);
     mx = block_max(mx, sh);
     float sum = 0.0f;
-    for (int k = threadIdx.x; k < n; k += blockDim.x) sum += expf(s[k] * scale - mx);
+    for (int k = threadIdx.x; k < n; k += blockDim.x) sum += expf(ld(s, k) * scale - mx);
     sum = block_sum(sum, sh);
     float inv = n > 0 ? 1.0f / sum : 0.0f;
-    for (int k = threadIdx.x; k < Tk; k += blockDim.x) s[k] = k < n ? expf(s[k] * scale - mx) * inv : 0.0f;
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x) st(s, k, k < n ? expf(ld(s, k) * scale - mx) * inv : 0.0f);
 }
 
 static int row_threads(int n)
@@ -393,61 +688,61 @@ static void cuda_softmax_forward(Backend *be, float *S, const int32_t *key_len, 
 {
     long rows = (long)nb * nh * Tq;
     if (rows <= 0 || Tk <= 0) return;
-    LAUNCH(k_softmax_forward, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, S, key_len, scale, nh, Tq,
-           Tk, causal, q_offset);
+    LAUNCH(k_softmax_forward, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, R(be, S), key_len, scale, nh,
+           Tq, Tk, causal, q_offset);
     CKL();
 }
 
-static __global__ void k_softmax_backward(float *dP, const float *P, float scale, int Tk)
+static __global__ void k_softmax_backward(TP dP, TP P, float scale, int Tk)
 {
     DYNAMIC_SHARED(float, sh);
-    float *d = dP + (long)blockIdx.x * Tk;
-    const float *p = P + (long)blockIdx.x * Tk;
+    TP d = at(dP, (long)blockIdx.x * Tk), p = at(P, (long)blockIdx.x * Tk);
     float dot = 0.0f;
-    for (int k = threadIdx.x; k < Tk; k += blockDim.x) dot += p[k] * d[k];
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x) dot += ld(p, k) * ld(d, k);
     dot = block_sum(dot, sh);
-    for (int k = threadIdx.x; k < Tk; k += blockDim.x) d[k] = scale * p[k] * (d[k] - dot);
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x) st(d, k, scale * ld(p, k) * (ld(d, k) - dot));
 }
 
 static void cuda_softmax_backward(Backend *be, float *dP, const float *P, float scale, int nb, int nh, int Tq, int Tk)
 {
     long rows = (long)nb * nh * Tq;
     if (rows <= 0 || Tk <= 0) return;
-    LAUNCH(k_softmax_backward, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, dP, P, scale, Tk);
+    LAUNCH(k_softmax_backward, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, R(be, dP), R(be, P), scale,
+           Tk);
     CKL();
 }
 
 /* ------------------------------------------- residual + dropout + LayerNorm */
 
-static __global__ void k_residual_ln_forward(float *y, float *r, float *mean, float *rstd, const float *x,
-                                             const float *sub, const float *gamma, const float *beta, int d,
+/* With bf16 r, each thread re-reads (only) its own rounded r[j]: the mean
+ * is of the unrounded sums, variance and y of what backward will see. */
+static __global__ void k_residual_ln_forward(TP y, TP r, TP mean, TP rstd, TP x, TP sub, TP gamma, TP beta, int d,
                                              float eps, float p, float ks, DropoutKey key, const uint32_t *sent_id,
                                              int T)
 {
     DYNAMIC_SHARED(float, sh);
     long i = blockIdx.x;
-    const float *xi = x + i * d, *si = sub + i * d;
-    float *ri = r + i * d, *yi = y + i * d;
+    TP xi = at(x, i * d), si = at(sub, i * d), ri = at(r, i * d), yi = at(y, i * d);
     uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
     float sum = 0.0f;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float v = xi[j] + drop_apply(si[j], p, ks, key, sent, pos, (uint32_t)j);
-        ri[j] = v;
+        float v = ld(xi, j) + drop_apply(ld(si, j), p, ks, key, sent, pos, (uint32_t)j);
+        st(ri, j, v);
         sum += v;
     }
     float mu = block_sum(sum, sh) / d;
     float var = 0.0f;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float c = ri[j] - mu;
+        float c = ld(ri, j) - mu;
         var += c * c;
     }
     var = block_sum(var, sh);
     float rs = 1.0f / sqrtf(var / d + eps);
     if (threadIdx.x == 0) {
-        mean[i] = mu;
-        rstd[i] = rs;
+        st(mean, i, mu);
+        st(rstd, i, rs);
     }
-    for (int j = threadIdx.x; j < d; j += blockDim.x) yi[j] = (ri[j] - mu) * rs * gamma[j] + beta[j];
+    for (int j = threadIdx.x; j < d; j += blockDim.x) st(yi, j, (ld(ri, j) - mu) * rs * ld(gamma, j) + ld(beta, j));
 }
 
 static void cuda_residual_ln_forward(Backend *be, float *y, float *r, float *mean, float *rstd, const float *x,
@@ -455,25 +750,23 @@ static void cuda_residual_ln_forward(Backend *be, float *y, float *r, float *mea
                                      float eps, float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
-    LAUNCH(k_residual_ln_forward, rows, row_threads(d), RED_SMEM, IMPL(be)->stream, y, r, mean, rstd, x, sub, gamma,
-           beta, d, eps, p, drop_scale(p), key, sent_id, T);
+    LAUNCH(k_residual_ln_forward, rows, row_threads(d), RED_SMEM, IMPL(be)->stream, R(be, y), R(be, r), R(be, mean),
+           R(be, rstd), R(be, x), R(be, sub), R(be, gamma), R(be, beta), d, eps, p, drop_scale(p), key, sent_id, T);
     CKL();
 }
 
 /* dx may alias dy: each thread reads dy[j] only for its own j, all reads of
  * a row happen before the block barrier that precedes the first write */
-static __global__ void k_residual_ln_backward(float *dx, float *dsub, const float *dy, const float *r,
-                                              const float *mean, const float *rstd, const float *gamma, int d,
+static __global__ void k_residual_ln_backward(TP dx, TP dsub, TP dy, TP r, TP mean, TP rstd, TP gamma, int d,
                                               float p, float ks, DropoutKey key, const uint32_t *sent_id, int T)
 {
     DYNAMIC_SHARED(float, sh);
     long i = blockIdx.x;
-    const float *dyi = dy + i * d, *ri = r + i * d;
-    float *dxi = dx + i * d, *dsi = dsub + i * d;
-    float mu = mean[i], rs = rstd[i];
+    TP dyi = at(dy, i * d), ri = at(r, i * d), dxi = at(dx, i * d), dsi = at(dsub, i * d);
+    float mu = ld(mean, i), rs = ld(rstd, i);
     float m1 = 0.0f, m2 = 0.0f;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float g = dyi[j] * gamma[j], xh = (ri[j] - mu) * rs;
+        float g = ld(dyi, j) * ld(gamma, j), xh = (ld(ri, j) - mu) * rs;
         m1 += g;
         m2 += g * xh;
     }
@@ -481,10 +774,10 @@ static __global__ void k_residual_ln_backward(float *dx, float *dsub, const floa
     m2 = block_sum(m2, sh) / d;
     uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float xh = (ri[j] - mu) * rs;
-        float dr = rs * (dyi[j] * gamma[j] - m1 - xh * m2);
-        dxi[j] = dr;
-        dsi[j] = drop_apply(dr, p, ks, key, sent, pos, (uint32_t)j);
+        float xh = (ld(ri, j) - mu) * rs;
+        float dr = rs * (ld(dyi, j) * ld(gamma, j) - m1 - xh * m2);
+        st(dxi, j, dr);
+        st(dsi, j, drop_apply(dr, p, ks, key, sent, pos, (uint32_t)j));
     }
 }
 
@@ -496,8 +789,8 @@ static void cuda_residual_ln_backward(Backend *be, float *dx, float *dsub, float
     if (rows <= 0) return;
     /* parameter gradients first, so that dx may alias dy */
     colsums(be, dy, r, mean, rstd, rows, d, dgamma, dbeta);
-    LAUNCH(k_residual_ln_backward, rows, row_threads(d), RED_SMEM, IMPL(be)->stream, dx, dsub, dy, r, mean, rstd,
-           gamma, d, p, drop_scale(p), key, sent_id, T);
+    LAUNCH(k_residual_ln_backward, rows, row_threads(d), RED_SMEM, IMPL(be)->stream, R(be, dx), R(be, dsub), R(be, dy),
+           R(be, r), R(be, mean), R(be, rstd), R(be, gamma), d, p, drop_scale(p), key, sent_id, T);
     CKL();
 }
 
@@ -527,15 +820,15 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
     return I->sin_table;
 }
 
-static __global__ void k_embed_forward(float *out, const float *E, const float *pos, const int32_t *tokens,
+static __global__ void k_embed_forward(TP out, TP E, TP pos, const int32_t *tokens,
                                        const uint32_t *sent_id, int T, int d, long n, float scale, int pos_offset,
                                        float p, float ks, DropoutKey key)
 {
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         long i = idx / d;
         int j = (int)(idx % d), b = (int)(i / T), t = (int)(i % T), ps = t + pos_offset;
-        float v = E[(size_t)tokens[i] * d + j] * scale + pos[(size_t)ps * d + j];
-        out[idx] = drop_apply(v, p, ks, key, sent_id[b], (uint32_t)ps, (uint32_t)j);
+        float v = ld(E, (size_t)tokens[i] * d + j) * scale + ld(pos, (size_t)ps * d + j);
+        st(out, idx, drop_apply(v, p, ks, key, sent_id[b], (uint32_t)ps, (uint32_t)j));
     }
 }
 
@@ -546,8 +839,8 @@ static void cuda_embed_forward(Backend *be, float *out, const float *E, const fl
     long n = (long)B * T * d;
     if (n <= 0) return;
     const float *pos = pos_table ? pos_table : sinusoids(be, pos_offset + T, d);
-    LAUNCH(k_embed_forward, nblocks(n, 256), 256, 0, IMPL(be)->stream, out, E, pos, tokens, sent_id, T, d, n, scale,
-           pos_offset, p, drop_scale(p), key);
+    LAUNCH(k_embed_forward, nblocks(n, 256), 256, 0, IMPL(be)->stream, R(be, out), R(be, E), R(be, pos), tokens,
+           sent_id, T, d, n, scale, pos_offset, p, drop_scale(p), key);
     CKL();
 }
 
@@ -555,33 +848,33 @@ static void cuda_embed_forward(Backend *be, float *out, const float *E, const fl
  * order[], seg_tok[u] the token.  Positions of a token are added in
  * ascending order, the same order (and the same float operations) as the
  * CPU backend, so the result is deterministic and matches it. */
-static __global__ void k_embed_backward_tokens(float *dE, const float *dout, const int32_t *order, const int32_t *seg,
+static __global__ void k_embed_backward_tokens(TP dE, TP dout, const int32_t *order, const int32_t *seg,
                                                const int32_t *seg_tok, const uint32_t *sent_id, int T, int d,
                                                float scale, float p, float ks, DropoutKey key)
 {
     int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= d) return;
-    float *e = dE + (size_t)seg_tok[u] * d + j;
-    float acc = *e;
+    size_t e = (size_t)seg_tok[u] * d + j;
+    float acc = ld(dE, e);
     for (int k = seg[u]; k < seg[u + 1]; k++) {
         int i = order[k], b = i / T, t = i % T;
-        float v = drop_apply(dout[(size_t)i * d + j], p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
+        float v = drop_apply(ld(dout, (size_t)i * d + j), p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
         acc = __fadd_rn(acc, __fmul_rn(v, scale));
     }
-    *e = acc;
+    st(dE, e, acc);
 }
 
 /* learned positions: dpos[t, j] += sum over sentences b in order */
-static __global__ void k_embed_backward_pos(float *dpos, const float *dout, const uint32_t *sent_id, int B, int T,
-                                            int d, float p, float ks, DropoutKey key)
+static __global__ void k_embed_backward_pos(TP dpos, TP dout, const uint32_t *sent_id, int B, int T, int d, float p,
+                                            float ks, DropoutKey key)
 {
     long n = (long)T * d;
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         int t = (int)(idx / d), j = (int)(idx % d);
-        float acc = dpos[idx];
+        float acc = ld(dpos, idx);
         for (int b = 0; b < B; b++)
-            acc += drop_apply(dout[((size_t)b * T + t) * d + j], p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
-        dpos[idx] = acc;
+            acc += drop_apply(ld(dout, ((size_t)b * T + t) * d + j), p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
+        st(dpos, idx, acc);
     }
 }
 
@@ -629,12 +922,12 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, const float
     cuda_upload(be, I->seg, I->h_seg.data(), I->h_seg.size() * sizeof(int32_t));
     float ks = drop_scale(p);
     dim3 grid(nu, (d + 127) / 128);
-    LAUNCH(k_embed_backward_tokens, grid, 128, 0, I->stream, dE, dout, I->seg, I->seg + n, I->seg + n + nu + 1,
-           sent_id, T, d, scale, p, ks, key);
+    LAUNCH(k_embed_backward_tokens, grid, 128, 0, I->stream, R(be, dE), R(be, dout), I->seg, I->seg + n,
+           I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
     CKL();
     if (dpos) {
-        LAUNCH(k_embed_backward_pos, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, dout, sent_id, B, T, d, p, ks,
-               key);
+        LAUNCH(k_embed_backward_pos, nblocks((long)T * d, 256), 256, 0, I->stream, R(be, dpos), R(be, dout), sent_id, B,
+               T, d, p, ks, key);
         CKL();
     }
 }
@@ -643,42 +936,44 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, const float
 
 /* one block per row: loss of section 5.4 and, fused, the gradient of the
  * softmax + cross-entropy written over the logits */
-static __global__ void k_xent(float *logits, const int32_t *target, int V, float eps, float gs, float *row_loss,
-                              float *row_nll)
+static __global__ void k_xent(TP logits, const int32_t *target, int V, float eps, float gs, TP row_loss, TP row_nll)
 {
     DYNAMIC_SHARED(float, sh);
     long r = blockIdx.x;
-    float *z = logits + r * V;
+    TP z = at(logits, r * V);
     int y = target[r];
     if (y == 0) {
-        if (threadIdx.x == 0) row_loss[r] = row_nll[r] = 0.0f;
+        if (threadIdx.x == 0) {
+            st(row_loss, r, 0.0f);
+            st(row_nll, r, 0.0f);
+        }
         if (gs != 0.0f)
-            for (int k = threadIdx.x; k < V; k += blockDim.x) z[k] = 0.0f;
+            for (int k = threadIdx.x; k < V; k += blockDim.x) st(z, k, 0.0f);
         return;
     }
-    float zy = z[y];   /* read before any thread overwrites the row */
+    float zy = ld(z, y);   /* read before any thread overwrites the row */
     float mx = -INFINITY;
-    for (int k = threadIdx.x; k < V; k += blockDim.x) mx = fmaxf(mx, z[k]);
+    for (int k = threadIdx.x; k < V; k += blockDim.x) mx = fmaxf(mx, ld(z, k));
     mx = block_max(mx, sh);
     float se = 0.0f, sz = 0.0f;
     for (int k = threadIdx.x; k < V; k += blockDim.x) {
-        se += expf(z[k] - mx);
-        sz += z[k];
+        se += expf(ld(z, k) - mx);
+        sz += ld(z, k);
     }
     se = block_sum(se, sh);
     sz = block_sum(sz, sh);
     float lse = mx + logf(se);
     if (threadIdx.x == 0) {
         float nll = lse - zy, smooth = lse - sz / V;
-        row_nll[r] = nll;
-        row_loss[r] = (1.0f - eps) * nll + eps * smooth;
+        st(row_nll, r, nll);
+        st(row_loss, r, (1.0f - eps) * nll + eps * smooth);
     }
     if (gs != 0.0f) {
         float u = eps / V;
         for (int k = threadIdx.x; k < V; k += blockDim.x) {
-            float g = gs * (expf(z[k] - lse) - u);
+            float g = gs * (expf(ld(z, k) - lse) - u);
             if (k == y) g -= gs * (1.0f - eps);
-            z[k] = g;
+            st(z, k, g);
         }
     }
 }
@@ -687,8 +982,8 @@ static void cuda_xent_forward_backward(Backend *be, float *logits, const int32_t
                                        float grad_scale, float *row_loss, float *row_nll)
 {
     if (rows <= 0) return;
-    LAUNCH(k_xent, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, logits, target, V, eps, grad_scale, row_loss,
-           row_nll);
+    LAUNCH(k_xent, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, R(be, logits), target, V, eps, grad_scale,
+           R(be, row_loss), R(be, row_nll));
     CKL();
 }
 
@@ -713,6 +1008,10 @@ static void cuda_adam(Backend *be, float *param, const float *grad, float *m, fl
     if (!n) return;
     /* bias corrections on the host, in float as the CPU backend does */
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    /* weights, gradients and moments are fp32 in every precision */
+    if (R(be, param).bf || R(be, grad).bf || R(be, m).bf || R(be, v).bf)
+        die(1, "cuda adam: parameters, gradients and moments must be fp32 storage, not activations");
+    touch(IMPL(be), param, n * sizeof(float));
     LAUNCH(k_adam, nblocks((long)n, 256), 256, 0, IMPL(be)->stream, param, grad, m, v, (long)n, lr, b1, b2, eps, c1,
            c2, gs);
     CKL();
@@ -720,24 +1019,24 @@ static void cuda_adam(Backend *be, float *param, const float *grad, float *m, fl
 
 /* ----------------------------------------------------------- log_softmax */
 
-static __global__ void k_log_softmax(float *x, int cols)
+static __global__ void k_log_softmax(TP x, int cols)
 {
     DYNAMIC_SHARED(float, sh);
-    float *z = x + (long)blockIdx.x * cols;
+    TP z = at(x, (long)blockIdx.x * cols);
     float mx = -INFINITY;
-    for (int k = threadIdx.x; k < cols; k += blockDim.x) mx = fmaxf(mx, z[k]);
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) mx = fmaxf(mx, ld(z, k));
     mx = block_max(mx, sh);
     float se = 0.0f;
-    for (int k = threadIdx.x; k < cols; k += blockDim.x) se += expf(z[k] - mx);
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) se += expf(ld(z, k) - mx);
     se = block_sum(se, sh);
     float lse = mx + logf(se);
-    for (int k = threadIdx.x; k < cols; k += blockDim.x) z[k] -= lse;
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) st(z, k, ld(z, k) - lse);
 }
 
 static void cuda_log_softmax(Backend *be, float *x, int rows, int cols)
 {
     if (rows <= 0 || cols <= 0) return;
-    LAUNCH(k_log_softmax, rows, row_threads(cols), RED_SMEM, IMPL(be)->stream, x, cols);
+    LAUNCH(k_log_softmax, rows, row_threads(cols), RED_SMEM, IMPL(be)->stream, R(be, x), cols);
     CKL();
 }
 
@@ -828,6 +1127,14 @@ static void cuda_destroy(Backend *be)
     if (I->sin_table) cudaFree(I->sin_table);
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
+    if (I->shadow) cudaFree(I->shadow);
+    for (int k = 0; k < 3; k++)
+        if (I->gscratch[k]) cudaFree(I->gscratch[k]);
+    /* activation buffers the caller did not free */
+    for (const ActRange &a : I->acts) {
+        cudaFree(a.dev);
+        if ((void *)a.base != a.dev) munmap((void *)a.base, (a.bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float));
+    }
     if (I->comm_stream) {
         cudaStreamSynchronize(I->comm_stream);
 #if USE_NCCL
@@ -867,6 +1174,9 @@ extern "C" Backend *backend_cuda_create(const char *precision, int local_rank)
     CudaImpl *I = new CudaImpl();
     I->device = dev;
     I->precision = prec;
+    I->bf16 = prec == PREC_BF16;
+    /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
+     * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F) */
     I->compute = prec == PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                : prec == PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                    : CUBLAS_COMPUTE_32F;
@@ -879,6 +1189,8 @@ extern "C" Backend *backend_cuda_create(const char *precision, int local_rank)
     be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : "cuda";
     be->impl = I;
     be->alloc = cuda_alloc;
+    be->alloc_act = cuda_alloc_act;
+    be->set_params = cuda_set_params;
     be->free = cuda_free;
     be->upload = cuda_upload;
     be->download = cuda_download;

@@ -179,6 +179,8 @@ int model_init(Model *m, const Config *c, Backend *be)
     m->adam_m = be->alloc(be, bytes);
     m->adam_v = be->alloc(be, bytes);
     if (!m->params || !m->grads || !m->adam_m || !m->adam_v) return -1;
+    /* a backend with narrow GEMM inputs keeps a shadow copy of the weights */
+    if (be->set_params) be->set_params(be, m->params, m->pt.total);
     float *host = xmalloc(bytes);
     param_init_host(&m->pt, c, host);
     be->upload(be, m->params, host, bytes);
@@ -253,28 +255,33 @@ void model_reserve(Model *m, int B, int S, int T)
     Backend *be = m->be;
     size_t d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v, V = c->vocab_size;
     size_t w3 = 2 * hk + hv, w2 = hk + hv, F = sizeof(float);
+    /* X(): activations (bf16 on CUDA with precision=bf16, see ops.h
+     * alloc_act); A(): fp32/int32 storage: LayerNorm row statistics (mean,
+     * rstd), per-row losses, token ids and lengths */
 #define A(n) be->alloc(be, (n) * F)
+#define X(n) be->alloc_act(be, (n) * F)
     for (int l = 0; l < c->n_layers; l++) {
         LayerActs *e = &m->enc[l];
-        e->qkv = A(ns * w3); e->P = A(pss); e->ctx = A(ns * hv);
-        e->r1 = A(ns * d); e->m1 = A(ns); e->s1 = A(ns); e->x1 = A(ns * d);
-        e->hid = A(ns * dff); e->r3 = A(ns * d); e->m3 = A(ns); e->s3 = A(ns); e->x3 = A(ns * d);
+        e->qkv = X(ns * w3); e->P = X(pss); e->ctx = X(ns * hv);
+        e->r1 = X(ns * d); e->m1 = A(ns); e->s1 = A(ns); e->x1 = X(ns * d);
+        e->hid = X(ns * dff); e->r3 = X(ns * d); e->m3 = A(ns); e->s3 = A(ns); e->x3 = X(ns * d);
         LayerActs *a = &m->dec[l];
-        a->qkv = A(nt * w3); a->P = A(ptt); a->ctx = A(nt * hv);
-        a->r1 = A(nt * d); a->m1 = A(nt); a->s1 = A(nt); a->x1 = A(nt * d);
-        a->q2 = A(nt * hk); a->kv2 = A(ns * w2); a->P2 = A(pts); a->ctx2 = A(nt * hv);
-        a->r2 = A(nt * d); a->m2 = A(nt); a->s2 = A(nt); a->x2 = A(nt * d);
-        a->hid = A(nt * dff); a->r3 = A(nt * d); a->m3 = A(nt); a->s3 = A(nt); a->x3 = A(nt * d);
+        a->qkv = X(nt * w3); a->P = X(ptt); a->ctx = X(nt * hv);
+        a->r1 = X(nt * d); a->m1 = A(nt); a->s1 = A(nt); a->x1 = X(nt * d);
+        a->q2 = X(nt * hk); a->kv2 = X(ns * w2); a->P2 = X(pts); a->ctx2 = X(nt * hv);
+        a->r2 = X(nt * d); a->m2 = A(nt); a->s2 = A(nt); a->x2 = X(nt * d);
+        a->hid = X(nt * dff); a->r3 = X(nt * d); a->m3 = A(nt); a->s3 = A(nt); a->x3 = X(nt * d);
     }
     size_t nmax = ns > nt ? ns : nt;
-    m->enc_in = A(ns * d); m->dec_in = A(nt * d);
-    m->logits = A(nt * V); m->row_loss = A(nt); m->row_nll = A(nt);
-    m->g_x = A(nmax * d); m->g_sub = A(nmax * d);
-    m->g_big = A(nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
-    m->g_ctx = A(nmax * hv); m->g_P = A(max3(pss, ptt, pts)); m->g_hid = A(nmax * dff); m->g_enc = A(ns * d);
+    m->enc_in = X(ns * d); m->dec_in = X(nt * d);
+    m->logits = X(nt * V); m->row_loss = A(nt); m->row_nll = A(nt);
+    m->g_x = X(nmax * d); m->g_sub = X(nmax * d);
+    m->g_big = X(nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
+    m->g_ctx = X(nmax * hv); m->g_P = X(max3(pss, ptt, pts)); m->g_hid = X(nmax * dff); m->g_enc = X(ns * d);
     m->d_src = A(ns); m->d_tgt_in = A(nt); m->d_tgt_out = A(nt);
     m->d_src_len = A((size_t)B); m->d_tgt_len = A((size_t)B); m->d_sent_id = A((size_t)B);
 #undef A
+#undef X
     m->h_row_loss = xmalloc(nt * F);
     m->h_row_nll = xmalloc(nt * F);
 }

@@ -30,6 +30,22 @@ struct Backend {
 
     /* memory */
     void *(*alloc)(Backend *be, size_t bytes);            /* zero-filled */
+    /* Activation storage, sized (and addressed) as if it held bytes/4
+     * floats: the model does float-pointer arithmetic on it and passes it
+     * to the ops like any other buffer.  A backend may store it in a
+     * narrower type (CUDA precision=bf16: bf16, half the bytes; the returned
+     * pointer is then a handle the backend's ops resolve and must never be
+     * dereferenced on the host).  Only the ops, upload/download/copy/zero
+     * and free may touch it; upload/download convert to/from float.  CPU:
+     * the same as alloc.  Freed with free. */
+    void *(*alloc_act)(Backend *be, size_t bytes);
+    /* Optional (NULL where unused): where the fp32 master weights live
+     * (n floats at params), so that a backend with narrow GEMM inputs can
+     * keep a converted shadow copy of them (CUDA bf16). */
+    void (*set_params)(Backend *be, float *params, size_t n);
+    /* device bytes currently held by alloc_act buffers (statistic for
+     * tests and logs; 0 where the backend does not count) */
+    size_t act_bytes;
     void (*free)(Backend *be, void *p);
     void (*upload)(Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(Backend *be, void *host_dst, const void *src, size_t bytes);

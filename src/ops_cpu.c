@@ -336,6 +336,8 @@ Backend *backend_cpu_create(int threads)
     if (!be) return NULL;
     be->name = "cpu";
     be->alloc = cpu_alloc;
+    be->alloc_act = cpu_alloc;   /* activations are plain fp32 on the CPU */
+    be->set_params = NULL;
     be->free = cpu_free;
     be->upload = cpu_upload;
     be->download = cpu_download;

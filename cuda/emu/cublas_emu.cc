@@ -4,12 +4,23 @@
  * cublasGemmEx / cublasGemmStridedBatchedEx (CUBLAS_STATUS_INVALID_VALUE for
  * negative sizes, leading dimensions below the minimum, bad operations,
  * NULL scalars; NOT_INITIALIZED for a null handle; NOT_SUPPORTED for type
- * combinations the backend does not use).  Every matrix must lie inside one
- * cudaMalloc'd allocation, as it must on a GPU.
+ * combinations cuBLAS does not support or the emulator does not implement).
+ * Every matrix must lie inside one cudaMalloc'd allocation, as it must on a
+ * GPU.
  *
- * Compute types: CUBLAS_COMPUTE_32F is plain sgemm; _FAST_TF32 and
- * _FAST_16BF round the inputs to TF32 / bf16 (round to nearest even) first,
- * as the tensor cores do, and accumulate in fp32. */
+ * Types (the cublasGemmEx table of the cuBLAS documentation, real types
+ * with float scalars):
+ *   CUBLAS_COMPUTE_32F / _32F_PEDANTIC: A, B, C all CUDA_R_32F, or A, B
+ *     CUDA_R_16BF with C CUDA_R_16BF or CUDA_R_32F (also 16F and 8I inputs
+ *     in cuBLAS; not implemented here);
+ *   CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_TF32 / _FAST_16F: only all
+ *     CUDA_R_32F (fp32 storage, reduced-precision inputs inside).
+ * Mixed input types (A fp32 with B bf16, ...) are rejected as cuBLAS does.
+ * Arithmetic: CUBLAS_COMPUTE_32F is plain sgemm; _FAST_TF32 and _FAST_16BF
+ * round the inputs to TF32 / bf16 (round to nearest even) first, as the
+ * tensor cores do; bf16 operands are widened exactly to fp32, and a bf16 C
+ * is read widened and written rounded to nearest even; accumulation is
+ * fp32 throughout. */
 #include "emu.h"
 
 #include <cblas.h>
@@ -76,11 +87,39 @@ static float round_bits(float x, int drop)
     return x;
 }
 
-/* column-major matrix with `rows` x `cols` and leading dimension ld */
+/* elements of a column-major matrix with `rows` x `cols` and leading dimension ld */
 static size_t extent(int rows, int cols, int ld)
 {
     if (rows == 0 || cols == 0) return 0;
-    return ((size_t)(cols - 1) * ld + rows) * sizeof(float);
+    return (size_t)(cols - 1) * ld + rows;
+}
+
+static size_t elem_size(cudaDataType t) { return t == CUDA_R_16BF ? sizeof(__nv_bfloat16) : sizeof(float); }
+
+/* n elements of type t at p, widened to float */
+static void widen(std::vector<float> &out, const void *p, cudaDataType t, size_t n)
+{
+    out.resize(n);
+    if (t == CUDA_R_16BF)
+        for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    else
+        std::memcpy(out.data(), p, n * sizeof(float));
+}
+
+/* the type combinations of the cublasGemmEx table this emulator implements */
+static bool types_supported(cudaDataType At, cudaDataType Bt, cudaDataType Ct, cublasComputeType_t ct)
+{
+    bool all32 = At == CUDA_R_32F && Bt == CUDA_R_32F && Ct == CUDA_R_32F;
+    switch (ct) {
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+        return all32 || (At == CUDA_R_16BF && Bt == CUDA_R_16BF && (Ct == CUDA_R_16BF || Ct == CUDA_R_32F));
+    case CUBLAS_COMPUTE_32F_FAST_16BF:
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+        return all32;
+    default:
+        return false;
+    }
 }
 
 static void check_mem(const void *p, size_t bytes, const char *fn, const char *what)
@@ -100,40 +139,46 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
         return CUBLAS_STATUS_INVALID_VALUE;
     bool nA = ta == CUBLAS_OP_N, nB = tb == CUBLAS_OP_N;
     if (lda < imax1(nA ? m : k) || ldb < imax1(nB ? k : n) || ldc < imax1(m)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (At != CUDA_R_32F || Bt != CUDA_R_32F || Ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (ct != CUBLAS_COMPUTE_32F && ct != CUBLAS_COMPUTE_32F_FAST_TF32 && ct != CUBLAS_COMPUTE_32F_FAST_16BF &&
-        ct != CUBLAS_COMPUTE_32F_PEDANTIC)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!types_supported(At, Bt, Ct, ct)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
     int drop = ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16
              : (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH)) ? 13
              : 0;
-    std::vector<float> ra, rb;
+    size_t zA = elem_size(At), zB = elem_size(Bt), zC = elem_size(Ct);
+    std::vector<float> ra, rb, rc;
     for (int i = 0; i < batch; i++) {
-        const float *a = (const float *)A + i * sA, *b = (const float *)B + i * sB;
-        float *c = (float *)C + i * sC;
+        const char *a = (const char *)A + i * sA * zA, *b = (const char *)B + i * sB * zB;
+        char *c = (char *)C + i * sC * zC;
         if (k > 0) {
-            check_mem(a, eA, fn, "A");
-            check_mem(b, eB, fn, "B");
+            check_mem(a, eA * zA, fn, "A");
+            check_mem(b, eB * zB, fn, "B");
         }
-        check_mem(c, eC, fn, "C");
-        if (drop && k > 0) {
-            ra.assign(a, a + eA / sizeof(float));
-            rb.assign(b, b + eB / sizeof(float));
-            for (float &x : ra) x = round_bits(x, drop);
-            for (float &x : rb) x = round_bits(x, drop);
-            a = ra.data();
-            b = rb.data();
+        check_mem(c, eC * zC, fn, "C");
+        /* C in fp32: in place, or a widened copy of a bf16 C */
+        float *cf = (float *)c;
+        if (Ct == CUDA_R_16BF) {
+            widen(rc, c, Ct, eC);
+            cf = rc.data();
         }
         if (k == 0) {   /* C = beta*C (cuBLAS does not read A, B) */
             for (int j = 0; j < n; j++)
-                for (int r = 0; r < m; r++) c[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * c[(size_t)j * ldc + r];
-            continue;
+                for (int r = 0; r < m; r++) cf[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * cf[(size_t)j * ldc + r];
+        } else {
+            widen(ra, a, At, eA);
+            widen(rb, b, Bt, eB);
+            if (drop) {
+                for (float &x : ra) x = round_bits(x, drop);
+                for (float &x : rb) x = round_bits(x, drop);
+            }
+            cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al,
+                        ra.data(), lda, rb.data(), ldb, be, cf, ldc);
         }
-        cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al, a,
-                    lda, b, ldb, be, c, ldc);
+        if (Ct == CUDA_R_16BF)   /* only the m x n entries: the gaps of ldc stay untouched */
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++)
+                    ((__nv_bfloat16 *)c)[(size_t)j * ldc + r] = __float2bfloat16_rn(cf[(size_t)j * ldc + r]);
     }
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -5,7 +5,14 @@
  * every parameter after the update.  Run with 1 rank (make test) and with
  * 2 ranks (tests/test_cuda_step_mpi.sh): each rank takes its own sentences,
  * so the gradients compared are the allreduced sums.
- * Both positional encodings (sinusoid, learned), d_k != d_v != d_model/h. */
+ * Both positional encodings (sinusoid, learned), d_k != d_v != d_model/h.
+ *
+ * Then the same with precision=bf16 (bf16 activations and GEMM inputs, fp32
+ * master weights, gradients and Adam moments), with tolerances from bf16's
+ * rounding (see check_bf16): the loss, each gradient tensor by its relative
+ * norm error, the Adam update of each tensor (which bf16 master weights
+ * could not even represent at lr ~2e-6), and the activation memory, which
+ * must be exactly half that of precision=fp32. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +36,8 @@ static void set_order(const char *spec)
 typedef struct {
     double loss, nll;
     long ntok;
-    float *grads, *params;
+    float *grads, *params, *init;   /* init: parameters before Adam */
+    size_t act_bytes;               /* the backend's activation bytes */
 } StepOut;
 
 static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b)
@@ -45,14 +53,120 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b)
     double loc[3] = { st.loss_sum, st.nll_sum, (double)st.n_tokens }, glob[3];
     MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_SUM, D->comm);
     StepOut o = { glob[0], glob[1], (long)glob[2], xmalloc(sizeof(float) * m.pt.total),
-                  xmalloc(sizeof(float) * m.pt.total) };
+                  xmalloc(sizeof(float) * m.pt.total), xmalloc(sizeof(float) * m.pt.total), be->act_bytes };
     be->download(be, o.grads, m.grads, sizeof(float) * m.pt.total);
+    be->download(be, o.init, m.params, sizeof(float) * m.pt.total);
     /* several Adam steps so that the update is well above rounding */
     for (int t = 1; t <= 3; t++) model_adam_step(&m, t, (float)(1.0 / glob[2]));
     be->download(be, o.params, m.params, sizeof(float) * m.pt.total);
     gradsync_free(&gs);
     model_free(&m);
     return o;
+}
+
+static void step_config(Config *c, const char *positional)
+{
+    config_defaults(c);
+    c->n_layers = 2;
+    c->d_model = 36;
+    c->d_ff = 50;
+    c->n_heads = 3;
+    c->d_k = 7;
+    c->d_v = 11;
+    c->synth_vocab = 30;
+    c->vocab_size = 37;
+    c->max_len = 16;
+    c->synth_max_len = 13;
+    c->dropout = 0.1f;
+    c->label_smoothing = 0.1f;
+    c->seed = 1234;
+    c->warmup = 4000;   /* lr ~2e-6 per step, as the parameter tolerance below assumes */
+    snprintf(c->positional, sizeof c->positional, "%s", positional);
+}
+
+static double norm_err(const float *ref, const float *got, size_t n, double *ref_norm)
+{
+    double e = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - ref[i];
+        e += d * d;
+        r += (double)ref[i] * ref[i];
+    }
+    *ref_norm = sqrt(r);
+    return sqrt(e);
+}
+
+/* precision=bf16 against the CPU (fp32) step.  Every stored activation is
+ * rounded to bf16 (relative error <= 2^-9 = 0.2%, rms ~0.1%), and so are the
+ * GEMM inputs; the errors of the ~40 roundings along the forward and
+ * backward chain of this 2-layer model add roughly in quadrature, a few
+ * tenths of a percent per tensor, up to ~1% where a gradient is a
+ * difference of nearly equal terms (LayerNorm, softmax backward).
+ * Tolerances: loss 1e-2 relative; each gradient tensor 5e-2 relative in
+ * 2-norm (a dropped or misrouted term gives O(1)); the Adam update of each
+ * tensor (params after - before, ~1e-5) 0.25 relative in 2-norm: Adam's
+ * first step is ~lr*sign(g), so the sign flips of near-zero gradient
+ * entries count fully, while fp32 master weights are essential (a bf16
+ * weight of magnitude ~0.1 cannot move by 2e-6: the update would be lost). */
+static int check_bf16(Dist *D, const ParamTable *pt, const char *pos, const StepOut *r, const StepOut *g,
+                      const StepOut *g32)
+{
+    int failures = 0;
+    double le = fabs(r->loss - g->loss) / fabs(r->loss);
+    int ok = le < 1e-2 && r->ntok == g->ntok;
+    failures += !ok;
+    if (D->rank == 0)
+        printf("%s ranks %d positional %s bf16: loss cpu %.7f cuda-bf16 %.7f (rel %.1e)\n", ok ? "ok  " : "FAIL",
+               D->size, pos, r->loss / r->ntok, g->loss / g->ntok, le);
+    /* activations: exactly half the bytes of the fp32 backend */
+    ok = g32->act_bytes > 0 && 2 * g->act_bytes == g32->act_bytes;
+    failures += !ok;
+    if (D->rank == 0)
+        printf("%s ranks %d positional %s bf16: activation memory %zu bytes, fp32 %zu bytes (ratio %.3f)\n",
+               ok ? "ok  " : "FAIL", D->size, pos, g->act_bytes, g32->act_bytes,
+               (double)g->act_bytes / (double)(g32->act_bytes ? g32->act_bytes : 1));
+    for (int k = 0; k < 2; k++) {
+        int bad = 0;
+        double worst = 0;
+        const char *wname = "";
+        for (int t = 0; t < pt->n; t++) {
+            const ParamInfo *p = &pt->t[t];
+            size_t o = p->offset, n = p->numel;
+            double rn, err;
+            if (!k) {
+                err = norm_err(r->grads + o, g->grads + o, n, &rn);
+            } else {   /* the update of the tensor */
+                float *ur = xmalloc(sizeof(float) * n), *ug = xmalloc(sizeof(float) * n);
+                for (size_t i = 0; i < n; i++) {
+                    ur[i] = r->params[o + i] - r->init[o + i];
+                    ug[i] = g->params[o + i] - g->init[o + i];
+                }
+                err = norm_err(ur, ug, n, &rn);
+                free(ur);
+                free(ug);
+            }
+            double rel = err / (rn > 0 ? rn : 1), tol = k ? 0.25 : 5e-2;
+            if (!(rel <= tol) || (k && !(rn > 0))) {
+                bad++;
+                if (D->rank == 0)
+                    printf("FAIL   bf16 %s %s: relative norm error %.3g (|ref| %.3g)\n", k ? "update" : "grad", p->name,
+                           rel, rn);
+            }
+            if (rel > worst) { worst = rel; wname = p->name; }
+        }
+        failures += bad > 0;
+        if (D->rank == 0)
+            printf("%s ranks %d positional %s bf16: %s of %d tensors, worst relative norm error %.2e (%s)\n",
+                   bad ? "FAIL" : "ok  ", D->size, pos, k ? "Adam updates" : "gradients", pt->n, worst, wname);
+    }
+    return failures;
+}
+
+static void step_free(StepOut *o)
+{
+    free(o->grads);
+    free(o->params);
+    free(o->init);
 }
 
 int main(int argc, char **argv)
@@ -63,22 +177,7 @@ int main(int argc, char **argv)
     const char *pos[2] = { "sinusoid", "learned" };
     for (int pe = 0; pe < 2; pe++) {
         Config c;
-        config_defaults(&c);
-        c.n_layers = 2;
-        c.d_model = 36;
-        c.d_ff = 50;
-        c.n_heads = 3;
-        c.d_k = 7;
-        c.d_v = 11;
-        c.synth_vocab = 30;
-        c.vocab_size = 37;
-        c.max_len = 16;
-        c.synth_max_len = 13;
-        c.dropout = 0.1f;
-        c.label_smoothing = 0.1f;
-        c.seed = 1234;
-        c.warmup = 4000;   /* lr ~2e-6 per step, as the parameter tolerance below assumes */
-        snprintf(c.positional, sizeof c.positional, "%s", pos[pe]);
+        step_config(&c, pos[pe]);
         if (config_validate(&c, "test")) return 2;
         Corpus corp;
         synthetic_corpus(&corp, &c, SPLIT_TRAIN, 64);
@@ -127,12 +226,17 @@ int main(int argc, char **argv)
                 printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
                        D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
         }
+        Backend *gbf = backend_cuda_create("bf16", D.local_rank);
+        if (!gbf) return 1;
+        StepOut h = run_step(&D, &c, gbf, &b);
+        failures += check_bf16(&D, &pt, pos[pe], &r, &h, &g);
         param_table_free(&pt);
-        free(r.grads); free(r.params); free(g.grads); free(g.params);
+        step_free(&r); step_free(&g); step_free(&h);
         batch_free(&b);
         corpus_free(&corp);
         cpu->destroy(cpu);
         gpu->destroy(gpu);
+        gbf->destroy(gbf);
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, D.comm);
