@@ -96,20 +96,21 @@ static double norm_err(const float *ref, const float *got, size_t n, double *ref
     return sqrt(e);
 }
 
-/* precision=bf16 against the CPU (fp32) step.  Every stored activation is
- * rounded to bf16 (relative error <= 2^-9 = 0.2%, rms ~0.1%), and so are the
- * GEMM inputs; the errors of the ~40 roundings along the forward and
- * backward chain of this 2-layer model add roughly in quadrature, a few
- * tenths of a percent per tensor, up to ~1% where a gradient is a
- * difference of nearly equal terms (LayerNorm, softmax backward).
- * Tolerances: loss 1e-2 relative; each gradient tensor 5e-2 relative in
- * 2-norm (a dropped or misrouted term gives O(1)); the Adam update of each
- * tensor (params after - before, ~1e-5) 0.25 relative in 2-norm: Adam's
- * first step is ~lr*sign(g), so the sign flips of near-zero gradient
- * entries count fully, while fp32 master weights are essential (a bf16
- * weight of magnitude ~0.1 cannot move by 2e-6: the update would be lost). */
-static int check_bf16(Dist *D, const ParamTable *pt, const char *pos, const StepOut *r, const StepOut *g,
-                      const StepOut *g32)
+/* precision=bf16 against the CPU (fp32) step.  Every stored activation and
+ * every GEMM input is rounded to bf16 (relative error <= 2^-9 = 0.2%).  In
+ * this small model at initialisation many weight-gradient entries are sums
+ * of terms of both signs over 45 tokens, so the relative error of a whole
+ * tensor is far above 0.2%: measured 5-9% per tensor in 2-norm, and the same
+ * with bf16 GEMM inputs alone (fp32 storage), so it is the rounding of the
+ * GEMM inputs, not the storage, that sets it.  Tolerances: loss 1e-2
+ * relative (measured ~1e-4); each gradient tensor 0.2 relative in 2-norm,
+ * all gradients together 0.1 (measured 2-4%; a dropped, doubled or
+ * misrouted term gives O(1)).  Adam must run on fp32 master weights and moments: the parameters
+ * after 3 steps must equal a host fp32 Adam applied to the bf16 run's own
+ * gradients (an update of ~2e-6 per step would be lost entirely on a bf16
+ * weight of magnitude ~0.1, whose spacing is ~5e-4). */
+static int check_bf16(Dist *D, const Config *c, const ParamTable *pt, const char *pos, const StepOut *r,
+                      const StepOut *g, const StepOut *g32)
 {
     int failures = 0;
     double le = fabs(r->loss - g->loss) / fabs(r->loss);
@@ -125,40 +126,55 @@ static int check_bf16(Dist *D, const ParamTable *pt, const char *pos, const Step
         printf("%s ranks %d positional %s bf16: activation memory %zu bytes, fp32 %zu bytes (ratio %.3f)\n",
                ok ? "ok  " : "FAIL", D->size, pos, g->act_bytes, g32->act_bytes,
                (double)g->act_bytes / (double)(g32->act_bytes ? g32->act_bytes : 1));
-    for (int k = 0; k < 2; k++) {
-        int bad = 0;
-        double worst = 0;
-        const char *wname = "";
-        for (int t = 0; t < pt->n; t++) {
-            const ParamInfo *p = &pt->t[t];
-            size_t o = p->offset, n = p->numel;
-            double rn, err;
-            if (!k) {
-                err = norm_err(r->grads + o, g->grads + o, n, &rn);
-            } else {   /* the update of the tensor */
-                float *ur = xmalloc(sizeof(float) * n), *ug = xmalloc(sizeof(float) * n);
-                for (size_t i = 0; i < n; i++) {
-                    ur[i] = r->params[o + i] - r->init[o + i];
-                    ug[i] = g->params[o + i] - g->init[o + i];
-                }
-                err = norm_err(ur, ug, n, &rn);
-                free(ur);
-                free(ug);
-            }
-            double rel = err / (rn > 0 ? rn : 1), tol = k ? 0.25 : 5e-2;
-            if (!(rel <= tol) || (k && !(rn > 0))) {
-                bad++;
-                if (D->rank == 0)
-                    printf("FAIL   bf16 %s %s: relative norm error %.3g (|ref| %.3g)\n", k ? "update" : "grad", p->name,
-                           rel, rn);
-            }
-            if (rel > worst) { worst = rel; wname = p->name; }
+    int bad = 0;
+    double worst = 0, all_err = 0, all_ref = 0;
+    const char *wname = "";
+    for (int t = 0; t < pt->n; t++) {
+        const ParamInfo *p = &pt->t[t];
+        double rn, err = norm_err(r->grads + p->offset, g->grads + p->offset, p->numel, &rn);
+        double rel = err / (rn > 0 ? rn : 1);
+        all_err += err * err;
+        all_ref += rn * rn;
+        if (!(rel <= 0.2)) {
+            bad++;
+            if (D->rank == 0) printf("FAIL   bf16 grad %s: relative norm error %.3g (|ref| %.3g)\n", p->name, rel, rn);
         }
-        failures += bad > 0;
-        if (D->rank == 0)
-            printf("%s ranks %d positional %s bf16: %s of %d tensors, worst relative norm error %.2e (%s)\n",
-                   bad ? "FAIL" : "ok  ", D->size, pos, k ? "Adam updates" : "gradients", pt->n, worst, wname);
+        if (rel > worst) { worst = rel; wname = p->name; }
     }
+    double all = sqrt(all_err / all_ref);
+    bad += !(all <= 0.1);
+    failures += bad > 0;
+    if (D->rank == 0)
+        printf("%s ranks %d positional %s bf16: gradients of %d tensors, relative norm error %.2e overall, worst "
+               "tensor %.2e (%s)\n", bad ? "FAIL" : "ok  ", D->size, pos, pt->n, all, worst, wname);
+    /* fp32 master weights: host fp32 Adam from the run's own gradients */
+    size_t n = pt->total;
+    float *p = xmalloc(sizeof(float) * n), *m = xcalloc(n, sizeof(float)), *v = xcalloc(n, sizeof(float));
+    memcpy(p, g->init, sizeof(float) * n);
+    float gs = (float)(1.0 / g->ntok);
+    for (int t = 1; t <= 3; t++) {
+        float lr = model_lrate(c, t), b1 = c->adam_beta1, b2 = c->adam_beta2;
+        float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+        for (size_t i = 0; i < n; i++) {
+            float gi = g->grads[i] * gs;
+            m[i] = b1 * m[i] + (1.0f - b1) * gi;
+            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+            p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + c->adam_eps);
+        }
+    }
+    double err = 0, upd = 0;
+    for (size_t i = 0; i < n; i++) {
+        err = fmax(err, fabs((double)p[i] - g->params[i]));
+        upd = fmax(upd, fabs((double)p[i] - g->init[i]));
+    }
+    ok = upd > 0 && err <= 1e-3 * upd;
+    failures += !ok;
+    if (D->rank == 0)
+        printf("%s ranks %d positional %s bf16: parameters after 3 Adam steps = fp32 Adam on fp32 masters: max error "
+               "%.2e of max update %.2e\n", ok ? "ok  " : "FAIL", D->size, pos, err, upd);
+    free(p);
+    free(m);
+    free(v);
     return failures;
 }
 
@@ -229,7 +245,7 @@ int main(int argc, char **argv)
         Backend *gbf = backend_cuda_create("bf16", D.local_rank);
         if (!gbf) return 1;
         StepOut h = run_step(&D, &c, gbf, &b);
-        failures += check_bf16(&D, &pt, pos[pe], &r, &h, &g);
+        failures += check_bf16(&D, &c, &pt, pos[pe], &r, &h, &g);
         param_table_free(&pt);
         step_free(&r); step_free(&g); step_free(&h);
         batch_free(&b);
