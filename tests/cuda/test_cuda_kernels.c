@@ -4,7 +4,8 @@
  * orders of the emulator (forward, reverse, random): a kernel that depends
  * on the order threads run between barriers fails under one of them.
  * fp32 within a tight relative tolerance (only the order of float
- * summation differs); the tf32 and bf16 GEMM paths within their rounding. */
+ * summation differs); the tf32 and bf16 GEMM paths within their rounding.
+ * Then every op again with precision=bf16 storage (test_bf16_ops below). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,6 +310,326 @@ static void test_adam_logsoftmax(void)
     pair_free(x);
 }
 
+/* ------------------------------------------------------ precision=bf16
+ *
+ * The same ops on a precision=bf16 backend, with the model's buffer kinds:
+ * activations from alloc_act (bf16 storage behind a handle), weights,
+ * gradients and statistics from alloc (fp32).  Inputs are rounded to bf16
+ * on the host first, so both backends see exactly the same values and the
+ * comparison isolates what the bf16 kernels add (where an op's input is an
+ * earlier bf16 result, sync_pair gives the CPU the GPU's rounded values):
+ *   BF_OUT  a bf16 result: one rounding to nearest even (8 significant
+ *           bits: relative error <= 2^-8 = 3.9e-3 of the element), plus
+ *           fp32 summation order: rtol 8e-3 (twice the bound), atol 1e-5
+ *           of the largest entry;
+ *   BF_F32  an fp32 result (weight/bias gradients, LayerNorm mean, losses)
+ *           computed from bf16-exact inputs with fp32 accumulation: only
+ *           the summation order differs, as in the fp32 tests.
+ * Derived cases are explained where they occur. */
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {   /* finite: round to nearest even */
+        u += 0x7fffu + ((u >> 16) & 1u);
+        u &= 0xffff0000u;
+    }
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+#define BF_OUT 8e-3, 1e-5
+#define BF_F32 2e-5, 2e-6
+
+/* bf16-exact random data on both backends; on the GPU an activation
+ * (act = 1) or a plain fp32 buffer */
+static Pair pair_bf(size_t n, float scale, int act)
+{
+    float *h = rand_host(n, scale);
+    for (size_t i = 0; i < n; i++) h[i] = bf16_round(h[i]);
+    Pair p = { cpu->alloc(cpu, 4 * n), act ? gpu->alloc_act(gpu, 4 * n) : gpu->alloc(gpu, 4 * n), n };
+    cpu->upload(cpu, p.c, h, 4 * n);
+    gpu->upload(gpu, p.g, h, 4 * n);
+    free(h);
+    return p;
+}
+
+/* the CPU side takes the GPU's (bf16-rounded) values */
+static void sync_pair(Pair p)
+{
+    float *h = malloc(4 * p.n);
+    gpu->download(gpu, h, p.g, 4 * p.n);
+    cpu->upload(cpu, p.c, h, 4 * p.n);
+    free(h);
+}
+
+static void test_bf16_gemm(void)
+{
+    int M = 37, N = 45, K = 29;
+    char name[96];
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++) {
+            int lda = (tA ? M : K) + 3, ldb = (tB ? K : N) + 1, ldc = N + 2;
+            size_t nA = (size_t)(tA ? K : M) * lda, nB = (size_t)(tB ? N : K) * ldb, nC = (size_t)M * ldc;
+            /* activation x weights (the bf16 shadow of the parameters) -> activation */
+            Pair A = pair_bf(nA, 1, 1), W = pair_bf(nB, 1, 0), C = pair_bf(nC, 1, 1);
+            gpu->set_params(gpu, W.g, nB);
+            cpu->gemm(cpu, tA, tB, M, N, K, 0.7f, A.c, lda, W.c, ldb, 0.3f, C.c, ldc);
+            gpu->gemm(gpu, tA, tB, M, N, K, 0.7f, A.g, lda, W.g, ldb, 0.3f, C.g, ldc);
+            snprintf(name, sizeof name, "bf16 gemm act x weights -> act tA=%d tB=%d", tA, tB);
+            compare(name, C, BF_OUT);
+            /* activation x activation -> fp32 gradient, beta = 1 */
+            Pair B = pair_bf(nB, 1, 1), G = pair_bf(nC, 1, 0);
+            cpu->gemm(cpu, tA, tB, M, N, K, 1.0f, A.c, lda, B.c, ldb, 1.0f, G.c, ldc);
+            gpu->gemm(gpu, tA, tB, M, N, K, 1.0f, A.g, lda, B.g, ldb, 1.0f, G.g, ldc);
+            snprintf(name, sizeof name, "bf16 gemm act x act -> fp32 += tA=%d tB=%d", tA, tB);
+            compare(name, G, BF_F32);
+            /* activation x a plain fp32 buffer (converted to bf16 scratch) -> activation */
+            Pair F = pair_bf(nB, 1, 0);
+            cpu->gemm(cpu, tA, tB, M, N, K, 1.0f, A.c, lda, F.c, ldb, 0.0f, C.c, ldc);
+            gpu->gemm(gpu, tA, tB, M, N, K, 1.0f, A.g, lda, F.g, ldb, 0.0f, C.g, ldc);
+            snprintf(name, sizeof name, "bf16 gemm act x fp32 buffer -> act tA=%d tB=%d", tA, tB);
+            compare(name, C, BF_OUT);
+            /* two fp32 buffers -> activation (through an fp32 scratch C), beta != 0 */
+            Pair A32 = pair_bf(nA, 1, 0);
+            sync_pair(C);
+            cpu->gemm(cpu, tA, tB, M, N, K, 1.0f, A32.c, lda, F.c, ldb, -0.5f, C.c, ldc);
+            gpu->gemm(gpu, tA, tB, M, N, K, 1.0f, A32.g, lda, F.g, ldb, -0.5f, C.g, ldc);
+            snprintf(name, sizeof name, "bf16 gemm fp32 x fp32 -> act tA=%d tB=%d", tA, tB);
+            compare(name, C, BF_OUT);
+            pair_free(A); pair_free(W); pair_free(C); pair_free(B); pair_free(G); pair_free(F); pair_free(A32);
+        }
+    /* the weight shadow follows Adam: lr 0.1 moves every weight by ~0.1, so
+     * a stale shadow is off by ~10%; a fresh one only by the rounding of
+     * the (no longer bf16-exact) weights, 2^-8 relative per product:
+     * rtol/atol 1e-2 */
+    size_t nW = (size_t)N * K;
+    Pair A = pair_bf((size_t)M * K, 1, 1), W = pair_bf(nW, 1, 0), C = pair_bf((size_t)M * N, 1, 1);
+    Pair g = pair_bf(nW, 1, 0), m = pair_bf(nW, 0, 0), v = pair_bf(nW, 0, 0);
+    gpu->set_params(gpu, W.g, nW);
+    gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, A.g, K, W.g, K, 0.0f, C.g, N);   /* converts the shadow */
+    cpu->adam(cpu, W.c, g.c, m.c, v.c, nW, 0.1f, 0.9f, 0.98f, 1e-9f, 1, 1.0f);
+    gpu->adam(gpu, W.g, g.g, m.g, v.g, nW, 0.1f, 0.9f, 0.98f, 1e-9f, 1, 1.0f);
+    compare("bf16 adam: fp32 master weights", W, FP32);
+    cpu->gemm(cpu, 0, 1, M, N, K, 1.0f, A.c, K, W.c, K, 0.0f, C.c, N);
+    gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, A.g, K, W.g, K, 0.0f, C.g, N);
+    compare("bf16 gemm after adam: shadow refreshed", C, 1e-2, 1e-2);
+    /* a copy into the weights (checkpoint averaging, resume) also refreshes it */
+    Pair W2 = pair_bf(nW, 1, 0);
+    cpu->copy(cpu, W.c, W2.c, 4 * nW);
+    gpu->copy(gpu, W.g, W2.g, 4 * nW);
+    cpu->gemm(cpu, 0, 1, M, N, K, 1.0f, A.c, K, W.c, K, 0.0f, C.c, N);
+    gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, A.g, K, W.g, K, 0.0f, C.g, N);
+    compare("bf16 gemm after copy into weights", C, BF_OUT);
+    gpu->set_params(gpu, NULL, 0);
+    pair_free(A); pair_free(W); pair_free(C); pair_free(g); pair_free(m); pair_free(v); pair_free(W2);
+}
+
+static void test_bf16_gemm_batched(void)
+{
+    for (int shape = 0; shape < 2; shape++) {
+        int nb = shape ? 5 : 3, h = shape ? 2 : 4, T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
+        Pair Q = pair_bf((size_t)nb * T * ldq, 1, 1), Kt = pair_bf((size_t)nb * S * ldq, 1, 1);
+        Pair P = pair_bf((size_t)nb * h * T * S, 1, 1), ctx = pair_bf((size_t)nb * T * ldq, 1, 1);
+        long sP = (long)h * T * S, sPi = (long)T * S;
+        cpu->gemm_batched(cpu, 0, 1, T, S, dk, 0.5f, Q.c, ldq, (long)T * ldq, dk, Kt.c, ldq, (long)S * ldq, dk, 0.0f,
+                          P.c, S, sP, sPi, nb, h);
+        gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f,
+                          P.g, S, sP, sPi, nb, h);
+        compare(shape ? "bf16 gemm_batched Q K^T (loop over heads)" : "bf16 gemm_batched Q K^T (loop over sentences)",
+                P, BF_OUT);
+        /* P V with beta = 1 on the bf16-rounded P of both sides */
+        sync_pair(P);
+        cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
+                          (long)T * ldq, dk, nb, h);
+        gpu->gemm_batched(gpu, 0, 0, T, dk, S, 1.0f, P.g, S, sP, sPi, Kt.g, ldq, (long)S * ldq, dk, 1.0f, ctx.g, ldq,
+                          (long)T * ldq, dk, nb, h);
+        compare("bf16 gemm_batched P V (beta=1)", ctx, BF_OUT);
+        Pair D2 = pair_bf((size_t)nb * h * S * S, 1, 1);
+        long sD = (long)h * S * S, sDi = (long)S * S;
+        cpu->gemm_batched(cpu, 1, 0, S, S, T, 1.0f, P.c, S, sP, sPi, P.c, S, sP, sPi, 0.0f, D2.c, S, sD, sDi, nb, h);
+        gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
+        compare("bf16 gemm_batched P^T P (single strided call)", D2, BF_OUT);
+        pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
+    }
+}
+
+static void test_bf16_elementwise(void)
+{
+    /* bias */
+    int rows = 300, cols = 45;
+    for (int relu = 0; relu < 2; relu++) {
+        Pair Y = pair_bf((size_t)rows * cols, 1, 1), b = pair_bf(cols, 0.5f, 0);
+        cpu->bias_forward(cpu, Y.c, b.c, rows, cols, relu);
+        gpu->bias_forward(gpu, Y.g, b.g, rows, cols, relu);
+        compare(relu ? "bf16 bias_forward relu" : "bf16 bias_forward", Y, BF_OUT);
+        /* backward on fresh bf16-exact Y (the forward results differ by rounding) */
+        Pair Y2 = pair_bf((size_t)rows * cols, 1, 1), dY = pair_bf((size_t)rows * cols, 1, 1), db = pair_bf(cols, 1, 0);
+        cpu->bias_backward(cpu, dY.c, db.c, Y2.c, rows, cols, relu);
+        gpu->bias_backward(gpu, dY.g, db.g, Y2.g, rows, cols, relu);
+        compare(relu ? "bf16 bias_backward relu: dbias (fp32)" : "bf16 bias_backward: dbias (fp32)", db, BF_F32);
+        compare("bf16 bias_backward: dY (exact)", dY, 0, 0);
+        pair_free(Y); pair_free(b); pair_free(Y2); pair_free(dY); pair_free(db);
+    }
+    /* softmax */
+    int nb = 4, nh = 2, Tq = 5, Tk = 70;
+    int32_t klen[4] = { 70, 33, 1, 0 };
+    int32_t *kc = dev_copy(cpu, klen, sizeof klen), *kg = dev_copy(gpu, klen, sizeof klen);
+    size_t n = (size_t)nb * nh * Tq * Tk;
+    for (int causal = 0; causal < 2; causal++) {
+        Pair S = pair_bf(n, 4, 1);
+        cpu->softmax_forward(cpu, S.c, kc, 0.3f, nb, nh, Tq, Tk, causal, causal ? 2 : 0);
+        gpu->softmax_forward(gpu, S.g, kg, 0.3f, nb, nh, Tq, Tk, causal, causal ? 2 : 0);
+        compare(causal ? "bf16 softmax_forward causal" : "bf16 softmax_forward padding mask", S, BF_OUT);
+        Pair P = pair_bf(n, 1, 1), dP = pair_bf(n, 1, 1);
+        cpu->softmax_backward(cpu, dP.c, P.c, 0.3f, nb, nh, Tq, Tk);
+        gpu->softmax_backward(gpu, dP.g, P.g, 0.3f, nb, nh, Tq, Tk);
+        compare("bf16 softmax_backward", dP, BF_OUT);
+        pair_free(S); pair_free(P); pair_free(dP);
+    }
+    cpu->free(cpu, kc);
+    gpu->free(gpu, kg);
+    /* xent over bf16 logits; losses fp32, the gradient written back as bf16 */
+    int xr = 9, V = 301;
+    int32_t tgt[9] = { 5, 0, 300, 1, 0, 77, 2, 150, 4 };
+    int32_t *tc = dev_copy(cpu, tgt, sizeof tgt), *tg = dev_copy(gpu, tgt, sizeof tgt);
+    Pair z = pair_bf((size_t)xr * V, 5, 1), loss = pair_bf(xr, 1, 0), nll = pair_bf(xr, 1, 0);
+    cpu->xent_forward_backward(cpu, z.c, tc, xr, V, 0.1f, 0.5f, loss.c, nll.c);
+    gpu->xent_forward_backward(gpu, z.g, tg, xr, V, 0.1f, 0.5f, loss.g, nll.g);
+    compare("bf16 xent: smoothed row loss (fp32)", loss, 1e-5, 1e-6);
+    compare("bf16 xent: row nll (fp32)", nll, 1e-5, 1e-6);
+    compare("bf16 xent: fused softmax gradient", z, BF_OUT);
+    cpu->free(cpu, tc);
+    gpu->free(gpu, tg);
+    pair_free(z); pair_free(loss); pair_free(nll);
+    Pair x = pair_bf(5 * 301, 4, 1);
+    cpu->log_softmax(cpu, x.c, 5, 301);
+    gpu->log_softmax(gpu, x.g, 5, 301);
+    compare("bf16 log_softmax", x, BF_OUT);
+    pair_free(x);
+}
+
+static void test_bf16_residual_ln_embed(void)
+{
+    int B = 3, T = 7, d = 77, rows = B * T;
+    uint32_t sid[3] = { 5, 900, 77777 };
+    uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
+    DropoutKey key = { 0x1234567890ull, 17, 42 };
+    size_t n = (size_t)rows * d;
+    for (int alias = 0; alias < 2; alias++) {
+        float p = alias ? 0.0f : 0.1f;
+        Pair x = pair_bf(n, 1, 1), sub = pair_bf(n, 2, 1), g = pair_bf(d, 1, 0), b = pair_bf(d, 1, 0);
+        Pair y = pair_bf(n, 1, 1), r = pair_bf(n, 1, 1), mu = pair_bf(rows, 1, 0), rs = pair_bf(rows, 1, 0);
+        cpu->residual_ln_forward(cpu, y.c, r.c, mu.c, rs.c, x.c, sub.c, g.c, b.c, rows, d, 1e-6f, p, key, sc, T);
+        gpu->residual_ln_forward(gpu, y.g, r.g, mu.g, rs.g, x.g, sub.g, g.g, b.g, rows, d, 1e-6f, p, key, sg, T);
+        compare("bf16 residual_ln_forward: r", r, BF_OUT);
+        compare("bf16 residual_ln_forward: mean (fp32)", mu, BF_F32);
+        /* rstd and y are computed from the rounded r: each r_j moves by
+         * <= 2^-8 |r_j|, so the variance by <= 2^-7 relative and rstd by
+         * <= 2^-8; y = (r - mean) rstd gamma + beta then carries ~2^-8 of
+         * |r| rstd |gamma| (|r| ~ |r - mean| here) on top of its own
+         * rounding: rtol 2e-2, atol 8e-3 of max|y| */
+        compare("bf16 residual_ln_forward: rstd (fp32, from rounded r)", rs, 8e-3, 1e-6);
+        compare("bf16 residual_ln_forward: y", y, 2e-2, 8e-3);
+        sync_pair(rs);   /* backward below: the same statistics on both sides */
+        Pair dy = pair_bf(n, 1, 1), dx = pair_bf(n, 1, 1), ds = pair_bf(n, 1, 1), dg = pair_bf(d, 1, 0);
+        Pair db = pair_bf(d, 1, 0), r2 = pair_bf(n, 1, 1);
+        float *dxc = alias ? dy.c : dx.c, *dxg = alias ? dy.g : dx.g;
+        cpu->residual_ln_backward(cpu, dxc, ds.c, dg.c, db.c, dy.c, r2.c, mu.c, rs.c, g.c, rows, d, p, key, sc, T);
+        gpu->residual_ln_backward(gpu, dxg, ds.g, dg.g, db.g, dy.g, r2.g, mu.g, rs.g, g.g, rows, d,
+                                  p, key, sg, T);
+        compare(alias ? "bf16 residual_ln_backward: dx (aliasing dy)" : "bf16 residual_ln_backward: dx",
+                alias ? dy : dx, BF_OUT);
+        compare("bf16 residual_ln_backward: dsub", ds, BF_OUT);
+        compare("bf16 residual_ln_backward: dgamma (fp32)", dg, BF_F32);
+        compare("bf16 residual_ln_backward: dbeta (fp32)", db, BF_F32);
+        pair_free(x); pair_free(sub); pair_free(g); pair_free(b); pair_free(y); pair_free(r); pair_free(mu);
+        pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db); pair_free(r2);
+    }
+    cpu->free(cpu, sc);
+    gpu->free(gpu, sg);
+
+    int Bt = 3, Tt = 9, de = 45, V = 50, maxlen = 16;
+    int32_t tok[27];
+    for (int i = 0; i < Bt * Tt; i++) tok[i] = (i * 7 + (i % 3)) % 10 + (i % 5 == 0 ? 40 : 0);
+    uint32_t sid2[3] = { 3, 1, 4 };
+    int32_t *tc = dev_copy(cpu, tok, sizeof tok), *tg = dev_copy(gpu, tok, sizeof tok);
+    uint32_t *s2c = dev_copy(cpu, sid2, sizeof sid2), *s2g = dev_copy(gpu, sid2, sizeof sid2);
+    DropoutKey k2 = { 99, 3, 1 };
+    Pair E = pair_bf((size_t)V * de, 1, 0), pos = pair_bf((size_t)maxlen * de, 1, 0);
+    for (int learned = 0; learned < 2; learned++) {
+        size_t ne = (size_t)Bt * Tt * de;
+        Pair out = pair_bf(ne, 1, 1);
+        cpu->embed_forward(cpu, out.c, E.c, learned ? pos.c : NULL, tc, s2c, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
+        gpu->embed_forward(gpu, out.g, E.g, learned ? pos.g : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
+        compare(learned ? "bf16 embed_forward learned positions" : "bf16 embed_forward sinusoids", out, BF_OUT);
+        Pair dout = pair_bf(ne, 1, 1), dE = pair_bf((size_t)V * de, 1, 0), dpos = pair_bf((size_t)maxlen * de, 1, 0);
+        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, s2c, Bt, Tt, de, V, 6.7f, 0.1f, k2);
+        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, s2g, Bt, Tt, de, V, 6.7f, 0.1f, k2);
+        compare("bf16 embed_backward: dE (fp32)", dE, BF_F32);
+        if (learned) compare("bf16 embed_backward: dpos (fp32)", dpos, BF_F32);
+        pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
+    }
+    pair_free(E); pair_free(pos);
+    cpu->free(cpu, tc); gpu->free(gpu, tg); cpu->free(cpu, s2c); gpu->free(gpu, s2g);
+}
+
+/* memory operations on bf16 activations, and their byte count */
+static void test_bf16_memory(void)
+{
+    size_t n = 1003, before = gpu->act_bytes;
+    Pair a = pair_bf(n, 1, 1), b = pair_bf(n, 1, 1), f = pair_bf(n, 1, 0);
+    if (gpu->act_bytes - before != 2 * 2 * n) {
+        failures++;
+        printf("FAIL [%s] bf16 act_bytes grew by %zu for 2 x %zu elements, not %zu\n", order_name,
+               gpu->act_bytes - before, n, 4 * n);
+    }
+    checks++;
+    cpu->copy(cpu, b.c + 1, a.c + 2, 4 * (n - 2));   /* offsets inside the handles */
+    gpu->copy(gpu, b.g + 1, a.g + 2, 4 * (n - 2));
+    compare("bf16 copy act -> act (offsets)", b, 0, 0);
+    cpu->copy(cpu, f.c, a.c, 4 * n);
+    gpu->copy(gpu, f.g, a.g, 4 * n);
+    compare("bf16 copy act -> fp32 (widening: exact)", f, 0, 0);
+    float *h = rand_host(n, 3);   /* not bf16-exact: rounded by the upload */
+    cpu->upload(cpu, f.c, h, 4 * n);
+    gpu->upload(gpu, f.g, h, 4 * n);
+    cpu->copy(cpu, a.c, f.c, 4 * n);
+    gpu->copy(gpu, a.g, f.g, 4 * n);
+    compare("bf16 copy fp32 -> act (rounding <= 2^-8)", a, 1.0 / 256, 0);
+    cpu->upload(cpu, b.c + 5, h, 4 * 100);
+    gpu->upload(gpu, b.g + 5, h, 4 * 100);
+    compare("bf16 upload into act at offset (rounding <= 2^-8)", b, 1.0 / 256, 0);
+    free(h);
+    cpu->zero(cpu, a.c + 10, 4 * 50);
+    gpu->zero(gpu, a.g + 10, 4 * 50);
+    compare("bf16 zero act range", a, 1.0 / 256, 0);
+    pair_free(a); pair_free(b); pair_free(f);
+    if (gpu->act_bytes != before) {
+        failures++;
+        printf("FAIL [%s] bf16 act_bytes %zu after free, %zu before\n", order_name, gpu->act_bytes, before);
+    }
+    checks++;
+}
+
+static void test_bf16_ops(void)
+{
+    Backend *save = gpu;
+    gpu = backend_cuda_create("bf16", 0);
+    if (!gpu) {
+        failures++;
+        gpu = save;
+        return;
+    }
+    test_bf16_gemm();
+    test_bf16_gemm_batched();
+    test_bf16_elementwise();
+    test_bf16_residual_ln_embed();
+    test_bf16_memory();
+    gpu->destroy(gpu);
+    gpu = save;
+}
+
 int main(void)
 {
     cpu = backend_cpu_create(1);
@@ -346,6 +667,12 @@ int main(void)
     set_order("forward");
     test_gemm_lowp("tf32", 3e-3, 3e-3);
     test_gemm_lowp("bf16", 2e-2, 2e-2);
+    for (int o = 0; o < n_orders; o++) {
+        order_name = cuda_emu_set_order ? orders[o] : "gpu";
+        set_order(orders[o]);
+        test_bf16_ops();
+    }
+    set_order("forward");
     gpu->destroy(gpu);
     cpu->destroy(cpu);
     printf("%d checks, %d failed\n", checks, failures);
