@@ -108,11 +108,11 @@ build/emu/backend.o: src/backend.c | build/emu
 	$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
 bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_OBJ) | bin/tests
-	$(CC) $(CFLAGS) -Isrc $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
-	$(CC) $(CFLAGS) $(SAN) -Isrc $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+	$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) | bin/tests
-	$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+	$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
@@ -129,7 +129,7 @@ bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 # the real backend, and the throughput benchmark
 GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak
 bin/gpu/test_cuda_%: tests/cuda/test_cuda_%.c $(LIBOBJ) | bin/gpu
-	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
 	$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
 gpu-test: all $(GPU_BIN)

@@ -13,6 +13,8 @@
 
 #include "ops.h"
 
+#include <cublas_v2.h>   /* the type-combination checks of test_cublas_types */
+
 Backend *backend_cuda_create(const char *precision, int local_rank);
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
  * this test (make gpu-test) */
@@ -612,6 +614,49 @@ static void test_bf16_memory(void)
     checks++;
 }
 
+/* cublasGemmEx type combinations (cuBLAS documentation, cublasGemmEx):
+ * with CUBLAS_COMPUTE_32F, A and B both fp32 or both bf16, C fp32 or (bf16
+ * inputs) bf16; the _FAST_ compute types only with all-fp32 storage; mixed
+ * input types never.  The emulator must accept and reject exactly these
+ * (and so does real cuBLAS in make gpu-test). */
+static void test_cublas_types(void)
+{
+    static const struct { cudaDataType a, b, c; cublasComputeType_t ct; int ok; } cases[] = {
+        { CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 1 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1 },
+        { CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF, 1 },
+        { CUDA_R_32F, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0 },
+        { CUDA_R_16BF, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
+        { CUDA_R_32F, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F_FAST_16BF, 0 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0 },
+    };
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        failures++;
+        printf("FAIL cublasCreate\n");
+        return;
+    }
+    void *A = gpu->alloc(gpu, 4 * 64), *B = gpu->alloc(gpu, 4 * 64), *C = gpu->alloc(gpu, 4 * 64);
+    float one = 1.0f, zero = 0.0f;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, cases[i].a, 4, B, cases[i].b,
+                                         4, &zero, C, cases[i].c, 4, cases[i].ct, CUBLAS_GEMM_DEFAULT);
+        int ok = cases[i].ok ? st == CUBLAS_STATUS_SUCCESS : st == CUBLAS_STATUS_NOT_SUPPORTED;
+        checks++;
+        failures += !ok;
+        printf("%s cublasGemmEx types A=%d B=%d C=%d compute=%d: %s (expected %s)\n", ok ? "ok  " : "FAIL",
+               (int)cases[i].a, (int)cases[i].b, (int)cases[i].c, (int)cases[i].ct, cublasGetStatusString(st),
+               cases[i].ok ? "success" : "not supported");
+    }
+    gpu->sync(gpu);
+    gpu->free(gpu, A);
+    gpu->free(gpu, B);
+    gpu->free(gpu, C);
+    cublasDestroy(h);
+}
+
 static void test_bf16_ops(void)
 {
     Backend *save = gpu;
@@ -667,6 +712,7 @@ int main(void)
     set_order("forward");
     test_gemm_lowp("tf32", 3e-3, 3e-3);
     test_gemm_lowp("bf16", 2e-2, 2e-2);
+    test_cublas_types();
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
         set_order(orders[o]);
