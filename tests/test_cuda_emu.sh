@@ -2,7 +2,8 @@
 # CUDA backend under the CPU emulator (cuda/emu/): the whole training step
 # with 2 MPI ranks against the CPU backend (tests/cuda/test_cuda_step.c), a
 # short `transformer train device=cuda` run whose losses must match
-# device=cpu, and device=cuda without a GPU failing with one error line.
+# device=cpu, the same with precision=bf16 and an 80-step bf16 run, and
+# device=cuda without a GPU failing with one error line.
 set -u
 . "$(dirname "$0")/lib.sh"
 EMU=$TOP/bin/tests/emu-transformer
@@ -14,7 +15,8 @@ fi
 export OMP_NUM_THREADS=1
 
 mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU"
-mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP" | grep -q "ok   ranks 2" || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
+# (the whole output first: grep -q closing the pipe early would abort mpirun)
+out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
 ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
 
 # a short `train` on 2 ranks, device=cuda (emulated) against device=cpu:
@@ -44,6 +46,45 @@ for fo in ckpt_00000008.h5:/params ckpt_00000008.h5:/adam_m ckpt_00000008.h5:/ad
     h5diff -d 2e-4 $W/cpu/$f $W/cuda/$f $o $o > $W/diff.txt || fail "$f $o of device=cuda differs from device=cpu: $(head -5 $W/diff.txt)"
 done
 ok "checkpoint (parameters, Adam moments) and attention probe of device=cuda (emulated) = device=cpu within 2e-4"
+
+# precision=bf16 (bf16 activations and GEMM inputs, fp32 master weights and
+# Adam state), the same 2-rank run: losses within 1e-2 of device=cpu (bf16
+# rounding; measured ~5e-4), and the attention maps, downloaded from bf16
+# storage, within 0.1 at step 4 (after 4 Adam steps at lr up to 2.6e-2 the
+# two runs' weights have drifted apart; measured < 5e-2)
+out_bf=$(mpirun -np 2 "$EMU" train $args device=cuda precision=bf16 run_dir=$W/bf16 2>&1) || fail "device=cuda precision=bf16 (emulated) run failed: $out_bf"
+echo "$out_bf" | grep -q "backend cuda-bf16" || fail "precision=bf16 did not use the bf16 backend: $out_bf"
+python3 - "$out_cpu" "$out_bf" <<'PY' || fail "losses of device=cuda precision=bf16 (emulated) differ from device=cpu"
+import re, sys
+def losses(s):
+    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("cpu ", a); print("bf16", b)
+assert len(a) == 9 and len(a) == len(b), "expected 8 step lines and a dev line"
+assert all(abs(x - y) <= 1e-2 * abs(x) for x, y in zip(a, b))
+PY
+h5diff -d 0.1 $W/cpu/attention_probe.h5 $W/bf16/attention_probe.h5 /step_00000004/sentences /step_00000004/sentences > $W/diff.txt \
+    || fail "attention probe of precision=bf16 differs from device=cpu: $(head -5 $W/diff.txt)"
+ok "8 training steps on 2 ranks: device=cuda precision=bf16 (emulated) losses within 1e-2 of device=cpu, attention maps within 0.1"
+
+# 80 steps of the synthetic reversal task (1 layer; the emulator runs ~5
+# steps/s): the bf16 run learns as the fp32 CPU run does, every logged loss
+# and the dev loss within 3e-2 (measured < 1e-2), and the loss falls by a
+# fifth or more between steps 20 and 80
+args80="--config $TOP/input/synthetic-test.cfg threads=1 n_layers=1 max_tokens=96 train_steps=80 log_steps=20 synth_dev=16 ckpt_minutes=0"
+out_cpu=$("$EMU" train $args80 device=cpu run_dir=$W/cpu80 2>&1) || fail "device=cpu 80-step run failed: $out_cpu"
+out_bf=$("$EMU" train $args80 device=cuda precision=bf16 run_dir=$W/bf80 2>&1) || fail "device=cuda precision=bf16 80-step run failed: $out_bf"
+python3 - "$out_cpu" "$out_bf" <<'PY' || fail "80 steps of device=cuda precision=bf16 (emulated) do not track device=cpu"
+import re, sys
+def losses(s):
+    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("cpu ", a); print("bf16", b)
+assert len(a) == 5 and len(a) == len(b), "expected 4 step lines and a dev line"
+assert all(abs(x - y) <= 3e-2 * abs(x) for x, y in zip(a, b))
+assert b[3] < 0.8 * b[0], "the bf16 loss did not fall"
+PY
+ok "80 steps of synthetic reversal: device=cuda precision=bf16 (emulated) losses track device=cpu within 3e-2"
 
 expect_error 2 "error: device=cuda: no usable CUDA device" env CUDA_EMU_DEVICES=0 "$EMU" train device=cuda train_steps=1
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
