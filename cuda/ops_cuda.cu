@@ -85,6 +85,7 @@ struct CudaImpl {
     /* gradient allreduce (allreduce_* hooks of ops.h) */
     MPI_Comm comm;
     int nranks;
+    bool want_nccl;   /* key allreduce=nccl (the default) */
     bool use_nccl;
     cudaStream_t comm_stream;
     cudaEvent_t ev_ready, ev_done;
@@ -1051,8 +1052,9 @@ static void cuda_log_softmax(Backend *be, float *x, int rows, int cols)
 #endif
 
 /* NCCL on its own stream (so that the sums overlap the rest of backward),
- * its unique id broadcast over MPI.  TRANSFORMER_NCCL=0, or a build without
- * NCCL, sums through MPI on host copies instead. */
+ * its unique id broadcast over MPI.  allreduce=mpi (or the older switch
+ * TRANSFORMER_NCCL=0), or a build without NCCL, sums through MPI on host
+ * copies instead. */
 static void cuda_allreduce_init(Backend *be, const void *mpi_comm)
 {
     CudaImpl *I = IMPL(be);
@@ -1061,7 +1063,7 @@ static void cuda_allreduce_init(Backend *be, const void *mpi_comm)
     MPI_Comm_size(I->comm, &I->nranks);
     MPI_Comm_rank(I->comm, &rank);
     const char *env = getenv("TRANSFORMER_NCCL");
-    I->use_nccl = USE_NCCL && !(env && !strcmp(env, "0"));
+    I->use_nccl = USE_NCCL && I->want_nccl && !(env && !strcmp(env, "0"));
     CK(cudaStreamCreateWithFlags(&I->comm_stream, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&I->ev_ready, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&I->ev_done, cudaEventDisableTiming));
@@ -1150,7 +1152,7 @@ static void cuda_destroy(Backend *be)
     free(be);
 }
 
-extern "C" Backend *backend_cuda_create(const char *precision, int local_rank)
+extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -1158,6 +1160,10 @@ extern "C" Backend *backend_cuda_create(const char *precision, int local_rank)
         cudaGetLastError();
         fprintf(stderr, "error: device=cuda: no usable CUDA device (%s)\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return NULL;
+    }
+    if (allreduce && strcmp(allreduce, "nccl") && strcmp(allreduce, "mpi")) {
+        fprintf(stderr, "error: device=cuda: allreduce '%s' is not nccl or mpi\n", allreduce);
         return NULL;
     }
     int prec = !strcmp(precision, "bf16") ? PREC_BF16 : !strcmp(precision, "tf32") ? PREC_TF32 : PREC_FP32;
@@ -1175,6 +1181,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, int local_rank)
     I->device = dev;
     I->precision = prec;
     I->bf16 = prec == PREC_BF16;
+    I->want_nccl = !allreduce || !strcmp(allreduce, "nccl");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
      * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F) */
     I->compute = prec == PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF

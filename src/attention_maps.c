@@ -418,7 +418,7 @@ static int attention_main(const AttnArgs *a, Dist *D)
     Config cfg;
     Model m;
     /* one thread: the maps do not depend on how many ranks share the cores */
-    Backend *be = backend_create("cpu", "fp32", 1, D->local_rank);
+    Backend *be = backend_create("cpu", "fp32", NULL, 1, D->local_rank);
     if (!be) return 2;
     if (checkpoint_open_model(a->ckpt, &cfg, &m, be)) { be->destroy(be); return 2; }
     Corpus c = {0};

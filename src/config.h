@@ -43,6 +43,7 @@ typedef struct Config {
     int progress_us;     /* MPI progress thread poll interval (0: none) */
     char device[CFG_STR];    /* "cpu" or "cuda" */
     char precision[CFG_STR]; /* "fp32", "tf32" or "bf16" (cuda) */
+    char allreduce[CFG_STR]; /* cuda gradient sums: "nccl" (MPI where the build has no NCCL) or "mpi" */
     char run_dir[CFG_STR];
     int ckpt_steps;
     float ckpt_minutes;

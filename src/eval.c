@@ -93,7 +93,7 @@ int cmd_eval(int argc, char **argv)
     Config keep = *c;
     int threads = c->threads > 0 ? c->threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (D->local_size > 0 ? D->local_size : 1));
     if (threads < 1) threads = 1;
-    r->be = backend_create(c->device, c->precision, threads, D->local_rank);
+    r->be = backend_create(c->device, c->precision, c->allreduce, threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
     if (checkpoint_open_model(ckpt, c, &r->model, r->be)) {
         if (util_abort_hook) util_abort_hook(2);

@@ -130,7 +130,10 @@ struct Backend {
 };
 
 Backend *backend_cpu_create(int threads);
-/* device = "cpu" or "cuda"; returns NULL with a one-line message on failure */
-Backend *backend_create(const char *device, const char *precision, int threads, int local_rank);
+/* device = "cpu" or "cuda"; allreduce (cuda): "nccl", "mpi" or NULL for the
+ * default (NCCL where built with it); returns NULL with a one-line message
+ * on failure */
+Backend *backend_create(const char *device, const char *precision, const char *allreduce, int threads,
+                        int local_rank);
 
 #endif

@@ -245,7 +245,7 @@ int cmd_train(int argc, char **argv)
     char bind[160], *binds = D->rank == 0 ? xmalloc(sizeof bind * D->size) : NULL;
     int threads = dist_bind_cpu(D, c->threads, bind, sizeof bind);
     MPI_Gather(bind, sizeof bind, MPI_CHAR, binds, sizeof bind, MPI_CHAR, 0, D->comm);
-    r->be = backend_create(c->device, c->precision, threads, D->local_rank);
+    r->be = backend_create(c->device, c->precision, c->allreduce, threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
     if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
     Model *m = &r->model;

@@ -296,7 +296,7 @@ int cmd_translate(int argc, char **argv)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = c.threads > 0 ? c.threads : (int)(cores / (D.local_size > 0 ? D.local_size : 1));
     if (threads < 1) threads = 1;
-    Backend *be = backend_create(c.device, c.precision, threads, D.local_rank);
+    Backend *be = backend_create(c.device, c.precision, c.allreduce, threads, D.local_rank);
     if (!be) die(2, "translate: cannot create backend '%s'", c.device);
     Model m;
     if (checkpoint_open_model(o.ckpt, &c, &m, be)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }

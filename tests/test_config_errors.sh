@@ -46,6 +46,8 @@ for cmd in params train; do
     one_line_error "^error: $f:2: key 'max_tokens': 100 is smaller than max_len 128" "$BIN" $cmd --config "$f"
     f=$(cfg pos.cfg 'positional = rotary\n')
     one_line_error "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
+    f=$(cfg allreduce.cfg 'allreduce = gloo\n')
+    one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
     one_line_error "^error: command line: unknown key 'd_modle'" "$BIN" $cmd d_modle=512
     one_line_error "^error: command line: key 'd_model': -512 is out of range" "$BIN" $cmd d_model=-512

@@ -16,7 +16,10 @@ export OMP_NUM_THREADS=1
 
 mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU"
 # (the whole output first: grep -q closing the pipe early would abort mpirun)
-out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
+out=$(mpirun -np 2 "$STEP" allreduce=mpi) && echo "$out" | grep -q "ok   ranks 2" \
+    || fail "2-rank training step with the MPI fallback (allreduce=mpi) differs from CPU"
+out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+    || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
 ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
 
 # a short `train` on 2 ranks, device=cuda (emulated) against device=cpu:
@@ -48,11 +51,11 @@ done
 ok "checkpoint (parameters, Adam moments) and attention probe of device=cuda (emulated) = device=cpu within 2e-4"
 
 # precision=bf16 (bf16 activations and GEMM inputs, fp32 master weights and
-# Adam state), the same 2-rank run: losses within 1e-2 of device=cpu (bf16
+# Adam state), the same 2-rank run (gradient sums through MPI: allreduce=mpi): losses within 1e-2 of device=cpu (bf16
 # rounding; measured ~5e-4), and the attention maps, downloaded from bf16
 # storage, within 0.1 at step 4 (after 4 Adam steps at lr up to 2.6e-2 the
 # two runs' weights have drifted apart; measured < 5e-2)
-out_bf=$(mpirun -np 2 "$EMU" train $args device=cuda precision=bf16 run_dir=$W/bf16 2>&1) || fail "device=cuda precision=bf16 (emulated) run failed: $out_bf"
+out_bf=$(mpirun -np 2 "$EMU" train $args device=cuda precision=bf16 allreduce=mpi run_dir=$W/bf16 2>&1) || fail "device=cuda precision=bf16 (emulated) run failed: $out_bf"
 echo "$out_bf" | grep -q "backend cuda-bf16" || fail "precision=bf16 did not use the bf16 backend: $out_bf"
 python3 - "$out_cpu" "$out_bf" <<'PY' || fail "losses of device=cuda precision=bf16 (emulated) differ from device=cpu"
 import re, sys

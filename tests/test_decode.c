@@ -75,7 +75,7 @@ static Backend *test_backend(void)
 {
     const char *dev = getenv("TEST_DEVICE");
     if (dev && *dev && strcmp(dev, "cpu")) {
-        Backend *be = backend_create(dev, "fp32", 1, 0);
+        Backend *be = backend_create(dev, "fp32", NULL, 1, 0);
         if (!be) die(2, "TEST_DEVICE=%s: no backend", dev);
         return be;
     }

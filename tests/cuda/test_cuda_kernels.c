@@ -15,7 +15,7 @@
 
 #include <cublas_v2.h>   /* the type-combination checks of test_cublas_types */
 
-Backend *backend_cuda_create(const char *precision, int local_rank);
+Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
  * this test (make gpu-test) */
 int cuda_emu_set_order(const char *spec) __attribute__((weak));
@@ -157,7 +157,7 @@ static void test_gemm_batched(void)
 
 static void test_gemm_lowp(const char *prec, double rtol, double atol)
 {
-    Backend *g = backend_cuda_create(prec, 0), *save = gpu;
+    Backend *g = backend_cuda_create(prec, NULL, 0), *save = gpu;
     gpu = g;
     int M = 33, N = 17, K = 300;
     Pair A = pair_rand((size_t)M * K, 1), B = pair_rand((size_t)N * K, 1), C = pair_rand((size_t)M * N, 1);
@@ -660,7 +660,7 @@ static void test_cublas_types(void)
 static void test_bf16_ops(void)
 {
     Backend *save = gpu;
-    gpu = backend_cuda_create("bf16", 0);
+    gpu = backend_cuda_create("bf16", NULL, 0);
     if (!gpu) {
         failures++;
         gpu = save;
@@ -678,7 +678,7 @@ static void test_bf16_ops(void)
 int main(void)
 {
     cpu = backend_cpu_create(1);
-    gpu = backend_cuda_create("fp32", 0);
+    gpu = backend_cuda_create("fp32", NULL, 0);
     if (!cpu || !gpu) return 1;
     const char *orders[] = { "forward", "reverse", "random:12345" };
     /* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate

@@ -24,7 +24,7 @@
 #include "synthetic.h"
 #include "util.h"
 
-Backend *backend_cuda_create(const char *precision, int local_rank);
+Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
  * this test (make gpu-test) */
 int cuda_emu_set_order(const char *spec) __attribute__((weak));
@@ -189,6 +189,8 @@ int main(int argc, char **argv)
 {
     Dist D;
     dist_init(&D, &argc, &argv);
+    /* optional argument allreduce=nccl|mpi: the CUDA backend's gradient sums */
+    const char *allreduce = argc > 1 && !strncmp(argv[1], "allreduce=", 10) ? argv[1] + 10 : NULL;
     int failures = 0;
     const char *pos[2] = { "sinusoid", "learned" };
     for (int pe = 0; pe < 2; pe++) {
@@ -202,8 +204,9 @@ int main(int argc, char **argv)
         Batch b = { 0 };
         batch_build(&b, &corp, idx, B, c.max_len);
 
-        Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create("fp32", D.local_rank);
+        Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create("fp32", allreduce, D.local_rank);
         if (!gpu) return 1;
+        if (D.rank == 0 && pe == 0) printf("allreduce=%s\n", allreduce ? allreduce : "(default)");
         set_order(pe ? "random:99" : "reverse");
         StepOut r = run_step(&D, &c, cpu, &b), g = run_step(&D, &c, gpu, &b);
         ParamTable pt;
@@ -242,7 +245,7 @@ int main(int argc, char **argv)
                 printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
                        D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
         }
-        Backend *gbf = backend_cuda_create("bf16", D.local_rank);
+        Backend *gbf = backend_cuda_create("bf16", allreduce, D.local_rank);
         if (!gbf) return 1;
         StepOut h = run_step(&D, &c, gbf, &b);
         failures += check_bf16(&D, &c, &pt, pos[pe], &r, &h, &g);

@@ -16,7 +16,7 @@ bin/gpu/test_cuda_step || fail "training step on the GPU differs from the CPU ba
 if [ "$ngpu" -ge 2 ]; then
     mpirun -np 2 bin/gpu/test_cuda_step || fail "training step, 2 ranks with NCCL"
 else
-    mpirun -np 2 -x TRANSFORMER_NCCL=0 bin/gpu/test_cuda_step || fail "training step, 2 ranks (MPI fallback)"
+    mpirun -np 2 bin/gpu/test_cuda_step allreduce=mpi || fail "training step, 2 ranks (MPI fallback, allreduce=mpi)"
 fi
 args="n_layers=2 d_model=64 d_ff=128 n_heads=4 d_k=16 d_v=16 train_steps=6 log_steps=1 max_tokens=600 synth_train=2000 synth_dev=32 warmup=50 threads=4"
 cpu=$("$BIN" train $args device=cpu | grep -E "^(step|dev final)")
