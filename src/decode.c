@@ -167,7 +167,7 @@ const float *decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
 
     be->upload(be, d->d_tok, tok, sizeof(int32_t) * n);
     /* embedding * sqrt(d_model) + position t (sections 3.4, 3.5) */
-    be->embed_forward(be, d->xa, PRM(m->pt.embedding), m->pt.has_pos ? PRM(m->pt.pos_embedding) : NULL, d->d_tok,
+    be->embed_forward(be, d->xa, PRM(m->pt.embedding), model_pos_table(m), d->d_tok,
                       d->d_sent_id, n, 1, dm, sqrtf((float)dm), t, 0.0f, nokey);
     float *x = d->xa, *y = d->xb;
     for (int l = 0; l < c->n_layers; l++) {

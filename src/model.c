@@ -459,7 +459,7 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
 
 static float pdrop(const Model *m, int train) { return train ? m->cfg.dropout : 0.0f; }
 
-static const float *pos_table(const Model *m)
+const float *model_pos_table(const Model *m)
 {
     return m->pt.has_pos ? m->params + m->pt.pos_embedding : m->sinusoid;
 }
@@ -470,7 +470,7 @@ const float *model_encode(Model *m, int train, uint32_t step)
     const Config *c = &m->cfg;
     int S = m->S, ns = m->B * S;
     float p = pdrop(m, train);
-    be->embed_forward(be, m->enc_in, PRM(m->pt.embedding), pos_table(m), m->d_src, m->d_sent_id, m->B, S,
+    be->embed_forward(be, m->enc_in, PRM(m->pt.embedding), model_pos_table(m), m->d_src, m->d_sent_id, m->B, S,
                       c->d_model, sqrtf((float)c->d_model), 0, p, drop_key(m, step, SITE_SRC_EMB));
     const float *x = m->enc_in;
     for (int l = 0; l < c->n_layers; l++) {
@@ -489,7 +489,7 @@ const float *model_decode(Model *m, const float *enc_out, int train, uint32_t st
     const Config *c = &m->cfg;
     int T = m->T, nt = m->B * T;
     float p = pdrop(m, train);
-    be->embed_forward(be, m->dec_in, PRM(m->pt.embedding), pos_table(m), m->d_tgt_in, m->d_sent_id, m->B, T,
+    be->embed_forward(be, m->dec_in, PRM(m->pt.embedding), model_pos_table(m), m->d_tgt_in, m->d_sent_id, m->B, T,
                       c->d_model, sqrtf((float)c->d_model), 0, p, drop_key(m, step, SITE_TGT_EMB));
     const float *x = m->dec_in;
     for (int l = 0; l < c->n_layers; l++) {

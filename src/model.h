@@ -115,6 +115,9 @@ size_t model_param_count(const Config *c);
 /* Pieces used by decoding (decode.c) and attention maps (attention.c) */
 void model_upload_batch(Model *m, const Batch *b);
 void model_reserve(Model *m, int B, int S, int T);
+/* positions of section 3.5: the learned table, or the sinusoids computed once
+ * at model_init (ops would otherwise evaluate sin/cos per element) */
+const float *model_pos_table(const Model *m);
 /* encoder over the uploaded batch: output in m->enc[N-1].x3 (eval: no dropout) */
 const float *model_encode(Model *m, int train, uint32_t step);
 /* decoder over the uploaded batch's tgt_in; returns the last layer output [B*T, d] */

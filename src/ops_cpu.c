@@ -3,6 +3,7 @@
  * (bias, LayerNorm and embedding gradients) are parallel over columns and
  * sum rows in order, so results do not depend on the thread count. */
 #include "ops.h"
+#include "vecmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -107,12 +108,12 @@ static void cpu_softmax_forward(Backend *be, float *S, const int32_t *key_len, f
         if (causal && q + q_offset + 1 < n) n = q + q_offset + 1;
         if (n > Tk) n = Tk;
         float *s = S + r * Tk;
-        float mx = -INFINITY;
-        for (int k = 0; k < n; k++) { float v = s[k] * scale; s[k] = v; if (v > mx) mx = v; }
-        float sum = 0.0f;
-        for (int k = 0; k < n; k++) { float e = expf(s[k] - mx); s[k] = e; sum += e; }
-        float inv = n > 0 ? 1.0f / sum : 0.0f;
-        for (int k = 0; k < n; k++) s[k] *= inv;
+        if (n > 0) {
+            for (int k = 0; k < n; k++) s[k] *= scale;
+            float sum = vm_row_exp_affine(s, n, vm_row_max(s, n), 1.0f, 0.0f);
+            float inv = 1.0f / sum;
+            for (int k = 0; k < n; k++) s[k] *= inv;
+        }
         for (int k = n; k < Tk; k++) s[k] = 0.0f;
     }
 }
@@ -127,6 +128,7 @@ static void cpu_softmax_backward(Backend *be, float *dP, const float *P, float s
         float *d = dP + r * Tk;
         const float *p = P + r * Tk;
         float dot = 0.0f;
+        #pragma omp simd reduction(+:dot)
         for (int k = 0; k < Tk; k++) dot += p[k] * d[k];
         for (int k = 0; k < Tk; k++) d[k] = scale * p[k] * (d[k] - dot);
     }
@@ -146,9 +148,12 @@ static void cpu_residual_ln_forward(Backend *be, float *y, float *r, float *mean
         float *ri = r + (size_t)i * d, *yi = y + (size_t)i * d;
         if (p > 0.0f) dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), si, ri, d);
         else memcpy(ri, si, sizeof(float) * d);
+        /* omp simd: the row sums run in vector partial sums */
         float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
         for (int j = 0; j < d; j++) { ri[j] += xi[j]; sum += ri[j]; }
         float mu = sum / d, var = 0.0f;
+        #pragma omp simd reduction(+:var)
         for (int j = 0; j < d; j++) { float c = ri[j] - mu; var += c * c; }
         float rs = 1.0f / sqrtf(var / d + eps);
         mean[i] = mu;
@@ -185,6 +190,7 @@ static void cpu_residual_ln_backward(Backend *be, float *dx, float *dsub, float 
         float *dxi = dx + (size_t)i * d, *dsi = dsub + (size_t)i * d;
         float mu = mean[i], rs = rstd[i];
         float m1 = 0.0f, m2 = 0.0f;
+        #pragma omp simd reduction(+:m1, m2)
         for (int j = 0; j < d; j++) {
             float g = dyi[j] * gamma[j], xh = (ri[j] - mu) * rs;
             m1 += g;
@@ -272,21 +278,16 @@ static void cpu_xent_forward_backward(Backend *be, float *logits, const int32_t 
             if (grad_scale != 0.0f) memset(z, 0, sizeof(float) * V);
             continue;
         }
-        float mx = z[0];
-        for (int k = 1; k < V; k++) mx = z[k] > mx ? z[k] : mx;
-        float se = 0.0f, sz = 0.0f;
-        #pragma omp simd reduction(+:se, sz)
-        for (int k = 0; k < V; k++) { se += expf(z[k] - mx); sz += z[k]; }
-        float lse = mx + logf(se);
+        float mx = vm_row_max(z, V), sz;
+        float lse = mx + logf(vm_row_sum_exp(z, V, mx, &sz));
         float nll = lse - z[y];
         /* -sum_k q_k log p_k with q = (1-eps) onehot + eps/V */
         float smooth = lse - sz / V;
         row_nll[r] = nll;
         row_loss[r] = (1.0f - eps) * nll + eps * smooth;
         if (grad_scale != 0.0f) {
-            float u = eps / V;
-            #pragma omp simd
-            for (int k = 0; k < V; k++) z[k] = grad_scale * (expf(z[k] - lse) - u);
+            /* grad_scale * (p_k - q_k), p_k = exp(z_k - lse) */
+            vm_row_exp_affine(z, V, lse, grad_scale, -grad_scale * (eps / V));
             z[y] -= grad_scale * (1.0f - eps);
         }
     }
@@ -314,12 +315,8 @@ static void cpu_log_softmax(Backend *be, float *x, int rows, int cols)
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         float *z = x + (size_t)r * cols;
-        float mx = z[0];
-        for (int k = 1; k < cols; k++) mx = z[k] > mx ? z[k] : mx;
-        float se = 0.0f;
-        #pragma omp simd reduction(+:se)
-        for (int k = 0; k < cols; k++) se += expf(z[k] - mx);
-        float lse = mx + logf(se);
+        float mx = vm_row_max(z, cols);
+        float lse = mx + logf(vm_row_sum_exp(z, cols, mx, NULL));
         for (int k = 0; k < cols; k++) z[k] -= lse;
     }
 }

@@ -12,6 +12,15 @@ have_torch=1
 $TORCH_PY -c "import torch" 2>/dev/null || { have_torch=0; echo "(PyTorch not found for $TORCH_PY: install python3-torch; ours only)"; }
 make -s bin/bench/gemm_peak || exit 1
 B=100 L=40 V=8000 STEPS=${STEPS:-6}
+W=$(mktemp -d /tmp/bench_cpu_train.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+# timed FILE CMD...: runs CMD, writes the CPU use of it and its children
+# (100 = one core busy) to FILE, so each row shows how many cores each side
+# really used.
+timed() {
+    local f=$1; shift
+    if [ -x /usr/bin/time ]; then /usr/bin/time -f %P -o "$f" "$@"; else echo "?" > "$f"; "$@"; fi
+}
 declare -A peak
 for t in 1 2; do peak[$t]=$(bin/bench/gemm_peak $t | awk '{print $5}'); done
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; sgemm peak 1 thread ${peak[1]} GFLOP/s, 2 threads ${peak[2]} GFLOP/s"
@@ -31,7 +40,7 @@ ours() {  # N d dff h threads ranks -> tok/s (global)
                max_tokens=$((B * L)) synth_train=$((B * 64)) synth_dev=8 train_steps=$((2 + STEPS)) log_steps=2
                threads=$th warmup=4000)
     echo "  ours: mpirun -np $np ${cmd[*]}" >&2
-    mpirun -np "$np" --bind-to none "${cmd[@]}" | awk '/^step/ { n++; if (n > 1) { s += 1 / $8; k++ } } END { printf "%.1f", k / s }'
+    timed "$W/ours.cpu" mpirun -np "$np" --bind-to none "${cmd[@]}" | awk '/^step/ { n++; if (n > 1) { s += 1 / $8; k++ } } END { printf "%.1f", k / s }'
 }
 
 theirs() {
@@ -39,11 +48,14 @@ theirs() {
     [ $have_torch = 1 ] || { echo 0; return; }
     local cmd=($TORCH_PY tests/bench/torch_train.py --layers $N --d-model $d --d-ff $dff --heads $h --vocab $V
                --batch $B --len $L --steps $((2 + STEPS)) --warm 2 --threads $th)
-    echo "  torch: ${cmd[*]}" >&2
-    "${cmd[@]}" | awk '{print $3}'
+    # Debian's torch calls sgemm in libblas.so.3 = OpenBLAS (pthread build),
+    # whose threads torch.set_num_threads does not govern: without these the
+    # "1 thread" run used both cores (175% CPU), so they are pinned here.
+    echo "  torch: OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th ${cmd[*]}" >&2
+    OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th timed "$W/torch.cpu" "${cmd[@]}" | awk '{print $3}'
 }
 
-printf '%-22s %-10s %10s %10s %7s %9s %9s\n' config threads ours_tok/s torch_tok/s ratio ours_%peak torch_%peak
+printf '%-22s %-10s %10s %10s %7s %9s %9s %8s %8s\n' config threads ours_tok/s torch_tok/s ratio ours_%peak torch_%peak ours_cpu torch_cpu
 run_cfg() {
     local name=$1 N=$2 d=$3 dff=$4 h=$5 th=$6 np=$7
     local f a b
@@ -55,7 +67,8 @@ run_cfg() {
 f,a,b,p=$f,$a,$b,${peak[$cores]}
 tok=$B*$L
 ga=f*a/tok/1e9; gb=f*b/tok/1e9 if b>0 else 0
-print('%-22s %-10s %10.0f %10.0f %7.2f %8.0f%% %8.0f%%' % ('$name', '${np}x${th}', a, b, a/b if b>0 else 0, 100*ga/p, 100*gb/p))"
+print('%-22s %-10s %10.0f %10.0f %7.2f %8.0f%% %8.0f%% %8s %8s' % ('$name', '${np}x${th}', a, b, a/b if b>0 else 0, 100*ga/p, 100*gb/p,
+      '$(cat "$W/ours.cpu")', '$(cat "$W/torch.cpu" 2>/dev/null)'))"
 }
 run_cfg "d256 3+3" 3 256 1024 4 1 1
 [ "${QUICK:-0}" = 1 ] && exit 0
