@@ -81,7 +81,14 @@ struct CudaImpl {
     size_t part_cap;
     int32_t *seg;
     size_t seg_cap;
-    std::vector<int32_t> h_tok, h_seg;
+    std::vector<int32_t> h_tok, count;
+    /* pinned staging of the embedding-gradient segments, two used in turn
+     * (a step's target and source calls): a call refills one while the
+     * copy out of the other may still be queued on the stream */
+    int32_t *seg_host[2];
+    size_t seg_host_cap[2];
+    cudaEvent_t seg_copied[2];
+    int seg_turn;
     /* gradient allreduce (allreduce_* hooks of ops.h) */
     MPI_Comm comm;
     int nranks;
@@ -880,47 +887,63 @@ static __global__ void k_embed_backward_pos(TP dpos, TP dout, const uint32_t *se
 }
 
 static void cuda_embed_backward(Backend *be, float *dE, float *dpos, const float *dout, const int32_t *tokens,
-                                const uint32_t *sent_id, int B, int T, int d, int vocab, float scale, float p,
-                                DropoutKey key)
+                                const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d, int vocab,
+                                float scale, float p, DropoutKey key)
 {
     CudaImpl *I = IMPL(be);
     int n = B * T;
     if (n <= 0 || d <= 0) return;
-    /* group positions by token (a stable counting sort of at most B*T ids
-     * on the host: a few microseconds, and no atomics on the device) */
-    I->h_tok.resize(n);
-    cuda_download(be, I->h_tok.data(), tokens, sizeof(int32_t) * n);
-    std::vector<int32_t> count(vocab + 1, 0);
+    /* group positions by token: a stable counting sort of the B*T ids on the
+     * host (tens of microseconds), so that the device needs no atomics.  The
+     * ids come from the caller's host copy; only without one are they read
+     * back, which waits for the stream. */
+    const int32_t *tok = host_tokens;
+    if (!tok) {
+        I->h_tok.resize(n);
+        cuda_download(be, I->h_tok.data(), tokens, sizeof(int32_t) * n);
+        tok = I->h_tok.data();
+    }
+    std::vector<int32_t> &count = I->count;
+    count.assign((size_t)vocab + 1, 0);
     for (int i = 0; i < n; i++) {
-        int t = I->h_tok[i];
+        int t = tok[i];
         if (t < 0 || t >= vocab) die(1, "cuda embed_backward: token %d outside the vocabulary of %d", t, vocab);
         count[t + 1]++;
     }
     int nu = 0;
     for (int t = 0; t < vocab; t++) nu += count[t + 1] > 0;
     for (int t = 0; t < vocab; t++) count[t + 1] += count[t];
-    /* layout: order[n] | seg[nu+1] | seg_tok[nu] */
-    I->h_seg.assign((size_t)n + 2 * nu + 1, 0);
-    int32_t *order = I->h_seg.data(), *seg = order + n, *seg_tok = seg + nu + 1;
-    {
-        std::vector<int32_t> fill(count.begin(), count.end() - 1);
-        for (int i = 0; i < n; i++) order[fill[I->h_tok[i]]++] = i;
-        int u = 0;
-        for (int t = 0; t < vocab; t++)
-            if (count[t + 1] > count[t]) {
-                seg[u] = count[t];
-                seg_tok[u] = t;
-                u++;
-            }
-        seg[nu] = n;
+    /* layout: order[n] | seg[nu+1] | seg_tok[nu], staged in pinned memory
+     * and copied asynchronously (no host-device synchronisation) */
+    size_t need = (size_t)n + 2 * nu + 1;
+    int k = I->seg_turn;
+    I->seg_turn ^= 1;
+    CK(cudaEventSynchronize(I->seg_copied[k]));   /* the last copy out of this buffer is done */
+    if (need > I->seg_host_cap[k]) {
+        if (I->seg_host[k]) CK(cudaFreeHost(I->seg_host[k]));
+        I->seg_host_cap[k] = need * 2;
+        CK(cudaMallocHost((void **)&I->seg_host[k], I->seg_host_cap[k] * sizeof(int32_t)));
     }
-    if (I->h_seg.size() > I->seg_cap) {
+    int32_t *order = I->seg_host[k], *seg = order + n, *seg_tok = seg + nu + 1;
+    for (int i = 0; i < n; i++) order[count[tok[i]]++] = i;   /* count[t] ends at the end of t's segment */
+    int u = 0;
+    for (int t = 0, start = 0; t < vocab; t++)
+        if (count[t] > start) {
+            seg[u] = start;
+            seg_tok[u] = t;
+            u++;
+            start = count[t];
+        }
+    seg[nu] = n;
+    if (need > I->seg_cap) {
         CK(cudaStreamSynchronize(I->stream));
         if (I->seg) CK(cudaFree(I->seg));
-        I->seg_cap = I->h_seg.size() * 2;
+        I->seg_cap = need * 2;
         CK(cudaMalloc((void **)&I->seg, I->seg_cap * sizeof(int32_t)));
     }
-    cuda_upload(be, I->seg, I->h_seg.data(), I->h_seg.size() * sizeof(int32_t));
+    /* stream order: this copy runs after the kernel that read I->seg last */
+    CK(cudaMemcpyAsync(I->seg, order, need * sizeof(int32_t), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaEventRecord(I->seg_copied[k], I->stream));
     float ks = drop_scale(p);
     dim3 grid(nu, (d + 127) / 128);
     LAUNCH(k_embed_backward_tokens, grid, 128, 0, I->stream, R(be, dE), R(be, dout), I->seg, I->seg + n,
@@ -1129,6 +1152,10 @@ static void cuda_destroy(Backend *be)
     if (I->sin_table) cudaFree(I->sin_table);
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
+    for (int k = 0; k < 2; k++) {
+        if (I->seg_host[k]) cudaFreeHost(I->seg_host[k]);
+        cudaEventDestroy(I->seg_copied[k]);
+    }
     if (I->shadow) cudaFree(I->shadow);
     for (int k = 0; k < 3; k++)
         if (I->gscratch[k]) cudaFree(I->gscratch[k]);
@@ -1188,6 +1215,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
                : prec == PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                    : CUBLAS_COMPUTE_32F;
     CK(cudaStreamCreateWithFlags(&I->stream, cudaStreamNonBlocking));
+    for (int k = 0; k < 2; k++) CK(cudaEventCreateWithFlags(&I->seg_copied[k], cudaEventDisableTiming));
     CKB(cublasCreate(&I->blas));
     CKB(cublasSetStream(I->blas, I->stream));
     CKB(cublasSetMathMode(I->blas, prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));

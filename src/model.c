@@ -542,7 +542,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         self_attn_block_backward(m, L, a, x, T, p, drop_key(m, step, SITE_DEC + 4 * l));
         if (ready) ready(ready_ctx, l ? m->pt.dec[l - 1].self_attn.Wq : m->pt.enc_begin);
     }
-    be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
+    be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, b->tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_TGT_EMB));
     be->copy(be, m->g_x, m->g_enc, sizeof(float) * ns * d);
     for (int l = N - 1; l >= 0; l--) {
@@ -553,7 +553,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         self_attn_block_backward(m, L, a, x, S, p, drop_key(m, step, SITE_ENC + 4 * l));
         if (ready) ready(ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
     }
-    be->embed_backward(be, dE, dpos, m->g_x, m->d_src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,
+    be->embed_backward(be, dE, dpos, m->g_x, m->d_src, b->src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_SRC_EMB));
     if (ready) ready(ready_ctx, m->pt.total);
     return st;

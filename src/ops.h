@@ -97,10 +97,12 @@ struct Backend {
                           const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
                           float scale, int pos_offset, float p_drop, DropoutKey key);
     /* dE[tok] += scale*dropout'(dout); dpos[t] += dropout'(dout) if learned;
-     * deterministic (no atomics) */
+     * deterministic (no atomics).  host_tokens: the same B*T ids in host
+     * memory, or NULL; with them a backend can group positions by token
+     * without reading device memory back (CUDA: no stream synchronisation) */
     void (*embed_backward)(Backend *be, float *dE, float *dpos, const float *dout,
-                           const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
-                           int vocab, float scale, float p_drop, DropoutKey key);
+                           const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B,
+                           int T, int d, int vocab, float scale, float p_drop, DropoutKey key);
 
     /* Label-smoothed cross-entropy (section 5.4) over logits [rows, V]:
      * q = (1-eps)*onehot(target) + eps/V.  Rows with target 0 (padding) give

@@ -235,11 +235,12 @@ static void cpu_embed_forward(Backend *be, float *out, const float *E, const flo
 }
 
 static void cpu_embed_backward(Backend *be, float *dE, float *dpos, const float *dout,
-                               const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
+                               const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d,
                                int vocab, float scale, float p, DropoutKey key)
 {
     (void)be;
     (void)vocab;
+    (void)host_tokens;
     float ks = drop_scale(p);
     int nblk = (d + COL_BLOCK - 1) / COL_BLOCK;
     /* each thread owns a block of feature columns and adds rows in order:

@@ -346,7 +346,7 @@ static void check_embed(int learned, float p)
     AL(dE, (size_t)c.V * c.d);
     memset(dE, 0, sizeof(float) * c.V * c.d);
     if (learned) { AL(dpos, (size_t)c.T * c.d); memset(dpos, 0, sizeof(float) * c.T * c.d); }
-    be->embed_backward(be, dE, dpos, c.w, tok, sent, c.B, c.T, c.d, c.V, c.scale, p, key);
+    be->embed_backward(be, dE, dpos, c.w, tok, tok, sent, c.B, c.T, c.d, c.V, c.scale, p, key);
     char nm[96];
     snprintf(nm, sizeof nm, "%s dE", name);
     for (int i = 0; i < c.V * c.d; i++) gc_compare(nm, i, dE[i], gc_central(&c.E[i], H, emb_loss, &c), RTOL, ATOL);

@@ -261,9 +261,13 @@ static void test_embed(void)
         gpu->embed_forward(gpu, out.g, E.g, learned ? pos.g : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
         compare(learned ? "embed_forward learned positions" : "embed_forward sinusoids, pos_offset 3", out, FP32);
         Pair dout = pair_rand(n, 1), dE = pair_rand((size_t)V * d, 1), dpos = pair_rand((size_t)maxlen * d, 1);
-        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, sc, B, T, d, V, 6.7f, 0.1f, key);
-        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, sg, B, T, d, V, 6.7f, 0.1f, key);
-        compare("embed_backward: dE (token segments, no atomics)", dE, FP32);
+        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, NULL, sc, B, T, d, V, 6.7f, 0.1f, key);
+        /* the ids read back from the device, or (learned) the caller's host
+         * copy */
+        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, learned ? tok : NULL, sg, B, T, d, V, 6.7f,
+                            0.1f, key);
+        compare(learned ? "embed_backward: dE (token segments from host ids, no atomics)"
+                        : "embed_backward: dE (token segments, ids read back, no atomics)", dE, FP32);
         if (learned) compare("embed_backward: dpos", dpos, FP32);
         pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
     }
@@ -566,8 +570,8 @@ static void test_bf16_residual_ln_embed(void)
         gpu->embed_forward(gpu, out.g, E.g, learned ? pos.g : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
         compare(learned ? "bf16 embed_forward learned positions" : "bf16 embed_forward sinusoids", out, BF_OUT);
         Pair dout = pair_bf(ne, 1, 1), dE = pair_bf((size_t)V * de, 1, 0), dpos = pair_bf((size_t)maxlen * de, 1, 0);
-        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, s2c, Bt, Tt, de, V, 6.7f, 0.1f, k2);
-        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, s2g, Bt, Tt, de, V, 6.7f, 0.1f, k2);
+        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, NULL, s2c, Bt, Tt, de, V, 6.7f, 0.1f, k2);
+        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, tok, s2g, Bt, Tt, de, V, 6.7f, 0.1f, k2);
         compare("bf16 embed_backward: dE (fp32)", dE, BF_F32);
         if (learned) compare("bf16 embed_backward: dpos (fp32)", dpos, BF_F32);
         pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
