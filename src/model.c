@@ -503,6 +503,19 @@ const float *model_decode(Model *m, const float *enc_out, int train, uint32_t st
     return x;
 }
 
+static LossStats sum_row_losses(Model *m, const Batch *b)
+{
+    int nt = m->B * m->T;
+    m->be->download(m->be, m->h_row_loss, m->row_loss, sizeof(float) * nt);
+    m->be->download(m->be, m->h_row_nll, m->row_nll, sizeof(float) * nt);
+    LossStats st = { 0, 0, b->n_tgt_tokens };
+    for (int i = 0; i < nt; i++) {   /* in order: deterministic */
+        st.loss_sum += m->h_row_loss[i];
+        st.nll_sum += m->h_row_nll[i];
+    }
+    return st;
+}
+
 LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
                                  GradReadyFn ready, void *ready_ctx)
 {
@@ -519,14 +532,10 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, E, d, 0.0f, m->logits, V);
     be->xent_forward_backward(be, m->logits, m->d_tgt_out, nt, V, c->label_smoothing, do_backward ? 1.0f : 0.0f,
                               m->row_loss, m->row_nll);
-    be->download(be, m->h_row_loss, m->row_loss, sizeof(float) * nt);
-    be->download(be, m->h_row_nll, m->row_nll, sizeof(float) * nt);
-    LossStats st = { 0, 0, b->n_tgt_tokens };
-    for (int i = 0; i < nt; i++) {   /* in order: deterministic */
-        st.loss_sum += m->h_row_loss[i];
-        st.nll_sum += m->h_row_nll[i];
-    }
-    if (!do_backward) return st;
+    /* the per-row losses are read back only after backward has been issued:
+     * reading them here would make an asynchronous backend (CUDA) drain its
+     * queue between forward and backward */
+    if (!do_backward) return sum_row_losses(m, b);
 
     float *dE = GRD(m->pt.embedding);
     float *dpos = m->pt.has_pos ? GRD(m->pt.pos_embedding) : NULL;
@@ -556,7 +565,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     be->embed_backward(be, dE, dpos, m->g_x, m->d_src, b->src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_SRC_EMB));
     if (ready) ready(ready_ctx, m->pt.total);
-    return st;
+    return sum_row_losses(m, b);
 }
 
 void model_adam_step(Model *m, int step, float grad_scale)

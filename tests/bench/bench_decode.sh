@@ -32,6 +32,10 @@ if [ -z "${CKPT:-}" ]; then
     fi
 fi
 TORCH_PY=${TORCH_PY:-/usr/bin/python3}
+# PyTorch's thread settings (see bench_cpu_train.sh): OpenBLAS threads pinned,
+# passive OpenMP waiting (its best here: greedy with 2 threads 43 -> 145
+# sentences/s)
+TORCH_ENV=${TORCH_ENV:-OMP_WAIT_POLICY=PASSIVE}
 have_torch=1
 $TORCH_PY -c "import torch, h5py" 2>/dev/null || { have_torch=0; echo "(PyTorch or h5py not found for $TORCH_PY: install python3-torch python3-h5py; ours only)"; }
 $TORCH_PY -c "import h5py; f = h5py.File('$DATA', 'r'); open('$W/spm.model', 'wb').write(f['vocab/spm_model'][()].tobytes())" 2>/dev/null \
@@ -50,7 +54,7 @@ run() {   # name threads extra args... -> "time sentences/s tokens/s"
 torch_run() {   # name threads beam -> "time sentences/s tokens/s"
     local name=$1 th=$2 K=$3
     [ $have_torch = 1 ] || { echo "0 0 0"; return; }
-    OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th $TORCH_PY tests/bench/torch_decode.py \
+    env $TORCH_ENV OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th MKL_NUM_THREADS=$th $TORCH_PY tests/bench/torch_decode.py \
         "$CKPT" "$DATA" test2016 --beam "$K" --batch "$BATCH" --threads "$th" --out "$W/$name.ids" >"$W/$name.log"
     spm_decode --model="$W/spm.model" --input_format=id <"$W/$name.ids" >"$W/$name.txt"
     sed -E 's/.* in ([0-9.]+) s: ([0-9.]+) sentences\/s, ([0-9]+) target tokens\/s.*/\1 \2 \3/' "$W/$name.log"
