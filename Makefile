@@ -89,7 +89,11 @@ build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cud
 	cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
 	mv $@.tmp $@
 
-cuda-resources: build/cuda/ops_cuda.o
+# records the current per-kernel use (after a deliberate change, e.g. a new
+# kernel): compiles without the check, which would refuse the new table
+cuda-resources: cuda/ops_cuda.cu $(CUDA_DEPS) | build/cuda
+	$(NVCC) $(NVCCFLAGS) -c $< -o build/cuda/resources.o 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; exit 1; }
+	rm -f build/cuda/resources.o
 	cuda/resource_usage.sh table build/cuda/ptxas.log > cuda/resource-usage.txt
 
 build/emu/ops_cuda.o: cuda/ops_cuda.cu | build/emu

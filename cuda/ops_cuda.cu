@@ -81,6 +81,9 @@ struct CudaImpl {
     size_t part_cap;
     int32_t *seg;
     size_t seg_cap;
+    /* device pointer arrays of cublasGemmBatchedEx (A | B | C) */
+    void **gptrs;
+    size_t gptrs_cap;
     std::vector<int32_t> h_tok, count;
     /* pinned staging of the embedding-gradient segments, two used in turn
      * (a step's target and source calls): a call refills one while the
@@ -514,6 +517,19 @@ static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float al
     gemm_done(be, g);
 }
 
+/* pointers to matrix (o, i) of A, B and C for cublasGemmBatchedEx: out[idx],
+ * out[n + idx], out[2n + idx] with idx = o * n_inner + i */
+static __global__ void k_gemm_ptrs(void **out, TP a, TP b, TP c, long sAo, long sAi, long sBo, long sBi, long sCo,
+                                   long sCi, int n_inner, long n)
+{
+    for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
+        long o = idx / n_inner, i = idx % n_inner;
+        out[idx] = at(a, o * sAo + i * sAi).p;
+        out[n + idx] = at(b, o * sBo + i * sBi).p;
+        out[2 * n + idx] = at(c, o * sCo + i * sCi).p;
+    }
+}
+
 static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
                               long sAo, long sAi, const float *B, int ldb, long sBo, long sBi, float beta, float *C,
                               int ldc, long sCo, long sCi, int n_outer, int n_inner)
@@ -526,24 +542,34 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
     if (nB) nB += last_o * sBo + last_i * sBi;
     GemmOps g = gemm_ops(be, A, nA, B, nB, C, span(M, N, ldc) + last_o * sCo + last_i * sCi, beta);
     cudaDataType ta = dtype(g.a), tb = dtype(g.b), tc = dtype(g.c);
-    /* one strided-batched call when the (outer, inner) grid is a single
-     * stride for all three operands.  Otherwise a loop over the shorter of
-     * the two dimensions, batching the other: attention (outer = sentence,
-     * inner = head at stride d_k within a row) makes h calls of B matrices
-     * each, not B launches (a 25k-token batch has ~1000 sentences). */
+    /* One strided-batched call when the (outer, inner) grid is a single
+     * stride for all three operands (or one of its sides is 1).  Otherwise
+     * (attention: outer = sentence, inner = head at stride d_k within a row
+     * of Q/K/V, but at stride Tq*Tk in P) one cublasGemmBatchedEx over
+     * pointer arrays that a small kernel writes on the device: two launches
+     * instead of one per head (~1000 per base step, ~2000 per big step, each
+     * a few microseconds of launch for a few microseconds of work). */
+    long n = (long)n_outer * n_inner;
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
         CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.p, tb, ldb, sBi, g.a.p, ta, lda,
-                                       sAi, &beta, g.c.p, tc, ldc, sCi, n_outer * n_inner, g.ct, CUBLAS_GEMM_DEFAULT));
-    } else if (n_outer <= n_inner) {
-        for (int o = 0; o < n_outer; o++)
-            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, at(g.b, o * sBo).p, tb, ldb, sBi,
-                                           at(g.a, o * sAo).p, ta, lda, sAi, &beta, at(g.c, o * sCo).p, tc, ldc, sCi,
-                                           n_inner, g.ct, CUBLAS_GEMM_DEFAULT));
+                                       sAi, &beta, g.c.p, tc, ldc, sCi, (int)n, g.ct, CUBLAS_GEMM_DEFAULT));
+    } else if (n_inner == 1) {
+        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.p, tb, ldb, sBo, g.a.p, ta, lda,
+                                       sAo, &beta, g.c.p, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
     } else {
-        for (int i = 0; i < n_inner; i++)
-            CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, at(g.b, i * sBi).p, tb, ldb, sBo,
-                                           at(g.a, i * sAi).p, ta, lda, sAo, &beta, at(g.c, i * sCi).p, tc, ldc, sCo,
-                                           n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
+        if ((size_t)(3 * n) > I->gptrs_cap) {
+            CK(cudaStreamSynchronize(I->stream));   /* the old arrays may still be read */
+            if (I->gptrs) CK(cudaFree(I->gptrs));
+            I->gptrs_cap = (size_t)(3 * n) * 2;
+            CK(cudaMalloc((void **)&I->gptrs, I->gptrs_cap * sizeof(void *)));
+        }
+        /* stream order: these arrays are written after the last batched GEMM read them */
+        LAUNCH(k_gemm_ptrs, nblocks(n, 256), 256, 0, I->stream, I->gptrs, g.a, g.b, g.c, sAo, sAi, sBo, sBi, sCo, sCi,
+               n_inner, n);
+        CKL();
+        CKB(cublasGemmBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, (const void *const *)(I->gptrs + n), tb, ldb,
+                                (const void *const *)I->gptrs, ta, lda, &beta, I->gptrs + 2 * n, tc, ldc, (int)n, g.ct,
+                                CUBLAS_GEMM_DEFAULT));
     }
     gemm_done(be, g);
 }
@@ -1152,6 +1178,7 @@ static void cuda_destroy(Backend *be)
     if (I->sin_table) cudaFree(I->sin_table);
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
+    if (I->gptrs) cudaFree(I->gptrs);
     for (int k = 0; k < 2; k++) {
         if (I->seg_host[k]) cudaFreeHost(I->seg_host[k]);
         cudaEventDestroy(I->seg_copied[k]);

@@ -1,12 +1,13 @@
 /* cuBLAS for the CUDA emulator: the calls the backend uses, compiled against
  * the real cublas_v2.h (a wrong signature is a compile error), computed with
  * OpenBLAS, with the argument checks the cuBLAS documentation lists for
- * cublasGemmEx / cublasGemmStridedBatchedEx (CUBLAS_STATUS_INVALID_VALUE for
+ * cublasGemmEx / cublasGemmStridedBatchedEx / cublasGemmBatchedEx
+ * (CUBLAS_STATUS_INVALID_VALUE for
  * negative sizes, leading dimensions below the minimum, bad operations,
  * NULL scalars; NOT_INITIALIZED for a null handle; NOT_SUPPORTED for type
  * combinations cuBLAS does not support or the emulator does not implement).
  * Every matrix must lie inside one cudaMalloc'd allocation, as it must on a
- * GPU.
+ * GPU, and so must the pointer arrays of cublasGemmBatchedEx.
  *
  * Types (the cublasGemmEx table of the cuBLAS documentation, real types
  * with float scalars):
@@ -132,7 +133,8 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
                                   int n, int k, const void *alpha, const void *A, cudaDataType At, int lda,
                                   long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
                                   const void *beta, void *C, cudaDataType Ct, int ldc, long long sC, int batch,
-                                  cublasComputeType_t ct)
+                                  cublasComputeType_t ct, const void *const *Ap = NULL, const void *const *Bp = NULL,
+                                  void *const *Cp = NULL)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (m < 0 || n < 0 || k < 0 || batch < 0 || !valid_op(ta) || !valid_op(tb) || !alpha || !beta)
@@ -149,8 +151,10 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
     size_t zA = elem_size(At), zB = elem_size(Bt), zC = elem_size(Ct);
     std::vector<float> ra, rb, rc;
     for (int i = 0; i < batch; i++) {
-        const char *a = (const char *)A + i * sA * zA, *b = (const char *)B + i * sB * zB;
-        char *c = (char *)C + i * sC * zC;
+        /* matrix i: from the pointer arrays (cublasGemmBatchedEx) or strided */
+        const char *a = Ap ? (const char *)Ap[i] : (const char *)A + i * sA * zA;
+        const char *b = Bp ? (const char *)Bp[i] : (const char *)B + i * sB * zB;
+        char *c = Cp ? (char *)Cp[i] : (char *)C + i * sC * zC;
         if (k > 0) {
             check_mem(a, eA * zA, fn, "A");
             check_mem(b, eB * zB, fn, "B");
@@ -202,4 +206,23 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     (void)algo;
     return gemm_common("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, A, At, lda, sA, B, Bt, ldb, sB, beta,
                        C, Ct, ldc, sC, batch, ct);
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void *alpha, const void *const Aarray[], cudaDataType At, int lda,
+                                   const void *const Barray[], cudaDataType Bt, int ldb, const void *beta,
+                                   void *const Carray[], cudaDataType Ct, int ldc, int batch, cublasComputeType_t ct,
+                                   cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    /* the arrays of pointers are read by the GPU: they must be device memory */
+    if (h && batch > 0 && m > 0 && n > 0) {
+        if (k > 0) {
+            check_mem(Aarray, sizeof(void *) * batch, "cublasGemmBatchedEx", "pointer array Aarray");
+            check_mem(Barray, sizeof(void *) * batch, "cublasGemmBatchedEx", "pointer array Barray");
+        }
+        check_mem(Carray, sizeof(void *) * batch, "cublasGemmBatchedEx", "pointer array Carray");
+    }
+    return gemm_common("cublasGemmBatchedEx", h, ta, tb, m, n, k, alpha, NULL, At, lda, 0, NULL, Bt, ldb, 0, beta,
+                       NULL, Ct, ldc, 0, batch, ct, Aarray, Barray, Carray);
 }

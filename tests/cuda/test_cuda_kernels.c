@@ -132,14 +132,14 @@ static void test_gemm_batched_shape(int nb, int h)
                       sP, sPi, nb, h);
     gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f, P.g, S,
                       sP, sPi, nb, h);
-    compare(nb <= h ? "gemm_batched Q K^T (loop over sentences)" : "gemm_batched Q K^T (loop over heads)", P, FP32);
+    compare(h == 1 ? "gemm_batched Q K^T (one head: strided over sentences)"
+                   : "gemm_batched Q K^T (pointer arrays built on the device)", P, FP32);
     Pair ctx = pair_rand((size_t)nb * T * ldq, 1);
     cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
                       (long)T * ldq, dk, nb, h);
     gpu->gemm_batched(gpu, 0, 0, T, dk, S, 1.0f, P.g, S, sP, sPi, Kt.g, ldq, (long)S * ldq, dk, 1.0f, ctx.g, ldq,
                       (long)T * ldq, dk, nb, h);
     compare("gemm_batched P V (beta=1)", ctx, FP32);
-    /* contiguous strides: one strided-batched call over all nb*h */
     /* contiguous strides: one strided-batched call over all nb*h */
     Pair D2 = pair_rand((size_t)nb * h * S * S, 1);
     long sD = (long)h * S * S, sDi = (long)S * S;
@@ -153,6 +153,8 @@ static void test_gemm_batched(void)
 {
     test_gemm_batched_shape(3, 4);   /* fewer sentences than heads */
     test_gemm_batched_shape(5, 2);   /* more sentences than heads */
+    test_gemm_batched_shape(4, 1);   /* one head */
+    test_gemm_batched_shape(67, 3);  /* pointer arrays beyond one 256-thread block, grown once */
 }
 
 static void test_gemm_lowp(const char *prec, double rtol, double atol)
