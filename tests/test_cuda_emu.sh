@@ -26,20 +26,31 @@ ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameter
 # the losses of every step, and the checkpoint and attention maps the run
 # writes from device memory
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+# same_losses OUT_REF OUT NAME N RTOL [MIN_DROP]: the "step N loss" and "dev
+# final loss" lines of two train outputs: N of them each, every pair within
+# RTOL relative; with MIN_DROP, the 4th loss of OUT is below MIN_DROP x its first
+same_losses() {
+    python3 - "$@" <<'PY'
+import re, sys
+ref, out, name, n, rtol = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+def losses(s):
+    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
+a, b = losses(ref), losses(out)
+print("cpu ", a); print(name, b)
+assert len(a) == n and len(a) == len(b), "expected %d loss lines" % n
+assert all(abs(x - y) <= rtol * abs(x) for x, y in zip(a, b))
+if len(sys.argv) > 6:
+    assert b[3] < float(sys.argv[6]) * b[0], "the loss did not fall"
+PY
+}
+
 args="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 train_steps=8 log_steps=1 max_tokens=160 synth_train=300
       synth_dev=8 max_len=14 warmup=10 threads=1 ckpt_steps=8 attn_steps=4 ckpt_minutes=0"
 out_cpu=$(mpirun -np 2 "$EMU" train $args device=cpu run_dir=$W/cpu 2>&1) || fail "device=cpu run failed: $out_cpu"
 out_gpu=$(mpirun -np 2 "$EMU" train $args device=cuda run_dir=$W/cuda 2>&1) || fail "device=cuda (emulated) run failed: $out_gpu"
 echo "$out_gpu" | grep -q "backend cuda" || fail "device=cuda did not use the CUDA backend: $out_gpu"
-python3 - "$out_cpu" "$out_gpu" <<'PY' || fail "losses of device=cuda (emulated) differ from device=cpu"
-import re, sys
-def losses(s):
-    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-print("cpu ", a); print("cuda", b)
-assert len(a) == 9 and len(a) == len(b), "expected 8 step lines and a dev line"
-assert all(abs(x - y) <= 2e-4 * abs(x) for x, y in zip(a, b))
-PY
+# 8 step lines and the dev line
+same_losses "$out_cpu" "$out_gpu" cuda 9 2e-4 || fail "losses of device=cuda (emulated) differ from device=cpu"
 ok "8 training steps on 2 ranks: device=cuda (emulated) losses = device=cpu"
 # (the files' root attributes hold the config text, device= included, and timings)
 for fo in ckpt_00000008.h5:/params ckpt_00000008.h5:/adam_m ckpt_00000008.h5:/adam_v \
@@ -57,15 +68,7 @@ ok "checkpoint (parameters, Adam moments) and attention probe of device=cuda (em
 # two runs' weights have drifted apart; measured < 5e-2)
 out_bf=$(mpirun -np 2 "$EMU" train $args device=cuda precision=bf16 allreduce=mpi run_dir=$W/bf16 2>&1) || fail "device=cuda precision=bf16 (emulated) run failed: $out_bf"
 echo "$out_bf" | grep -q "backend cuda-bf16" || fail "precision=bf16 did not use the bf16 backend: $out_bf"
-python3 - "$out_cpu" "$out_bf" <<'PY' || fail "losses of device=cuda precision=bf16 (emulated) differ from device=cpu"
-import re, sys
-def losses(s):
-    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-print("cpu ", a); print("bf16", b)
-assert len(a) == 9 and len(a) == len(b), "expected 8 step lines and a dev line"
-assert all(abs(x - y) <= 1e-2 * abs(x) for x, y in zip(a, b))
-PY
+same_losses "$out_cpu" "$out_bf" bf16 9 1e-2 || fail "losses of device=cuda precision=bf16 (emulated) differ from device=cpu"
 h5diff -d 0.1 $W/cpu/attention_probe.h5 $W/bf16/attention_probe.h5 /step_00000004/sentences /step_00000004/sentences > $W/diff.txt \
     || fail "attention probe of precision=bf16 differs from device=cpu: $(head -5 $W/diff.txt)"
 ok "8 training steps on 2 ranks: device=cuda precision=bf16 (emulated) losses within 1e-2 of device=cpu, attention maps within 0.1"
@@ -77,16 +80,9 @@ ok "8 training steps on 2 ranks: device=cuda precision=bf16 (emulated) losses wi
 args80="--config $TOP/input/synthetic-test.cfg threads=1 n_layers=1 max_tokens=96 train_steps=80 log_steps=20 synth_dev=16 ckpt_minutes=0"
 out_cpu=$("$EMU" train $args80 device=cpu run_dir=$W/cpu80 2>&1) || fail "device=cpu 80-step run failed: $out_cpu"
 out_bf=$("$EMU" train $args80 device=cuda precision=bf16 run_dir=$W/bf80 2>&1) || fail "device=cuda precision=bf16 80-step run failed: $out_bf"
-python3 - "$out_cpu" "$out_bf" <<'PY' || fail "80 steps of device=cuda precision=bf16 (emulated) do not track device=cpu"
-import re, sys
-def losses(s):
-    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-print("cpu ", a); print("bf16", b)
-assert len(a) == 5 and len(a) == len(b), "expected 4 step lines and a dev line"
-assert all(abs(x - y) <= 3e-2 * abs(x) for x, y in zip(a, b))
-assert b[3] < 0.8 * b[0], "the bf16 loss did not fall"
-PY
+# 4 step lines and the dev line; the loss falls by a fifth from step 20 to 80
+same_losses "$out_cpu" "$out_bf" bf16 5 3e-2 0.8 \
+    || fail "80 steps of device=cuda precision=bf16 (emulated) do not track device=cpu"
 ok "80 steps of synthetic reversal: device=cuda precision=bf16 (emulated) losses track device=cpu within 3e-2"
 
 expect_error 2 "error: device=cuda: no usable CUDA device" env CUDA_EMU_DEVICES=0 "$EMU" train device=cuda train_steps=1
