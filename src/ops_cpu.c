@@ -146,7 +146,7 @@ static void cpu_residual_ln_forward(Backend *be, float *y, float *r, float *mean
     for (int i = 0; i < rows; i++) {
         const float *xi = x + (size_t)i * d, *si = sub + (size_t)i * d;
         float *ri = r + (size_t)i * d, *yi = y + (size_t)i * d;
-        if (p > 0.0f) dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), si, ri, d);
+        if (p > 0.0f) vm_dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), si, ri, d);
         else memcpy(ri, si, sizeof(float) * d);
         /* omp simd: the row sums run in vector partial sums */
         float sum = 0.0f;
@@ -202,7 +202,7 @@ static void cpu_residual_ln_backward(Backend *be, float *dx, float *dsub, float 
             float xh = (ri[j] - mu) * rs;
             dxi[j] = rs * (dyi[j] * gamma[j] - m1 - xh * m2);
         }
-        if (p > 0.0f) dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), dxi, dsi, d);
+        if (p > 0.0f) vm_dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), dxi, dsi, d);
         else memcpy(dsi, dxi, sizeof(float) * d);
     }
 }
@@ -230,7 +230,7 @@ static void cpu_embed_forward(Backend *be, float *out, const float *E, const flo
             for (int j = 0; j < d; j++) o[j] = e[j] * scale + pe[j];
         } else
             for (int j = 0; j < d; j++) o[j] = e[j] * scale + sinusoid(pos, j, d);
-        if (p > 0.0f) dropout_row(key, p, sent_id[b], (uint32_t)pos, o, o, d);
+        if (p > 0.0f) vm_dropout_row(key, p, sent_id[b], (uint32_t)pos, o, o, d);
     }
 }
 

@@ -60,7 +60,8 @@ theirs() {
      timed "$W/torch.cpu" "${cmd[@]}") | awk '{print $3}'
 }
 
-printf '%-22s %-10s %10s %10s %7s %9s %9s %8s %8s\n' config threads ours_tok/s torch_tok/s ratio ours_%peak torch_%peak ours_cpu torch_cpu
+printf '%-22s %-10s %10s %10s %7s %9s %9s %9s %9s %8s %8s\n' config threads ours_tok/s torch_tok/s ratio \
+    ours_GF/s torch_GF/s ours_%peak torch_%peak ours_cpu torch_cpu
 run_cfg() {
     local name=$1 N=$2 d=$3 dff=$4 h=$5 th=$6 np=$7
     local f a b
@@ -72,7 +73,7 @@ run_cfg() {
 f,a,b,p=$f,$a,$b,${peak[$cores]}
 tok=$B*$L
 ga=f*a/tok/1e9; gb=f*b/tok/1e9 if b>0 else 0
-print('%-22s %-10s %10.0f %10.0f %7.2f %8.0f%% %8.0f%% %8s %8s' % ('$name', '${np}x${th}', a, b, a/b if b>0 else 0, 100*ga/p, 100*gb/p,
+print('%-22s %-10s %10.0f %10.0f %7.2f %9.1f %9.1f %8.0f%% %8.0f%% %8s %8s' % ('$name', '${np}x${th}', a, b, a/b if b>0 else 0, ga, gb, 100*ga/p, 100*gb/p,
       '$(cat "$W/ours.cpu")', '$(cat "$W/torch.cpu" 2>/dev/null)'))"
 }
 run_cfg "d256 3+3" 3 256 1024 4 1 1
