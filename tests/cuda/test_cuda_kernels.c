@@ -121,40 +121,14 @@ static void test_gemm(void)
         }
 }
 
-/* attention-shaped: outer = sentence, inner = head with stride d_k inside a row */
-static void test_gemm_batched_shape(int nb, int h)
-{
-    int T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
-    Pair Q = pair_rand((size_t)nb * T * ldq, 1), Kt = pair_rand((size_t)nb * S * ldq, 1);
-    Pair P = pair_rand((size_t)nb * h * T * S, 1);
-    long sP = (long)h * T * S, sPi = (long)T * S;
-    cpu->gemm_batched(cpu, 0, 1, T, S, dk, 0.5f, Q.c, ldq, (long)T * ldq, dk, Kt.c, ldq, (long)S * ldq, dk, 0.0f, P.c, S,
-                      sP, sPi, nb, h);
-    gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f, P.g, S,
-                      sP, sPi, nb, h);
-    compare(h == 1 ? "gemm_batched Q K^T (one head: strided over sentences)"
-                   : "gemm_batched Q K^T (pointer arrays built on the device)", P, FP32);
-    Pair ctx = pair_rand((size_t)nb * T * ldq, 1);
-    cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
-                      (long)T * ldq, dk, nb, h);
-    gpu->gemm_batched(gpu, 0, 0, T, dk, S, 1.0f, P.g, S, sP, sPi, Kt.g, ldq, (long)S * ldq, dk, 1.0f, ctx.g, ldq,
-                      (long)T * ldq, dk, nb, h);
-    compare("gemm_batched P V (beta=1)", ctx, FP32);
-    /* contiguous strides: one strided-batched call over all nb*h */
-    Pair D2 = pair_rand((size_t)nb * h * S * S, 1);
-    long sD = (long)h * S * S, sDi = (long)S * S;
-    cpu->gemm_batched(cpu, 1, 0, S, S, T, 1.0f, P.c, S, sP, sPi, P.c, S, sP, sPi, 0.0f, D2.c, S, sD, sDi, nb, h);
-    gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
-    compare("gemm_batched P^T P (single strided call)", D2, FP32);
-    pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
-}
+static void test_gemm_batched_shape(int nb, int h, int bf16);
 
 static void test_gemm_batched(void)
 {
-    test_gemm_batched_shape(3, 4);   /* fewer sentences than heads */
-    test_gemm_batched_shape(5, 2);   /* more sentences than heads */
-    test_gemm_batched_shape(4, 1);   /* one head */
-    test_gemm_batched_shape(67, 3);  /* pointer arrays beyond one 256-thread block, grown once */
+    test_gemm_batched_shape(3, 4, 0);   /* fewer sentences than heads */
+    test_gemm_batched_shape(5, 2, 0);   /* more sentences than heads */
+    test_gemm_batched_shape(4, 1, 0);   /* one head */
+    test_gemm_batched_shape(67, 3, 0);  /* pointer arrays beyond one 256-thread block, grown once */
 }
 
 static void test_gemm_lowp(const char *prec, double rtol, double atol)
@@ -433,33 +407,51 @@ static void test_bf16_gemm(void)
     pair_free(A); pair_free(W); pair_free(C); pair_free(g); pair_free(m); pair_free(v); pair_free(W2);
 }
 
+/* attention-shaped: outer = sentence, inner = head with stride d_k inside a
+ * row of Q/K; fp32, or (bf16) activations of a precision=bf16 backend with
+ * bf16-exact inputs */
+static Pair batched_pair(size_t n, int bf16) { return bf16 ? pair_bf(n, 1, 1) : pair_rand(n, 1); }
+
+static void compare_batched(const char *what, Pair p, int bf16)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s%s", bf16 ? "bf16 " : "", what);
+    if (bf16) compare(name, p, BF_OUT);
+    else compare(name, p, FP32);
+}
+
+static void test_gemm_batched_shape(int nb, int h, int bf16)
+{
+    int T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
+    Pair Q = batched_pair((size_t)nb * T * ldq, bf16), Kt = batched_pair((size_t)nb * S * ldq, bf16);
+    Pair P = batched_pair((size_t)nb * h * T * S, bf16), ctx = batched_pair((size_t)nb * T * ldq, bf16);
+    long sP = (long)h * T * S, sPi = (long)T * S;
+    cpu->gemm_batched(cpu, 0, 1, T, S, dk, 0.5f, Q.c, ldq, (long)T * ldq, dk, Kt.c, ldq, (long)S * ldq, dk, 0.0f, P.c, S,
+                      sP, sPi, nb, h);
+    gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f, P.g, S,
+                      sP, sPi, nb, h);
+    compare_batched(h == 1 ? "gemm_batched Q K^T (one head: strided over sentences)"
+                           : "gemm_batched Q K^T (pointer arrays built on the device)", P, bf16);
+    /* P V with beta = 1; in bf16 on the bf16-rounded P of both sides */
+    if (bf16) sync_pair(P);
+    cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
+                      (long)T * ldq, dk, nb, h);
+    gpu->gemm_batched(gpu, 0, 0, T, dk, S, 1.0f, P.g, S, sP, sPi, Kt.g, ldq, (long)S * ldq, dk, 1.0f, ctx.g, ldq,
+                      (long)T * ldq, dk, nb, h);
+    compare_batched("gemm_batched P V (beta=1)", ctx, bf16);
+    /* contiguous strides: one strided-batched call over all nb*h */
+    Pair D2 = batched_pair((size_t)nb * h * S * S, bf16);
+    long sD = (long)h * S * S, sDi = (long)S * S;
+    cpu->gemm_batched(cpu, 1, 0, S, S, T, 1.0f, P.c, S, sP, sPi, P.c, S, sP, sPi, 0.0f, D2.c, S, sD, sDi, nb, h);
+    gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
+    compare_batched("gemm_batched P^T P (single strided call)", D2, bf16);
+    pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
+}
+
 static void test_bf16_gemm_batched(void)
 {
-    for (int shape = 0; shape < 2; shape++) {
-        int nb = shape ? 5 : 3, h = shape ? 2 : 4, T = 11, S = 13, dk = 7, ldq = 3 * h * dk;
-        Pair Q = pair_bf((size_t)nb * T * ldq, 1, 1), Kt = pair_bf((size_t)nb * S * ldq, 1, 1);
-        Pair P = pair_bf((size_t)nb * h * T * S, 1, 1), ctx = pair_bf((size_t)nb * T * ldq, 1, 1);
-        long sP = (long)h * T * S, sPi = (long)T * S;
-        cpu->gemm_batched(cpu, 0, 1, T, S, dk, 0.5f, Q.c, ldq, (long)T * ldq, dk, Kt.c, ldq, (long)S * ldq, dk, 0.0f,
-                          P.c, S, sP, sPi, nb, h);
-        gpu->gemm_batched(gpu, 0, 1, T, S, dk, 0.5f, Q.g, ldq, (long)T * ldq, dk, Kt.g, ldq, (long)S * ldq, dk, 0.0f,
-                          P.g, S, sP, sPi, nb, h);
-        compare(shape ? "bf16 gemm_batched Q K^T (loop over heads)" : "bf16 gemm_batched Q K^T (loop over sentences)",
-                P, BF_OUT);
-        /* P V with beta = 1 on the bf16-rounded P of both sides */
-        sync_pair(P);
-        cpu->gemm_batched(cpu, 0, 0, T, dk, S, 1.0f, P.c, S, sP, sPi, Kt.c, ldq, (long)S * ldq, dk, 1.0f, ctx.c, ldq,
-                          (long)T * ldq, dk, nb, h);
-        gpu->gemm_batched(gpu, 0, 0, T, dk, S, 1.0f, P.g, S, sP, sPi, Kt.g, ldq, (long)S * ldq, dk, 1.0f, ctx.g, ldq,
-                          (long)T * ldq, dk, nb, h);
-        compare("bf16 gemm_batched P V (beta=1)", ctx, BF_OUT);
-        Pair D2 = pair_bf((size_t)nb * h * S * S, 1, 1);
-        long sD = (long)h * S * S, sDi = (long)S * S;
-        cpu->gemm_batched(cpu, 1, 0, S, S, T, 1.0f, P.c, S, sP, sPi, P.c, S, sP, sPi, 0.0f, D2.c, S, sD, sDi, nb, h);
-        gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
-        compare("bf16 gemm_batched P^T P (single strided call)", D2, BF_OUT);
-        pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
-    }
+    test_gemm_batched_shape(3, 4, 1);
+    test_gemm_batched_shape(5, 2, 1);
 }
 
 static void test_bf16_elementwise(void)
