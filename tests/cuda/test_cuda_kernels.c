@@ -688,9 +688,19 @@ int main(void)
     subset = "sync";
 #endif
     if (subset && !strcmp(subset, "sync")) {
+        order_name = "sync subset";
         test_softmax();         /* block reductions: shuffles + shared memory */
         test_residual_ln();     /* the same, and the two-stage column sums */
         test_xent();
+        /* the bf16 variants of the same kernels (bf16 loads and stores,
+         * fp32 reductions) */
+        Backend *fp32 = gpu;
+        gpu = backend_cuda_create("bf16", NULL, 0);
+        if (!gpu) return 1;
+        test_bf16_elementwise();
+        test_bf16_residual_ln_embed();
+        gpu->destroy(gpu);
+        gpu = fp32;
         printf("%d checks, %d failed\n", checks, failures);
         return failures ? 1 : 0;
     }
