@@ -188,6 +188,29 @@ static __device__ __forceinline__ float drop_apply(float v, float p, float ks, D
 
 static float drop_scale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
 
+/* The dropout keep-flags of one token row into shared memory, one Philox
+ * call per 4 features (dropout_bits4 gives 4 words), instead of one call per
+ * feature through dropout_keep, which uses one of its 4 words: 10 rounds of
+ * 32-bit multiplies per element would be more instructions than the memory
+ * traffic of the LayerNorm kernels can hide.  The caller syncs before
+ * reading keep[]; the flags equal dropout_keep's (same words, same test). */
+static __device__ __forceinline__ void drop_mask_row(unsigned char *keep, int d, float p, DropoutKey key,
+                                                     uint32_t sent, uint32_t pos)
+{
+    for (int q = threadIdx.x; 4 * q < d; q += blockDim.x) {
+        philox_ctr r = dropout_bits4(key, sent, pos, (uint32_t)q);
+        int j = 4 * q;
+        keep[j] = philox_uniform(r.v[0]) >= p;
+        if (j + 1 < d) keep[j + 1] = philox_uniform(r.v[1]) >= p;
+        if (j + 2 < d) keep[j + 2] = philox_uniform(r.v[2]) >= p;
+        if (j + 3 < d) keep[j + 3] = philox_uniform(r.v[3]) >= p;
+    }
+}
+
+/* dynamic shared memory of a row kernel with block reductions and, when
+ * dropout is on, the row's keep-flags after the reduction scratch */
+static size_t row_drop_smem(int d, float p) { return RED_SMEM + (p > 0.0f ? (size_t)d : 0); }
+
 /* ---------------------------------------------------------- bf16 storage
  *
  * With precision=bf16 the model's activations (everything it allocates with
@@ -757,10 +780,16 @@ static __global__ void k_residual_ln_forward(TP y, TP r, TP mean, TP rstd, TP x,
     DYNAMIC_SHARED(float, sh);
     long i = blockIdx.x;
     TP xi = at(x, i * d), si = at(sub, i * d), ri = at(r, i * d), yi = at(y, i * d);
-    uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
+    unsigned char *keep = (unsigned char *)(sh + 33);
+    if (p > 0.0f) {   /* uniform over the launch */
+        drop_mask_row(keep, d, p, key, sent_id[i / T], (uint32_t)(i % T));
+        __syncthreads();
+    }
     float sum = 0.0f;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float v = ld(xi, j) + drop_apply(ld(si, j), p, ks, key, sent, pos, (uint32_t)j);
+        float s = ld(si, j);
+        if (p > 0.0f) s = keep[j] ? s * ks : 0.0f;
+        float v = ld(xi, j) + s;
         st(ri, j, v);
         sum += v;
     }
@@ -784,7 +813,7 @@ static void cuda_residual_ln_forward(Backend *be, float *y, float *r, float *mea
                                      float eps, float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
-    LAUNCH(k_residual_ln_forward, rows, row_threads(d), RED_SMEM, IMPL(be)->stream, R(be, y), R(be, r), R(be, mean),
+    LAUNCH(k_residual_ln_forward, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, R(be, y), R(be, r), R(be, mean),
            R(be, rstd), R(be, x), R(be, sub), R(be, gamma), R(be, beta), d, eps, p, drop_scale(p), key, sent_id, T);
     CKL();
 }
@@ -798,6 +827,8 @@ static __global__ void k_residual_ln_backward(TP dx, TP dsub, TP dy, TP r, TP me
     long i = blockIdx.x;
     TP dyi = at(dy, i * d), ri = at(r, i * d), dxi = at(dx, i * d), dsi = at(dsub, i * d);
     float mu = ld(mean, i), rs = ld(rstd, i);
+    unsigned char *keep = (unsigned char *)(sh + 33);
+    if (p > 0.0f) drop_mask_row(keep, d, p, key, sent_id[i / T], (uint32_t)(i % T));   /* read after block_sum's barriers */
     float m1 = 0.0f, m2 = 0.0f;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float g = ld(dyi, j) * ld(gamma, j), xh = (ld(ri, j) - mu) * rs;
@@ -806,12 +837,11 @@ static __global__ void k_residual_ln_backward(TP dx, TP dsub, TP dy, TP r, TP me
     }
     m1 = block_sum(m1, sh) / d;
     m2 = block_sum(m2, sh) / d;
-    uint32_t sent = sent_id[i / T], pos = (uint32_t)(i % T);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float xh = (ld(ri, j) - mu) * rs;
         float dr = rs * (ld(dyi, j) * ld(gamma, j) - m1 - xh * m2);
         st(dxi, j, dr);
-        st(dsi, j, drop_apply(dr, p, ks, key, sent, pos, (uint32_t)j));
+        st(dsi, j, p > 0.0f ? (keep[j] ? dr * ks : 0.0f) : dr);
     }
 }
 
@@ -823,7 +853,7 @@ static void cuda_residual_ln_backward(Backend *be, float *dx, float *dsub, float
     if (rows <= 0) return;
     /* parameter gradients first, so that dx may alias dy */
     colsums(be, dy, r, mean, rstd, rows, d, dgamma, dbeta);
-    LAUNCH(k_residual_ln_backward, rows, row_threads(d), RED_SMEM, IMPL(be)->stream, R(be, dx), R(be, dsub), R(be, dy),
+    LAUNCH(k_residual_ln_backward, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, R(be, dx), R(be, dsub), R(be, dy),
            R(be, r), R(be, mean), R(be, rstd), R(be, gamma), d, p, drop_scale(p), key, sent_id, T);
     CKL();
 }
