@@ -92,8 +92,9 @@ for i in $(seq 1 100); do
     ls "$W" | grep -q 'killed.h5.work' && break
     sleep 0.05
 done
-sleep 0.5
-kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null
+sleep 0.2   # into spm_train (the whole prepare takes ~2.4 s here)
+kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null; rc=$?
+[ $rc -eq 137 ] || fail "prepare was not killed mid-run (exit $rc): nothing was tested"
 [ -e "$W/killed.h5" ] && fail "a killed prepare left its output file"
 ok "killed prepare left no output file"
 echo "test_data_prepare: all checks passed"
