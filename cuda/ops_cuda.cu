@@ -189,21 +189,21 @@ static __device__ __forceinline__ float drop_apply(float v, float p, float ks, D
 static float drop_scale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
 
 /* The dropout keep-flags of one token row into shared memory, one Philox
- * call per 4 features (dropout_bits4 gives 4 words), instead of one call per
- * feature through dropout_keep, which uses one of its 4 words: 10 rounds of
+ * call per 4 features (dropout_keep4), instead of one call per feature
+ * through dropout_keep, which decides 1 of its 4 features: 10 rounds of
  * 32-bit multiplies per element would be more instructions than the memory
  * traffic of the LayerNorm kernels can hide.  The caller syncs before
- * reading keep[]; the flags equal dropout_keep's (same words, same test). */
+ * reading keep[]. */
 static __device__ __forceinline__ void drop_mask_row(unsigned char *keep, int d, float p, DropoutKey key,
                                                      uint32_t sent, uint32_t pos)
 {
     for (int q = threadIdx.x; 4 * q < d; q += blockDim.x) {
-        philox_ctr r = dropout_bits4(key, sent, pos, (uint32_t)q);
+        unsigned m = dropout_keep4(key, p, sent, pos, (uint32_t)q);
         int j = 4 * q;
-        keep[j] = philox_uniform(r.v[0]) >= p;
-        if (j + 1 < d) keep[j + 1] = philox_uniform(r.v[1]) >= p;
-        if (j + 2 < d) keep[j + 2] = philox_uniform(r.v[2]) >= p;
-        if (j + 3 < d) keep[j + 3] = philox_uniform(r.v[3]) >= p;
+        keep[j] = m & 1;
+        if (j + 1 < d) keep[j + 1] = (m >> 1) & 1;
+        if (j + 2 < d) keep[j + 2] = (m >> 2) & 1;
+        if (j + 3 < d) keep[j + 3] = (m >> 3) & 1;
     }
 }
 

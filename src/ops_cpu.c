@@ -253,11 +253,9 @@ static void cpu_embed_backward(Backend *be, float *dE, float *dpos, const float 
             const float *g = dout + (size_t)i * d;
             float *e = dE + (size_t)tokens[i] * d;
             for (int j = c0; j < c1; j += 4) {
-                philox_ctr bits = {{0, 0, 0, 0}};
-                if (p > 0.0f) bits = dropout_bits4(key, sent_id[b], (uint32_t)t, (uint32_t)j >> 2);
+                unsigned keep = p > 0.0f ? dropout_keep4(key, p, sent_id[b], (uint32_t)t, (uint32_t)j >> 2) : 0xFu;
                 for (int q = 0; q < 4 && j + q < c1; q++) {
-                    float v = g[j + q];
-                    if (p > 0.0f) v = philox_uniform(bits.v[q]) >= p ? v * ks : 0.0f;
+                    float v = (keep >> q & 1) ? g[j + q] * ks : 0.0f;   /* ks = 1 without dropout */
                     e[j + q] += v * scale;
                     if (dpos) dpos[(size_t)t * d + j + q] += v;
                 }

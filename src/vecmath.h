@@ -175,8 +175,8 @@ static inline void vm_dropout_row(DropoutKey k, float p, uint32_t sent, uint32_t
     int j = 0;
     float s = 1.0f / (1.0f - p);
 #if VM_AVX2
-    uint32_t k0 = (uint32_t)k.seed ^ (k.site * 0x85EBCA6Bu), k1 = (uint32_t)(k.seed >> 32) + k.site;
-    const __m256i M0 = _mm256_set1_epi32((int)0xD2511F53u), M1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    uint32_t k0 = dropout_k0(k), k1 = dropout_k1(k);
+    const __m256i M0 = _mm256_set1_epi32((int)PHILOX_M0), M1 = _mm256_set1_epi32((int)PHILOX_M1);
     const __m256 vp = _mm256_set1_ps(p), scale24 = _mm256_set1_ps(1.0f / 16777216.0f);
     for (; j + 32 <= d; j += 32) {
         /* counter of lane l: (j/4 + l, pos, sent, step), as dropout_bits4 */
@@ -192,8 +192,8 @@ static inline void vm_dropout_row(DropoutKey k, float p, uint32_t sent, uint32_t
             c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)r1));
             c1 = lo1;
             c3 = lo0;
-            r0 += 0x9E3779B9u;
-            r1 += 0xBB67AE85u;
+            r0 += PHILOX_W0;
+            r1 += PHILOX_W1;
         }
         /* keep where (x >> 8) * 2^-24 >= p, exactly as philox_uniform */
         __m256i c[4] = { c0, c1, c2, c3 };
@@ -206,12 +206,8 @@ static inline void vm_dropout_row(DropoutKey k, float p, uint32_t sent, uint32_t
             for (int i = 0; i < 4; i++) out[j + 4 * l + i] = keep[i][l] ? in[j + 4 * l + i] * s : 0.0f;
     }
 #endif
-    /* the rest (d not a multiple of 32) as dropout_row does it, from counter j/4 */
-    for (; j < d; j += 4) {
-        philox_ctr r = dropout_bits4(k, sent, pos, (uint32_t)j >> 2);
-        for (int i = 0; i < 4 && j + i < d; i++)
-            out[j + i] = philox_uniform(r.v[i]) >= p ? in[j + i] * s : 0.0f;
-    }
+    /* the rest (d not a multiple of 32), or all of it without AVX2 */
+    dropout_cols(k, p, sent, pos, in, out, j, d);
 }
 
 #endif
