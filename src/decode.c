@@ -274,6 +274,10 @@ int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, 
     decoder_begin(d, b, K, T);
 
     int n = B * K;
+    /* candidates per sentence and step: 2K, so that K live hypotheses remain
+     * whatever number of them end in EOS (each live hypothesis contributes
+     * at most one EOS); beam 1 is greedy decoding (decode.h) */
+    int n_cand = K > 1 ? 2 * K : 1;
     int *act = xmalloc(sizeof(int) * B);          /* active slot -> sentence of b */
     int *alive = xcalloc(n, sizeof(int)), *nalive = xcalloc(n, sizeof(int));
     double *sc = xcalloc(n, sizeof(double)), *nsc = xcalloc(n, sizeof(double));
@@ -299,20 +303,21 @@ int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, 
         #pragma omp parallel for schedule(dynamic, 1)
         for (int i = 0; i < n_act; i++) {
             int k = act[i], L = Lmax[k];
-            Cand top[K];
+            Cand top[n_cand];
             int cnt = 0;
             for (int j = 0; j < K; j++) {
                 int r = i * K + j;
                 if (!alive[r]) continue;
                 const float *row = lp + (size_t)r * V;
-                cand_push(top, &cnt, K, sc[r] + row[TOK_EOS], j, TOK_EOS);
+                cand_push(top, &cnt, n_cand, sc[r] + row[TOK_EOS], j, TOK_EOS);
                 if (t >= L) continue;   /* the maximum length: only EOS */
-                for (int v = TOK_EOS + 1; v < V; v++) cand_push(top, &cnt, K, sc[r] + row[v], j, v);
+                for (int v = TOK_EOS + 1; v < V; v++) cand_push(top, &cnt, n_cand, sc[r] + row[v], j, v);
             }
             int live = 0;
             for (int c = 0; c < cnt; c++) {
                 int pr = i * K + top[c].j;
                 if (top[c].s == -INFINITY) continue;
+                if (top[c].v != TOK_EOS && live == K) continue;   /* the beam is full */
                 if (top[c].v == TOK_EOS) {
                     /* finished: y_1..y_t EOS, |Y| = t + 1 */
                     double s = top[c].s / decode_length_penalty(t + 1, o->len_alpha);

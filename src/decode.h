@@ -8,11 +8,15 @@
  * - |Y| counts the output tokens including the final EOS; a hypothesis
  *   y_1..y_n EOS scores  log P(y_1..y_n EOS | x) / lp(n+1).
  * - At each step every live hypothesis is extended by every token except PAD
- *   and BOS; the K best extensions by raw log-probability (K = beam) form the
- *   beam.  Those ending in EOS are finished (the best finished one per
- *   sentence is kept), the others are the live hypotheses of the next step.
- *   With K = 1 this is exactly greedy decoding; with K at least the number of
- *   extensions it is exhaustive search.
+ *   and BOS, and the 2K best extensions by raw log-probability (K = beam) are
+ *   taken, as in tensor2tensor's beam search (the paper's code): those ending
+ *   in EOS are finished (the best finished one per sentence is kept), and the
+ *   K best of the others are the live hypotheses of the next step.  A
+ *   finished hypothesis therefore never takes a live one's place: K live
+ *   hypotheses remain as long as K extensions without EOS exist.  K = 1 is
+ *   greedy decoding (the best extension; EOS finishes the sentence), as in
+ *   tensor2tensor; with K at least the number of extensions the search is
+ *   exhaustive.
  * - A prefix with L = min(input tokens + max_len_a, max_len - 1) tokens may
  *   only be extended by EOS (the output never exceeds L tokens plus EOS and
  *   the decoder never exceeds the model's positions).

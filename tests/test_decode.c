@@ -6,6 +6,8 @@
  *  2. with a beam at least as wide as the number of extensions, beam search
  *     returns the best hypothesis of an exhaustive enumeration scored by
  *     full recomputation under the length penalty (tiny model and vocabulary);
+ *     with beams 2-4 it returns what a plain step-by-step search written from
+ *     the rule of decode.h returns (recomputation, no early stop);
  *  3. beam 1 equals greedy decoding by full recomputation (src/greedy.c);
  *  4. a model trained here on the synthetic reversal task translates its dev
  *     set perfectly with beam 4 (and beam 1). */
@@ -268,6 +270,106 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     be->destroy(be);
 }
 
+/* 2b. the search rule itself: a plain beam search written from the rule of
+ * decode.h (2K candidates by raw log-probability; EOS ones finish, the K best
+ * others stay live), run step by step to the maximum length without early
+ * stopping, every step's log-probabilities by full recomputation.  The
+ * incremental, batched, early-stopping decode_batch must return the same
+ * translation and score. */
+typedef struct { double s; int len; int32_t tok[16]; } RefHyp;
+
+static int ref_cand_cmp(const void *a, const void *b)
+{
+    const RefHyp *x = a, *y = b;   /* descending score, stable by position (tok[15]) */
+    if (x->s != y->s) return x->s < y->s ? 1 : -1;
+    return x->tok[15] - y->tok[15];
+}
+
+static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float eos_gain, int *n_eos_in_beam)
+{
+    Config c;
+    int V = 8, B = 3;
+    tiny_config(&c, V, "sinusoid", seed);
+    Backend *be = test_backend();
+    Model m;
+    model_init(&m, &c, be);
+    {   /* sharpen the distributions; eos_gain makes EOS compete for the beam */
+        size_t ne = (size_t)V * c.d_model;
+        float *E = xmalloc(sizeof(float) * ne);
+        be->download(be, E, m.params + m.pt.embedding, sizeof(float) * ne);
+        for (size_t i = 0; i < ne; i++) E[i] *= 3.0f;
+        for (int j = 0; j < c.d_model; j++) E[TOK_EOS * c.d_model + j] *= eos_gain;
+        be->upload(be, m.params + m.pt.embedding, E, sizeof(float) * ne);
+        free(E);
+    }
+    int32_t s0[] = {4, 5, 6, 7}, s1[] = {6, 3}, s2[] = {7, 7, 5};
+    int32_t *srcs[] = {s0, s1, s2};
+    int sls[] = {4, 2, 3};
+    DecodeOpts o = { K, alpha, 100, L };
+    int32_t out[3 * 16];
+    int out_len[3];
+    float score[3];
+    Batch b = {0};
+    int zl[3] = {0, 0, 0};
+    make_batch(&b, B, srcs, sls, srcs, zl, c.max_len);
+    Decoder *dec = decoder_create(&m);
+    decode_batch(dec, &b, &o, out, 16, out_len, score);
+    int n_cand = K > 1 ? 2 * K : 1;
+    for (int k = 0; k < B; k++) {
+        RefHyp live[8], cand[8 * 8];
+        int n_live = 1;
+        live[0].s = 0; live[0].len = 0;
+        double best = -INFINITY;
+        RefHyp fin = {0};
+        for (int t = 0; n_live > 0; t++) {
+            int32_t *sp[8], *tg[8];
+            int spl[8], tl[8];
+            for (int j = 0; j < n_live; j++) { sp[j] = srcs[k]; spl[j] = sls[k]; tg[j] = live[j].tok; tl[j] = t; }
+            Batch eb = {0};
+            make_batch(&eb, n_live, sp, spl, tg, tl, c.max_len);
+            float *lg = full_logits(&m, &eb);
+            int nc = 0;
+            for (int j = 0; j < n_live; j++) {
+                const float *z = lg + ((size_t)j * eb.T + t) * V;
+                double mx = z[0], se = 0;
+                for (int v = 1; v < V; v++) if (z[v] > mx) mx = z[v];
+                for (int v = 0; v < V; v++) se += exp(z[v] - mx);
+                for (int v = TOK_EOS; v < V; v++) {
+                    if (t >= L && v != TOK_EOS) break;
+                    RefHyp *h = &cand[nc];
+                    *h = live[j];
+                    h->s = live[j].s + z[v] - mx - log(se);
+                    h->tok[t] = v;
+                    h->len = t + 1;
+                    h->tok[15] = nc++;   /* scan order for ties */
+                }
+            }
+            free(lg);
+            batch_free(&eb);
+            qsort(cand, nc, sizeof *cand, ref_cand_cmp);
+            n_live = 0;
+            for (int i = 0; i < nc && i < n_cand; i++) {
+                if (cand[i].tok[t] == TOK_EOS) {
+                    double s = cand[i].s / decode_length_penalty(t + 1, alpha);
+                    if (s > best) { best = s; fin = cand[i]; fin.len = t; }
+                    if (K > 1) (*n_eos_in_beam)++;   /* where 2K and K candidates differ */
+                } else if (n_live < K) {
+                    live[n_live++] = cand[i];
+                }
+            }
+        }
+        int same = out_len[k] == fin.len && !memcmp(out + k * 16, fin.tok, sizeof(int32_t) * fin.len);
+        printf("reference beam seed %llu alpha %.1f L %d beam %d sentence %d: len %d score %.6f; decode_batch: "
+               "len %d score %.6f %s\n", (unsigned long long)seed, alpha, L, K, k, fin.len, best, out_len[k],
+               score[k], same ? "same" : "DIFFERENT");
+        CHECK(same && fabs(score[k] - best) < 1e-4, "beam search differs from the reference search");
+    }
+    batch_free(&b);
+    decoder_free(dec);
+    model_free(&m);
+    be->destroy(be);
+}
+
 /* train the synthetic reversal task in-process (the training pieces of
  * train.c: token-budget batches, forward/backward, Adam) */
 static void train_synthetic(Model *m, const Config *c, const Corpus *tr)
@@ -380,6 +482,16 @@ int main(int argc, char **argv)
         test_exhaustive(3, 0.0f, 3, 0);
         test_exhaustive(4, 2.0f, 3, 0);
         test_exhaustive(5, 0.6f, 4, 0);
+    }
+    if (!*only || !strcmp(only, "reference")) {
+        int n_eos = 0;   /* finished hypotheses among the 2K candidates (beam > 1) */
+        for (uint64_t seed = 11; seed < 17; seed++) {
+            test_reference_beam(seed, 0.6f, 6, 4, 1.5f, &n_eos);
+            test_reference_beam(seed, 0.0f, 5, 2, 2.0f, &n_eos);
+            test_reference_beam(seed, 1.0f, 5, 3, 1.0f, &n_eos);
+        }
+        printf("reference beam: %d finished hypotheses among the candidates of a beam > 1\n", n_eos);
+        CHECK(n_eos >= 10, "EOS rarely competes for the beam in these cases: they cannot tell search rules apart");
     }
     if (!*only || !strcmp(only, "synthetic")) test_synthetic();
     printf(failures ? "%d FAILED\n" : "all passed\n", failures);

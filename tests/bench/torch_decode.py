@@ -7,8 +7,9 @@ incremental in the usual PyTorch way (fairseq's): per decoder layer a cache of
 self-attention keys/values, one new position per step, and the encoder-decoder
 keys/values computed once per sentence.  The search follows decode.h rule for
 rule, vectorised over the batch: every live hypothesis is extended by every
-token but PAD and BOS, the K best extensions by raw log-probability form the
-beam, those ending in EOS are finished and scored log P / ((5+|Y|)/6)^alpha,
+token but PAD and BOS, the 2K best extensions by raw log-probability are
+taken (beam 1: the best one), those ending in EOS are finished and scored
+log P / ((5+|Y|)/6)^alpha, the K best others are the next live hypotheses,
 a prefix of L = min(source tokens + max_len_a, max_len - 1) tokens may only
 take EOS, and a sentence stops exactly when no live prefix can beat its best
 finished score.  Finished sentences leave the batch.
@@ -166,7 +167,8 @@ class Model:
             cand[:, :, PAD] = float("-inf")
             cand[:, :, BOS] = float("-inf")
             cand[(t >= L[act]), :, EOS + 1:] = float("-inf")   # the maximum length: only EOS
-            vals, idx = cand.view(na, K * V).topk(K, dim=1)
+            # 2K candidates (beam 1: one), decode.h: EOS ones finish, the K best others stay live
+            vals, idx = cand.view(na, K * V).topk(2 * K if K > 1 else 1, dim=1)
             j, v = idx // V, idx % V
             ok = vals > float("-inf")
             fin = torch.where(ok & (v == EOS), vals / self.lp(t + 1), torch.tensor(float("-inf"), dtype=torch.float64))
@@ -176,6 +178,7 @@ class Model:
                 best[k] = fbest[i]
                 out[k] = hist[i * K + int(j[i, farg[i]]), :t].tolist()
             live = ok & (v != EOS)
+            live = live & (live.long().cumsum(1) <= K)
             pos = live.long().cumsum(1) - 1
             rows = (torch.arange(na)[:, None] * K + pos)[live]
             parent = (torch.arange(na)[:, None] * K).expand(na, K).reshape(-1).clone()
