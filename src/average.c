@@ -16,7 +16,12 @@ static void average_help(void)
            "the newest K checkpoints of RUN_DIR) as a checkpoint without Adam moments,\n"
            "loadable by every command that takes --checkpoint. All inputs must have the\n"
            "same architecture. The output keeps the config of the newest input, and the\n"
-           "attribute 'averaged_from' lists the inputs.\n");
+           "attribute 'averaged_from' lists the inputs.\n\n"
+           "--last K takes the checkpoints that the run keeps for averaging: with\n"
+           "ckpt_steps > 0 those at multiples of ckpt_steps and the final one (not the\n"
+           "ones written by wall time or on preemption), else all; fewer than K is an\n"
+           "error. Section 6.1: base averages the last 5, big the last 20\n"
+           "(input/table3: ckpt_steps 1500 and 600, the paper's 10 minutes).\n");
 }
 
 int cmd_average(int argc, char **argv)
@@ -44,16 +49,26 @@ int cmd_average(int argc, char **argv)
     }
     char **listed = NULL;
     int64_t *steps = NULL;
-    int nlisted = 0;
+    int nlisted = 0, rc = 2;
     if (run_dir) {
-        if (n) { fprintf(stderr, "error: average: give either checkpoint files or --last K RUN_DIR\n"); free(in); return 2; }
+        if (n) { fprintf(stderr, "error: average: give either checkpoint files or --last K RUN_DIR\n"); goto done; }
         nlisted = checkpoint_list(run_dir, &listed, &steps);
-        if (nlisted == 0) { fprintf(stderr, "error: %s: no checkpoints (ckpt_*.h5)\n", run_dir); free(in); return 2; }
-        if (nlisted < last)
-            fprintf(stderr, "warning: %s: only %d checkpoints, averaging all of them\n", run_dir, nlisted);
-        for (int i = nlisted > last ? nlisted - last : 0; i < nlisted; i++) in[n++] = listed[i];
+        if (nlisted == 0) { fprintf(stderr, "error: %s: no checkpoints (ckpt_*.h5)\n", run_dir); goto done; }
+        /* the newest K interval checkpoints (checkpoint.h), by the config of
+         * the run's newest checkpoint */
+        Config run_cfg;
+        if (checkpoint_read_config(listed[nlisted - 1], &run_cfg, NULL)) goto done;
+        for (int i = nlisted - 1; i >= 0 && n < last; i--)
+            if (checkpoint_on_interval(steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) n++;
+        if (n < last) {
+            fprintf(stderr, "error: %s: --last %d asks for more checkpoints than the run kept (%d%s; keep_ckpts=%d)\n",
+                    run_dir, last, n, run_cfg.ckpt_steps > 0 ? " at multiples of ckpt_steps or the final step" : "",
+                    run_cfg.keep_ckpts);
+            goto done;
+        }
+        for (int i = nlisted - 1, k = n; i >= 0 && k > 0; i--)
+            if (checkpoint_on_interval(steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) in[--k] = listed[i];
     }
-    int rc = 2;
     if (!out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); goto done; }
     if (n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); goto done; }
 
@@ -92,7 +107,8 @@ int cmd_average(int argc, char **argv)
         if (checkpoint_write(out, &pt, buf, NULL, NULL, text, &st, msg, sizeof msg)) {
             fprintf(stderr, "error: %s\n", msg);
         } else {
-            printf("average: %d checkpoint(s) -> %s (%zu parameters)\n", n, out, pt.total);
+            printf("average: %d checkpoint(s) -> %s (%zu parameters): %s%s%s\n", n, out, pt.total, in[0],
+                   n > 1 ? " .. " : "", n > 1 ? in[n - 1] : "");
             rc = 0;
         }
     }

@@ -424,13 +424,21 @@ int checkpoint_list(const char *run_dir, char ***paths, int64_t **steps)
     return n;
 }
 
-void checkpoint_prune(const char *run_dir, int keep)
+int checkpoint_on_interval(int64_t step, int ckpt_steps, int train_steps)
+{
+    return ckpt_steps <= 0 || step % ckpt_steps == 0 || step == train_steps;
+}
+
+void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_steps)
 {
     char **paths;
     int64_t *steps;
     int n = checkpoint_list(run_dir, &paths, &steps);
-    for (int i = 0; i < n; i++) {
-        if (i < n - keep) unlink(paths[i]);
+    /* newest first: the newest file is the resume point whatever its kind */
+    for (int i = n - 1, kept = 0; i >= 0; i--) {
+        int interval = checkpoint_on_interval(steps[i], ckpt_steps, train_steps);
+        if ((interval && kept < keep) || i == n - 1) kept += interval;
+        else unlink(paths[i]);
         free(paths[i]);
     }
     free(paths);
@@ -455,7 +463,7 @@ void checkpoint_prune(const char *run_dir, int keep)
 struct CkptWriter {
     const ParamTable *pt;
     char run_dir[CFG_STR];
-    int keep;
+    int keep, ckpt_steps, train_steps;   /* what checkpoint_prune keeps */
     float *host;          /* params | adam_m | adam_v */
     char *cfg_text;
     CkptState st;
@@ -466,13 +474,15 @@ struct CkptWriter {
     double t_snapshot;    /* seconds the training thread spent copying */
 };
 
-CkptWriter *checkpoint_writer_create(const ParamTable *pt, const char *run_dir, int keep)
+CkptWriter *checkpoint_writer_create(const ParamTable *pt, const Config *c)
 {
     h5_init();   /* on the main thread: the library sets up MPI hooks here */
     CkptWriter *w = xcalloc(1, sizeof *w);
     w->pt = pt;
-    snprintf(w->run_dir, sizeof w->run_dir, "%s", run_dir);
-    w->keep = keep;
+    snprintf(w->run_dir, sizeof w->run_dir, "%s", c->run_dir);
+    w->keep = c->keep_ckpts;
+    w->ckpt_steps = c->ckpt_steps;
+    w->train_steps = c->train_steps;
     /* the snapshot buffer, allocated and touched now: first-touch page
      * faults would otherwise land on the step of the first checkpoint */
     w->host = xmalloc(3 * sizeof(float) * pt->total);
@@ -490,7 +500,7 @@ static void *writer_main(void *arg)
     double t0 = now_seconds();
     int rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, msg, sizeof msg);
     double t = now_seconds() - t0;
-    if (!rc) checkpoint_prune(w->run_dir, w->keep);
+    if (!rc) checkpoint_prune(w->run_dir, w->keep, w->ckpt_steps, w->train_steps);
     hdf5_unlock();
     if (rc) fprintf(stderr, "error: %s\n", msg);
     else {

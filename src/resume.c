@@ -154,7 +154,7 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
     rd->last_step = r->step;
     rd->t_last = now_seconds();
     if (D->rank == 0) {
-        rd->writer = checkpoint_writer_create(&r->model.pt, c->run_dir, c->keep_ckpts);
+        rd->writer = checkpoint_writer_create(&r->model.pt, c);
         rd->metrics = metrics_open(c->run_dir, r->step);
     }
 }

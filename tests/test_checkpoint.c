@@ -1,7 +1,7 @@
 /* checkpoint_open_model (the entry point of translate/eval/attention):
  * a written checkpoint loads back bitwise into a model built from the stored
  * config (non-default architecture, learned positions), and a truncated or
- * missing file gives 2. */
+ * missing file gives 2; checkpoint_prune keeps what checkpoint.h says. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +73,37 @@ int main(void)
     printf("ok: truncated and missing files rejected with 2\n");
     unlink(trunc);
     unlink(path);
+
+    /* pruning: ckpt_1..11 (names only), keep 2 */
+    static const struct { int every, last; const char *want; } prune[] = {
+        { 3, 100, "6 9 11" },    /* interval 3, 6, 9: the newest two, and 11, the newest */
+        { 0, 100, "10 11" },     /* wall time only: every checkpoint counts */
+        { 4, 10, "8 10 11" },    /* 10 is the final step of train_steps=10 */
+        { 5, 100, "5 10 11" },
+        { 11, 100, "11" },       /* the newest is also an interval one */
+    };
+    for (size_t k = 0; k < sizeof prune / sizeof prune[0]; k++) {
+        for (int i = 1; i <= 11; i++) {
+            checkpoint_path(path, sizeof path, dir, i);
+            FILE *e = fopen(path, "w");
+            CHECK(e, "create %s", path);
+            fclose(e);
+        }
+        checkpoint_prune(dir, 2, prune[k].every, prune[k].last);
+        char **paths, left[64] = "";
+        int64_t *steps;
+        int nl = checkpoint_list(dir, &paths, &steps);
+        for (int i = 0; i < nl; i++) {
+            snprintf(left + strlen(left), sizeof left - strlen(left), "%s%lld", i ? " " : "", (long long)steps[i]);
+            unlink(paths[i]);
+            free(paths[i]);
+        }
+        free(paths);
+        free(steps);
+        CHECK(!strcmp(left, prune[k].want), "prune keep 2, ckpt_steps %d, train_steps %d: left %s, want %s",
+              prune[k].every, prune[k].last, left, prune[k].want);
+    }
+    printf("ok: pruning keeps the newest interval checkpoints and the newest one\n");
     rmdir(dir);
     free(buf); free(p); free(mo); free(vo); free(back); free(m2); free(v2);
     param_table_free(&pt);

@@ -2,7 +2,8 @@
 # transformer average: the mean of two checkpoints is the element-wise mean
 # (checked independently with h5py/numpy), the average of one checkpoint is
 # that checkpoint's parameters, --last K picks the newest K, and the output
-# is itself a loadable checkpoint.  Also: checkpoints by wall time.
+# is itself a loadable checkpoint, --last K skips checkpoints written between
+# the ckpt_steps intervals.  Also: checkpoints by wall time.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -44,6 +45,21 @@ ok "averaged checkpoint loads back"
 expect_error 2 "error: average: --output" $BIN average $A
 expect_error 2 "error: .*no checkpoints" $BIN average --output $W/x.h5 --last 3 $W
 [ ! -e $W/x.h5 ] || fail "output written despite error"
+# --last K takes the interval checkpoints (multiples of ckpt_steps and the
+# final step; section 6.1) and skips one written in between by wall time or on
+# preemption (simulated: a copy named ckpt_11 of a run with ckpt_steps=4 and
+# train_steps=10); fewer than K is an error
+$BIN train $CK_ARGS run_dir=$W/iv train_steps=10 ckpt_steps=4 keep_ckpts=3 > $W/iv.log 2>&1 || fail "train: $(tail -3 $W/iv.log)"
+[ "$(ls $W/iv | grep '^ckpt_' | tr '\n' ' ')" = "ckpt_00000004.h5 ckpt_00000008.h5 ckpt_00000010.h5 " ] \
+    || fail "ckpt_steps=4, train_steps=10 kept $(ls $W/iv | grep '^ckpt_' | tr '\n' ' ')"
+cp $W/iv/ckpt_00000010.h5 $W/iv/ckpt_00000011.h5
+$BIN average --output $W/iv3.h5 --last 3 $W/iv > /dev/null || fail "average --last 3 of the interval run"
+got=$(h5dump -a /averaged_from $W/iv3.h5 | grep -o 'ckpt_000000[0-9]*' | tr '\n' ' ')
+[ "$got" = "ckpt_00000004 ckpt_00000008 ckpt_00000010 " ] || fail "--last 3 averaged $got, want steps 4 8 10"
+expect_error 2 "error: $W/iv: --last 4 asks for more checkpoints than the run kept (3 at multiples" \
+    $BIN average --output $W/iv4.h5 --last 4 $W/iv
+[ ! -e $W/iv4.h5 ] || fail "output written despite error"
+ok "--last 3 = the interval checkpoints 4 8 10 (not 11, written in between); --last 4: one-line error"
 # checkpoints by wall time (ckpt_minutes; 0.001 min = 60 ms) with ckpt_steps=0.
 # The run must last several intervals whatever the machine's speed: double
 # the steps until it takes at least 0.3 s (5 intervals), then expect >= 3.
