@@ -67,22 +67,33 @@ _on_signal() {
     if [ -n "$_STAGE_PID" ]; then kill -USR1 "$_STAGE_PID" 2>/dev/null || true; fi
 }
 
-launch() {
+# the launcher command line for CMD, into the array _LAUNCH
+launch_cmd() {
     if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${JOBS_NO_SRUN:-}" ]; then
         # one task per rank; --gpus-per-task etc. come from the job
         # allocation, but Slurm 22.05+ srun does not inherit --cpus-per-task
         local cpt=()
         [ -n "${SLURM_CPUS_PER_TASK:-}" ] && cpt=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
         # shellcheck disable=SC2086
-        srun --mpi="$SRUN_MPI" "${cpt[@]}" $SRUN_EXTRA "$@"
+        _LAUNCH=(srun --mpi="$SRUN_MPI" "${cpt[@]}" $SRUN_EXTRA "$@")
     else
         # shellcheck disable=SC2086
-        mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@"
+        _LAUNCH=(mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@")
     fi
 }
 
+launch() {
+    launch_cmd "$@"
+    "${_LAUNCH[@]}"
+}
+
 run_stage() {
-    launch "$@" &
+    # a simple command in the background: $! is srun/mpirun itself (not a
+    # subshell around it, which would die of the forwarded signal and leave
+    # the launcher running), so _on_signal reaches the launcher, which
+    # forwards the signal to the ranks
+    launch_cmd "$@"
+    "${_LAUNCH[@]}" &
     _STAGE_PID=$!
     local rc
     while :; do
