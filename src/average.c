@@ -58,16 +58,17 @@ int cmd_average(int argc, char **argv)
          * the run's newest checkpoint */
         Config run_cfg;
         if (checkpoint_read_config(listed[nlisted - 1], &run_cfg, NULL)) goto done;
-        for (int i = nlisted - 1; i >= 0 && n < last; i--)
-            if (checkpoint_on_interval(steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) n++;
+        for (int i = nlisted - 1; i >= 0 && n < last; i--)   /* newest first */
+            if (checkpoint_on_interval(steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) in[n++] = listed[i];
         if (n < last) {
             fprintf(stderr, "error: %s: --last %d asks for more checkpoints than the run kept (%d%s; keep_ckpts=%d)\n",
                     run_dir, last, n, run_cfg.ckpt_steps > 0 ? " at multiples of ckpt_steps or the final step" : "",
                     run_cfg.keep_ckpts);
             goto done;
         }
-        for (int i = nlisted - 1, k = n; i >= 0 && k > 0; i--)
-            if (checkpoint_on_interval(steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) in[--k] = listed[i];
+        for (int i = 0; i < n / 2; i++) {   /* oldest first, as given on a command line */
+            char *t = in[i]; in[i] = in[n - 1 - i]; in[n - 1 - i] = t;
+        }
     }
     if (!out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); goto done; }
     if (n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); goto done; }

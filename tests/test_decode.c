@@ -185,6 +185,21 @@ static void test_incremental(const char *pos)
     be->destroy(be);
 }
 
+/* sharpen the output distributions of an untrained tiny model (shared
+ * embedding x 3) and scale EOS's row by eos_gain */
+static void sharpen_embedding(Model *m, float eos_gain)
+{
+    Backend *be = m->be;
+    int d = m->cfg.d_model;
+    size_t ne = (size_t)m->cfg.vocab_size * d;
+    float *E = xmalloc(sizeof(float) * ne);
+    be->download(be, E, m->params + m->pt.embedding, sizeof(float) * ne);
+    for (size_t i = 0; i < ne; i++) E[i] *= 3.0f;
+    for (int j = 0; j < d; j++) E[TOK_EOS * d + j] *= eos_gain;
+    be->upload(be, m->params + m->pt.embedding, E, sizeof(float) * ne);
+    free(E);
+}
+
 /* 2. exhaustive search: all y in {3..V-1}^n, n <= L, scored by recomputation */
 static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
 {
@@ -194,16 +209,9 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     Backend *be = test_backend();
     Model m;
     model_init(&m, &c, be);
-    {   /* sharpen the output distributions (scaled shared embedding) and make
-         * EOS less likely, so that the optimum is not always the empty output */
-        size_t ne = (size_t)V * c.d_model;
-        float *E = xmalloc(sizeof(float) * ne);
-        be->download(be, E, m.params + m.pt.embedding, sizeof(float) * ne);
-        for (size_t i = 0; i < ne; i++) E[i] *= 3.0f;
-        for (int j = 0; j < c.d_model; j++) E[TOK_EOS * c.d_model + j] *= 0.3f;
-        be->upload(be, m.params + m.pt.embedding, E, sizeof(float) * ne);
-        free(E);
-    }
+    /* sharper output distributions and a less likely EOS, so that the
+     * optimum is not always the empty output */
+    sharpen_embedding(&m, 0.3f);
     int32_t s0[] = {4, 5, 6}, s1[] = {6, 3};
     int32_t *srcs[] = {s0, s1};
     int sls[] = {3, 2};
@@ -276,13 +284,13 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
  * stopping, every step's log-probabilities by full recomputation.  The
  * incremental, batched, early-stopping decode_batch must return the same
  * translation and score. */
-typedef struct { double s; int len; int32_t tok[16]; } RefHyp;
+typedef struct { double s; int len, order; int32_t tok[16]; } RefHyp;
 
 static int ref_cand_cmp(const void *a, const void *b)
 {
-    const RefHyp *x = a, *y = b;   /* descending score, stable by position (tok[15]) */
+    const RefHyp *x = a, *y = b;   /* descending score, ties in scan order */
     if (x->s != y->s) return x->s < y->s ? 1 : -1;
-    return x->tok[15] - y->tok[15];
+    return x->order - y->order;
 }
 
 static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float eos_gain, int *n_eos_in_beam)
@@ -293,15 +301,7 @@ static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float 
     Backend *be = test_backend();
     Model m;
     model_init(&m, &c, be);
-    {   /* sharpen the distributions; eos_gain makes EOS compete for the beam */
-        size_t ne = (size_t)V * c.d_model;
-        float *E = xmalloc(sizeof(float) * ne);
-        be->download(be, E, m.params + m.pt.embedding, sizeof(float) * ne);
-        for (size_t i = 0; i < ne; i++) E[i] *= 3.0f;
-        for (int j = 0; j < c.d_model; j++) E[TOK_EOS * c.d_model + j] *= eos_gain;
-        be->upload(be, m.params + m.pt.embedding, E, sizeof(float) * ne);
-        free(E);
-    }
+    sharpen_embedding(&m, eos_gain);   /* eos_gain: EOS competes for the beam */
     int32_t s0[] = {4, 5, 6, 7}, s1[] = {6, 3}, s2[] = {7, 7, 5};
     int32_t *srcs[] = {s0, s1, s2};
     int sls[] = {4, 2, 3};
@@ -341,7 +341,7 @@ static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float 
                     h->s = live[j].s + z[v] - mx - log(se);
                     h->tok[t] = v;
                     h->len = t + 1;
-                    h->tok[15] = nc++;   /* scan order for ties */
+                    h->order = nc++;   /* scan order (hypothesis, EOS, ids) for ties */
                 }
             }
             free(lg);
