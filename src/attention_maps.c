@@ -10,6 +10,7 @@
 
 #include "checkpoint.h"
 #include "dist.h"
+#include "h5io.h"
 #include "greedy.h"
 #include "synthetic.h"
 #include "train.h"
@@ -284,10 +285,12 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
     snprintf(path, sizeof path, "%s/attention_probe.h5", run_dir);
     snprintf(grp, sizeof grp, "step_%08d", step);
     hdf5_lock();
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = access(path, F_OK) == 0 ? H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT) : -1;
-    if (f < 0) {
-        f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* rewritten whole and renamed into place (h5io.h) */
+    char msg[4400];
+    int missing;
+    hid_t f = h5io_open_update(path, &missing, msg, sizeof msg);
+    if (f < 0 && missing) {
+        f = h5io_create(1 << 20);
         if (f >= 0) {
             attr_str(f, "format", "transformer-attention-probe");
             attr_str(f, "version", PROJECT_VERSION);
@@ -306,10 +309,13 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
             bad = write_sentences(g, s, n, 0, 1, 0, &m->cfg, &v, H5P_DEFAULT) != 0;
             H5Gclose(g);
         }
-        bad |= H5Fclose(f) < 0;
+        if (bad) {
+            H5Fclose(f);
+            snprintf(msg, sizeof msg, "%s: HDF5 could not add the group", path);
+        } else bad = h5io_commit(f, path, msg, sizeof msg) != 0;
     }
     hdf5_unlock();
-    if (bad) fprintf(stderr, "warning: %s: cannot write the attention probe of step %d\n", path, step);
+    if (bad) fprintf(stderr, "warning: cannot write the attention probe of step %d: %s\n", step, msg);
     vocab_free(&v);
     for (int k = 0; k < n; k++) sent_free(&s[k]);
     free(s);

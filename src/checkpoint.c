@@ -14,25 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "h5io.h"
 #include "util.h"
 
-/* ------------------------------------------------------------ HDF5 basics */
-
-static pthread_mutex_t g_h5_lock = PTHREAD_MUTEX_INITIALIZER;
-void hdf5_lock(void) { pthread_mutex_lock(&g_h5_lock); }
-int hdf5_trylock(void) { return pthread_mutex_trylock(&g_h5_lock); }
-void hdf5_unlock(void) { pthread_mutex_unlock(&g_h5_lock); }
-
-/* Initialise the library on the calling (main) thread and silence its
- * error-stack printing: we report failures ourselves, in one line. */
-static void h5_init(void)
-{
-    static int done;
-    if (done) return;
-    H5open();
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    done = 1;
-}
+/* ------------------------------------------------------------ attributes */
 
 static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *val)
 {
@@ -101,31 +86,6 @@ static char *attr_read_str(hid_t obj, const char *name)
 
 /* --------------------------------------------------------------- writing */
 
-static int fsync_path(const char *path, int dir)
-{
-    int fd = open(path, O_RDONLY | (dir ? O_DIRECTORY : 0));
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-static void dir_of(const char *path, char *dir, size_t cap)
-{
-    const char *s = strrchr(path, '/');
-    if (!s) snprintf(dir, cap, ".");
-    else if (s == path) snprintf(dir, cap, "/");
-    else snprintf(dir, cap, "%.*s", (int)(s - path), path);
-}
-
-static void tmp_name(const char *path, char *tmp, size_t cap)
-{
-    char dir[4096];
-    dir_of(path, dir, sizeof dir);
-    const char *s = strrchr(path, '/');
-    snprintf(tmp, cap, "%s/.%s.tmp", dir, s ? s + 1 : path);
-}
-
 static int write_group(hid_t f, const char *group, const ParamTable *pt, const float *buf, hid_t lcpl)
 {
     char name[PARAM_NAME + 32];
@@ -146,19 +106,14 @@ static int write_group(hid_t f, const char *group, const ParamTable *pt, const f
 int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
                      const float *adam_v, const char *cfg_text, const CkptState *st, char *msg, int cap)
 {
-    h5_init();
-    char tmp[4200], dir[4096];
-    tmp_name(path, tmp, sizeof tmp);
-    dir_of(path, dir, sizeof dir);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    /* large tensors on 1 MiB boundaries, metadata aggregated: few large
-     * sequential writes */
-    H5Pset_alignment(fapl, 1 << 16, 1 << 20);
-    H5Pset_meta_block_size(fapl, 1 << 20);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    int has_adam = adam_m && adam_v;
+    /* built in memory, then written in one pass and renamed (h5io.h): a
+     * full disk costs the temporary, never the previous checkpoint */
+    hid_t f = h5io_create(sizeof(float) * pt->total * (has_adam ? 3 : 1) + (1 << 20));
+    char tmp[4200];
+    h5io_tmp_name(path, tmp, sizeof tmp);
     if (f < 0) {
-        snprintf(msg, cap, "%s: cannot create checkpoint file: %s", tmp, strerror(errno));
+        snprintf(msg, cap, "%s: cannot create the checkpoint in memory", tmp);
         return -1;
     }
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
@@ -177,27 +132,21 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     bad |= attr_u64(f, "batch_plan_hash", st->plan_hash);
     bad |= attr_i64(f, "batches_per_epoch", st->n_batches);
     bad |= attr_i64(f, "param_count", (int64_t)pt->total);
-    bad |= attr_i64(f, "has_adam", adam_m && adam_v);
+    bad |= attr_i64(f, "has_adam", has_adam);
     if (st->averaged_from) bad |= attr_str(f, "averaged_from", st->averaged_from);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
-    if (!bad && adam_m && adam_v) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
+    if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
-    if (!bad) bad |= H5Fflush(f, H5F_SCOPE_GLOBAL) < 0;
-    bad |= H5Fclose(f) < 0;
-    if (bad || fsync_path(tmp, 0)) {
-        snprintf(msg, cap, "%s: writing the checkpoint failed (disk full?)", tmp);
-        unlink(tmp);
+    if (bad) {
+        H5Fclose(f);
+        snprintf(msg, cap, "%s: HDF5 could not build the checkpoint in memory", tmp);
         return -1;
     }
+    if (h5io_save(f, tmp, msg, cap)) return -1;
     /* fault injection for tests: die between the write and the rename */
     const char *fault = getenv("TRANSFORMER_CKPT_FAULT_STEP");
     if (fault && atoll(fault) == st->step) raise(SIGKILL);
-    if (rename(tmp, path)) {
-        snprintf(msg, cap, "%s: cannot rename checkpoint into place: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    fsync_path(dir, 1);
+    if (h5io_publish(tmp, path, msg, cap)) return -1;
     /* test hook: freeze the whole process once this checkpoint is in place,
      * so that a test can kill -9 it at a known point */
     const char *stop = getenv("TRANSFORMER_CKPT_STOP_STEP");
@@ -210,7 +159,7 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
 /* Open path as one of our checkpoints: file id, or -1 after a one-line error */
 static hid_t open_ckpt(const char *path)
 {
-    h5_init();
+    h5io_init();
     struct stat sb;
     if (stat(path, &sb)) {
         fprintf(stderr, "error: %s: cannot open checkpoint: %s\n", path, strerror(errno));
@@ -471,12 +420,13 @@ struct CkptWriter {
     int started;          /* a thread exists that has not been joined */
     atomic_int done;
     int result;
+    atomic_int failed;    /* a write failed (sticky): training must stop */
     double t_snapshot;    /* seconds the training thread spent copying */
 };
 
 CkptWriter *checkpoint_writer_create(const ParamTable *pt, const Config *c)
 {
-    h5_init();   /* on the main thread: the library sets up MPI hooks here */
+    h5io_init();   /* on the main thread: the library sets up MPI hooks here */
     CkptWriter *w = xcalloc(1, sizeof *w);
     w->pt = pt;
     snprintf(w->run_dir, sizeof w->run_dir, "%s", c->run_dir);
@@ -511,6 +461,7 @@ static void *writer_main(void *arg)
         fflush(stdout);
     }
     w->result = rc;
+    if (rc) atomic_store(&w->failed, 1);
     atomic_store(&w->done, 1);
     return NULL;
 }
@@ -518,6 +469,11 @@ static void *writer_main(void *arg)
 int checkpoint_writer_busy(CkptWriter *w)
 {
     return w->started && !atomic_load(&w->done);
+}
+
+int checkpoint_writer_failed(CkptWriter *w)
+{
+    return atomic_load(&w->failed);
 }
 
 int checkpoint_writer_wait(CkptWriter *w)
@@ -528,9 +484,10 @@ int checkpoint_writer_wait(CkptWriter *w)
     return w->result;
 }
 
-void checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st)
+int checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st)
 {
     checkpoint_writer_wait(w);
+    if (checkpoint_writer_failed(w)) return -1;
     size_t n = w->pt->total, bytes = sizeof(float) * n;
     if (!w->host) w->host = xmalloc(3 * bytes);
     /* the only part on the training thread: a device -> host copy */
@@ -547,9 +504,10 @@ void checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text
     w->result = 0;
     if (pthread_create(&w->thread, NULL, writer_main, w)) {
         writer_main(w);   /* no thread: write synchronously */
-        return;
+        return w->result;
     }
     w->started = 1;
+    return 0;
 }
 
 void checkpoint_writer_free(CkptWriter *w)

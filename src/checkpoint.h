@@ -3,9 +3,9 @@
  * /adam_v/..., and the run state (step, elapsed time, data position, seed,
  * config text, project version) as attributes of the root group.
  *
- * Files are written atomically: to a hidden temporary name in the run
- * directory, flushed and fsync'ed, then renamed and the directory fsync'ed,
- * so the newest ckpt_*.h5 is always complete.  During training the write runs
+ * Files are written atomically (h5io.h): built in memory, written to a
+ * hidden temporary name in the run directory, fsync'ed, then renamed and the
+ * directory fsync'ed, so the newest ckpt_*.h5 is always complete.  During training the write runs
  * in a background thread from a host copy of the state (checkpoint_writer_*),
  * at most one write in flight. */
 #ifndef CHECKPOINT_H
@@ -79,16 +79,14 @@ int checkpoint_writer_busy(CkptWriter *w);
 /* Wait for the write in flight (if any); returns its result (0 or -1, the
  * error already printed). */
 int checkpoint_writer_wait(CkptWriter *w);
+/* 1 once a write has failed (the error printed); sticky */
+int checkpoint_writer_failed(CkptWriter *w);
 /* Copy the model state (device -> host) and start writing it; waits for a
- * previous write first.  cfg_text is copied. */
-void checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st);
+ * previous write first.  cfg_text is copied.  -1 (nothing started) if a
+ * write has failed: a run that cannot checkpoint must stop, not go on
+ * training what it cannot save. */
+int checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st);
 void checkpoint_writer_free(CkptWriter *w);
-
-/* HDF5 is not thread-safe in this (parallel) build: every HDF5 call made
- * while a background write may be running holds this lock. */
-void hdf5_lock(void);
-int hdf5_trylock(void);   /* 0 if acquired */
-void hdf5_unlock(void);
 
 /* `transformer average` */
 int cmd_average(int argc, char **argv);

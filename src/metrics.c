@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "h5io.h"
 #include "util.h"
 
 #define MAXCOL 6
@@ -110,27 +110,43 @@ static int table_write(hid_t f, Table *t, long keep_upto)
     return bad ? -1 : 0;
 }
 
-static int write_all(Metrics *m, long keep_upto)
+/* the whole log is rewritten and renamed into place (h5io.h): a full disk
+ * or a kill leaves the previous complete log */
+static int write_all(Metrics *m, long keep_upto, char *msg, int cap)
 {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(m->path, H5F_ACC_RDWR, H5P_DEFAULT);
-    if (f < 0) f = H5Fcreate(m->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) return -1;
-    int bad = table_write(f, &m->train, keep_upto) | table_write(f, &m->dev, keep_upto);
-    bad |= H5Fclose(f) < 0;
-    return bad ? -1 : 0;
+    int missing;
+    hid_t f = h5io_open_update(m->path, &missing, msg, cap);
+    if (f < 0 && !missing) {
+        /* unreadable: keep it for inspection, start a new log */
+        char bad[4300];
+        snprintf(bad, sizeof bad, "%s.bad", m->path);
+        if (rename(m->path, bad)) return -1;
+        fprintf(stderr, "warning: %s; moved to %s, starting a new metrics log\n", msg, bad);
+    }
+    if (f < 0) f = h5io_create(1 << 20);
+    if (f < 0) {
+        snprintf(msg, cap, "%s: cannot create the metrics log in memory", m->path);
+        return -1;
+    }
+    if (table_write(f, &m->train, keep_upto) | table_write(f, &m->dev, keep_upto)) {
+        H5Fclose(f);
+        snprintf(msg, cap, "%s: HDF5 could not append to the metrics log", m->path);
+        return -1;
+    }
+    return h5io_commit(f, m->path, msg, cap);
 }
 
 Metrics *metrics_open(const char *run_dir, long keep_upto)
 {
-    H5open();
+    h5io_init();
     Metrics *m = xcalloc(1, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
     m->train = (Table){ "train", 5, { "step", "loss", "lr", "tokens_per_s", "elapsed_s" }, { 1, 0, 0, 0, 0 }, NULL, 0, 0 };
     m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0 };
+    char msg[4400];
     hdf5_lock();
-    if (write_all(m, keep_upto)) {
-        fprintf(stderr, "warning: %s: cannot write the metrics log\n", m->path);
+    if (write_all(m, keep_upto, msg, sizeof msg)) {
+        fprintf(stderr, "warning: %s (metrics are not logged from here on)\n", msg);
         m->broken = 1;
     }
     hdf5_unlock();
@@ -154,8 +170,9 @@ void metrics_flush(Metrics *m, int block)
     if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0)) return;
     if (block) hdf5_lock();
     else if (hdf5_trylock()) return;   /* a checkpoint is being written: next time */
-    if (write_all(m, -1)) {
-        fprintf(stderr, "warning: %s: cannot append to the metrics log\n", m->path);
+    char msg[4400];
+    if (write_all(m, -1, msg, sizeof msg)) {
+        fprintf(stderr, "warning: %s (metrics are not logged from here on)\n", msg);
         m->broken = 1;
     }
     hdf5_unlock();

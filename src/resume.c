@@ -163,9 +163,14 @@ static void start_ckpt(RunDir *rd, TrainRun *r, double elapsed_now)
 {
     CkptState st;
     fill_state(&st, r, elapsed_now);
-    checkpoint_writer_start(rd->writer, &r->model, rd->cfg_text, &st);
+    if (checkpoint_writer_start(rd->writer, &r->model, rd->cfg_text, &st)) return;
     rd->last_step = r->step;
     rd->t_last = now_seconds();
+}
+
+int rundir_ckpt_failed(const RunDir *rd)
+{
+    return rd->writer && checkpoint_writer_failed(rd->writer);
 }
 
 void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now)
@@ -183,14 +188,31 @@ void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now)
         start_ckpt(rd, r, elapsed_now);
 }
 
-void rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now)
+int rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now)
 {
-    if (!rd->enabled) return;
+    if (!rd->enabled) return 0;
+    int failed = 0;
     if (r->dist.rank == 0) {
         if (rd->last_step != r->step) start_ckpt(rd, r, elapsed_now);
-        if (checkpoint_writer_wait(rd->writer)) die(1, "%s: the checkpoint of step %d was not written", r->cfg.run_dir, r->step);
+        checkpoint_writer_wait(rd->writer);
+        failed = rundir_ckpt_failed(rd);
+        if (failed) {
+            char **paths;
+            int64_t *steps;
+            int n = checkpoint_list(r->cfg.run_dir, &paths, &steps);
+            if (n) fprintf(stderr, "error: %s: training stopped after step %d because a checkpoint could not be written "
+                           "(above); the newest complete one is %s: make room and run again to resume from it\n",
+                           r->cfg.run_dir, r->step, paths[n - 1]);
+            else fprintf(stderr, "error: %s: training stopped after step %d because a checkpoint could not be written "
+                         "(above); there is no complete checkpoint yet\n", r->cfg.run_dir, r->step);
+            for (int i = 0; i < n; i++) free(paths[i]);
+            free(paths);
+            free(steps);
+        }
     }
-    MPI_Barrier(r->dist.comm);   /* no rank leaves before the file is in place */
+    /* no rank leaves before the file is in place, and all know how it went */
+    MPI_Bcast(&failed, 1, MPI_INT, 0, r->dist.comm);
+    return failed;
 }
 
 void rundir_close(RunDir *rd)

@@ -28,9 +28,14 @@ typedef struct {
 void rundir_open(RunDir *rd, TrainRun *r, int resume_flag);
 /* after optimiser step `step`: start a checkpoint if one is due */
 void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now);
+/* rank 0: 1 once a checkpoint write has failed (disk full, quota, I/O
+ * error); the training loop then stops on all ranks */
+int rundir_ckpt_failed(const RunDir *rd);
 /* write a checkpoint of the current state now and wait for it (end of the
- * run, preemption); skipped if the last one is of this step */
-void rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now);
+ * run, preemption); skipped if the last one is of this step.  Collective.
+ * Returns 1 on every rank if a checkpoint of this run failed (the error and
+ * the checkpoint to resume from printed by rank 0), else 0. */
+int rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now);
 void rundir_close(RunDir *rd);
 
 /* SIGUSR1 / SIGTERM set a flag; the training loop agrees on it over ranks */

@@ -285,7 +285,7 @@ int cmd_train(int argc, char **argv)
     for (int step = r->step + 1; step <= c->train_steps; step++) {
         dist_fault_point(D, step);
         r->be->zero(r->be, m->grads, bytes);
-        double loc[4] = {0, 0, 0, 0}, glob[4];
+        double loc[5] = {0, 0, 0, 0, 0}, glob[5];
         for (int k = 0; k < c->update_freq; k++) {
             int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
             batch_build(&b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
@@ -297,9 +297,12 @@ int cmd_train(int argc, char **argv)
             loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
         }
         gradsync_finish(&r->sync);
-        /* the preemption flag travels with the loss sums: all ranks agree */
+        /* the preemption flag and a failed checkpoint write (rank 0) travel
+         * with the loss sums: all ranks agree to stop */
         loc[3] = preempt_pending();
-        MPI_Allreduce(loc, glob, 4, MPI_DOUBLE, MPI_SUM, D->comm);
+        loc[4] = rundir_ckpt_failed(&rd);
+        MPI_Allreduce(loc, glob, 5, MPI_DOUBLE, MPI_SUM, D->comm);
+        if (glob[4] > 0) break;   /* before the update: the state stays that of a complete step */
         /* normalise by the target tokens of the whole global batch */
         model_adam_step(m, step, (float)(1.0 / glob[2]));
         r->be->sync(r->be);
@@ -336,7 +339,11 @@ int cmd_train(int argc, char **argv)
         rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
     }
     r->elapsed += now_seconds() - t_start;
-    rundir_checkpoint_sync(&rd, r, r->elapsed);
+    if (rundir_checkpoint_sync(&rd, r, r->elapsed)) {
+        rundir_close(&rd);
+        dist_finalize(D);
+        return 1;
+    }
     if (preempted) {
         if (D->rank == 0) { printf("preempted: checkpoint of step %d written, exiting with code %d\n", r->step, EXIT_PREEMPTED); fflush(stdout); }
         rundir_close(&rd);
