@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "util.h"
@@ -72,6 +73,13 @@ int cmd_average(int argc, char **argv)
     }
     if (!out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); goto done; }
     if (n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); goto done; }
+    struct stat so, si;
+    for (int k = 0; k < n && !stat(out, &so); k++)
+        if (!stat(in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "error: %s: --output is one of the checkpoints being averaged (%s): choose another name\n",
+                    out, in[k]);
+            goto done;
+        }
 
     Config ref;
     CkptState st;

@@ -94,7 +94,14 @@ static int write_group(hid_t f, const char *group, const ParamTable *pt, const f
         hsize_t dims[2] = { (hsize_t)p->rows, (hsize_t)p->cols };
         hid_t sp = H5Screate_simple(p->cols == 1 ? 1 : 2, dims, NULL);
         snprintf(name, sizeof name, "%s/%s", group, p->name);
-        hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        /* one chunk per tensor, with HDF5's Fletcher-32 checksum: a flipped
+         * byte makes the read fail (here and in h5py) instead of resuming
+         * from, or averaging, silently damaged weights */
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, p->cols == 1 ? 1 : 2, dims);
+        H5Pset_fletcher32(dcpl);
+        hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
+        H5Pclose(dcpl);
         int bad = d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf + p->offset) < 0;
         if (d >= 0) H5Dclose(d);
         H5Sclose(sp);
@@ -236,6 +243,13 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
         bad |= attr_read(f, "batches_per_epoch", H5T_NATIVE_INT64, &i64); st->n_batches = (int)i64;
         if (bad) {
             fprintf(stderr, "error: %s: checkpoint lacks run-state attributes (step, seed, ...)\n", path);
+            return 2;
+        }
+        if (st->step < 0 || st->step > INT32_MAX || !(st->elapsed >= 0) || st->ranks < 1 || st->update_freq < 1
+            || st->data_position < 0 || st->n_batches < 0) {
+            fprintf(stderr, "error: %s: checkpoint run state out of range (step %lld, elapsed %g s, ranks %d, "
+                    "update_freq %d, data_position %lld, batches_per_epoch %d)\n", path, (long long)st->step,
+                    st->elapsed, st->ranks, st->update_freq, (long long)st->data_position, st->n_batches);
             return 2;
         }
     }

@@ -2,11 +2,14 @@
 #include "resume.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -46,6 +49,9 @@ static int mkdir_p(const char *path)
             *p = '/';
         }
     if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+    struct stat sb;
+    if (stat(buf, &sb)) return -1;
+    if (!S_ISDIR(sb.st_mode)) { errno = ENOTDIR; return -1; }
     return 0;
 }
 
@@ -69,14 +75,17 @@ static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
 }
 
 /* rank 0: find the newest readable checkpoint and load it into host
- * buffers; returns 1 if found, 0 if none; exits 2 on architecture mismatch */
+ * buffers; returns 1 if found, 0 if the directory has none; exits 2 on an
+ * architecture mismatch and when none of several reads.  Unreadable ones
+ * newer than the one used are renamed to *.bad: left in place, the newest
+ * would count as the resume point when the next checkpoint is pruned. */
 static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size_t cap)
 {
     char **paths;
     int64_t *steps;
-    int n = checkpoint_list(r->cfg.run_dir, &paths, &steps), found = 0;
+    int n = checkpoint_list(r->cfg.run_dir, &paths, &steps), found = -1;
     size_t N = r->model.pt.total;
-    for (int i = n - 1; i >= 0 && !found; i--) {
+    for (int i = n - 1; i >= 0 && found < 0; i--) {
         Config ck;
         if (checkpoint_read_config(paths[i], &ck, st)) {
             fprintf(stderr, "warning: %s: skipped (unreadable), trying an older checkpoint\n", paths[i]);
@@ -90,17 +99,49 @@ static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size
             continue;
         }
         snprintf(used, cap, "%s", paths[i]);
-        found = 1;
+        found = i;
+    }
+    if (n > 0 && found < 0)
+        die(2, "%s: none of its %d checkpoints can be read (errors above): move them away to start afresh",
+            r->cfg.run_dir, n);
+    for (int i = found + 1; i < n; i++) {
+        char bad[4300];
+        snprintf(bad, sizeof bad, "%s.bad", paths[i]);
+        if (rename(paths[i], bad)) die(2, "%s: cannot move the unreadable checkpoint aside: %s", paths[i], strerror(errno));
+        fprintf(stderr, "warning: %s: moved to %s (unreadable, newer than %s)\n", paths[i], bad, used);
     }
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
     free(steps);
-    return found;
+    return found >= 0;
+}
+
+/* rank 0: one training run per run directory.  The lock goes with the
+ * process (a kill -9 releases it); its file says who holds it. */
+static int lock_run_dir(const char *run_dir)
+{
+    char path[CFG_STR + 16], who[64] = "";
+    snprintf(path, sizeof path, "%s/.lock", run_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) die(2, "%s: cannot create the run directory lock: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        if (errno != EWOULDBLOCK) die(2, "%s: cannot lock the run directory: %s", path, strerror(errno));
+        ssize_t k = pread(fd, who, sizeof who - 1, 0);
+        who[k > 0 ? k : 0] = '\0';
+        who[strcspn(who, "\n")] = '\0';
+        die(2, "%s: another training run is using this run directory (%s)", run_dir, who[0] ? who : "lock held");
+    }
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(who, sizeof who, "pid %d on %.40s\n", (int)getpid(), host);
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, who, (size_t)len, 0) != len) { /* informative only */ }
+    return fd;
 }
 
 void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
 {
     memset(rd, 0, sizeof *rd);
+    rd->lock_fd = -1;
     Dist *D = &r->dist;
     const Config *c = &r->cfg;
     if (config_to_string(c, rd->cfg_text, sizeof rd->cfg_text) < 0) die(1, "config text too long");
@@ -117,6 +158,7 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
     char used[4200] = "";
     if (D->rank == 0) {
         if (mkdir_p(c->run_dir)) die(2, "%s: cannot create run directory: %s", c->run_dir, strerror(errno));
+        rd->lock_fd = lock_run_dir(c->run_dir);
         host = xmalloc(sizeof(float) * 3 * N);
         status = load_newest(r, host, &st, used, sizeof used);
         if (!status && resume_flag) die(2, "%s: --resume: no complete checkpoint in the run directory", c->run_dir);
@@ -221,4 +263,6 @@ void rundir_close(RunDir *rd)
     if (rd->metrics) metrics_close(rd->metrics);
     rd->writer = NULL;
     rd->metrics = NULL;
+    if (rd->lock_fd >= 0) close(rd->lock_fd);   /* releases the lock */
+    rd->lock_fd = -1;
 }

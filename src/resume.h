@@ -18,11 +18,14 @@ typedef struct {
     Metrics *metrics;       /* rank 0 */
     double t_last;          /* wall time of the last checkpoint */
     int last_step;          /* step of the last checkpoint started */
+    int lock_fd;            /* rank 0: flock'ed run_dir/.lock, or -1 */
     char cfg_text[16384];
 } RunDir;
 
 /* Create run_dir, and resume from its newest complete checkpoint if it has
- * one (required if resume_flag).  On resume r->step, r->elapsed, the
+ * one (required if resume_flag).  Rank 0 holds an exclusive lock on
+ * run_dir/.lock until rundir_close: a second run on the same directory is
+ * refused (exit 2) instead of interleaving checkpoints with the first.  On resume r->step, r->elapsed, the
  * parameters and Adam moments are restored on every rank.  Errors (other
  * architecture, --resume without checkpoint) are one line, exit 2. */
 void rundir_open(RunDir *rd, TrainRun *r, int resume_flag);

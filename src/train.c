@@ -194,7 +194,11 @@ static void train_help(void)
            "  --resume            continue from the newest complete checkpoint (an error if\n"
            "                      there is none); without it a run resumes automatically when\n"
            "                      DIR has checkpoints. Architecture keys must match; the resumed\n"
-           "                      run is bitwise identical to an uninterrupted one.\n\n"
+           "                      run is bitwise identical to an uninterrupted one. One run per\n"
+           "                      DIR at a time (DIR/.lock).\n\n"
+           "Exit codes: 0 done; 1 a checkpoint could not be written (disk full: make room and\n"
+           "run again to resume) or the loss stopped being finite; 2 a bad input (config,\n"
+           "data, checkpoint, run directory in use); 99 preempted after a checkpoint.\n\n"
            "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
            "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
            "mpirun forwards; under srun the tasks get it from e.g. sbatch --signal=USR1@120\n"
@@ -281,7 +285,7 @@ int cmd_train(int argc, char **argv)
     Batch b = {0};
     double t_start = now_seconds(), t_log = t_start;
     double log_loss = 0, log_tok = 0, log_tok_time = 0;
-    int preempted = 0;
+    int preempted = 0, diverged = 0;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
         dist_fault_point(D, step);
         r->be->zero(r->be, m->grads, bytes);
@@ -303,6 +307,16 @@ int cmd_train(int argc, char **argv)
         loc[4] = rundir_ckpt_failed(&rd);
         MPI_Allreduce(loc, glob, 5, MPI_DOUBLE, MPI_SUM, D->comm);
         if (glob[4] > 0) break;   /* before the update: the state stays that of a complete step */
+        if (!isfinite(glob[0])) {
+            /* diverged: every rank sees the same sums.  Stop before the
+             * update, and write no checkpoint of a state that produced it */
+            if (D->rank == 0)
+                fprintf(stderr, "error: step %d: the training loss is %g (not finite): training stopped; %s "
+                        "(a lower lr_factor or a longer warmup may help)\n", step, glob[0],
+                        rd.enabled ? "resume from the run directory's newest checkpoint" : "nothing was saved (run_dir is empty)");
+            diverged = 1;
+            break;
+        }
         /* normalise by the target tokens of the whole global batch */
         model_adam_step(m, step, (float)(1.0 / glob[2]));
         r->be->sync(r->be);
@@ -339,7 +353,7 @@ int cmd_train(int argc, char **argv)
         rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
     }
     r->elapsed += now_seconds() - t_start;
-    if (rundir_checkpoint_sync(&rd, r, r->elapsed)) {
+    if (diverged || rundir_checkpoint_sync(&rd, r, r->elapsed)) {
         rundir_close(&rd);
         dist_finalize(D);
         return 1;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Broken inputs give one-line errors and exit 2: a truncated checkpoint, a
 # foreign HDF5 file, a non-HDF5 file, a checkpoint of another architecture
-# (average and train resume), --resume without checkpoints.  A truncated
-# newest checkpoint in a run directory is skipped for the previous one.
+# (average and train resume), --resume without checkpoints, a flipped byte in
+# a tensor (Fletcher-32), a run state out of range, --output naming an input,
+# a run directory that is a file or in use by another run.  A truncated
+# newest checkpoint in a run directory is skipped for the previous one and
+# moved aside; a directory none of whose checkpoints reads is an error.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -38,4 +41,58 @@ cp $W/trunc.h5 $W/run/ckpt_00000030.h5
 $BIN train $CK_ARGS run_dir=$W/run train_steps=20 > $W/r.log 2>&1 || fail "resume past a truncated file: $(tail -2 $W/r.log)"
 grep -q "warning: .*ckpt_00000030.h5: skipped" $W/r.log && grep -q "resume: .*ckpt_00000020.h5" $W/r.log \
     || fail "truncated newest checkpoint not skipped: $(head -3 $W/r.log)"
-ok "truncated newest checkpoint skipped with a warning"
+[ -e $W/run/ckpt_00000030.h5.bad ] && [ ! -e $W/run/ckpt_00000030.h5 ] || fail "unreadable newest not moved aside: $(ls $W/run)"
+ok "truncated newest checkpoint skipped with a warning and moved to ckpt_00000030.h5.bad"
+mkdir $W/allbad && cp $W/trunc.h5 $W/allbad/ckpt_00000010.h5
+expect_error 2 "error: $W/allbad: none of its 1 checkpoints can be read" $BIN train $CK_ARGS run_dir=$W/allbad
+[ -e $W/allbad/ckpt_00000010.h5 ] || fail "the only checkpoint was moved or removed"
+
+# one flipped byte inside a tensor: the checksum catches it
+cp $C $W/flip.h5
+$PY - $W/flip.h5 <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    off = f["params/decoder/layer_00/ffn/W_1"].id.get_chunk_info(0).byte_offset + 100
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x10]))
+PY
+expect_error 2 "error: $W/flip.h5: cannot read tensor params/decoder/layer_00/ffn/W_1 (truncated or corrupt file)" \
+    $BIN average --output $W/o.h5 $W/flip.h5
+mkdir $W/fliprun && cp $W/run/ckpt_00000010.h5 $W/fliprun/ && cp $W/flip.h5 $W/fliprun/ckpt_00000020.h5
+$BIN train $CK_ARGS run_dir=$W/fliprun train_steps=20 > $W/f.log 2>&1 || fail "resume past a damaged file: $(tail -2 $W/f.log)"
+grep -q "resume: .*ckpt_00000010.h5" $W/f.log && [ -e $W/fliprun/ckpt_00000020.h5.bad ] \
+    || fail "damaged newest checkpoint used: $(grep -v '^step' $W/f.log | head -5)"
+ok "a flipped tensor byte is caught: average refuses it, resume takes the previous checkpoint"
+
+cp $C $W/step.h5
+$PY -c "import h5py; h5py.File('$W/step.h5', 'r+').attrs['step'] = -7"
+expect_error 2 "error: $W/step.h5: checkpoint run state out of range (step -7" $BIN average --output $W/o.h5 $W/step.h5
+cp $C $W/in.h5
+expect_error 2 "error: $W/in.h5: --output is one of the checkpoints being averaged" $BIN average --output $W/in.h5 $C $W/in.h5
+cmp -s $C $W/in.h5 || fail "average overwrote its input"
+
+# the run directory: a file, or in use by a running training
+touch $W/afile
+expect_error 2 "error: $W/afile: cannot create run directory: Not a directory" $BIN train $CK_ARGS run_dir=$W/afile
+TRANSFORMER_STEP_SLEEP_MS=100 $BIN train $CK_ARGS run_dir=$W/busy train_steps=200 > $W/busy.log 2>&1 &
+busy=$!
+wait_file $W/busy/.lock $busy || fail "first run did not start: $(tail -2 $W/busy.log)"
+sleep 0.3
+expect_error 2 "error: $W/busy: another training run is using this run directory (pid $busy on " \
+    $BIN train $CK_ARGS run_dir=$W/busy train_steps=200
+kill -9 $busy; wait $busy 2>/dev/null
+$BIN train $CK_ARGS run_dir=$W/busy train_steps=5 > $W/b2.log 2>&1 || fail "lock not released by kill -9: $(tail -2 $W/b2.log)"
+ok "run directory lock: a second run refused with the holder's pid, released by kill -9"
+
+# a diverging run (eq. 3's rate x 1e4): stops at the first non-finite loss,
+# exit 1, and writes no checkpoint of the diverged state
+$BIN train --config $TOP/input/synthetic-test.cfg threads=1 lr_factor=1e4 run_dir=$W/nan ckpt_steps=10 train_steps=400 \
+    > $W/nan.log 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "diverging run exited $rc, expected 1: $(tail -2 $W/nan.log)"
+nanstep=$(sed -n 's/^error: step \([0-9]*\): the training loss is .* (not finite): training stopped; resume from.*/\1/p' $W/nan.log)
+[ -n "$nanstep" ] || fail "no one-line divergence error: $(grep -v '^step\|^checkpoint' $W/nan.log | tail -3)"
+newest=$(ls $W/nan/ckpt_*.h5 | tail -1)
+[ "$(basename $newest)" = "$(printf 'ckpt_%08d.h5' $(( (nanstep - 1) / 10 * 10 )))" ] \
+    || fail "newest checkpoint $newest, expected the last interval one before step $nanstep"
+ok "a diverging run stops at step $nanstep (loss not finite), exit 1, newest checkpoint $(basename $newest)"
