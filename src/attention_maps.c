@@ -387,6 +387,8 @@ static int load_data(const AttnArgs *a, const Config *cfg, Corpus *c, Vocab *v)
         return 0;
     }
 #ifdef HAVE_DATASET
+    CkptState st;
+    if (checkpoint_read_config(a->ckpt, &(Config){0}, &st) || checkpoint_check_vocab(a->ckpt, &st, a->data)) return 2;
     if (dataset_load(a->data, a->split, c)) return 2;
     DatasetVocab dv;
     if (dataset_load_vocab(a->data, &dv)) return 2;

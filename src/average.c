@@ -94,8 +94,14 @@ int cmd_average(int argc, char **argv)
     int bad = 0;
     for (int k = 0; k < n && !bad; k++) {
         Config c;
+        CkptState sk;
         char msg[512];
-        if (checkpoint_read_config(in[k], &c, NULL)) { bad = 1; break; }
+        if (checkpoint_read_config(in[k], &c, &sk)) { bad = 1; break; }
+        if (sk.vocab_hash && st.vocab_hash && sk.vocab_hash != st.vocab_hash) {
+            fprintf(stderr, "error: %s: cannot average with %s: trained on another vocabulary\n", in[k], in[n - 1]);
+            bad = 1;
+            break;
+        }
         if (config_arch_mismatch(&c, &ref, msg, sizeof msg)) {
             fprintf(stderr, "error: %s: cannot average with %s: %s\n", in[k], in[n - 1], msg);
             bad = 1;

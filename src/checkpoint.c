@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dataset.h"
 #include "h5io.h"
 #include "util.h"
 
@@ -141,6 +142,7 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     bad |= attr_i64(f, "param_count", (int64_t)pt->total);
     bad |= attr_i64(f, "has_adam", has_adam);
     if (st->averaged_from) bad |= attr_str(f, "averaged_from", st->averaged_from);
+    if (st->vocab_hash) bad |= attr_u64(f, "vocab_hash", st->vocab_hash);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
@@ -245,6 +247,7 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
             fprintf(stderr, "error: %s: checkpoint lacks run-state attributes (step, seed, ...)\n", path);
             return 2;
         }
+        if (attr_read(f, "vocab_hash", H5T_NATIVE_UINT64, &st->vocab_hash)) st->vocab_hash = 0;   /* optional */
         if (st->step < 0 || st->step > INT32_MAX || !(st->elapsed >= 0) || st->ranks < 1 || st->update_freq < 1
             || st->data_position < 0 || st->n_batches < 0) {
             fprintf(stderr, "error: %s: checkpoint run state out of range (step %lld, elapsed %g s, ranks %d, "
@@ -254,6 +257,17 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
         }
     }
     return 0;
+}
+
+int checkpoint_check_vocab(const char *ckpt_path, const CkptState *st, const char *data_path)
+{
+    if (!st->vocab_hash || !strcmp(data_path, "synthetic")) return 0;
+    uint64_t h;
+    if (dataset_vocab_hash_of(data_path, &h)) return 2;
+    if (h == st->vocab_hash) return 0;
+    fprintf(stderr, "error: %s: its vocabulary is not the one %s was trained with (same ids, other pieces): "
+            "the model would read and write the wrong words\n", data_path, ckpt_path);
+    return 2;
 }
 
 int checkpoint_read_config(const char *path, Config *cfg_out, CkptState *st)

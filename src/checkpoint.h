@@ -32,12 +32,18 @@ typedef struct {
     uint64_t plan_hash;       /* hash of the batch plan (composition of batches) */
     int n_batches;            /* batches per epoch */
     const char *averaged_from; /* averages: the source files, one per line (else NULL) */
+    uint64_t vocab_hash;      /* dataset_vocab_hash of the training data; 0: synthetic, or an older file */
 } CkptState;
 
 /* Read the stored config into cfg_out, model_init(m, cfg_out, be), load the
  * parameters.  Returns 0, or prints one line "error: PATH: ..." and returns
  * 2 (not HDF5, truncated, not a checkpoint, missing or misshapen tensor). */
 int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *be);
+
+/* 0 if the dataset at data_path has the vocabulary the checkpoint was
+ * trained with (or the checkpoint does not record one), else a one-line
+ * error naming both, and 2. */
+int checkpoint_check_vocab(const char *ckpt_path, const CkptState *st, const char *data_path);
 
 /* Read only the stored config (and state, if st is not NULL): 0 or 2 with a
  * one-line error. */

@@ -411,6 +411,22 @@ int dataset_load_vocab(const char *path, DatasetVocab *v)
     return 0;
 }
 
+uint64_t dataset_vocab_hash(const DatasetVocab *v)
+{
+    uint64_t h = fnv1a64(&v->vocab_size, sizeof v->vocab_size, 0);
+    for (int i = 0; i < v->vocab_size; i++) h = fnv1a64(v->pieces[i], strlen(v->pieces[i]) + 1, h);
+    return h ? h : 1;
+}
+
+int dataset_vocab_hash_of(const char *path, uint64_t *hash)
+{
+    DatasetVocab v;
+    if (dataset_load_vocab(path, &v)) return 2;
+    *hash = dataset_vocab_hash(&v);
+    dataset_vocab_free(&v);
+    return 0;
+}
+
 void dataset_vocab_free(DatasetVocab *v)
 {
     if (v->pieces)

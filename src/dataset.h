@@ -27,6 +27,13 @@ typedef struct {
 } DatasetVocab;
 
 int dataset_load_vocab(const char *path, DatasetVocab *v);   /* 0, or one-line error and 2 */
+/* FNV-1a of the pieces in id order (each with its NUL): two datasets whose
+ * ids mean the same pieces have the same fingerprint; never 0.  Checkpoints
+ * record it (vocab_hash) so a model is not run on another vocabulary of the
+ * same size. */
+uint64_t dataset_vocab_hash(const DatasetVocab *v);
+/* the fingerprint of path's vocabulary: 0, or one-line error and 2 */
+int dataset_vocab_hash_of(const char *path, uint64_t *hash);
 void dataset_vocab_free(DatasetVocab *v);
 /* vocabulary size recorded in the file (0 + one-line error on failure) */
 int dataset_vocab_size(const char *path);

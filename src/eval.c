@@ -66,7 +66,8 @@ int cmd_eval(int argc, char **argv)
     if (!rc && (!ckpt || !data)) { fprintf(stderr, "error: eval: --checkpoint and --data are required\n"); rc = 2; }
     Config *c = &r->cfg;
     /* the stored config, then the overrides (architecture keys must not change) */
-    if (!rc && D->rank == 0) rc = checkpoint_read_config(ckpt, c, NULL);
+    CkptState st;
+    if (!rc && D->rank == 0) rc = checkpoint_read_config(ckpt, c, &st);
     for (int k = 0; k < n_over && !rc && D->rank == 0; k++) {
         char key[128];
         const char *eq = strchr(over[k], '=');
@@ -85,7 +86,7 @@ int cmd_eval(int argc, char **argv)
             fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but the model in %s has vocab_size %d\n",
                     data, v, ckpt, c->vocab_size);
             rc = 2;
-        }
+        } else rc = checkpoint_check_vocab(ckpt, &st, data);
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, D->comm);
     if (rc) { free(over); dist_finalize(D); free(r); return 2; }

@@ -72,6 +72,7 @@ static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
     st->data_position = batchplan_position(r->step + 1, 0, 0, r->dist.size, r->cfg.update_freq);
     st->plan_hash = plan_hash(&r->plan);
     st->n_batches = r->plan.n_batches;
+    st->vocab_hash = r->vocab_hash;
 }
 
 /* rank 0: find the newest readable checkpoint and load it into host
@@ -94,6 +95,10 @@ static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size
         char msg[512];
         if (config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
             die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", paths[i], msg);
+        if (checkpoint_check_vocab(paths[i], st, r->cfg.data)) {   /* the error is printed */
+            if (util_abort_hook) util_abort_hook(2);
+            exit(2);
+        }
         if (checkpoint_read_tensors(paths[i], &r->model.pt, host, host + N, host + 2 * N)) {
             fprintf(stderr, "warning: %s: skipped (unreadable), trying an older checkpoint\n", paths[i]);
             continue;

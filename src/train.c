@@ -76,7 +76,7 @@ static void load_corpora(TrainRun *r)
     /* a dataset written by `transformer prepare` (dataset.h): rank 0 checks
      * it first so that a bad file gives one error line, not one per rank */
     int rc = 0;
-    if (r->dist.rank == 0) rc = load_dataset(c, &r->train, &r->dev);
+    if (r->dist.rank == 0) rc = load_dataset(c, &r->train, &r->dev) || dataset_vocab_hash_of(c->data, &r->vocab_hash);
     MPI_Bcast(&rc, 1, MPI_INT, 0, r->dist.comm);
     if (rc) { dist_finalize(&r->dist); exit(2); }
     if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);

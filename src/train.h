@@ -18,6 +18,7 @@ typedef struct {
     GradSync sync;
     int step;               /* completed optimiser steps */
     double elapsed;         /* training wall time, summed over resumes */
+    uint64_t vocab_hash;    /* rank 0: the dataset's vocabulary fingerprint (0: synthetic) */
 } TrainRun;
 
 /* options shared by commands: --config FILE and key=value overrides */

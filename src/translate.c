@@ -314,8 +314,14 @@ int cmd_translate(int argc, char **argv)
     if (!synth && voc.vocab_size != c.vocab_size)
         die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o.data,
             voc.vocab_size, o.ckpt, c.vocab_size);
-    if (!synth && c.data[0] && strcmp(c.data, o.data) && access(c.data, R_OK) == 0) {
-        /* the checkpoint's training data is at hand: compare piece by piece */
+    CkptState st;
+    if (!synth && (checkpoint_read_config(o.ckpt, &(Config){0}, &st) || checkpoint_check_vocab(o.ckpt, &st, o.data))) {
+        if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+        return 2;
+    }
+    if (!synth && !st.vocab_hash && c.data[0] && strcmp(c.data, o.data) && access(c.data, R_OK) == 0) {
+        /* an older checkpoint without the fingerprint, whose training data
+         * is at hand: compare piece by piece */
         DatasetVocab tv;
         if (dataset_load_vocab(c.data, &tv) == 0) {
             int same = same_vocab(&voc, &tv);

@@ -5,7 +5,8 @@
 #    (same model, no dropout, no label smoothing);
 #  - its loss is the log of its perplexity (unsmoothed NLL per wordpiece);
 #  - 2 ranks give the same perplexity as 1;
-#  - errors: dataset/model vocabulary mismatch, unknown split, an architecture
+#  - errors: dataset/model vocabulary mismatch (size; or same size, other
+#    pieces, also for translate, attention and resuming train), unknown split, an architecture
 #    key on the command line, a missing checkpoint -- one line each.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -36,6 +37,14 @@ ok "2 ranks: same ppl"
 "$BIN" prepare --out "$W/other.h5" --split train "$M/val.en" "$M/val.de" vocab_size=900 >/dev/null || fail "prepare 2"
 expect_error 2 "other.h5: dataset vocabulary has 900 pieces but the model in .* has vocab_size 1000" \
     "$BIN" eval --checkpoint "$ck" --data "$W/other.h5"
+# same size, other pieces (learned on other text): refused by every reader
+"$BIN" prepare --out "$W/same.h5" --split train "$M/val.de" "$M/val.en" --split dev "$W/dev.de" "$W/dev.en" \
+    vocab_size=1000 max_len=48 >/dev/null || fail "prepare 3"
+pat="same.h5: its vocabulary is not the one .*ckpt_00000006.h5 was trained with (same ids, other pieces)"
+expect_error 2 "$pat" "$BIN" eval --checkpoint "$ck" --data "$W/same.h5"
+expect_error 2 "$pat" "$BIN" translate --checkpoint "$ck" --data "$W/same.h5" --split dev --output "$W/t.txt"
+expect_error 2 "$pat" "$BIN" attention --checkpoint "$ck" --data "$W/same.h5" --split dev --sentences 0 --output "$W/a.h5"
+expect_error 2 "$pat" "$BIN" train data="$W/same.h5" $ARCH max_tokens=512 train_steps=12 run_dir="$W/run"
 expect_error 2 "d.h5: dataset has no split 'test9'" "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split test9
 expect_error 2 "key 'd_model' is an architecture key" "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" d_model=64
 expect_error 2 "nockpt.h5" "$BIN" eval --checkpoint "$W/nockpt.h5" --data "$W/d.h5"
