@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { T_INT, T_FLOAT, T_U64, T_STR };
 
@@ -216,6 +217,12 @@ int config_load_file(Config *c, const char *path)
         fprintf(stderr, "error: %s: cannot open config file: %s\n", path, strerror(errno));
         return 2;
     }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "error: %s: is a directory, not a config file\n", path);
+        fclose(f);
+        return 2;
+    }
     char buf[4096];
     int line = 0, rc = 0;
     while (!rc && fgets(buf, sizeof buf, f)) {
@@ -227,7 +234,8 @@ int config_load_file(Config *c, const char *path)
         }
         char *hash = strchr(buf, '#');
         if (hash) *hash = '\0';
-        char *s = trim(buf);
+        /* a UTF-8 byte order mark, as some editors write */
+        char *s = trim(line == 1 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? buf + 3 : buf);
         if (!*s) continue;
         char *eq = strchr(s, '=');
         if (!eq) {
@@ -242,7 +250,18 @@ int config_load_file(Config *c, const char *path)
             rc = 2;
             break;
         }
+        const KeyDesc *k = find_key(key);
+        if (k && c->key_line[k - KEYS] > 0 && !strcmp(c->config_file, path)) {
+            fprintf(stderr, "error: %s:%d: key '%s' set twice (first on line %d)\n", path, line, key,
+                    c->key_line[k - KEYS]);
+            rc = 2;
+            break;
+        }
         rc = config_set(c, path, line, key, val);
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "error: %s: read error: %s\n", path, strerror(errno));
+        rc = 2;
     }
     fclose(f);
     return rc;

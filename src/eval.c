@@ -79,6 +79,7 @@ int cmd_eval(int argc, char **argv)
             rc = 2;
         } else rc = config_set(c, "command line", 0, key, eq + 1);
     }
+    if (!rc && D->rank == 0 && n_over) rc = config_validate(c, "command line");
     if (!rc && D->rank == 0) {
         int v = dataset_vocab_size(data);
         if (v <= 0) rc = 2;
@@ -110,7 +111,13 @@ int cmd_eval(int argc, char **argv)
     double t0 = now_seconds(), loss, ppl;
     long ntok;
     evaluate(r, &corp, &loss, &ppl, &ntok);
-    if (D->rank == 0) {
+    int rc_out = 0;
+    if (ntok == 0) {
+        if (D->rank == 0)
+            fprintf(stderr, "error: %s: split '%s' has no pair that fits max_len=%d (%d pairs): nothing to evaluate\n",
+                    data, split, c->max_len, corp.n);
+        rc_out = 2;
+    } else if (D->rank == 0) {
         /* unsmoothed: ppl = exp(NLL / target tokens), so its log is the loss */
         printf("eval %s loss %.4f ppl %.3f tokens %ld pairs %d", split, ntok > 0 ? log(ppl) : 0.0, ppl, ntok,
                corp.n - skipped);
@@ -124,6 +131,6 @@ int cmd_eval(int argc, char **argv)
     free(over);
     dist_finalize(D);
     free(r);
-    return 0;
+    return rc_out;
 #endif
 }

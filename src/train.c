@@ -3,6 +3,7 @@
  * gradient accumulation. */
 #include "train.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     for (int i = first; i < argc; i++)
         if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) { fprintf(stderr, "error: %s: --config needs a file name\n", cmd); return 2; }
+            if (file) { fprintf(stderr, "error: %s: --config given twice (%s, %s)\n", cmd, file, argv[i + 1]); return 2; }
             file = argv[++i];
         }
     if (file && config_load_file(c, file)) return 2;
@@ -50,6 +52,30 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
         return 2;
     }
     return config_validate(c, file ? file : "command line");
+}
+
+/* parse_config_args on every rank, its errors printed once: by rank 0, or
+ * (an MPMD launch with other arguments) by the first rank that fails.
+ * Collective; 0 or 2 on every rank. */
+static int parse_config_args_once(Dist *D, Config *c, int argc, char **argv, const char *cmd,
+                                  int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+{
+    int saved = -1;
+    if (D->rank != 0) {   /* quiet: stderr to /dev/null while parsing */
+        fflush(stderr);
+        int nul = open("/dev/null", O_WRONLY);
+        saved = dup(2);
+        if (nul >= 0 && saved >= 0) dup2(nul, 2);
+        if (nul >= 0) close(nul);
+    }
+    int rc = parse_config_args(c, argc, argv, 2, cmd, extra, ctx);
+    if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
+    int mine = rc ? D->rank : D->size, first;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, D->comm);
+    if (first == D->size) return 0;
+    if (D->rank == first && first != 0) parse_config_args(c, argc, argv, 2, cmd, extra, ctx);   /* again, aloud */
+    MPI_Barrier(D->comm);
+    return 2;
 }
 
 static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
@@ -229,8 +255,8 @@ int cmd_train(int argc, char **argv)
     Dist *D = &r->dist;
     TrainArgs args = { 0, NULL };
     preempt_install();
-    if (parse_config_args(&r->cfg, argc, argv, 2, "train", train_extra, &args)) {
-        if (D->size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    if (parse_config_args_once(D, &r->cfg, argc, argv, "train", train_extra, &args)) {
+        dist_finalize(D);
         return 2;
     }
     Config *c = &r->cfg;

@@ -13,6 +13,7 @@
  * whose vocabulary differs from the dataset's is a one-line error. */
 #include "translate.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -149,8 +150,10 @@ static void tool_error(const char *tool, const char *errpath)
     die(2, "translate: %s failed (is sentencepiece installed?)%s%s", tool, *line ? ": " : "", line);
 }
 
-/* read lines of space-separated ids into a corpus (source side only) */
-static int read_id_lines(const char *path, Corpus *c, int expect)
+/* read lines of space-separated ids in [0, vocab) into a corpus (source
+ * side only): 0, -1 if fewer than expect lines, or the 1-based number of a
+ * line with something else on it */
+static int read_id_lines(const char *path, Corpus *c, int expect, int vocab)
 {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
@@ -160,17 +163,21 @@ static int read_id_lines(const char *path, Corpus *c, int expect)
     c->src_off = xmalloc(sizeof(int64_t) * (expect + 1));
     char *line = NULL;
     size_t lcap = 0;
-    int k = 0;
+    int k = 0, bad = 0;
     c->src_off[0] = 0;
-    while (getline(&line, &lcap, f) >= 0 && k < expect) {
+    while (!bad && getline(&line, &lcap, f) >= 0 && k < expect) {
         char *p = line, *end;
         for (;;) {
+            errno = 0;
             long v = strtol(p, &end, 10);
             if (end == p) break;
+            if (errno || v < 0 || v >= vocab) { bad = k + 1; break; }
             if (n == cap) { cap *= 2; c->src_tok = xrealloc(c->src_tok, sizeof(int32_t) * cap); }
             c->src_tok[n++] = (int32_t)v;
             p = end;
         }
+        while (isspace((unsigned char)*p)) p++;
+        if (*p) bad = k + 1;
         c->src_off[++k] = (int64_t)n;
     }
     free(line);
@@ -178,13 +185,15 @@ static int read_id_lines(const char *path, Corpus *c, int expect)
     c->n = k;
     c->tgt_off = xcalloc(k + 1, sizeof(int64_t));
     c->tgt_tok = xmalloc(sizeof(int32_t));
-    return k == expect ? 0 : -1;
+    return bad ? bad : k == expect ? 0 : -1;
 }
 
 static int count_lines(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || S_ISDIR(sb.st_mode)) { fclose(f); errno = EISDIR; return -1; }
     int n = 0, ch, last = '\n';
     while ((ch = getc(f)) != EOF) { if (ch == '\n') n++; last = ch; }
     fclose(f);
@@ -292,7 +301,10 @@ int cmd_translate(int argc, char **argv)
     /* backend from the command line's device/threads, model from the checkpoint */
     Config c;
     config_defaults(&c);
-    if (apply_overrides(&c, &o, 1)) die(2, "translate: bad key=value argument");
+    if (apply_overrides(&c, &o, 1)) {   /* the error is printed */
+        if (util_abort_hook) util_abort_hook(2);
+        return 2;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = c.threads > 0 ? c.threads : (int)(cores / (D.local_size > 0 ? D.local_size : 1));
     if (threads < 1) threads = 1;
@@ -357,16 +369,18 @@ int cmd_translate(int argc, char **argv)
         long hdr[2] = { 0, 0 };
         if (D.rank == 0) {
             int n = count_lines(o.input);
-            if (n < 0) die(2, "%s: cannot read", o.input);
+            if (n < 0) die(2, "%s: cannot read: %s", o.input, strerror(errno));
             if (synth) {
                 /* the synthetic task's text is its token ids */
-                if (read_id_lines(o.input, &src, n)) die(2, "%s: cannot read", o.input);
+                int bad = read_id_lines(o.input, &src, n, c.vocab_size);
+                if (bad > 0) die(2, "%s:%d: expected token ids in [0, %d) separated by spaces", o.input, bad, c.vocab_size);
+                if (bad) die(2, "%s: cannot read", o.input);
             } else {
                 char mo[160];
                 snprintf(mo, sizeof mo, "--model=%s", spm_path);
                 char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
                 if (run_tool(av, o.input, p_out, p_err)) tool_error("spm_encode", p_err);
-                if (read_id_lines(p_out, &src, n))
+                if (read_id_lines(p_out, &src, n, c.vocab_size))
                     die(2, "%s: spm_encode returned fewer lines than the input's %d", o.input, n);
             }
             hdr[0] = src.n;

@@ -54,7 +54,15 @@ for cmd in params train; do
     one_line_error "^error: command line: key 'warmup': 'soon' is not a number" "$BIN" $cmd warmup=soon
     one_line_error "^error: command line: key 'd_model': 9 must be even" "$BIN" $cmd --config "$tmp/odd.cfg" d_model=9
     one_line_error "^error: $cmd: unknown argument 'bogus'" "$BIN" $cmd bogus
+    one_line_error "^error: $tmp: is a directory, not a config file" "$BIN" $cmd --config "$tmp"
+    f=$(cfg dup.cfg 'd_model = 512\nn_layers = 2\nd_model = 256\n')
+    one_line_error "^error: $f:3: key 'd_model' set twice (first on line 1)" "$BIN" $cmd --config "$f"
+    one_line_error "^error: $cmd: --config given twice ($f, $tmp/odd.cfg)" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
 done
+# a byte order mark before the first key is not part of it
+printf '\xef\xbb\xbfn_layers = 1\n' > "$tmp/bom.cfg"
+"$BIN" params --config "$tmp/bom.cfg" n_layers=1 > /dev/null || fail "a config with a UTF-8 BOM is refused"
+ok "a UTF-8 byte order mark is skipped"
 
 # --help of every command in the command table exits 0 and prints a usage line
 "$BIN" --help > "$tmp/help" || fail "transformer --help exited $?"

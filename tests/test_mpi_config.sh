@@ -27,3 +27,12 @@ timeout -s KILL 30 mpirun -np 1 "$BIN" train $A --config "$tmp/a.cfg" : -np 1 "$
     || fail "equal configurations rejected: $(cat "$tmp/err")"
 grep -q '^step 5 ' "$tmp/out" || fail "equal configurations did not train"
 ok "equal configurations from a file and the command line train"
+# a bad key: one error line from 2 ranks (rank 0's), and from the one rank
+# of an MPMD launch that has it
+for launch in "-np 2 $BIN train $A bogus_key=1" "-np 1 $BIN train $A : -np 1 $BIN train $A bogus_key=1"; do
+    timeout -s KILL 30 mpirun $launch >"$tmp/out" 2>"$tmp/err"; rc=$?
+    [ "$rc" -eq 2 ] || fail "mpirun $launch: exit $rc, expected 2: $(cat "$tmp/err")"
+    [ "$(grep -c '^error: ' "$tmp/err")" -eq 1 ] && grep -q "^error: command line: unknown key 'bogus_key'" "$tmp/err" \
+        || fail "mpirun $launch: expected one error line: $(grep '^error' "$tmp/err")"
+done
+ok "a bad key under mpirun: one error line, whichever rank has it"

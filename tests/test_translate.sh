@@ -64,7 +64,7 @@ expect_error 2 "error: .*b.h5: vocabulary of 250 pieces does not match" \
 tail -n 200 "$M/train.en" >"$W/tr2.en"; tail -n 200 "$M/train.de" >"$W/tr2.de"
 "$BIN" prepare --out "$W/c.h5" --split train "$W/tr2.en" "$W/tr2.de" --split test "$W/te.en" "$W/te.de" \
     vocab_size=300 max_len=24 --jobs 1 --byte-fallback 0 >"$W/prep3.log" 2>&1 || fail "prepare c"
-expect_error 2 "error: .*c.h5: vocabulary differs from that of" \
+expect_error 2 "error: .*c.h5: its vocabulary is not the one .* was trained with" \
     "$BIN" translate --checkpoint "$CK" --data "$W/c.h5" --split test --output "$W/x.txt"
 [ ! -e "$W/x.txt" ] || fail "an output file was written despite the error"
 expect_error 2 "error: translate: --checkpoint CKPT is required" "$BIN" translate --data "$W/a.h5" --split test --output "$W/x.txt"
@@ -74,4 +74,14 @@ expect_error 2 "error: .*: unknown split\|error: .*nosuch" \
     "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split nosuch --output "$W/x.txt"
 expect_error 2 "key 'd_model' is fixed by the checkpoint" \
     "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split test --output "$W/x.txt" d_model=64
+# --input of token ids (synthetic task): anything else on a line is an error
+"$BIN" train threads=1 train_steps=2 run_dir="$W/syn" >/dev/null 2>&1 || fail "synthetic train"
+printf '5 6 7\n5 x 7\n' >"$W/ids.txt"
+expect_error 2 "error: $W/ids.txt:2: expected token ids in \[0, " \
+    "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input "$W/ids.txt" --output "$W/x.txt"
+printf '5 6 99999999999999999999\n' >"$W/ids.txt"
+expect_error 2 "error: $W/ids.txt:1: expected token ids" \
+    "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input "$W/ids.txt" --output "$W/x.txt"
+expect_error 2 "error: $W: cannot read: Is a directory" \
+    "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input "$W" --output "$W/x.txt"
 echo "all translate checks passed"
