@@ -311,7 +311,9 @@ int cmd_train(int argc, char **argv)
     Batch b = {0};
     double t_start = now_seconds(), t_log = t_start;
     double log_loss = 0, log_tok = 0, log_tok_time = 0;
-    int preempted = 0, diverged = 0;
+    int preempted = 0, diverged = 0, eval_step = -1;
+    double eval_loss = 0, eval_ppl = 0;
+    long eval_ntok = 0;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
         dist_fault_point(D, step);
         r->be->zero(r->be, m->grads, bytes);
@@ -367,11 +369,13 @@ int cmd_train(int argc, char **argv)
             log_loss = log_tok = 0;
         }
         if (c->eval_steps > 0 && step % c->eval_steps == 0) {
-            double loss, ppl;
-            long nt;
-            evaluate(r, &r->dev, &loss, &ppl, &nt);
-            if (D->rank == 0) { printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, loss, ppl, nt); fflush(stdout); }
-            if (rd.metrics) metrics_dev(rd.metrics, step, loss, ppl, nt, r->elapsed + now_seconds() - t_start);
+            evaluate(r, &r->dev, &eval_loss, &eval_ppl, &eval_ntok);
+            eval_step = step;
+            if (D->rank == 0) {
+                printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, eval_loss, eval_ppl, eval_ntok);
+                fflush(stdout);
+            }
+            if (rd.metrics) metrics_dev(rd.metrics, step, eval_loss, eval_ppl, eval_ntok, r->elapsed + now_seconds() - t_start);
         }
         if (c->attn_steps > 0 && step % c->attn_steps == 0 && rd.enabled && D->rank == 0)
             attention_probe_write(m, &r->dev, c->run_dir, step);   /* watch heads form */
@@ -398,11 +402,13 @@ int cmd_train(int argc, char **argv)
         free(host);
         if (bad) die(1, "train: --dump-params %s failed", args.dump_params);
     }
-    double loss, ppl;
-    long nt;
-    evaluate(r, &r->dev, &loss, &ppl, &nt);
-    if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", loss, ppl, nt);
-    if (rd.metrics) metrics_dev(rd.metrics, r->step, loss, ppl, nt, r->elapsed);
+    /* the final dev figures; not evaluated (and logged) twice when the
+     * last step already had its periodic evaluation */
+    if (eval_step != r->step) {
+        evaluate(r, &r->dev, &eval_loss, &eval_ppl, &eval_ntok);
+        if (rd.metrics) metrics_dev(rd.metrics, r->step, eval_loss, eval_ppl, eval_ntok, r->elapsed);
+    }
+    if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", eval_loss, eval_ppl, eval_ntok);
     rundir_close(&rd);
     if (!strcmp(c->data, "synthetic")) {
         int n;
