@@ -86,6 +86,11 @@ same_losses "$out_cpu" "$out_bf" bf16 5 3e-2 0.8 \
 ok "80 steps of synthetic reversal: device=cuda precision=bf16 (emulated) losses track device=cpu within 3e-2"
 
 expect_error 2 "error: device=cuda: no usable CUDA device" env CUDA_EMU_DEVICES=0 "$EMU" train device=cuda train_steps=1
+# a device too small for the activations (300 kB: the parameters and Adam
+# state fit, the activations of the first batch do not): one line naming
+# the buffer and its size, exit 1
+expect_error 1 "error: cuda: out of device memory allocating [a-z0-9_>-]* of layer 0 ([0-9]* bytes)" \
+    env CUDA_EMU_MEMORY=300000 "$EMU" train $args device=cuda run_dir=$W/oom
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     expect_error 2 "error: device=cuda" "$BIN" train device=cuda train_steps=1
 fi

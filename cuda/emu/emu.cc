@@ -84,6 +84,7 @@ struct Emu {
     size_t main_size = 0;
     /* device allocations: start -> size */
     std::map<uintptr_t, size_t> allocs;
+    size_t dev_bytes = 0;   /* their sum, against CUDA_EMU_MEMORY */
     cudaError_t last_error = cudaSuccess;
     long launches = 0;
 };
@@ -696,9 +697,21 @@ static cudaError_t set_err(cudaError_t e)
     return e;
 }
 
+/* CUDA_EMU_MEMORY=BYTES plays a device of that capacity (default: no limit):
+ * a cudaMalloc past it fails with cudaErrorMemoryAllocation */
+static size_t device_capacity()
+{
+    static size_t cap = [] {
+        const char *s = getenv("CUDA_EMU_MEMORY");
+        return s && *s ? (size_t)strtoull(s, nullptr, 10) : SIZE_MAX;
+    }();
+    return cap;
+}
+
 cudaError_t cudaMalloc(void **p, size_t size)
 {
     if (!p) return set_err(cudaErrorInvalidValue);
+    if (size > device_capacity() - E.dev_bytes) return set_err(cudaErrorMemoryAllocation);
     /* exactly `size` bytes (256-aligned like the GPU), so that ASan sees
      * an access past the end even where the GPU's rounding would hide it */
     size_t n = size ? size : 1;
@@ -706,6 +719,7 @@ cudaError_t cudaMalloc(void **p, size_t size)
     if (posix_memalign(&q, 256, n)) return set_err(cudaErrorMemoryAllocation);
     memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
     E.allocs[(uintptr_t)q] = size;
+    E.dev_bytes += size;
     *p = q;
     return cudaSuccess;
 }
@@ -715,6 +729,7 @@ cudaError_t cudaFree(void *p)
     if (!p) return cudaSuccess;
     auto it = E.allocs.find((uintptr_t)p);
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
+    E.dev_bytes -= it->second;
     E.allocs.erase(it);
     free(p);
     return cudaSuccess;
