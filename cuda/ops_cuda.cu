@@ -878,7 +878,11 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
     CK(cudaStreamSynchronize(I->stream));
     if (I->sin_table) CK(cudaFree(I->sin_table));
     CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
-    CK(cudaMemcpy(I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+    /* on the backend's stream: a cudaMemcpy on the legacy default stream is
+     * not ordered before the non-blocking stream's kernels that read the
+     * table; the host waits before h goes out of scope */
+    CK(cudaMemcpyAsync(I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
     I->sin_d = d;
     I->sin_n = n;
     return I->sin_table;

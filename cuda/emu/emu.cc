@@ -85,6 +85,7 @@ struct Emu {
     /* device allocations: start -> size */
     std::map<uintptr_t, size_t> allocs;
     size_t dev_bytes = 0;   /* their sum, against CUDA_EMU_MEMORY */
+    long nonblocking_streams = 0;   /* created and not destroyed */
     cudaError_t last_error = cudaSuccess;
     long launches = 0;
 };
@@ -747,6 +748,16 @@ cudaError_t cudaFreeHost(void *p)
     return cudaSuccess;
 }
 
+/* A synchronous copy or memset runs on the legacy default stream, which is
+ * not ordered with non-blocking streams: on a GPU it races with their work
+ * (the emulator, running everything in order, would hide that) */
+static void check_legacy_stream(const char *what)
+{
+    if (E.nonblocking_streams > 0)
+        fail("%s on the legacy default stream while %ld non-blocking stream(s) exist: not ordered with their "
+             "work (use the Async call on the stream)", what, E.nonblocking_streams);
+}
+
 static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what)
 {
     bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -759,6 +770,7 @@ static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
+    check_legacy_stream("cudaMemcpy");
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpy");
     memmove(dst, src, n);
@@ -774,25 +786,41 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void *p, int v, size_t n)
+static cudaError_t memset_dev(void *p, int v, size_t n, const char *what)
 {
     if (!n) return cudaSuccess;
-    if (!is_device_range(p, n)) fail("cudaMemset: %p (+%zu bytes) is not device memory", p, n);
+    if (!is_device_range(p, n)) fail("%s: %p (+%zu bytes) is not device memory", what, p, n);
     memset(p, v, n);
     return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    check_legacy_stream("cudaMemset");
+    return memset_dev(p, v, n, "cudaMemset");
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     (void)s;
-    return cudaMemset(p, v, n);
+    return memset_dev(p, v, n, "cudaMemsetAsync");
 }
 
 /* streams and events: the emulator runs everything synchronously */
-static int stream_tag;
-cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)&stream_tag; return cudaSuccess; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f) { (void)f; return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
+static int stream_tag[2];   /* the handles of blocking and non-blocking streams */
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)&stream_tag[0]; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f)
+{
+    if (!(f & cudaStreamNonBlocking)) return cudaStreamCreate(s);
+    E.nonblocking_streams++;
+    *s = (cudaStream_t)&stream_tag[1];
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (s == (cudaStream_t)&stream_tag[1] && E.nonblocking_streams > 0) E.nonblocking_streams--;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) { (void)s; (void)e; (void)f; return cudaSuccess; }
 static int event_tag;

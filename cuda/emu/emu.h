@@ -18,6 +18,9 @@
  * - CUDA_EMU_DEVICES=N plays N devices (default 1, 0: none) and
  *   CUDA_EMU_MEMORY=BYTES a device of that capacity (cudaMalloc past it
  *   fails with cudaErrorMemoryAllocation).
+ * - Streams run in order, so a race between streams cannot happen here; a
+ *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
+ *   stream exists, which races on a GPU, is reported as a misuse.
  * Any misuse prints "cuda-emu: error: ..." and exits with status 99. */
 #ifndef CUDA_EMU_H
 #define CUDA_EMU_H
