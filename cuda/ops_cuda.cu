@@ -1279,7 +1279,10 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     for (int k = 0; k < 2; k++) CK(cudaEventCreateWithFlags(&I->seg_copied[k], cudaEventDisableTiming));
     CKB(cublasCreate(&I->blas));
     CKB(cublasSetStream(I->blas, I->stream));
-    CKB(cublasSetMathMode(I->blas, prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    /* reductions (split-K partial sums) in the compute type, fp32, never in
+     * a bf16 output's type: bf16 GEMMs accumulate in fp32 throughout */
+    CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
+                                                  | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
     be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : "cuda";
