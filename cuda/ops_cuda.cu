@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <mpi.h>
 #if defined(HAVE_NCCL) || defined(CUDA_EMULATION)
@@ -1240,6 +1241,55 @@ static void cuda_destroy(Backend *be)
     free(be);
 }
 
+/* One rank per GPU: the node-local rank picks the device where every rank
+ * sees all n GPUs of the node; where each sees only its own (Slurm
+ * --gpus-per-task=1: n = 1), device 0.  More node-local ranks than visible
+ * GPUs, or two ranks of a node on one GPU (compared by PCI bus id over the
+ * node's ranks: collective), is refused: the ranks would share a GPU's
+ * memory and time.  TRANSFORMER_SHARE_GPU=1 allows it (tests on one GPU).
+ * Returns the device, or -1 after a one-line error. */
+static int pick_device(int local_rank, int n)
+{
+    const char *share = getenv("TRANSFORMER_SHARE_GPU");
+    if (share && !strcmp(share, "1")) return local_rank % n;
+    int dev = local_rank < n ? local_rank : n == 1 ? 0 : -1;
+    int mpi = 0, rank = 0;
+    MPI_Initialized(&mpi);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* which node-local rank holds the same GPU (-1: none) */
+    int other = -1;
+    if (mpi) {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        int me, size;
+        MPI_Comm_rank(node, &me);
+        MPI_Comm_size(node, &size);
+        char id[64] = "";
+        if (dev >= 0 && cudaDeviceGetPCIBusId(id, sizeof id, dev) != cudaSuccess) {
+            cudaGetLastError();
+            id[0] = 0;   /* unknown: not compared */
+        }
+        std::vector<char> ids((size_t)size * sizeof id);
+        MPI_Allgather(id, sizeof id, MPI_CHAR, ids.data(), sizeof id, MPI_CHAR, node);
+        for (int r = 0; r < me && id[0] && other < 0; r++)
+            if (!strncmp(&ids[(size_t)r * sizeof id], id, sizeof id)) other = r;
+        MPI_Comm_free(&node);
+    }
+    if (dev < 0) {
+        fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d but only %d GPUs visible; run one "
+                        "rank per GPU\n", rank, host, local_rank, n);
+        return -1;
+    }
+    if (other >= 0) {
+        fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d would share its GPU (%d visible) "
+                        "with node-local rank %d; run one rank per GPU\n", rank, host, local_rank, n, other);
+        return -1;
+    }
+    return dev;
+}
+
 extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
 {
     int n = 0;
@@ -1259,8 +1309,8 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32 or bf16\n", precision);
         return NULL;
     }
-    /* one rank per GPU: the node-local rank picks the device */
-    int dev = local_rank % n;
+    int dev = pick_device(local_rank, n);
+    if (dev < 0) return NULL;
     if ((e = cudaSetDevice(dev)) != cudaSuccess) {
         fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
         return NULL;

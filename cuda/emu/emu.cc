@@ -850,6 +850,26 @@ cudaError_t cudaSetDevice(int d)
 }
 cudaError_t cudaGetDevice(int *d) { *d = cur_device; return cudaSuccess; }
 
+/* emulated device d is the d-th entry of CUDA_VISIBLE_DEVICES where set (a
+ * process bound to one GPU, as Slurm's --gpus-per-task=1 does, sees it as
+ * device 0), else GPU d: "emu:ENTRY" stands for its PCI bus id */
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d)
+{
+    int n;
+    cudaGetDeviceCount(&n);
+    if (!id || len <= 0) return set_err(cudaErrorInvalidValue);
+    if (d < 0 || d >= n) return set_err(cudaErrorInvalidDevice);
+    std::string entry = std::to_string(d);
+    if (const char *v = getenv("CUDA_VISIBLE_DEVICES")) {
+        std::vector<std::string> list(1);
+        for (const char *c = v; *c; c++)
+            if (*c == ',') list.emplace_back(); else list.back() += *c;
+        if ((size_t)d < list.size()) entry = list[d];
+    }
+    snprintf(id, (size_t)len, "emu:%s", entry.c_str());
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError(void)
 {
     cudaError_t e = E.last_error;
