@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <vector>
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1183,18 +1184,43 @@ static void cuda_allreduce_start(Backend *be, float *p, size_t n)
     MPI_Iallreduce(MPI_IN_PLACE, I->stage[k].data(), (int)n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[k]);
 }
 
+#if USE_NCCL
+/* An error NCCL meets while its kernels run (a peer that died, a network
+ * failure) is not returned by any call: it is polled.  Fatal, one line. */
+static void nccl_check_async(CudaImpl *I)
+{
+    ncclResult_t st = ncclSuccess;
+    CKN(ncclCommGetAsyncError(I->nccl, &st));
+    if (st != ncclSuccess && st != ncclInProgress) {
+        int rank;
+        MPI_Comm_rank(I->comm, &rank);
+        die(1, "nccl: rank %d: asynchronous error in the gradient allreduce: %s", rank, ncclGetErrorString(st));
+    }
+}
+#endif
+
 static void cuda_allreduce_wait(Backend *be)
 {
     CudaImpl *I = IMPL(be);
+#if USE_NCCL
     if (I->use_nccl) {
         /* later work on the compute stream (Adam) waits for the sums */
         CK(cudaEventRecord(I->ev_done, I->comm_stream));
         CK(cudaStreamWaitEvent(I->stream, I->ev_done, 0));
         /* the host waits too, so that gradsync's timers see the
-         * communication backward did not hide (nothing else is queued) */
-        CK(cudaEventSynchronize(I->ev_done));
+         * communication backward did not hide (nothing else is queued);
+         * polling NCCL's asynchronous error meanwhile: an allreduce that
+         * failed may never complete */
+        cudaError_t q;
+        while ((q = cudaEventQuery(I->ev_done)) == cudaErrorNotReady) {
+            nccl_check_async(I);
+            sched_yield();
+        }
+        CK(q);
+        nccl_check_async(I);
         return;
     }
+#endif
     MPI_Waitall((int)I->reqs.size(), I->reqs.data(), MPI_STATUSES_IGNORE);
     for (size_t k = 0; k < I->reqs.size(); k++)
         CK(cudaMemcpyAsync(I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),

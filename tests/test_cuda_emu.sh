@@ -99,6 +99,11 @@ out=$(mpirun -np 2 -x CUDA_EMU_DEVICES=1 sh -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_
       "$EMU" train $args train_steps=2 device=cuda run_dir=$W/bound 2>&1) || fail "2 ranks bound to one GPU each failed: $out"
 ok "2 ranks, each bound to its own GPU (one visible device each), train"
 
+# an NCCL error while the allreduce runs (a peer or the network failing:
+# emulated from the 3rd allreduce on) is polled and fatal, one line
+expect_error 1 "error: nccl: rank [01]: asynchronous error in the gradient allreduce: remote process exited" \
+    mpirun -np 2 -x CUDA_EMU_NCCL_ASYNC_ERROR=3 "$EMU" train $args device=cuda run_dir=$W/ncclerr
+
 # a device too small for the activations (300 kB: the parameters and Adam
 # state fit, the activations of the first batch do not): one line naming
 # the buffer and its size, exit 1

@@ -829,6 +829,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; 
 cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 cudaError_t cudaGetDeviceCount(int *n)
