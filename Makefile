@@ -15,7 +15,8 @@ LDFLAGS  += -fopenmp
 BASE_LDLIBS := $(LDLIBS)
 
 # CUDA backend: built when nvcc is found (`make NVCC=` builds CPU-only).
-# CUDA_ARCH: compute capabilities (default 80 90 = A100, H100) or `native`.
+# CUDA_ARCH: compute capabilities (default 80 90 = A100, H100) or `native`;
+# SASS for each, and PTX of the last, which newer GPUs compile at load time.
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null)
 endif
@@ -24,7 +25,8 @@ CUDA_ARCH ?= 80 90
 ifeq ($(CUDA_ARCH),native)
 NVCC_ARCH := -arch=native
 else
-NVCC_ARCH := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+NVCC_ARCH := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 endif
 NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \

@@ -28,7 +28,9 @@
 #include <algorithm>
 #include <vector>
 
+#include <sched.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <mpi.h>
 #if defined(HAVE_NCCL) || defined(CUDA_EMULATION)
@@ -878,7 +880,11 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
     CK(cudaStreamSynchronize(I->stream));
     if (I->sin_table) CK(cudaFree(I->sin_table));
     CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
-    CK(cudaMemcpy(I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+    /* on the backend's stream: a cudaMemcpy on the legacy default stream is
+     * not ordered before the non-blocking stream's kernels that read the
+     * table; the host waits before h goes out of scope */
+    CK(cudaMemcpyAsync(I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
     I->sin_d = d;
     I->sin_n = n;
     return I->sin_table;
@@ -1178,18 +1184,43 @@ static void cuda_allreduce_start(Backend *be, float *p, size_t n)
     MPI_Iallreduce(MPI_IN_PLACE, I->stage[k].data(), (int)n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[k]);
 }
 
+#if USE_NCCL
+/* An error NCCL meets while its kernels run (a peer that died, a network
+ * failure) is not returned by any call: it is polled.  Fatal, one line. */
+static void nccl_check_async(CudaImpl *I)
+{
+    ncclResult_t st = ncclSuccess;
+    CKN(ncclCommGetAsyncError(I->nccl, &st));
+    if (st != ncclSuccess && st != ncclInProgress) {
+        int rank;
+        MPI_Comm_rank(I->comm, &rank);
+        die(1, "nccl: rank %d: asynchronous error in the gradient allreduce: %s", rank, ncclGetErrorString(st));
+    }
+}
+#endif
+
 static void cuda_allreduce_wait(Backend *be)
 {
     CudaImpl *I = IMPL(be);
+#if USE_NCCL
     if (I->use_nccl) {
         /* later work on the compute stream (Adam) waits for the sums */
         CK(cudaEventRecord(I->ev_done, I->comm_stream));
         CK(cudaStreamWaitEvent(I->stream, I->ev_done, 0));
         /* the host waits too, so that gradsync's timers see the
-         * communication backward did not hide (nothing else is queued) */
-        CK(cudaEventSynchronize(I->ev_done));
+         * communication backward did not hide (nothing else is queued);
+         * polling NCCL's asynchronous error meanwhile: an allreduce that
+         * failed may never complete */
+        cudaError_t q;
+        while ((q = cudaEventQuery(I->ev_done)) == cudaErrorNotReady) {
+            nccl_check_async(I);
+            sched_yield();
+        }
+        CK(q);
+        nccl_check_async(I);
         return;
     }
+#endif
     MPI_Waitall((int)I->reqs.size(), I->reqs.data(), MPI_STATUSES_IGNORE);
     for (size_t k = 0; k < I->reqs.size(); k++)
         CK(cudaMemcpyAsync(I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),
@@ -1236,6 +1267,55 @@ static void cuda_destroy(Backend *be)
     free(be);
 }
 
+/* One rank per GPU: the node-local rank picks the device where every rank
+ * sees all n GPUs of the node; where each sees only its own (Slurm
+ * --gpus-per-task=1: n = 1), device 0.  More node-local ranks than visible
+ * GPUs, or two ranks of a node on one GPU (compared by PCI bus id over the
+ * node's ranks: collective), is refused: the ranks would share a GPU's
+ * memory and time.  TRANSFORMER_SHARE_GPU=1 allows it (tests on one GPU).
+ * Returns the device, or -1 after a one-line error. */
+static int pick_device(int local_rank, int n)
+{
+    const char *share = getenv("TRANSFORMER_SHARE_GPU");
+    if (share && !strcmp(share, "1")) return local_rank % n;
+    int dev = local_rank < n ? local_rank : n == 1 ? 0 : -1;
+    int mpi = 0, rank = 0;
+    MPI_Initialized(&mpi);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* which node-local rank holds the same GPU (-1: none) */
+    int other = -1;
+    if (mpi) {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        int me, size;
+        MPI_Comm_rank(node, &me);
+        MPI_Comm_size(node, &size);
+        char id[64] = "";
+        if (dev >= 0 && cudaDeviceGetPCIBusId(id, sizeof id, dev) != cudaSuccess) {
+            cudaGetLastError();
+            id[0] = 0;   /* unknown: not compared */
+        }
+        std::vector<char> ids((size_t)size * sizeof id);
+        MPI_Allgather(id, sizeof id, MPI_CHAR, ids.data(), sizeof id, MPI_CHAR, node);
+        for (int r = 0; r < me && id[0] && other < 0; r++)
+            if (!strncmp(&ids[(size_t)r * sizeof id], id, sizeof id)) other = r;
+        MPI_Comm_free(&node);
+    }
+    if (dev < 0) {
+        fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d but only %d GPUs visible; run one "
+                        "rank per GPU\n", rank, host, local_rank, n);
+        return -1;
+    }
+    if (other >= 0) {
+        fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d would share its GPU (%d visible) "
+                        "with node-local rank %d; run one rank per GPU\n", rank, host, local_rank, n, other);
+        return -1;
+    }
+    return dev;
+}
+
 extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
 {
     int n = 0;
@@ -1255,8 +1335,8 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32 or bf16\n", precision);
         return NULL;
     }
-    /* one rank per GPU: the node-local rank picks the device */
-    int dev = local_rank % n;
+    int dev = pick_device(local_rank, n);
+    if (dev < 0) return NULL;
     if ((e = cudaSetDevice(dev)) != cudaSuccess) {
         fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
         return NULL;
@@ -1275,7 +1355,10 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     for (int k = 0; k < 2; k++) CK(cudaEventCreateWithFlags(&I->seg_copied[k], cudaEventDisableTiming));
     CKB(cublasCreate(&I->blas));
     CKB(cublasSetStream(I->blas, I->stream));
-    CKB(cublasSetMathMode(I->blas, prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    /* reductions (split-K partial sums) in the compute type, fp32, never in
+     * a bf16 output's type: bf16 GEMMs accumulate in fp32 throughout */
+    CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
+                                                  | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
     be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : "cuda";

@@ -233,6 +233,19 @@ void model_free(Model *m)
 
 static size_t max3(size_t a, size_t b, size_t c) { size_t m = a > b ? a : b; return m > c ? m : c; }
 
+/* one activation buffer of model_reserve; a failed device allocation is
+ * fatal here, naming the buffer, rather than a NULL the first op trips on */
+static void *reserve_alloc(Backend *be, int act, size_t bytes, const char *name, int layer)
+{
+    void *p = act ? be->alloc_act(be, bytes) : be->alloc(be, bytes);
+    if (!p) {
+        if (layer >= 0)
+            die(1, "%s: out of device memory allocating %s of layer %d (%zu bytes)", be->name, name, layer, bytes);
+        die(1, "%s: out of device memory allocating %s (%zu bytes)", be->name, name, bytes);
+    }
+    return p;
+}
+
 void model_reserve(Model *m, int B, int S, int T)
 {
     const Config *c = &m->cfg;
@@ -257,29 +270,32 @@ void model_reserve(Model *m, int B, int S, int T)
     size_t w3 = 2 * hk + hv, w2 = hk + hv, F = sizeof(float);
     /* X(): activations (bf16 on CUDA with precision=bf16, see ops.h
      * alloc_act); A(): fp32/int32 storage: LayerNorm row statistics (mean,
-     * rstd), per-row losses, token ids and lengths */
-#define A(n) be->alloc(be, (n) * F)
-#define X(n) be->alloc_act(be, (n) * F)
-    for (int l = 0; l < c->n_layers; l++) {
-        LayerActs *e = &m->enc[l];
-        e->qkv = X(ns * w3); e->P = X(pss); e->ctx = X(ns * hv);
-        e->r1 = X(ns * d); e->m1 = A(ns); e->s1 = A(ns); e->x1 = X(ns * d);
-        e->hid = X(ns * dff); e->r3 = X(ns * d); e->m3 = A(ns); e->s3 = A(ns); e->x3 = X(ns * d);
-        LayerActs *a = &m->dec[l];
-        a->qkv = X(nt * w3); a->P = X(ptt); a->ctx = X(nt * hv);
-        a->r1 = X(nt * d); a->m1 = A(nt); a->s1 = A(nt); a->x1 = X(nt * d);
-        a->q2 = X(nt * hk); a->kv2 = X(ns * w2); a->P2 = X(pts); a->ctx2 = X(nt * hv);
-        a->r2 = X(nt * d); a->m2 = A(nt); a->s2 = A(nt); a->x2 = X(nt * d);
-        a->hid = X(nt * dff); a->r3 = X(nt * d); a->m3 = A(nt); a->s3 = A(nt); a->x3 = X(nt * d);
+     * rstd), per-row losses, token ids and lengths; each names its buffer
+     * and layer (-1: none) if it fails */
+    int layer;
+#define A(p, n) ((p) = reserve_alloc(be, 0, (n) * F, #p, layer))
+#define X(p, n) ((p) = reserve_alloc(be, 1, (n) * F, #p, layer))
+    for (layer = 0; layer < c->n_layers; layer++) {
+        LayerActs *enc = &m->enc[layer];
+        X(enc->qkv, ns * w3); X(enc->P, pss); X(enc->ctx, ns * hv);
+        X(enc->r1, ns * d); A(enc->m1, ns); A(enc->s1, ns); X(enc->x1, ns * d);
+        X(enc->hid, ns * dff); X(enc->r3, ns * d); A(enc->m3, ns); A(enc->s3, ns); X(enc->x3, ns * d);
+        LayerActs *dec = &m->dec[layer];
+        X(dec->qkv, nt * w3); X(dec->P, ptt); X(dec->ctx, nt * hv);
+        X(dec->r1, nt * d); A(dec->m1, nt); A(dec->s1, nt); X(dec->x1, nt * d);
+        X(dec->q2, nt * hk); X(dec->kv2, ns * w2); X(dec->P2, pts); X(dec->ctx2, nt * hv);
+        X(dec->r2, nt * d); A(dec->m2, nt); A(dec->s2, nt); X(dec->x2, nt * d);
+        X(dec->hid, nt * dff); X(dec->r3, nt * d); A(dec->m3, nt); A(dec->s3, nt); X(dec->x3, nt * d);
     }
+    layer = -1;
     size_t nmax = ns > nt ? ns : nt;
-    m->enc_in = X(ns * d); m->dec_in = X(nt * d);
-    m->logits = X(nt * V); m->row_loss = A(nt); m->row_nll = A(nt);
-    m->g_x = X(nmax * d); m->g_sub = X(nmax * d);
-    m->g_big = X(nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
-    m->g_ctx = X(nmax * hv); m->g_P = X(max3(pss, ptt, pts)); m->g_hid = X(nmax * dff); m->g_enc = X(ns * d);
-    m->d_src = A(ns); m->d_tgt_in = A(nt); m->d_tgt_out = A(nt);
-    m->d_src_len = A((size_t)B); m->d_tgt_len = A((size_t)B); m->d_sent_id = A((size_t)B);
+    X(m->enc_in, ns * d); X(m->dec_in, nt * d);
+    X(m->logits, nt * V); A(m->row_loss, nt); A(m->row_nll, nt);
+    X(m->g_x, nmax * d); X(m->g_sub, nmax * d);
+    X(m->g_big, nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
+    X(m->g_ctx, nmax * hv); X(m->g_P, max3(pss, ptt, pts)); X(m->g_hid, nmax * dff); X(m->g_enc, ns * d);
+    A(m->d_src, ns); A(m->d_tgt_in, nt); A(m->d_tgt_out, nt);
+    A(m->d_src_len, (size_t)B); A(m->d_tgt_len, (size_t)B); A(m->d_sent_id, (size_t)B);
 #undef A
 #undef X
     m->h_row_loss = xmalloc(nt * F);

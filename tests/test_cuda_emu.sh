@@ -13,6 +13,8 @@ if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
 fi
 [ -x "$EMU" ] && [ -x "$STEP" ] || fail "emulator binaries missing (make tests; needs the CUDA headers)"
 export OMP_NUM_THREADS=1
+# two emulated GPUs: the 2-rank runs below take one each (one rank per GPU)
+export CUDA_EMU_DEVICES=2
 
 mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU"
 # (the whole output first: grep -q closing the pipe early would abort mpirun)
@@ -86,6 +88,27 @@ same_losses "$out_cpu" "$out_bf" bf16 5 3e-2 0.8 \
 ok "80 steps of synthetic reversal: device=cuda precision=bf16 (emulated) losses track device=cpu within 3e-2"
 
 expect_error 2 "error: device=cuda: no usable CUDA device" env CUDA_EMU_DEVICES=0 "$EMU" train device=cuda train_steps=1
+# more node-local ranks than GPUs, or two ranks on one GPU, is refused with
+# one line; ranks that each see only their own GPU (Slurm --gpus-per-task=1:
+# CUDA_VISIBLE_DEVICES per rank, one device each) train
+expect_error 2 "rank 2 on host .*: node-local rank 2 but only 2 GPUs visible; run one rank per GPU" \
+    mpirun -np 3 "$EMU" train $args device=cuda run_dir=$W/ranks3
+expect_error 2 "rank 1 on host .*: node-local rank 1 would share its GPU (1 visible) with node-local rank 0; run one rank per GPU" \
+    mpirun -np 2 -x CUDA_EMU_DEVICES=1 "$EMU" train $args device=cuda run_dir=$W/shared
+out=$(mpirun -np 2 -x CUDA_EMU_DEVICES=1 sh -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0" "$@"' \
+      "$EMU" train $args train_steps=2 device=cuda run_dir=$W/bound 2>&1) || fail "2 ranks bound to one GPU each failed: $out"
+ok "2 ranks, each bound to its own GPU (one visible device each), train"
+
+# an NCCL error while the allreduce runs (a peer or the network failing:
+# emulated from the 3rd allreduce on) is polled and fatal, one line
+expect_error 1 "error: nccl: rank [01]: asynchronous error in the gradient allreduce: remote process exited" \
+    mpirun -np 2 -x CUDA_EMU_NCCL_ASYNC_ERROR=3 "$EMU" train $args device=cuda run_dir=$W/ncclerr
+
+# a device too small for the activations (300 kB: the parameters and Adam
+# state fit, the activations of the first batch do not): one line naming
+# the buffer and its size, exit 1
+expect_error 1 "error: cuda: out of device memory allocating [a-z0-9_>-]* of layer 0 ([0-9]* bytes)" \
+    env CUDA_EMU_MEMORY=300000 "$EMU" train $args device=cuda run_dir=$W/oom
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     expect_error 2 "error: device=cuda" "$BIN" train device=cuda train_steps=1
 fi

@@ -21,7 +21,9 @@
  * round the inputs to TF32 / bf16 (round to nearest even) first, as the
  * tensor cores do; bf16 operands are widened exactly to fp32, and a bf16 C
  * is read widened and written rounded to nearest even; accumulation is
- * fp32 throughout. */
+ * fp32 throughout, so a bf16 C requires the handle's math mode to hold
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (else cuBLAS may reduce
+ * in bf16: reported as a misuse). */
 #include "emu.h"
 
 #include <cblas.h>
@@ -58,6 +60,10 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    /* one mode, optionally with the flag ORed in (cublas_api.h) */
+    int base = mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    if (base != CUBLAS_DEFAULT_MATH && base != CUBLAS_PEDANTIC_MATH && base != CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
     h->math = mode;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -73,6 +79,7 @@ const char *cublasGetStatusString(cublasStatus_t s)
     }
 }
 
+static int math_base(cublasHandle_t h) { return h->math & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; }
 static bool valid_op(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
 static int imax1(int a) { return a > 1 ? a : 1; }
 
@@ -142,11 +149,16 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
     bool nA = ta == CUBLAS_OP_N, nB = tb == CUBLAS_OP_N;
     if (lda < imax1(nA ? m : k) || ldb < imax1(nB ? k : n) || ldc < imax1(m)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!types_supported(At, Bt, Ct, ct)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* the emulator accumulates in fp32 throughout; cuBLAS may reduce (split-K
+     * partials) in a bf16 C's type unless the handle forbids it */
+    if (Ct == CUDA_R_16BF && !(h->math & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
+        cuda_emu::fail("%s: bf16 C without CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION in the handle's math mode: "
+                       "cuBLAS may accumulate partial sums in bf16", fn);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
     int drop = ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16
-             : (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH)) ? 13
+             : (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && math_base(h) == CUBLAS_TF32_TENSOR_OP_MATH)) ? 13
              : 0;
     size_t zA = elem_size(At), zB = elem_size(Bt), zC = elem_size(Ct);
     std::vector<float> ra, rb, rc;

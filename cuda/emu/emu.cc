@@ -84,6 +84,8 @@ struct Emu {
     size_t main_size = 0;
     /* device allocations: start -> size */
     std::map<uintptr_t, size_t> allocs;
+    size_t dev_bytes = 0;   /* their sum, against CUDA_EMU_MEMORY */
+    long nonblocking_streams = 0;   /* created and not destroyed */
     cudaError_t last_error = cudaSuccess;
     long launches = 0;
 };
@@ -696,9 +698,21 @@ static cudaError_t set_err(cudaError_t e)
     return e;
 }
 
+/* CUDA_EMU_MEMORY=BYTES plays a device of that capacity (default: no limit):
+ * a cudaMalloc past it fails with cudaErrorMemoryAllocation */
+static size_t device_capacity()
+{
+    static size_t cap = [] {
+        const char *s = getenv("CUDA_EMU_MEMORY");
+        return s && *s ? (size_t)strtoull(s, nullptr, 10) : SIZE_MAX;
+    }();
+    return cap;
+}
+
 cudaError_t cudaMalloc(void **p, size_t size)
 {
     if (!p) return set_err(cudaErrorInvalidValue);
+    if (size > device_capacity() - E.dev_bytes) return set_err(cudaErrorMemoryAllocation);
     /* exactly `size` bytes (256-aligned like the GPU), so that ASan sees
      * an access past the end even where the GPU's rounding would hide it */
     size_t n = size ? size : 1;
@@ -706,6 +720,7 @@ cudaError_t cudaMalloc(void **p, size_t size)
     if (posix_memalign(&q, 256, n)) return set_err(cudaErrorMemoryAllocation);
     memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
     E.allocs[(uintptr_t)q] = size;
+    E.dev_bytes += size;
     *p = q;
     return cudaSuccess;
 }
@@ -715,6 +730,7 @@ cudaError_t cudaFree(void *p)
     if (!p) return cudaSuccess;
     auto it = E.allocs.find((uintptr_t)p);
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
+    E.dev_bytes -= it->second;
     E.allocs.erase(it);
     free(p);
     return cudaSuccess;
@@ -732,6 +748,16 @@ cudaError_t cudaFreeHost(void *p)
     return cudaSuccess;
 }
 
+/* A synchronous copy or memset runs on the legacy default stream, which is
+ * not ordered with non-blocking streams: on a GPU it races with their work
+ * (the emulator, running everything in order, would hide that) */
+static void check_legacy_stream(const char *what)
+{
+    if (E.nonblocking_streams > 0)
+        fail("%s on the legacy default stream while %ld non-blocking stream(s) exist: not ordered with their "
+             "work (use the Async call on the stream)", what, E.nonblocking_streams);
+}
+
 static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what)
 {
     bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -744,6 +770,7 @@ static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
+    check_legacy_stream("cudaMemcpy");
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpy");
     memmove(dst, src, n);
@@ -759,25 +786,41 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void *p, int v, size_t n)
+static cudaError_t memset_dev(void *p, int v, size_t n, const char *what)
 {
     if (!n) return cudaSuccess;
-    if (!is_device_range(p, n)) fail("cudaMemset: %p (+%zu bytes) is not device memory", p, n);
+    if (!is_device_range(p, n)) fail("%s: %p (+%zu bytes) is not device memory", what, p, n);
     memset(p, v, n);
     return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    check_legacy_stream("cudaMemset");
+    return memset_dev(p, v, n, "cudaMemset");
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     (void)s;
-    return cudaMemset(p, v, n);
+    return memset_dev(p, v, n, "cudaMemsetAsync");
 }
 
 /* streams and events: the emulator runs everything synchronously */
-static int stream_tag;
-cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)&stream_tag; return cudaSuccess; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f) { (void)f; return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
+static int stream_tag[2];   /* the handles of blocking and non-blocking streams */
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)&stream_tag[0]; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f)
+{
+    if (!(f & cudaStreamNonBlocking)) return cudaStreamCreate(s);
+    E.nonblocking_streams++;
+    *s = (cudaStream_t)&stream_tag[1];
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (s == (cudaStream_t)&stream_tag[1] && E.nonblocking_streams > 0) E.nonblocking_streams--;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) { (void)s; (void)e; (void)f; return cudaSuccess; }
 static int event_tag;
@@ -786,6 +829,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; 
 cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 cudaError_t cudaGetDeviceCount(int *n)
@@ -806,6 +850,26 @@ cudaError_t cudaSetDevice(int d)
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) { *d = cur_device; return cudaSuccess; }
+
+/* emulated device d is the d-th entry of CUDA_VISIBLE_DEVICES where set (a
+ * process bound to one GPU, as Slurm's --gpus-per-task=1 does, sees it as
+ * device 0), else GPU d: "emu:ENTRY" stands for its PCI bus id */
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d)
+{
+    int n;
+    cudaGetDeviceCount(&n);
+    if (!id || len <= 0) return set_err(cudaErrorInvalidValue);
+    if (d < 0 || d >= n) return set_err(cudaErrorInvalidDevice);
+    std::string entry = std::to_string(d);
+    if (const char *v = getenv("CUDA_VISIBLE_DEVICES")) {
+        std::vector<std::string> list(1);
+        for (const char *c = v; *c; c++)
+            if (*c == ',') list.emplace_back(); else list.back() += *c;
+        if ((size_t)d < list.size()) entry = list[d];
+    }
+    snprintf(id, (size_t)len, "emu:%s", entry.c_str());
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void)
 {

@@ -15,6 +15,12 @@
  * - The order in which threads run between two barriers is chosen at run
  *   time (CUDA_EMU_ORDER=forward|reverse|random[:seed], or
  *   cuda_emu_set_order): a missing barrier shows up under some order.
+ * - CUDA_EMU_DEVICES=N plays N devices (default 1, 0: none) and
+ *   CUDA_EMU_MEMORY=BYTES a device of that capacity (cudaMalloc past it
+ *   fails with cudaErrorMemoryAllocation).
+ * - Streams run in order, so a race between streams cannot happen here; a
+ *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
+ *   stream exists, which races on a GPU, is reported as a misuse.
  * Any misuse prints "cuda-emu: error: ..." and exits with status 99. */
 #ifndef CUDA_EMU_H
 #define CUDA_EMU_H

@@ -9,10 +9,22 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 struct ncclComm {
     int nranks, rank;
+    long allreduces;   /* calls so far */
+    ncclResult_t async_error;
 };
+
+/* CUDA_EMU_NCCL_ASYNC_ERROR=N: from the N-th ncclAllReduce of a
+ * communicator on, ncclCommGetAsyncError reports ncclRemoteError (a peer
+ * or the network failing while the collective runs) */
+static long async_error_after()
+{
+    const char *s = getenv("CUDA_EMU_NCCL_ASYNC_ERROR");
+    return s && *s ? atol(s) : 0;
+}
 
 static const char ID_MAGIC[] = "cuda-emu nccl unique id";
 
@@ -34,7 +46,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     if (size != nranks || me != rank)
         cuda_emu::fail("ncclCommInitRank(nranks %d, rank %d) on MPI rank %d of %d", nranks, rank, me, size);
-    *comm = new ncclComm{ nranks, rank };
+    *comm = new ncclComm{ nranks, rank, 0, ncclSuccess };
     return ncclSuccess;
 }
 
@@ -53,10 +65,23 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     if (!cuda_emu::is_device_range(recv, count * 4) || !cuda_emu::is_device_range(send, count * 4))
         cuda_emu::fail("ncclAllReduce: buffer %p (+%zu floats) is not device memory", recv, count);
     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    long n = async_error_after();
+    if (n > 0 && ++comm->allreduces >= n) comm->async_error = ncclRemoteError;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    if (!comm || !asyncError) return ncclInvalidArgument;
+    *asyncError = comm->async_error;
     return ncclSuccess;
 }
 
 const char *ncclGetErrorString(ncclResult_t r)
 {
-    return r == ncclSuccess ? "no error" : "emulated NCCL error";
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclRemoteError: return "remote process exited or there was a network error (emulated)";
+    default: return "emulated NCCL error";
+    }
 }

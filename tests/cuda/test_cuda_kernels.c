@@ -636,6 +636,13 @@ static void test_cublas_types(void)
         printf("FAIL cublasCreate\n");
         return;
     }
+    /* the backend's math mode for fp32/bf16 (the emulator refuses a bf16 C
+     * whose partial sums cuBLAS might reduce in bf16) */
+    cublasStatus_t ms = cublasSetMathMode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    checks++;
+    failures += ms != CUBLAS_STATUS_SUCCESS;
+    printf("%s cublasSetMathMode(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): %s\n",
+           ms == CUBLAS_STATUS_SUCCESS ? "ok  " : "FAIL", cublasGetStatusString(ms));
     void *A = gpu->alloc(gpu, 4 * 64), *B = gpu->alloc(gpu, 4 * 64), *C = gpu->alloc(gpu, 4 * 64);
     float one = 1.0f, zero = 0.0f;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -2,7 +2,8 @@
 # make gpu-test: the CUDA backend on a real GPU against the CPU backend.
 #  1. every op (tests/cuda/test_cuda_kernels.c built against the real backend)
 #  2. a whole training step, 1 rank; 2 ranks (NCCL with >= 2 GPUs, else the
-#     MPI fallback: two ranks on one GPU cannot share an NCCL communicator)
+#     MPI fallback: two ranks on one GPU, allowed by TRANSFORMER_SHARE_GPU=1,
+#     cannot share an NCCL communicator)
 #  3. `transformer train device=cuda` against device=cpu, 6 steps, losses;
 #     precision=tf32 and bf16 runs must train (final loss near fp32's).
 set -u
@@ -16,7 +17,7 @@ bin/gpu/test_cuda_step || fail "training step on the GPU differs from the CPU ba
 if [ "$ngpu" -ge 2 ]; then
     mpirun -np 2 bin/gpu/test_cuda_step || fail "training step, 2 ranks with NCCL"
 else
-    mpirun -np 2 bin/gpu/test_cuda_step allreduce=mpi || fail "training step, 2 ranks (MPI fallback, allreduce=mpi)"
+    mpirun -np 2 -x TRANSFORMER_SHARE_GPU=1 bin/gpu/test_cuda_step allreduce=mpi || fail "training step, 2 ranks (MPI fallback, allreduce=mpi)"
 fi
 args="n_layers=2 d_model=64 d_ff=128 n_heads=4 d_k=16 d_v=16 train_steps=6 log_steps=1 max_tokens=600 synth_train=2000 synth_dev=32 warmup=50 threads=4"
 cpu=$("$BIN" train $args device=cpu | grep -E "^(step|dev final)")
