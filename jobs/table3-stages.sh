@@ -140,7 +140,8 @@ stage_eval() {
 
 # dev translations by beam search (config keys beam, len_alpha, max_len_a:
 # the paper's 4, 0.6, 50) and their references; row_result.py scores them
-# with sacreBLEU
+# with analysis/bleu.py: sacreBLEU (13a) and tokenised BLEU (multi-bleu.perl
+# on Moses tokens, the paper's kind)
 stage_bleu() {
     local rc data py
     data=$(row_data)

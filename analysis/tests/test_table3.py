@@ -19,7 +19,9 @@ ROWS = {  # row -> (overrides of TINY, paper PPL, paper BLEU, paper params x10^6
     "C4": ({"d_model": "8", "d_k": "4", "d_v": "4", "no_such_key": "1"}, 5.75, 24.5, 28),  # fails
     "D1": ({"dropout": "0.0"}, 5.77, 24.6, 0),  # never run: pending
 }
-BLEU = {"base": 12.5}  # a BLEU handed to row_result.py (the C decoder's BLEU is not in this test)
+# BLEUs handed to row_result.py (the C decoder's BLEU is not in this test):
+# row -> (sacreBLEU 13a, tokenised BLEU or None); C1 has no tokenised BLEU
+BLEU = {"base": (12.5, 13.4), "C1": (11.0, None)}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,9 @@ def sweep(tmp_path_factory):
         else:
             args += ["--dev-ppl", ppl, "--dev-loss", loss, "--steps", steps]
         if row in BLEU:
-            args += ["--dev-bleu", BLEU[row]]
+            args += ["--dev-bleu", BLEU[row][0]]
+            if BLEU[row][1] is not None:
+                args += ["--dev-bleu-tok", BLEU[row][1]]
         script("row_result.py", *args)
         truth[row] = {"ppl": ppl, "loss": loss, "steps": steps, "params": params,
                       "metrics": metrics.exists()}
@@ -91,11 +95,14 @@ def test_values_are_the_c_programs(sweep):
         assert float(r["dev_loss"]) == pytest.approx(t["loss"], abs=6e-5)
         assert int(r["train_steps"]) == t["steps"] == int(TINY["train_steps"])
         assert float(r["diff_ppl"]) == pytest.approx(float(r["dev_ppl"]) - pp)
-        if row in BLEU:
-            assert float(r["dev_bleu"]) == BLEU[row]
-            assert float(r["diff_bleu"]) == pytest.approx(BLEU[row] - pb)
+        sacre, tok = BLEU.get(row, (None, None))
+        assert r["dev_bleu"] == ("" if sacre is None else str(sacre))
+        assert r["dev_bleu_tok"] == ("" if tok is None else str(tok))
+        # the paper reports tokenised BLEU: Δ is tokenised − paper, never sacreBLEU − paper
+        if tok is None:
+            assert r["diff_bleu"] == ""
         else:
-            assert r["dev_bleu"] == r["diff_bleu"] == ""
+            assert float(r["diff_bleu"]) == pytest.approx(tok - pb)
     # the three trained rows differ (different architectures, different PPL)
     ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
     assert len(set(ppls)) == 3 and all(1 < p < 30 for p in ppls)
@@ -124,6 +131,9 @@ def test_markdown_shows_only_differences_from_base(sweep):
     pm = truth["base"]["params"] / 1e6
     assert b["params ×10⁶"] == (f"{pm:.3g}" if pm < 1 else f"{pm:.1f}")
     assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
+    assert (b["sacreBLEU (dev)"], b["tok. BLEU (dev)"], b["Δ tok."]) == ("12.5", "13.4", "-12.4")
+    assert table["C1"]["sacreBLEU (dev)"] == "11.0" and table["C1"]["Δ tok."] == "–"
+    assert "sacreBLEU: 13a" in text and "multi-bleu.perl" in text
 
 
 def test_latex_table(sweep):
@@ -132,10 +142,13 @@ def test_latex_table(sweep):
     assert tex.count("\\begin{tabular}") == 1 and "\\bottomrule" in tex
     body = [l for l in tex.splitlines() if l.endswith("\\\\")]
     assert len(body) == 2 + 5  # two header lines, five rows
-    ncols = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0].count("c") + 1 + 9
+    spec = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0]
+    ncols = sum(ch in "lcr" for ch in spec)
+    assert ncols == 1 + 10 + 10  # row, hyperparameters, PPL 3 + BLEU 4 + params 3
     for l in body[2:]:
         assert l.count("&") == ncols - 1, l
     assert "\\emph{pending}" in tex and "\\emph{failed}" in tex and "(A) A1" in tex
+    assert "sacre & tok. & paper & $\\Delta$ tok." in tex
 
 
 def test_plot(sweep):
@@ -203,15 +216,17 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
     with h5py.File(tmp_path / "same.h5", "r") as f:
         assert f.attrs["dev_bleu"] == pytest.approx(100.0)
         assert "13a" in f.attrs["bleu_signature"]
+        assert f.attrs["dev_bleu_tok"] == pytest.approx(100.0)
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("the cat sat on a mat .\nthe dog runs in the park .\n")
     cli("row_result.py", "--out", tmp_path / "part.h5", "--row", "base", "--dev-ppl", "5",
            "--hyp", hyp, "--ref", ref)
     with h5py.File(tmp_path / "part.h5", "r") as f:
         assert 0 < f.attrs["dev_bleu"] < 100
-        part = f.attrs["dev_bleu"]
+        part, part_tok = f.attrs["dev_bleu"], f.attrs["dev_bleu_tok"]
     p = script("bleu.py", hyp, ref)
     assert p.stdout.startswith(f"sacreBLEU {part:.2f} ") and "signature: nrefs:1|" in p.stdout
+    assert f"tokenised BLEU {part_tok:.2f} " in p.stdout
     hyp.write_text("one line only\n")
     assert "1 lines but the reference" in cli_error("row_result.py", "--out", tmp_path / "x.h5", "--row", "b",
                                                     "--dev-ppl", "5", "--hyp", hyp, "--ref", ref)
