@@ -3,7 +3,9 @@
 
 Reads every SWEEP_DIR/results/<row>.h5 (docs/results.md) and the row configs
 (input/table3/*.cfg by default), so rows whose job has not finished are listed
-as pending rather than dropped.  Writes PREFIX.md, PREFIX.csv, PREFIX.tex and
+as pending rather than dropped; a pending row shows the settings it will run
+with: its config with the sweep's overrides (SWEEP_DIR/sweep.env: STEPS,
+SHRINK, EXTRA, ...) applied as jobs/table3-stages.sh applies them.  Writes PREFIX.md, PREFIX.csv, PREFIX.tex and
 a plot PREFIX.{png,pdf} (default PREFIX: SWEEP_DIR/table3).
 
 As in the paper, the Markdown and LaTeX tables show a row's hyperparameters
@@ -25,6 +27,7 @@ import io
 import math
 import os
 import re
+import shlex
 
 import numpy as np
 
@@ -102,9 +105,70 @@ def _fmt_hyper(key, v):
     return str(v)
 
 
+SWEEP_SHRUNK = ("d_model", "d_ff", "d_k", "d_v")  # the keys SHRINK divides
+
+
+def read_sweep_env(sweep):
+    """The sweep-wide overrides SWEEP/sweep.env records (NAME=value lines that
+    jobs/table3-stages.sh writes with printf %q); {} without the file."""
+    p = os.path.join(sweep, "sweep.env")
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise AnalysisError(p, e.strerror or "cannot read") from None
+    env = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        try:
+            words = shlex.split(value)
+        except ValueError as e:
+            raise AnalysisError(f"{p}:{n}", f"cannot parse '{line}': {e}") from None
+        if not eq or not re.fullmatch(r"[A-Z_]+", name) or len(words) > 1:
+            raise AnalysisError(f"{p}:{n}", f"expected NAME=value, got '{line}'")
+        env[name] = words[0] if words else ""
+    return env
+
+
+def sweep_overrides(env, cfg, origin="config"):
+    """The key=value overrides a sweep element gives a row with config cfg:
+    table3_overrides of jobs/table3-stages.sh, in the same order (later wins)."""
+    ovr = []
+    if env.get("STEPS"):
+        ovr.append(("train_steps", env["STEPS"]))
+    if env.get("MAX_TOKENS"):
+        ovr.append(("max_tokens", env["MAX_TOKENS"]))
+    if env.get("UPDATE_FREQ"):
+        ovr.append(("update_freq", env["UPDATE_FREQ"]))
+    if env.get("MAX_TOKENS") or env.get("UPDATE_FREQ") or env.get("BATCH_TOKENS"):
+        ovr.append(("batch_tokens", env.get("BATCH_TOKENS") or "0"))
+    if env.get("DATA"):
+        ovr.append(("data", env["DATA"]))
+    shrink = env.get("SHRINK", "")
+    if shrink and shrink != "1":
+        for k in SWEEP_SHRUNK:
+            if cfg.get(k):
+                try:
+                    ovr.append((k, str(max(int(cfg[k]) // int(shrink), 1))))
+                except ValueError:
+                    raise AnalysisError(origin, f"SHRINK={shrink} cannot divide {k} = {cfg[k]}") from None
+    for w in env.get("EXTRA", "").split():
+        k, eq, v = w.partition("=")
+        if eq:
+            ovr.append((k, v))
+    return ovr
+
+
 def load_rows(sweep, configs_dir):
-    """All rows: dict name -> record with hyper (all keys), numbers and status."""
+    """All rows: dict name -> record with hyper (all keys), numbers and status.
+    A row without a result gets its config with the sweep's overrides."""
     rows = {}
+    env = read_sweep_env(sweep)
     cfg_files = sorted(glob.glob(os.path.join(configs_dir, "*.cfg"))) if configs_dir else []
     for p in cfg_files:
         try:
@@ -112,6 +176,7 @@ def load_rows(sweep, configs_dir):
                 cfg = parse_config_text(f.read(), p)
         except OSError as e:
             raise AnalysisError(p, e.strerror or "cannot read") from None
+        cfg.update(sweep_overrides(env, cfg, p))
         name = cfg.get("row") or os.path.splitext(os.path.basename(p))[0]
         rows[name] = {
             "row": name, "status": "pending", "cfg": cfg, "source": p,
@@ -137,8 +202,9 @@ def load_rows(sweep, configs_dir):
         hyper = {}
         for key, *_ in HYPER:
             hyper[key] = _norm(key, r["cfg"].get(key))
-        # steps: planned = the row config's value (a sweep may scale all rows
-        # down); shown = the steps actually trained once the row is done
+        # steps: planned = the row config's value with the sweep's overrides
+        # (a sweep may scale all rows down); shown = the steps actually
+        # trained once the row is done
         r["planned_steps"] = _norm("train_steps", planned.get(name, r["cfg"].get("train_steps")))
         if r.get("train_steps") is not None and r["status"] == "done":
             hyper["train_steps"] = r["train_steps"]

@@ -237,3 +237,43 @@ def test_every_script_has_help():
     for name in ("table3.py", "row_result.py", "attention.py", "curves.py", "bleu.py"):
         p = script(name, "--help")
         assert p.stdout.startswith("usage: ") and ("--out" in p.stdout or name == "bleu.py"), name
+
+
+def test_pending_rows_show_the_sweeps_overrides(tmp_path):
+    """Rows not yet run show the settings the sweep will run them with:
+    sweep.env written by jobs/table3-stages.sh (table3_prepare), overrides as
+    its table3_overrides computes them (cross-checked row by row)."""
+    import subprocess
+
+    from table3 import read_sweep_env, sweep_overrides
+    from row_result import parse_config_text
+
+    cfgdir = tmp_path / "configs-src"
+    cfgdir.mkdir()
+    write_cfg(cfgdir / "base.cfg", **dict(TINY, row="base"))
+    write_cfg(cfgdir / "C5.cfg", **dict(TINY, row="C5", d_model="64", d_k="3", d_v="32"))
+    sweep = tmp_path / "sweep"
+    env = dict(os.environ, TRANSFORMER_HOME=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+               TABLE3_DIR=str(cfgdir), STEPS="7", SHRINK="4", MAX_TOKENS="300", DATA="synthetic",
+               EXTRA="label_smoothing=0.2 n_layers=3")
+    stages = os.path.join(env["TRANSFORMER_HOME"], "jobs", "table3-stages.sh")
+    bash = subprocess.run(["bash", "-c", f'. "{stages}"; table3_prepare "$1"; . "$SWEEP/sweep.env"; '
+                           'for r in "${ROWS[@]}"; do table3_overrides "$SWEEP/configs/$r.cfg"; '
+                           'echo "$r ${OVR[*]}"; done', "-", str(sweep)],
+                          env=env, capture_output=True, text=True, check=True).stdout
+    senv = read_sweep_env(str(sweep))
+    assert senv["EXTRA"] == "label_smoothing=0.2 n_layers=3" and senv["UPDATE_FREQ"] == ""
+    for line in bash.splitlines():
+        row, *ovr = line.split(" ", 1)
+        cfg = parse_config_text((sweep / "configs" / f"{row}.cfg").read_text())
+        assert " ".join(f"{k}={v}" for k, v in sweep_overrides(senv, cfg)) == ovr[0], row
+    cli("table3.py", sweep, "--no-plot")
+    rows = {r["row"]: r for r in read_csv(sweep)}
+    assert rows["base"]["status"] == rows["C5"]["status"] == "pending"
+    for name, (d_model, d_ff, d_k, d_v) in {"base": (4, 8, 2, 2), "C5": (16, 8, 1, 8)}.items():
+        r = rows[name]
+        assert (int(r["d_model"]), int(r["d_ff"]), int(r["d_k"]), int(r["d_v"])) == (d_model, d_ff, d_k, d_v)
+        assert (r["train_steps"], r["label_smoothing"], r["n_layers"]) == ("7", "0.2", "3")
+    # the Markdown table: C5 differs from base in d_model, d_k, d_v only
+    c5 = [l for l in (sweep / "table3.md").read_text().splitlines() if l.startswith("| C5 ")][0]
+    assert [c.strip() for c in c5.strip("|").split("|")][1:11] == ["", "16", "", "", "1", "8", "", "", "", ""]
