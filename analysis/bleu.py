@@ -3,15 +3,16 @@
 
 1. sacreBLEU (Post 2018) on detokenised text, printed with its signature: the
    comparable number (default: 13a tokenisation, mixed case, exp smoothing).
-2. "tokenised BLEU", the kind of number the Transformer paper reports: the
-   hypothesis and references are tokenised with sacreBLEU's 13a tokeniser
-   (the Moses-like mteval tokenisation), hyphenated compounds are split as in
-   tensor2tensor's get_ende_bleu.sh (``a-b`` -> ``a ##AT##-##AT## b``), and
-   BLEU is computed on those tokens without smoothing, i.e. what
-   multi-bleu.perl gives on tokenised text.  It is usually a little higher
-   than (1) and is NOT comparable across tokenisations; report (1).
+2. "tokenised BLEU", the kind of number the Transformer paper reports, as
+   tensor2tensor's get_ende_bleu.sh computes it: the hypothesis and references
+   are tokenised with the Moses tokenizer (sacremoses, the Python port of
+   tokenizer.perl: ``tokenizer.perl -l LANG``, default escaping), hyphenated
+   compounds are split (``a-b`` -> ``a ##AT##-##AT## b``), and BLEU is
+   computed on those tokens without smoothing, i.e. what multi-bleu.perl gives.
+   It is usually a little higher than (1) and is NOT comparable across
+   tokenisations; report (1), compare (2) with the paper's numbers.
 
-Usage: analysis/bleu.py HYP REF [REF ...] [--lowercase] [--json]
+Usage: analysis/bleu.py HYP REF [REF ...] [--lang de] [--lowercase] [--json]
 """
 import argparse
 import json
@@ -20,9 +21,10 @@ import sys
 
 import sacrebleu
 from sacrebleu.metrics import BLEU
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+from sacremoses import MosesTokenizer
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
+_MOSES = {}
 
 
 def read_lines(path):
@@ -30,15 +32,18 @@ def read_lines(path):
         return [line.rstrip("\n") for line in f]
 
 
-def paper_tokenise(line, lowercase=False):
-    """13a tokens with hyphenated compounds split (t2t get_ende_bleu.sh)."""
-    tok = Tokenizer13a()(line.strip())
+def paper_tokenise(line, lowercase=False, lang="de"):
+    """Moses tokens (tokenizer.perl -l LANG) with hyphenated compounds split
+    (t2t get_ende_bleu.sh)."""
+    if lang not in _MOSES:
+        _MOSES[lang] = MosesTokenizer(lang=lang)
+    tok = _MOSES[lang].tokenize(line.strip(), return_str=True, escape=True)
     # one pass, as the perl one-liner s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g
     tok = _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tok)
     return tok.lower() if lowercase else tok
 
 
-def scores(hyp, refs, lowercase=False):
+def scores(hyp, refs, lowercase=False, lang="de"):
     """(sacreBLEU score object, its signature, tokenised BLEU score object)"""
     for r in refs:
         if len(r) != len(hyp):
@@ -47,8 +52,8 @@ def scores(hyp, refs, lowercase=False):
     s = bleu.corpus_score(hyp, refs)
     sig = str(bleu.get_signature())
     tok_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
-    t = tok_bleu.corpus_score([paper_tokenise(h, lowercase) for h in hyp],
-                              [[paper_tokenise(x, lowercase) for x in r] for r in refs])
+    t = tok_bleu.corpus_score([paper_tokenise(h, lowercase, lang) for h in hyp],
+                              [[paper_tokenise(x, lowercase, lang) for x in r] for r in refs])
     return s, sig, t
 
 
@@ -56,13 +61,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("hyp", help="detokenised translations, one per line")
     ap.add_argument("refs", nargs="+", help="reference file(s), line-aligned")
+    ap.add_argument("--lang", default="de", help="target language of the Moses tokenizer (default: de)")
     ap.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU (both numbers)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead")
     a = ap.parse_args(argv)
     try:
         hyp = read_lines(a.hyp)
         refs = [read_lines(r) for r in a.refs]
-        s, sig, t = scores(hyp, refs, a.lowercase)
+        s, sig, t = scores(hyp, refs, a.lowercase, a.lang)
     except (OSError, ValueError) as e:
         print(f"error: {a.hyp}: {e}", file=sys.stderr)
         return 2
@@ -71,8 +77,8 @@ def main(argv=None):
                           "sacrebleu_version": sacrebleu.__version__, "sentences": len(hyp)}))
     else:
         print(f"sacreBLEU {s.score:.2f}  {s}  signature: {sig}")
-        print(f"tokenised BLEU {t.score:.2f}  (13a tokens, compounds split as ##AT##-##AT##, no smoothing: "
-              f"multi-bleu.perl style, as the paper)")
+        print(f"tokenised BLEU {t.score:.2f}  (Moses tokens -l {a.lang}, compounds split as ##AT##-##AT##, "
+              f"no smoothing: multi-bleu.perl, as the paper)")
     return 0
 
 

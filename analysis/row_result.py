@@ -9,7 +9,7 @@ temporary name, fsynced and renamed, so a reader never sees half a file.
 Examples:
   row_result.py --out SWEEP/results/A1.h5 --config input/table3/A1.cfg \\
       --set train_steps=200 --params 4473344 --metrics RUN/metrics.h5 \\
-      --dev-bleu 12.3 --status done
+      --dev-bleu 12.3 --dev-bleu-tok 12.9 --status done
   row_result.py --out SWEEP/results/A1.h5 --config input/table3/A1.cfg \\
       --status failed --message "train exited 2: bad key"
   row_result.py --show SWEEP/results/A1.h5
@@ -35,7 +35,8 @@ NUMERIC = {
     "train_steps": (np.int64, "optimizer steps trained"),
     "dev_loss": (np.float64, "dev label-smoothed loss per target token"),
     "dev_ppl": (np.float64, "dev perplexity per target wordpiece (unsmoothed)"),
-    "dev_bleu": (np.float64, "dev BLEU (beam search, no checkpoint averaging)"),
+    "dev_bleu": (np.float64, "dev sacreBLEU, 13a, mixed case (beam search, no checkpoint averaging)"),
+    "dev_bleu_tok": (np.float64, "dev tokenised BLEU: Moses tokens, multi-bleu.perl (the paper's kind)"),
     "wall_seconds": (np.float64, "training wall time in seconds"),
     "paper_ppl": (np.float64, "the paper's Table 3 dev PPL for this row"),
     "paper_bleu": (np.float64, "the paper's Table 3 dev BLEU for this row"),
@@ -140,9 +141,10 @@ def from_metrics(path):
     return out
 
 
-def sacrebleu_score(hyp_path, ref_path):
-    """Corpus BLEU of detokenised hypothesis lines against one reference file (sacrebleu 13a)."""
-    import sacrebleu
+def bleu_scores(hyp_path, ref_path, lang="de"):
+    """BLEU of detokenised hypothesis lines against one reference file, both
+    kinds of analysis/bleu.py: (sacreBLEU 13a, tokenised BLEU, sacreBLEU signature)."""
+    from bleu import scores
 
     def lines(p):
         try:
@@ -154,9 +156,8 @@ def sacrebleu_score(hyp_path, ref_path):
     h, r = lines(hyp_path), lines(ref_path)
     if len(h) != len(r):
         raise AnalysisError(hyp_path, f"{len(h)} lines but the reference {ref_path} has {len(r)}")
-    metric = sacrebleu.BLEU()
-    bleu = metric.corpus_score(h, [r])
-    return float(bleu.score), str(metric.get_signature())
+    sacre, sig, tok = scores(h, [r], lang=lang)
+    return float(sacre.score), float(tok.score), sig
 
 
 def show(path):
@@ -189,13 +190,16 @@ def build_parser():
     p.add_argument("--steps", type=int, dest="train_steps", help="training steps done")
     p.add_argument("--dev-loss", type=float)
     p.add_argument("--dev-ppl", type=float)
-    p.add_argument("--dev-bleu", type=float)
+    p.add_argument("--dev-bleu", type=float, help="dev sacreBLEU (13a)")
+    p.add_argument("--dev-bleu-tok", type=float, help="dev tokenised BLEU (Moses tokens, multi-bleu.perl)")
     p.add_argument("--wall", type=float, dest="wall_seconds", help="training wall time, seconds")
     p.add_argument("--metrics", metavar="METRICS_H5",
                    help="take steps, wall time and the last dev loss/PPL from the run's metrics.h5 "
                         "(explicit options win)")
-    p.add_argument("--hyp", help="decoded dev translations (one per line): dev BLEU by sacrebleu")
+    p.add_argument("--hyp", help="decoded dev translations (one per line): dev sacreBLEU and tokenised "
+                                 "BLEU by analysis/bleu.py")
     p.add_argument("--ref", help="dev references (one per line), with --hyp")
+    p.add_argument("--lang", default="de", help="target language of the Moses tokenizer (default: de)")
     p.add_argument("--paper-ppl", type=float)
     p.add_argument("--paper-bleu", type=float)
     p.add_argument("--paper-params-m", type=float)
@@ -245,7 +249,7 @@ def main(argv):
     if a.hyp or a.ref:
         if not (a.hyp and a.ref):
             raise AnalysisError("row_result.py", "--hyp and --ref go together")
-        vals["dev_bleu"], sig = sacrebleu_score(a.hyp, a.ref)
+        vals["dev_bleu"], vals["dev_bleu_tok"], sig = bleu_scores(a.hyp, a.ref, a.lang)
     for k in NUMERIC:
         v = getattr(a, k, None)
         if v is not None:

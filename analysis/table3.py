@@ -3,13 +3,18 @@
 
 Reads every SWEEP_DIR/results/<row>.h5 (docs/results.md) and the row configs
 (input/table3/*.cfg by default), so rows whose job has not finished are listed
-as pending rather than dropped.  Writes PREFIX.md, PREFIX.csv, PREFIX.tex and
+as pending rather than dropped; a pending row shows the settings it will run
+with: its config with the sweep's overrides (SWEEP_DIR/sweep.env: STEPS,
+SHRINK, EXTRA, ...) applied as jobs/table3-stages.sh applies them.  Writes PREFIX.md, PREFIX.csv, PREFIX.tex and
 a plot PREFIX.{png,pdf} (default PREFIX: SWEEP_DIR/table3).
 
 As in the paper, the Markdown and LaTeX tables show a row's hyperparameters
 only where they differ from the base row (the base row shows all of them);
 the CSV has every value.  Beside our dev PPL, BLEU and parameter count are
-the paper's numbers and the difference (ours - paper).
+the paper's numbers and the difference (ours - paper).  BLEU comes twice:
+sacreBLEU (13a), the standard score to report, and tokenised BLEU (Moses
+tokens, multi-bleu.perl: analysis/bleu.py), the paper's kind, which alone is
+compared with the paper's BLEU.
 
 Example:
   table3.py sweeps/2026-11-23 --configs input/table3
@@ -22,6 +27,7 @@ import io
 import math
 import os
 import re
+import shlex
 
 import numpy as np
 
@@ -99,9 +105,70 @@ def _fmt_hyper(key, v):
     return str(v)
 
 
+SWEEP_SHRUNK = ("d_model", "d_ff", "d_k", "d_v")  # the keys SHRINK divides
+
+
+def read_sweep_env(sweep):
+    """The sweep-wide overrides SWEEP/sweep.env records (NAME=value lines that
+    jobs/table3-stages.sh writes with printf %q); {} without the file."""
+    p = os.path.join(sweep, "sweep.env")
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise AnalysisError(p, e.strerror or "cannot read") from None
+    env = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        try:
+            words = shlex.split(value)
+        except ValueError as e:
+            raise AnalysisError(f"{p}:{n}", f"cannot parse '{line}': {e}") from None
+        if not eq or not re.fullmatch(r"[A-Z_]+", name) or len(words) > 1:
+            raise AnalysisError(f"{p}:{n}", f"expected NAME=value, got '{line}'")
+        env[name] = words[0] if words else ""
+    return env
+
+
+def sweep_overrides(env, cfg, origin="config"):
+    """The key=value overrides a sweep element gives a row with config cfg:
+    table3_overrides of jobs/table3-stages.sh, in the same order (later wins)."""
+    ovr = []
+    if env.get("STEPS"):
+        ovr.append(("train_steps", env["STEPS"]))
+    if env.get("MAX_TOKENS"):
+        ovr.append(("max_tokens", env["MAX_TOKENS"]))
+    if env.get("UPDATE_FREQ"):
+        ovr.append(("update_freq", env["UPDATE_FREQ"]))
+    if env.get("MAX_TOKENS") or env.get("UPDATE_FREQ") or env.get("BATCH_TOKENS"):
+        ovr.append(("batch_tokens", env.get("BATCH_TOKENS") or "0"))
+    if env.get("DATA"):
+        ovr.append(("data", env["DATA"]))
+    shrink = env.get("SHRINK", "")
+    if shrink and shrink != "1":
+        for k in SWEEP_SHRUNK:
+            if cfg.get(k):
+                try:
+                    ovr.append((k, str(max(int(cfg[k]) // int(shrink), 1))))
+                except ValueError:
+                    raise AnalysisError(origin, f"SHRINK={shrink} cannot divide {k} = {cfg[k]}") from None
+    for w in env.get("EXTRA", "").split():
+        k, eq, v = w.partition("=")
+        if eq:
+            ovr.append((k, v))
+    return ovr
+
+
 def load_rows(sweep, configs_dir):
-    """All rows: dict name -> record with hyper (all keys), numbers and status."""
+    """All rows: dict name -> record with hyper (all keys), numbers and status.
+    A row without a result gets its config with the sweep's overrides."""
     rows = {}
+    env = read_sweep_env(sweep)
     cfg_files = sorted(glob.glob(os.path.join(configs_dir, "*.cfg"))) if configs_dir else []
     for p in cfg_files:
         try:
@@ -109,10 +176,11 @@ def load_rows(sweep, configs_dir):
                 cfg = parse_config_text(f.read(), p)
         except OSError as e:
             raise AnalysisError(p, e.strerror or "cannot read") from None
+        cfg.update(sweep_overrides(env, cfg, p))
         name = cfg.get("row") or os.path.splitext(os.path.basename(p))[0]
         rows[name] = {
             "row": name, "status": "pending", "cfg": cfg, "source": p,
-            "params": None, "train_steps": None, "dev_ppl": math.nan, "dev_bleu": math.nan,
+            "params": None, "train_steps": None, "dev_ppl": math.nan, "dev_bleu": math.nan, "dev_bleu_tok": math.nan,
             "dev_loss": math.nan, "wall_seconds": math.nan,
             "paper_ppl": cfg_float(cfg, "paper_ppl"), "paper_bleu": cfg_float(cfg, "paper_bleu"),
             "paper_params_m": cfg_float(cfg, "paper_params_m"), "message": "",
@@ -134,8 +202,9 @@ def load_rows(sweep, configs_dir):
         hyper = {}
         for key, *_ in HYPER:
             hyper[key] = _norm(key, r["cfg"].get(key))
-        # steps: planned = the row config's value (a sweep may scale all rows
-        # down); shown = the steps actually trained once the row is done
+        # steps: planned = the row config's value with the sweep's overrides
+        # (a sweep may scale all rows down); shown = the steps actually
+        # trained once the row is done
         r["planned_steps"] = _norm("train_steps", planned.get(name, r["cfg"].get("train_steps")))
         if r.get("train_steps") is not None and r["status"] == "done":
             hyper["train_steps"] = r["train_steps"]
@@ -175,7 +244,9 @@ def numbers(r):
     pm = r["params"] / 1e6 if r.get("params") is not None else math.nan
     return {
         "ppl": r["dev_ppl"], "paper_ppl": r["paper_ppl"], "d_ppl": _diff(r["dev_ppl"], r["paper_ppl"]),
-        "bleu": r["dev_bleu"], "paper_bleu": r["paper_bleu"], "d_bleu": _diff(r["dev_bleu"], r["paper_bleu"]),
+        # the paper's BLEU is tokenised BLEU: compare ours of the same kind
+        "bleu": r["dev_bleu"], "bleu_tok": r["dev_bleu_tok"], "paper_bleu": r["paper_bleu"],
+        "d_bleu": _diff(r["dev_bleu_tok"], r["paper_bleu"]),
         "params_m": pm, "paper_params_m": r["paper_params_m"], "d_params_m": _diff(pm, r["paper_params_m"]),
     }
 
@@ -186,7 +257,8 @@ def _signed(x, digits):
 
 NUM_COLS = [  # (numbers key, Markdown header, digits, signed)
     ("ppl", "PPL (dev)", 2, False), ("paper_ppl", "paper", 2, False), ("d_ppl", "Δ", 2, True),
-    ("bleu", "BLEU (dev)", 1, False), ("paper_bleu", "paper", 1, False), ("d_bleu", "Δ", 1, True),
+    ("bleu", "sacreBLEU (dev)", 1, False), ("bleu_tok", "tok. BLEU (dev)", 1, False),
+    ("paper_bleu", "paper", 1, False), ("d_bleu", "Δ tok.", 1, True),
     ("params_m", "params ×10⁶", 1, False), ("paper_params_m", "paper", 0, False), ("d_params_m", "Δ", 1, True),
 ]
 
@@ -218,7 +290,9 @@ def to_markdown(rows):
     notes = [f"- {r['row']}: {r['status']}: {r['message']}" for r in rows if r["status"] == "failed" and r["message"]]
     out = "\n".join(lines) + "\n"
     out += ("\nDev PPL per wordpiece and dev BLEU (beam search, no checkpoint averaging); the paper's "
-            "numbers are on newstest2013 (Table 3 of Vaswani et al. 2017). Δ = ours − paper; "
+            "numbers are on newstest2013 (Table 3 of Vaswani et al. 2017). sacreBLEU: 13a, mixed case, the "
+            "standard score to report; tok. BLEU: Moses-tokenised, compounds split, multi-bleu.perl "
+            "(analysis/bleu.py), the paper's kind of BLEU. Δ = ours − paper, for BLEU tok. BLEU − paper; "
             "empty hyperparameter cells equal the base row.\n")
     if notes:
         out += "\nFailed rows:\n" + "\n".join(notes) + "\n"
@@ -229,7 +303,7 @@ def to_csv(rows):
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["row", "status"] + [k for k, *_ in HYPER] +
-               ["dev_ppl", "paper_ppl", "diff_ppl", "dev_bleu", "paper_bleu", "diff_bleu",
+               ["dev_ppl", "paper_ppl", "diff_ppl", "dev_bleu", "dev_bleu_tok", "paper_bleu", "diff_bleu",
                 "params", "params_m", "paper_params_m", "diff_params_m", "dev_loss", "wall_seconds", "message"])
 
     def c(x):
@@ -242,7 +316,7 @@ def to_csv(rows):
     for r in rows:
         n = numbers(r)
         w.writerow([r["row"], r["status"]] + [c(r["hyper"][k]) for k, *_ in HYPER] +
-                   [c(n["ppl"]), c(n["paper_ppl"]), c(n["d_ppl"]), c(n["bleu"]), c(n["paper_bleu"]),
+                   [c(n["ppl"]), c(n["paper_ppl"]), c(n["d_ppl"]), c(n["bleu"]), c(n["bleu_tok"]), c(n["paper_bleu"]),
                     c(n["d_bleu"]), c(r.get("params")), c(n["params_m"]), c(n["paper_params_m"]),
                     c(n["d_params_m"]), c(r.get("dev_loss")), c(r.get("wall_seconds")), r.get("message", "")])
     return buf.getvalue()
@@ -258,11 +332,14 @@ def to_latex(rows):
     lines = [
         "% Table 3 (Vaswani et al. 2017) reproduced; generated by analysis/table3.py",
         "% needs \\usepackage{booktabs}",
-        "\\begin{tabular}{l" + "c" * len(HYPER) + "|rrr|rrr|rrr}",
+        "\\begin{tabular}{l" + "c" * len(HYPER) + "|rrr|rrrr|rrr}",
         "\\toprule",
         " & " + " & ".join(h for _, _, h, _ in HYPER) +
-        " & \\multicolumn{3}{c|}{PPL (dev)} & \\multicolumn{3}{c|}{BLEU (dev)} & \\multicolumn{3}{c}{params $\\times 10^6$} \\\\",
-        " & " * (len(HYPER)) + " & ours & paper & $\\Delta$" * 3 + " \\\\",
+        " & \\multicolumn{3}{c|}{PPL (dev)} & \\multicolumn{4}{c|}{BLEU (dev)} & \\multicolumn{3}{c}{params $\\times 10^6$} \\\\",
+        # sacreBLEU 13a is the standard score; Delta BLEU compares the
+        # tokenised BLEU (multi-bleu.perl) with the paper's, which is of that kind
+        " & " * (len(HYPER)) + " & ours & paper & $\\Delta$" +
+        " & sacre & tok. & paper & $\\Delta$ tok." + " & ours & paper & $\\Delta$" + " \\\\",
         "\\midrule",
     ]
     prev = None
@@ -291,7 +368,7 @@ def plot(rows, prefix):
     x = np.arange(len(rows))
     fig, axes = plt.subplots(2, 1, figsize=(max(5.0, 0.34 * len(rows) + 1.5), 4.6), sharex=True)
     for ax, key, pkey, ylabel in ((axes[0], "dev_ppl", "paper_ppl", "dev PPL"),
-                                  (axes[1], "dev_bleu", "paper_bleu", "dev BLEU")):
+                                  (axes[1], "dev_bleu_tok", "paper_bleu", "dev BLEU\n(tokenised)")):
         ours = np.array([r[key] if r["status"] == "done" else np.nan for r in rows], dtype=float)
         paper = np.array([r[pkey] for r in rows], dtype=float)
         ax.bar(x, np.nan_to_num(ours, nan=0.0), width=0.6, color="#3b6ea5", label="ours", zorder=2)

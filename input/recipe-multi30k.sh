@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi30k English -> German, end to end on one machine (2 CPU cores):
 #   1. prepare  data/multi30k.h5 (shared 8000-piece BPE; input/prepare.sh)
-#   2. train    input/multi30k.cfg (checkpoints every 250 steps, last 5 kept)
+#   2. train    input/multi30k.cfg (checkpoints every 100 steps, last 5 kept)
 #   3. average  the last 5 checkpoints (section 6.1)
 #   4. translate test2016 with beam 4, alpha 0.6
 #   5. BLEU     sacreBLEU (signature) + tokenised BLEU, analysis/bleu.py

@@ -36,6 +36,11 @@ table3)
     for i in "${IDX[@]}"; do
         log=$SWEEP/logs/local_$i.out
         echo "table3: row ${ROWS[$i]} (log $log)"
+        # the log is appended to, run after run: this run's part starts at
+        # byte $start, on a line of its own (a killed run can leave its last
+        # line without a newline)
+        if [ -s "$log" ] && [ -n "$(tail -c 1 "$log")" ]; then echo >> "$log"; fi
+        start=$(( $(stat -c %s "$log" 2>/dev/null || echo 0) + 1 ))
         bash "$HERE/table3.sbatch" "$SWEEP" "$i" >> "$log" 2>&1
         r=$?
         if [ "$r" -eq "$REQUEUE_EXIT" ]; then
@@ -43,7 +48,12 @@ table3)
             exit "$r"
         fi
         if [ "$r" -ne 0 ]; then
-            echo "error: table3 row ${ROWS[$i]}: failed (exit $r): $(grep -m1 '^error:' "$log")" >&2
+            # this run's last error line (the element's "error: table3 row
+            # ROW: STAGE: reason"), else its last line; not an earlier run's
+            msg=$(tail -c "+$start" "$log" | grep '^error:' | tail -n 1)
+            [ -n "$msg" ] || msg=$(tail -c "+$start" "$log" | grep . | tail -n 1)
+            msg=${msg#"error: table3 row ${ROWS[$i]}: "}
+            echo "error: table3 row ${ROWS[$i]}: failed (exit $r): ${msg:-no output} (log $log)" >&2
             failed+=("${ROWS[$i]}"); [ "$rc" -eq 0 ] && rc=$r
         fi
     done

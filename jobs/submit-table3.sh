@@ -10,7 +10,9 @@
 # element: <arrayjob>_<index>.out), runs/<row>/ (checkpoints), results/<row>.h5
 # and finally table3.{md,csv,tex}.  ROW names select rows (default: all); a
 # second submission to an existing SWEEP_DIR reuses its configs and overrides,
-# e.g. to rerun a failed row (its training resumes from its checkpoints).
+# e.g. to rerun a failed row (its training resumes from its checkpoints); one
+# that sets an override to another value is refused (exit 2, naming the row
+# and the override): the rows' runs hold the sweep's settings.
 #
 # Environment (besides jobs/cluster.env):
 #   TABLE3_DIR    row configs (default input/table3)

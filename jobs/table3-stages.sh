@@ -13,6 +13,11 @@
 #                (keeping N, h, dropout, ...): the whole table, scaled down
 #   EXTRA        further key=value overrides, space separated
 #   PYTHON       interpreter for analysis/*.py (default: .venv/bin/python)
+# The first submission records them in SWEEP/sweep.env; every element reads
+# them from there, and a later submission that sets one to another value is
+# refused (table3_prepare).
+
+TABLE3_SWEEP_VARS="STEPS MAX_TOKENS UPDATE_FREQ DATA SHRINK EXTRA"
 
 # cfg_get FILE KEY: the value of KEY in a config file ("" if absent)
 cfg_get() {
@@ -140,7 +145,8 @@ stage_eval() {
 
 # dev translations by beam search (config keys beam, len_alpha, max_len_a:
 # the paper's 4, 0.6, 50) and their references; row_result.py scores them
-# with sacreBLEU
+# with analysis/bleu.py: sacreBLEU (13a) and tokenised BLEU (multi-bleu.perl
+# on Moses tokens, the paper's kind)
 stage_bleu() {
     local rc data py
     data=$(row_data)
@@ -246,7 +252,7 @@ table3_prepare() {
         for c in "${cfgs[@]}"; do basename "$c" .cfg; done > "$SWEEP/rows.txt.tmp"
         {
             echo "# overrides of this sweep (written $(date -u +%FT%TZ); read by every element)"
-            for v in STEPS MAX_TOKENS UPDATE_FREQ DATA SHRINK EXTRA; do printf '%s=%q\n' "$v" "${!v:-}"; done
+            for v in $TABLE3_SWEEP_VARS; do printf '%s=%q\n' "$v" "${!v:-}"; done
         } > "$SWEEP/sweep.env"
         mv "$SWEEP/rows.txt.tmp" "$SWEEP/rows.txt"
     fi
@@ -262,4 +268,30 @@ table3_prepare() {
         [ -n "$found" ] || { echo "error: $SWEEP/rows.txt: no row '$r' (rows: ${ROWS[*]})" >&2; exit 2; }
         IDX+=("$found")
     done
+    table3_same_overrides
+}
+
+# table3_same_overrides: exit 2 if an override set in the environment differs
+# from the one SWEEP/sweep.env recorded: the rows' run_dirs hold runs of the
+# recorded settings (a resumed row would mix them) and the table compares rows
+# of one setting.  Unset means "the sweep's".  Names the first selected row
+# that has started (else the first selected row).
+table3_same_overrides() {
+    [ -f "$SWEEP/sweep.env" ] || return 0
+    local line v old row=${ROWS[${IDX[0]}]} i
+    for i in "${IDX[@]}"; do
+        if [ -n "$(ls -A "$SWEEP/runs/${ROWS[$i]}" 2>/dev/null)" ]; then row=${ROWS[$i]}; break; fi
+    done
+    while IFS= read -r -d '' line; do
+        v=${line%%=*}; old=${line#*=}
+        if [ -n "${!v:-}" ] && [ "${!v}" != "$old" ]; then
+            echo "error: $SWEEP: row $row: $v='${!v}' differs from this sweep's $v='$old' ($SWEEP/sweep.env); unset $v to resubmit with the sweep's settings, or use a new SWEEP_DIR" >&2
+            exit 2
+        fi
+    done < <(
+        # shellcheck disable=SC2086
+        unset $TABLE3_SWEEP_VARS
+        . "$SWEEP/sweep.env"
+        for v in $TABLE3_SWEEP_VARS; do printf '%s=%s\0' "$v" "${!v:-}"; done
+    )
 }

@@ -47,6 +47,16 @@ def test_tokenised_bleu_equals_plain_implementation():
     assert 0 < s.score < 100
 
 
+def test_tokenisation_is_moses_not_13a():
+    # tokenizer.perl -l de (default escaping), then get_ende_bleu.sh's compound
+    # split: German abbreviations stay whole, apostrophes are split and escaped,
+    # quotes and ampersands escaped; 13a would give "Dr . ", "z . B ." and "geht's"
+    line = 'Herr Dr. Müller geht\'s z.B. zum "Schnee-Park" & mehr.'
+    assert bleu.paper_tokenise(line) == ("Herr Dr. Müller geht &apos; s z.B. zum &quot; Schnee ##AT##-##AT## Park "
+                                         "&quot; &amp; mehr .")
+    assert bleu.paper_tokenise("Dr. Müller", lowercase=True) == "dr. müller"
+
+
 def test_identity_is_100_and_cli_prints_signature(tmp_path):
     h = tmp_path / "h.txt"
     h.write_text("\n".join(REF) + "\n", encoding="utf-8")

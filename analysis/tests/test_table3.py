@@ -19,7 +19,9 @@ ROWS = {  # row -> (overrides of TINY, paper PPL, paper BLEU, paper params x10^6
     "C4": ({"d_model": "8", "d_k": "4", "d_v": "4", "no_such_key": "1"}, 5.75, 24.5, 28),  # fails
     "D1": ({"dropout": "0.0"}, 5.77, 24.6, 0),  # never run: pending
 }
-BLEU = {"base": 12.5}  # a BLEU handed to row_result.py (the C decoder's BLEU is not in this test)
+# BLEUs handed to row_result.py (the C decoder's BLEU is not in this test):
+# row -> (sacreBLEU 13a, tokenised BLEU or None); C1 has no tokenised BLEU
+BLEU = {"base": (12.5, 13.4), "C1": (11.0, None)}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,9 @@ def sweep(tmp_path_factory):
         else:
             args += ["--dev-ppl", ppl, "--dev-loss", loss, "--steps", steps]
         if row in BLEU:
-            args += ["--dev-bleu", BLEU[row]]
+            args += ["--dev-bleu", BLEU[row][0]]
+            if BLEU[row][1] is not None:
+                args += ["--dev-bleu-tok", BLEU[row][1]]
         script("row_result.py", *args)
         truth[row] = {"ppl": ppl, "loss": loss, "steps": steps, "params": params,
                       "metrics": metrics.exists()}
@@ -91,11 +95,14 @@ def test_values_are_the_c_programs(sweep):
         assert float(r["dev_loss"]) == pytest.approx(t["loss"], abs=6e-5)
         assert int(r["train_steps"]) == t["steps"] == int(TINY["train_steps"])
         assert float(r["diff_ppl"]) == pytest.approx(float(r["dev_ppl"]) - pp)
-        if row in BLEU:
-            assert float(r["dev_bleu"]) == BLEU[row]
-            assert float(r["diff_bleu"]) == pytest.approx(BLEU[row] - pb)
+        sacre, tok = BLEU.get(row, (None, None))
+        assert r["dev_bleu"] == ("" if sacre is None else str(sacre))
+        assert r["dev_bleu_tok"] == ("" if tok is None else str(tok))
+        # the paper reports tokenised BLEU: Δ is tokenised − paper, never sacreBLEU − paper
+        if tok is None:
+            assert r["diff_bleu"] == ""
         else:
-            assert r["dev_bleu"] == r["diff_bleu"] == ""
+            assert float(r["diff_bleu"]) == pytest.approx(tok - pb)
     # the three trained rows differ (different architectures, different PPL)
     ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
     assert len(set(ppls)) == 3 and all(1 < p < 30 for p in ppls)
@@ -124,6 +131,9 @@ def test_markdown_shows_only_differences_from_base(sweep):
     pm = truth["base"]["params"] / 1e6
     assert b["params ×10⁶"] == (f"{pm:.3g}" if pm < 1 else f"{pm:.1f}")
     assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
+    assert (b["sacreBLEU (dev)"], b["tok. BLEU (dev)"], b["Δ tok."]) == ("12.5", "13.4", "-12.4")
+    assert table["C1"]["sacreBLEU (dev)"] == "11.0" and table["C1"]["Δ tok."] == "–"
+    assert "sacreBLEU: 13a" in text and "multi-bleu.perl" in text
 
 
 def test_latex_table(sweep):
@@ -132,10 +142,13 @@ def test_latex_table(sweep):
     assert tex.count("\\begin{tabular}") == 1 and "\\bottomrule" in tex
     body = [l for l in tex.splitlines() if l.endswith("\\\\")]
     assert len(body) == 2 + 5  # two header lines, five rows
-    ncols = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0].count("c") + 1 + 9
+    spec = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0]
+    ncols = sum(ch in "lcr" for ch in spec)
+    assert ncols == 1 + 10 + 10  # row, hyperparameters, PPL 3 + BLEU 4 + params 3
     for l in body[2:]:
         assert l.count("&") == ncols - 1, l
     assert "\\emph{pending}" in tex and "\\emph{failed}" in tex and "(A) A1" in tex
+    assert "sacre & tok. & paper & $\\Delta$ tok." in tex
 
 
 def test_plot(sweep):
@@ -203,15 +216,17 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
     with h5py.File(tmp_path / "same.h5", "r") as f:
         assert f.attrs["dev_bleu"] == pytest.approx(100.0)
         assert "13a" in f.attrs["bleu_signature"]
+        assert f.attrs["dev_bleu_tok"] == pytest.approx(100.0)
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("the cat sat on a mat .\nthe dog runs in the park .\n")
     cli("row_result.py", "--out", tmp_path / "part.h5", "--row", "base", "--dev-ppl", "5",
            "--hyp", hyp, "--ref", ref)
     with h5py.File(tmp_path / "part.h5", "r") as f:
         assert 0 < f.attrs["dev_bleu"] < 100
-        part = f.attrs["dev_bleu"]
+        part, part_tok = f.attrs["dev_bleu"], f.attrs["dev_bleu_tok"]
     p = script("bleu.py", hyp, ref)
     assert p.stdout.startswith(f"sacreBLEU {part:.2f} ") and "signature: nrefs:1|" in p.stdout
+    assert f"tokenised BLEU {part_tok:.2f} " in p.stdout
     hyp.write_text("one line only\n")
     assert "1 lines but the reference" in cli_error("row_result.py", "--out", tmp_path / "x.h5", "--row", "b",
                                                     "--dev-ppl", "5", "--hyp", hyp, "--ref", ref)
@@ -222,3 +237,43 @@ def test_every_script_has_help():
     for name in ("table3.py", "row_result.py", "attention.py", "curves.py", "bleu.py"):
         p = script(name, "--help")
         assert p.stdout.startswith("usage: ") and ("--out" in p.stdout or name == "bleu.py"), name
+
+
+def test_pending_rows_show_the_sweeps_overrides(tmp_path):
+    """Rows not yet run show the settings the sweep will run them with:
+    sweep.env written by jobs/table3-stages.sh (table3_prepare), overrides as
+    its table3_overrides computes them (cross-checked row by row)."""
+    import subprocess
+
+    from table3 import read_sweep_env, sweep_overrides
+    from row_result import parse_config_text
+
+    cfgdir = tmp_path / "configs-src"
+    cfgdir.mkdir()
+    write_cfg(cfgdir / "base.cfg", **dict(TINY, row="base"))
+    write_cfg(cfgdir / "C5.cfg", **dict(TINY, row="C5", d_model="64", d_k="3", d_v="32"))
+    sweep = tmp_path / "sweep"
+    env = dict(os.environ, TRANSFORMER_HOME=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+               TABLE3_DIR=str(cfgdir), STEPS="7", SHRINK="4", MAX_TOKENS="300", DATA="synthetic",
+               EXTRA="label_smoothing=0.2 n_layers=3")
+    stages = os.path.join(env["TRANSFORMER_HOME"], "jobs", "table3-stages.sh")
+    bash = subprocess.run(["bash", "-c", f'. "{stages}"; table3_prepare "$1"; . "$SWEEP/sweep.env"; '
+                           'for r in "${ROWS[@]}"; do table3_overrides "$SWEEP/configs/$r.cfg"; '
+                           'echo "$r ${OVR[*]}"; done', "-", str(sweep)],
+                          env=env, capture_output=True, text=True, check=True).stdout
+    senv = read_sweep_env(str(sweep))
+    assert senv["EXTRA"] == "label_smoothing=0.2 n_layers=3" and senv["UPDATE_FREQ"] == ""
+    for line in bash.splitlines():
+        row, *ovr = line.split(" ", 1)
+        cfg = parse_config_text((sweep / "configs" / f"{row}.cfg").read_text())
+        assert " ".join(f"{k}={v}" for k, v in sweep_overrides(senv, cfg)) == ovr[0], row
+    cli("table3.py", sweep, "--no-plot")
+    rows = {r["row"]: r for r in read_csv(sweep)}
+    assert rows["base"]["status"] == rows["C5"]["status"] == "pending"
+    for name, (d_model, d_ff, d_k, d_v) in {"base": (4, 8, 2, 2), "C5": (16, 8, 1, 8)}.items():
+        r = rows[name]
+        assert (int(r["d_model"]), int(r["d_ff"]), int(r["d_k"]), int(r["d_v"])) == (d_model, d_ff, d_k, d_v)
+        assert (r["train_steps"], r["label_smoothing"], r["n_layers"]) == ("7", "0.2", "3")
+    # the Markdown table: C5 differs from base in d_model, d_k, d_v only
+    c5 = [l for l in (sweep / "table3.md").read_text().splitlines() if l.startswith("| C5 ")][0]
+    assert [c.strip() for c in c5.strip("|").split("|")][1:11] == ["", "16", "", "", "1", "8", "", "", "", ""]

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The Table 3 sweep scripts without Slurm, in seconds (no training):
+#   1. a resubmission that sets an override to another value than the sweep's
+#      (SWEEP/sweep.env) is refused with one line naming the row and the
+#      override; unset or equal overrides are accepted;
+#   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
+#      not the first one of its appended log, even after a partial last line.
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+[ -x "$BIN" ] || fail "$BIN: not built (make)"
+cd "$TOP" || fail "$TOP"
+unset STEPS MAX_TOKENS UPDATE_FREQ DATA SHRINK EXTRA BATCH_TOKENS
+export TRANSFORMER_HOME=$TOP LOCAL_RANKS=1
+
+# ---- 1: changed overrides are refused --------------------------------------
+mkdir -p "$tmp/configs"
+printf 'row = r1\nn_layers = 1\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\n' > "$tmp/configs/r1.cfg"
+printf 'row = r2\nn_layers = 2\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\n' > "$tmp/configs/r2.cfg"
+prepare() { bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$@"; }
+TABLE3_DIR=$tmp/configs STEPS=2 EXTRA="threads=1 log_steps=1" prepare "$tmp/sw" ||
+    fail "table3_prepare: first submission failed"
+grep -qx 'STEPS=2' "$tmp/sw/sweep.env" || fail "sweep.env lacks STEPS=2: $(cat "$tmp/sw/sweep.env")"
+mkdir -p "$tmp/sw/runs/r2" && : > "$tmp/sw/runs/r2/train.out"     # r2 has started
+expect_error 2 "^error: $tmp/sw: row r2: STEPS='3' differs from this sweep's STEPS='2'" \
+    env STEPS=3 jobs/run-local.sh table3 "$tmp/sw"
+expect_error 2 "^error: $tmp/sw: row r1: EXTRA='threads=2' differs from this sweep's EXTRA='threads=1 log_steps=1'" \
+    env EXTRA=threads=2 jobs/run-local.sh table3 "$tmp/sw" r1
+expect_error 2 "row r1: SHRINK='2' differs from this sweep's SHRINK=''" env SHRINK=2 jobs/run-local.sh table3 "$tmp/sw" r1
+[ "$(env STEPS=3 jobs/run-local.sh table3 "$tmp/sw" 2>&1 | grep -c .)" -eq 1 ] || fail "the refusal is not one line"
+[ -z "$(ls -A "$tmp/sw/logs")" ] || fail "a refused submission ran rows: $(ls "$tmp/sw/logs")"
+prepare "$tmp/sw" r1 || fail "a resubmission without overrides was refused"
+STEPS=2 EXTRA="threads=1 log_steps=1" prepare "$tmp/sw" r2 || fail "a resubmission with the same overrides was refused"
+ok "a resubmission with a changed override is refused naming the row and the override; unset or equal ones pass"
+
+# ---- 2: run-local.sh reports the latest run's error ------------------------
+printf 'row = bad\nn_layers = 1\nd_modle = 16\n' > "$tmp/configs/bad.cfg"
+rm -f "$tmp/configs/r1.cfg" "$tmp/configs/r2.cfg"
+TABLE3_DIR=$tmp/configs DATA=synthetic jobs/run-local.sh table3 "$tmp/sw2" > "$tmp/run1.log" 2>&1 &&
+    fail "a bad row succeeded"
+grep -q "^error: table3 row bad: failed (exit 1): params: .*unknown key 'd_modle'" "$tmp/run1.log" ||
+    fail "first run: no clear message: $(cat "$tmp/run1.log")"
+# the row fixed one way and broken another; the log ends in a partial line
+printf 'row = bad\nn_layers = 1\nn_haeds = 2\n' > "$tmp/sw2/configs/bad.cfg"
+printf 'error: a partial line of a killed run' >> "$tmp/sw2/logs/local_0.out"
+jobs/run-local.sh table3 "$tmp/sw2" > "$tmp/run2.log" 2>&1 && fail "the bad row succeeded the second time"
+msg=$(grep '^error: table3 row bad: failed' "$tmp/run2.log")
+echo "$msg" | grep -q "unknown key 'n_haeds'" || fail "second run: not the latest error: $msg"
+echo "$msg" | grep -q "d_modle\|partial line" && fail "second run: reports an earlier run's error: $msg"
+grep -qx 'error: a partial line of a killed run' "$tmp/sw2/logs/local_0.out" ||
+    fail "the new run's output was appended to the partial line"
+ok "run-local.sh table3: the latest run's error ($msg)"
