@@ -1,6 +1,7 @@
 /* Attention maps to HDF5 (attention_maps.h, docs/attention.md). */
 #include "attention_maps.h"
 
+#include <errno.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -338,7 +339,17 @@ static void attention_help(void)
 }
 
 /* "0,5,10-19" -> indices; returns count or -1 */
-static int parse_list(const char *s, int64_t **out)
+#define MAX_SENTENCES 100000   /* one group per sentence: beyond this, a typo */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* "0,5,10-19" -> indices in the order given: n, -1 malformed, -2 more than
+ * MAX_SENTENCES, -3 an index listed twice (*dup set) */
+static int parse_list(const char *s, int64_t **out, int64_t *dup)
 {
     int n = 0, cap = 16;
     *out = xmalloc(sizeof(int64_t) * cap);
@@ -346,14 +357,16 @@ static int parse_list(const char *s, int64_t **out)
     while (*p) {
         char *end;
         long long a = strtoll(p, &end, 10), b;
-        if (end == p || a < 0) return -1;
+        errno = 0;
+        if (end == p || a < 0 || errno) return -1;
         b = a;
         p = end;
         if (*p == '-') {
             b = strtoll(p + 1, &end, 10);
-            if (end == p + 1 || b < a) return -1;
+            if (end == p + 1 || b < a || errno) return -1;
             p = end;
         }
+        if (b - a >= MAX_SENTENCES - n) return -2;
         for (long long i = a; i <= b; i++) {
             if (n == cap) { cap *= 2; *out = xrealloc(*out, sizeof(int64_t) * cap); }
             (*out)[n++] = i;
@@ -361,6 +374,12 @@ static int parse_list(const char *s, int64_t **out)
         if (*p == ',') p++;
         else if (*p) return -1;
     }
+    int64_t *sorted = xmalloc(sizeof(int64_t) * (n ? n : 1));
+    memcpy(sorted, *out, sizeof(int64_t) * n);
+    qsort(sorted, n, sizeof(int64_t), cmp_i64);
+    for (int i = 1; i < n; i++)
+        if (sorted[i] == sorted[i - 1]) { *dup = sorted[i]; n = -3; break; }
+    free(sorted);
     return n;
 }
 
@@ -432,8 +451,11 @@ static int attention_main(const AttnArgs *a, Dist *D)
     Corpus c = {0};
     Vocab v = {0};
     int64_t *idx = NULL;
-    int n = parse_list(a->list, &idx), rc = 2;
+    int64_t dup = 0;
+    int n = parse_list(a->list, &idx, &dup), rc = 2;
     Sent *s = NULL;
+    if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", a->list, MAX_SENTENCES); goto out; }
+    if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", a->list, (long long)dup); goto out; }
     if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); goto out; }
     if (load_data(a, &cfg, &c, &v)) goto out;
     for (int k = 0; k < n; k++)
