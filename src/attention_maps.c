@@ -289,9 +289,10 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
     /* rewritten whole and renamed into place (h5io.h) */
     char msg[4400];
     int missing;
-    hid_t f = h5io_open_update(path, &missing, msg, sizeof msg);
+    H5Mem mem;
+    hid_t f = h5io_open_update(&mem, path, &missing, msg, sizeof msg) ? -1 : mem.id;
     if (f < 0 && missing) {
-        f = h5io_create(1 << 20);
+        f = h5io_create(&mem, 1 << 20, NULL) ? -1 : mem.id;
         if (f >= 0) {
             attr_str(f, "format", "transformer-attention-probe");
             attr_str(f, "version", PROJECT_VERSION);
@@ -311,9 +312,9 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
             H5Gclose(g);
         }
         if (bad) {
-            H5Fclose(f);
+            h5io_discard(&mem);
             snprintf(msg, sizeof msg, "%s: HDF5 could not add the group", path);
-        } else bad = h5io_commit(f, path, msg, sizeof msg) != 0;
+        } else bad = h5io_commit(&mem, path, msg, sizeof msg) != 0;
     }
     hdf5_unlock();
     if (bad) fprintf(stderr, "warning: cannot write the attention probe of step %d: %s\n", step, msg);

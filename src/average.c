@@ -119,7 +119,7 @@ int cmd_average(int argc, char **argv)
         char text[16384], msg[4600];
         config_to_string(&ref, text, sizeof text);
         st.averaged_from = from;
-        if (checkpoint_write(out, &pt, buf, NULL, NULL, text, &st, msg, sizeof msg)) {
+        if (checkpoint_write(out, &pt, buf, NULL, NULL, text, &st, NULL, msg, sizeof msg)) {
             fprintf(stderr, "error: %s\n", msg);
         } else {
             printf("average: %d checkpoint(s) -> %s (%zu parameters): %s%s%s\n", n, out, pt.total, in[0],

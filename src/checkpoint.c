@@ -95,15 +95,11 @@ static int write_group(hid_t f, const char *group, const ParamTable *pt, const f
         hsize_t dims[2] = { (hsize_t)p->rows, (hsize_t)p->cols };
         hid_t sp = H5Screate_simple(p->cols == 1 ? 1 : 2, dims, NULL);
         snprintf(name, sizeof name, "%s/%s", group, p->name);
-        /* one chunk per tensor, with HDF5's Fletcher-32 checksum: a flipped
-         * byte makes the read fail (here and in h5py) instead of resuming
-         * from, or averaging, silently damaged weights */
-        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-        H5Pset_chunk(dcpl, p->cols == 1 ? 1 : 2, dims);
-        H5Pset_fletcher32(dcpl);
-        hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
-        H5Pclose(dcpl);
+        hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
         int bad = d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf + p->offset) < 0;
+        /* a flipped byte must be a read error, not silently damaged weights
+         * to resume from or average */
+        if (!bad) bad = attr_u64(d, "checksum", checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols)) < 0;
         if (d >= 0) H5Dclose(d);
         H5Sclose(sp);
         if (bad) return -1;
@@ -112,19 +108,20 @@ static int write_group(hid_t f, const char *group, const ParamTable *pt, const f
 }
 
 int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
-                     const float *adam_v, const char *cfg_text, const CkptState *st, char *msg, int cap)
+                     const float *adam_v, const char *cfg_text, const CkptState *st, H5Buffer *reuse, char *msg,
+                     int cap)
 {
     int has_adam = adam_m && adam_v;
     /* built in memory, then written in one pass and renamed (h5io.h): a
      * full disk costs the temporary, never the previous checkpoint */
-    hid_t f = h5io_create(sizeof(float) * pt->total * (has_adam ? 3 : 1) + (1 << 20));
+    H5Mem mem;
     char tmp[4200];
     h5io_tmp_name(path, tmp, sizeof tmp);
-    if (f < 0) {
+    if (h5io_create(&mem, sizeof(float) * pt->total * (has_adam ? 3 : 1) + (1 << 20), reuse)) {
         snprintf(msg, cap, "%s: cannot create the checkpoint in memory", tmp);
         return -1;
     }
-    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    hid_t f = mem.id, lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     int bad = 0;
     bad |= attr_str(f, "format", CKPT_FORMAT);
@@ -147,11 +144,11 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
     if (bad) {
-        H5Fclose(f);
+        h5io_discard(&mem);
         snprintf(msg, cap, "%s: HDF5 could not build the checkpoint in memory", tmp);
         return -1;
     }
-    if (h5io_save(f, tmp, msg, cap)) return -1;
+    if (h5io_save(&mem, tmp, msg, cap)) return -1;
     /* fault injection for tests: die between the write and the rename */
     const char *fault = getenv("TRANSFORMER_CKPT_FAULT_STEP");
     if (fault && atoll(fault) == st->step) raise(SIGKILL);
@@ -308,6 +305,13 @@ static int read_group(hid_t f, const char *path, const char *group, const ParamT
             H5Dclose(d);
             return 2;
         }
+        uint64_t want;
+        if (attr_read(d, "checksum", H5T_NATIVE_UINT64, &want) == 0   /* absent in older files */
+            && want != checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols)) {
+            fprintf(stderr, "error: %s: tensor %s fails its checksum (the file is damaged)\n", path, name);
+            H5Dclose(d);
+            return 2;
+        }
         H5Dclose(d);
     }
     return 0;
@@ -442,6 +446,7 @@ struct CkptWriter {
     char run_dir[CFG_STR];
     int keep, ckpt_steps, train_steps;   /* what checkpoint_prune keeps */
     float *host;          /* params | adam_m | adam_v */
+    H5Buffer image;       /* the file's memory, kept for the next write */
     char *cfg_text;
     CkptState st;
     pthread_t thread;
@@ -476,7 +481,8 @@ static void *writer_main(void *arg)
     size_t n = w->pt->total;
     hdf5_lock();
     double t0 = now_seconds();
-    int rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, msg, sizeof msg);
+    int rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, &w->image, msg,
+                              sizeof msg);
     double t = now_seconds() - t0;
     if (!rc) checkpoint_prune(w->run_dir, w->keep, w->ckpt_steps, w->train_steps);
     hdf5_unlock();
@@ -543,6 +549,7 @@ void checkpoint_writer_free(CkptWriter *w)
     if (!w) return;
     checkpoint_writer_wait(w);
     free(w->host);
+    h5io_buffer_free(&w->image);
     free(w->cfg_text);
     free(w);
 }

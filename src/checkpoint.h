@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "h5io.h"
 #include "model.h"
 #include "ops.h"
 
@@ -54,9 +55,12 @@ int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *param
 
 /* Write a complete checkpoint atomically to path (host buffers laid out as
  * pt; adam_m/adam_v may be NULL for parameter-only files such as averages).
- * cfg_text is config_to_string() output.  Returns 0, or -1 with msg set. */
+ * cfg_text is config_to_string() output.  The file is built in memory taken
+ * from and given back to reuse (h5io.h; NULL: allocated and freed here).
+ * Returns 0, or -1 with msg set. */
 int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
-                     const float *adam_v, const char *cfg_text, const CkptState *st, char *msg, int cap);
+                     const float *adam_v, const char *cfg_text, const CkptState *st, H5Buffer *reuse, char *msg,
+                     int cap);
 
 /* Checkpoints of a run directory, ckpt_<step>.h5, sorted by step (ascending).
  * Returns how many; *paths (caller frees each and the array). */

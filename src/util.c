@@ -53,6 +53,35 @@ double now_seconds(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+uint64_t checksum64(const void *data, size_t n)
+{
+    /* odd 64-bit constants with well-mixed bits (those of xxHash) */
+    const uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull;
+    const unsigned char *p = data;
+    uint64_t a0 = P1 + P2, a1 = P2, a2 = 0, a3 = -P1;
+    size_t i = 0;
+    /* four lanes with no dependence between them: the loop runs at the
+     * multiplier's throughput, not its latency */
+    for (; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, p + i, 32);
+        a0 = rotl64(a0 + w[0] * P2, 31) * P1;
+        a1 = rotl64(a1 + w[1] * P2, 31) * P1;
+        a2 = rotl64(a2 + w[2] * P2, 31) * P1;
+        a3 = rotl64(a3 + w[3] * P2, 31) * P1;
+    }
+    uint64_t h = rotl64(a0, 1) + rotl64(a1, 7) + rotl64(a2, 12) + rotl64(a3, 18) + (uint64_t)n;
+    for (; i < n; i++) h = rotl64(h ^ (p[i] * P3), 11) * P1;
+    h ^= h >> 33;
+    h *= P2;
+    h ^= h >> 29;
+    h *= P3;
+    h ^= h >> 32;
+    return h;
+}
+
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h)
 {
     const unsigned char *p = data;

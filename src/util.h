@@ -16,5 +16,9 @@ void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), no
 /* set by dist.c: called by die() instead of exit() when MPI is running */
 extern void (*util_abort_hook)(int code);
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h);
+/* A 64-bit checksum at memory speed (4 independent multiply-rotate lanes
+ * over 64-bit words, then an avalanche), for detecting damaged checkpoint
+ * tensors; not cryptographic.  Hashes bytes as little-endian words. */
+uint64_t checksum64(const void *data, size_t n);
 
 #endif

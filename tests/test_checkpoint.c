@@ -37,7 +37,7 @@ int main(void)
     snprintf(path, sizeof path, "%s/ckpt_00000007.h5", dir);
     config_to_string(&c, text, sizeof text);
     CkptState st = { .step = 7, .elapsed = 1.5, .seed = 77, .ranks = 1, .update_freq = 1 };
-    CHECK(checkpoint_write(path, &pt, p, mo, vo, text, &st, msg, sizeof msg) == 0, "write: %s", msg);
+    CHECK(checkpoint_write(path, &pt, p, mo, vo, text, &st, NULL, msg, sizeof msg) == 0, "write: %s", msg);
 
     Backend *be = backend_cpu_create(1);
     Model m;

@@ -2,7 +2,7 @@
 # Broken inputs give one-line errors and exit 2: a truncated checkpoint, a
 # foreign HDF5 file, a non-HDF5 file, a checkpoint of another architecture
 # (average and train resume), --resume without checkpoints, a flipped byte in
-# a tensor (Fletcher-32), a run state out of range, --output naming an input,
+# a tensor (its checksum), a run state out of range, --output naming an input,
 # a run directory that is a file or in use by another run.  A truncated
 # newest checkpoint in a run directory is skipped for the previous one and
 # moved aside; a directory none of whose checkpoints reads is an error.
@@ -52,11 +52,11 @@ cp $C $W/flip.h5
 $PY - $W/flip.h5 <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
-    off = f["params/decoder/layer_00/ffn/W_1"].id.get_chunk_info(0).byte_offset + 100
+    off = f["params/decoder/layer_00/ffn/W_1"].id.get_offset() + 100
 with open(sys.argv[1], "r+b") as f:
     f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x10]))
 PY
-expect_error 2 "error: $W/flip.h5: cannot read tensor params/decoder/layer_00/ffn/W_1 (truncated or corrupt file)" \
+expect_error 2 "error: $W/flip.h5: tensor params/decoder/layer_00/ffn/W_1 fails its checksum (the file is damaged)" \
     $BIN average --output $W/o.h5 $W/flip.h5
 mkdir $W/fliprun && cp $W/run/ckpt_00000010.h5 $W/fliprun/ && cp $W/flip.h5 $W/fliprun/ckpt_00000020.h5
 $BIN train $CK_ARGS run_dir=$W/fliprun train_steps=20 > $W/f.log 2>&1 || fail "resume past a damaged file: $(tail -2 $W/f.log)"
