@@ -85,6 +85,17 @@ void decoder_free(Decoder *d)
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
+/* a decoder buffer; out of device memory is fatal here, with the sizes,
+ * rather than a NULL the first op trips on */
+static void *dalloc(Backend *be, size_t bytes, int n_hyp, int T)
+{
+    void *p = be->alloc(be, bytes);
+    if (!p)
+        die(1, "decode: out of device memory allocating %zu bytes (%d hypotheses x %d positions; a smaller "
+            "--batch-size needs less)", bytes, n_hyp, T);
+    return p;
+}
+
 /* grow the buffers to n_sent sentences of K hypotheses, S source and T target positions */
 static void reserve(Decoder *d, int n_sent, int K, int S, int T)
 {
@@ -98,13 +109,11 @@ static void reserve(Decoder *d, int n_sent, int K, int S, int T)
     const Config *c = &m->cfg;
     size_t h = c->n_heads, dm = c->d_model, hk = h * c->d_k, hv = h * c->d_v, w2 = hk + hv;
     size_t N = (size_t)cn, F = sizeof(float);
-#define A(x) be->alloc(be, (x) * F)
+#define A(x) dalloc(be, (x) * F, cn, cT)
     for (int l = 0; l < c->n_layers; l++) {
         d->self_kv[0][l] = A(N * cT * w2);
         d->self_kv[1][l] = A(N * cT * w2);
         d->cross_kv[l] = A((size_t)cs * cS * w2);
-        if (!d->self_kv[0][l] || !d->self_kv[1][l] || !d->cross_kv[l])
-            die(1, "decode: out of device memory for the key/value caches (%d hypotheses x %d positions)", cn, cT);
     }
     d->xa = A(N * dm); d->xb = A(N * dm); d->x1 = A(N * dm); d->x2 = A(N * dm);
     d->q = A(N * hk); d->P = A(N * h * cT); d->P2 = A(N * h * cS); d->ctx = A(N * hv);
@@ -112,7 +121,6 @@ static void reserve(Decoder *d, int n_sent, int K, int S, int T)
     d->hid = A(N * c->d_ff); d->logits = A(N * c->vocab_size);
     d->d_tok = A(N); d->d_self_len = A(N); d->d_sent_id = A(N); d->d_src_len = A((size_t)cs);
 #undef A
-    if (!d->logits || !d->hid || !d->d_src_len) die(1, "decode: out of device memory");
     d->h_src_len = xcalloc(cs, sizeof(int32_t));
 }
 

@@ -21,6 +21,7 @@ void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out
     int *done = xcalloc(B, sizeof(int));
     float *logit = xmalloc(sizeof(float) * V);
     float *dlog = be->alloc(be, sizeof(float) * (size_t)B * V);
+    if (!dlog) die(1, "greedy: out of device memory allocating %zu bytes of logits", sizeof(float) * (size_t)B * V);
     for (int k = 0; k < B; k++) { w.tgt_in[(size_t)k * w.T] = TOK_BOS; out_len[k] = 0; }
     int t;
     const float *enc = NULL;

@@ -127,6 +127,7 @@ void h5io_discard(H5Mem *m)
 int h5io_create(H5Mem *m, size_t size_hint, H5Buffer *reuse)
 {
     h5io_init();
+    m->im = NULL;
     hid_t fapl = core_fapl(m, size_hint, reuse);
     m->id = fapl < 0 ? -1 : H5Fcreate(MEM_NAME, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
