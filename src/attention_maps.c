@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +274,7 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
     }
     Vocab v;
     char **pieces = NULL;
+    hdf5_lock();   /* the dataset's vocabulary is read with HDF5 too */
 #ifdef HAVE_DATASET
     DatasetVocab dv = {0};
     if (strcmp(m->cfg.data, "synthetic") && dataset_load_vocab(m->cfg.data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
@@ -285,20 +287,16 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
     char path[4200], grp[32];
     snprintf(path, sizeof path, "%s/attention_probe.h5", run_dir);
     snprintf(grp, sizeof grp, "step_%08d", step);
-    hdf5_lock();
     /* rewritten whole and renamed into place (h5io.h) */
     char msg[4400];
-    int missing;
+    int created;
     H5Mem mem;
-    hid_t f = h5io_open_update(&mem, path, &missing, msg, sizeof msg) ? -1 : mem.id;
-    if (f < 0 && missing) {
-        f = h5io_create(&mem, 1 << 20, NULL) ? -1 : mem.id;
-        if (f >= 0) {
-            attr_str(f, "format", "transformer-attention-probe");
-            attr_str(f, "version", PROJECT_VERSION);
-            attr_i64(f, "n_layers", m->cfg.n_layers);
-            attr_i64(f, "n_heads", m->cfg.n_heads);
-        }
+    hid_t f = h5io_open_log(&mem, path, &created, msg, sizeof msg) ? -1 : mem.id;
+    if (f >= 0 && created) {
+        attr_str(f, "format", "transformer-attention-probe");
+        attr_str(f, "version", PROJECT_VERSION);
+        attr_i64(f, "n_layers", m->cfg.n_layers);
+        attr_i64(f, "n_heads", m->cfg.n_heads);
     }
     int bad = f < 0;
     if (!bad) {
@@ -357,14 +355,15 @@ static int parse_list(const char *s, int64_t **out, int64_t *dup)
     const char *p = s;
     while (*p) {
         char *end;
-        long long a = strtoll(p, &end, 10), b;
         errno = 0;
-        if (end == p || a < 0 || errno) return -1;
+        long long a = strtoll(p, &end, 10), b;
+        if (end == p || a < 0 || a > INT_MAX || errno) return -1;   /* pair indices are ints */
         b = a;
         p = end;
         if (*p == '-') {
+            errno = 0;
             b = strtoll(p + 1, &end, 10);
-            if (end == p + 1 || b < a || errno) return -1;
+            if (end == p + 1 || b < a || b > INT_MAX || errno) return -1;
             p = end;
         }
         if (b - a >= MAX_SENTENCES - n) return -2;

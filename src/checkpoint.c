@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -117,7 +118,11 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     H5Mem mem;
     char tmp[4200];
     h5io_tmp_name(path, tmp, sizeof tmp);
+    /* HDF5 (not thread-safe here) only while the file is built in memory;
+     * the disk write below runs without the lock */
+    hdf5_lock();
     if (h5io_create(&mem, sizeof(float) * pt->total * (has_adam ? 3 : 1) + (1 << 20), reuse)) {
+        hdf5_unlock();
         snprintf(msg, cap, "%s: cannot create the checkpoint in memory", tmp);
         return -1;
     }
@@ -143,12 +148,16 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
+    H5Image img;
+    char why[256] = "";
+    if (bad) h5io_discard(&mem);
+    else bad = h5io_close_image(&mem, &img, why, sizeof why);
+    hdf5_unlock();
     if (bad) {
-        h5io_discard(&mem);
-        snprintf(msg, cap, "%s: HDF5 could not build the checkpoint in memory", tmp);
+        snprintf(msg, cap, "%s: HDF5 could not build the checkpoint in memory%s%s", tmp, why[0] ? ": " : "", why);
         return -1;
     }
-    if (h5io_save(&mem, tmp, msg, cap)) return -1;
+    if (h5io_write_image(&img, tmp, msg, cap)) return -1;
     /* fault injection for tests: die between the write and the rename */
     const char *fault = getenv("TRANSFORMER_CKPT_FAULT_STEP");
     if (fault && atoll(fault) == st->step) raise(SIGKILL);
@@ -162,9 +171,12 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
 
 /* --------------------------------------------------------------- reading */
 
-/* Open path as one of our checkpoints: file id, or -1 after a one-line error */
-static hid_t open_ckpt(const char *path)
+/* Open path as one of our checkpoints: file id, or -1 after a one-line error
+ * with *rc = CKPT_DAMAGED (not HDF5, truncated) or 2 (unreadable, foreign,
+ * another format version) */
+static hid_t open_ckpt(const char *path, int *rc)
 {
+    *rc = 2;
     h5io_init();
     struct stat sb;
     if (stat(path, &sb)) {
@@ -173,11 +185,13 @@ static hid_t open_ckpt(const char *path)
     }
     if (H5Fis_hdf5(path) <= 0) {
         fprintf(stderr, "error: %s: not a checkpoint (not an HDF5 file)\n", path);
+        *rc = CKPT_DAMAGED;   /* e.g. cut short before its superblock */
         return -1;
     }
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         fprintf(stderr, "error: %s: cannot read checkpoint (truncated or corrupt HDF5 file)\n", path);
+        *rc = CKPT_DAMAGED;
         return -1;
     }
     char *fmt = attr_read_str(f, "format");
@@ -222,7 +236,7 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
     char *text = attr_read_str(f, "config");
     if (!text) {
         fprintf(stderr, "error: %s: checkpoint has no config attribute\n", path);
-        return 2;
+        return CKPT_DAMAGED;
     }
     char origin[4200];
     snprintf(origin, sizeof origin, "%s (config attribute)", path);
@@ -231,27 +245,35 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
     if (rc) return 2;
     if (st) {
         memset(st, 0, sizeof *st);
-        int64_t i64;
+        int64_t ranks = 0, update_freq = 0, n_batches = 0;
         int bad = attr_read(f, "step", H5T_NATIVE_INT64, &st->step);
         bad |= attr_read(f, "elapsed_seconds", H5T_NATIVE_DOUBLE, &st->elapsed);
         bad |= attr_read(f, "seed", H5T_NATIVE_UINT64, &st->seed);
-        bad |= attr_read(f, "ranks", H5T_NATIVE_INT64, &i64); st->ranks = (int)i64;
-        bad |= attr_read(f, "update_freq", H5T_NATIVE_INT64, &i64); st->update_freq = (int)i64;
+        bad |= attr_read(f, "ranks", H5T_NATIVE_INT64, &ranks);
+        bad |= attr_read(f, "update_freq", H5T_NATIVE_INT64, &update_freq);
         bad |= attr_read(f, "data_position", H5T_NATIVE_INT64, &st->data_position);
         bad |= attr_read(f, "batch_plan_hash", H5T_NATIVE_UINT64, &st->plan_hash);
-        bad |= attr_read(f, "batches_per_epoch", H5T_NATIVE_INT64, &i64); st->n_batches = (int)i64;
+        bad |= attr_read(f, "batches_per_epoch", H5T_NATIVE_INT64, &n_batches);
         if (bad) {
             fprintf(stderr, "error: %s: checkpoint lacks run-state attributes (step, seed, ...)\n", path);
-            return 2;
+            return CKPT_DAMAGED;
         }
-        if (attr_read(f, "vocab_hash", H5T_NATIVE_UINT64, &st->vocab_hash)) st->vocab_hash = 0;   /* optional */
-        if (st->step < 0 || st->step > INT32_MAX || !(st->elapsed >= 0) || st->ranks < 1 || st->update_freq < 1
-            || st->data_position < 0 || st->n_batches < 0) {
-            fprintf(stderr, "error: %s: checkpoint run state out of range (step %lld, elapsed %g s, ranks %d, "
-                    "update_freq %d, data_position %lld, batches_per_epoch %d)\n", path, (long long)st->step,
-                    st->elapsed, st->ranks, st->update_freq, (long long)st->data_position, st->n_batches);
-            return 2;
+        if (H5Aexists(f, "vocab_hash") > 0 && attr_read(f, "vocab_hash", H5T_NATIVE_UINT64, &st->vocab_hash)) {
+            fprintf(stderr, "error: %s: cannot read its vocab_hash attribute\n", path);
+            return CKPT_DAMAGED;
         }
+        if (st->step < 0 || st->step > INT32_MAX || !isfinite(st->elapsed) || st->elapsed < 0 || ranks < 1
+            || ranks > INT32_MAX || update_freq < 1 || update_freq > INT32_MAX || st->data_position < 0 || n_batches < 0
+            || n_batches > INT32_MAX) {
+            fprintf(stderr, "error: %s: checkpoint run state out of range (step %lld, elapsed %g s, ranks %lld, "
+                    "update_freq %lld, data_position %lld, batches_per_epoch %lld)\n", path, (long long)st->step,
+                    st->elapsed, (long long)ranks, (long long)update_freq, (long long)st->data_position,
+                    (long long)n_batches);
+            return CKPT_DAMAGED;
+        }
+        st->ranks = (int)ranks;
+        st->update_freq = (int)update_freq;
+        st->n_batches = (int)n_batches;
     }
     return 0;
 }
@@ -269,9 +291,10 @@ int checkpoint_check_vocab(const char *ckpt_path, const CkptState *st, const cha
 
 int checkpoint_read_config(const char *path, Config *cfg_out, CkptState *st)
 {
-    hid_t f = open_ckpt(path);
-    if (f < 0) return 2;
-    int rc = read_config_f(f, path, cfg_out, st);
+    int rc;
+    hid_t f = open_ckpt(path, &rc);
+    if (f < 0) return rc;
+    rc = read_config_f(f, path, cfg_out, st);
     H5Fclose(f);
     return rc;
 }
@@ -285,7 +308,7 @@ static int read_group(hid_t f, const char *path, const char *group, const ParamT
         hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
         if (d < 0) {
             fprintf(stderr, "error: %s: checkpoint is missing tensor %s\n", path, name);
-            return 2;
+            return CKPT_DAMAGED;
         }
         hid_t sp = H5Dget_space(d);
         hsize_t dims[3] = { 0, 0, 0 };
@@ -298,19 +321,20 @@ static int read_group(hid_t f, const char *path, const char *group, const ParamT
             fprintf(stderr, "error: %s: tensor %s has shape [%llu, %llu], expected [%d, %d]\n", path, name,
                     (unsigned long long)dims[0], (unsigned long long)dims[1], p->rows, p->cols);
             H5Dclose(d);
-            return 2;
+            return CKPT_DAMAGED;
         }
         if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf + p->offset) < 0) {
             fprintf(stderr, "error: %s: cannot read tensor %s (truncated or corrupt file)\n", path, name);
             H5Dclose(d);
-            return 2;
+            return CKPT_DAMAGED;
         }
         uint64_t want;
-        if (attr_read(d, "checksum", H5T_NATIVE_UINT64, &want) == 0   /* absent in older files */
-            && want != checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols)) {
+        int has = H5Aexists(d, "checksum") > 0;   /* absent in older files */
+        if (has && (attr_read(d, "checksum", H5T_NATIVE_UINT64, &want)
+                    || want != checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols))) {
             fprintf(stderr, "error: %s: tensor %s fails its checksum (the file is damaged)\n", path, name);
             H5Dclose(d);
-            return 2;
+            return CKPT_DAMAGED;
         }
         H5Dclose(d);
     }
@@ -319,9 +343,10 @@ static int read_group(hid_t f, const char *path, const char *group, const ParamT
 
 int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *params, float *m_out, float *v_out)
 {
-    hid_t f = open_ckpt(path);
-    if (f < 0) return 2;
-    int rc = read_group(f, path, "params", pt, params);
+    int rc;
+    hid_t f = open_ckpt(path, &rc);
+    if (f < 0) return rc;
+    rc = read_group(f, path, "params", pt, params);
     if (!rc && (m_out || v_out)) {
         int64_t has = 0;
         if (attr_read(f, "has_adam", H5T_NATIVE_INT64, &has) || !has) {
@@ -337,9 +362,10 @@ int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *param
 
 int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *be)
 {
-    hid_t f = open_ckpt(path);
+    int rc;
+    hid_t f = open_ckpt(path, &rc);
     if (f < 0) return 2;
-    int rc = read_config_f(f, path, cfg_out, NULL);
+    rc = read_config_f(f, path, cfg_out, NULL);
     H5Fclose(f);
     if (rc) return 2;
     if (model_init(m, cfg_out, be)) {
@@ -352,7 +378,7 @@ int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *
     if (!rc) be->upload(be, m->params, host, bytes);
     free(host);
     if (rc) model_free(m);
-    return rc;
+    return rc ? 2 : 0;
 }
 
 /* ------------------------------------------------------- run directories */
@@ -479,13 +505,27 @@ static void *writer_main(void *arg)
     char path[4200], msg[4400];
     checkpoint_path(path, sizeof path, w->run_dir, w->st.step);
     size_t n = w->pt->total;
-    hdf5_lock();
     double t0 = now_seconds();
-    int rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, &w->image, msg,
+    /* a diverged state is not saved: the run stops instead (the loss check
+     * of the training loop misses an update that makes the weights inf or
+     * NaN at a step whose loss was still finite) */
+    const char *bad_tensor = NULL;
+    for (int i = 0; i < w->pt->n && !bad_tensor; i++) {
+        const ParamInfo *p = &w->pt->t[i];
+        const float *x = w->host + p->offset;
+        for (size_t k = 0; k < (size_t)p->rows * p->cols; k++)
+            if (!isfinite(x[k])) { bad_tensor = p->name; break; }
+    }
+    int rc;
+    if (bad_tensor) {
+        snprintf(msg, sizeof msg, "%s: not written: parameter %s is not finite (the run diverged; a lower lr_factor "
+                 "or a longer warmup may help)", path, bad_tensor);
+        rc = -1;
+    } else
+        rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, &w->image, msg,
                               sizeof msg);
     double t = now_seconds() - t0;
     if (!rc) checkpoint_prune(w->run_dir, w->keep, w->ckpt_steps, w->train_steps);
-    hdf5_unlock();
     if (rc) fprintf(stderr, "error: %s\n", msg);
     else {
         struct stat sb;

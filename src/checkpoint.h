@@ -46,11 +46,16 @@ int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *
  * error naming both, and 2. */
 int checkpoint_check_vocab(const char *ckpt_path, const CkptState *st, const char *data_path);
 
-/* Read only the stored config (and state, if st is not NULL): 0 or 2 with a
- * one-line error. */
+/* Read only the stored config (and state, if st is not NULL): 0, or after a
+ * one-line error CKPT_DAMAGED (the file is damaged: not HDF5, truncated,
+ * attributes missing or out of range, a tensor unreadable or failing its
+ * checksum) or 2 (anything else: cannot open, a foreign file, another
+ * format version, a config this build does not know, no Adam moments). */
+#define CKPT_DAMAGED 3
 int checkpoint_read_config(const char *path, Config *cfg_out, CkptState *st);
 /* Load parameters (and, if adam is set, the Adam moments) into host buffers
- * laid out as pt (pt->total floats each; m_out/v_out may be NULL).  0 or 2. */
+ * laid out as pt (pt->total floats each; m_out/v_out may be NULL).  0,
+ * CKPT_DAMAGED or 2, as above. */
 int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *params, float *m_out, float *v_out);
 
 /* Write a complete checkpoint atomically to path (host buffers laid out as

@@ -51,20 +51,27 @@ void h5io_buffer_free(H5Buffer *b)
     b->size = 0;
 }
 
+/* the driver's own memory (not the copies property lists make of an image) */
+static int file_op(H5FD_file_image_op_t op)
+{
+    return op == H5FD_FILE_IMAGE_OP_FILE_OPEN || op == H5FD_FILE_IMAGE_OP_FILE_RESIZE;
+}
+
 static void *im_malloc(size_t n, H5FD_file_image_op_t op, void *u)
 {
-    (void)op;
     Image *im = u;
-    im->size = n;
+    if (!file_op(op)) return malloc(n);
     if (im->reuse && im->reuse->p && im->reuse->size >= n) {
         void *p = im->reuse->p;
+        im->size = n;
         im->alloc = im->reuse->size;
         im->reuse->p = NULL;
         im->reuse->size = 0;
         return p;
     }
-    im->alloc = n;
-    return malloc(n);
+    void *p = malloc(n);
+    if (p) { im->size = n; im->alloc = n; }
+    return p;
 }
 static void *im_memcpy(void *d, const void *s, size_t n, H5FD_file_image_op_t op, void *u)
 {
@@ -74,16 +81,17 @@ static void *im_memcpy(void *d, const void *s, size_t n, H5FD_file_image_op_t op
 static void *im_realloc(void *p, size_t n, H5FD_file_image_op_t op, void *u)
 {
     Image *im = u;
+    if (!file_op(op)) return realloc(p, n);
     if (!p) return im_malloc(n, op, u);   /* the core driver's first allocation comes here */
-    im->size = n;
-    if (n <= im->alloc) return p;   /* a reused buffer may be larger already */
-    im->alloc = n;
-    return realloc(p, n);
+    if (n <= im->alloc) { im->size = n; return p; }   /* a reused buffer may be larger already */
+    void *q = realloc(p, n);
+    if (q) { im->size = n; im->alloc = n; }
+    return q;
 }
 static herr_t im_free(void *p, H5FD_file_image_op_t op, void *u)
 {
     Image *im = u;
-    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && im && im->keep && !im->kept) im->kept = p;
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && im->keep && !im->kept) im->kept = p;
     else free(p);
     return 0;
 }
@@ -102,6 +110,9 @@ static hid_t core_fapl(H5Mem *m, size_t size_hint, H5Buffer *reuse)
     if (fapl < 0) return -1;
     /* no backing store: HDF5 never writes to disk itself */
     H5Pset_fapl_core(fapl, size_hint > (1 << 20) ? size_hint : (1 << 20), 0);
+    /* H5Fclose closes the file now, objects left open or not: the driver
+     * must not outlive the Image it calls back into */
+    H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
     Image *im = xcalloc(1, sizeof *im);
     im->refs = 1;
     im->reuse = reuse;
@@ -111,17 +122,23 @@ static hid_t core_fapl(H5Mem *m, size_t size_hint, H5Buffer *reuse)
     return fapl;
 }
 
-static void release(H5Mem *m)
+/* Close the file.  The driver holds a plain pointer to the Image (HDF5
+ * counts no reference for it), so ours is dropped only once the file is
+ * closed; if it is not (HDF5 1.10 may fail a close and keep the file), the
+ * Image is left to it. */
+static int close_file(H5Mem *m)
 {
-    if (m->im) im_udata_free(m->im);
+    int rc = 0;
+    if (m->id >= 0) rc = H5Fclose(m->id) < 0 ? -1 : 0;
+    if (m->im && !rc) im_udata_free(m->im);
     m->im = NULL;
     m->id = -1;
+    return rc;
 }
 
 void h5io_discard(H5Mem *m)
 {
-    if (m->id >= 0) H5Fclose(m->id);
-    release(m);
+    close_file(m);
 }
 
 int h5io_create(H5Mem *m, size_t size_hint, H5Buffer *reuse)
@@ -131,7 +148,7 @@ int h5io_create(H5Mem *m, size_t size_hint, H5Buffer *reuse)
     hid_t fapl = core_fapl(m, size_hint, reuse);
     m->id = fapl < 0 ? -1 : H5Fcreate(MEM_NAME, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
-    if (m->id < 0) release(m);
+    if (m->id < 0) close_file(m);
     return m->id < 0 ? -1 : 0;
 }
 
@@ -166,9 +183,37 @@ int h5io_open_update(H5Mem *m, const char *path, int *missing, char *msg, int ca
     }
     free(buf);
     if (m->id >= 0) return 0;
-    release(m);
-    snprintf(msg, cap, "%s: %s", path, rd ? "not a readable HDF5 file (truncated or corrupt)" : "read failed");
-    return -1;
+    close_file(m);
+    if (!rd) {
+        snprintf(msg, cap, "%s: read failed", path);
+        return -1;
+    }
+    snprintf(msg, cap, "%s: not a readable HDF5 file (truncated or corrupt)", path);
+    return -2;
+}
+
+int h5io_open_log(H5Mem *m, const char *path, int *created, char *msg, int cap)
+{
+    int missing;
+    int rc = h5io_open_update(m, path, &missing, msg, cap);
+    *created = 0;
+    if (rc == 0) return 0;
+    if (rc == -1 && !missing) return -1;   /* unreadable for another reason: left alone */
+    if (rc == -2) {
+        char bad[4300];
+        snprintf(bad, sizeof bad, "%s.bad", path);
+        if (rename(path, bad)) {
+            snprintf(msg, cap, "%s: not a readable HDF5 file, and cannot be moved aside: %s", path, strerror(errno));
+            return -1;
+        }
+        fprintf(stderr, "warning: %s: not a readable HDF5 file; moved to %s, starting a new one\n", path, bad);
+    }
+    if (h5io_create(m, 1 << 20, NULL)) {
+        snprintf(msg, cap, "%s: cannot create the file in memory", path);
+        return -1;
+    }
+    *created = 1;
+    return 0;
 }
 
 void h5io_tmp_name(const char *path, char *tmp, size_t cap)
@@ -190,51 +235,86 @@ static int write_all_fd(int fd, const char *p, size_t n)
     return 0;
 }
 
-int h5io_save(H5Mem *m, const char *tmp, char *msg, int cap)
+int h5io_close_image(H5Mem *m, H5Image *out, char *msg, int cap)
 {
+    memset(out, 0, sizeof *out);
+    Image *im = m->im;
     ssize_t n = H5Fflush(m->id, H5F_SCOPE_GLOBAL) < 0 ? -1 : H5Fget_file_image(m->id, NULL, 0);
     /* take the image from the core driver as the file closes (above) */
-    Image *im = m->im;
     im->keep = 1;
-    H5Fclose(m->id);
-    char *img = NULL;
-    size_t alloc = im->alloc;
-    H5Buffer *reuse = im->reuse;
-    {
-        img = im->kept;
-        /* the image ends at HDF5's end of allocation; the driver's memory
-         * may stop short of it, and reads beyond it as zeros */
-        if (img && n > 0 && (size_t)n > im->size) {
-            char *g = (size_t)n <= alloc ? img : realloc(img, (size_t)n);
-            if (g) memset(g + im->size, 0, (size_t)n - im->size);
-            else free(img);
-            if ((size_t)n > alloc) alloc = (size_t)n;
-            img = g;
-        }
-        im->kept = NULL;
-    }
-    release(m);
-    if (!img) n = -1;
-    if (!img) {
-        snprintf(msg, cap, "%s: HDF5 could not build the file in memory (%s)", tmp,
-                 n > 0 ? "out of memory?" : "library error");
+    out->reuse = im->reuse;
+    if (H5Fclose(m->id) < 0) {
+        m->id = -1;
+        m->im = NULL;   /* the driver may still use it: left to it */
+        snprintf(msg, cap, "HDF5 could not close the in-memory file");
         return -1;
     }
+    char *img = im->kept;
+    size_t alloc = im->alloc, size = im->size;
+    im->kept = NULL;
+    m->id = -1;
+    close_file(m);   /* drops our reference */
+    if (img && n > 0 && (size_t)n > size) {
+        /* the image ends at HDF5's end of allocation; the driver's memory
+         * may stop short of it, and reads beyond it as zeros */
+        char *g = (size_t)n <= alloc ? img : realloc(img, (size_t)n);
+        if (g) {
+            memset(g + size, 0, (size_t)n - size);
+            if ((size_t)n > alloc) alloc = (size_t)n;
+        } else free(img);
+        img = g;
+    }
+    if (!img || n <= 0) {
+        if (img) h5io_release_image(&(H5Image){ img, 0, alloc, out->reuse });
+        snprintf(msg, cap, "HDF5 could not build the file in memory (%s)", n > 0 ? "out of memory" : "library error");
+        return -1;
+    }
+    out->data = img;
+    out->size = (size_t)n;
+    out->alloc = alloc;
+    return 0;
+}
+
+void h5io_release_image(H5Image *img)
+{
+    if (img->reuse && img->data) {   /* keep the memory for the next file */
+        h5io_buffer_free(img->reuse);
+        img->reuse->p = img->data;
+        img->reuse->size = img->alloc;
+    } else free(img->data);
+    img->data = NULL;
+}
+
+int h5io_write_image(H5Image *img, const char *tmp, char *msg, int cap)
+{
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int bad = fd < 0 || write_all_fd(fd, img, (size_t)n) || fsync(fd);
+    if (fd < 0) {
+        snprintf(msg, cap, "%s: cannot create: %s", tmp, strerror(errno));
+        h5io_release_image(img);
+        return -1;
+    }
+    int bad = write_all_fd(fd, img->data, img->size) || fsync(fd);
     int err = errno;
-    if (fd >= 0 && close(fd) && !bad) { bad = 1; err = errno; }
-    if (reuse) {   /* keep the memory for the next file */
-        h5io_buffer_free(reuse);
-        reuse->p = img;
-        reuse->size = alloc;
-    } else free(img);
+    if (close(fd) && !bad) { bad = 1; err = errno; }
+    double mb = img->size / 1e6;
+    h5io_release_image(img);
     if (bad) {
-        snprintf(msg, cap, "%s: cannot write %.1f MB: %s", tmp, n / 1e6, strerror(err));
+        snprintf(msg, cap, "%s: cannot write %.1f MB: %s", tmp, mb, strerror(err));
         unlink(tmp);
         return -1;
     }
     return 0;
+}
+
+int h5io_save(H5Mem *m, const char *tmp, char *msg, int cap)
+{
+    H5Image img;
+    char why[256];
+    if (h5io_close_image(m, &img, why, sizeof why)) {
+        snprintf(msg, cap, "%s: %s", tmp, why);
+        return -1;
+    }
+    return h5io_write_image(&img, tmp, msg, cap);
 }
 
 int h5io_publish(const char *tmp, const char *path, char *msg, int cap)
@@ -251,7 +331,7 @@ int h5io_publish(const char *tmp, const char *path, char *msg, int cap)
     else if (s == path) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(s - path), path);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { fsync(fd); close(fd); }
+    if (fd >= 0) { fsync(fd); close(fd); }   /* best effort: the rename has happened */
     return 0;
 }
 

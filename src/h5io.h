@@ -46,9 +46,15 @@ typedef struct {
  * 0, or -1. */
 int h5io_create(H5Mem *m, size_t size_hint, H5Buffer *reuse);
 /* An existing file loaded into memory to be modified and written back with
- * h5io_commit.  0, or -1 with msg set; if the file does not exist, -1 with
- * *missing = 1 (msg empty). */
+ * h5io_commit.  0; -1 with msg set if it cannot be read (*missing = 1 and
+ * msg empty if it does not exist); -2 with msg set if it is not a readable
+ * HDF5 file (truncated, damaged). */
 int h5io_open_update(H5Mem *m, const char *path, int *missing, char *msg, int cap);
+/* A log appended to over a run (metrics, attention probe): path loaded
+ * into memory, or a new file if there is none (*created = 1).  One that is
+ * not a readable HDF5 file is kept as path.bad, with a warning, and a new
+ * one started: never silently truncated.  0, or -1 with msg set. */
+int h5io_open_log(H5Mem *m, const char *path, int *created, char *msg, int cap);
 /* close without writing (error paths) */
 void h5io_discard(H5Mem *m);
 
@@ -56,9 +62,20 @@ void h5io_discard(H5Mem *m);
 void h5io_tmp_name(const char *path, char *tmp, size_t cap);
 /* Close the in-memory file m and write its image to tmp, fsync'ed.  m is
  * closed in every case.  0, or -1 with msg "TMP: ...: <strerror>" and tmp
- * removed. */
+ * removed.  The same in two parts, so that the disk write can run without
+ * holding hdf5_lock(): h5io_close_image (HDF5) then h5io_write_image (no
+ * HDF5; takes the image and gives its memory back to the reuse buffer). */
 int h5io_save(H5Mem *m, const char *tmp, char *msg, int cap);
-/* rename tmp over path and fsync the directory.  0, or -1 with msg. */
+typedef struct {
+    char *data;
+    size_t size, alloc;
+    H5Buffer *reuse;
+} H5Image;
+int h5io_close_image(H5Mem *m, H5Image *out, char *msg, int cap);
+int h5io_write_image(H5Image *img, const char *tmp, char *msg, int cap);
+void h5io_release_image(H5Image *img);
+/* rename tmp over path and fsync the directory (best effort: the rename
+ * is done).  0, or -1 with msg if the rename fails. */
 int h5io_publish(const char *tmp, const char *path, char *msg, int cap);
 /* h5io_save to path's temporary, then h5io_publish */
 int h5io_commit(H5Mem *m, const char *path, char *msg, int cap);

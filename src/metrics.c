@@ -114,20 +114,9 @@ static int table_write(hid_t f, Table *t, long keep_upto)
  * or a kill leaves the previous complete log */
 static int write_all(Metrics *m, long keep_upto, char *msg, int cap)
 {
-    int missing;
+    int created;
     H5Mem mem;
-    int bad = h5io_open_update(&mem, m->path, &missing, msg, cap);
-    if (bad && !missing) {
-        /* unreadable: keep it for inspection, start a new log */
-        char bad[4300];
-        snprintf(bad, sizeof bad, "%s.bad", m->path);
-        if (rename(m->path, bad)) return -1;
-        fprintf(stderr, "warning: %s; moved to %s, starting a new metrics log\n", msg, bad);
-    }
-    if (bad && h5io_create(&mem, 1 << 20, NULL)) {
-        snprintf(msg, cap, "%s: cannot create the metrics log in memory", m->path);
-        return -1;
-    }
+    if (h5io_open_log(&mem, m->path, &created, msg, cap)) return -1;
     if (table_write(mem.id, &m->train, keep_upto) | table_write(mem.id, &m->dev, keep_upto)) {
         h5io_discard(&mem);
         snprintf(msg, cap, "%s: HDF5 could not append to the metrics log", m->path);

@@ -75,11 +75,14 @@ static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
     st->vocab_hash = r->vocab_hash;
 }
 
-/* rank 0: find the newest readable checkpoint and load it into host
- * buffers; returns 1 if found, 0 if the directory has none; exits 2 on an
- * architecture mismatch and when none of several reads.  Unreadable ones
- * newer than the one used are renamed to *.bad: left in place, the newest
- * would count as the resume point when the next checkpoint is pruned. */
+/* rank 0: find the newest intact checkpoint and load it into host buffers;
+ * returns 1 if found, 0 if the directory has none.  Damaged ones (truncated,
+ * failed checksum: CKPT_DAMAGED) are skipped, and renamed to *.bad once an
+ * older one loads: left in place, the newest would count as the resume point
+ * when the next checkpoint is pruned.  Anything else that stops a checkpoint
+ * from loading (another architecture or vocabulary, another format version,
+ * no permission) exits 2 rather than quietly resuming from an older one;
+ * so does a directory none of whose checkpoints is intact. */
 static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size_t cap)
 {
     char **paths;
@@ -88,32 +91,31 @@ static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size
     size_t N = r->model.pt.total;
     for (int i = n - 1; i >= 0 && found < 0; i--) {
         Config ck;
-        if (checkpoint_read_config(paths[i], &ck, st)) {
-            fprintf(stderr, "warning: %s: skipped (unreadable), trying an older checkpoint\n", paths[i]);
+        int rc = checkpoint_read_config(paths[i], &ck, st);
+        char msg[512];
+        if (!rc && config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
+            die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", paths[i], msg);
+        if (!rc && checkpoint_check_vocab(paths[i], st, r->cfg.data)) rc = 2;
+        if (!rc) rc = checkpoint_read_tensors(paths[i], &r->model.pt, host, host + N, host + 2 * N);
+        if (rc == CKPT_DAMAGED) {
+            fprintf(stderr, "warning: %s: skipped (damaged), trying an older checkpoint\n", paths[i]);
             continue;
         }
-        char msg[512];
-        if (config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
-            die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", paths[i], msg);
-        if (checkpoint_check_vocab(paths[i], st, r->cfg.data)) {   /* the error is printed */
+        if (rc) {   /* not damaged, but not ours to resume from: say so, lose nothing */
             if (util_abort_hook) util_abort_hook(2);
             exit(2);
-        }
-        if (checkpoint_read_tensors(paths[i], &r->model.pt, host, host + N, host + 2 * N)) {
-            fprintf(stderr, "warning: %s: skipped (unreadable), trying an older checkpoint\n", paths[i]);
-            continue;
         }
         snprintf(used, cap, "%s", paths[i]);
         found = i;
     }
     if (n > 0 && found < 0)
-        die(2, "%s: none of its %d checkpoints can be read (errors above): move them away to start afresh",
+        die(2, "%s: none of its %d checkpoints is intact (errors above): move them away to start afresh",
             r->cfg.run_dir, n);
     for (int i = found + 1; i < n; i++) {
         char bad[4300];
         snprintf(bad, sizeof bad, "%s.bad", paths[i]);
         if (rename(paths[i], bad)) die(2, "%s: cannot move the unreadable checkpoint aside: %s", paths[i], strerror(errno));
-        fprintf(stderr, "warning: %s: moved to %s (unreadable, newer than %s)\n", paths[i], bad, used);
+        fprintf(stderr, "warning: %s: moved to %s (damaged, newer than %s)\n", paths[i], bad, used);
     }
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
@@ -130,7 +132,13 @@ static int lock_run_dir(const char *run_dir)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) die(2, "%s: cannot create the run directory lock: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) {
-        if (errno != EWOULDBLOCK) die(2, "%s: cannot lock the run directory: %s", path, strerror(errno));
+        if (errno != EWOULDBLOCK) {
+            /* a file system without flock (Lustre mounted noflock, some
+             * FUSE ones): run unprotected rather than not at all */
+            fprintf(stderr, "warning: %s: cannot lock the run directory (%s): another run on it would not be "
+                    "detected\n", path, strerror(errno));
+            return fd;
+        }
         ssize_t k = pread(fd, who, sizeof who - 1, 0);
         who[k > 0 ? k : 0] = '\0';
         who[strcspn(who, "\n")] = '\0';
@@ -248,7 +256,7 @@ int rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now)
             int64_t *steps;
             int n = checkpoint_list(r->cfg.run_dir, &paths, &steps);
             if (n) fprintf(stderr, "error: %s: training stopped after step %d because a checkpoint could not be written "
-                           "(above); the newest complete one is %s: make room and run again to resume from it\n",
+                           "(above); the newest complete one is %s: remove the cause and run again to resume from it\n",
                            r->cfg.run_dir, r->step, paths[n - 1]);
             else fprintf(stderr, "error: %s: training stopped after step %d because a checkpoint could not be written "
                          "(above); there is no complete checkpoint yet\n", r->cfg.run_dir, r->step);

@@ -41,6 +41,7 @@ res=$($PY "$(dirname "$0")/attention_check.py" $W/p30.h5 $C) || fail "probe maps
 ok "training probe: groups $steps; step 30 maps = NumPy forward of the final checkpoint"
 expect_error 2 "error: --sentences: index 999 is past" $BIN attention --checkpoint $C --sentences 999 --output $W/x.h5
 expect_error 2 "error: $W/nope.h5: cannot open checkpoint" $BIN attention --checkpoint $W/nope.h5 --sentences 0 --output $W/x.h5
-expect_error 2 "error: --sentences '0-99999999999999': more than 100000 sentences" $BIN attention --checkpoint $C --sentences 0-99999999999999 --output $W/x.h5
+expect_error 2 "error: --sentences '0-999999': more than 100000 sentences" $BIN attention --checkpoint $C --sentences 0-999999 --output $W/x.h5
 expect_error 2 "error: --sentences '0,3,1-4': sentence 3 is listed twice" $BIN attention --checkpoint $C --sentences 0,3,1-4 --output $W/x.h5
+expect_error 2 "error: --sentences '99999999999999999999': expected indices" $BIN attention --checkpoint $C --sentences 99999999999999999999 --output $W/x.h5
 [ ! -e $W/x.h5 ] || fail "output written despite an error"

@@ -31,7 +31,7 @@ grep -q "^error: $D/run/\.ckpt_000000[0-9]0\.h5\.tmp: cannot write .* MB: No spa
     || fail "no one-line ENOSPC error: $(grep error $W/full.log)"
 last=$(ls $D/run/ckpt_*.h5 | tail -1)
 [ -n "$last" ] || fail "no checkpoint fitted: the disk is too small for this test"
-grep -q "^error: $D/run: training stopped after step [0-9]* because a checkpoint could not be written (above); the newest complete one is $last: make room" $W/full.log \
+grep -q "^error: $D/run: training stopped after step [0-9]* because a checkpoint could not be written (above); the newest complete one is $last: remove the cause" $W/full.log \
     || fail "no stop message naming $last: $(grep error $W/full.log)"
 ok "disk full: exit 1, $(grep -c '^error' $W/full.log) error lines, newest complete checkpoint $(basename $last)"
 ls -a $D/run | grep -q '\.tmp$' && fail "temporaries left: $(ls -a $D/run)"

@@ -44,7 +44,7 @@ grep -q "warning: .*ckpt_00000030.h5: skipped" $W/r.log && grep -q "resume: .*ck
 [ -e $W/run/ckpt_00000030.h5.bad ] && [ ! -e $W/run/ckpt_00000030.h5 ] || fail "unreadable newest not moved aside: $(ls $W/run)"
 ok "truncated newest checkpoint skipped with a warning and moved to ckpt_00000030.h5.bad"
 mkdir $W/allbad && cp $W/trunc.h5 $W/allbad/ckpt_00000010.h5
-expect_error 2 "error: $W/allbad: none of its 1 checkpoints can be read" $BIN train $CK_ARGS run_dir=$W/allbad
+expect_error 2 "error: $W/allbad: none of its 1 checkpoints is intact" $BIN train $CK_ARGS run_dir=$W/allbad
 [ -e $W/allbad/ckpt_00000010.h5 ] || fail "the only checkpoint was moved or removed"
 
 # one flipped byte inside a tensor: the checksum catches it
