@@ -1270,15 +1270,15 @@ static void cuda_destroy(Backend *be)
 /* One rank per GPU: the node-local rank picks the device where every rank
  * sees all n GPUs of the node; where each sees only its own (Slurm
  * --gpus-per-task=1: n = 1), device 0.  More node-local ranks than visible
- * GPUs, or two ranks of a node on one GPU (compared by PCI bus id over the
+ * GPUs, or two ranks of a node on one GPU (compared by UUID over the
  * node's ranks: collective), is refused: the ranks would share a GPU's
  * memory and time.  TRANSFORMER_SHARE_GPU=1 allows it (tests on one GPU).
  * Returns the device, or -1 after a one-line error. */
 static int pick_device(int local_rank, int n)
 {
-    const char *share = getenv("TRANSFORMER_SHARE_GPU");
-    if (share && !strcmp(share, "1")) return local_rank % n;
-    int dev = local_rank < n ? local_rank : n == 1 ? 0 : -1;
+    const char *share_env = getenv("TRANSFORMER_SHARE_GPU");
+    int share = share_env && !strcmp(share_env, "1");
+    int dev = share ? local_rank % n : local_rank < n ? local_rank : n == 1 ? 0 : -1;
     int mpi = 0, rank = 0;
     MPI_Initialized(&mpi);
     char host[256] = "?";
@@ -1292,17 +1292,22 @@ static int pick_device(int local_rank, int n)
         int me, size;
         MPI_Comm_rank(node, &me);
         MPI_Comm_size(node, &size);
-        char id[64] = "";
-        if (dev >= 0 && cudaDeviceGetPCIBusId(id, sizeof id, dev) != cudaSuccess) {
-            cudaGetLastError();
-            id[0] = 0;   /* unknown: not compared */
-        }
-        std::vector<char> ids((size_t)size * sizeof id);
-        MPI_Allgather(id, sizeof id, MPI_CHAR, ids.data(), sizeof id, MPI_CHAR, node);
-        for (int r = 0; r < me && id[0] && other < 0; r++)
-            if (!strncmp(&ids[(size_t)r * sizeof id], id, sizeof id)) other = r;
+        /* by UUID, not PCI bus id: MIG instances of one GPU share the bus
+         * id but are separate devices.  Every rank takes part, sharing
+         * allowed or not: the collective must not hang on some ranks. */
+        unsigned char id[17] = {0};   /* uuid, then 1 if known */
+        cudaDeviceProp prop;
+        if (dev >= 0 && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+            memcpy(id, prop.uuid.bytes, 16);
+            id[16] = 1;
+        } else cudaGetLastError();   /* unknown: not compared */
+        std::vector<unsigned char> ids((size_t)size * sizeof id);
+        MPI_Allgather(id, sizeof id, MPI_BYTE, ids.data(), sizeof id, MPI_BYTE, node);
+        for (int r = 0; r < me && id[16] && other < 0; r++)
+            if (!memcmp(&ids[(size_t)r * sizeof id], id, sizeof id)) other = r;
         MPI_Comm_free(&node);
     }
+    if (share) return dev;
     if (dev < 0) {
         fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d but only %d GPUs visible; run one "
                         "rank per GPU\n", rank, host, local_rank, n);

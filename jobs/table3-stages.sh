@@ -8,6 +8,7 @@
 #   STEPS        train_steps of every row (the paper: 100000; big: 300000)
 #   MAX_TOKENS   max_tokens per batch and rank
 #   UPDATE_FREQ  micro-batches accumulated per step
+#   BATCH_TOKENS global batch in tokens (batch_tokens: update_freq follows the ranks)
 #   DATA         dataset file (or "synthetic") for training and dev evaluation
 #   SHRINK       divide d_model, d_ff, d_k and d_v of every row by SHRINK
 #                (keeping N, h, dropout, ...): the whole table, scaled down
@@ -17,7 +18,7 @@
 # them from there, and a later submission that sets one to another value is
 # refused (table3_prepare).
 
-TABLE3_SWEEP_VARS="STEPS MAX_TOKENS UPDATE_FREQ DATA SHRINK EXTRA"
+TABLE3_SWEEP_VARS="STEPS MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK EXTRA"
 
 # cfg_get FILE KEY: the value of KEY in a config file ("" if absent)
 cfg_get() {

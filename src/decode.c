@@ -91,8 +91,8 @@ static void *dalloc(Backend *be, size_t bytes, int n_hyp, int T)
 {
     void *p = be->alloc(be, bytes);
     if (!p)
-        die(1, "decode: out of device memory allocating %zu bytes (%d hypotheses x %d positions; a smaller "
-            "--batch-size needs less)", bytes, n_hyp, T);
+        die(1, "decode: out of device memory allocating %zu bytes (batch of %d hypotheses, up to %d output "
+            "positions; a smaller --batch-size needs less)", bytes, n_hyp, T);
     return p;
 }
 

@@ -112,7 +112,7 @@ expect_error 1 "error: nccl: rank [01]: asynchronous error in the gradient allre
 expect_error 1 "error: cuda: out of device memory allocating [a-z0-9_>-]* of layer 0 ([0-9]* bytes)" \
     env CUDA_EMU_MEMORY=300000 "$EMU" train $args device=cuda run_dir=$W/oom
 # the same for beam search's key/value caches (200 sentences x beam 4 in one batch)
-expect_error 1 "error: decode: out of device memory allocating [0-9]* bytes ([0-9]* hypotheses x [0-9]* positions; a smaller --batch-size needs less)" \
+expect_error 1 "error: decode: out of device memory allocating [0-9]* bytes (batch of [0-9]* hypotheses, up to [0-9]* output positions; a smaller --batch-size needs less)" \
     env CUDA_EMU_MEMORY=1000000 "$EMU" translate --checkpoint "$(ls $W/cpu/ckpt_*.h5 | tail -1)" --data synthetic --split dev \
     --output $W/oom.txt --batch-size 200 synth_dev=200 device=cuda
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then

@@ -853,12 +853,12 @@ cudaError_t cudaGetDevice(int *d) { *d = cur_device; return cudaSuccess; }
 
 /* emulated device d is the d-th entry of CUDA_VISIBLE_DEVICES where set (a
  * process bound to one GPU, as Slurm's --gpus-per-task=1 does, sees it as
- * device 0), else GPU d: "emu:ENTRY" stands for its PCI bus id */
-cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d)
+ * device 0), else GPU d: "emu-ENTRY" stands for its UUID */
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d)
 {
     int n;
     cudaGetDeviceCount(&n);
-    if (!id || len <= 0) return set_err(cudaErrorInvalidValue);
+    if (!prop) return set_err(cudaErrorInvalidValue);
     if (d < 0 || d >= n) return set_err(cudaErrorInvalidDevice);
     std::string entry = std::to_string(d);
     if (const char *v = getenv("CUDA_VISIBLE_DEVICES")) {
@@ -867,7 +867,10 @@ cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d)
             if (*c == ',') list.emplace_back(); else list.back() += *c;
         if ((size_t)d < list.size()) entry = list[d];
     }
-    snprintf(id, (size_t)len, "emu:%s", entry.c_str());
+    /* only what the backend reads: the name and a UUID per physical device */
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "emulated GPU %s", entry.c_str());
+    snprintf(prop->uuid.bytes, sizeof prop->uuid.bytes, "emu-%s", entry.c_str());
     return cudaSuccess;
 }
 
