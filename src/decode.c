@@ -43,7 +43,7 @@ int decode_max_out(const Model *m, const DecodeOpts *o, int src_tokens)
 {
     long L = (long)src_tokens + o->max_len_a;
     /* BOS + L tokens must fit the model's positions */
-    if (L > m->cfg.max_len - 1) L = m->cfg.max_len - 1;
+    if (L > model_positions(m) - 1) L = model_positions(m) - 1;
     if (o->max_out > 0 && L > o->max_out) L = o->max_out;
     return L < 0 ? 0 : (int)L;
 }

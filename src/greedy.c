@@ -10,7 +10,7 @@ void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out
     Backend *be = m->be;
     const Config *c = &m->cfg;
     int B = b->B, d = c->d_model, V = c->vocab_size;
-    if (max_out + 1 > c->max_len) max_out = c->max_len - 1;
+    if (max_out + 1 > model_positions(m)) max_out = model_positions(m) - 1;
     Batch w = {0};
     w.B = B; w.S = b->S; w.T = max_out + 1;
     w.src = b->src; w.src_len = b->src_len; w.sent_id = b->sent_id;

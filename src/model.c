@@ -186,9 +186,9 @@ int model_init(Model *m, const Config *c, Backend *be)
     be->upload(be, m->params, host, bytes);
     free(host);
     if (!m->pt.has_pos) {
-        size_t n = (size_t)c->max_len * c->d_model;
+        size_t n = (size_t)model_positions(m) * c->d_model;
         float *pe = xmalloc(sizeof(float) * n);
-        positional_sinusoids(pe, c->max_len, c->d_model);
+        positional_sinusoids(pe, model_positions(m), c->d_model);
         m->sinusoid = be->alloc(be, sizeof(float) * n);
         if (!m->sinusoid) { free(pe); return -1; }
         be->upload(be, m->sinusoid, pe, sizeof(float) * n);
@@ -478,6 +478,11 @@ static float pdrop(const Model *m, int train) { return train ? m->cfg.dropout : 
 const float *model_pos_table(const Model *m)
 {
     return m->pt.has_pos ? m->params + m->pt.pos_embedding : m->sinusoid;
+}
+
+int model_positions(const Model *m)
+{
+    return m->pt.has_pos ? m->cfg.max_len : 2 * m->cfg.max_len;
 }
 
 const float *model_encode(Model *m, int train, uint32_t step)

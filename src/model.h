@@ -74,7 +74,7 @@ typedef struct Model {
     Backend *be;
     ParamTable pt;
     float *params, *grads, *adam_m, *adam_v;   /* device, pt.total floats each */
-    float *sinusoid;       /* [max_len, d_model] fixed encodings (positional=sinusoid) */
+    float *sinusoid;       /* [model_positions, d_model] fixed encodings (positional=sinusoid) */
 
     /* device copies of the current batch */
     int B, S, T;
@@ -118,6 +118,10 @@ void model_reserve(Model *m, int B, int S, int T);
 /* positions of section 3.5: the learned table, or the sinusoids computed once
  * at model_init (ops would otherwise evaluate sin/cos per element) */
 const float *model_pos_table(const Model *m);
+/* rows of that table: max_len learned positions; twice that many sinusoids,
+ * which extrapolate (section 3.5), so that decoding can run to the paper's
+ * input length + 50 for inputs near max_len */
+int model_positions(const Model *m);
 /* encoder over the uploaded batch: output in m->enc[N-1].x3 (eval: no dropout) */
 const float *model_encode(Model *m, int train, uint32_t step);
 /* decoder over the uploaded batch's tgt_in; returns the last layer output [B*T, d] */

@@ -422,7 +422,7 @@ int cmd_translate(int argc, char **argv)
     DecodeOpts dopt;
     decode_opts_from_config(&dopt, &c);
     if (o.recompute) dopt.beam = 1;
-    int stride = c.max_len;
+    int stride = model_positions(&m);
     int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(nl > 0 ? nl : 1) * stride);
     int *out_len = xcalloc(nl > 0 ? nl : 1, sizeof(int));
     Decoder *dec = decoder_create(&m);

@@ -185,6 +185,63 @@ static void test_incremental(const char *pos)
     be->destroy(be);
 }
 
+/* 1b. sinusoids extrapolate (section 3.5): decoding runs past max_len to the
+ * paper's input length + 50 (within 2 x max_len), its logits there equal a
+ * recomputation over the whole prefix; learned positions stop at max_len */
+static void test_long_outputs(void)
+{
+    Config c;
+    int V = 11, B = 2, T = 14;
+    tiny_config(&c, V, "sinusoid", 5);
+    c.max_len = 8;
+    Backend *be = test_backend();
+    Model m;
+    model_init(&m, &c, be);
+    DecodeOpts o;
+    decode_opts_from_config(&o, &c);
+    int L = decode_max_out(&m, &o, 7);
+    CHECK(L == 2 * c.max_len - 1, "sinusoids: a 7-token source may decode %d tokens, expected %d", L, 2 * c.max_len - 1);
+    int32_t s0[] = {4, 5, 6, 7, 8, 9, 10}, s1[] = {3, 4};
+    int32_t *src[] = {s0, s1};
+    int sl[] = {7, 2};
+    int32_t tg[2][13], *tgt[2];
+    int tl[] = {13, 13};
+    for (int k = 0; k < B; k++) { for (int t = 0; t < 13; t++) tg[k][t] = 3 + rnd(V - 3); tgt[k] = tg[k]; }
+    Batch b = {0};
+    make_batch(&b, B, src, sl, tgt, tl, 2 * c.max_len);   /* targets of 14 positions: past max_len */
+    CHECK(b.T == T, "batch of %d target positions, expected %d", b.T, T);
+    float *full = full_logits(&m, &b);
+    Decoder *dec = decoder_create(&m);
+    decoder_begin(dec, &b, 1, T);
+    float *inc = xmalloc(sizeof(float) * B * V);
+    double maxerr = 0;
+    for (int t = 0; t < T; t++) {
+        int32_t tok[2];
+        for (int k = 0; k < B; k++) tok[k] = b.tgt_in[k * b.T + t];
+        be->download(be, inc, decoder_step(dec, tok, t, 0), sizeof(float) * B * V);
+        for (int k = 0; k < B; k++)
+            for (int v = 0; v < V; v++) {
+                double e = fabs(inc[k * V + v] - full[((size_t)k * b.T + t) * V + v]);
+                if (e > maxerr) maxerr = e;
+            }
+    }
+    printf("decoding past max_len = %d (sinusoids, %d steps): incremental vs recomputation max |logit diff| %.2e\n",
+           c.max_len, T, maxerr);
+    CHECK(maxerr <= 1e-5, "logits past max_len differ from recomputation by %.3e", maxerr);
+    free(inc);
+    free(full);
+    batch_free(&b);
+    decoder_free(dec);
+    model_free(&m);
+    tiny_config(&c, V, "learned", 5);
+    c.max_len = 8;
+    model_init(&m, &c, be);
+    L = decode_max_out(&m, &o, 7);
+    CHECK(L == c.max_len - 1, "learned positions: a 7-token source may decode %d tokens, expected %d", L, c.max_len - 1);
+    model_free(&m);
+    be->destroy(be);
+}
+
 /* sharpen the output distributions of an untrained tiny model (shared
  * embedding x 3) and scale EOS's row by eos_gain */
 static void sharpen_embedding(Model *m, float eos_gain)
@@ -475,6 +532,7 @@ int main(int argc, char **argv)
     if (!*only || !strcmp(only, "incremental")) {
         test_incremental("sinusoid");
         test_incremental("learned");
+        test_long_outputs();
     }
     if (!*only || !strcmp(only, "exhaustive")) {
         test_exhaustive(1, 0.6f, 1, 7);   /* beam = vocabulary size */

@@ -10,7 +10,7 @@ rule, vectorised over the batch: every live hypothesis is extended by every
 token but PAD and BOS, the 2K best extensions by raw log-probability are
 taken (beam 1: the best one), those ending in EOS are finished and scored
 log P / ((5+|Y|)/6)^alpha, the K best others are the next live hypotheses,
-a prefix of L = min(source tokens + max_len_a, max_len - 1) tokens may only
+a prefix of L = min(source tokens + max_len_a, positions - 1) tokens may only
 take EOS, and a sentence stops exactly when no live prefix can beat its best
 finished score.  Finished sentences leave the batch.
 
@@ -54,8 +54,8 @@ class Model:
         self.E = self.w["shared_embedding"]
         if c.get("positional", "sinusoid") == "learned":
             self.pos = self.w["positional_embedding"]
-        else:  # section 3.5, computed in double as the C code does
-            pos = np.arange(self.max_len)[:, None].astype(np.float64)
+        else:  # section 3.5, computed in double as the C code does, 2 x max_len (model_positions)
+            pos = np.arange(2 * self.max_len)[:, None].astype(np.float64)
             j = np.arange(self.d)[None, :]
             a = pos / np.power(10000.0, (j & ~1) / self.d)
             self.pos = torch.from_numpy(np.where(j & 1, np.cos(a), np.sin(a)).astype(np.float32))
@@ -139,7 +139,7 @@ class Model:
         src_len = torch.tensor([len(s) + 1 for s in srcs])
         key_mask = (torch.arange(S)[None, :] >= src_len[:, None])[:, None, None, :]
         enc = self.encode(src, key_mask)
-        L = torch.tensor([min(len(s) + self.max_len_a, self.max_len - 1) for s in srcs])
+        L = torch.tensor([min(len(s) + self.max_len_a, self.pos.shape[0] - 1) for s in srcs])
         T = int(L.max()) + 1
         h, dk, dv, V = self.h, self.dk, self.dv, self.V
         n = B * K
