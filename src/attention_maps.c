@@ -396,7 +396,7 @@ static int split_id(const char *s)
     return -1;
 }
 
-static int load_data(const AttnArgs *a, const Config *cfg, Corpus *c, Vocab *v)
+static int load_data(const AttnArgs *a, const Config *cfg, const CkptState *st, Corpus *c, Vocab *v)
 {
     if (!strcmp(a->data, "synthetic")) {
         int sp = split_id(a->split);
@@ -406,8 +406,7 @@ static int load_data(const AttnArgs *a, const Config *cfg, Corpus *c, Vocab *v)
         return 0;
     }
 #ifdef HAVE_DATASET
-    CkptState st;
-    if (checkpoint_read_config(a->ckpt, &(Config){0}, &st) || checkpoint_check_vocab(a->ckpt, &st, a->data)) return 2;
+    if (checkpoint_check_vocab(a->ckpt, st, a->data)) return 2;
     if (dataset_load(a->data, a->split, c)) return 2;
     DatasetVocab dv;
     if (dataset_load_vocab(a->data, &dv)) return 2;
@@ -447,7 +446,8 @@ static int attention_main(const AttnArgs *a, Dist *D)
     /* one thread: the maps do not depend on how many ranks share the cores */
     Backend *be = backend_create("cpu", "fp32", NULL, 1, D->local_rank);
     if (!be) return 2;
-    if (checkpoint_open_model(a->ckpt, &cfg, &m, be)) { be->destroy(be); return 2; }
+    CkptState st;
+    if (checkpoint_open_model(a->ckpt, &cfg, &st, &m, be)) { be->destroy(be); return 2; }
     Corpus c = {0};
     Vocab v = {0};
     int64_t *idx = NULL;
@@ -457,7 +457,7 @@ static int attention_main(const AttnArgs *a, Dist *D)
     if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", a->list, MAX_SENTENCES); goto out; }
     if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", a->list, (long long)dup); goto out; }
     if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); goto out; }
-    if (load_data(a, &cfg, &c, &v)) goto out;
+    if (load_data(a, &cfg, &st, &c, &v)) goto out;
     for (int k = 0; k < n; k++)
         if (idx[k] >= c.n) {
             fprintf(stderr, "error: --sentences: index %lld is past the %d pairs of split '%s'\n", (long long)idx[k], c.n, a->split);
@@ -473,9 +473,7 @@ static int attention_main(const AttnArgs *a, Dist *D)
 
     /* one file, written collectively through MPI-IO, under a temporary name */
     char tmp[4200];
-    const char *slash = strrchr(a->out, '/');
-    if (slash) snprintf(tmp, sizeof tmp, "%.*s/.%s.tmp", (int)(slash - a->out), a->out, slash + 1);
-    else snprintf(tmp, sizeof tmp, ".%s.tmp", a->out);
+    h5io_tmp_name(a->out, tmp, sizeof tmp);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_mpio(fapl, D->comm, MPI_INFO_NULL);
@@ -492,10 +490,6 @@ static int attention_main(const AttnArgs *a, Dist *D)
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
     char text[16384];
     config_to_string(&cfg, text, sizeof text);
-    Config tmpc;
-    CkptState st;
-    memset(&st, 0, sizeof st);
-    checkpoint_read_config(a->ckpt, &tmpc, &st);
     attr_str(f, "format", "transformer-attention");
     attr_str(f, "version", PROJECT_VERSION);
     attr_str(f, "checkpoint", a->ckpt);

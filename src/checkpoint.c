@@ -360,12 +360,12 @@ int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *param
     return rc;
 }
 
-int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *be)
+int checkpoint_open_model(const char *path, Config *cfg_out, CkptState *st, Model *m, Backend *be)
 {
     int rc;
     hid_t f = open_ckpt(path, &rc);
     if (f < 0) return 2;
-    rc = read_config_f(f, path, cfg_out, NULL);
+    rc = read_config_f(f, path, cfg_out, st);
     H5Fclose(f);
     if (rc) return 2;
     if (model_init(m, cfg_out, be)) {
@@ -478,7 +478,6 @@ struct CkptWriter {
     pthread_t thread;
     int started;          /* a thread exists that has not been joined */
     atomic_int done;
-    int result;
     atomic_int failed;    /* a write failed (sticky): training must stop */
     double t_snapshot;    /* seconds the training thread spent copying */
 };
@@ -534,7 +533,6 @@ static void *writer_main(void *arg)
                "%.3fs on the training thread)\n", path, mb, t, mb / (t > 0 ? t : 1e-9), w->t_snapshot);
         fflush(stdout);
     }
-    w->result = rc;
     if (rc) atomic_store(&w->failed, 1);
     atomic_store(&w->done, 1);
     return NULL;
@@ -552,10 +550,11 @@ int checkpoint_writer_failed(CkptWriter *w)
 
 int checkpoint_writer_wait(CkptWriter *w)
 {
-    if (!w->started) return 0;
-    pthread_join(w->thread, NULL);
-    w->started = 0;
-    return w->result;
+    if (w->started) {
+        pthread_join(w->thread, NULL);
+        w->started = 0;
+    }
+    return checkpoint_writer_failed(w) ? -1 : 0;
 }
 
 int checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st)
@@ -575,10 +574,9 @@ int checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text,
     w->cfg_text = strdup(cfg_text);
     w->st = *st;
     atomic_store(&w->done, 0);
-    w->result = 0;
     if (pthread_create(&w->thread, NULL, writer_main, w)) {
         writer_main(w);   /* no thread: write synchronously */
-        return w->result;
+        return checkpoint_writer_failed(w) ? -1 : 0;
     }
     w->started = 1;
     return 0;

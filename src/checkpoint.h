@@ -36,10 +36,11 @@ typedef struct {
     uint64_t vocab_hash;      /* dataset_vocab_hash of the training data; 0: synthetic, or an older file */
 } CkptState;
 
-/* Read the stored config into cfg_out, model_init(m, cfg_out, be), load the
- * parameters.  Returns 0, or prints one line "error: PATH: ..." and returns
- * 2 (not HDF5, truncated, not a checkpoint, missing or misshapen tensor). */
-int checkpoint_open_model(const char *path, Config *cfg_out, Model *m, Backend *be);
+/* Read the stored config into cfg_out (and the run state into st, if not
+ * NULL), model_init(m, cfg_out, be), load the parameters.  Returns 0, or
+ * prints one line "error: PATH: ..." and returns 2 (not HDF5, truncated, not
+ * a checkpoint, missing or misshapen tensor). */
+int checkpoint_open_model(const char *path, Config *cfg_out, CkptState *st, Model *m, Backend *be);
 
 /* 0 if the dataset at data_path has the vocabulary the checkpoint was
  * trained with (or the checkpoint does not record one), else a one-line
@@ -91,8 +92,8 @@ typedef struct CkptWriter CkptWriter;
 CkptWriter *checkpoint_writer_create(const ParamTable *pt, const Config *c);
 /* 1 while a write is in flight */
 int checkpoint_writer_busy(CkptWriter *w);
-/* Wait for the write in flight (if any); returns its result (0 or -1, the
- * error already printed). */
+/* Wait for the write in flight (if any); -1 if this or an earlier write
+ * failed (the error already printed), else 0. */
 int checkpoint_writer_wait(CkptWriter *w);
 /* 1 once a write has failed (the error printed); sticky */
 int checkpoint_writer_failed(CkptWriter *w);

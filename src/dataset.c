@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "h5io.h"
 #include "util.h"
 
 /* ---------- helpers ---------- */
@@ -195,17 +196,11 @@ int dataset_write(const char *path, const DatasetWrite *d)
         return 2;
     }
     close(fd);
-    if (rename(tmp, path) != 0) {
-        fprintf(stderr, "error: %s: cannot rename %s: %s\n", path, tmp, strerror(errno));
-        unlink(tmp);
+    char msg[8400];
+    if (h5io_publish(tmp, path, msg, sizeof msg)) {
+        fprintf(stderr, "error: %s\n", msg);
         return 2;
     }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) { if (slash == dir) slash[1] = '\0'; else *slash = '\0'; } else strcpy(dir, ".");
-    fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) { fsync(fd); close(fd); }
     return 0;
 }
 

@@ -97,7 +97,7 @@ int cmd_eval(int argc, char **argv)
     if (threads < 1) threads = 1;
     r->be = backend_create(c->device, c->precision, c->allreduce, threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
-    if (checkpoint_open_model(ckpt, c, &r->model, r->be)) {
+    if (checkpoint_open_model(ckpt, c, NULL, &r->model, r->be)) {
         if (util_abort_hook) util_abort_hook(2);
         return 2;
     }

@@ -249,8 +249,7 @@ int rundir_checkpoint_sync(RunDir *rd, TrainRun *r, double elapsed_now)
     int failed = 0;
     if (r->dist.rank == 0) {
         if (rd->last_step != r->step) start_ckpt(rd, r, elapsed_now);
-        checkpoint_writer_wait(rd->writer);
-        failed = rundir_ckpt_failed(rd);
+        failed = checkpoint_writer_wait(rd->writer) != 0;
         if (failed) {
             char **paths;
             int64_t *steps;

@@ -311,7 +311,8 @@ int cmd_translate(int argc, char **argv)
     Backend *be = backend_create(c.device, c.precision, c.allreduce, threads, D.local_rank);
     if (!be) die(2, "translate: cannot create backend '%s'", c.device);
     Model m;
-    if (checkpoint_open_model(o.ckpt, &c, &m, be)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
+    CkptState st;
+    if (checkpoint_open_model(o.ckpt, &c, &st, &m, be)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
     if (apply_overrides(&c, &o, 0)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
     m.cfg.beam = c.beam; m.cfg.len_alpha = c.len_alpha; m.cfg.max_len_a = c.max_len_a;
 
@@ -326,8 +327,7 @@ int cmd_translate(int argc, char **argv)
     if (!synth && voc.vocab_size != c.vocab_size)
         die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o.data,
             voc.vocab_size, o.ckpt, c.vocab_size);
-    CkptState st;
-    if (!synth && (checkpoint_read_config(o.ckpt, &(Config){0}, &st) || checkpoint_check_vocab(o.ckpt, &st, o.data))) {
+    if (!synth && checkpoint_check_vocab(o.ckpt, &st, o.data)) {
         if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
         return 2;
     }

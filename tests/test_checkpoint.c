@@ -42,7 +42,7 @@ int main(void)
     Backend *be = backend_cpu_create(1);
     Model m;
     Config got;
-    CHECK(checkpoint_open_model(path, &got, &m, be) == 0, "open_model");
+    CHECK(checkpoint_open_model(path, &got, NULL, &m, be) == 0, "open_model");
     CHECK(got.n_layers == 3 && got.d_model == 40 && got.d_k == 12 && got.seed == 77 && !strcmp(got.positional, "learned"),
           "stored config not restored");
     CHECK(m.pt.total == pt.total, "param count %zu vs %zu", m.pt.total, pt.total);
@@ -68,8 +68,8 @@ int main(void)
     CHECK(fread(buf, 1, n, f) == (size_t)n, "read");
     fwrite(buf, 1, n * 3 / 4, g);
     fclose(f); fclose(g);
-    CHECK(checkpoint_open_model(trunc, &got, &m, be) == 2, "truncated file accepted");
-    CHECK(checkpoint_open_model("/nonexistent/x.h5", &got, &m, be) == 2, "missing file accepted");
+    CHECK(checkpoint_open_model(trunc, &got, NULL, &m, be) == 2, "truncated file accepted");
+    CHECK(checkpoint_open_model("/nonexistent/x.h5", &got, NULL, &m, be) == 2, "missing file accepted");
     printf("ok: truncated and missing files rejected with 2\n");
     unlink(trunc);
     unlink(path);

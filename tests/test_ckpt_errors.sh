@@ -5,7 +5,9 @@
 # a tensor (its checksum), a run state out of range, --output naming an input,
 # a run directory that is a file or in use by another run.  A truncated
 # newest checkpoint in a run directory is skipped for the previous one and
-# moved aside; a directory none of whose checkpoints reads is an error.
+# moved aside, an intact one of another format version stops the run; a
+# directory none of whose checkpoints is intact is an error; a damaged
+# metrics log is kept as metrics.h5.bad.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -46,6 +48,21 @@ ok "truncated newest checkpoint skipped with a warning and moved to ckpt_0000003
 mkdir $W/allbad && cp $W/trunc.h5 $W/allbad/ckpt_00000010.h5
 expect_error 2 "error: $W/allbad: none of its 1 checkpoints is intact" $BIN train $CK_ARGS run_dir=$W/allbad
 [ -e $W/allbad/ckpt_00000010.h5 ] || fail "the only checkpoint was moved or removed"
+# a newest checkpoint that is intact but not ours to resume from (another
+# format version) stops the run instead of being skipped and moved aside
+mkdir $W/newer && cp $W/run/ckpt_00000010.h5 $C $W/newer/
+$PY -c "import h5py; h5py.File('$W/newer/ckpt_00000020.h5', 'r+').attrs['format_version'] = 2"
+expect_error 2 "error: $W/newer/ckpt_00000020.h5: checkpoint format version 2 is not 1" $BIN train $CK_ARGS run_dir=$W/newer train_steps=30
+[ -e $W/newer/ckpt_00000020.h5 ] && [ ! -e $W/newer/ckpt_00000020.h5.bad ] || fail "an intact checkpoint was moved aside: $(ls $W/newer)"
+ok "an intact checkpoint of another format version: exit 2, left in place"
+# a metrics log that is not HDF5 is kept as metrics.h5.bad and a new log started
+mkdir $W/badlog && cp $W/run/ckpt_00000010.h5 $W/badlog/ && echo "not hdf5" > $W/badlog/metrics.h5
+$BIN train $CK_ARGS run_dir=$W/badlog train_steps=15 > $W/bl.log 2>&1 || fail "run with a damaged metrics log: $(tail -2 $W/bl.log)"
+grep -q "^warning: $W/badlog/metrics.h5: not a readable HDF5 file; moved to $W/badlog/metrics.h5.bad, starting a new one" $W/bl.log \
+    || fail "no warning for the damaged metrics log: $(grep -v '^step' $W/bl.log | head -3)"
+grep -qx "not hdf5" $W/badlog/metrics.h5.bad && $PY -c "import h5py; assert list(h5py.File('$W/badlog/metrics.h5', 'r')['train/step'][:]) == [15]" \
+    || fail "damaged metrics log not kept aside, or the new log wrong"
+ok "a damaged metrics log is kept as metrics.h5.bad, a new one started"
 
 # one flipped byte inside a tensor: the checksum catches it
 cp $C $W/flip.h5
