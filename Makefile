@@ -14,6 +14,16 @@ LDLIBS   += $(shell pkg-config --libs $(PKGS)) \
 LDFLAGS  += -fopenmp
 BASE_LDLIBS := $(LDLIBS)
 
+# quiet by default: one line per target (`CC src/model.c`); `make V=1` prints
+# the commands.  $(call say,TAG,WHAT) starts a recipe line, $(Q) the others.
+ifeq ($(V),1)
+say :=
+Q :=
+else
+say = @printf '  %-7s %s\n' '$(1)' '$(2)';
+Q := @
+endif
+
 # CUDA backend: built when nvcc is found (`make NVCC=` builds CPU-only).
 # CUDA_ARCH: compute capabilities (default 80 90 = A100, H100) or `native`;
 # SASS for each, and PTX of the last, which newer GPUs compile at load time.
@@ -79,87 +89,87 @@ endif
 all: bin/transformer
 
 build/%.o: src/%.c | build
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
 
 bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # nvcc warnings are errors; ptxas reports per-kernel registers and shared
 # memory, which must not spill and must stay near cuda/resource-usage.txt
 build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh $(NVCC_STAMP) | build/cuda
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@.tmp 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; rm -f $@.tmp; exit 1; }
-	cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
-	mv $@.tmp $@
+	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -c $< -o $@.tmp 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; rm -f $@.tmp; exit 1; }
+	$(Q)cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
+	$(Q)mv $@.tmp $@
 
 # records the current per-kernel use (after a deliberate change, e.g. a new
 # kernel): compiles without the check, which would refuse the new table
 cuda-resources: cuda/ops_cuda.cu $(CUDA_DEPS) | build/cuda
-	$(NVCC) $(NVCCFLAGS) -c $< -o build/cuda/resources.o 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; exit 1; }
-	rm -f build/cuda/resources.o
-	cuda/resource_usage.sh table build/cuda/ptxas.log > cuda/resource-usage.txt
+	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -c $< -o build/cuda/resources.o 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; exit 1; }
+	$(Q)rm -f build/cuda/resources.o
+	$(call say,GEN,cuda/resource-usage.txt)cuda/resource_usage.sh table build/cuda/ptxas.log > cuda/resource-usage.txt
 
 build/emu/ops_cuda.o: cuda/ops_cuda.cu | build/emu
-	g++ -x c++ $(EMU_CXXFLAGS) -c $< -o $@
+	$(call say,CXX,$< (emulated))g++ -x c++ $(EMU_CXXFLAGS) -c $< -o $@
 build/emu/%.o: cuda/emu/%.cc | build/emu
-	g++ $(EMU_CXXFLAGS) -c $< -o $@
+	$(call say,CXX,$<)g++ $(EMU_CXXFLAGS) -c $< -o $@
 build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-asan
-	g++ -x c++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
+	$(call say,CXX,$< (emulated, asan))g++ -x c++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
 build/emu-asan/%.o: cuda/emu/%.cc | build/emu-asan
-	g++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
+	$(call say,CXX,$< (asan))g++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
 build/emu-tsan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-tsan
-	g++ -x c++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
+	$(call say,CXX,$< (emulated, tsan))g++ -x c++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
 build/emu-tsan/%.o: cuda/emu/%.cc | build/emu-tsan
-	g++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
+	$(call say,CXX,$< (tsan))g++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
 build/emu/backend.o: src/backend.c | build/emu
-	$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
+	$(call say,CC,$< (emulated CUDA))$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
 bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_OBJ) | bin/tests
-	$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
-	$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) | bin/tests
-	$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
-	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
+	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
-	g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
+	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
-	$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
-	$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 
 bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
-	$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 
 # real-GPU runs (need nvcc and a GPU): the op and step tests built against
 # the real backend, and the throughput benchmark
 GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak
 bin/gpu/test_cuda_%: tests/cuda/test_cuda_%.c $(LIBOBJ) | bin/gpu
-	$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
-	$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
+	$(call say,LINK,$@)$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
 gpu-test: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-test: nvcc not found"; exit 2; }
-	tests/gpu/gpu_test.sh
+	$(Q)tests/gpu/gpu_test.sh
 gpu-bench: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
-	tests/gpu/gpu_bench.sh
+	$(Q)tests/gpu/gpu_bench.sh
 
 build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan build/emu-tsan:
-	mkdir -p $@
+	$(Q)mkdir -p $@
 
 tests: $(TEST_BIN)
 
 test: all $(TEST_BIN)
-	tests/run_all.sh
+	$(Q)tests/run_all.sh
 
 # the job scripts (jobs/) on a real single-node Slurm started for the test
 # (root; installs Debian's slurm packages if missing); a few minutes
 test-slurm: all
-	tests/slurm/test_slurm.sh
+	$(Q)tests/slurm/test_slurm.sh
 
 bench: all bin/bench/gemm_peak
-	tests/bench/run.sh
+	$(Q)tests/bench/run.sh
 
 clean:
 	rm -rf build bin
@@ -171,7 +181,7 @@ venv:
 -include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d)
 
 bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 bin/bench:
-	mkdir -p $@
+	$(Q)mkdir -p $@
