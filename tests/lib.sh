@@ -8,6 +8,20 @@ SHARED_DATA=${SHARED_DATA:-$TOP/../shared/data}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
+# skip REASON: the test cannot run here (exit 77, counted as skipped by run_all.sh)
+skip() { echo "skipped: $*"; exit 77; }
+# need_multi30k: sets M to a folder holding Multi30k's text files: the shared
+# data beside the checkout, else data/raw/multi30k, fetched there once through
+# input/prepare.sh's download path (sha256-checked).  A clone without
+# ../shared and without network skips the test with one line saying so.
+need_multi30k() {
+    M=$SHARED_DATA/multi30k
+    [ -f "$M/train.en" ] && return 0
+    M=$TOP/data/raw/multi30k
+    [ -f "$M/train.en" ] && return 0
+    "$TOP/input/prepare.sh" fetch multi30k "$TOP/data/raw" >/dev/null 2>&1 && [ -f "$M/train.en" ] && return 0
+    skip "no Multi30k: $SHARED_DATA/multi30k is missing and 'input/prepare.sh fetch multi30k data/raw' could not download it (or set SHARED_DATA to a folder holding multi30k/)"
+}
 # expect_error CODE PATTERN cmd...: the command exits CODE and its stderr has
 # exactly one line matching PATTERN
 expect_error() {

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 logdir=build/test-logs
 mkdir -p "$logdir"
-pass=0 fail=0
+pass=0 fail=0 skipped=0
 failed=()
 pattern=${TESTS:-}
 
@@ -20,13 +20,16 @@ run_one() {
     local log="$logdir/$name.log" t0 t1
     t0=$(date +%s.%N)
     # a hung test fails after TEST_TIMEOUT seconds instead of hanging CI
-    if timeout -k 10 "${TEST_TIMEOUT:-400}" "$@" >"$log" 2>&1; then
-        t1=$(date +%s.%N)
+    timeout -k 10 "${TEST_TIMEOUT:-400}" "$@" >"$log" 2>&1
+    local rc=$?
+    t1=$(date +%s.%N)
+    if [ "$rc" -eq 0 ]; then
         printf 'PASS %-40s %6.1fs\n' "$name" "$(echo "$t1 - $t0" | bc)"
         pass=$((pass + 1))
+    elif [ "$rc" -eq 77 ]; then   # tests/lib.sh skip: cannot run here, says why
+        printf 'SKIP %-40s %6.1fs %s\n' "$name" "$(echo "$t1 - $t0" | bc)" "$(grep -m1 '^skipped:' "$log")"
+        skipped=$((skipped + 1))
     else
-        local rc=$?
-        t1=$(date +%s.%N)
         printf 'FAIL %-40s %6.1fs (exit %d, log %s)\n' "$name" "$(echo "$t1 - $t0" | bc)" "$rc" "$log"
         tail -n 20 "$log" | sed 's/^/    | /'
         fail=$((fail + 1))
@@ -45,5 +48,5 @@ if [ -d analysis/tests ] && [ -x .venv/bin/python ]; then
 fi
 
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

@@ -10,8 +10,7 @@
 #    key on the command line, a missing checkpoint -- one line each.
 set -u
 . "$(dirname "$0")/lib.sh"
-M=$SHARED_DATA/multi30k
-[ -f "$M/val.en" ] || fail "no Multi30k in $SHARED_DATA"
+need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 head -n 120 "$M/test2017.en" >"$W/dev.en"; head -n 120 "$M/test2017.de" >"$W/dev.de"

@@ -8,8 +8,7 @@
 # regularisation.)  The long run: LONG=1 tests/bench/bench_data.sh.
 set -u
 . "$(dirname "$0")/lib.sh"
-M=$SHARED_DATA/multi30k
-[ -f "$M/train.en" ] || fail "no Multi30k in $SHARED_DATA"
+need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 V=2000

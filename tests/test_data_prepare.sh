@@ -12,8 +12,7 @@
 #  - the output appears only when complete (SIGKILL mid-run leaves nothing).
 set -u
 . "$(dirname "$0")/lib.sh"
-M=$SHARED_DATA/multi30k
-[ -f "$M/val.en" ] || fail "no Multi30k in $SHARED_DATA (see ../shared/data/README.md)"
+need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 

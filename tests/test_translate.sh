@@ -12,8 +12,7 @@ cd "$TOP"
 if ! "$BIN" prepare --help >/dev/null 2>&1 || ! "$BIN" average --help >/dev/null 2>&1; then
     echo "skipped: this build has no prepare/checkpoint commands yet"; exit 0
 fi
-M=$SHARED_DATA/multi30k
-[ -f "$M/train.en" ] || fail "$M: Multi30k not found"
+need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
 W=$(mktemp -d /tmp/test_translate.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 # English side: real Multi30k sentences; German side: one fixed sentence, which a

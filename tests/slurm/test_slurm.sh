@@ -20,6 +20,10 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
+# make test-slurm has no skip status: without Multi30k (no ../shared and no
+# network) the test says so in one line and succeeds
+skip() { echo "skipped: $*"; exit 0; }
+need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
 T0=$SECONDS
 make -s all >/dev/null || fail "make failed"
 T=$(mktemp -d /tmp/transformer-slurm.XXXXXX)
@@ -64,8 +68,6 @@ nrows=$(ls $TABLE3_SRC/*.cfg | wc -l)
 # real data, scaled down: the first 3000 Multi30k training pairs and 40 dev
 # pairs, a 500-piece BPE vocabulary; translations at most 10 tokens longer
 # than the source (max_len_a) keep the untrained models' beam search short
-M=$SHARED_DATA/multi30k
-[ -f "$M/train.en" ] || fail "$M: Multi30k not found (SHARED_DATA)"
 head -n 3000 "$M/train.en" > "$T/train.en"; head -n 3000 "$M/train.de" > "$T/train.de"
 head -n 40 "$M/val.en" > "$T/dev.en"; head -n 40 "$M/val.de" > "$T/dev.de"
 "$BIN" prepare --out "$T/m30k.h5" --split train "$T/train.en" "$T/train.de" --split dev "$T/dev.en" "$T/dev.de" \
