@@ -8,9 +8,15 @@
  *     full recomputation under the length penalty (tiny model and vocabulary);
  *     with beams 2-4 it returns what a plain step-by-step search written from
  *     the rule of decode.h returns (recomputation, no early stop);
- *  3. beam 1 equals greedy decoding by full recomputation (src/greedy.c);
- *  4. a model trained here on the synthetic reversal task translates its dev
- *     set perfectly with beam 4 (and beam 1). */
+ *  3. beam 1 equals greedy decoding by full recomputation (src/greedy.c),
+ *     on an untrained and on a trained model;
+ *  4. a model trained here on the synthetic reversal task has learnt it:
+ *     beam 4 and beam 1 translate at least EXACT_MIN of its dev set exactly.
+ *     How many exactly is not a property of the code: the training
+ *     trajectory follows the BLAS kernel's rounding (OpenBLAS picks its
+ *     kernel by CPU), and over kernels and seeds it ranged from 94% to 100% (see
+ *     EXACT_MIN).  So 4 has a margin below that spread, and every exact
+ *     equality of this file compares two computations made here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,7 +453,13 @@ static void train_synthetic(Model *m, const Config *c, const Corpus *tr)
     batchplan_free(&bp);
 }
 
-/* 3 + 4: beam 1 == greedy (recomputation), beam 4 perfect on the synthetic task */
+/* 3 + 4: beam 1 == greedy (recomputation); the trained model translates its
+ * dev set with at least EXACT_MIN exact.  Measured exact counts of 200
+ * (tests/test_decode synthetic, TEST_SEED=1..4 under OPENBLAS_CORETYPE=
+ * Haswell, Sandybridge and Nehalem, seed 1 under Zen): 200 in 10 of 13 runs;
+ * seed 4 under Nehalem 199 (both beams); seed 1 under Haswell and Zen, the
+ * kernels OpenBLAS picks on AVX2 CPUs, 188 (beam 1) and 189 (beam 4). */
+#define EXACT_MIN 0.90
 static void test_synthetic(void)
 {
     Config c;
@@ -464,6 +476,7 @@ static void test_synthetic(void)
     if (getenv("TEST_STEPS")) c.train_steps = atoi(getenv("TEST_STEPS"));
     if (getenv("TEST_WARMUP")) c.warmup = atoi(getenv("TEST_WARMUP"));
     if (getenv("TEST_LR")) c.lr_factor = (float)atof(getenv("TEST_LR"));
+    if (getenv("TEST_SEED")) c.seed = (uint64_t)atoll(getenv("TEST_SEED"));
     Backend *be = test_backend();   /* CPU: one thread, as fast for this tiny model and robust to load */
     Model m;
     model_init(&m, &c, be);
@@ -513,7 +526,8 @@ static void test_synthetic(void)
             }
         }
         printf("trained model, beam %d: %d / %d dev sentences exact\n", o.beam, correct, dev.n);
-        CHECK(correct == dev.n, "beam %d: only %d of %d exact", o.beam, correct, dev.n);
+        CHECK(correct >= EXACT_MIN * dev.n, "beam %d: only %d of %d exact (at least %.0f%% expected)", o.beam,
+              correct, dev.n, 100 * EXACT_MIN);
         if (o.beam == 1) CHECK(gdiff == 0, "trained model: beam 1 differs from greedy on %d sentences", gdiff);
     }
     free(o1); free(o2); free(l1); free(l2); free(idx);
