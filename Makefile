@@ -78,7 +78,7 @@ EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backen
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%)
+TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
@@ -137,6 +137,10 @@ bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
+
+# the OpenBLAS kernel in use (tests/check.sh reruns training tests under another)
+bin/tests/blas_core: tests/blas_core.c | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BASE_LDLIBS)
 
 bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)

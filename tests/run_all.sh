@@ -2,7 +2,8 @@
 # Runs every test of the project and prints one line per test and a closing
 # "N passed, M failed" line.  C tests are bin/tests/test_* (built by make),
 # shell tests are tests/test_*.sh, Python tests run under pytest in .venv.
-# TESTS=pattern limits the run to tests whose name matches.
+# TESTS="pattern ..." limits the run to tests whose name contains one of the
+# patterns.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -16,7 +17,11 @@ pattern=${TESTS:-}
 
 run_one() {
     local name=$1; shift
-    if [ -n "$pattern" ] && [[ "$name" != *$pattern* ]]; then return; fi
+    if [ -n "$pattern" ]; then
+        local p hit=0
+        for p in $pattern; do [[ "$name" == *"$p"* ]] && hit=1; done
+        [ "$hit" = 1 ] || return 0
+    fi
     local log="$logdir/$name.log" t0 t1
     t0=$(date +%s.%N)
     # a hung test fails after TEST_TIMEOUT seconds instead of hanging CI
