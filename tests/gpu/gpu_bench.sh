@@ -53,7 +53,7 @@ ours() {  # N d dff h precision -> tok/s
     echo "  ours: ${cmd[*]}" >&2
     peak_mem "$W/mem" "${cmd[@]}" >"$W/ours.log"
     cat "$W/ours.log" >&2
-    awk '/^step/ { n++; if (n > 1) { s += 1 / $8; k++ } } END { printf "%.1f", k / s }' "$W/ours.log"
+    awk '/^step/ { n++; if (n > 1) { s += 1 / $8; k++ } } END { if (k) printf "%.1f", k / s; else printf "0" }' "$W/ours.log"
 }
 
 theirs() {  # N d dff h eager|compile -> tok/s (0: not run); peak memory in $W/mem
@@ -74,7 +74,7 @@ theirs() {  # N d dff h eager|compile -> tok/s (0: not run); peak memory in $W/m
 printf '%-14s %-10s %11s %7s %8s %s\n' model side tok/s vs_eager MFU peak_MiB
 run_cfg() {
     local name=$1 N=$2 d=$3 dff=$4 h=$5
-    local f e c a mode prec
+    local f e c a prec
     f=$(flops_per_step $N $d $dff)
     row() {  # side tok/s
         python3 -c "
