@@ -51,7 +51,7 @@ set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$TOP"
 ALL_STAGES="build test train mpi bench decode"
-LIB=(python3 "$TOP/tests/gpu/accept_lib.py")
+LIB=("${ACCEPT_PY:-python3}" "$TOP/tests/gpu/accept_lib.py")   # standard library only
 NVSMI=${ACCEPT_NVIDIA_SMI:-nvidia-smi}
 LIMIT=${ACCEPT_STAGE_LIMIT:-470}
 WORK=${ACCEPT_WORK:-$TOP/build/gpu-accept}
