@@ -136,14 +136,16 @@ ok "params, losses, same: equal inputs pass, another seed, no update, truncated 
 # --- the train stage's logic end to end on the CPU (ACCEPT_DEVICE=cpu: no
 # GPU check, fp32 for the bf16 run) with a tiny model: 12 steps, SIGUSR1
 # after checkpoint 6, resume; its summary holds the checks and the table
-export ACCEPT_DEVICE=cpu ACCEPT_BF16_PRECISION=fp32 TRAIN_STEPS=12 DIGIT_STEPS=4 JOBS=1
+# (steps of at least 30 ms: the background write of checkpoint 6 ends
+# before the run does)
+export ACCEPT_DEVICE=cpu ACCEPT_BF16_PRECISION=fp32 TRAIN_STEPS=12 DIGIT_STEPS=4 JOBS=1 ACCEPT_STEP_SLEEP_MS=30
 export ACCEPT_MODEL_ARGS="threads=1 max_tokens=256 d_model=32 d_ff=64 n_layers=2 n_heads=2 d_k=16 d_v=16 synth_train=2000 synth_dev=20"
 STAGE=train $A "$W/o6" >"$W/out" 2>&1 || fail "train stage on the CPU: $(cat "$W/out")"
 m=$W/o6/train.md
 head -1 "$m" | grep -qx "# gpu-accept stage train: PASS" || fail "train.md: $(cat "$m")"
 for c in "fp32 on the device = device=cpu to the printed digits, first 4 steps (4 of 4" \
          "bf16 dev loss at step 12 within 2e-2" "SIGUSR1 after step 6: checkpoint and exit 99" \
-         "resume to step 12 (resume: " "resumed = uninterrupted: params, adam_m, adam_v bitwise"; do
+         "resume to step 12 (resume: " "the resumed run had steps left" "resumed = uninterrupted: params, adam_m, adam_v bitwise"; do
     grep -qF -- "- PASS: $c" "$m" || fail "train.md lacks '- PASS: $c': $(cat "$m")"
 done
 grep -q "^| fp32 | [0-9.]* |" "$m" || fail "train.md: no figures table"

@@ -289,9 +289,11 @@ stage_train() {
     check "bf16 dev loss at step $TRAIN_STEPS within $BF16_TOL (relative) of fp32's" \
         "${LIB[@]}" devloss "$W/fp32.log" "$W/bf16.log" "$BF16_TOL"
     # SIGUSR1 once checkpoint STOP_STEP is in place (the test hook freezes the
-    # process there), then a resume to TRAIN_STEPS
+    # process there; training goes on while the checkpoint is written in the
+    # background, so the preemption checkpoint is a few steps later), then a
+    # resume to TRAIN_STEPS
     rm -rf "$W/resume"
-    TRANSFORMER_CKPT_STOP_STEP=$STOP_STEP "$BIN" train "${MODEL_ARGS[@]}" run_dir="$W/resume" device="$DEVICE" \
+    TRANSFORMER_STEP_SLEEP_MS=${ACCEPT_STEP_SLEEP_MS:-0} TRANSFORMER_CKPT_STOP_STEP=$STOP_STEP "$BIN" train "${MODEL_ARGS[@]}" run_dir="$W/resume" device="$DEVICE" \
         precision=fp32 "${common[@]}" >"$W/resume1.log" 2>&1 &
     local pid=$! rc=0
     if stopped_or_gone "$pid"; then
@@ -303,6 +305,9 @@ stage_train() {
     fi
     check "SIGUSR1 after step $STOP_STEP: checkpoint and exit 99" test "$rc" -eq 99
     check "resume to step $TRAIN_STEPS" resume_run "${common[@]}"
+    local from
+    from=$(sed -nE 's/^resume: .* \(step ([0-9]+),.*/\1/p' "$W/resume2.log")
+    check "the resumed run had steps left (resumed at step ${from:-none} < $TRAIN_STEPS)" test "${from:-$TRAIN_STEPS}" -lt "$TRAIN_STEPS"
     local f
     f=$(printf 'ckpt_%08d.h5' "$TRAIN_STEPS")
     check "resumed = uninterrupted: params, adam_m, adam_v bitwise (h5diff)" same_state "$W/fp32/$f" "$W/resume/$f"
