@@ -7,7 +7,10 @@
 #   tests/gpu/accept.sh --env DIR     only the header lines (GPU, driver, ...), to DIR/env.md
 #   tests/gpu/accept.sh --pack        on a machine without a GPU: build for the
 #                                     device (CUDA_ARCH, default 90), bundle the
-#                                     MPI/HDF5 libraries, prepare data/multi30k.h5
+#                                     MPI/HDF5/OpenBLAS libraries (and Open MPI's
+#                                     components and mpirun), prepare
+#                                     data/multi30k.h5, all into build/gpu-pack.tgz
+#                                     (unpacked by the first stage run there)
 #
 # Stages, each under ACCEPT_STAGE_LIMIT seconds (default 470, < 8 min):
 #   build   build for the GPU's compute capability (nvidia-smi; CUDA_ARCH overrides)
@@ -32,8 +35,8 @@
 #
 # Through the device tool (10 min per command, at most 8 files back from
 # $OUT, the working tree travels but not ../shared or ignored files):
-#   here, once:   tests/gpu/accept.sh --pack        (bin/, build/gpu-libs, data/)
-#   run 1: command 'STAGE=build,test tests/gpu/accept.sh $OUT', carry ["bin", "build/gpu-libs", "data"]
+#   here, once:   tests/gpu/accept.sh --pack        (writes build/gpu-pack.tgz, ~25 MB)
+#   run 1: command 'STAGE=build,test tests/gpu/accept.sh $OUT', carry ["build/gpu-pack.tgz"]
 #   run 2: command 'STAGE=train,mpi,decode tests/gpu/accept.sh $OUT', same carry
 #   run 3: command 'STAGE=bench tests/gpu/accept.sh $OUT', same carry
 # (about 5 + 8 + 7 minutes; the machine stays warm between calls, so run 2's
@@ -56,6 +59,7 @@ NVSMI=${ACCEPT_NVIDIA_SMI:-nvidia-smi}
 LIMIT=${ACCEPT_STAGE_LIMIT:-470}
 WORK=${ACCEPT_WORK:-$TOP/build/gpu-accept}
 DATA=${DATA:-data/multi30k.h5}
+PACK=$TOP/build/gpu-pack.tgz
 BIN=${BIN:-$TOP/bin/transformer}
 DEVICE=${ACCEPT_DEVICE:-cuda}
 TRAIN_STEPS=${TRAIN_STEPS:-300}
@@ -181,9 +185,14 @@ cuda_arch() {
 }
 
 libs_env() {  # the bundled libraries of --pack, where carried
-    if [ -d "$TOP/build/gpu-libs" ]; then
-        LD_LIBRARY_PATH="$TOP/build/gpu-libs:$(cuda_home)/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local g=$TOP/build/gpu-libs
+    if [ -d "$g" ]; then
+        LD_LIBRARY_PATH="$g:$(cuda_home)/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         export LD_LIBRARY_PATH
+    fi
+    if [ -d "$g/ompi" ]; then   # the bundled libmpi with its own components and mpirun
+        export OMPI_MCA_mca_base_component_path=$g/ompi/components OMPI_MCA_orte_launch_agent=$g/ompi/bin/orted
+        export PATH=$g/ompi/bin:$PATH
     fi
 }
 
@@ -194,7 +203,7 @@ ensure_built() {  # quietly, for the stages after build (same CUDA_ARCH: no rebu
     [ "$DEVICE" = cuda ] || { [ -x "$BIN" ] || make -j"$JOBS" all; return; }
     if can_build; then make -s -j"$JOBS" CUDA_ARCH="$(cuda_arch)" all "${GPU_BIN[@]}"; fi
     local b
-    for b in "$BIN" "${GPU_BIN[@]}"; do [ -x "$b" ] || { echo "$b missing (no nvcc/mpicc/HDF5 here: carry bin/ from --pack)"; return 1; }; done
+    for b in "$BIN" "${GPU_BIN[@]}"; do [ -x "$b" ] || { echo "$b missing (no nvcc/mpicc/HDF5 here: carry build/gpu-pack.tgz from --pack)"; return 1; }; done
 }
 
 need_data() {
@@ -431,13 +440,36 @@ run_one() {
 pack() {
     local arch=${CUDA_ARCH:-90}
     command -v nvcc >/dev/null || { err "--pack: nvcc not found"; exit 2; }
-    make -j"$JOBS" CUDA_ARCH="$arch" all "${GPU_BIN[@]}"
+    # without NCCL unless asked (NCCL_HOME=...): one GPU needs none, and
+    # libnccl is too large to carry (bundle_libs.sh leaves it out)
+    make -j"$JOBS" CUDA_ARCH="$arch" NCCL_HOME="${NCCL_HOME:-/none}" all "${GPU_BIN[@]}"
     rm -rf build/gpu-libs
-    tests/gpu/bundle_libs.sh build/gpu-libs
+    tests/gpu/bundle_libs.sh build/gpu-libs >/dev/null
+    # OpenBLAS too (bundle_libs.sh expects it there; the GPU image may lack it)
+    ldd "$BIN" | awk '/libopenblas/ {print $3}' | xargs -r -I{} cp -L {} build/gpu-libs/
+    # Open MPI's components and launcher: libmpi cannot even start a singleton
+    # without them (seen here with the component folder hidden)
+    local ompi
+    ompi=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
+    if [ -d "$ompi" ]; then
+        mkdir -p build/gpu-libs/ompi/bin
+        cp -r "$ompi" build/gpu-libs/ompi/components
+        cp "$(command -v orterun)" "$(command -v orted)" build/gpu-libs/ompi/bin/
+        ln -s orterun build/gpu-libs/ompi/bin/mpirun
+    fi
     git rev-parse --short=12 HEAD >build/gpu-libs/COMMIT
     [ -f "$DATA" ] || input/prepare.sh multi30k
-    du -sh bin build/gpu-libs "$DATA"
-    echo "carry: [\"bin\", \"build/gpu-libs\", \"data\"]; see the header of tests/gpu/accept.sh"
+    tar czf "$PACK" bin/transformer "${GPU_BIN[@]}" build/gpu-libs "$DATA"
+    du -sh "$PACK"
+    echo "carry: [\"${PACK#"$TOP"/}\"]; see the header of tests/gpu/accept.sh"
+}
+
+# the binaries, libraries and data of --pack, carried as one file: unpacked
+# once on the GPU machine (build/gpu-libs is kept while the machine is warm)
+unpack() {
+    [ -f "$PACK" ] && [ ! -f build/gpu-libs/COMMIT ] || return 0
+    echo "unpacking $PACK ($(cd "$TOP" && tar tzf "$PACK" | wc -l) files, commit $(tar xzOf "$PACK" build/gpu-libs/COMMIT))"
+    tar xzf "$PACK" -C "$TOP"
 }
 
 if [ "${1:-}" = --stage-run ]; then   # internal: one stage, output to the log
@@ -474,6 +506,7 @@ for s in $(echo "${STAGE:-all}" | tr ',' ' '); do
     fi
 done
 [ ${#stages[@]} -gt 0 ] || { err "STAGE: no stage named"; exit 2; }
+unpack
 mkdir -p "$OUT" "$WORK/aux"
 OUT=$(cd "$OUT" && pwd)
 AUX=$WORK/aux
