@@ -39,8 +39,10 @@
 #   run 1: command 'STAGE=build,test tests/gpu/accept.sh $OUT', carry ["build/gpu-pack.tgz"]
 #   run 2: command 'STAGE=train,mpi,decode tests/gpu/accept.sh $OUT', same carry
 #   run 3: command 'STAGE=bench tests/gpu/accept.sh $OUT', same carry
-# (about 5 + 8 + 7 minutes; the machine stays warm between calls, so run 2's
-# checkpoint is still in build/gpu-accept for a later decode.)  Where the GPU
+# (about 5 + 8 + 7 minutes, estimated, not yet measured; the machine stays
+# warm between calls, so the decode stage finds the train stage's checkpoint
+# in build/gpu-accept, and trains one if not).  Each call's three stages
+# give 7 files, inside the limit of 8.  Where the GPU
 # machine has mpicc and HDF5 the build stage rebuilds there; otherwise it
 # checks that the carried binaries hold code for the GPU's architecture.
 #
