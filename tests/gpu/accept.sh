@@ -119,7 +119,9 @@ nccl_version() {
         [ -f "$h" ] || continue
         awk '/define NCCL_(MAJOR|MINOR|PATCH)[ \t]/ {v[$2] = $3}
              END {printf "%s.%s.%s (header %s)", v["NCCL_MAJOR"], v["NCCL_MINOR"], v["NCCL_PATCH"], FILENAME}' "$h"
-        if [ -x "$BIN" ] && ! ldd "$BIN" 2>/dev/null | grep -q libnccl; then echo "; bin/transformer not linked with it"; fi
+        local libs
+        libs=$(ldd "$BIN" 2>/dev/null || true)
+        if [ -x "$BIN" ] && ! grep -q libnccl <<<"$libs"; then echo "; bin/transformer not linked with it"; fi
         return
     done
     echo "none (gradients allreduced by MPI on host copies)"
@@ -148,7 +150,11 @@ write_env() {  # AUX/env.md: the lines every summary starts with
         gpu="none: ACCEPT_DEVICE=$DEVICE (a test of the script, not of a GPU)"; driver=none
     fi
     cuda="nvcc $( (nvcc --version 2>/dev/null || echo 'release none,') | sed -n 's/.*release \([^,]*\),.*/\1/p')"
-    [ "$driver" != none ] && cuda="$cuda; driver supports CUDA $("$NVSMI" 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
+    if [ "$driver" != none ]; then
+        local smi
+        smi=$("$NVSMI" 2>/dev/null || true)
+        cuda="$cuda; driver supports CUDA $(sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' <<<"$smi" | sed -n 1p)"
+    fi
     "${LIB[@]}" header "gpu=$gpu" "driver=$driver" "cuda=$cuda" "nccl=$(nccl_version)" \
         "commit=$(commit_id)" "date=$(date -u '+%Y-%m-%d %H:%M UTC')" "host=$(uname -n), $(nproc) cores" >"$AUX/env.md"
 }
@@ -162,7 +168,9 @@ check() {
     shift
     o=$("$@" 2>&1) || rc=$?
     if [ -n "$o" ]; then printf '%s\n' "$o"; fi
-    last=$(printf '%s\n' "$o" | awk 'NF {l = $0} END {sub(/^(PASS|FAIL|ok): /, "", l); print l}')
+    # the detail: the last line, or on failure the last line that says why
+    last=$(printf '%s\n' "$o" | awk -v rc="$rc" 'NF {l = $0} /^(FAIL|error)/ {e = $0}
+        END {if (rc != 0 && e != "") l = e; sub(/^(PASS|FAIL|ok): /, "", l); print substr(l, 1, 300)}')
     if [ "$rc" -eq 0 ]; then
         echo "- PASS: $what${last:+ ($last)}" >>"$CHECKS"
     else
@@ -223,17 +231,35 @@ stage_build() {
     arch=$(cuda_arch)
     echo "CUDA_ARCH=$arch (from nvidia-smi's compute capability unless CUDA_ARCH is set)"
     if can_build; then
-        check "build for CUDA_ARCH=$arch (make all ${GPU_BIN[*]})" make -j"$JOBS" CUDA_ARCH="$arch" all "${GPU_BIN[@]}"
+        check "build for CUDA_ARCH=$arch (make all ${GPU_BIN[*]})" build_all "$arch"
     else
         note "SKIP: no build here (nvcc, mpicc or HDF5 missing): checking the binaries carried from --pack"
     fi
     check "binaries present" ls -l "$BIN" "${GPU_BIN[@]}"
-    if command -v cuobjdump >/dev/null && [ "$arch" != native ]; then
-        check "bin/transformer holds machine code for sm_$arch" bash -c \
-            "cuobjdump --list-elf '$BIN' | grep 'sm_$arch' | head -3 | grep . || { echo 'no sm_$arch code in it'; exit 1; }"
+    local cuobjdump
+    cuobjdump=$(command -v cuobjdump || echo "$(cuda_home)/bin/cuobjdump")
+    if [ -x "$cuobjdump" ] && [ "$arch" != native ]; then
+        check "bin/transformer holds machine code for sm_$arch" has_sass "$cuobjdump" "$arch"
+    else
+        note "SKIP: no cuobjdump (or CUDA_ARCH=native): machine code for the GPU not checked"
     fi
-    check "bin/transformer loads and reaches the device" bash -c \
-        "'$BIN' train device=$DEVICE train_steps=1 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 synth_train=100 synth_dev=8 max_tokens=256 | tail -2"
+    check "bin/transformer loads and reaches the device" to_log "$WORK/first-run.log" "$BIN" train device="$DEVICE" \
+        train_steps=1 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 synth_train=100 synth_dev=8 max_tokens=256
+}
+
+build_all() {  # ARCH: make, its output to the log, one line back
+    SECONDS=0
+    make -j"$JOBS" CUDA_ARCH="$1" all "${GPU_BIN[@]}" >"$WORK/make.log" 2>&1 || { cat "$WORK/make.log"; return 1; }
+    cat "$WORK/make.log"
+    echo "built in ${SECONDS}s: $(grep -c '^\(mpicc\|nvcc\|.*/nvcc\) ' "$WORK/make.log") compiler runs"
+}
+
+has_sass() {  # CUOBJDUMP ARCH
+    local elf
+    elf=$("$1" --list-elf "$BIN" 2>&1) || { echo "$elf"; return 1; }
+    echo "$elf"
+    grep -q "sm_$2" <<<"$elf" || { echo "error: no sm_$2 code in $BIN"; return 1; }
+    echo "$(grep -c "sm_$2" <<<"$elf") sm_$2 images"
 }
 
 stage_test() {
@@ -358,7 +384,9 @@ stage_bench() {
     check "make gpu-bench (tests/gpu/gpu_bench.sh, PRECS='${PRECS:-bf16 fp32}')" \
         timeout $((LIMIT - 30)) bash -c "set -o pipefail; PRECS='${PRECS:-bf16 fp32}' TORCH_PY='${TORCH_PY:-python3}' tests/gpu/gpu_bench.sh | tee '$o'"
     # (the rows measured so far, also when the time limit stopped it)
-    table '```' "$(grep -E '^(model|base|big|GPU|#)' "$o" || true)" '```'
+    local rows
+    rows=$(grep -E '^(model|base|big|GPU)' "$o" || true)
+    if [ -n "$rows" ]; then table '```' "$rows" '```'; fi
 }
 
 newest_ckpt() {
@@ -407,8 +435,8 @@ with open('$W/torch.ids') as f, open('$W/torch.txt', 'w') as g:
 print('ok')"
     local same so st
     same=$("${LIB[@]}" same "$W/ours.txt" "$W/torch.txt")
-    so=$(sed -nE 's/.* ([0-9.]+) sentences\/s.*/\1/p' "$W/ours.log" | head -1)
-    st=$(sed -nE 's/.* ([0-9.]+) sentences\/s.*/\1/p' "$W/torch.log" | head -1)
+    so=$(sed -nE 's/.* ([0-9.]+) sentences\/s.*/\1/p' "$W/ours.log" | sed -n 1p)
+    st=$(sed -nE 's/.* ([0-9.]+) sentences\/s.*/\1/p' "$W/torch.log" | sed -n 1p)
     note "identical outputs, ours vs PyTorch: $same"
     table "| $split, beam 4, batch $batch | ours sentences/s | PyTorch sentences/s | ours / PyTorch | identical outputs |" \
           "|---|---:|---:|---:|---:|" \

@@ -32,6 +32,7 @@ peak_mem() {
     return $rc
 }
 peak=$(bin/gpu/gemm_peak | tee /dev/stderr | awk '/bf16/ {print $6}')
+[ -n "$peak" ] || fail "gpu-bench: bin/gpu/gemm_peak measured no bf16 peak"
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); measured bf16 GEMM peak $peak TFLOP/s"
 have_torch=1
 $TORCH_PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || { have_torch=0; echo "(no PyTorch with CUDA for $TORCH_PY: ours only)"; }
