@@ -303,6 +303,12 @@ step_table() {  # logs... -> Markdown rows: loss at a few steps, dev loss, tok/s
     done
 }
 
+verdict() {  # A OP B WHY: test A OP B, saying WHY when it fails
+    test "$1" "$2" "$3" && return 0
+    echo "error: $4"
+    return 1
+}
+
 stopped_or_gone() {  # PID: wait until it is stopped (state T: succeeds) or gone (fails)
     local st
     while kill -0 "$1" 2>/dev/null; do
@@ -338,19 +344,22 @@ stage_train() {
     rm -rf "$W/resume"
     TRANSFORMER_STEP_SLEEP_MS=${ACCEPT_STEP_SLEEP_MS:-0} TRANSFORMER_CKPT_STOP_STEP=$STOP_STEP "$BIN" train "${MODEL_ARGS[@]}" run_dir="$W/resume" device="$DEVICE" \
         precision=fp32 "${common[@]}" >"$W/resume1.log" 2>&1 &
-    local pid=$! rc=0
+    local pid=$! rc=0 why
     if stopped_or_gone "$pid"; then
         kill -USR1 "$pid"; kill -CONT "$pid"
         wait "$pid" || rc=$?
+        why="exit $rc after SIGUSR1, expected 99; $(tail -1 "$W/resume1.log")"
     else
         wait "$pid" || rc=$?
-        echo "the run did not stop at checkpoint $STOP_STEP (exit $rc)"; rc=-1
+        why="the run did not stop at checkpoint $STOP_STEP (exit $rc; $(tail -1 "$W/resume1.log"))"
+        rc=-1
     fi
-    check "SIGUSR1 after step $STOP_STEP: checkpoint and exit 99" test "$rc" -eq 99
+    check "SIGUSR1 after step $STOP_STEP: checkpoint and exit 99" verdict "$rc" -eq 99 "$why"
     check "resume to step $TRAIN_STEPS" resume_run "${common[@]}"
     local from
     from=$(sed -nE 's/^resume: .* \(step ([0-9]+),.*/\1/p' "$W/resume2.log")
-    check "the resumed run had steps left (resumed at step ${from:-none} < $TRAIN_STEPS)" test "${from:-$TRAIN_STEPS}" -lt "$TRAIN_STEPS"
+    check "the resumed run had steps left (resumed at step ${from:-none} < $TRAIN_STEPS)" \
+        verdict "${from:-$TRAIN_STEPS}" -lt "$TRAIN_STEPS" "no resume before the last step"
     local f
     f=$(printf 'ckpt_%08d.h5' "$TRAIN_STEPS")
     check "resumed = uninterrupted: params, adam_m, adam_v bitwise (h5diff)" same_state "$W/fp32/$f" "$W/resume/$f"
