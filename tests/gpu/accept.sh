@@ -49,7 +49,8 @@
 # Environment: STAGE, ACCEPT_WORK (scratch, default build/gpu-accept), DATA
 # (default data/multi30k.h5), TRAIN_STEPS (300), BF16_TOL (see below),
 # ACCEPT_NVIDIA_SMI (the nvidia-smi to ask; tests point it elsewhere),
-# ACCEPT_DEVICE=cpu (tests only: runs train/mpi/decode's logic on the CPU).
+# ACCEPT_DEVICE=cpu (tests only: runs train/mpi/decode's logic on the CPU),
+# ACCEPT_NO_BUILD=1 (use the packed binaries where the machine could build).
 # (the stage functions are called through "stage_$s", which shellcheck cannot follow)
 # shellcheck disable=SC2317
 set -euo pipefail
@@ -195,8 +196,9 @@ cuda_arch() {
     [ -n "$cc" ] && echo "$cc" || echo native
 }
 
-libs_env() {  # the bundled libraries of --pack, where carried
+libs_env() {  # the bundled libraries of --pack, where carried and no build here
     local g=$TOP/build/gpu-libs
+    can_build && return 0
     if [ -d "$g" ]; then
         LD_LIBRARY_PATH="$g:$(cuda_home)/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         export LD_LIBRARY_PATH
@@ -207,7 +209,13 @@ libs_env() {  # the bundled libraries of --pack, where carried
     fi
 }
 
-can_build() { command -v nvcc >/dev/null && command -v mpicc >/dev/null && pkg-config --exists hdf5-openmpi 2>/dev/null; }
+# builds here (ACCEPT_NO_BUILD=1: use the packed binaries even so); where it
+# does, the pack is neither unpacked nor used, so that nothing mixes the
+# machine's own MPI with the bundled one
+can_build() {
+    [ -z "${ACCEPT_NO_BUILD:-}" ] && command -v nvcc >/dev/null && command -v mpicc >/dev/null &&
+        pkg-config --exists hdf5-openmpi 2>/dev/null
+}
 
 GPU_BIN=(bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak)
 ensure_built() {  # quietly, for the stages after build (same CUDA_ARCH: no rebuild)
@@ -513,6 +521,7 @@ pack() {
 # the binaries, libraries and data of --pack, carried as one file: unpacked
 # once on the GPU machine (build/gpu-libs is kept while the machine is warm)
 unpack() {
+    can_build && return 0
     [ -f "$PACK" ] && [ ! -f build/gpu-libs/COMMIT ] || return 0
     echo "unpacking $PACK ($(cd "$TOP" && tar tzf "$PACK" | wc -l) files, commit $(tar xzOf "$PACK" build/gpu-libs/COMMIT))"
     tar xzf "$PACK" -C "$TOP"
