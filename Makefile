@@ -158,6 +158,12 @@ gpu-test: all $(GPU_BIN)
 gpu-bench: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
 	$(Q)tests/gpu/gpu_bench.sh
+# GPU acceptance (docs/gpu-accept.md): stages build, test, train, mpi, bench,
+# decode into GPU_ACCEPT_OUT; STAGE=train,mpi runs some; it builds by itself
+.PHONY: gpu-accept
+GPU_ACCEPT_OUT ?= out/gpu-accept
+gpu-accept:
+	$(Q)tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
 
 build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan build/emu-tsan:
 	$(Q)mkdir -p $@

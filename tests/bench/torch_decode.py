@@ -14,7 +14,7 @@ a prefix of L = min(source tokens + max_len_a, positions - 1) tokens may only
 take EOS, and a sentence stops exactly when no live prefix can beat its best
 finished score.  Finished sentences leave the batch.
 
-Usage: torch_decode.py CKPT DATA SPLIT --beam K --batch N --threads T --out IDS
+Usage: torch_decode.py CKPT DATA SPLIT --beam K --batch N --threads T --out IDS [--device cuda]
 Writes one line of output ids per source sentence (input order) and prints
 "torch decode: S sentences in X s: Y sentences/s, Z target tokens/s".
 Runs with Debian's python3-torch and python3-h5py (/usr/bin/python3)."""
@@ -41,11 +41,11 @@ def read_config(ckpt):
 
 
 class Model:
-    def __init__(self, path):
+    def __init__(self, path, device="cpu"):
         with h5py.File(path, "r") as f:
             c = read_config(f)
             self.w = {}
-            f["params"].visititems(lambda n, o: self.w.__setitem__(n, torch.from_numpy(o[()]))
+            f["params"].visititems(lambda n, o: self.w.__setitem__(n, torch.from_numpy(o[()]).to(device))
                                    if isinstance(o, h5py.Dataset) else None)
         self.N, self.d, self.h = int(c["n_layers"]), int(c["d_model"]), int(c["n_heads"])
         self.dk, self.dv, self.V = int(c["d_k"]), int(c["d_v"]), int(c["vocab_size"])
@@ -58,7 +58,7 @@ class Model:
             pos = np.arange(2 * self.max_len)[:, None].astype(np.float64)
             j = np.arange(self.d)[None, :]
             a = pos / np.power(10000.0, (j & ~1) / self.d)
-            self.pos = torch.from_numpy(np.where(j & 1, np.cos(a), np.sin(a)).astype(np.float32))
+            self.pos = torch.from_numpy(np.where(j & 1, np.cos(a), np.sin(a)).astype(np.float32)).to(device)
         # fused projections, as src/model.c uses them (W_q|W_k|W_v adjacent)
         for side in ("encoder", "decoder"):
             for l in range(self.N):
@@ -220,9 +220,13 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (tests/gpu/accept.sh: fp32, no TF32)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    m = Model(a.ckpt)
+    if a.device != "cpu":   # every tensor the search creates lands there too (PyTorch >= 2.0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_default_device(a.device)
+    m = Model(a.ckpt, a.device)
     with h5py.File(a.data, "r") as f:
         g = f["splits/" + a.split]
         off, ids = g["src_offsets"][()], g["src_ids"][()]
@@ -235,6 +239,8 @@ def main():
         b = order[s:s + a.batch]
         for i, o in zip(b, m.decode_batch([srcs[i] for i in b], a.beam)):
             outs[i] = o
+    if a.device != "cpu":
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     with open(a.out, "w") as f:
         for o in outs:

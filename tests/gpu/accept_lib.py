@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""CPU-side checks and report writing of tests/gpu/accept.sh (make gpu-accept).
+
+Standard library only (the GPU machine has python3 but no project venv).
+Each subcommand prints one line per finding and exits 0 when the check
+passes, 1 when it fails, 2 on unusable input; tests/test_gpu_accept.sh runs
+them on logs of device=cpu runs.
+
+  header KEY=VALUE...          the Markdown lines that open every summary
+  digits CPU_LOG GPU_LOG N     the first N logged step losses are equal as printed
+  devloss REF_LOG LOG TOL      'dev final' loss of LOG within relative TOL of REF_LOG's
+  losses LOG1 LOG2 N REL       first N step losses agree to relative REL (+ half a printed unit)
+  params P0 P1 P2 REL UPD      raw float32 dumps: |P2-P1|/|P1| <= REL and <= UPD of the update P1-P0
+  same A B                     number of identical lines of two text files ('K of N')
+  stage OUT NAME STATUS AUX     write OUT/NAME.md: AUX/env.md (the header), the verdict,
+                               AUX/NAME.checks, AUX/NAME.tables.md, the tail of OUT/NAME.log
+  index OUT AUX STAGE...       write OUT/summary.md from the summaries OUT/STAGE.md
+"""
+import array
+import math
+import os
+import re
+import sys
+
+STEP = re.compile(r"^step (\d+) loss (\S+) ")
+DEV_FINAL = re.compile(r"^dev final loss (\S+) ppl (\S+)")
+STAGES = ["build", "test", "train", "mpi", "bench", "decode"]
+
+
+def die(msg):
+    print("error: accept_lib: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def read_lines(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()
+    except OSError as e:
+        die("%s: %s" % (path, e.strerror))
+
+
+def step_losses(path):
+    """[(step, loss as printed)] of a training log's 'step' lines"""
+    return [(int(m.group(1)), m.group(2)) for m in map(STEP.match, read_lines(path)) if m]
+
+
+def cmd_header(args):
+    kv = dict(a.split("=", 1) for a in args if "=" in a)
+    order = [("gpu", "GPU"), ("driver", "driver"), ("cuda", "CUDA"), ("nccl", "NCCL"),
+             ("commit", "commit"), ("date", "date"), ("host", "host")]
+    for k, label in order:
+        print("- %s: %s" % (label, kv.get(k) or "unknown"))
+    return 0
+
+
+def cmd_digits(cpu_log, gpu_log, n):
+    """fp32 on the GPU reproduces the CPU's losses to every printed digit"""
+    n = int(n)
+    a, b = step_losses(cpu_log)[:n], step_losses(gpu_log)[:n]
+    if len(a) < n or len(b) < n:
+        print("FAIL: need %d logged steps in each log, got %d (cpu) and %d (gpu)" % (n, len(a), len(b)))
+        return 1
+    bad = [(sa, x, y) for (sa, x), (sb, y) in zip(a, b) if sa != sb or x != y]
+    worst = max(abs(float(x) - float(y)) for (_, x), (_, y) in zip(a, b))
+    for s, x, y in bad[:5]:
+        print("step %d: cpu %s gpu %s" % (s, x, y))
+    verdict = "PASS" if not bad else "FAIL"
+    print("%s: %d of %d step losses equal to the printed digits (steps %d-%d; largest difference %.1e)"
+          % (verdict, n - len(bad), n, a[0][0], a[-1][0], worst))
+    return 0 if not bad else 1
+
+
+def dev_final(path):
+    for line in read_lines(path):
+        m = DEV_FINAL.match(line)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+def cmd_devloss(ref_log, log, tol):
+    tol = float(tol)
+    r, x = dev_final(ref_log), dev_final(log)
+    if r is None or x is None:
+        print("FAIL: no 'dev final' line in %s" % (ref_log if r is None else log))
+        return 1
+    if not (math.isfinite(r) and math.isfinite(x) and r > 0):
+        print("FAIL: dev loss not finite: %s vs %s" % (x, r))
+        return 1
+    rel = abs(x - r) / r
+    verdict = "PASS" if rel <= tol else "FAIL"
+    print("%s: dev loss %.4f vs %.4f (reference), relative difference %.2e (tolerance %.0e)"
+          % (verdict, x, r, rel, tol))
+    return 0 if rel <= tol else 1
+
+
+def cmd_losses(log1, log2, n, rel):
+    n, rel = int(n), float(rel)
+    a, b = step_losses(log1)[:n], step_losses(log2)[:n]
+    if len(a) < n or len(b) < n:
+        print("FAIL: need %d logged steps in each log, got %d and %d" % (n, len(a), len(b)))
+        return 1
+    bad, worst = 0, 0.0
+    for (sa, x), (sb, y) in zip(a, b):
+        x, y = float(x), float(y)
+        d = abs(x - y)
+        worst = max(worst, d / abs(x) if x else d)
+        if sa != sb or d > rel * abs(x) + 5e-7:
+            bad += 1
+            print("step %d: %s vs %s" % (sa, x, y))
+    verdict = "PASS" if not bad else "FAIL"
+    print("%s: %d of %d step losses agree to relative %.0e (+ half a printed unit; worst %.1e)"
+          % (verdict, n - bad, n, rel, worst))
+    return 0 if not bad else 1
+
+
+def read_f32(path):
+    v = array.array("f")
+    try:
+        with open(path, "rb") as f:
+            v.frombytes(f.read())
+    except (OSError, ValueError) as e:
+        die("%s: %s" % (path, e))
+    if sys.byteorder != "little":
+        v.byteswap()
+    return v
+
+
+def cmd_params(p0, p1, p2, rel, upd):
+    rel, upd = float(rel), float(upd)
+    z, a, b = read_f32(p0), read_f32(p1), read_f32(p2)
+    if not (len(z) == len(a) == len(b) > 0):
+        print("FAIL: parameter dumps differ in size: %d %d %d" % (len(z), len(a), len(b)))
+        return 1
+    d = n = u = 0.0
+    for x0, x1, x2 in zip(z, a, b):
+        d += (x1 - x2) ** 2
+        n += x1 * x1
+        u += (x1 - x0) ** 2
+    if not (math.isfinite(d) and math.isfinite(n) and n > 0):
+        print("FAIL: parameters not finite")
+        return 1
+    r, ru, moved = math.sqrt(d / n), math.sqrt(d / u) if u > 0 else math.inf, math.sqrt(u / n)
+    ok = r <= rel and ru <= upd and moved > 1e-5
+    print("%s: %d parameters, relative difference %.2e (bound %.0e), %.2e of the update (bound %.0e), "
+          "update %.2e of the parameters" % ("PASS" if ok else "FAIL", len(a), r, rel, ru, upd, moved))
+    return 0 if ok else 1
+
+
+def cmd_same(a, b):
+    x, y = read_lines(a), read_lines(b)
+    same = sum(1 for p, q in zip(x, y) if p == q)
+    print("%d of %d" % (same, max(len(x), len(y))))
+    return 0
+
+
+def cmd_stage(out, name, status, aux):
+    """OUT/NAME.md: the environment header, the verdict, the checks, the log's tail"""
+    head, checks = os.path.join(aux, "env.md"), os.path.join(aux, name + ".checks")
+    extra, log = os.path.join(aux, name + ".tables.md"), os.path.join(out, name + ".log")
+    lines = ["# gpu-accept stage %s: %s" % (name, status), ""]
+    lines += read_lines(head) if os.path.exists(head) else ["- GPU: unknown"]
+    lines += ["", "## Checks", ""]
+    got = [c for c in read_lines(checks) if c.strip()] if os.path.exists(checks) else []
+    lines += got or ["- (none ran)"]
+    if os.path.exists(extra) and os.path.getsize(extra):
+        lines += ["", "## Figures", ""] + read_lines(extra)
+    tail = read_lines(log)[-25:] if os.path.exists(log) else []
+    lines += ["", "## Last lines of the raw log (%s.log)" % name, "", "```"] + tail + ["```", ""]
+    with open(os.path.join(out, name + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    return 0
+
+
+def cmd_index(out, aux, *stages):
+    head = os.path.join(aux, "env.md")
+    lines = ["# gpu-accept summary", ""]
+    lines += read_lines(head) if os.path.exists(head) else []
+    lines += ["", "| stage | result | summary |", "|---|---|---|"]
+    bad = 0
+    for s in stages:
+        if s not in STAGES:
+            die("index: unknown stage %s" % s)
+        p = os.path.join(out, s + ".md")
+        first = read_lines(p)[0] if os.path.exists(p) else "missing: MISSING"
+        status = first.split(": ", 1)[1] if ": " in first else "?"
+        bad += status != "PASS"
+        lines.append("| %s | %s | %s.md |" % (s, status, s))
+    lines.append("")
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(lines))
+    return 1 if bad else 0
+
+
+CMDS = {"header": (cmd_header, None), "digits": (cmd_digits, 3), "devloss": (cmd_devloss, 3),
+        "losses": (cmd_losses, 4), "params": (cmd_params, 5), "same": (cmd_same, 2),
+        "stage": (cmd_stage, 4), "index": (cmd_index, -2)}
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in CMDS:
+        die("usage: accept_lib.py {%s} ARGS..." % ",".join(CMDS))
+    fn, nargs = CMDS[argv[1]]
+    args = argv[2:]
+    if nargs is None:
+        return fn(args)
+    if nargs < 0 and len(args) >= -nargs:   # at least -nargs
+        return fn(*args)
+    if len(args) != nargs:
+        die("%s takes %d arguments, got %d" % (argv[1], nargs, len(args)))
+    return fn(*args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
