@@ -129,23 +129,10 @@ static int write_split(hid_t splits, const DatasetSplit *s)
     return rc;
 }
 
-int dataset_write(const char *path, const DatasetWrite *d)
+/* the file's provenance and token ids (docs/dataset.md) */
+static int write_root_attrs(hid_t f, const DatasetWrite *d)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        fprintf(stderr, "error: %s: path too long\n", path);
-        return 2;
-    }
-    ErrSave es;
-    quiet_on(&es);
-    int rc = 1;
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-        quiet_off(&es);
-        fprintf(stderr, "error: %s: cannot create (%s)\n", tmp, strerror(errno ? errno : EIO));
-        return 2;
-    }
-    rc = 0;
+    int rc = 0;
     rc |= attr_str(f, "format", DATASET_FORMAT);
     rc |= attr_i64(f, "format_version", DATASET_FORMAT_VERSION);
     rc |= attr_i64(f, "vocab_size", d->vocab.vocab_size);
@@ -160,7 +147,13 @@ int dataset_write(const char *path, const DatasetWrite *d)
     rc |= attr_i64(f, "bos_id", TOK_BOS);
     rc |= attr_i64(f, "eos_id", TOK_EOS);
     rc |= attr_i64(f, "unk_id", TOK_UNK);
+    return rc;
+}
 
+/* /vocab (pieces, SentencePiece model) and /splits */
+static int write_groups(hid_t f, const DatasetWrite *d)
+{
+    int rc = 0;
     hid_t vg = H5Gcreate2(f, "vocab", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (vg >= 0) {
         hid_t t = str_type();
@@ -180,6 +173,27 @@ int dataset_write(const char *path, const DatasetWrite *d)
         free(names);
         H5Gclose(sg);
     } else rc = 1;
+    return rc;
+}
+
+int dataset_write(const char *path, const DatasetWrite *d)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        fprintf(stderr, "error: %s: path too long\n", path);
+        return 2;
+    }
+    ErrSave es;
+    quiet_on(&es);
+    int rc = 1;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        quiet_off(&es);
+        fprintf(stderr, "error: %s: cannot create (%s)\n", tmp, strerror(errno ? errno : EIO));
+        return 2;
+    }
+    rc = write_root_attrs(f, d);
+    rc |= write_groups(f, d);
     if (H5Fclose(f) < 0) rc = 1;
     quiet_off(&es);
     if (rc) {
