@@ -28,7 +28,10 @@ for cmd in params train; do
     f=$(cfg malformed.cfg '# comment\nn_layers = 2\nthis line has no equals sign\n')
     one_line_error "^error: $f:3: malformed line" "$BIN" $cmd --config "$f"
     f=$(cfg unknown.cfg 'n_layers = 2\n\nd_modle = 512\n')
-    one_line_error "^error: $f:3: unknown key 'd_modle'" "$BIN" $cmd --config "$f"
+    one_line_error "^error: $f:3: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd --config "$f"
+    # a suggestion only when a key is near: none for a key far from all
+    f=$(cfg far.cfg 'zzzzzz = 1\n')
+    one_line_error "^error: $f:1: unknown key 'zzzzzz'$" "$BIN" $cmd --config "$f"
     f=$(cfg negative.cfg 'd_model = 512\nd_ff = -2048   # negative size\n')
     one_line_error "^error: $f:2: key 'd_ff': -2048 is out of range" "$BIN" $cmd --config "$f"
     f=$(cfg nonnum.cfg 'n_heads = eight\n')
@@ -49,7 +52,9 @@ for cmd in params train; do
     f=$(cfg allreduce.cfg 'allreduce = gloo\n')
     one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
-    one_line_error "^error: command line: unknown key 'd_modle'" "$BIN" $cmd d_modle=512
+    one_line_error "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
+    one_line_error "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8
+    one_line_error "^error: command line: unknown key 'bogus_key'$" "$BIN" $cmd bogus_key=1
     one_line_error "^error: command line: key 'd_model': -512 is out of range" "$BIN" $cmd d_model=-512
     one_line_error "^error: command line: key 'warmup': 'soon' is not a number" "$BIN" $cmd warmup=soon
     one_line_error "^error: command line: key 'd_model': 9 must be even" "$BIN" $cmd --config "$tmp/odd.cfg" d_model=9
