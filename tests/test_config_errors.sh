@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad configuration input: each case is exactly one line on stderr,
 # "error: <file>:<line>: ... key ..." (or the file alone when there is no
-# line), and exit code 2, with no output written.  Also: `--help` of every
+# line), and exit code 2, with no output written.  A missing dataset file
+# names the command that makes it.  Also: `--help` of every
 # command exits 0.
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
@@ -64,6 +65,14 @@ for cmd in params train; do
     one_line_error "^error: $f:3: key 'd_model' set twice (first on line 1)" "$BIN" $cmd --config "$f"
     one_line_error "^error: $cmd: --config given twice ($f, $tmp/odd.cfg)" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
 done
+# a missing dataset file says how to make it: input/prepare.sh NAME for a
+# dataset of input/prepare.sh (its file name), else where the datasets are
+one_line_error "^error: data/wmt14.h5: no such file (make it with: input/prepare.sh wmt14)$" \
+    "$BIN" train data=data/wmt14.h5
+one_line_error "^error: $tmp/multi30k.h5: no such file (make it with: input/prepare.sh multi30k '' $tmp/multi30k.h5)$" \
+    "$BIN" train data="$tmp/multi30k.h5"
+one_line_error "^error: $tmp/mine.h5: no such file (make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md)$" \
+    "$BIN" train data="$tmp/mine.h5"
 # a byte order mark before the first key is not part of it
 printf '\xef\xbb\xbfn_layers = 1\n' > "$tmp/bom.cfg"
 "$BIN" params --config "$tmp/bom.cfg" n_layers=1 > /dev/null || fail "a config with a UTF-8 BOM is refused"
