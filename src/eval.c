@@ -1,12 +1,11 @@
 /* `transformer eval --checkpoint CKPT --data DATA.h5 [--split dev]`: loads the
  * model with the configuration stored in the checkpoint (checkpoint.h), and
- * prints the split's loss and per-wordpiece perplexity, both WITHOUT label
- * smoothing and without dropout (the PPL column of Table 3 is "per-wordpiece,
- * according to our byte-pair encoding").  Runs data-parallel under mpirun
+ * prints the split's label-smoothed loss (loss_ls), its unsmoothed NLL (nll)
+ * and per-wordpiece perplexity exp(nll), without dropout (the PPL column of
+ * Table 3 is "per-wordpiece, according to our byte-pair encoding").  Runs data-parallel under mpirun
  * like train (evaluate() in train.c sums over ranks). */
 #include "eval.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +25,11 @@
 static void eval_help(void)
 {
     printf("usage: transformer eval --checkpoint CKPT.h5 --data DATA.h5 [--split dev] [key=value ...]\n\n"
-           "Prints the loss and per-wordpiece perplexity of the checkpoint's model on a split of\n"
-           "a dataset (no label smoothing, no dropout), on a line\n"
-           "  eval <split> loss <nll per token> ppl <exp(loss)> tokens <N> pairs <n>\n"
+           "Prints the losses and per-wordpiece perplexity of the checkpoint's model on a split\n"
+           "of a dataset (no dropout), on a line\n"
+           "  eval <split> loss_ls <L> nll <NLL> ppl <exp(NLL)> tokens <N> pairs <n>\n"
+           "per target token: loss_ls with the checkpoint's label smoothing, nll without; the\n"
+           "names of train's 'dev' lines.\n"
            "The model configuration comes from the checkpoint; key=value may override\n"
            "non-architecture keys (device, precision, threads, max_tokens).\n");
 }
@@ -129,19 +130,19 @@ static int evaluate_split(Eval *e)
     int skipped = 0;
     for (int i = 0; i < corp->n; i++)
         skipped += corpus_src_len(corp, i) + 1 > c->max_len || corpus_tgt_len(corp, i) + 1 > c->max_len;
-    double t0 = now_seconds(), loss, ppl;
-    long ntok;
-    evaluate(r, corp, &loss, &ppl, &ntok);
-    if (ntok == 0) {
+    double t0 = now_seconds();
+    EvalStats st = evaluate(r, corp);
+    if (st.tokens == 0) {
         if (r->dist.rank == 0)
             fprintf(stderr, "error: %s: split '%s' has no pair that fits max_len=%d (%d pairs): nothing to evaluate\n",
                     e->data, e->split, c->max_len, corp->n);
         return 2;
     }
     if (r->dist.rank == 0) {
-        /* unsmoothed: ppl = exp(NLL / target tokens), so its log is the loss */
-        printf("eval %s loss %.4f ppl %.3f tokens %ld pairs %d", e->split, ntok > 0 ? log(ppl) : 0.0, ppl, ntok,
-               corp->n - skipped);
+        /* the names of train's dev lines: ppl = exp(nll), the unsmoothed
+         * NLL per target token; loss_ls is the label-smoothed loss */
+        printf("eval %s loss_ls %.4f nll %.4f ppl %.3f tokens %ld pairs %d", e->split, st.loss_ls, st.nll, st.ppl,
+               st.tokens, corp->n - skipped);
         if (skipped) printf(" (skipped %d longer than max_len=%d)", skipped, c->max_len);
         printf(" time %.1fs\n", now_seconds() - t0);
         fflush(stdout);

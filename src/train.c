@@ -108,7 +108,7 @@ static void load_corpora(TrainRun *r)
     if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
 }
 
-void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok)
+EvalStats evaluate(TrainRun *r, const Corpus *c)
 {
     BatchPlan bp;
     double sums[3] = {0, 0, 0}, tot[3];
@@ -123,10 +123,19 @@ void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *nto
         batchplan_free(&bp);
     }
     MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, r->dist.comm);
-    *ntok = (long)tot[2];
-    *loss = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
+    EvalStats e = { 0, 0, 0, (long)tot[2] };
+    e.loss_ls = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
+    e.nll = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
     /* per-wordpiece perplexity from the unsmoothed NLL (Table 3, PPL) */
-    *ppl = tot[2] > 0 ? exp(tot[1] / tot[2]) : 0.0;
+    e.ppl = tot[2] > 0 ? exp(e.nll) : 0.0;
+    return e;
+}
+
+/* a dev line of the log: "dev step N" or "dev final", then the figures
+ * under the names that `eval` prints them with */
+static void print_dev_line(const char *when, const EvalStats *e)
+{
+    printf("dev %s loss_ls %.4f nll %.4f ppl %.3f tokens %ld\n", when, e->loss_ls, e->nll, e->ppl, e->tokens);
 }
 
 /* exact-match accuracy of greedy decoding on (the first n pairs of) c */
@@ -205,7 +214,10 @@ static void train_help(void)
     printf("usage: transformer train [--config FILE] [key=value ...]\n\n"
            "Trains the Transformer (data-parallel under mpirun/srun: one rank per device).\n"
            "With no config and no data, trains the embedded synthetic task (reversal).\n"
-           "Logs one line per log_steps: step, loss, lr, target tokens/s, elapsed time.\n"
+           "Logs one line per log_steps: step, loss_ls (the label-smoothed loss per target\n"
+           "token), lr, target tokens/s, elapsed time; and every eval_steps and at the end\n"
+           "'dev step N' / 'dev final' lines: loss_ls, nll (unsmoothed, per target token),\n"
+           "ppl = exp(nll) and tokens, the names 'eval' prints them with.\n"
            "Every key of input/table3/base.cfg may be given as key=value.\n\n"
            "Run directory (run_dir=DIR; empty: nothing is written):\n"
            "  DIR/ckpt_<step>.h5  checkpoints (docs/checkpoint.md), every ckpt_steps steps,\n"
@@ -214,7 +226,7 @@ static void train_help(void)
            "                      ckpt_steps and the final one (all if ckpt_steps=0); these\n"
            "                      are what 'average --last K' averages. Written atomically\n"
            "                      by rank 0 in the background while training goes on.\n"
-           "  DIR/metrics.h5      step, loss, lr, tokens/s, elapsed; dev loss/PPL (docs/metrics.md)\n"
+           "  DIR/metrics.h5      step, loss_ls, lr, tokens/s, elapsed; dev loss_ls/ppl (docs/metrics.md)\n"
            "  DIR/attention_probe.h5  every attn_steps steps: attention maps of the first 4 dev\n"
            "                      pairs, one group per step (docs/attention.md)\n"
            "  --resume            continue from the newest complete checkpoint (an error if\n"
@@ -258,8 +270,7 @@ typedef struct {
     double t_start, t_log;
     double log_loss, log_tok;   /* label-smoothed loss and target tokens since the last log line */
     int eval_step;              /* step of the last dev evaluation (-1: none) */
-    double eval_loss, eval_ppl;
-    long eval_ntok;
+    EvalStats dev;              /* of the last dev evaluation */
 } Training;
 
 /* how the step loop ended */
@@ -414,7 +425,7 @@ static void log_progress(Training *t, int step, const double glob[5])
     if (!(step % c->log_steps == 0 || step == c->train_steps)) return;
     double now = now_seconds(), log_tok_time = now - t->t_log;
     if (r->dist.rank == 0) {
-        printf("step %d loss %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, t->log_loss / t->log_tok,
+        printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, t->log_loss / t->log_tok,
                model_lrate(c, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                r->elapsed + now - t->t_start);
         fflush(stdout);
@@ -432,14 +443,16 @@ static void log_progress(Training *t, int step, const double glob[5])
 static void evaluate_dev(Training *t, int step)
 {
     TrainRun *r = t->r;
-    evaluate(r, &r->dev, &t->eval_loss, &t->eval_ppl, &t->eval_ntok);
+    t->dev = evaluate(r, &r->dev);
     t->eval_step = step;
     if (r->dist.rank == 0) {
-        printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, t->eval_loss, t->eval_ppl, t->eval_ntok);
+        char when[32];
+        snprintf(when, sizeof when, "step %d", step);
+        print_dev_line(when, &t->dev);
         fflush(stdout);
     }
     if (t->rd.metrics)
-        metrics_dev(t->rd.metrics, step, t->eval_loss, t->eval_ppl, t->eval_ntok, r->elapsed + now_seconds() - t->t_start);
+        metrics_dev(t->rd.metrics, step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed + now_seconds() - t->t_start);
 }
 
 /* steps r->step + 1 .. train_steps, unless stopped; returns how it ended */
@@ -487,10 +500,10 @@ static int publish_outputs(Training *t, int how)
     /* the final dev figures; not evaluated (and logged) twice when the
      * last step already had its periodic evaluation */
     if (t->eval_step != r->step) {
-        evaluate(r, &r->dev, &t->eval_loss, &t->eval_ppl, &t->eval_ntok);
-        if (t->rd.metrics) metrics_dev(t->rd.metrics, r->step, t->eval_loss, t->eval_ppl, t->eval_ntok, r->elapsed);
+        t->dev = evaluate(r, &r->dev);
+        if (t->rd.metrics) metrics_dev(t->rd.metrics, r->step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed);
     }
-    if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", t->eval_loss, t->eval_ppl, t->eval_ntok);
+    if (D->rank == 0) print_dev_line("final", &t->dev);
     rundir_close(&t->rd);
     t->rd_open = 0;
     if (!strcmp(c->data, "synthetic")) {

@@ -8,6 +8,12 @@ SHARED_DATA=${SHARED_DATA:-$TOP/../shared/data}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
+# field LINE_REGEX NAME [FILE]: the value after the word NAME on the last line
+# matching LINE_REGEX (train's and eval's lines are "name value" pairs:
+# "dev final loss_ls L nll N ppl P tokens T")
+field() {
+    awk -v re="$1" -v k="$2" '$0 ~ re { for (i = 1; i < NF; i++) if ($i == k) v = $(i + 1) } END { print v }' "${3:--}"
+}
 # expect_error CODE PATTERN cmd...: the command exits CODE and its stderr has
 # exactly one line matching PATTERN
 expect_error() {
