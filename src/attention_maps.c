@@ -439,41 +439,82 @@ static void share_greedy(Sent *s, int k, int owner, const Config *c, MPI_Comm co
     (void)c;
 }
 
-static int attention_main(const AttnArgs *a, Dist *D)
-{
+/* everything attention_main holds; attention_free releases it */
+typedef struct {
     Config cfg;
     Model m;
-    /* one thread: the maps do not depend on how many ranks share the cores */
-    Backend *be = backend_create("cpu", "fp32", NULL, 1, D->local_rank);
-    if (!be) return 2;
+    Backend *be;
     CkptState st;
-    if (checkpoint_open_model(a->ckpt, &cfg, &st, &m, be)) { be->destroy(be); return 2; }
-    Corpus c = {0};
-    Vocab v = {0};
-    int64_t *idx = NULL;
+    Corpus c;
+    Vocab v;
+    int64_t *idx;      /* the --sentences indices */
+    int n;
+    Sent *s;           /* per index: tokens and maps */
+} Attention;
+
+static void attention_free(Attention *at)
+{
+    if (at->s) for (int k = 0; k < at->n; k++) sent_free(&at->s[k]);
+    free(at->s);
+    free(at->idx);
+    if (at->v.name) vocab_free(&at->v);
+    corpus_free(&at->c);
+    model_free(&at->m);
+    at->be->destroy(at->be);
+}
+
+/* --sentences: valid, distinct indices of pairs of the split */
+static int select_sentences(const AttnArgs *a, Attention *at)
+{
     int64_t dup = 0;
-    int n = parse_list(a->list, &idx, &dup), rc = 2;
-    Sent *s = NULL;
-    if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", a->list, MAX_SENTENCES); goto out; }
-    if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", a->list, (long long)dup); goto out; }
-    if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); goto out; }
-    if (load_data(a, &cfg, &st, &c, &v)) goto out;
+    int n = at->n = parse_list(a->list, &at->idx, &dup);
+    if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", a->list, MAX_SENTENCES); return 2; }
+    if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", a->list, (long long)dup); return 2; }
+    if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); return 2; }
+    if (load_data(a, &at->cfg, &at->st, &at->c, &at->v)) return 2;
     for (int k = 0; k < n; k++)
-        if (idx[k] >= c.n) {
-            fprintf(stderr, "error: --sentences: index %lld is past the %d pairs of split '%s'\n", (long long)idx[k], c.n, a->split);
-            goto out;
+        if (at->idx[k] >= at->c.n) {
+            fprintf(stderr, "error: --sentences: index %lld is past the %d pairs of split '%s'\n",
+                    (long long)at->idx[k], at->c.n, a->split);
+            return 2;
         }
-    s = xcalloc(n, sizeof(Sent));
+    return 0;
+}
+
+/* sentence k's maps on rank k % size; greedy hypotheses shared with all */
+static void compute_maps(const AttnArgs *a, Attention *at, const Dist *D)
+{
+    int n = at->n;
+    at->s = xcalloc(n, sizeof(Sent));
     for (int k = 0; k < n; k++) {
-        sent_tokens(&s[k], &c, (int)idx[k], cfg.max_len);
-        if (k % D->size == D->rank) sent_compute(&m, &s[k], a->greedy);
+        sent_tokens(&at->s[k], &at->c, (int)at->idx[k], at->cfg.max_len);
+        if (k % D->size == D->rank) sent_compute(&at->m, &at->s[k], a->greedy);
     }
     if (a->greedy)
-        for (int k = 0; k < n; k++) share_greedy(&s[k], k, k % D->size, &cfg, D->comm, D->rank);
+        for (int k = 0; k < n; k++) share_greedy(&at->s[k], k, k % D->size, &at->cfg, D->comm, D->rank);
+}
 
-    /* one file, written collectively through MPI-IO, under a temporary name */
-    char tmp[4200];
-    h5io_tmp_name(a->out, tmp, sizeof tmp);
+/* provenance attributes of the file (docs/attention.md) */
+static void write_attrs(hid_t f, const AttnArgs *a, const Attention *at)
+{
+    char text[16384];
+    config_to_string(&at->cfg, text, sizeof text);
+    attr_str(f, "format", "transformer-attention");
+    attr_str(f, "version", PROJECT_VERSION);
+    attr_str(f, "checkpoint", a->ckpt);
+    attr_i64(f, "checkpoint_step", at->st.step);
+    attr_str(f, "data", a->data);
+    attr_str(f, "split", a->split);
+    attr_str(f, "mode", a->greedy ? "reference+greedy" : "reference");
+    attr_str(f, "config", text);
+    attr_i64(f, "n_layers", at->cfg.n_layers);
+    attr_i64(f, "n_heads", at->cfg.n_heads);
+}
+
+/* one file, written collectively through MPI-IO, under the name tmp;
+ * returns nonzero on every rank if any rank failed */
+static int write_maps(const AttnArgs *a, const Attention *at, const Dist *D, const char *tmp)
+{
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_mpio(fapl, D->comm, MPI_INFO_NULL);
@@ -484,52 +525,59 @@ static int attention_main(const AttnArgs *a, Dist *D)
     if (any) {
         if (D->rank == 0) fprintf(stderr, "error: %s: cannot create the output file\n", tmp);
         if (f >= 0) H5Fclose(f);
-        goto out;
+        return -1;
     }
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-    char text[16384];
-    config_to_string(&cfg, text, sizeof text);
-    attr_str(f, "format", "transformer-attention");
-    attr_str(f, "version", PROJECT_VERSION);
-    attr_str(f, "checkpoint", a->ckpt);
-    attr_i64(f, "checkpoint_step", st.step);
-    attr_str(f, "data", a->data);
-    attr_str(f, "split", a->split);
-    attr_str(f, "mode", a->greedy ? "reference+greedy" : "reference");
-    attr_str(f, "config", text);
-    attr_i64(f, "n_layers", cfg.n_layers);
-    attr_i64(f, "n_heads", cfg.n_heads);
-    hsize_t nn = n;
-    bad = write_ds(f, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, idx, D->rank == 0, dxpl) != 0;
-    bad |= write_sentences(f, s, n, D->rank, D->size, a->greedy, &cfg, &v, dxpl) != 0;
+    write_attrs(f, a, at);
+    hsize_t nn = at->n;
+    bad = write_ds(f, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, at->idx, D->rank == 0, dxpl) != 0;
+    bad |= write_sentences(f, at->s, at->n, D->rank, D->size, a->greedy, &at->cfg, &at->v, dxpl) != 0;
     H5Pclose(dxpl);
     bad |= H5Fclose(f) < 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, D->comm);
-    if (D->rank == 0) {
-        if (any) {
-            fprintf(stderr, "error: %s: writing the attention maps failed\n", tmp);
-            unlink(tmp);
-        } else {
-            int fd_ok = 1;
-            FILE *fp = fopen(tmp, "rb");
-            if (fp) { fsync(fileno(fp)); fclose(fp); } else fd_ok = 0;
-            if (!fd_ok || rename(tmp, a->out)) {
-                fprintf(stderr, "error: %s: cannot move the output into place\n", a->out);
-                any = 1;
-            } else printf("attention: %d sentence(s), %d layers x %d heads -> %s\n", n, cfg.n_layers, cfg.n_heads, a->out);
+    return any;
+}
+
+/* rank 0: the written file to its name (fsync + rename), or removed */
+static int publish_maps(const AttnArgs *a, const Attention *at, const char *tmp, int any)
+{
+    if (any) {
+        fprintf(stderr, "error: %s: writing the attention maps failed\n", tmp);
+        unlink(tmp);
+        return any;
+    }
+    int fd_ok = 1;
+    FILE *fp = fopen(tmp, "rb");
+    if (fp) { fsync(fileno(fp)); fclose(fp); } else fd_ok = 0;
+    if (!fd_ok || rename(tmp, a->out)) {
+        fprintf(stderr, "error: %s: cannot move the output into place\n", a->out);
+        return 1;
+    }
+    printf("attention: %d sentence(s), %d layers x %d heads -> %s\n", at->n, at->cfg.n_layers, at->cfg.n_heads, a->out);
+    return 0;
+}
+
+static int attention_main(const AttnArgs *a, Dist *D)
+{
+    Attention at = {0};
+    /* one thread: the maps do not depend on how many ranks share the cores */
+    at.be = backend_create("cpu", "fp32", NULL, 1, D->local_rank);
+    if (!at.be) return 2;
+    if (checkpoint_open_model(a->ckpt, &at.cfg, &at.st, &at.m, at.be)) { at.be->destroy(at.be); return 2; }
+    int rc = 2;
+    if (select_sentences(a, &at) == 0) {
+        compute_maps(a, &at, D);
+        char tmp[4200];
+        h5io_tmp_name(a->out, tmp, sizeof tmp);
+        int any = write_maps(a, &at, D, tmp);
+        if (any >= 0) {
+            if (D->rank == 0) any = publish_maps(a, &at, tmp, any);
+            MPI_Bcast(&any, 1, MPI_INT, 0, D->comm);
+            rc = any ? 2 : 0;
         }
     }
-    MPI_Bcast(&any, 1, MPI_INT, 0, D->comm);
-    rc = any ? 2 : 0;
-out:
-    if (s) for (int k = 0; k < n; k++) sent_free(&s[k]);
-    free(s);
-    free(idx);
-    if (v.name) vocab_free(&v);
-    corpus_free(&c);
-    model_free(&m);
-    be->destroy(be);
+    attention_free(&at);
     return rc;
 }
 

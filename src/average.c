@@ -25,116 +25,167 @@ static void average_help(void)
            "(input/table3: ckpt_steps 1500 and 600, the paper's 10 minutes).\n");
 }
 
-int cmd_average(int argc, char **argv)
+
+/* everything cmd_average holds; average_free releases it on every path */
+typedef struct {
+    const char *out, *run_dir;
+    int last;          /* --last K */
+    char **in;         /* the checkpoints to average, oldest first */
+    int n;
+    char **listed;     /* --last: the run directory's checkpoints */
+    int64_t *steps;
+    int nlisted;
+    Config ref;        /* the newest input's config and state, kept in the output */
+    CkptState st;
+    ParamTable pt;
+    int have_pt;
+    float *buf;
+    double *sum;
+    char *from;        /* 'averaged_from': the inputs, one a line */
+} Average;
+
+static void average_free(Average *a)
 {
-    const char *out = NULL, *run_dir = NULL;
-    int last = 0, n = 0;
-    char **in = xcalloc(argc, sizeof(char *));
+    free(a->from);
+    free(a->sum);
+    free(a->buf);
+    if (a->have_pt) param_table_free(&a->pt);
+    for (int i = 0; i < a->nlisted; i++) free(a->listed[i]);
+    free(a->listed);
+    free(a->steps);
+    free(a->in);
+}
+
+/* 0, 1 for --help (printed), or 2 (error printed) */
+static int average_parse(Average *a, int argc, char **argv)
+{
+    a->in = xcalloc(argc, sizeof(char *));
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { average_help(); free(in); return 0; }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { average_help(); return 1; }
         if (!strcmp(argv[i], "--output") || !strcmp(argv[i], "--last")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: average: %s needs a value\n", argv[i]); free(in); return 2; }
-            if (argv[i][2] == 'o') out = argv[++i];
+            if (i + 1 >= argc) { fprintf(stderr, "error: average: %s needs a value\n", argv[i]); return 2; }
+            if (argv[i][2] == 'o') a->out = argv[++i];
             else {
                 char *end;
-                last = (int)strtol(argv[++i], &end, 10);
-                if (*end || last < 1) { fprintf(stderr, "error: average: --last '%s' is not a positive integer\n", argv[i]); free(in); return 2; }
-                if (i + 1 >= argc) { fprintf(stderr, "error: average: --last K needs a run directory\n"); free(in); return 2; }
-                run_dir = argv[++i];
+                a->last = (int)strtol(argv[++i], &end, 10);
+                if (*end || a->last < 1) { fprintf(stderr, "error: average: --last '%s' is not a positive integer\n", argv[i]); return 2; }
+                if (i + 1 >= argc) { fprintf(stderr, "error: average: --last K needs a run directory\n"); return 2; }
+                a->run_dir = argv[++i];
             }
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "error: average: unknown option '%s' (see 'transformer average --help')\n", argv[i]);
-            free(in);
             return 2;
-        } else in[n++] = argv[i];
+        } else a->in[a->n++] = argv[i];
     }
-    char **listed = NULL;
-    int64_t *steps = NULL;
-    int nlisted = 0, rc = 2;
-    if (run_dir) {
-        if (n) { fprintf(stderr, "error: average: give either checkpoint files or --last K RUN_DIR\n"); goto done; }
-        nlisted = checkpoint_list(run_dir, &listed, &steps);
-        if (nlisted == 0) { fprintf(stderr, "error: %s: no checkpoints (ckpt_*.h5)\n", run_dir); goto done; }
-        /* the newest K interval checkpoints (checkpoint.h), by the config of
-         * the run's newest checkpoint */
-        Config run_cfg;
-        if (checkpoint_read_config(listed[nlisted - 1], &run_cfg, NULL)) goto done;
-        for (int i = nlisted - 1; i >= 0 && n < last; i--)   /* newest first */
-            if (checkpoint_on_interval(steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) in[n++] = listed[i];
-        if (n < last) {
-            fprintf(stderr, "error: %s: --last %d asks for more checkpoints than the run kept (%d%s; keep_ckpts=%d)\n",
-                    run_dir, last, n, run_cfg.ckpt_steps > 0 ? " at multiples of ckpt_steps or the final step" : "",
-                    run_cfg.keep_ckpts);
-            goto done;
-        }
-        for (int i = 0; i < n / 2; i++) {   /* oldest first, as given on a command line */
-            char *t = in[i]; in[i] = in[n - 1 - i]; in[n - 1 - i] = t;
-        }
-    }
-    if (!out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); goto done; }
-    if (n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); goto done; }
-    struct stat so, si;
-    for (int k = 0; k < n && !stat(out, &so); k++)
-        if (!stat(in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-            fprintf(stderr, "error: %s: --output is one of the checkpoints being averaged (%s): choose another name\n",
-                    out, in[k]);
-            goto done;
-        }
+    return 0;
+}
 
-    Config ref;
-    CkptState st;
-    if (checkpoint_read_config(in[n - 1], &ref, &st)) goto done;
-    ParamTable pt;
-    param_table_build(&pt, &ref);
-    float *buf = xmalloc(sizeof(float) * pt.total);
-    double *sum = xcalloc(pt.total, sizeof(double));
+/* --last K RUN_DIR: the newest K interval checkpoints (checkpoint.h), by
+ * the config of the run's newest checkpoint, oldest first */
+static int list_run_dir(Average *a)
+{
+    const char *run_dir = a->run_dir;
+    if (a->n) { fprintf(stderr, "error: average: give either checkpoint files or --last K RUN_DIR\n"); return 2; }
+    a->nlisted = checkpoint_list(run_dir, &a->listed, &a->steps);
+    if (a->nlisted == 0) { fprintf(stderr, "error: %s: no checkpoints (ckpt_*.h5)\n", run_dir); return 2; }
+    Config run_cfg;
+    if (checkpoint_read_config(a->listed[a->nlisted - 1], &run_cfg, NULL)) return 2;
+    for (int i = a->nlisted - 1; i >= 0 && a->n < a->last; i--)   /* newest first */
+        if (checkpoint_on_interval(a->steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) a->in[a->n++] = a->listed[i];
+    if (a->n < a->last) {
+        fprintf(stderr, "error: %s: --last %d asks for more checkpoints than the run kept (%d%s; keep_ckpts=%d)\n",
+                run_dir, a->last, a->n, run_cfg.ckpt_steps > 0 ? " at multiples of ckpt_steps or the final step" : "",
+                run_cfg.keep_ckpts);
+        return 2;
+    }
+    for (int i = 0; i < a->n / 2; i++) {   /* oldest first, as given on a command line */
+        char *t = a->in[i]; a->in[i] = a->in[a->n - 1 - i]; a->in[a->n - 1 - i] = t;
+    }
+    return 0;
+}
+
+/* an output and at least one input; the output is none of the inputs */
+static int check_inputs(const Average *a)
+{
+    if (!a->out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); return 2; }
+    if (a->n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); return 2; }
+    struct stat so, si;
+    for (int k = 0; k < a->n && !stat(a->out, &so); k++)
+        if (!stat(a->in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "error: %s: --output is one of the checkpoints being averaged (%s): choose another name\n",
+                    a->out, a->in[k]);
+            return 2;
+        }
+    return 0;
+}
+
+/* input k: same vocabulary and architecture as the newest; its parameters
+ * added to the sum */
+static int add_checkpoint(Average *a, int k)
+{
+    const char *newest = a->in[a->n - 1];
+    Config c;
+    CkptState sk;
+    char msg[512];
+    if (checkpoint_read_config(a->in[k], &c, &sk)) return 2;
+    if (sk.vocab_hash && a->st.vocab_hash && sk.vocab_hash != a->st.vocab_hash) {
+        fprintf(stderr, "error: %s: cannot average with %s: trained on another vocabulary\n", a->in[k], newest);
+        return 2;
+    }
+    if (config_arch_mismatch(&c, &a->ref, msg, sizeof msg)) {
+        fprintf(stderr, "error: %s: cannot average with %s: %s\n", a->in[k], newest, msg);
+        return 2;
+    }
+    if (checkpoint_read_tensors(a->in[k], &a->pt, a->buf, NULL, NULL)) return 2;
+    for (size_t i = 0; i < a->pt.total; i++) a->sum[i] += a->buf[i];
+    strcat(a->from, a->in[k]);
+    if (k + 1 < a->n) strcat(a->from, "\n");
+    return 0;
+}
+
+/* the sum of every input's parameters, by the newest input's table */
+static int sum_checkpoints(Average *a)
+{
+    if (checkpoint_read_config(a->in[a->n - 1], &a->ref, &a->st)) return 2;
+    param_table_build(&a->pt, &a->ref);
+    a->have_pt = 1;
+    a->buf = xmalloc(sizeof(float) * a->pt.total);
+    a->sum = xcalloc(a->pt.total, sizeof(double));
     size_t names = 1;
-    for (int k = 0; k < n; k++) names += strlen(in[k]) + 1;
-    char *from = xcalloc(names, 1);
-    int bad = 0;
-    for (int k = 0; k < n && !bad; k++) {
-        Config c;
-        CkptState sk;
-        char msg[512];
-        if (checkpoint_read_config(in[k], &c, &sk)) { bad = 1; break; }
-        if (sk.vocab_hash && st.vocab_hash && sk.vocab_hash != st.vocab_hash) {
-            fprintf(stderr, "error: %s: cannot average with %s: trained on another vocabulary\n", in[k], in[n - 1]);
-            bad = 1;
-            break;
-        }
-        if (config_arch_mismatch(&c, &ref, msg, sizeof msg)) {
-            fprintf(stderr, "error: %s: cannot average with %s: %s\n", in[k], in[n - 1], msg);
-            bad = 1;
-            break;
-        }
-        if (checkpoint_read_tensors(in[k], &pt, buf, NULL, NULL)) { bad = 1; break; }
-        for (size_t i = 0; i < pt.total; i++) sum[i] += buf[i];
-        strcat(from, in[k]);
-        if (k + 1 < n) strcat(from, "\n");
+    for (int k = 0; k < a->n; k++) names += strlen(a->in[k]) + 1;
+    a->from = xcalloc(names, 1);
+    for (int k = 0; k < a->n; k++)
+        if (add_checkpoint(a, k)) return 2;
+    return 0;
+}
+
+static int write_average(Average *a)
+{
+    /* the mean in double, rounded once to float: averaging one
+     * checkpoint reproduces it exactly */
+    int n = a->n;
+    for (size_t i = 0; i < a->pt.total; i++) a->buf[i] = (float)(a->sum[i] / n);
+    char text[16384], msg[4600];
+    config_to_string(&a->ref, text, sizeof text);
+    a->st.averaged_from = a->from;
+    if (checkpoint_write(a->out, &a->pt, a->buf, NULL, NULL, text, &a->st, NULL, msg, sizeof msg)) {
+        fprintf(stderr, "error: %s\n", msg);
+        return 2;
     }
-    if (!bad) {
-        /* the mean in double, rounded once to float: averaging one
-         * checkpoint reproduces it exactly */
-        for (size_t i = 0; i < pt.total; i++) buf[i] = (float)(sum[i] / n);
-        char text[16384], msg[4600];
-        config_to_string(&ref, text, sizeof text);
-        st.averaged_from = from;
-        if (checkpoint_write(out, &pt, buf, NULL, NULL, text, &st, NULL, msg, sizeof msg)) {
-            fprintf(stderr, "error: %s\n", msg);
-        } else {
-            printf("average: %d checkpoint(s) -> %s (%zu parameters): %s%s%s\n", n, out, pt.total, in[0],
-                   n > 1 ? " .. " : "", n > 1 ? in[n - 1] : "");
-            rc = 0;
-        }
-    }
-    free(from);
-    free(sum);
-    free(buf);
-    param_table_free(&pt);
-done:
-    for (int i = 0; i < nlisted; i++) free(listed[i]);
-    free(listed);
-    free(steps);
-    free(in);
+    printf("average: %d checkpoint(s) -> %s (%zu parameters): %s%s%s\n", n, a->out, a->pt.total, a->in[0],
+           n > 1 ? " .. " : "", n > 1 ? a->in[n - 1] : "");
+    return 0;
+}
+
+int cmd_average(int argc, char **argv)
+{
+    Average a = {0};
+    int rc = average_parse(&a, argc, argv);
+    if (rc == 1) { average_free(&a); return 0; }   /* --help */
+    if (!rc && a.run_dir) rc = list_run_dir(&a);
+    if (!rc) rc = check_inputs(&a);
+    if (!rc) rc = sum_checkpoints(&a);
+    if (!rc) rc = write_average(&a);
+    average_free(&a);
     return rc;
 }

@@ -139,6 +139,45 @@ static const KeyDesc *find_key(const char *key)
     return NULL;
 }
 
+/* edit distance of a and b, case-insensitive, counting a swap of two
+ * adjacent characters as one edit (optimal string alignment, Damerau):
+ * the usual typos d_modle, n_haeds are one edit away.  -1 when a string
+ * is too long to compare. */
+static int edit_distance(const char *a, const char *b)
+{
+    enum { MAXL = 64 };
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la >= MAXL || lb >= MAXL) return -1;
+    int d[MAXL][MAXL];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            char ca = (char)tolower((unsigned char)a[i - 1]), cb = (char)tolower((unsigned char)b[j - 1]);
+            int best = d[i - 1][j - 1] + (ca != cb);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) && tolower((unsigned char)a[i - 2]) == cb &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* the known key nearest to an unknown one, or NULL when none is within
+ * max(2, length / 3) edits (further than that, a guess misleads) */
+static const char *nearest_key(const char *key)
+{
+    int len = (int)strlen(key), limit = len / 3 > 2 ? len / 3 : 2, best = limit + 1;
+    const char *near = NULL;
+    for (int i = 0; i < NKEYS; i++) {
+        int dist = edit_distance(key, KEYS[i].key);
+        if (dist >= 0 && dist < best) { best = dist; near = KEYS[i].key; }
+    }
+    return near;
+}
+
 static void where(char *buf, size_t cap, const char *origin, int line)
 {
     if (line > 0) snprintf(buf, cap, "%s:%d", origin, line);
@@ -151,7 +190,9 @@ int config_set(Config *c, const char *origin, int line, const char *key, const c
     where(at, sizeof at, origin, line);
     const KeyDesc *k = find_key(key);
     if (!k) {
-        fprintf(stderr, "error: %s: unknown key '%s'\n", at, key);
+        const char *near = nearest_key(key);
+        if (near) fprintf(stderr, "error: %s: unknown key '%s' (did you mean '%s'?)\n", at, key, near);
+        else fprintf(stderr, "error: %s: unknown key '%s'\n", at, key);
         return 2;
     }
     c->key_line[k - KEYS] = line > 0 ? line : -1;

@@ -129,23 +129,10 @@ static int write_split(hid_t splits, const DatasetSplit *s)
     return rc;
 }
 
-int dataset_write(const char *path, const DatasetWrite *d)
+/* the file's provenance and token ids (docs/dataset.md) */
+static int write_root_attrs(hid_t f, const DatasetWrite *d)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        fprintf(stderr, "error: %s: path too long\n", path);
-        return 2;
-    }
-    ErrSave es;
-    quiet_on(&es);
-    int rc = 1;
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-        quiet_off(&es);
-        fprintf(stderr, "error: %s: cannot create (%s)\n", tmp, strerror(errno ? errno : EIO));
-        return 2;
-    }
-    rc = 0;
+    int rc = 0;
     rc |= attr_str(f, "format", DATASET_FORMAT);
     rc |= attr_i64(f, "format_version", DATASET_FORMAT_VERSION);
     rc |= attr_i64(f, "vocab_size", d->vocab.vocab_size);
@@ -160,7 +147,13 @@ int dataset_write(const char *path, const DatasetWrite *d)
     rc |= attr_i64(f, "bos_id", TOK_BOS);
     rc |= attr_i64(f, "eos_id", TOK_EOS);
     rc |= attr_i64(f, "unk_id", TOK_UNK);
+    return rc;
+}
 
+/* /vocab (pieces, SentencePiece model) and /splits */
+static int write_groups(hid_t f, const DatasetWrite *d)
+{
+    int rc = 0;
     hid_t vg = H5Gcreate2(f, "vocab", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (vg >= 0) {
         hid_t t = str_type();
@@ -180,6 +173,27 @@ int dataset_write(const char *path, const DatasetWrite *d)
         free(names);
         H5Gclose(sg);
     } else rc = 1;
+    return rc;
+}
+
+int dataset_write(const char *path, const DatasetWrite *d)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        fprintf(stderr, "error: %s: path too long\n", path);
+        return 2;
+    }
+    ErrSave es;
+    quiet_on(&es);
+    int rc = 1;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        quiet_off(&es);
+        fprintf(stderr, "error: %s: cannot create (%s)\n", tmp, strerror(errno ? errno : EIO));
+        return 2;
+    }
+    rc = write_root_attrs(f, d);
+    rc |= write_groups(f, d);
     if (H5Fclose(f) < 0) rc = 1;
     quiet_off(&es);
     if (rc) {
@@ -206,12 +220,42 @@ int dataset_write(const char *path, const DatasetWrite *d)
 
 /* ---------- reading ---------- */
 
+/* the datasets that input/prepare.sh NAME makes, by default as data/NAME.h5 */
+static const char *const PREPARE_NAMES[] = { "multi30k", "wmt14", "wmt14-offline" };
+
+/* how to make a missing dataset file: input/prepare.sh NAME when its file
+ * name is NAME.h5 of a known dataset (with the path as OUT, and an empty
+ * ROOT for the default data root, unless it is the default data/NAME.h5),
+ * else a pointer to the list of datasets */
+static void missing_dataset_hint(const char *path, char *buf, size_t cap)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t bl = strlen(base);
+    for (size_t i = 0; i < sizeof PREPARE_NAMES / sizeof PREPARE_NAMES[0]; i++) {
+        const char *name = PREPARE_NAMES[i];
+        size_t nl = strlen(name);
+        if (bl != nl + 3 || strncmp(base, name, nl) || strcmp(base + nl, ".h5")) continue;
+        int is_default = base - path == 5 && !strncmp(path, "data/", 5);
+        if (is_default) snprintf(buf, cap, "make it with: input/prepare.sh %s", name);
+        else snprintf(buf, cap, "make it with: input/prepare.sh %s '' %s", name, path);
+        return;
+    }
+    snprintf(buf, cap, "make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md");
+}
+
 /* Open path and check that it is one of our datasets; returns the file id
  * or -1 after a one-line error.  Must be called with HDF5 errors quiet. */
 static hid_t open_ours(const char *path)
 {
     struct stat st;
     if (stat(path, &st) != 0) {
+        if (errno == ENOENT) {
+            char hint[4400];
+            missing_dataset_hint(path, hint, sizeof hint);
+            fprintf(stderr, "error: %s: no such file (%s)\n", path, hint);
+            return -1;
+        }
         fprintf(stderr, "error: %s: cannot open dataset: %s\n", path, strerror(errno));
         return -1;
     }

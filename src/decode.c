@@ -264,13 +264,30 @@ static void cand_push(Cand *top, int *cnt, int K, double s, int j, int v)
     top[i].s = s; top[i].j = j; top[i].v = v;
 }
 
-int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, int out_stride,
-                 int *out_len, float *score)
+/* the state of one beam search over a batch: row r = i * K + j is
+ * hypothesis j of active sentence slot i; the n* arrays are the next step's */
+typedef struct {
+    const DecodeOpts *o;
+    int B, K, V, T, n_cand;
+    int *Lmax;                  /* per sentence of b: maximum output length */
+    int *act;                   /* active slot -> sentence of b */
+    int *alive, *nalive;
+    double *sc, *nsc;           /* log-probability of each hypothesis */
+    int32_t *hist, *nhist;      /* each hypothesis' tokens, T per row */
+    int32_t *tok, *ntok;        /* each hypothesis' last token */
+    int *parent, *keep, *done;
+    double *best;               /* per sentence: best finished score */
+    float *lp;                  /* log-probabilities of the step, host copy */
+    int32_t *out;               /* the caller's outputs */
+    int out_stride, *out_len;
+} BeamSearch;
+
+/* the search's arrays, one live hypothesis (BOS) per sentence; returns the
+ * positions to cache (the longest output + 1) */
+static int beam_begin(BeamSearch *s, const Model *m, const Batch *b, const DecodeOpts *o, int32_t *out,
+                      int out_stride, int *out_len)
 {
-    Model *m = d->m;
-    Backend *be = m->be;
     int B = b->B, K = o->beam < 1 ? 1 : o->beam, V = m->cfg.vocab_size;
-    if (B == 0) return 0;
     int *Lmax = xmalloc(sizeof(int) * B);
     int T = 1;
     for (int k = 0; k < B; k++) {
@@ -279,110 +296,156 @@ int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, 
         if (Lmax[k] + 1 > T) T = Lmax[k] + 1;
         out_len[k] = 0;
     }
-    decoder_begin(d, b, K, T);
-
     int n = B * K;
     /* candidates per sentence and step: 2K, so that K live hypotheses remain
      * whatever number of them end in EOS (each live hypothesis contributes
      * at most one EOS); beam 1 is greedy decoding (decode.h) */
-    int n_cand = K > 1 ? 2 * K : 1;
-    int *act = xmalloc(sizeof(int) * B);          /* active slot -> sentence of b */
-    int *alive = xcalloc(n, sizeof(int)), *nalive = xcalloc(n, sizeof(int));
-    double *sc = xcalloc(n, sizeof(double)), *nsc = xcalloc(n, sizeof(double));
-    int32_t *hist = xcalloc((size_t)n * T, sizeof(int32_t)), *nhist = xcalloc((size_t)n * T, sizeof(int32_t));
-    int32_t *tok = xmalloc(sizeof(int32_t) * n), *ntok = xmalloc(sizeof(int32_t) * n);
-    int *parent = xmalloc(sizeof(int) * n), *keep = xmalloc(sizeof(int) * B), *done = xcalloc(B, sizeof(int));
-    double *best = xmalloc(sizeof(double) * B);
-    float *lp = xmalloc(sizeof(float) * (size_t)n * V);
+    *s = (BeamSearch){ .o = o, .B = B, .K = K, .V = V, .T = T, .n_cand = K > 1 ? 2 * K : 1, .Lmax = Lmax,
+                       .out = out, .out_stride = out_stride, .out_len = out_len };
+    s->act = xmalloc(sizeof(int) * B);
+    s->alive = xcalloc(n, sizeof(int)); s->nalive = xcalloc(n, sizeof(int));
+    s->sc = xcalloc(n, sizeof(double)); s->nsc = xcalloc(n, sizeof(double));
+    s->hist = xcalloc((size_t)n * T, sizeof(int32_t)); s->nhist = xcalloc((size_t)n * T, sizeof(int32_t));
+    s->tok = xmalloc(sizeof(int32_t) * n); s->ntok = xmalloc(sizeof(int32_t) * n);
+    s->parent = xmalloc(sizeof(int) * n); s->keep = xmalloc(sizeof(int) * B); s->done = xcalloc(B, sizeof(int));
+    s->best = xmalloc(sizeof(double) * B);
+    s->lp = xmalloc(sizeof(float) * (size_t)n * V);
     for (int k = 0; k < B; k++) {
-        act[k] = k;
-        best[k] = -INFINITY;
+        s->act[k] = k;
+        s->best[k] = -INFINITY;
         for (int j = 0; j < K; j++) {
             int r = k * K + j;
-            alive[r] = j == 0;      /* one live hypothesis: BOS */
-            tok[r] = TOK_BOS;
+            s->alive[r] = j == 0;      /* one live hypothesis: BOS */
+            s->tok[r] = TOK_BOS;
         }
     }
+    return T;
+}
+
+static void beam_free(BeamSearch *s)
+{
+    free(s->Lmax); free(s->act); free(s->alive); free(s->nalive); free(s->sc); free(s->nsc); free(s->hist);
+    free(s->nhist); free(s->tok); free(s->ntok); free(s->parent); free(s->keep); free(s->done); free(s->best);
+    free(s->lp);
+}
+
+/* the best n_cand extensions of slot i's live hypotheses at step t, in
+ * descending order; returns their number */
+static int beam_candidates(const BeamSearch *s, int i, int t, int L, Cand *top)
+{
+    int K = s->K, V = s->V, n_cand = s->n_cand;
+    int cnt = 0;
+    for (int j = 0; j < K; j++) {
+        int r = i * K + j;
+        if (!s->alive[r]) continue;
+        const float *row = s->lp + (size_t)r * V;
+        cand_push(top, &cnt, n_cand, s->sc[r] + row[TOK_EOS], j, TOK_EOS);
+        if (t >= L) continue;   /* the maximum length: only EOS */
+        for (int v = TOK_EOS + 1; v < V; v++) cand_push(top, &cnt, n_cand, s->sc[r] + row[v], j, v);
+    }
+    return cnt;
+}
+
+/* step t of active slot i: finished candidates update the sentence's best
+ * output, the others fill the next step's K slots; marks the sentence done
+ * when no live hypothesis can beat its best */
+static void beam_advance(BeamSearch *s, int i, int t)
+{
+    const DecodeOpts *o = s->o;
+    int K = s->K, T = s->T, k = s->act[i], L = s->Lmax[k];
+    int32_t *hist = s->hist, *nhist = s->nhist;
+    double *best = s->best, *nsc = s->nsc;
+    Cand top[s->n_cand];
+    int cnt = beam_candidates(s, i, t, L, top);
+    int live = 0;
+    for (int c = 0; c < cnt; c++) {
+        int pr = i * K + top[c].j;
+        if (top[c].s == -INFINITY) continue;
+        if (top[c].v != TOK_EOS && live == K) continue;   /* the beam is full */
+        if (top[c].v == TOK_EOS) {
+            /* finished: y_1..y_t EOS, |Y| = t + 1 */
+            double sf = top[c].s / decode_length_penalty(t + 1, o->len_alpha);
+            if (sf > best[k]) {
+                best[k] = sf;
+                s->out_len[k] = t;
+                memcpy(s->out + (size_t)k * s->out_stride, hist + (size_t)pr * T, sizeof(int32_t) * t);
+            }
+            continue;
+        }
+        int r = i * K + live++;
+        s->nalive[r] = 1;
+        nsc[r] = top[c].s;
+        s->parent[r] = pr;
+        s->ntok[r] = top[c].v;
+        memcpy(nhist + (size_t)r * T, hist + (size_t)pr * T, sizeof(int32_t) * t);
+        nhist[(size_t)r * T + t] = top[c].v;
+    }
+    /* exact early stop (decode.h): the best any live prefix can
+     * still reach is s / lp(L+1) (alpha >= 0) or s / lp(t+2) */
+    double bound = -INFINITY;
+    for (int j = 0; j < live; j++) {
+        int n_fin = o->len_alpha >= 0 ? L + 1 : t + 2;
+        double ub = nsc[i * K + j] / decode_length_penalty(n_fin, o->len_alpha);
+        if (ub > bound) bound = ub;
+    }
+    s->done[i] = live == 0 || best[k] >= bound;
+    for (int j = live; j < K; j++) {   /* empty slots: inert copies */
+        int r = i * K + j;
+        s->nalive[r] = 0;
+        nsc[r] = -INFINITY;
+        s->parent[r] = i * K;
+        s->ntok[r] = TOK_EOS;
+    }
+}
+
+/* compact: drop finished sentences, renumber the hypotheses; returns the
+ * number of sentences kept (keep[] lists their old slots) */
+static int beam_compact(BeamSearch *s, int n_act, int t)
+{
+    int K = s->K, T = s->T;
+    int n_keep = 0;
+    for (int i = 0; i < n_act; i++) {
+        if (s->done[i]) continue;
+        s->keep[n_keep] = i;
+        for (int j = 0; j < K; j++) {
+            int rn = n_keep * K + j, ro = i * K + j;
+            s->alive[rn] = s->nalive[ro];
+            s->sc[rn] = s->nsc[ro];
+            s->tok[rn] = s->ntok[ro];
+            s->parent[rn] = s->parent[ro];
+            memcpy(s->hist + (size_t)rn * T, s->nhist + (size_t)ro * T, sizeof(int32_t) * (t + 1));
+        }
+        s->act[n_keep] = s->act[i];
+        n_keep++;
+    }
+    return n_keep;
+}
+
+int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, int out_stride,
+                 int *out_len, float *score)
+{
+    Model *m = d->m;
+    Backend *be = m->be;
+    int B = b->B, V = m->cfg.vocab_size;
+    if (B == 0) return 0;
+    BeamSearch s;
+    int T = beam_begin(&s, m, b, o, out, out_stride, out_len), K = s.K;
+    decoder_begin(d, b, K, T);
+    int32_t *tok = s.tok;
+    float *lp = s.lp;
     int n_act = B, t;
     for (t = 0; n_act > 0; t++) {
         int na = n_act * K;
         const float *dl = decoder_step(d, tok, t, 1);
         be->download(be, lp, dl, sizeof(float) * (size_t)na * V);
         #pragma omp parallel for schedule(dynamic, 1)
-        for (int i = 0; i < n_act; i++) {
-            int k = act[i], L = Lmax[k];
-            Cand top[n_cand];
-            int cnt = 0;
-            for (int j = 0; j < K; j++) {
-                int r = i * K + j;
-                if (!alive[r]) continue;
-                const float *row = lp + (size_t)r * V;
-                cand_push(top, &cnt, n_cand, sc[r] + row[TOK_EOS], j, TOK_EOS);
-                if (t >= L) continue;   /* the maximum length: only EOS */
-                for (int v = TOK_EOS + 1; v < V; v++) cand_push(top, &cnt, n_cand, sc[r] + row[v], j, v);
-            }
-            int live = 0;
-            for (int c = 0; c < cnt; c++) {
-                int pr = i * K + top[c].j;
-                if (top[c].s == -INFINITY) continue;
-                if (top[c].v != TOK_EOS && live == K) continue;   /* the beam is full */
-                if (top[c].v == TOK_EOS) {
-                    /* finished: y_1..y_t EOS, |Y| = t + 1 */
-                    double s = top[c].s / decode_length_penalty(t + 1, o->len_alpha);
-                    if (s > best[k]) {
-                        best[k] = s;
-                        out_len[k] = t;
-                        memcpy(out + (size_t)k * out_stride, hist + (size_t)pr * T, sizeof(int32_t) * t);
-                    }
-                    continue;
-                }
-                int r = i * K + live++;
-                nalive[r] = 1;
-                nsc[r] = top[c].s;
-                parent[r] = pr;
-                ntok[r] = top[c].v;
-                memcpy(nhist + (size_t)r * T, hist + (size_t)pr * T, sizeof(int32_t) * t);
-                nhist[(size_t)r * T + t] = top[c].v;
-            }
-            /* exact early stop (decode.h): the best any live prefix can
-             * still reach is s / lp(L+1) (alpha >= 0) or s / lp(t+2) */
-            double bound = -INFINITY;
-            for (int j = 0; j < live; j++) {
-                int n_fin = o->len_alpha >= 0 ? L + 1 : t + 2;
-                double ub = nsc[i * K + j] / decode_length_penalty(n_fin, o->len_alpha);
-                if (ub > bound) bound = ub;
-            }
-            done[i] = live == 0 || best[k] >= bound;
-            for (int j = live; j < K; j++) {   /* empty slots: inert copies */
-                int r = i * K + j;
-                nalive[r] = 0;
-                nsc[r] = -INFINITY;
-                parent[r] = i * K;
-                ntok[r] = TOK_EOS;
-            }
-        }
-        /* compact: drop finished sentences, renumber the hypotheses */
-        int n_keep = 0;
-        for (int i = 0; i < n_act; i++) {
-            if (done[i]) continue;
-            keep[n_keep] = i;
-            for (int j = 0; j < K; j++) {
-                int rn = n_keep * K + j, ro = i * K + j;
-                alive[rn] = nalive[ro];
-                sc[rn] = nsc[ro];
-                tok[rn] = ntok[ro];
-                parent[rn] = parent[ro];
-                memcpy(hist + (size_t)rn * T, nhist + (size_t)ro * T, sizeof(int32_t) * (t + 1));
-            }
-            act[n_keep] = act[i];
-            n_keep++;
-        }
-        if (n_keep > 0) decoder_reorder(d, parent, keep, n_keep, t);
+        for (int i = 0; i < n_act; i++) beam_advance(&s, i, t);
+        int n_keep = beam_compact(&s, n_act, t);
+        if (n_keep > 0) decoder_reorder(d, s.parent, s.keep, n_keep, t);
         n_act = n_keep;
     }
     if (score)
-        for (int k = 0; k < B; k++) score[k] = (float)best[k];
-    free(Lmax); free(act); free(alive); free(nalive); free(sc); free(nsc); free(hist); free(nhist);
-    free(tok); free(ntok); free(parent); free(keep); free(done); free(best); free(lp);
+        for (int k = 0; k < B; k++) score[k] = (float)s.best[k];
+    beam_free(&s);
     return t;
 }

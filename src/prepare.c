@@ -282,276 +282,369 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 
 /* ---------- the command ---------- */
 
-int cmd_prepare(int argc, char **argv)
-{
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { prepare_help(); return 0; }
-    double t0 = now_seconds();
-    PrepOpts o = { .coverage = 1.0, .byte_fallback = 1, .jobs = (int)sysconf(_SC_NPROCESSORS_ONLN) };
+/* everything cmd_prepare owns; prepare_cleanup frees it on every path */
+typedef struct {
+    PrepOpts o;
     Config cfg;
-    if (parse_config_args(&cfg, argc, argv, 2, "prepare", prep_extra, &o)) { free(o.args); return 2; }
-    if (!o.out) { fprintf(stderr, "error: prepare: --out DATA.h5 is required\n"); free(o.args); return 2; }
+    int nf;              /* number of --split arguments */
+    TextFile *src, *tgt; /* per --split: size, lines, sha256 (texts freed after validation) */
+    char work[4096];     /* work directory next to the output, "" while none */
+    DatasetWrite dw;
+    char *spm_cmd;       /* spm_train options, for provenance */
+    char *command;       /* the command line, for provenance */
+} Prepare;
+
+static void prepare_cleanup(Prepare *p)
+{
+    if (p->work[0]) nftw(p->work, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    for (int k = 0; k < p->dw.n_splits; k++) {
+        corpus_free(&p->dw.splits[k].corpus);
+        free(p->dw.splits[k].src); free(p->dw.splits[k].tgt);
+    }
+    free(p->dw.splits);
+    dataset_vocab_free(&p->dw.vocab);
+    free(p->spm_cmd); free(p->command);
+    free(p->src); free(p->tgt); free(p->o.args);
+}
+
+static int prepare_parse(Prepare *p, int argc, char **argv)
+{
+    PrepOpts *o = &p->o;
+    if (parse_config_args(&p->cfg, argc, argv, 2, "prepare", prep_extra, o)) return 2;
+    if (!o->out) { fprintf(stderr, "error: prepare: --out DATA.h5 is required\n"); return 2; }
     int has_train = 0;
-    for (int i = 0; i < o.n_args; i++) {
-        has_train |= !strcmp(o.args[i].name, "train");
-        if (!o.args[i].name[0] || strchr(o.args[i].name, '/')) {
-            fprintf(stderr, "error: prepare: bad split name '%s'\n", o.args[i].name);
-            free(o.args);
+    for (int i = 0; i < o->n_args; i++) {
+        has_train |= !strcmp(o->args[i].name, "train");
+        if (!o->args[i].name[0] || strchr(o->args[i].name, '/')) {
+            fprintf(stderr, "error: prepare: bad split name '%s'\n", o->args[i].name);
             return 2;
         }
     }
-    if (!has_train) { fprintf(stderr, "error: prepare: no '--split train SRC TGT' given\n"); free(o.args); return 2; }
-    if (o.jobs < 1) o.jobs = 1;
+    if (!has_train) { fprintf(stderr, "error: prepare: no '--split train SRC TGT' given\n"); return 2; }
+    if (o->jobs < 1) o->jobs = 1;
+    p->nf = o->n_args;
+    return 0;
+}
 
-    /* 1. validate every file; collect provenance */
-    int nf = o.n_args;
-    TextFile *src = xcalloc(nf, sizeof *src), *tgt = xcalloc(nf, sizeof *tgt);
-    int rc = 0;
+/* 1. validate every file; collect provenance (the texts are only needed
+ * for validation and hashing, so they are freed here) */
+static int validate_inputs(Prepare *p)
+{
+    const SplitArg *args = p->o.args;
+    int nf = p->nf, rc = 0;
+    TextFile *src = p->src = xcalloc(nf, sizeof *src), *tgt = p->tgt = xcalloc(nf, sizeof *tgt);
     for (int i = 0; i < nf && !rc; i++) {
-        rc = read_text(o.args[i].src, &src[i]);
-        if (!rc) rc = read_text(o.args[i].tgt, &tgt[i]);
+        rc = read_text(args[i].src, &src[i]);
+        if (!rc) rc = read_text(args[i].tgt, &tgt[i]);
         if (!rc && src[i].lines != tgt[i].lines) {
             int tshort = tgt[i].lines < src[i].lines;
-            const char *sh = tshort ? o.args[i].tgt : o.args[i].src, *lo = tshort ? o.args[i].src : o.args[i].tgt;
+            const char *sh = tshort ? args[i].tgt : args[i].src, *lo = tshort ? args[i].src : args[i].tgt;
             long long ns = tshort ? tgt[i].lines : src[i].lines, nl = tshort ? src[i].lines : tgt[i].lines;
             fprintf(stderr, "error: %s: has %lld lines but %s has %lld: it ends before line %lld\n", sh, ns, lo, nl,
                     ns + 1);
             rc = 2;
         }
         for (int k = 0; k < 2 && !rc; k++) {
-            const char *p = k ? o.args[i].tgt : o.args[i].src;
-            if (strchr(p, ',') && !strcmp(o.args[i].name, "train")) {
-                fprintf(stderr, "error: %s: spm_train cannot take file names with ',' (rename the file)\n", p);
+            const char *path = k ? args[i].tgt : args[i].src;
+            if (strchr(path, ',') && !strcmp(args[i].name, "train")) {
+                fprintf(stderr, "error: %s: spm_train cannot take file names with ',' (rename the file)\n", path);
                 rc = 2;
             }
         }
     }
-    /* the texts are only needed for validation and hashing */
     for (int i = 0; i < nf; i++) { free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL; }
+    return rc;
+}
 
-    char work[4096] = "";
-    DatasetWrite dw = {0};
-    char *spm_cmd = NULL, *command = NULL;
-    if (rc) goto done;
-
-    /* work directory next to the output (the encoded text can be large) */
-    if (snprintf(work, sizeof work, "%s.work.XXXXXX", o.out) >= (int)sizeof work || !mkdtemp(work)) {
-        fprintf(stderr, "error: %s: cannot create a work directory next to it: %s\n", o.out, strerror(errno));
-        work[0] = '\0';
-        rc = 2;
-        goto done;
+/* work directory next to the output (the encoded text can be large) */
+static int make_work_dir(Prepare *p)
+{
+    if (snprintf(p->work, sizeof p->work, "%s.work.XXXXXX", p->o.out) >= (int)sizeof p->work || !mkdtemp(p->work)) {
+        fprintf(stderr, "error: %s: cannot create a work directory next to it: %s\n", p->o.out, strerror(errno));
+        p->work[0] = '\0';
+        return 2;
     }
+    return 0;
+}
 
-    /* 2. shared BPE vocabulary from both sides of the training split */
-    {
-        size_t cap = 64;
-        for (int i = 0; i < nf; i++) cap += strlen(o.args[i].src) + strlen(o.args[i].tgt) + 2;
-        char *input = xmalloc(cap);
-        input[0] = '\0';
-        strcat(input, "--input=");
-        int first = 1;
-        for (int i = 0; i < nf; i++) {
-            if (strcmp(o.args[i].name, "train")) continue;
-            if (!first) strcat(input, ",");
-            strcat(input, o.args[i].src);
-            strcat(input, ",");
-            strcat(input, o.args[i].tgt);
-            first = 0;
-        }
-        char prefix[4200], vs[64], cov[64], thr[64], sss[64], bf[64], seed[64], errf[4200];
-        snprintf(prefix, sizeof prefix, "--model_prefix=%s/spm", work);
-        snprintf(vs, sizeof vs, "--vocab_size=%d", cfg.vocab_size);
-        snprintf(cov, sizeof cov, "--character_coverage=%g", o.coverage);
-        snprintf(thr, sizeof thr, "--num_threads=%d", cfg.threads > 0 ? cfg.threads : o.jobs);
-        snprintf(sss, sizeof sss, "--input_sentence_size=%lld", o.sentence_size);
-        snprintf(bf, sizeof bf, "--byte_fallback=%s", o.byte_fallback ? "true" : "false");
-        snprintf(seed, sizeof seed, "--random_seed=%u", (unsigned)(cfg.seed & 0xffffffffu));
-        char *av[] = { "spm_train", input, prefix, vs, "--model_type=bpe", "--pad_id=0", "--bos_id=1",
-                       "--eos_id=2", "--unk_id=3", cov, bf, sss, "--shuffle_input_sentence=true", seed, thr, NULL };
-        /* provenance: the options (not the work path) */
-        size_t sl = 0;
-        for (int k = 0; av[k]; k++) sl += strlen(av[k]) + 1;
-        spm_cmd = xmalloc(sl + 1);
-        spm_cmd[0] = '\0';
-        for (int k = 0; av[k]; k++) {
-            if (k == 2) { strcat(spm_cmd, "--model_prefix=spm"); }
-            else strcat(spm_cmd, av[k]);
-            if (av[k + 1]) strcat(spm_cmd, " ");
-        }
-        snprintf(errf, sizeof errf, "%s/spm_train.log", work);
-        double ts = now_seconds();
-        pid_t pid = spawn(av, "/dev/null", errf, errf);
-        int ok = pid > 0 && wait_ok(pid);
-        free(input);
-        if (pid <= 0) { rc = 2; goto done; }
-        if (!ok) {
-            char why[1024];
-            spm_reason(errf, why, sizeof why);
-            const char *tr = NULL;
-            for (int i = 0; i < nf && !tr; i++) if (!strcmp(o.args[i].name, "train")) tr = o.args[i].src;
-            if (strstr(why, "Vocabulary size"))
-                fprintf(stderr, "error: %s (train split): vocab_size=%d cannot be supported by this corpus: %s\n", tr,
-                        cfg.vocab_size, why);
-            else
-                fprintf(stderr, "error: %s (train split): spm_train failed: %s\n", tr, why);
-            rc = 2;
-            goto done;
-        }
-        printf("prepare: spm_train: %d BPE pieces in %.1fs\n", cfg.vocab_size, now_seconds() - ts);
+/* "--input=SRC,TGT[,SRC,TGT...]": both sides of every train file */
+static char *spm_input_arg(const Prepare *p)
+{
+    size_t cap = 64;
+    for (int i = 0; i < p->nf; i++) cap += strlen(p->o.args[i].src) + strlen(p->o.args[i].tgt) + 2;
+    char *input = xmalloc(cap);
+    input[0] = '\0';
+    strcat(input, "--input=");
+    int first = 1;
+    for (int i = 0; i < p->nf; i++) {
+        if (strcmp(p->o.args[i].name, "train")) continue;
+        if (!first) strcat(input, ",");
+        strcat(input, p->o.args[i].src);
+        strcat(input, ",");
+        strcat(input, p->o.args[i].tgt);
+        first = 0;
     }
+    return input;
+}
 
-    /* 3. vocabulary pieces (spm.vocab: "piece\tscore", line = id) and model bytes */
-    {
-        char p[4200];
-        size_t len;
-        snprintf(p, sizeof p, "%s/spm.model", work);
-        dw.vocab.spm_model = (unsigned char *)slurp(p, &dw.vocab.spm_model_len);
-        snprintf(p, sizeof p, "%s/spm.vocab", work);
-        char *voc = slurp(p, &len);
-        if (!voc || !dw.vocab.spm_model) { fprintf(stderr, "error: %s: spm_train wrote no model\n", p); rc = 2; free(voc); goto done; }
-        dw.vocab.pieces = xcalloc(cfg.vocab_size, sizeof(char *));
-        int n = 0;
-        for (char *s = voc, *e; *s && n < cfg.vocab_size; s = e + 1) {
-            e = strchr(s, '\n');
-            if (!e) e = s + strlen(s);
-            char *tab = e;
-            while (tab > s && *tab != '\t') tab--;
-            dw.vocab.pieces[n++] = strndup(s, (size_t)(tab > s || *s == '\t' ? tab - s : e - s));
-            if (!*e) break;
-        }
-        free(voc);
-        dw.vocab.vocab_size = cfg.vocab_size;
-        if (n != cfg.vocab_size || strcmp(dw.vocab.pieces[TOK_PAD], "<pad>") || strcmp(dw.vocab.pieces[TOK_UNK], "<unk>")) {
-            fprintf(stderr, "error: %s: spm_train wrote %d pieces, expected %d with <pad>=0 <unk>=3\n", p, n,
-                    cfg.vocab_size);
-            rc = 2;
-            goto done;
-        }
+/* provenance: the spm_train options, with the model prefix but not the
+ * work path (av[2] is the prefix) */
+static char *spm_provenance(char *const av[])
+{
+    size_t sl = 0;
+    for (int k = 0; av[k]; k++) sl += strlen(av[k]) + 1;
+    char *cmd = xmalloc(sl + 1);
+    cmd[0] = '\0';
+    for (int k = 0; av[k]; k++) {
+        if (k == 2) { strcat(cmd, "--model_prefix=spm"); }
+        else strcat(cmd, av[k]);
+        if (av[k + 1]) strcat(cmd, " ");
     }
+    return cmd;
+}
 
-    /* 4. encode every file (up to jobs spm_encode processes at a time) */
-    {
-        double ts = now_seconds();
-        char model[4200];
-        snprintf(model, sizeof model, "--model=%s/spm.model", work);
-        int nproc = 2 * nf, running = 0, next = 0, failed = 0;
-        pid_t *pids = xcalloc(nproc, sizeof(pid_t));
-        while (next < nproc || running > 0) {
-            if (next < nproc && running < o.jobs && !failed) {
-                char outp[4200], errp[4200];
-                snprintf(outp, sizeof outp, "%s/%d.ids", work, next);
-                snprintf(errp, sizeof errp, "%s/%d.log", work, next);
-                char *av[] = { "spm_encode", model, "--output_format=id", NULL };
-                const char *in = next % 2 ? o.args[next / 2].tgt : o.args[next / 2].src;
-                pids[next] = spawn(av, in, outp, errp);
-                if (pids[next] <= 0) failed = 1;
-                else running++;
-                next++;
-                continue;
-            }
-            if (running == 0) break;
-            int st;
-            pid_t w = wait(&st);
-            if (w < 0) { if (errno == EINTR) continue; break; }
-            for (int k = 0; k < nproc; k++)
-                if (pids[k] == w) {
-                    running--;
-                    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-                        const char *in = k % 2 ? o.args[k / 2].tgt : o.args[k / 2].src;
-                        if (!failed) fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", in, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-                        failed = 1;
-                    }
+static void report_spm_train_failure(const Prepare *p, const char *errf)
+{
+    char why[1024];
+    spm_reason(errf, why, sizeof why);
+    const char *tr = NULL;
+    for (int i = 0; i < p->nf && !tr; i++) if (!strcmp(p->o.args[i].name, "train")) tr = p->o.args[i].src;
+    if (strstr(why, "Vocabulary size"))
+        fprintf(stderr, "error: %s (train split): vocab_size=%d cannot be supported by this corpus: %s\n", tr,
+                p->cfg.vocab_size, why);
+    else
+        fprintf(stderr, "error: %s (train split): spm_train failed: %s\n", tr, why);
+}
+
+/* 2. shared BPE vocabulary from both sides of the training split */
+static int learn_vocab(Prepare *p)
+{
+    const Config *cfg = &p->cfg;
+    char *input = spm_input_arg(p);
+    char prefix[4200], vs[64], cov[64], thr[64], sss[64], bf[64], seed[64], errf[4200];
+    snprintf(prefix, sizeof prefix, "--model_prefix=%s/spm", p->work);
+    snprintf(vs, sizeof vs, "--vocab_size=%d", cfg->vocab_size);
+    snprintf(cov, sizeof cov, "--character_coverage=%g", p->o.coverage);
+    snprintf(thr, sizeof thr, "--num_threads=%d", cfg->threads > 0 ? cfg->threads : p->o.jobs);
+    snprintf(sss, sizeof sss, "--input_sentence_size=%lld", p->o.sentence_size);
+    snprintf(bf, sizeof bf, "--byte_fallback=%s", p->o.byte_fallback ? "true" : "false");
+    snprintf(seed, sizeof seed, "--random_seed=%u", (unsigned)(cfg->seed & 0xffffffffu));
+    char *av[] = { "spm_train", input, prefix, vs, "--model_type=bpe", "--pad_id=0", "--bos_id=1",
+                   "--eos_id=2", "--unk_id=3", cov, bf, sss, "--shuffle_input_sentence=true", seed, thr, NULL };
+    p->spm_cmd = spm_provenance(av);
+    snprintf(errf, sizeof errf, "%s/spm_train.log", p->work);
+    double ts = now_seconds();
+    pid_t pid = spawn(av, "/dev/null", errf, errf);
+    int ok = pid > 0 && wait_ok(pid);
+    free(input);
+    if (pid <= 0) return 2;
+    if (!ok) { report_spm_train_failure(p, errf); return 2; }
+    printf("prepare: spm_train: %d BPE pieces in %.1fs\n", cfg->vocab_size, now_seconds() - ts);
+    return 0;
+}
+
+/* 3. vocabulary pieces (spm.vocab: "piece\tscore", line = id) and model bytes */
+static int read_vocab(Prepare *p)
+{
+    DatasetVocab *v = &p->dw.vocab;
+    int vocab_size = p->cfg.vocab_size;
+    char path[4200];
+    size_t len;
+    snprintf(path, sizeof path, "%s/spm.model", p->work);
+    v->spm_model = (unsigned char *)slurp(path, &v->spm_model_len);
+    snprintf(path, sizeof path, "%s/spm.vocab", p->work);
+    char *voc = slurp(path, &len);
+    if (!voc || !v->spm_model) { fprintf(stderr, "error: %s: spm_train wrote no model\n", path); free(voc); return 2; }
+    v->pieces = xcalloc(vocab_size, sizeof(char *));
+    int n = 0;
+    for (char *s = voc, *e; *s && n < vocab_size; s = e + 1) {
+        e = strchr(s, '\n');
+        if (!e) e = s + strlen(s);
+        char *tab = e;
+        while (tab > s && *tab != '\t') tab--;
+        v->pieces[n++] = strndup(s, (size_t)(tab > s || *s == '\t' ? tab - s : e - s));
+        if (!*e) break;
+    }
+    free(voc);
+    v->vocab_size = vocab_size;
+    if (n != vocab_size || strcmp(v->pieces[TOK_PAD], "<pad>") || strcmp(v->pieces[TOK_UNK], "<unk>")) {
+        fprintf(stderr, "error: %s: spm_train wrote %d pieces, expected %d with <pad>=0 <unk>=3\n", path, n,
+                vocab_size);
+        return 2;
+    }
+    return 0;
+}
+
+/* input file of spm_encode job k: the source (even k) or target (odd k) of --split k/2 */
+static const char *encode_input(const Prepare *p, int k)
+{
+    return k % 2 ? p->o.args[k / 2].tgt : p->o.args[k / 2].src;
+}
+
+/* 4. encode every file (up to jobs spm_encode processes at a time) into work/K.ids */
+static int encode_files(Prepare *p)
+{
+    double ts = now_seconds();
+    char model[4200];
+    snprintf(model, sizeof model, "--model=%s/spm.model", p->work);
+    int nproc = 2 * p->nf, running = 0, next = 0, failed = 0;
+    pid_t *pids = xcalloc(nproc, sizeof(pid_t));
+    while (next < nproc || running > 0) {
+        if (next < nproc && running < p->o.jobs && !failed) {
+            char outp[4200], errp[4200];
+            snprintf(outp, sizeof outp, "%s/%d.ids", p->work, next);
+            snprintf(errp, sizeof errp, "%s/%d.log", p->work, next);
+            char *av[] = { "spm_encode", model, "--output_format=id", NULL };
+            pids[next] = spawn(av, encode_input(p, next), outp, errp);
+            if (pids[next] <= 0) failed = 1;
+            else running++;
+            next++;
+            continue;
+        }
+        if (running == 0) break;
+        int st;
+        pid_t w = wait(&st);
+        if (w < 0) { if (errno == EINTR) continue; break; }
+        for (int k = 0; k < nproc; k++)
+            if (pids[k] == w) {
+                running--;
+                if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+                    if (!failed) fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", encode_input(p, k),
+                                         WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+                    failed = 1;
                 }
-        }
-        free(pids);
-        if (failed || next < nproc) { rc = 2; goto done; }
-        printf("prepare: spm_encode: %d files in %.1fs\n", nproc, now_seconds() - ts);
+            }
     }
+    free(pids);
+    if (failed || next < nproc) return 2;
+    printf("prepare: spm_encode: %d files in %.1fs\n", nproc, now_seconds() - ts);
+    return 0;
+}
 
-    /* 5. build splits in order of first appearance; filter training pairs */
-    dw.splits = xcalloc(nf, sizeof(DatasetSplit));
-    for (int i = 0; i < nf && !rc; i++) {
+/* 5a. splits in order of first appearance, each with its files' provenance */
+static void collect_splits(Prepare *p)
+{
+    DatasetWrite *dw = &p->dw;
+    dw->splits = xcalloc(p->nf, sizeof(DatasetSplit));
+    for (int i = 0; i < p->nf; i++) {
+        const SplitArg *a = &p->o.args[i];
         DatasetSplit *s = NULL;
-        for (int k = 0; k < dw.n_splits; k++) if (!strcmp(dw.splits[k].name, o.args[i].name)) s = &dw.splits[k];
+        for (int k = 0; k < dw->n_splits; k++) if (!strcmp(dw->splits[k].name, a->name)) s = &dw->splits[k];
         if (!s) {
-            s = &dw.splits[dw.n_splits++];
-            s->name = o.args[i].name;
-            s->src = xcalloc(nf, sizeof(DatasetFile));
-            s->tgt = xcalloc(nf, sizeof(DatasetFile));
+            s = &dw->splits[dw->n_splits++];
+            s->name = a->name;
+            s->src = xcalloc(p->nf, sizeof(DatasetFile));
+            s->tgt = xcalloc(p->nf, sizeof(DatasetFile));
         }
-        s->src[s->n_files] = (DatasetFile){ o.args[i].src, (long long)src[i].len, src[i].lines, "" };
-        s->tgt[s->n_files] = (DatasetFile){ o.args[i].tgt, (long long)tgt[i].len, tgt[i].lines, "" };
-        memcpy(s->src[s->n_files].sha256, src[i].sha, 65);
-        memcpy(s->tgt[s->n_files].sha256, tgt[i].sha, 65);
+        s->src[s->n_files] = (DatasetFile){ a->src, (long long)p->src[i].len, p->src[i].lines, "" };
+        s->tgt[s->n_files] = (DatasetFile){ a->tgt, (long long)p->tgt[i].len, p->tgt[i].lines, "" };
+        memcpy(s->src[s->n_files].sha256, p->src[i].sha, 65);
+        memcpy(s->tgt[s->n_files].sha256, p->tgt[i].sha, 65);
         s->n_files++;
     }
-    for (int k = 0; k < dw.n_splits && !rc; k++) {
-        DatasetSplit *s = &dw.splits[k];
-        Corpus *c = &s->corpus;
-        int64_t *soff = xmalloc(sizeof(int64_t)), *toff = xmalloc(sizeof(int64_t));
-        int32_t *stok = NULL, *ttok = NULL;
-        long long ns = 0, nt = 0, ls = 0, lt = 0, cs = 0, ct = 0;
-        soff[0] = toff[0] = 0;
-        for (int i = 0; i < nf && !rc; i++) {
-            if (strcmp(o.args[i].name, s->name)) continue;
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%d.ids", work, 2 * i);
-            rc = parse_ids(p, src[i].lines, cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
-            snprintf(p, sizeof p, "%s/%d.ids", work, 2 * i + 1);
-            if (!rc) rc = parse_ids(p, tgt[i].lines, cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
-            s->n_lines += src[i].lines;
-        }
-        if (rc) { free(soff); free(toff); free(stok); free(ttok); break; }
-        if (ns > INT32_MAX) { fprintf(stderr, "error: %s: split '%s' has too many pairs\n", o.out, s->name); rc = 2; break; }
-        /* keep pair i if its source + EOS and BOS + target fit max_len
-         * positions; dev/test splits keep every pair (train/eval skip
-         * overlong ones) so that test sets stay complete for BLEU */
-        int filter = !strcmp(s->name, "train");
-        long long over = 0, m = 0, ms = 0, mt = 0;
-        for (long long i = 0; i < ns; i++) {
-            long long a = soff[i + 1] - soff[i], b = toff[i + 1] - toff[i];
-            int fits = a + 1 <= cfg.max_len && b + 1 <= cfg.max_len;
-            if (!fits) over++;
-            if (filter && !fits) continue;
-            memmove(stok + ms, stok + soff[i], sizeof(int32_t) * a);
-            memmove(ttok + mt, ttok + toff[i], sizeof(int32_t) * b);
-            soff[m] = ms; toff[m] = mt;   /* safe: m <= i and soff[i] read above */
-            ms += a; mt += b; m++;
-        }
-        soff[m] = ms; toff[m] = mt;
-        c->n = (int)m;
-        c->src_off = soff; c->tgt_off = toff; c->src_tok = stok; c->tgt_tok = ttok;
-        if (filter) s->n_dropped = over;
-        printf("prepare: %-10s %8lld pairs, %9lld + %9lld tokens", s->name, m, ms, mt);
-        if (filter) printf(", %lld dropped (longer than max_len=%d)\n", over, cfg.max_len);
-        else printf(over ? ", %lld longer than max_len=%d (kept)\n" : "\n", over, cfg.max_len);
-        if (filter && m == 0) { fprintf(stderr, "error: %s: no training pair fits max_len=%d\n", o.args[0].src, cfg.max_len); rc = 2; }
-    }
-    if (rc) goto done;
+}
 
-    /* 6. write */
-    {
-        size_t cl = 1;
-        for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
-        command = xmalloc(cl);
-        command[0] = '\0';
-        for (int i = 0; i < argc; i++) { strcat(command, argv[i]); if (i + 1 < argc) strcat(command, " "); }
-        dw.spm_options = spm_cmd;
-        dw.command = command;
-        dw.max_len = cfg.max_len;
-        rc = dataset_write(o.out, &dw);
-        if (!rc) printf("prepare: wrote %s (vocab %d) in %.1fs\n", o.out, cfg.vocab_size, now_seconds() - t0);
+/* 5c. keep pair i if its source + EOS and BOS + target fit max_len
+ * positions; dev/test splits keep every pair (train/eval skip overlong
+ * ones) so that test sets stay complete for BLEU.  Compacts c in place. */
+static int filter_pairs(const Prepare *p, DatasetSplit *s)
+{
+    Corpus *c = &s->corpus;
+    int max_len = p->cfg.max_len;
+    int filter = !strcmp(s->name, "train");
+    long long over = 0, m = 0, ms = 0, mt = 0, n = c->n;
+    int64_t *soff = c->src_off, *toff = c->tgt_off;
+    for (long long i = 0; i < n; i++) {
+        long long a = soff[i + 1] - soff[i], b = toff[i + 1] - toff[i];
+        int fits = a + 1 <= max_len && b + 1 <= max_len;
+        if (!fits) over++;
+        if (filter && !fits) continue;
+        memmove(c->src_tok + ms, c->src_tok + soff[i], sizeof(int32_t) * a);
+        memmove(c->tgt_tok + mt, c->tgt_tok + toff[i], sizeof(int32_t) * b);
+        soff[m] = ms; toff[m] = mt;   /* safe: m <= i and soff[i] read above */
+        ms += a; mt += b; m++;
     }
+    soff[m] = ms; toff[m] = mt;
+    c->n = (int)m;
+    if (filter) s->n_dropped = over;
+    printf("prepare: %-10s %8lld pairs, %9lld + %9lld tokens", s->name, m, ms, mt);
+    if (filter) printf(", %lld dropped (longer than max_len=%d)\n", over, max_len);
+    else printf(over ? ", %lld longer than max_len=%d (kept)\n" : "\n", over, max_len);
+    if (filter && m == 0) {
+        fprintf(stderr, "error: %s: no training pair fits max_len=%d\n", p->o.args[0].src, max_len);
+        return 2;
+    }
+    return 0;
+}
 
-done:
-    if (work[0]) nftw(work, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-    for (int k = 0; k < dw.n_splits; k++) {
-        corpus_free(&dw.splits[k].corpus);
-        free(dw.splits[k].src); free(dw.splits[k].tgt);
+/* 5b. one split's token ids from its files' spm_encode output, then filtered */
+static int load_split(Prepare *p, DatasetSplit *s)
+{
+    int64_t *soff = xmalloc(sizeof(int64_t)), *toff = xmalloc(sizeof(int64_t));
+    int32_t *stok = NULL, *ttok = NULL;
+    long long ns = 0, nt = 0, ls = 0, lt = 0, cs = 0, ct = 0;
+    int rc = 0;
+    soff[0] = toff[0] = 0;
+    for (int i = 0; i < p->nf && !rc; i++) {
+        if (strcmp(p->o.args[i].name, s->name)) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%d.ids", p->work, 2 * i);
+        rc = parse_ids(path, p->src[i].lines, p->cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
+        snprintf(path, sizeof path, "%s/%d.ids", p->work, 2 * i + 1);
+        if (!rc) rc = parse_ids(path, p->tgt[i].lines, p->cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
+        s->n_lines += p->src[i].lines;
     }
-    free(dw.splits);
-    dataset_vocab_free(&dw.vocab);
-    free(spm_cmd); free(command);
-    free(src); free(tgt); free(o.args);
+    if (rc) { free(soff); free(toff); free(stok); free(ttok); return rc; }
+    if (ns > INT32_MAX) {
+        fprintf(stderr, "error: %s: split '%s' has too many pairs\n", p->o.out, s->name);
+        free(soff); free(toff); free(stok); free(ttok);
+        return 2;
+    }
+    Corpus *c = &s->corpus;
+    c->n = (int)ns;
+    c->src_off = soff; c->tgt_off = toff; c->src_tok = stok; c->tgt_tok = ttok;
+    return filter_pairs(p, s);
+}
+
+/* 5. build splits in order of first appearance; filter training pairs */
+static int build_splits(Prepare *p)
+{
+    collect_splits(p);
+    int rc = 0;
+    for (int k = 0; k < p->dw.n_splits && !rc; k++) rc = load_split(p, &p->dw.splits[k]);
+    return rc;
+}
+
+/* 6. write the dataset (temp name + rename) with its provenance */
+static int write_dataset(Prepare *p, int argc, char **argv, double t0)
+{
+    size_t cl = 1;
+    for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
+    p->command = xmalloc(cl);
+    p->command[0] = '\0';
+    for (int i = 0; i < argc; i++) { strcat(p->command, argv[i]); if (i + 1 < argc) strcat(p->command, " "); }
+    p->dw.spm_options = p->spm_cmd;
+    p->dw.command = p->command;
+    p->dw.max_len = p->cfg.max_len;
+    int rc = dataset_write(p->o.out, &p->dw);
+    if (!rc) printf("prepare: wrote %s (vocab %d) in %.1fs\n", p->o.out, p->cfg.vocab_size, now_seconds() - t0);
+    return rc;
+}
+
+int cmd_prepare(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { prepare_help(); return 0; }
+    double t0 = now_seconds();
+    Prepare p = { .o = { .coverage = 1.0, .byte_fallback = 1, .jobs = (int)sysconf(_SC_NPROCESSORS_ONLN) } };
+    int rc = prepare_parse(&p, argc, argv);
+    if (!rc) rc = validate_inputs(&p);
+    if (!rc) rc = make_work_dir(&p);
+    if (!rc) rc = learn_vocab(&p);
+    if (!rc) rc = read_vocab(&p);
+    if (!rc) rc = encode_files(&p);
+    if (!rc) rc = build_splits(&p);
+    if (!rc) rc = write_dataset(&p, argc, argv, t0);
+    prepare_cleanup(&p);
     return rc;
 }

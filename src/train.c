@@ -108,7 +108,7 @@ static void load_corpora(TrainRun *r)
     if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
 }
 
-void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok)
+EvalStats evaluate(TrainRun *r, const Corpus *c)
 {
     BatchPlan bp;
     double sums[3] = {0, 0, 0}, tot[3];
@@ -123,10 +123,19 @@ void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *nto
         batchplan_free(&bp);
     }
     MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, r->dist.comm);
-    *ntok = (long)tot[2];
-    *loss = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
+    EvalStats e = { 0, 0, 0, (long)tot[2] };
+    e.loss_ls = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
+    e.nll = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
     /* per-wordpiece perplexity from the unsmoothed NLL (Table 3, PPL) */
-    *ppl = tot[2] > 0 ? exp(tot[1] / tot[2]) : 0.0;
+    e.ppl = tot[2] > 0 ? exp(e.nll) : 0.0;
+    return e;
+}
+
+/* a dev line of the log: "dev step N" or "dev final", then the figures
+ * under the names that `eval` prints them with */
+static void print_dev_line(const char *when, const EvalStats *e)
+{
+    printf("dev %s loss_ls %.4f nll %.4f ppl %.3f tokens %ld\n", when, e->loss_ls, e->nll, e->ppl, e->tokens);
 }
 
 /* exact-match accuracy of greedy decoding on (the first n pairs of) c */
@@ -205,7 +214,10 @@ static void train_help(void)
     printf("usage: transformer train [--config FILE] [key=value ...]\n\n"
            "Trains the Transformer (data-parallel under mpirun/srun: one rank per device).\n"
            "With no config and no data, trains the embedded synthetic task (reversal).\n"
-           "Logs one line per log_steps: step, loss, lr, target tokens/s, elapsed time.\n"
+           "Logs one line per log_steps: step, loss_ls (the label-smoothed loss per target\n"
+           "token), lr, target tokens/s, elapsed time; and every eval_steps and at the end\n"
+           "'dev step N' / 'dev final' lines: loss_ls, nll (unsmoothed, per target token),\n"
+           "ppl = exp(nll) and tokens, the names 'eval' prints them with.\n"
            "Every key of input/table3/base.cfg may be given as key=value.\n\n"
            "Run directory (run_dir=DIR; empty: nothing is written):\n"
            "  DIR/ckpt_<step>.h5  checkpoints (docs/checkpoint.md), every ckpt_steps steps,\n"
@@ -214,7 +226,7 @@ static void train_help(void)
            "                      ckpt_steps and the final one (all if ckpt_steps=0); these\n"
            "                      are what 'average --last K' averages. Written atomically\n"
            "                      by rank 0 in the background while training goes on.\n"
-           "  DIR/metrics.h5      step, loss, lr, tokens/s, elapsed; dev loss/PPL (docs/metrics.md)\n"
+           "  DIR/metrics.h5      step, loss_ls, lr, tokens/s, elapsed; dev loss_ls/ppl (docs/metrics.md)\n"
            "  DIR/attention_probe.h5  every attn_steps steps: attention maps of the first 4 dev\n"
            "                      pairs, one group per step (docs/attention.md)\n"
            "  --resume            continue from the newest complete checkpoint (an error if\n"
@@ -245,187 +257,277 @@ static void train_help(void)
            "TRANSFORMER_STEP_SLEEP_MS=N makes every step last at least N ms (same results).\n");
 }
 
-int cmd_train(int argc, char **argv)
+/* everything cmd_train holds besides the TrainRun; train_end is its one exit */
+typedef struct {
+    TrainRun *r;
+    TrainArgs args;
+    int threads;                /* OpenMP threads of this rank */
+    char bind[160];             /* this rank's CPU binding */
+    char *binds;                /* rank 0: every rank's binding, for the log */
+    RunDir rd;
+    int rd_open;
+    Batch b;
+    double t_start, t_log;
+    double log_loss, log_tok;   /* label-smoothed loss and target tokens since the last log line */
+    int eval_step;              /* step of the last dev evaluation (-1: none) */
+    EvalStats dev;              /* of the last dev evaluation */
+} Training;
+
+/* how the step loop ended */
+enum { RUN_DONE, RUN_CKPT_FAILED, RUN_DIVERGED, RUN_PREEMPTED };
+
+/* the one exit of cmd_train: a run that got as far as its run directory
+ * closes it; a completed run (rc 0) frees what it holds; error exits
+ * leave the rest to the process's exit */
+static int train_end(Training *t, int rc)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { train_help(); return 0; }
-    TrainRun *r = xcalloc(1, sizeof *r);
-    dist_init(&r->dist, &argc, &argv);
-    dist_install_abort(&r->dist);
-    Dist *D = &r->dist;
-    TrainArgs args = { 0, NULL };
-    preempt_install();
-    if (parse_config_args_once(D, &r->cfg, argc, argv, "train", train_extra, &args)) {
-        dist_finalize(D);
-        return 2;
+    TrainRun *r = t->r;
+    if (t->rd_open) rundir_close(&t->rd);
+    if (rc == 0) {
+        batch_free(&t->b);
+        gradsync_free(&r->sync);
+        batchplan_free(&r->plan);
+        corpus_free(&r->train);
+        corpus_free(&r->dev);
+        model_free(&r->model);
+        r->be->destroy(r->be);
     }
+    dist_finalize(&r->dist);
+    if (rc == 0) free(r);
+    return rc;
+}
+
+/* a check that every rank ran: rank 0 prints msg, the ranks stop together */
+static int train_reject(Training *t, const char *msg)
+{
+    if (t->r->dist.rank == 0) fprintf(stderr, "error: %s\n", msg);
+    MPI_Barrier(t->r->dist.comm);
+    return 2;
+}
+
+/* the config on every rank, the same on all */
+static int train_parse(Training *t, int argc, char **argv)
+{
+    TrainRun *r = t->r;
+    Dist *D = &r->dist;
     Config *c = &r->cfg;
+    if (parse_config_args_once(D, c, argc, argv, "train", train_extra, &t->args)) return 2;
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
-    if (dist_check_config(D, text, msg, sizeof msg)) {
-        if (D->rank == 0) fprintf(stderr, "error: %s\n", msg);
-        MPI_Barrier(D->comm);
-        dist_finalize(D);
-        return 2;
-    }
+    if (dist_check_config(D, text, msg, sizeof msg)) return train_reject(t, msg);
     if (c->batch_tokens > 0) {
         /* the paper's global batch (~25000 target tokens, section 5.1) on any
          * number of ranks: accumulate over enough micro-batches of max_tokens */
         long per_update = (long)D->size * c->max_tokens;
         c->update_freq = (int)((c->batch_tokens + per_update - 1) / per_update);
     }
-    char bind[160], *binds = D->rank == 0 ? xmalloc(sizeof bind * D->size) : NULL;
-    int threads = dist_bind_cpu(D, c->threads, bind, sizeof bind);
-    MPI_Gather(bind, sizeof bind, MPI_CHAR, binds, sizeof bind, MPI_CHAR, 0, D->comm);
-    r->be = backend_create(c->device, c->precision, c->allreduce, threads, D->local_rank);
+    return 0;
+}
+
+/* pin the rank's threads, make its backend and the model; every rank
+ * must start from the same parameters */
+static int create_model(Training *t)
+{
+    TrainRun *r = t->r;
+    Dist *D = &r->dist;
+    const Config *c = &r->cfg;
+    t->binds = D->rank == 0 ? xmalloc(sizeof t->bind * D->size) : NULL;
+    t->threads = dist_bind_cpu(D, c->threads, t->bind, sizeof t->bind);
+    MPI_Gather(t->bind, sizeof t->bind, MPI_CHAR, t->binds, sizeof t->bind, MPI_CHAR, 0, D->comm);
+    r->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
     if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
+    size_t bytes = sizeof(float) * r->model.pt.total;
+    float *host = xmalloc(bytes);
+    r->be->download(r->be, host, r->model.params, bytes);
+    char msg[256];
+    int bad = dist_check_same(D, host, bytes, "the initial parameters", msg, sizeof msg);
+    free(host);
+    return bad ? train_reject(t, msg) : 0;
+}
+
+/* data, batches, run directory (may resume), gradient allreduce */
+static void open_inputs(Training *t)
+{
+    TrainRun *r = t->r;
+    Dist *D = &r->dist;
+    const Config *c = &r->cfg;
     Model *m = &r->model;
-    size_t bytes = sizeof(float) * m->pt.total;
-    {
-        float *host = xmalloc(bytes);
-        r->be->download(r->be, host, m->params, bytes);
-        int bad = dist_check_same(D, host, bytes, "the initial parameters", msg, sizeof msg);
-        free(host);
-        if (bad) {
-            if (D->rank == 0) fprintf(stderr, "error: %s\n", msg);
-            MPI_Barrier(D->comm);
-            dist_finalize(D);
-            return 2;
-        }
-    }
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
-    RunDir rd;
-    rundir_open(&rd, r, args.resume);
+    rundir_open(&t->rd, r, t->args.resume);
+    t->rd_open = 1;
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
     gradsync_use_backend(&r->sync, r->be);   /* CUDA: NCCL on device memory */
     gradsync_start_progress(&r->sync, c->progress_us);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",
-               m->pt.total, D->size, threads, r->plan.n_batches, c->update_freq, r->be->name);
-    for (int k = 0; D->rank == 0 && D->size > 1 && k < D->size && k < 8; k++) printf("rank %d: %s\n", k, binds + k * sizeof bind);
-    free(binds);
+               m->pt.total, D->size, t->threads, r->plan.n_batches, c->update_freq, r->be->name);
+    for (int k = 0; D->rank == 0 && D->size > 1 && k < D->size && k < 8; k++)
+        printf("rank %d: %s\n", k, t->binds + k * sizeof t->bind);
+    free(t->binds);
+    t->binds = NULL;
+}
 
-    Batch b = {0};
-    double t_start = now_seconds(), t_log = t_start;
-    double log_loss = 0, log_tok = 0, log_tok_time = 0;
-    int preempted = 0, diverged = 0, eval_step = -1;
-    double eval_loss = 0, eval_ppl = 0;
-    long eval_ntok = 0;
+/* one optimiser step over update_freq micro-batches.  glob gets the sums
+ * over ranks of { label-smoothed loss, nll, target tokens, preemption
+ * flag, failed checkpoint write }. */
+static int train_step(Training *t, int step, double glob[5])
+{
+    TrainRun *r = t->r;
+    Dist *D = &r->dist;
+    const Config *c = &r->cfg;
+    Model *m = &r->model;
+    dist_fault_point(D, step);
+    r->be->zero(r->be, m->grads, sizeof(float) * m->pt.total);
+    double loc[5] = {0, 0, 0, 0, 0};
+    for (int k = 0; k < c->update_freq; k++) {
+        int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
+        batch_build(&t->b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
+                    c->max_len);
+        int last = k == c->update_freq - 1;
+        /* with accumulation, communicate only on the last micro-batch */
+        LossStats st = model_forward_backward(m, &t->b, (uint32_t)step, 1, 1, last && D->size > 1 ? gradsync_ready : NULL,
+                                              &r->sync);
+        loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
+    }
+    gradsync_finish(&r->sync);
+    /* the preemption flag and a failed checkpoint write (rank 0) travel
+     * with the loss sums: all ranks agree to stop */
+    loc[3] = preempt_pending();
+    loc[4] = rundir_ckpt_failed(&t->rd);
+    MPI_Allreduce(loc, glob, 5, MPI_DOUBLE, MPI_SUM, D->comm);
+    if (glob[4] > 0) return RUN_CKPT_FAILED;   /* before the update: the state stays that of a complete step */
+    if (!isfinite(glob[0])) {
+        /* diverged: every rank sees the same sums.  Stop before the
+         * update, and write no checkpoint of a state that produced it */
+        if (D->rank == 0)
+            fprintf(stderr, "error: step %d: the training loss is %g (not finite): training stopped; %s "
+                    "(a lower lr_factor or a longer warmup may help)\n", step, glob[0],
+                    t->rd.enabled ? "resume from the run directory's newest checkpoint" : "nothing was saved (run_dir is empty)");
+        return RUN_DIVERGED;
+    }
+    /* normalise by the target tokens of the whole global batch */
+    model_adam_step(m, step, (float)(1.0 / glob[2]));
+    r->be->sync(r->be);
+    r->step = step;
+    return RUN_DONE;
+}
+
+/* every log_steps steps (and the last): the training loss line and metrics */
+static void log_progress(Training *t, int step, const double glob[5])
+{
+    TrainRun *r = t->r;
+    const Config *c = &r->cfg;
+    t->log_loss += glob[0];
+    t->log_tok += glob[2];
+    if (!(step % c->log_steps == 0 || step == c->train_steps)) return;
+    double now = now_seconds(), log_tok_time = now - t->t_log;
+    if (r->dist.rank == 0) {
+        printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, t->log_loss / t->log_tok,
+               model_lrate(c, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
+               r->elapsed + now - t->t_start);
+        fflush(stdout);
+        if (t->rd.metrics) {
+            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(c, step),
+                          t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t->t_start);
+            metrics_flush(t->rd.metrics, 0);
+        }
+    }
+    t->t_log = now;
+    t->log_loss = t->log_tok = 0;
+}
+
+/* every eval_steps steps: dev loss and perplexity */
+static void evaluate_dev(Training *t, int step)
+{
+    TrainRun *r = t->r;
+    t->dev = evaluate(r, &r->dev);
+    t->eval_step = step;
+    if (r->dist.rank == 0) {
+        char when[32];
+        snprintf(when, sizeof when, "step %d", step);
+        print_dev_line(when, &t->dev);
+        fflush(stdout);
+    }
+    if (t->rd.metrics)
+        metrics_dev(t->rd.metrics, step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed + now_seconds() - t->t_start);
+}
+
+/* steps r->step + 1 .. train_steps, unless stopped; returns how it ended */
+static int train_loop(Training *t)
+{
+    TrainRun *r = t->r;
+    const Config *c = &r->cfg;
+    t->t_start = t->t_log = now_seconds();
+    t->eval_step = -1;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
-        dist_fault_point(D, step);
-        r->be->zero(r->be, m->grads, bytes);
-        double loc[5] = {0, 0, 0, 0, 0}, glob[5];
-        for (int k = 0; k < c->update_freq; k++) {
-            int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
-            batch_build(&b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
-                        c->max_len);
-            int last = k == c->update_freq - 1;
-            /* with accumulation, communicate only on the last micro-batch */
-            LossStats st = model_forward_backward(m, &b, (uint32_t)step, 1, 1, last && D->size > 1 ? gradsync_ready : NULL,
-                                                  &r->sync);
-            loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
-        }
-        gradsync_finish(&r->sync);
-        /* the preemption flag and a failed checkpoint write (rank 0) travel
-         * with the loss sums: all ranks agree to stop */
-        loc[3] = preempt_pending();
-        loc[4] = rundir_ckpt_failed(&rd);
-        MPI_Allreduce(loc, glob, 5, MPI_DOUBLE, MPI_SUM, D->comm);
-        if (glob[4] > 0) break;   /* before the update: the state stays that of a complete step */
-        if (!isfinite(glob[0])) {
-            /* diverged: every rank sees the same sums.  Stop before the
-             * update, and write no checkpoint of a state that produced it */
-            if (D->rank == 0)
-                fprintf(stderr, "error: step %d: the training loss is %g (not finite): training stopped; %s "
-                        "(a lower lr_factor or a longer warmup may help)\n", step, glob[0],
-                        rd.enabled ? "resume from the run directory's newest checkpoint" : "nothing was saved (run_dir is empty)");
-            diverged = 1;
-            break;
-        }
-        /* normalise by the target tokens of the whole global batch */
-        model_adam_step(m, step, (float)(1.0 / glob[2]));
-        r->be->sync(r->be);
-        r->step = step;
-        log_loss += glob[0];
-        log_tok += glob[2];
-        if (step % c->log_steps == 0 || step == c->train_steps) {
-            double now = now_seconds();
-            log_tok_time = now - t_log;
-            if (D->rank == 0) {
-                printf("step %d loss %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, log_loss / log_tok,
-                       model_lrate(c, step), log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
-                       r->elapsed + now - t_start);
-                fflush(stdout);
-                if (rd.metrics) {
-                    metrics_train(rd.metrics, step, log_loss / log_tok, model_lrate(c, step),
-                                  log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t_start);
-                    metrics_flush(rd.metrics, 0);
-                }
-            }
-            t_log = now;
-            log_loss = log_tok = 0;
-        }
-        if (c->eval_steps > 0 && step % c->eval_steps == 0) {
-            evaluate(r, &r->dev, &eval_loss, &eval_ppl, &eval_ntok);
-            eval_step = step;
-            if (D->rank == 0) {
-                printf("dev step %d loss %.4f ppl %.3f tokens %ld\n", step, eval_loss, eval_ppl, eval_ntok);
-                fflush(stdout);
-            }
-            if (rd.metrics) metrics_dev(rd.metrics, step, eval_loss, eval_ppl, eval_ntok, r->elapsed + now_seconds() - t_start);
-        }
-        if (c->attn_steps > 0 && step % c->attn_steps == 0 && rd.enabled && D->rank == 0)
-            attention_probe_write(m, &r->dev, c->run_dir, step);   /* watch heads form */
-        if (glob[3] > 0) { preempted = 1; break; }
-        rundir_after_step(&rd, r, step, r->elapsed + now_seconds() - t_start);
+        double glob[5];
+        int how = train_step(t, step, glob);
+        if (how != RUN_DONE) return how;
+        log_progress(t, step, glob);
+        if (c->eval_steps > 0 && step % c->eval_steps == 0) evaluate_dev(t, step);
+        if (c->attn_steps > 0 && step % c->attn_steps == 0 && t->rd.enabled && r->dist.rank == 0)
+            attention_probe_write(&r->model, &r->dev, c->run_dir, step);   /* watch heads form */
+        if (glob[3] > 0) return RUN_PREEMPTED;
+        rundir_after_step(&t->rd, r, step, r->elapsed + now_seconds() - t->t_start);
     }
-    r->elapsed += now_seconds() - t_start;
-    if (diverged || rundir_checkpoint_sync(&rd, r, r->elapsed)) {
-        rundir_close(&rd);
-        dist_finalize(D);
-        return 1;
-    }
-    if (preempted) {
+    return RUN_DONE;
+}
+
+/* the final checkpoint, allreduce report, --dump-params and dev figures */
+static int publish_outputs(Training *t, int how)
+{
+    TrainRun *r = t->r;
+    Dist *D = &r->dist;
+    const Config *c = &r->cfg;
+    r->elapsed += now_seconds() - t->t_start;
+    if (how == RUN_DIVERGED || rundir_checkpoint_sync(&t->rd, r, r->elapsed)) return 1;
+    if (how == RUN_PREEMPTED) {
         if (D->rank == 0) { printf("preempted: checkpoint of step %d written, exiting with code %d\n", r->step, EXIT_PREEMPTED); fflush(stdout); }
-        rundir_close(&rd);
-        dist_finalize(D);
         return EXIT_PREEMPTED;
     }
-    report_gradsync(r, r->sync.n_syncs, now_seconds() - t_start);
-    if (args.dump_params) {
+    report_gradsync(r, r->sync.n_syncs, now_seconds() - t->t_start);
+    if (t->args.dump_params) {
+        size_t bytes = sizeof(float) * r->model.pt.total;
         float *host = xmalloc(bytes);
-        r->be->download(r->be, host, m->params, bytes);
-        int bad = dist_dump_params(D, host, m->pt.total, args.dump_params);
+        r->be->download(r->be, host, r->model.params, bytes);
+        int bad = dist_dump_params(D, host, r->model.pt.total, t->args.dump_params);
         free(host);
-        if (bad) die(1, "train: --dump-params %s failed", args.dump_params);
+        if (bad) die(1, "train: --dump-params %s failed", t->args.dump_params);
     }
     /* the final dev figures; not evaluated (and logged) twice when the
      * last step already had its periodic evaluation */
-    if (eval_step != r->step) {
-        evaluate(r, &r->dev, &eval_loss, &eval_ppl, &eval_ntok);
-        if (rd.metrics) metrics_dev(rd.metrics, r->step, eval_loss, eval_ppl, eval_ntok, r->elapsed);
+    if (t->eval_step != r->step) {
+        t->dev = evaluate(r, &r->dev);
+        if (t->rd.metrics) metrics_dev(t->rd.metrics, r->step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed);
     }
-    if (D->rank == 0) printf("dev final loss %.4f ppl %.3f tokens %ld\n", eval_loss, eval_ppl, eval_ntok);
-    rundir_close(&rd);
+    if (D->rank == 0) print_dev_line("final", &t->dev);
+    rundir_close(&t->rd);
+    t->rd_open = 0;
     if (!strcmp(c->data, "synthetic")) {
         int n;
         double acc = greedy_accuracy(r, &r->dev, c->synth_dev, &n);
         if (D->rank == 0) printf("dev greedy exact match %.4f (%d sentences)\n", acc, n);
     }
     fflush(stdout);
-    batch_free(&b);
-    gradsync_free(&r->sync);
-    batchplan_free(&r->plan);
-    corpus_free(&r->train);
-    corpus_free(&r->dev);
-    model_free(m);
-    r->be->destroy(r->be);
-    dist_finalize(D);
-    free(r);
     return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { train_help(); return 0; }
+    Training t = { .r = xcalloc(1, sizeof(TrainRun)) };
+    dist_init(&t.r->dist, &argc, &argv);
+    dist_install_abort(&t.r->dist);
+    preempt_install();
+    int rc = train_parse(&t, argc, argv);
+    if (!rc) rc = create_model(&t);
+    if (rc) return train_end(&t, rc);
+    open_inputs(&t);
+    return train_end(&t, publish_outputs(&t, train_loop(&t)));
 }
 
 static void params_help(void)

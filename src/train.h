@@ -24,9 +24,17 @@ typedef struct {
 /* options shared by commands: --config FILE and key=value overrides */
 int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
                       int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
-/* dev loss and perplexity (no label smoothing in PPL, no dropout) summed over
- * all ranks */
-void evaluate(TrainRun *r, const Corpus *c, double *loss, double *ppl, long *ntok);
+/* the figures of an evaluation, per target token (EOS included), under the
+ * names every log line prints them with */
+typedef struct {
+    double loss_ls;   /* label-smoothed loss: what training minimises (section 5.4) */
+    double nll;       /* unsmoothed negative log-likelihood */
+    double ppl;       /* per-wordpiece perplexity exp(nll): Table 3's PPL */
+    long tokens;      /* target tokens */
+} EvalStats;
+
+/* loss_ls, nll and ppl of c without dropout, summed over all ranks */
+EvalStats evaluate(TrainRun *r, const Corpus *c);
 
 int cmd_train(int argc, char **argv);
 int cmd_params(int argc, char **argv);

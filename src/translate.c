@@ -288,235 +288,322 @@ static int cmp_len_desc(const void *x, const void *y)
     return la != lb ? lb - la : a - b;
 }
 
+/* everything cmd_translate holds, freed by translate_free */
+typedef struct {
+    Dist D;
+    Opts o;
+    Config c;            /* the checkpoint's config with the command line's overrides */
+    int threads;
+    Backend *be;
+    Model m;
+    CkptState st;
+    int synth;           /* --data synthetic: ids in and out, no SentencePiece */
+    DatasetVocab voc;
+    char tmpdir[40];     /* rank 0's temporary directory (other ranks: the template) */
+    char spm_path[128], p_in[128], p_out[128], p_err[128];
+    Corpus src;
+    DecodeOpts dopt;
+    int lo, nl;          /* this rank's sentences [lo, lo + nl) */
+    int stride;          /* tokens per output row: model_positions */
+    int32_t *out;        /* nl rows of stride tokens, out_len[i] used */
+    int *out_len;
+    double t_dec;
+    /* the outputs of all ranks in input order, on rank 0 */
+    int *all_len;
+    int32_t *all_tok;
+    long ntok;
+    double t_max;
+} Translate;
+
+/* every error path: the message is printed; take the other ranks down */
+static int translate_fail(const Translate *t)
+{
+    if (t->D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
+}
+
+/* backend from the command line's device/threads, model from the checkpoint */
+static int open_model(Translate *t, int argc, char **argv)
+{
+    Dist *D = &t->D;
+    if (parse(&t->o, argc, argv)) { free(t->o.over); return translate_fail(t); }
+    Config *c = &t->c;
+    config_defaults(c);
+    if (apply_overrides(c, &t->o, 1)) return translate_fail(t);   /* the error is printed */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    t->threads = c->threads > 0 ? c->threads : (int)(cores / (D->local_size > 0 ? D->local_size : 1));
+    if (t->threads < 1) t->threads = 1;
+    t->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
+    if (!t->be) die(2, "translate: cannot create backend '%s'", c->device);
+    if (checkpoint_open_model(t->o.ckpt, c, &t->st, &t->m, t->be)) return translate_fail(t);
+    if (apply_overrides(c, &t->o, 0)) return translate_fail(t);
+    t->m.cfg.beam = c->beam; t->m.cfg.len_alpha = c->len_alpha; t->m.cfg.max_len_a = c->max_len_a;
+    return 0;
+}
+
+/* the dataset's vocabulary must be the checkpoint's */
+static int check_vocab(Translate *t)
+{
+    const Opts *o = &t->o;
+    const Config *c = &t->c;
+    t->synth = !strcmp(o->data, "synthetic");
+    if (t->synth) {
+        if (strcmp(c->data, "synthetic"))
+            die(2, "%s: this checkpoint was trained on %s, not on the synthetic task", o->ckpt, c->data);
+        return 0;
+    }
+    if (dataset_load_vocab(o->data, &t->voc)) return translate_fail(t);
+    if (t->voc.vocab_size != c->vocab_size)
+        die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o->data,
+            t->voc.vocab_size, o->ckpt, c->vocab_size);
+    if (checkpoint_check_vocab(o->ckpt, &t->st, o->data)) return translate_fail(t);
+    if (!t->st.vocab_hash && c->data[0] && strcmp(c->data, o->data) && access(c->data, R_OK) == 0) {
+        /* an older checkpoint without the fingerprint, whose training data
+         * is at hand: compare piece by piece */
+        DatasetVocab tv;
+        if (dataset_load_vocab(c->data, &tv) == 0) {
+            int same = same_vocab(&t->voc, &tv);
+            dataset_vocab_free(&tv);
+            if (!same)
+                die(2, "%s: vocabulary differs from that of %s, the training data of checkpoint %s", o->data,
+                    c->data, o->ckpt);
+        }
+    }
+    return 0;
+}
+
+/* rank 0's temporary directory for the SentencePiece tools' files */
+static void make_tmp_dir(Translate *t)
+{
+    snprintf(t->tmpdir, sizeof t->tmpdir, "/tmp/transformer-translate-XXXXXX");
+    if (t->D.rank == 0) {
+        if (!mkdtemp(t->tmpdir)) die(1, "translate: cannot create a temporary directory in /tmp");
+        snprintf(tmp_dir, sizeof tmp_dir, "%s", t->tmpdir);
+        atexit(remove_tmp_dir);
+    }
+    snprintf(t->spm_path, sizeof t->spm_path, "%s/spm.model", t->tmpdir);
+    snprintf(t->p_in, sizeof t->p_in, "%s/in.txt", t->tmpdir);
+    snprintf(t->p_out, sizeof t->p_out, "%s/out.txt", t->tmpdir);
+    snprintf(t->p_err, sizeof t->p_err, "%s/err.txt", t->tmpdir);
+    if (t->D.rank == 0 && !t->synth) write_file(t->spm_path, t->voc.spm_model, t->voc.spm_model_len);
+}
+
+/* rank 0: the lines of --input as token ids (the synthetic task's text is
+ * its token ids; otherwise spm_encode with the dataset's model) */
+static void read_raw_input(Translate *t)
+{
+    const char *input = t->o.input;
+    int vocab_size = t->c.vocab_size;
+    int n = count_lines(input);
+    if (n < 0) die(2, "%s: cannot read: %s", input, strerror(errno));
+    if (t->synth) {
+        int bad = read_id_lines(input, &t->src, n, vocab_size);
+        if (bad > 0) die(2, "%s:%d: expected token ids in [0, %d) separated by spaces", input, bad, vocab_size);
+        if (bad) die(2, "%s: cannot read", input);
+    } else {
+        char mo[160];
+        snprintf(mo, sizeof mo, "--model=%s", t->spm_path);
+        char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
+        if (run_tool(av, input, t->p_out, t->p_err)) tool_error("spm_encode", t->p_err);
+        if (read_id_lines(t->p_out, &t->src, n, vocab_size))
+            die(2, "%s: spm_encode returned fewer lines than the input's %d", input, n);
+    }
+}
+
+/* raw text is tokenised on rank 0 and broadcast to the others */
+static void load_raw_sources(Translate *t)
+{
+    Corpus *src = &t->src;
+    long hdr[2] = { 0, 0 };
+    if (t->D.rank == 0) {
+        read_raw_input(t);
+        hdr[0] = src->n;
+        hdr[1] = src->src_off[src->n];
+    }
+    MPI_Bcast(hdr, 2, MPI_LONG, 0, t->D.comm);
+    if (t->D.rank != 0) {
+        memset(src, 0, sizeof *src);
+        src->n = (int)hdr[0];
+        src->src_off = xmalloc(sizeof(int64_t) * (hdr[0] + 1));
+        src->src_tok = xmalloc(sizeof(int32_t) * (hdr[1] + 1));
+        src->tgt_off = xcalloc(hdr[0] + 1, sizeof(int64_t));
+        src->tgt_tok = xmalloc(sizeof(int32_t));
+    }
+    MPI_Bcast(src->src_off, (int)hdr[0] + 1, MPI_INT64_T, 0, t->D.comm);
+    MPI_Bcast(src->src_tok, (int)hdr[1], MPI_INT32_T, 0, t->D.comm);
+}
+
+/* sources: a split of the dataset, or raw text tokenised on rank 0 */
+static int load_sources(Translate *t)
+{
+    const Opts *o = &t->o;
+    const Config *c = &t->c;
+    if (o->split && t->synth) {
+        int sp = !strcmp(o->split, "train") ? SPLIT_TRAIN : !strcmp(o->split, "dev") ? SPLIT_DEV
+               : !strcmp(o->split, "test") ? SPLIT_TEST : -1;
+        if (sp < 0) die(2, "synthetic: no split '%s' (train, dev, test)", o->split);
+        synthetic_corpus(&t->src, c, sp, sp == SPLIT_TRAIN ? c->synth_train : c->synth_dev);
+    } else if (o->split) {
+        if (dataset_load(o->data, o->split, &t->src)) return translate_fail(t);
+    } else
+        load_raw_sources(t);
+    const Corpus *src = &t->src;
+    for (long i = 0; i < src->src_off[src->n]; i++)
+        if (src->src_tok[i] < 0 || src->src_tok[i] >= c->vocab_size)
+            die(2, "%s: token id %d outside the checkpoint's vocabulary of %d", o->input ? o->input : o->data,
+                src->src_tok[i], c->vocab_size);
+
+    /* truncation of over-long sources (documented in --help and README) */
+    int max_src = c->max_len - 1, n_long = 0, first_long = -1;
+    for (int i = 0; i < src->n; i++)
+        if (corpus_src_len(src, i) > max_src) { n_long++; if (first_long < 0) first_long = i; }
+    if (n_long && t->D.rank == 0)
+        fprintf(stderr, "warning: %s: %d input line%s longer than the model's %d source tokens (max_len %d) truncated "
+                "(first: line %d)\n", o->input ? o->input : o->split, n_long, n_long > 1 ? "s" : "", max_src,
+                c->max_len, first_long + 1);
+    return 0;
+}
+
+/* this rank's sentences, longest first, in batches of --batch-size */
+static void decode_sentences(Translate *t)
+{
+    const Corpus *src = &t->src;
+    int batch = t->o.batch, recompute = t->o.recompute, max_len = t->c.max_len;
+    t->lo = (int)((long)src->n * t->D.rank / t->D.size);
+    int hi = (int)((long)src->n * (t->D.rank + 1) / t->D.size), lo = t->lo, nl = t->nl = hi - t->lo;
+    int *order = xmalloc(sizeof(int) * (nl > 0 ? nl : 1));
+    for (int i = 0; i < nl; i++) order[i] = lo + i;
+    cmp_corpus = src;
+    qsort(order, nl, sizeof(int), cmp_len_desc);
+    decode_opts_from_config(&t->dopt, &t->c);
+    if (recompute) t->dopt.beam = 1;
+    int stride = t->stride = model_positions(&t->m);
+    t->out = xmalloc(sizeof(int32_t) * (size_t)(nl > 0 ? nl : 1) * stride);
+    t->out_len = xcalloc(nl > 0 ? nl : 1, sizeof(int));
+    Decoder *dec = decoder_create(&t->m);
+    Batch b = {0};
+    int *bidx = xmalloc(sizeof(int) * batch);
+    int32_t *bo = xmalloc(sizeof(int32_t) * (size_t)batch * stride);
+    int *bl = xmalloc(sizeof(int) * batch);
+    double t0 = now_seconds();
+    for (int s = 0; s < nl;) {
+        int k = 0;
+        while (s + k < nl && k < batch && corpus_src_len(src, order[s + k]) > 0) { bidx[k] = order[s + k]; k++; }
+        if (k == 0) { s++; continue; }   /* empty line: empty output (out_len 0) */
+        batch_build(&b, src, bidx, k, max_len);
+        /* the reference path: one max_out for the batch (its longest source) */
+        int bstride = recompute ? decode_max_out(&t->m, &t->dopt, b.S - 1) : stride;
+        if (recompute) greedy_decode(&t->m, &b, bstride, bo, bl);
+        else decode_batch(dec, &b, &t->dopt, bo, stride, bl, NULL);
+        for (int j = 0; j < k; j++) {
+            int li = bidx[j] - lo;
+            t->out_len[li] = bl[j];
+            memcpy(t->out + (size_t)li * stride, bo + (size_t)j * bstride, sizeof(int32_t) * bl[j]);
+        }
+        s += k;
+    }
+    t->be->sync(t->be);
+    t->t_dec = now_seconds() - t0;
+    free(bidx); free(bo); free(bl); free(order);
+    batch_free(&b);
+    decoder_free(dec);
+}
+
+/* gather in input order on rank 0 (ranks hold consecutive ranges) */
+static void gather_outputs(Translate *t)
+{
+    const Dist *D = &t->D;
+    int nl = t->nl;
+    long ntok_loc = 0;
+    for (int i = 0; i < nl; i++) ntok_loc += t->out_len[i];
+    int32_t *packed = xmalloc(sizeof(int32_t) * (ntok_loc + 1));
+    long p = 0;
+    for (int i = 0; i < nl; i++) {
+        memcpy(packed + p, t->out + (size_t)i * t->stride, sizeof(int32_t) * t->out_len[i]);
+        p += t->out_len[i];
+    }
+    int *cnt_l = NULL, *dsp_l = NULL, *cnt_t = NULL, *dsp_t = NULL;
+    int ntl = (int)ntok_loc;
+    MPI_Reduce(&t->t_dec, &t->t_max, 1, MPI_DOUBLE, MPI_MAX, 0, D->comm);
+    if (D->rank == 0) {
+        cnt_l = xmalloc(sizeof(int) * D->size); dsp_l = xmalloc(sizeof(int) * D->size);
+        cnt_t = xmalloc(sizeof(int) * D->size); dsp_t = xmalloc(sizeof(int) * D->size);
+        t->all_len = xmalloc(sizeof(int) * (t->src.n + 1));
+    }
+    MPI_Gather(&nl, 1, MPI_INT, cnt_l, 1, MPI_INT, 0, D->comm);
+    MPI_Gather(&ntl, 1, MPI_INT, cnt_t, 1, MPI_INT, 0, D->comm);
+    if (D->rank == 0) {
+        for (int r = 0; r < D->size; r++) {
+            dsp_l[r] = r ? dsp_l[r - 1] + cnt_l[r - 1] : 0;
+            dsp_t[r] = r ? dsp_t[r - 1] + cnt_t[r - 1] : 0;
+        }
+        t->ntok = dsp_t[D->size - 1] + cnt_t[D->size - 1];
+        t->all_tok = xmalloc(sizeof(int32_t) * (t->ntok + 1));
+    }
+    MPI_Gatherv(t->out_len, nl, MPI_INT, t->all_len, cnt_l, dsp_l, MPI_INT, 0, D->comm);
+    MPI_Gatherv(packed, ntl, MPI_INT32_T, t->all_tok, cnt_t, dsp_t, MPI_INT32_T, 0, D->comm);
+    free(cnt_l); free(dsp_l); free(cnt_t); free(dsp_t); free(packed);
+}
+
+/* rank 0: detokenise (ids -> spm_decode -> text), write atomically, report */
+static void publish_outputs(Translate *t)
+{
+    const Opts *o = &t->o;
+    const Corpus *src = &t->src;
+    const DatasetVocab *voc = t->synth ? NULL : &t->voc;
+    int *rlen = NULL;
+    if (o->reference) {
+        rlen = xmalloc(sizeof(int) * (src->n + 1));
+        for (int i = 0; i < src->n; i++) rlen[i] = corpus_tgt_len(src, i);
+    }
+    emit(o->output, src->n, t->all_len, t->all_tok, t->synth, t->spm_path, t->p_in, t->p_out, t->p_err, voc);
+    if (o->reference)
+        emit(o->reference, src->n, rlen, src->tgt_tok, t->synth, t->spm_path, t->p_in, t->p_out, t->p_err, voc);
+    if (t->synth && o->split) {
+        long exact = 0, q = 0;
+        for (int i = 0; i < src->n; i++) {
+            exact += t->all_len[i] == rlen_or(src, i) &&
+                     !memcmp(t->all_tok + q, src->tgt_tok + src->tgt_off[i], sizeof(int32_t) * t->all_len[i]);
+            q += t->all_len[i];
+        }
+        printf("translate: exact match %.4f (%ld of %d)\n", (double)exact / (src->n ? src->n : 1), exact, src->n);
+    }
+    free(rlen);
+    double t_max = t->t_max;
+    printf("translate: %d sentences, %ld target tokens in %.2fs: %.1f sentences/s, %.0f target tokens/s "
+           "(%s, beam %d, alpha %.2f, %d rank%s x %d threads, backend %s)\n",
+           src->n, t->ntok, t_max, src->n / (t_max > 0 ? t_max : 1e-9), t->ntok / (t_max > 0 ? t_max : 1e-9),
+           o->recompute ? "greedy by full recomputation" : "incremental", t->dopt.beam, t->dopt.len_alpha, t->D.size,
+           t->D.size > 1 ? "s" : "", t->threads, t->be->name);
+    fflush(stdout);
+    remove_tmp_dir();
+}
+
+static void translate_free(Translate *t)
+{
+    free(t->all_len); free(t->all_tok);
+    free(t->out); free(t->out_len); free(t->o.over);
+    corpus_free(&t->src);
+    if (!t->synth) dataset_vocab_free(&t->voc);
+    model_free(&t->m);
+    t->be->destroy(t->be);
+    dist_finalize(&t->D);
+}
+
 int cmd_translate(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
-    Dist D;
-    dist_init(&D, &argc, &argv);
-    dist_install_abort(&D);
-    Opts o;
-    if (parse(&o, argc, argv)) { free(o.over); if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
-
-    /* backend from the command line's device/threads, model from the checkpoint */
-    Config c;
-    config_defaults(&c);
-    if (apply_overrides(&c, &o, 1)) {   /* the error is printed */
-        if (util_abort_hook) util_abort_hook(2);
-        return 2;
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = c.threads > 0 ? c.threads : (int)(cores / (D.local_size > 0 ? D.local_size : 1));
-    if (threads < 1) threads = 1;
-    Backend *be = backend_create(c.device, c.precision, c.allreduce, threads, D.local_rank);
-    if (!be) die(2, "translate: cannot create backend '%s'", c.device);
-    Model m;
-    CkptState st;
-    if (checkpoint_open_model(o.ckpt, &c, &st, &m, be)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
-    if (apply_overrides(&c, &o, 0)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
-    m.cfg.beam = c.beam; m.cfg.len_alpha = c.len_alpha; m.cfg.max_len_a = c.max_len_a;
-
-    /* the dataset's vocabulary must be the checkpoint's */
-    int synth = !strcmp(o.data, "synthetic");
-    DatasetVocab voc;
-    memset(&voc, 0, sizeof voc);
-    if (synth) {
-        if (strcmp(c.data, "synthetic"))
-            die(2, "%s: this checkpoint was trained on %s, not on the synthetic task", o.ckpt, c.data);
-    } else if (dataset_load_vocab(o.data, &voc)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
-    if (!synth && voc.vocab_size != c.vocab_size)
-        die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o.data,
-            voc.vocab_size, o.ckpt, c.vocab_size);
-    if (!synth && checkpoint_check_vocab(o.ckpt, &st, o.data)) {
-        if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-        return 2;
-    }
-    if (!synth && !st.vocab_hash && c.data[0] && strcmp(c.data, o.data) && access(c.data, R_OK) == 0) {
-        /* an older checkpoint without the fingerprint, whose training data
-         * is at hand: compare piece by piece */
-        DatasetVocab tv;
-        if (dataset_load_vocab(c.data, &tv) == 0) {
-            int same = same_vocab(&voc, &tv);
-            dataset_vocab_free(&tv);
-            if (!same)
-                die(2, "%s: vocabulary differs from that of %s, the training data of checkpoint %s", o.data, c.data,
-                    o.ckpt);
-        }
-    }
-
-    /* sources: a split of the dataset, or raw text tokenised on rank 0 */
-    char tmpdir[] = "/tmp/transformer-translate-XXXXXX";
-    if (D.rank == 0) {
-        if (!mkdtemp(tmpdir)) die(1, "translate: cannot create a temporary directory in /tmp");
-        snprintf(tmp_dir, sizeof tmp_dir, "%s", tmpdir);
-        atexit(remove_tmp_dir);
-    }
-    char spm_path[128], p_in[128], p_out[128], p_err[128];
-    snprintf(spm_path, sizeof spm_path, "%s/spm.model", tmpdir);
-    snprintf(p_in, sizeof p_in, "%s/in.txt", tmpdir);
-    snprintf(p_out, sizeof p_out, "%s/out.txt", tmpdir);
-    snprintf(p_err, sizeof p_err, "%s/err.txt", tmpdir);
-    if (D.rank == 0 && !synth) write_file(spm_path, voc.spm_model, voc.spm_model_len);
-    Corpus src;
-    if (o.split && synth) {
-        int sp = !strcmp(o.split, "train") ? SPLIT_TRAIN : !strcmp(o.split, "dev") ? SPLIT_DEV
-               : !strcmp(o.split, "test") ? SPLIT_TEST : -1;
-        if (sp < 0) die(2, "synthetic: no split '%s' (train, dev, test)", o.split);
-        synthetic_corpus(&src, &c, sp, sp == SPLIT_TRAIN ? c.synth_train : c.synth_dev);
-    } else if (o.split) {
-        if (dataset_load(o.data, o.split, &src)) { if (D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2); return 2; }
-    } else {
-        long hdr[2] = { 0, 0 };
-        if (D.rank == 0) {
-            int n = count_lines(o.input);
-            if (n < 0) die(2, "%s: cannot read: %s", o.input, strerror(errno));
-            if (synth) {
-                /* the synthetic task's text is its token ids */
-                int bad = read_id_lines(o.input, &src, n, c.vocab_size);
-                if (bad > 0) die(2, "%s:%d: expected token ids in [0, %d) separated by spaces", o.input, bad, c.vocab_size);
-                if (bad) die(2, "%s: cannot read", o.input);
-            } else {
-                char mo[160];
-                snprintf(mo, sizeof mo, "--model=%s", spm_path);
-                char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
-                if (run_tool(av, o.input, p_out, p_err)) tool_error("spm_encode", p_err);
-                if (read_id_lines(p_out, &src, n, c.vocab_size))
-                    die(2, "%s: spm_encode returned fewer lines than the input's %d", o.input, n);
-            }
-            hdr[0] = src.n;
-            hdr[1] = src.src_off[src.n];
-        }
-        MPI_Bcast(hdr, 2, MPI_LONG, 0, D.comm);
-        if (D.rank != 0) {
-            memset(&src, 0, sizeof src);
-            src.n = (int)hdr[0];
-            src.src_off = xmalloc(sizeof(int64_t) * (hdr[0] + 1));
-            src.src_tok = xmalloc(sizeof(int32_t) * (hdr[1] + 1));
-            src.tgt_off = xcalloc(hdr[0] + 1, sizeof(int64_t));
-            src.tgt_tok = xmalloc(sizeof(int32_t));
-        }
-        MPI_Bcast(src.src_off, (int)hdr[0] + 1, MPI_INT64_T, 0, D.comm);
-        MPI_Bcast(src.src_tok, (int)hdr[1], MPI_INT32_T, 0, D.comm);
-    }
-    for (long i = 0; i < src.src_off[src.n]; i++)
-        if (src.src_tok[i] < 0 || src.src_tok[i] >= c.vocab_size)
-            die(2, "%s: token id %d outside the checkpoint's vocabulary of %d", o.input ? o.input : o.data,
-                src.src_tok[i], c.vocab_size);
-
-    /* truncation of over-long sources (documented in --help and README) */
-    int max_src = c.max_len - 1, n_long = 0, first_long = -1;
-    for (int i = 0; i < src.n; i++)
-        if (corpus_src_len(&src, i) > max_src) { n_long++; if (first_long < 0) first_long = i; }
-    if (n_long && D.rank == 0)
-        fprintf(stderr, "warning: %s: %d input line%s longer than the model's %d source tokens (max_len %d) truncated "
-                "(first: line %d)\n", o.input ? o.input : o.split, n_long, n_long > 1 ? "s" : "", max_src, c.max_len,
-                first_long + 1);
-
-    /* this rank's sentences, longest first, in batches */
-    int lo = (int)((long)src.n * D.rank / D.size), hi = (int)((long)src.n * (D.rank + 1) / D.size);
-    int nl = hi - lo;
-    int *order = xmalloc(sizeof(int) * (nl > 0 ? nl : 1));
-    for (int i = 0; i < nl; i++) order[i] = lo + i;
-    cmp_corpus = &src;
-    qsort(order, nl, sizeof(int), cmp_len_desc);
-    DecodeOpts dopt;
-    decode_opts_from_config(&dopt, &c);
-    if (o.recompute) dopt.beam = 1;
-    int stride = model_positions(&m);
-    int32_t *out = xmalloc(sizeof(int32_t) * (size_t)(nl > 0 ? nl : 1) * stride);
-    int *out_len = xcalloc(nl > 0 ? nl : 1, sizeof(int));
-    Decoder *dec = decoder_create(&m);
-    Batch b = {0};
-    int *bidx = xmalloc(sizeof(int) * o.batch);
-    int32_t *bo = xmalloc(sizeof(int32_t) * (size_t)o.batch * stride);
-    int *bl = xmalloc(sizeof(int) * o.batch);
-    double t0 = now_seconds();
-    for (int s = 0; s < nl;) {
-        int k = 0;
-        while (s + k < nl && k < o.batch && corpus_src_len(&src, order[s + k]) > 0) { bidx[k] = order[s + k]; k++; }
-        if (k == 0) { s++; continue; }   /* empty line: empty output (out_len 0) */
-        batch_build(&b, &src, bidx, k, c.max_len);
-        /* the reference path: one max_out for the batch (its longest source) */
-        int bstride = o.recompute ? decode_max_out(&m, &dopt, b.S - 1) : stride;
-        if (o.recompute) greedy_decode(&m, &b, bstride, bo, bl);
-        else decode_batch(dec, &b, &dopt, bo, stride, bl, NULL);
-        for (int j = 0; j < k; j++) {
-            int li = bidx[j] - lo;
-            out_len[li] = bl[j];
-            memcpy(out + (size_t)li * stride, bo + (size_t)j * bstride, sizeof(int32_t) * bl[j]);
-        }
-        s += k;
-    }
-    be->sync(be);
-    double t_dec = now_seconds() - t0;
-
-    /* gather in input order on rank 0 (ranks hold consecutive ranges) */
-    long ntok_loc = 0;
-    for (int i = 0; i < nl; i++) ntok_loc += out_len[i];
-    int32_t *packed = xmalloc(sizeof(int32_t) * (ntok_loc + 1));
-    long p = 0;
-    for (int i = 0; i < nl; i++) { memcpy(packed + p, out + (size_t)i * stride, sizeof(int32_t) * out_len[i]); p += out_len[i]; }
-    int *cnt_l = NULL, *dsp_l = NULL, *cnt_t = NULL, *dsp_t = NULL, *all_len = NULL;
-    int32_t *all_tok = NULL;
-    int ntl = (int)ntok_loc;
-    long ntok = 0;
-    double t_max;
-    MPI_Reduce(&t_dec, &t_max, 1, MPI_DOUBLE, MPI_MAX, 0, D.comm);
-    if (D.rank == 0) {
-        cnt_l = xmalloc(sizeof(int) * D.size); dsp_l = xmalloc(sizeof(int) * D.size);
-        cnt_t = xmalloc(sizeof(int) * D.size); dsp_t = xmalloc(sizeof(int) * D.size);
-        all_len = xmalloc(sizeof(int) * (src.n + 1));
-    }
-    MPI_Gather(&nl, 1, MPI_INT, cnt_l, 1, MPI_INT, 0, D.comm);
-    MPI_Gather(&ntl, 1, MPI_INT, cnt_t, 1, MPI_INT, 0, D.comm);
-    if (D.rank == 0) {
-        for (int r = 0; r < D.size; r++) {
-            dsp_l[r] = r ? dsp_l[r - 1] + cnt_l[r - 1] : 0;
-            dsp_t[r] = r ? dsp_t[r - 1] + cnt_t[r - 1] : 0;
-        }
-        ntok = dsp_t[D.size - 1] + cnt_t[D.size - 1];
-        all_tok = xmalloc(sizeof(int32_t) * (ntok + 1));
-    }
-    MPI_Gatherv(out_len, nl, MPI_INT, all_len, cnt_l, dsp_l, MPI_INT, 0, D.comm);
-    MPI_Gatherv(packed, ntl, MPI_INT32_T, all_tok, cnt_t, dsp_t, MPI_INT32_T, 0, D.comm);
-
-    if (D.rank == 0) {
-        /* detokenise (ids -> spm_decode -> text) and write atomically */
-        const int32_t *rtok = src.tgt_tok;
-        int *rlen = NULL;
-        if (o.reference) {
-            rlen = xmalloc(sizeof(int) * (src.n + 1));
-            for (int i = 0; i < src.n; i++) rlen[i] = corpus_tgt_len(&src, i);
-        }
-        emit(o.output, src.n, all_len, all_tok, synth, spm_path, p_in, p_out, p_err, synth ? NULL : &voc);
-        if (o.reference) emit(o.reference, src.n, rlen, rtok, synth, spm_path, p_in, p_out, p_err, synth ? NULL : &voc);
-        if (synth && o.split) {
-            long exact = 0, q = 0;
-            for (int i = 0; i < src.n; i++) {
-                exact += all_len[i] == rlen_or(&src, i) &&
-                         !memcmp(all_tok + q, src.tgt_tok + src.tgt_off[i], sizeof(int32_t) * all_len[i]);
-                q += all_len[i];
-            }
-            printf("translate: exact match %.4f (%ld of %d)\n", (double)exact / (src.n ? src.n : 1), exact, src.n);
-        }
-        free(rlen);
-        printf("translate: %d sentences, %ld target tokens in %.2fs: %.1f sentences/s, %.0f target tokens/s "
-               "(%s, beam %d, alpha %.2f, %d rank%s x %d threads, backend %s)\n",
-               src.n, ntok, t_max, src.n / (t_max > 0 ? t_max : 1e-9), ntok / (t_max > 0 ? t_max : 1e-9),
-               o.recompute ? "greedy by full recomputation" : "incremental", dopt.beam, dopt.len_alpha, D.size,
-               D.size > 1 ? "s" : "", threads, be->name);
-        fflush(stdout);
-        remove_tmp_dir();
-    }
-    free(cnt_l); free(dsp_l); free(cnt_t); free(dsp_t); free(all_len); free(all_tok); free(packed);
-    free(bidx); free(bo); free(bl); free(out); free(out_len); free(order); free(o.over);
-    batch_free(&b);
-    decoder_free(dec);
-    corpus_free(&src);
-    if (!synth) dataset_vocab_free(&voc);
-    model_free(&m);
-    be->destroy(be);
-    dist_finalize(&D);
+    Translate t;
+    memset(&t, 0, sizeof t);
+    dist_init(&t.D, &argc, &argv);
+    dist_install_abort(&t.D);
+    if (open_model(&t, argc, argv) || check_vocab(&t)) return 2;
+    make_tmp_dir(&t);
+    if (load_sources(&t)) return 2;
+    decode_sentences(&t);
+    gather_outputs(&t);
+    if (t.D.rank == 0) publish_outputs(&t);
+    translate_free(&t);
     return 0;
 }
-

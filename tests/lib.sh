@@ -22,6 +22,12 @@ need_multi30k() {
     "$TOP/input/prepare.sh" fetch multi30k "$TOP/data/raw" >/dev/null 2>&1 && [ -f "$M/train.en" ] && return 0
     skip "no Multi30k: $SHARED_DATA/multi30k is missing and 'input/prepare.sh fetch multi30k data/raw' could not download it (or set SHARED_DATA to a folder holding multi30k/)"
 }
+# field LINE_REGEX NAME [FILE]: the value after the word NAME on the last line
+# matching LINE_REGEX (train's and eval's lines are "name value" pairs:
+# "dev final loss_ls L nll N ppl P tokens T")
+field() {
+    awk -v re="$1" -v k="$2" '$0 ~ re { for (i = 1; i < NF; i++) if ($i == k) v = $(i + 1) } END { print v }' "${3:--}"
+}
 # expect_error CODE PATTERN cmd...: the command exits CODE and its stderr has
 # exactly one line matching PATTERN
 expect_error() {

@@ -82,5 +82,6 @@ ok "metrics.h5: one row per 5 steps, resumed log equal to the uninterrupted one"
 $BIN train $CK_ARGS run_dir=$W/ev train_steps=20 eval_steps=10 > $W/ev.log 2>&1 || fail "eval_steps run"
 $PY -c "import h5py; s = list(h5py.File('$W/ev/metrics.h5', 'r')['dev/step'][:]); assert s == [10, 20], s" \
     || fail "dev rows of a run with eval_steps=10, train_steps=20"
+grep -Eq '^dev step 10 loss_ls [0-9.]+ nll [0-9.]+ ppl [0-9.]+ tokens [0-9]+$' $W/ev.log || fail "no dev line for step 10: $(grep '^dev' $W/ev.log)"
 [ "$(grep -c '^dev \(step\|final\) ' $W/ev.log)" -eq 3 ] || fail "expected dev step 10, dev step 20, dev final: $(grep '^dev' $W/ev.log)"
 ok "eval_steps dividing train_steps: dev rows [10, 20], final figures printed once more, not recomputed"

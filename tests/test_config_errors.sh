@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad configuration input: each case is exactly one line on stderr,
 # "error: <file>:<line>: ... key ..." (or the file alone when there is no
-# line), and exit code 2, with no output written.  Also: `--help` of every
+# line), and exit code 2, with no output written.  A missing dataset file
+# names the command that makes it.  Also: `--help` of every
 # command exits 0.
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
@@ -28,7 +29,10 @@ for cmd in params train; do
     f=$(cfg malformed.cfg '# comment\nn_layers = 2\nthis line has no equals sign\n')
     one_line_error "^error: $f:3: malformed line" "$BIN" $cmd --config "$f"
     f=$(cfg unknown.cfg 'n_layers = 2\n\nd_modle = 512\n')
-    one_line_error "^error: $f:3: unknown key 'd_modle'" "$BIN" $cmd --config "$f"
+    one_line_error "^error: $f:3: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd --config "$f"
+    # a suggestion only when a key is near: none for a key far from all
+    f=$(cfg far.cfg 'zzzzzz = 1\n')
+    one_line_error "^error: $f:1: unknown key 'zzzzzz'$" "$BIN" $cmd --config "$f"
     f=$(cfg negative.cfg 'd_model = 512\nd_ff = -2048   # negative size\n')
     one_line_error "^error: $f:2: key 'd_ff': -2048 is out of range" "$BIN" $cmd --config "$f"
     f=$(cfg nonnum.cfg 'n_heads = eight\n')
@@ -49,7 +53,9 @@ for cmd in params train; do
     f=$(cfg allreduce.cfg 'allreduce = gloo\n')
     one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
-    one_line_error "^error: command line: unknown key 'd_modle'" "$BIN" $cmd d_modle=512
+    one_line_error "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
+    one_line_error "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8
+    one_line_error "^error: command line: unknown key 'bogus_key'$" "$BIN" $cmd bogus_key=1
     one_line_error "^error: command line: key 'd_model': -512 is out of range" "$BIN" $cmd d_model=-512
     one_line_error "^error: command line: key 'warmup': 'soon' is not a number" "$BIN" $cmd warmup=soon
     one_line_error "^error: command line: key 'd_model': 9 must be even" "$BIN" $cmd --config "$tmp/odd.cfg" d_model=9
@@ -59,6 +65,14 @@ for cmd in params train; do
     one_line_error "^error: $f:3: key 'd_model' set twice (first on line 1)" "$BIN" $cmd --config "$f"
     one_line_error "^error: $cmd: --config given twice ($f, $tmp/odd.cfg)" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
 done
+# a missing dataset file says how to make it: input/prepare.sh NAME for a
+# dataset of input/prepare.sh (its file name), else where the datasets are
+one_line_error "^error: data/wmt14.h5: no such file (make it with: input/prepare.sh wmt14)$" \
+    "$BIN" train data=data/wmt14.h5
+one_line_error "^error: $tmp/multi30k.h5: no such file (make it with: input/prepare.sh multi30k '' $tmp/multi30k.h5)$" \
+    "$BIN" train data="$tmp/multi30k.h5"
+one_line_error "^error: $tmp/mine.h5: no such file (make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md)$" \
+    "$BIN" train data="$tmp/mine.h5"
 # a byte order mark before the first key is not part of it
 printf '\xef\xbb\xbfn_layers = 1\n' > "$tmp/bom.cfg"
 "$BIN" params --config "$tmp/bom.cfg" n_layers=1 > /dev/null || fail "a config with a UTF-8 BOM is refused"

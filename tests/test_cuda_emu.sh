@@ -28,15 +28,15 @@ ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameter
 # the losses of every step, and the checkpoint and attention maps the run
 # writes from device memory
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-# same_losses OUT_REF OUT NAME N RTOL [MIN_DROP]: the "step N loss" and "dev
-# final loss" lines of two train outputs: N of them each, every pair within
+# same_losses OUT_REF OUT NAME N RTOL [MIN_DROP]: the "step N loss_ls" and
+# "dev final loss_ls" lines of two train outputs: N of them each, every pair within
 # RTOL relative; with MIN_DROP, the 4th loss of OUT is below MIN_DROP x its first
 same_losses() {
     python3 - "$@" <<'PY'
 import re, sys
 ref, out, name, n, rtol = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 def losses(s):
-    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss ([0-9.]+)", s, re.M)]
+    return [float(x) for x in re.findall(r"^(?:step \d+|dev final) loss_ls ([0-9.]+)", s, re.M)]
 a, b = losses(ref), losses(out)
 print("cpu ", a); print(name, b)
 assert len(a) == n and len(a) == len(b), "expected %d loss lines" % n

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `transformer eval --checkpoint CKPT --data DATA.h5 --split S`:
 #  - on the dev split it reproduces, to the printed digit, the dev perplexity
-#    that `train` reported at the end of the run that wrote the checkpoint
-#    (same model, no dropout, no label smoothing);
-#  - its loss is the log of its perplexity (unsmoothed NLL per wordpiece);
+#    that `train` reported at the end of the run that wrote the checkpoint,
+#    and the same loss_ls and nll (same model, no dropout);
+#  - it prints train's dev quantities under train's names: loss_ls
+#    (label-smoothed), nll (unsmoothed, per wordpiece) and ppl = exp(nll);
 #  - 2 ranks give the same perplexity as 1;
 #  - errors: dataset/model vocabulary mismatch (size; or same size, other
 #    pieces, also for translate, attention and resuming train), unknown split, an architecture
@@ -21,17 +22,26 @@ ARCH="vocab_size=1000 max_len=48 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 n_la
     run_dir="$W/run" label_smoothing=0.1 >"$W/train.log" 2>&1 || { cat "$W/train.log"; fail "train"; }
 ck=$(ls "$W"/run/ckpt_*.h5 | tail -1)
 [ -f "$ck" ] || fail "no checkpoint written"
-want=$(awk '/^dev final/ {print $6}' "$W/train.log")
 out=$("$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split dev threads=1) || fail "eval failed"
 echo "$out"
-got=$(echo "$out" | awk '{print $6}')
-[ "$got" = "$want" ] || fail "eval ppl $got, train reported $want"
-echo "$out" | awk '{ exit !(($4 - log($6))^2 < 1e-6) }' || fail "loss is not log(ppl)"
-ok "eval dev ppl $got = train's final dev ppl"
+# train's dev line and eval print the same quantities under the same names:
+# loss_ls (label-smoothed), nll (unsmoothed), ppl = exp(nll), per target token
+echo "$out" | grep -Eq '^eval dev loss_ls [0-9.]+ nll [0-9.]+ ppl [0-9.]+ tokens [0-9]+ pairs [0-9]+' ||
+    fail "eval line lacks loss_ls, nll, ppl: $out"
+for k in loss_ls nll ppl tokens; do
+    want=$(field '^dev final' $k "$W/train.log"); got=$(echo "$out" | field '^eval dev' $k)
+    [ -n "$want" ] && [ "$got" = "$want" ] || fail "eval $k $got, train's dev final line $want"
+done
+awk -v l="$(field '^dev final' loss_ls "$W/train.log")" -v n="$(field '^dev final' nll "$W/train.log")" \
+    'BEGIN { exit !(l > n) }' || fail "train's dev loss_ls is not above its nll (label_smoothing=0.1)"
+got=$(echo "$out" | field '^eval dev' ppl)
+echo "$out" | awk '{ for (i = 1; i < NF; i++) v[$i] = $(i + 1) } END { exit !((v["nll"] - log(v["ppl"]))^2 < 1e-6) }' ||
+    fail "nll is not log(ppl)"
+ok "eval dev loss_ls, nll, ppl $got = train's final dev line"
 out2=$(mpirun -np 2 "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split dev threads=1 2>/dev/null) || fail "2-rank eval"
-[ "$(echo "$out2" | awk '{print $6}')" = "$got" ] || fail "2 ranks: $out2"
+[ "$(echo "$out2" | field '^eval dev' ppl)" = "$got" ] || fail "2 ranks: $out2"
 ok "2 ranks: same ppl"
-"$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split train | grep -q "^eval train loss" || fail "train split"
+"$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split train | grep -q "^eval train loss_ls" || fail "train split"
 
 "$BIN" prepare --out "$W/other.h5" --split train "$M/val.en" "$M/val.de" vocab_size=900 >/dev/null || fail "prepare 2"
 expect_error 2 "other.h5: dataset vocabulary has 900 pieces but the model in .* has vocab_size 1000" \

@@ -34,7 +34,7 @@ ARCH=${ARCH:-d_model=64 d_ff=256 n_heads=4 d_k=16 d_v=16 n_layers=2}
     max_tokens=1024 train_steps=${STEPS:-120} warmup=60 log_steps=20 seed=5 \
     label_smoothing=0 dropout=0 >"$W/train.log" 2>&1 || { cat "$W/train.log"; fail "train"; }
 cat "$W/train.log"
-ppl=$(awk '/^dev final/ {print $6}' "$W/train.log")
+ppl=$(field '^dev final' ppl "$W/train.log")
 [ -n "$ppl" ] || fail "no dev perplexity in the log"
 echo "dev perplexity after training: $ppl (unigram $uni), $(( $(date +%s) - t0 ))s"
 awk -v p="$ppl" -v u="$uni" 'BEGIN { exit !(p < 0.6 * u) }' || fail "dev perplexity $ppl is not well below the unigram baseline $uni"

@@ -13,10 +13,14 @@ t0=$(date +%s)
 rc=$?
 [ "$rc" -eq 0 ] || { cat "$tmp/log"; fail "train exited $rc"; }
 cat "$tmp/log"
-# one log line per log_steps with step, loss, lr, tok/s, elapsed
-grep -Eq '^step 100 loss [0-9.]+ lr [0-9.e+-]+ tok/s [0-9]+ elapsed [0-9.]+s$' "$tmp/log" || fail "no log line for step 100"
+# one log line per log_steps with step, loss_ls (label-smoothed), lr, tok/s,
+# elapsed; dev lines name the label-smoothed loss, the NLL and ppl = exp(nll)
+grep -Eq '^step 100 loss_ls [0-9.]+ lr [0-9.e+-]+ tok/s [0-9]+ elapsed [0-9.]+s$' "$tmp/log" || fail "no log line for step 100"
+grep -Eq '^dev final loss_ls [0-9.]+ nll [0-9.]+ ppl [0-9.]+ tokens [0-9]+$' "$tmp/log" || fail "no final dev line"
 first=$(awk '/^step / { print $4; exit }' "$tmp/log")
-ppl=$(awk '/^dev final/ { print $6 }' "$tmp/log")
+ppl=$(field '^dev final' ppl "$tmp/log")
+nll=$(field '^dev final' nll "$tmp/log")
+awk -v p="$ppl" -v n="$nll" 'BEGIN { exit !((p - exp(n))^2 < (1e-3 * p)^2) }' || fail "dev ppl $ppl is not exp(nll $nll)"
 acc=$(awk '/^dev greedy exact match/ { print $5 }' "$tmp/log")
 [ -n "$ppl" ] && [ -n "$acc" ] || fail "no dev results in the log"
 # perplexity from the unsmoothed NLL: 1 is perfect, the uniform guess over

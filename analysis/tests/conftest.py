@@ -104,8 +104,8 @@ def assert_figure(prefix):
 
 
 def parse_train_stdout(text):
-    """The dev numbers the trainer prints: final (loss, ppl) and the last step."""
-    m = re.search(r"^dev final loss ([0-9.]+) ppl ([0-9.]+)", text, re.M)
+    """The dev numbers the trainer prints: final (loss_ls, ppl) and the last step."""
+    m = re.search(r"^dev final loss_ls ([0-9.]+) nll [0-9.]+ ppl ([0-9.]+)", text, re.M)
     assert m, f"no 'dev final' line in:\n{text}"
     steps = [int(s) for s in re.findall(r"^step (\d+) ", text, re.M)]
     return float(m.group(1)), float(m.group(2)), steps[-1]

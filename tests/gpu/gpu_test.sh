@@ -27,7 +27,7 @@ for prec in fp32 tf32 bf16; do
     echo "--- precision=$prec"; echo "$gpu"
     python3 - "$cpu" "$gpu" "$prec" <<'PY' || fail "device=cuda precision=$prec losses off"
 import re, sys
-f = lambda s: [float(x) for x in re.findall(r"loss ([0-9.]+)", s)]
+f = lambda s: [float(x) for x in re.findall(r"loss_ls ([0-9.]+)", s)]
 a, b, prec = f(sys.argv[1]), f(sys.argv[2]), sys.argv[3]
 tol = {"fp32": 1e-4, "tf32": 2e-2, "bf16": 5e-2}[prec]
 assert len(a) == len(b) == 7, (a, b)
