@@ -22,8 +22,8 @@ import os
 import re
 import sys
 
-STEP = re.compile(r"^step (\d+) loss (\S+) ")
-DEV_FINAL = re.compile(r"^dev final loss (\S+) ppl (\S+)")
+STEP = re.compile(r"^step (\d+) loss_ls (\S+) ")
+DEV_FINAL = re.compile(r"^dev final loss_ls (\S+) nll \S+ ppl (\S+)")
 STAGES = ["build", "test", "train", "mpi", "bench", "decode"]
 
 
