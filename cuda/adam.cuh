@@ -1,7 +1,7 @@
 /* The Adam optimizer (section 5.3). */
 #pragma once
 
-#include "common.cuh"
+#include "memory.cuh"
 
 /* ------------------------------------------------------------------ Adam */
 
@@ -24,9 +24,7 @@ static void cuda_adam(Backend *be, float *param, const float *grad, float *m, fl
     if (!n) return;
     /* bias corrections on the host, in float as the CPU backend does */
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    /* weights, gradients and moments are fp32 in every precision */
-    if (R(be, param).bf || R(be, grad).bf || R(be, m).bf || R(be, v).bf)
-        die(1, "cuda adam: parameters, gradients and moments must be fp32 storage, not activations");
+    /* weights, gradients and moments are fp32 in every precision (float *) */
     touch(IMPL(be), param, n * sizeof(float));
     LAUNCH(k_adam, nblocks((long)n, 256), 256, 0, IMPL(be)->stream, param, grad, m, v, (long)n, lr, b1, b2, eps, c1,
            c2, gs);

@@ -2,7 +2,7 @@
  * stream or MPI on host copies. */
 #pragma once
 
-#include "common.cuh"
+#include "memory.cuh"
 
 /* ------------------------------------------------- gradient allreduce */
 

@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <vector>
 
 #include <sched.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -43,15 +43,6 @@ extern "C" {
 #define CKL() CK(cudaGetLastError())
 
 enum { PREC_FP32, PREC_TF32, PREC_BF16 };
-
-/* One alloc_act buffer.  bf16: [base, base + bytes) is a PROT_NONE host
- * reservation (a handle, sized as fp32) and dev the bf16 storage of
- * bytes/4 elements; fp32: base == dev, recorded only to count act_bytes. */
-struct ActRange {
-    uintptr_t base;
-    size_t bytes;
-    void *dev;
-};
 
 struct CudaImpl {
     int device;
@@ -93,9 +84,11 @@ struct CudaImpl {
     std::vector<std::vector<float>> stage;
     std::vector<float *> stage_dst;
     std::vector<MPI_Request> reqs;
-    /* bf16 storage (precision=bf16; see "bf16 storage" below) */
-    bool bf16;
-    std::vector<ActRange> acts;   /* sorted by base */
+    /* activation storage (alloc_act): element type, and the bytes of each
+     * buffer by address, for act_bytes and to free what the caller left */
+    DType act_dtype;
+    std::unordered_map<void *, size_t> act_size;
+    /* precision=bf16: the weights' bf16 shadow (memory.cuh) */
     const float *params;                 /* fp32 master weights (set_params) */
     size_t n_params;
     __nv_bfloat16 *shadow;               /* bf16 copy of params for GEMM inputs */

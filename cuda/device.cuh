@@ -22,10 +22,7 @@ static void cuda_destroy(Backend *be)
     for (int k = 0; k < 3; k++)
         if (I->gscratch[k]) cudaFree(I->gscratch[k]);
     /* activation buffers the caller did not free */
-    for (const ActRange &a : I->acts) {
-        cudaFree(a.dev);
-        if ((void *)a.base != a.dev) munmap((void *)a.base, (a.bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float));
-    }
+    for (const auto &a : I->act_size) cudaFree(a.first);
     if (I->comm_stream) {
         cudaStreamSynchronize(I->comm_stream);
 #if USE_NCCL
@@ -123,7 +120,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     CudaImpl *I = new CudaImpl();
     I->device = dev;
     I->precision = prec;
-    I->bf16 = prec == PREC_BF16;
+    I->act_dtype = prec == PREC_BF16 ? DT_BF16 : DT_F32;
     I->want_nccl = !allreduce || !strcmp(allreduce, "nccl");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
      * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F) */
@@ -144,6 +141,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->impl = I;
     be->alloc = cuda_alloc;
     be->alloc_act = cuda_alloc_act;
+    be->act_dtype = I->act_dtype;
     be->set_params = cuda_set_params;
     be->free = cuda_free;
     be->upload = cuda_upload;
@@ -151,6 +149,10 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->zero = cuda_zero;
     be->copy = cuda_copy;
     be->sync = cuda_sync;
+    be->upload_act = cuda_upload_act;
+    be->download_act = cuda_download_act;
+    be->zero_act = cuda_zero_act;
+    be->copy_act = cuda_copy_act;
     be->gemm = cuda_gemm;
     be->gemm_batched = cuda_gemm_batched;
     be->bias_forward = cuda_bias_forward;

@@ -1,7 +1,7 @@
 /* Token embeddings and positional encodings (sections 3.4, 3.5). */
 #pragma once
 
-#include "common.cuh"
+#include "memory.cuh"
 
 /* ------------------------------------------------------------ embeddings */
 
@@ -33,7 +33,8 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
     return I->sin_table;
 }
 
-static __global__ void k_embed_forward(TP out, TP E, TP pos, const int32_t *tokens,
+template <typename A>
+static __global__ void k_embed_forward(A *out, const float *E, const float *pos, const int32_t *tokens,
                                        const uint32_t *sent_id, int T, int d, long n, float scale, int pos_offset,
                                        float p, float ks, DropoutKey key)
 {
@@ -45,15 +46,18 @@ static __global__ void k_embed_forward(TP out, TP E, TP pos, const int32_t *toke
     }
 }
 
-static void cuda_embed_forward(Backend *be, float *out, const float *E, const float *pos_table, const int32_t *tokens,
+static void cuda_embed_forward(Backend *be, Act out, const float *E, const float *pos_table, const int32_t *tokens,
                                const uint32_t *sent_id, int B, int T, int d, float scale, int pos_offset, float p,
                                DropoutKey key)
 {
     long n = (long)B * T * d;
     if (n <= 0) return;
     const float *pos = pos_table ? pos_table : sinusoids(be, pos_offset + T, d);
-    LAUNCH(k_embed_forward, nblocks(n, 256), 256, 0, IMPL(be)->stream, R(be, out), R(be, E), R(be, pos), tokens,
-           sent_id, T, d, n, scale, pos_offset, p, drop_scale(p), key);
+    dispatch(out.dtype, [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_embed_forward<A>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<A>(out), E, pos, tokens, sent_id, T,
+               d, n, scale, pos_offset, p, drop_scale(p), key);
+    });
     CKL();
 }
 
@@ -61,7 +65,8 @@ static void cuda_embed_forward(Backend *be, float *out, const float *E, const fl
  * order[], seg_tok[u] the token.  Positions of a token are added in
  * ascending order, the same order (and the same float operations) as the
  * CPU backend, so the result is deterministic and matches it. */
-static __global__ void k_embed_backward_tokens(TP dE, TP dout, const int32_t *order, const int32_t *seg,
+template <typename A>
+static __global__ void k_embed_backward_tokens(float *dE, const A *dout, const int32_t *order, const int32_t *seg,
                                                const int32_t *seg_tok, const uint32_t *sent_id, int T, int d,
                                                float scale, float p, float ks, DropoutKey key)
 {
@@ -78,7 +83,8 @@ static __global__ void k_embed_backward_tokens(TP dE, TP dout, const int32_t *or
 }
 
 /* learned positions: dpos[t, j] += sum over sentences b in order */
-static __global__ void k_embed_backward_pos(TP dpos, TP dout, const uint32_t *sent_id, int B, int T, int d, float p,
+template <typename A>
+static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const uint32_t *sent_id, int B, int T, int d, float p,
                                             float ks, DropoutKey key)
 {
     long n = (long)T * d;
@@ -91,7 +97,7 @@ static __global__ void k_embed_backward_pos(TP dpos, TP dout, const uint32_t *se
     }
 }
 
-static void cuda_embed_backward(Backend *be, float *dE, float *dpos, const float *dout, const int32_t *tokens,
+static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, const int32_t *tokens,
                                 const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d, int vocab,
                                 float scale, float p, DropoutKey key)
 {
@@ -151,12 +157,15 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, const float
     CK(cudaEventRecord(I->seg_copied[k], I->stream));
     float ks = drop_scale(p);
     dim3 grid(nu, (d + 127) / 128);
-    LAUNCH(k_embed_backward_tokens, grid, 128, 0, I->stream, R(be, dE), R(be, dout), I->seg, I->seg + n,
-           I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
-    CKL();
-    if (dpos) {
-        LAUNCH(k_embed_backward_pos, nblocks((long)T * d, 256), 256, 0, I->stream, R(be, dpos), R(be, dout), sent_id, B,
-               T, d, p, ks, key);
+    dispatch(dout.dtype, [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_embed_backward_tokens<A>, grid, 128, 0, I->stream, dE, tp<A>(dout), I->seg, I->seg + n,
+               I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
         CKL();
-    }
+        if (dpos) {
+            LAUNCH(k_embed_backward_pos<A>, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, tp<A>(dout), sent_id,
+                   B, T, d, p, ks, key);
+            CKL();
+        }
+    });
 }

@@ -1,5 +1,6 @@
-/* Memory and precision: device allocation, the bf16 activation storage and
- * the bf16 shadow of the weights, host transfers, copies and conversions. */
+/* Memory and precision: device allocation, the typed activation storage and
+ * the bf16 shadow of the weights, host transfers, copies and conversions,
+ * and the per-type load/store helpers and launch dispatch of the kernels. */
 #pragma once
 
 #include "common.cuh"
@@ -13,17 +14,14 @@
  * statistics and losses stay fp32 (mixed precision as in Micikevicius et
  * al. 2018, with bf16 instead of fp16).
  *
- * model.c is unchanged: it does float-pointer arithmetic on activation
- * buffers (a->qkv + hk), so alloc_act returns a *handle*, an address in a
- * host range reserved PROT_NONE with the fp32 size (never touched: any
- * host access faults), and cudaMallocs the bf16 storage.  Element index =
- * (float *)p - (float *)base.  Every op resolves each pointer argument to a
- * typed device pointer (TP: pointer + element type); kernels load and store
- * through ld()/st(), which convert to and from fp32 (round to nearest even)
- * with a branch that is uniform over the launch, and compute in fp32.
- * Pointers that are not handles (parameters, gradients, buffers the
- * decoders allocate with plain alloc) resolve to fp32 as before, so the ops
- * accept any mix, and precision=fp32/tf32 runs exactly the code of before.
+ * Every activation argument of an op is a typed view (Act: device address +
+ * DType).  Kernels are templates over the activation element type T; they
+ * load and store through ld()/st(), overloaded per type (conversion to and
+ * from fp32, round to nearest even), and compute in fp32.  An op checks
+ * that its activation arguments share one type and picks the kernel's
+ * instantiation once per launch (dispatch below): a new storage type (fp16)
+ * is one more overload of ld/st and one more case of dispatch, not a branch
+ * in every kernel.
  *
  * GEMMs: when either input is bf16 both are given to cuBLAS as bf16 (the
  * weights through a bf16 shadow copy of the parameters, refreshed lazily
@@ -31,56 +29,37 @@
  * fp32 accumulation (CUBLAS_COMPUTE_32F) and C stored bf16 (activations) or
  * fp32 (weight gradients, accumulated with beta = 1 in fp32). */
 
-/* typed device pointer */
-struct TP {
-    void *p;
-    int bf;   /* 1: __nv_bfloat16 elements, 0: float */
-};
+static __host__ __device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
+static __host__ __device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+static __host__ __device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
+static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
-static __device__ __forceinline__ float ld(TP t, size_t i)
+/* f(T()) with T the C++ type of elements of type t: the one place where an
+ * op's launch turns its DType into a kernel instantiation */
+template <typename F> static void dispatch(DType t, F &&f)
 {
-    return t.bf ? __bfloat162float(((const __nv_bfloat16 *)t.p)[i]) : ((const float *)t.p)[i];
+    switch (t) {
+    case DT_F32: f(float()); break;
+    case DT_BF16: f(__nv_bfloat16()); break;
+    default: die(1, "cuda: activation element type %d unknown", (int)t);
+    }
 }
 
-static __device__ __forceinline__ void st(TP t, size_t i, float v)
+/* the common element type of an op's activation arguments (those with data;
+ * the ops compute on one storage type per launch) */
+static DType act_type(const char *op, std::initializer_list<Act> acts)
 {
-    if (t.bf)
-        ((__nv_bfloat16 *)t.p)[i] = __float2bfloat16_rn(v);
-    else
-        ((float *)t.p)[i] = v;
+    int t = -1;
+    for (const Act &a : acts) {
+        if (!a.data) continue;
+        if (t >= 0 && (int)a.dtype != t) die(1, "cuda %s: activations of different element types (%d, %d)", op, t, (int)a.dtype);
+        t = (int)a.dtype;
+    }
+    return t < 0 ? DT_F32 : (DType)t;
 }
 
-/* t advanced by i elements */
-static __host__ __device__ __forceinline__ TP at(TP t, size_t i)
-{
-    TP r = { (char *)t.p + i * (t.bf ? 2 : 4), t.bf };
-    return r;
-}
-
-static const ActRange *find_act(CudaImpl *I, const void *p)
-{
-    uintptr_t u = (uintptr_t)p;
-    auto it = std::upper_bound(I->acts.begin(), I->acts.end(), u,
-                               [](uintptr_t v, const ActRange &r) { return v < r.base; });
-    if (it == I->acts.begin()) return NULL;
-    --it;
-    return u - it->base < it->bytes ? &*it : NULL;
-}
-
-/* the device storage behind a pointer argument of an op */
-static TP R(Backend *be, const void *p)
-{
-    CudaImpl *I = IMPL(be);
-    TP t = { (void *)p, 0 };
-    if (!I->bf16 || !p) return t;
-    const ActRange *a = find_act(I, p);
-    if (!a) return t;
-    size_t off = (uintptr_t)p - a->base;
-    if (off % sizeof(float)) die(1, "cuda: activation pointer %p is not float-aligned within its buffer", p);
-    t.p = (char *)a->dev + off / 2;
-    t.bf = 1;
-    return t;
-}
+/* the view's data as elements of T (after dispatch on its dtype) */
+template <typename T> static T *tp(Act a) { return (T *)a.data; }
 
 static bool in_params(CudaImpl *I, const void *p, size_t bytes)
 {
@@ -94,16 +73,36 @@ static void touch(CudaImpl *I, const void *p, size_t bytes)
     if (I->shadow && in_params(I, p, bytes)) I->shadow_stale = true;
 }
 
-static __global__ void k_convert(TP dst, TP src, long n)
+/* fp32 <-> T: every conversion goes through fp32 (round to nearest even) */
+template <typename T> static __global__ void k_narrow(T *dst, const float *src, long n)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        st(dst, i, ld(src, i));
+        st(dst, i, src[i]);
 }
 
-static void convert(Backend *be, TP dst, TP src, long n)
+template <typename T> static __global__ void k_widen(float *dst, const T *src, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        dst[i] = ld(src, i);
+}
+
+/* n elements between storage types, one of them fp32 */
+static void convert(Backend *be, Act dst, Act src, long n)
 {
     if (n <= 0) return;
-    LAUNCH(k_convert, nblocks(n, 256), 256, 0, IMPL(be)->stream, dst, src, n);
+    cudaStream_t s = IMPL(be)->stream;
+    if (src.dtype == DT_F32 && dst.dtype != DT_F32)
+        dispatch(dst.dtype, [&](auto z) {
+            using T = decltype(z);
+            LAUNCH(k_narrow<T>, nblocks(n, 256), 256, 0, s, tp<T>(dst), tp<float>(src), n);
+        });
+    else if (dst.dtype == DT_F32 && src.dtype != DT_F32)
+        dispatch(src.dtype, [&](auto z) {
+            using T = decltype(z);
+            LAUNCH(k_widen<T>, nblocks(n, 256), 256, 0, s, tp<float>(dst), tp<T>(src), n);
+        });
+    else
+        die(1, "cuda: no conversion from element type %d to %d", (int)src.dtype, (int)dst.dtype);
     CKL();
 }
 
@@ -121,55 +120,25 @@ static void *cuda_alloc(Backend *be, size_t bytes)
     return p;
 }
 
-static void *cuda_alloc_act(Backend *be, size_t bytes)
+static Act cuda_alloc_act(Backend *be, size_t n)
 {
     CudaImpl *I = IMPL(be);
-    ActRange a;
-    size_t held;
-    if (!I->bf16) {
-        a.dev = cuda_alloc(be, bytes);
-        if (!a.dev) return NULL;
-        a.base = (uintptr_t)a.dev;
-        held = bytes;
-    } else {
-        size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
-        if (!n) n = 1;
-        /* NORESERVE: only address space, no memory, is taken on the host */
-        void *h = mmap(NULL, n * sizeof(float), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (h == MAP_FAILED) return NULL;
-        a.dev = cuda_alloc(be, n * sizeof(__nv_bfloat16));   /* zero bits = bf16 0.0 */
-        if (!a.dev) {
-            munmap(h, n * sizeof(float));
-            return NULL;
-        }
-        a.base = (uintptr_t)h;
-        held = n * sizeof(__nv_bfloat16);
-    }
-    a.bytes = bytes ? bytes : 1;
-    auto it = std::upper_bound(I->acts.begin(), I->acts.end(), a.base,
-                               [](uintptr_t v, const ActRange &r) { return v < r.base; });
-    I->acts.insert(it, a);
-    be->act_bytes += held;
-    return (void *)a.base;
+    size_t bytes = (n ? n : 1) * dtype_size(I->act_dtype);
+    Act a = { cuda_alloc(be, bytes), I->act_dtype };   /* zero bits = 0.0 in fp32 and bf16 */
+    if (!a.data) return a;
+    I->act_size[a.data] = bytes;
+    be->act_bytes += bytes;
+    return a;
 }
 
 static void cuda_free(Backend *be, void *p)
 {
     CudaImpl *I = IMPL(be);
     if (!p) return;
-    const ActRange *a = find_act(I, p);
-    if (a && a->base == (uintptr_t)p) {
-        size_t i = a - I->acts.data();
-        ActRange r = *a;
-        I->acts.erase(I->acts.begin() + i);
-        if (r.dev != p) {   /* bf16: the handle's reservation and the storage */
-            size_t n = (r.bytes + sizeof(float) - 1) / sizeof(float);
-            munmap(p, n * sizeof(float));
-            be->act_bytes -= n * sizeof(__nv_bfloat16);
-            CK(cudaFree(r.dev));
-            return;
-        }
-        be->act_bytes -= r.bytes;
+    auto it = I->act_size.find(p);
+    if (it != I->act_size.end()) {
+        be->act_bytes -= it->second;
+        I->act_size.erase(it);
     }
     CK(cudaFree(p));
 }
@@ -181,37 +150,27 @@ static void cuda_set_params(Backend *be, float *params, size_t n)
     I->n_params = n;
     if (I->shadow) CK(cudaFree(I->shadow));
     I->shadow = NULL;
-    if (I->bf16 && n) CK(cudaMalloc((void **)&I->shadow, n * sizeof(__nv_bfloat16)));
+    if (I->act_dtype == DT_BF16 && n) CK(cudaMalloc((void **)&I->shadow, n * sizeof(__nv_bfloat16)));
     I->shadow_stale = true;
 }
 
-/* the weights as a bf16 GEMM operand: the shadow, converted if stale */
-static TP shadow_of(Backend *be, const void *p)
+/* the weights at p as a bf16 GEMM operand: the shadow, converted if stale */
+static Act shadow_of(Backend *be, const float *p)
 {
     CudaImpl *I = IMPL(be);
+    Act sh = { I->shadow, DT_BF16 };
     if (I->shadow_stale) {
-        TP d = { I->shadow, 1 }, s = { (void *)I->params, 0 };
-        convert(be, d, s, (long)I->n_params);
+        convert(be, sh, act_f32((float *)I->params), (long)I->n_params);
         I->shadow_stale = false;
     }
-    TP t = { I->shadow, 1 };
-    return at(t, (const float *)p - I->params);
+    return act_at(sh, p - I->params);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n) return;
     CudaImpl *I = IMPL(be);
-    TP d = R(be, dst);
     touch(I, dst, n);
-    if (d.bf) {   /* fp32 host data into bf16 storage: convert on the host */
-        size_t k = n / sizeof(float);
-        std::vector<__nv_bfloat16> h(k);
-        for (size_t i = 0; i < k; i++) h[i] = __float2bfloat16_rn(((const float *)src)[i]);
-        CK(cudaMemcpyAsync(d.p, h.data(), k * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, I->stream));
-        CK(cudaStreamSynchronize(I->stream));
-        return;
-    }
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, I->stream));
     CK(cudaStreamSynchronize(I->stream));   /* the caller may reuse src at once */
 }
@@ -220,15 +179,6 @@ static void cuda_download(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n) return;
     CudaImpl *I = IMPL(be);
-    TP s = R(be, src);
-    if (s.bf) {   /* e.g. attention weights P for the maps: widen on the host */
-        size_t k = n / sizeof(float);
-        std::vector<__nv_bfloat16> h(k);
-        CK(cudaMemcpyAsync(h.data(), s.p, k * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, I->stream));
-        CK(cudaStreamSynchronize(I->stream));
-        for (size_t i = 0; i < k; i++) ((float *)dst)[i] = __bfloat162float(h[i]);
-        return;
-    }
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, I->stream));
     CK(cudaStreamSynchronize(I->stream));
 }
@@ -236,21 +186,51 @@ static void cuda_download(Backend *be, void *dst, const void *src, size_t n)
 static void cuda_zero(Backend *be, void *p, size_t n)
 {
     if (!n) return;
-    TP t = R(be, p);
     touch(IMPL(be), p, n);
-    CK(cudaMemsetAsync(t.p, 0, t.bf ? n / 2 : n, IMPL(be)->stream));
+    CK(cudaMemsetAsync(p, 0, n, IMPL(be)->stream));
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n || dst == src) return;
-    TP d = R(be, dst), s = R(be, src);
     touch(IMPL(be), dst, n);
-    if (d.bf != s.bf) {   /* between bf16 and fp32 storage: convert */
-        convert(be, d, s, (long)(n / sizeof(float)));
-        return;
-    }
-    CK(cudaMemcpyAsync(d.p, s.p, d.bf ? n / 2 : n, cudaMemcpyDeviceToDevice, IMPL(be)->stream));
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, IMPL(be)->stream));
 }
 
 static void cuda_sync(Backend *be) { CK(cudaStreamSynchronize(IMPL(be)->stream)); }
+
+/* fp32 host data into an activation: bf16 storage is converted on the host */
+static void cuda_upload_act(Backend *be, Act dst, const float *src, size_t n)
+{
+    if (dst.dtype == DT_F32) return cuda_upload(be, dst.data, src, n * sizeof(float));
+    if (!n) return;
+    CudaImpl *I = IMPL(be);
+    std::vector<__nv_bfloat16> h(n);
+    for (size_t i = 0; i < n; i++) st(h.data(), i, src[i]);
+    CK(cudaMemcpyAsync(dst.data, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+}
+
+/* an activation into fp32 host memory (e.g. attention weights P for the
+ * maps): bf16 storage is widened on the host */
+static void cuda_download_act(Backend *be, float *dst, Act src, size_t n)
+{
+    if (src.dtype == DT_F32) return cuda_download(be, dst, src.data, n * sizeof(float));
+    if (!n) return;
+    CudaImpl *I = IMPL(be);
+    std::vector<__nv_bfloat16> h(n);
+    CK(cudaMemcpyAsync(h.data(), src.data, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+    for (size_t i = 0; i < n; i++) dst[i] = ld(h.data(), i);
+}
+
+static void cuda_zero_act(Backend *be, Act p, size_t n) { cuda_zero(be, p.data, n * dtype_size(p.dtype)); }
+
+/* between storage types: convert */
+static void cuda_copy_act(Backend *be, Act dst, Act src, size_t n)
+{
+    if (dst.dtype == src.dtype) return cuda_copy(be, dst.data, src.data, n * dtype_size(dst.dtype));
+    if (!n) return;
+    touch(IMPL(be), dst.data, n * dtype_size(dst.dtype));
+    convert(be, dst, src, (long)n);
+}

@@ -2,19 +2,21 @@
  * the post-norm sub-layer output y = LayerNorm(x + dropout(sub)). */
 #pragma once
 
-#include "common.cuh"
+#include "gemm.cuh"   /* colsums */
 
 /* ------------------------------------------- residual + dropout + LayerNorm */
 
 /* With bf16 r, each thread re-reads (only) its own rounded r[j]: the mean
  * is of the unrounded sums, variance and y of what backward will see. */
-static __global__ void k_residual_ln_forward(TP y, TP r, TP mean, TP rstd, TP x, TP sub, TP gamma, TP beta, int d,
-                                             float eps, float p, float ks, DropoutKey key, const uint32_t *sent_id,
-                                             int T)
+template <typename A>
+static __global__ void k_residual_ln_forward(A *y, A *r, float *mean, float *rstd, const A *x, const A *sub,
+                                             const float *gamma, const float *beta, int d, float eps, float p,
+                                             float ks, DropoutKey key, const uint32_t *sent_id, int T)
 {
     DYNAMIC_SHARED(float, sh);
     long i = blockIdx.x;
-    TP xi = at(x, i * d), si = at(sub, i * d), ri = at(r, i * d), yi = at(y, i * d);
+    const A *xi = x + i * d, *si = sub + i * d;
+    A *ri = r + i * d, *yi = y + i * d;
     unsigned char *keep = (unsigned char *)(sh + 33);
     if (p > 0.0f) {   /* uniform over the launch */
         drop_mask_row(keep, d, p, key, sent_id[i / T], (uint32_t)(i % T));
@@ -43,24 +45,30 @@ static __global__ void k_residual_ln_forward(TP y, TP r, TP mean, TP rstd, TP x,
     for (int j = threadIdx.x; j < d; j += blockDim.x) st(yi, j, (ld(ri, j) - mu) * rs * ld(gamma, j) + ld(beta, j));
 }
 
-static void cuda_residual_ln_forward(Backend *be, float *y, float *r, float *mean, float *rstd, const float *x,
-                                     const float *sub, const float *gamma, const float *beta, int rows, int d,
-                                     float eps, float p, DropoutKey key, const uint32_t *sent_id, int T)
+static void cuda_residual_ln_forward(Backend *be, Act y, Act r, float *mean, float *rstd, Act x, Act sub,
+                                     const float *gamma, const float *beta, int rows, int d, float eps, float p,
+                                     DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
-    LAUNCH(k_residual_ln_forward, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, R(be, y), R(be, r), R(be, mean),
-           R(be, rstd), R(be, x), R(be, sub), R(be, gamma), R(be, beta), d, eps, p, drop_scale(p), key, sent_id, T);
+    dispatch(act_type("residual_ln_forward", { y, r, x, sub }), [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_residual_ln_forward<A>, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(y),
+               tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, d, eps, p, drop_scale(p), key, sent_id, T);
+    });
     CKL();
 }
 
 /* dx may alias dy: each thread reads dy[j] only for its own j, all reads of
  * a row happen before the block barrier that precedes the first write */
-static __global__ void k_residual_ln_backward(TP dx, TP dsub, TP dy, TP r, TP mean, TP rstd, TP gamma, int d,
-                                              float p, float ks, DropoutKey key, const uint32_t *sent_id, int T)
+template <typename A>
+static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const A *r, const float *mean,
+                                              const float *rstd, const float *gamma, int d, float p, float ks,
+                                              DropoutKey key, const uint32_t *sent_id, int T)
 {
     DYNAMIC_SHARED(float, sh);
     long i = blockIdx.x;
-    TP dyi = at(dy, i * d), ri = at(r, i * d), dxi = at(dx, i * d), dsi = at(dsub, i * d);
+    const A *dyi = dy + i * d, *ri = r + i * d;
+    A *dxi = dx + i * d, *dsi = dsub + i * d;
     float mu = ld(mean, i), rs = ld(rstd, i);
     unsigned char *keep = (unsigned char *)(sh + 33);
     if (p > 0.0f) drop_mask_row(keep, d, p, key, sent_id[i / T], (uint32_t)(i % T));   /* read after block_sum's barriers */
@@ -80,15 +88,17 @@ static __global__ void k_residual_ln_backward(TP dx, TP dsub, TP dy, TP r, TP me
     }
 }
 
-static void cuda_residual_ln_backward(Backend *be, float *dx, float *dsub, float *dgamma, float *dbeta,
-                                      const float *dy, const float *r, const float *mean, const float *rstd,
-                                      const float *gamma, int rows, int d, float p, DropoutKey key,
-                                      const uint32_t *sent_id, int T)
+static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, Act dy, Act r,
+                                      const float *mean, const float *rstd, const float *gamma, int rows, int d,
+                                      float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
     /* parameter gradients first, so that dx may alias dy */
     colsums(be, dy, r, mean, rstd, rows, d, dgamma, dbeta);
-    LAUNCH(k_residual_ln_backward, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, R(be, dx), R(be, dsub), R(be, dy),
-           R(be, r), R(be, mean), R(be, rstd), R(be, gamma), d, p, drop_scale(p), key, sent_id, T);
+    dispatch(act_type("residual_ln_backward", { dx, dsub, dy, r }), [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_residual_ln_backward<A>, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(dx),
+               tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, d, p, drop_scale(p), key, sent_id, T);
+    });
     CKL();
 }

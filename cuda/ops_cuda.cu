@@ -7,7 +7,7 @@
  *   swapped and every transpose stays an operand flag (nothing is copied).
  * - precision: fp32 (IEEE sgemm) or tf32 (tensor cores, 10-bit mantissa
  *   inputs), chosen by the cuBLAS compute type, with everything stored
- *   fp32; or bf16 mixed precision (section "bf16 storage" below):
+ *   fp32; or bf16 mixed precision ("bf16 storage" in memory.cuh):
  *   activations and GEMM inputs stored bf16, every op accumulating in fp32,
  *   fp32 master weights, gradients and Adam state.
  * - Every other op is a kernel below.  Reductions are block-level tree sums

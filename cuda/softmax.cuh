@@ -2,12 +2,13 @@
  * log-softmax of decoding. */
 #pragma once
 
-#include "common.cuh"
+#include "memory.cuh"
 
 /* --------------------------------------------------------------- softmax */
 
 /* one block per row of S (eq. 1 with the padding and causal masks) */
-static __global__ void k_softmax_forward(TP S, const int32_t *key_len, float scale, int nh, int Tq, int Tk,
+template <typename T>
+static __global__ void k_softmax_forward(T *S, const int32_t *key_len, float scale, int nh, int Tq, int Tk,
                                          int causal, int q_offset)
 {
     DYNAMIC_SHARED(float, sh);
@@ -16,7 +17,7 @@ static __global__ void k_softmax_forward(TP S, const int32_t *key_len, float sca
     int n = key_len[b];
     if (causal && q + q_offset + 1 < n) n = q + q_offset + 1;
     if (n > Tk) n = Tk;
-    TP s = at(S, r * Tk);
+    T *s = S + r * Tk;
     float mx = -INFINITY;
     for (int k = threadIdx.x; k < n; k += blockDim.x) mx = fmaxf(mx, ld(s, k) * scale);
     mx = block_max(mx, sh);
@@ -27,41 +28,48 @@ static __global__ void k_softmax_forward(TP S, const int32_t *key_len, float sca
     for (int k = threadIdx.x; k < Tk; k += blockDim.x) st(s, k, k < n ? expf(ld(s, k) * scale - mx) * inv : 0.0f);
 }
 
-static void cuda_softmax_forward(Backend *be, float *S, const int32_t *key_len, float scale, int nb, int nh, int Tq,
+static void cuda_softmax_forward(Backend *be, Act S, const int32_t *key_len, float scale, int nb, int nh, int Tq,
                                  int Tk, int causal, int q_offset)
 {
     long rows = (long)nb * nh * Tq;
     if (rows <= 0 || Tk <= 0) return;
-    LAUNCH(k_softmax_forward, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, R(be, S), key_len, scale, nh,
-           Tq, Tk, causal, q_offset);
+    dispatch(S.dtype, [&](auto z) {
+        using T = decltype(z);
+        LAUNCH(k_softmax_forward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(S), key_len,
+               scale, nh, Tq, Tk, causal, q_offset);
+    });
     CKL();
 }
 
-static __global__ void k_softmax_backward(TP dP, TP P, float scale, int Tk)
+template <typename T> static __global__ void k_softmax_backward(T *dP, const T *P, float scale, int Tk)
 {
     DYNAMIC_SHARED(float, sh);
-    TP d = at(dP, (long)blockIdx.x * Tk), p = at(P, (long)blockIdx.x * Tk);
+    T *d = dP + (long)blockIdx.x * Tk;
+    const T *p = P + (long)blockIdx.x * Tk;
     float dot = 0.0f;
     for (int k = threadIdx.x; k < Tk; k += blockDim.x) dot += ld(p, k) * ld(d, k);
     dot = block_sum(dot, sh);
     for (int k = threadIdx.x; k < Tk; k += blockDim.x) st(d, k, scale * ld(p, k) * (ld(d, k) - dot));
 }
 
-static void cuda_softmax_backward(Backend *be, float *dP, const float *P, float scale, int nb, int nh, int Tq, int Tk)
+static void cuda_softmax_backward(Backend *be, Act dP, Act P, float scale, int nb, int nh, int Tq, int Tk)
 {
     long rows = (long)nb * nh * Tq;
     if (rows <= 0 || Tk <= 0) return;
-    LAUNCH(k_softmax_backward, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, R(be, dP), R(be, P), scale,
-           Tk);
+    dispatch(act_type("softmax_backward", { dP, P }), [&](auto z) {
+        using T = decltype(z);
+        LAUNCH(k_softmax_backward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(dP), tp<T>(P),
+               scale, Tk);
+    });
     CKL();
 }
 
 /* ----------------------------------------------------------- log_softmax */
 
-static __global__ void k_log_softmax(TP x, int cols)
+template <typename T> static __global__ void k_log_softmax(T *x, int cols)
 {
     DYNAMIC_SHARED(float, sh);
-    TP z = at(x, (long)blockIdx.x * cols);
+    T *z = x + (long)blockIdx.x * cols;
     float mx = -INFINITY;
     for (int k = threadIdx.x; k < cols; k += blockDim.x) mx = fmaxf(mx, ld(z, k));
     mx = block_max(mx, sh);
@@ -72,9 +80,12 @@ static __global__ void k_log_softmax(TP x, int cols)
     for (int k = threadIdx.x; k < cols; k += blockDim.x) st(z, k, ld(z, k) - lse);
 }
 
-static void cuda_log_softmax(Backend *be, float *x, int rows, int cols)
+static void cuda_log_softmax(Backend *be, Act x, int rows, int cols)
 {
     if (rows <= 0 || cols <= 0) return;
-    LAUNCH(k_log_softmax, rows, row_threads(cols), RED_SMEM, IMPL(be)->stream, R(be, x), cols);
+    dispatch(x.dtype, [&](auto z) {
+        using T = decltype(z);
+        LAUNCH(k_log_softmax<T>, rows, row_threads(cols), RED_SMEM, IMPL(be)->stream, tp<T>(x), cols);
+    });
     CKL();
 }

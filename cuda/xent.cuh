@@ -1,17 +1,19 @@
 /* Label-smoothed cross-entropy (section 5.4), fused with its gradient. */
 #pragma once
 
-#include "common.cuh"
+#include "memory.cuh"
 
 /* ------------------------------------------ label-smoothed cross-entropy */
 
 /* one block per row: loss of section 5.4 and, fused, the gradient of the
  * softmax + cross-entropy written over the logits */
-static __global__ void k_xent(TP logits, const int32_t *target, int V, float eps, float gs, TP row_loss, TP row_nll)
+template <typename A>
+static __global__ void k_xent(A *logits, const int32_t *target, int V, float eps, float gs, float *row_loss,
+                              float *row_nll)
 {
     DYNAMIC_SHARED(float, sh);
     long r = blockIdx.x;
-    TP z = at(logits, r * V);
+    A *z = logits + r * V;
     int y = target[r];
     if (y == 0) {
         if (threadIdx.x == 0) {
@@ -49,11 +51,14 @@ static __global__ void k_xent(TP logits, const int32_t *target, int V, float eps
     }
 }
 
-static void cuda_xent_forward_backward(Backend *be, float *logits, const int32_t *target, int rows, int V, float eps,
+static void cuda_xent_forward_backward(Backend *be, Act logits, const int32_t *target, int rows, int V, float eps,
                                        float grad_scale, float *row_loss, float *row_nll)
 {
     if (rows <= 0) return;
-    LAUNCH(k_xent, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, R(be, logits), target, V, eps, grad_scale,
-           R(be, row_loss), R(be, row_nll));
+    dispatch(logits.dtype, [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_xent<A>, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, tp<A>(logits), target, V, eps, grad_scale,
+               row_loss, row_nll);
+    });
     CKL();
 }
