@@ -84,8 +84,8 @@ static __global__ void k_embed_backward_tokens(float *dE, const A *dout, const i
 
 /* learned positions: dpos[t, j] += sum over sentences b in order */
 template <typename A>
-static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const uint32_t *sent_id, int B, int T, int d, float p,
-                                            float ks, DropoutKey key)
+static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const uint32_t *sent_id, int B, int T, int d,
+                                            float p, float ks, DropoutKey key)
 {
     long n = (long)T * d;
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {

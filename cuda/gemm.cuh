@@ -77,8 +77,8 @@ static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float al
     GemmOps g = gemm_ops(be, A, tA ? span(K, M, lda) : span(M, K, lda), B, tB ? span(N, K, ldb) : span(K, N, ldb), C,
                          span(M, N, ldc), beta);
     /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
-    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda, &beta,
-                     g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
+                     &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
     gemm_done(be, g);
 }
 
@@ -117,11 +117,11 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
      * a few microseconds of launch for a few microseconds of work). */
     long n = (long)n_outer * n_inner;
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBi, g.a.data, ta, lda,
-                                       sAi, &beta, g.c.data, tc, ldc, sCi, (int)n, g.ct, CUBLAS_GEMM_DEFAULT));
+        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBi, g.a.data, ta,
+                                       lda, sAi, &beta, g.c.data, tc, ldc, sCi, (int)n, g.ct, CUBLAS_GEMM_DEFAULT));
     } else if (n_inner == 1) {
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBo, g.a.data, ta, lda,
-                                       sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
+        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBo, g.a.data, ta,
+                                       lda, sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
     } else {
         if ((size_t)(3 * n) > I->gptrs_cap) {
             CK(cudaStreamSynchronize(I->stream));   /* the old arrays may still be read */

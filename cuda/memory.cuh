@@ -32,7 +32,10 @@
 static __host__ __device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
 static __host__ __device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 static __host__ __device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
-static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
+{
+    p[i] = __float2bfloat16_rn(v);
+}
 
 /* f(T()) with T the C++ type of elements of type t: the one place where an
  * op's launch turns its DType into a kernel instantiation */
@@ -52,7 +55,8 @@ static DType act_type(const char *op, std::initializer_list<Act> acts)
     int t = -1;
     for (const Act &a : acts) {
         if (!a.data) continue;
-        if (t >= 0 && (int)a.dtype != t) die(1, "cuda %s: activations of different element types (%d, %d)", op, t, (int)a.dtype);
+        if (t >= 0 && (int)a.dtype != t)
+            die(1, "cuda %s: activations of different element types (%d, %d)", op, t, (int)a.dtype);
         t = (int)a.dtype;
     }
     return t < 0 ? DT_F32 : (DType)t;

@@ -21,7 +21,8 @@ void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out
     int *done = xcalloc(B, sizeof(int));
     float *logit = xmalloc(sizeof(float) * V);
     Act dlog = act_f32(be->alloc(be, sizeof(float) * (size_t)B * V));   /* fp32 in every precision */
-    if (!dlog.data) die(1, "greedy: out of device memory allocating %zu bytes of logits", sizeof(float) * (size_t)B * V);
+    if (!dlog.data)
+        die(1, "greedy: out of device memory allocating %zu bytes of logits", sizeof(float) * (size_t)B * V);
     for (int k = 0; k < B; k++) { w.tgt_in[(size_t)k * w.T] = TOK_BOS; out_len[k] = 0; }
     int t;
     Act enc = act_none();

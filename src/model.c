@@ -282,10 +282,11 @@ void model_reserve(Model *m, int B, int S, int T)
     Backend *be = m->be;
     size_t d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v, V = c->vocab_size;
     size_t w3 = 2 * hk + hv, w2 = hk + hv, F = sizeof(float);
-    /* X(): activations in the backend's activation type (bf16 on CUDA
-     * with precision=bf16, see ops.h alloc_act); A(): fp32/int32 storage: LayerNorm row statistics (mean,
-     * rstd), per-row losses, token ids and lengths; each names its buffer
-     * and layer (-1: none) if it fails */
+    /* X(): activations, typed views in the backend's activation type
+     * (bf16 on CUDA with precision=bf16, see ops.h alloc_act); A():
+     * fp32/int32 storage: LayerNorm row statistics (mean, rstd), per-row
+     * losses, token ids and lengths; each names its buffer and layer (-1:
+     * none) if it fails */
     int layer;
 #define A(p, n) ((p) = reserve_alloc(be, (n) * F, #p, layer))
 #define X(p, n) ((p) = reserve_act(be, (n), #p, layer))
@@ -429,7 +430,8 @@ static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *
     const Config *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
     be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, W(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
-    attention_core_forward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len, causal);
+    attention_core_forward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
+                           causal);
     be->gemm(be, 0, 1, rows, d, hv, 1.0f, a->ctx, hv, W(L->self_attn.Wo), hv, 0.0f, m->g_sub, d);
     be->residual_ln_forward(be, a->x1, a->r1, a->m1, a->s1, x, m->g_sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
                             rows, d, c->ln_eps, p, key, m->d_sent_id, T);
@@ -480,7 +482,8 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
     be->gemm(be, 1, 0, d, hv, nt, 1.0f, m->g_sub, d, a->ctx2, hv, 1.0f, GW(L->cross_attn.Wo), hv);
     be->gemm(be, 0, 0, nt, hv, d, 1.0f, m->g_sub, d, W(L->cross_attn.Wo), hv, 0.0f, m->g_ctx, hv);
     Act dkv = m->g_big, dq = act_at(m->g_big, (size_t)ns * w2);
-    attention_core_backward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_ctx, dq, dkv, act_at(dkv, hk), T, S);
+    attention_core_backward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_ctx, dq, dkv, act_at(dkv, hk),
+                            T, S);
     be->gemm(be, 1, 0, hk, d, nt, 1.0f, dq, hk, a->x1, d, 1.0f, GW(L->cross_attn.Wq), d);
     be->gemm(be, 0, 0, nt, d, hk, 1.0f, dq, hk, W(L->cross_attn.Wq), d, 1.0f, m->g_x, d);
     be->gemm(be, 1, 0, w2, d, ns, 1.0f, dkv, w2, enc_out, d, 1.0f, GW(L->cross_attn.Wk), d);

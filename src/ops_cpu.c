@@ -37,7 +37,8 @@ static void cpu_sync(Backend *be) { (void)be; }
  * type (a CUDA bf16 buffer passed by mistake) is refused, not misread. */
 static float *F(Act a, const char *op)
 {
-    if (a.data && a.dtype != DT_F32) die(1, "cpu %s: activation of element type %d; the CPU backend computes fp32 only", op, (int)a.dtype);
+    if (a.data && a.dtype != DT_F32)
+        die(1, "cpu %s: activation of element type %d; the CPU backend computes fp32 only", op, (int)a.dtype);
     return (float *)a.data;
 }
 
@@ -46,8 +47,14 @@ static Act cpu_alloc_act(Backend *be, size_t n)
     Act a = { cpu_alloc(be, n * sizeof(float)), DT_F32 };
     return a;
 }
-static void cpu_upload_act(Backend *be, Act dst, const float *src, size_t n) { cpu_upload(be, F(dst, "upload_act"), src, n * sizeof(float)); }
-static void cpu_download_act(Backend *be, float *dst, Act src, size_t n) { cpu_download(be, dst, F(src, "download_act"), n * sizeof(float)); }
+static void cpu_upload_act(Backend *be, Act dst, const float *src, size_t n)
+{
+    cpu_upload(be, F(dst, "upload_act"), src, n * sizeof(float));
+}
+static void cpu_download_act(Backend *be, float *dst, Act src, size_t n)
+{
+    cpu_download(be, dst, F(src, "download_act"), n * sizeof(float));
+}
 static void cpu_zero_act(Backend *be, Act p, size_t n) { cpu_zero(be, F(p, "zero_act"), n * sizeof(float)); }
 static void cpu_copy_act(Backend *be, Act dst, Act src, size_t n)
 {
@@ -272,8 +279,8 @@ static void cpu_embed_forward(Backend *be, Act outv, const float *E, const float
 }
 
 static void cpu_embed_backward(Backend *be, float *dE, float *dpos, Act doutv,
-                               const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d,
-                               int vocab, float scale, float p, DropoutKey key)
+                               const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B, int T,
+                               int d, int vocab, float scale, float p, DropoutKey key)
 {
     const float *dout = F(doutv, "embed_backward");
     (void)be;

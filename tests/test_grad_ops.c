@@ -79,10 +79,12 @@ static void check_gemm_batched(void)
         memcpy(C, C0, sizeof(float) * nC);
         const float *Kp = Kx + nh * dk;   /* K columns after the Q block */
         if (tB) /* S = Q K^T: [Tq, dk] x [dk, Tk] */
-            be->gemm_batched(be, 0, 1, Tq, Tk, dk, 0.5f, act_f32(Q), ldq, (long)Tq * ldq, dk, act_f32((float *)Kp), ldk, (long)Tk * ldk, dk,
+            be->gemm_batched(be, 0, 1, Tq, Tk, dk, 0.5f, act_f32(Q), ldq, (long)Tq * ldq, dk, act_f32((float *)Kp),
+                             ldk, (long)Tk * ldk, dk,
                              0.25f, act_f32(C), Tk, (long)nh * Tq * Tk, (long)Tq * Tk, nb, nh);
         else    /* C = Q[:, :Tk-ish] with B = K^T laid out explicitly: use op(B)=B, B [dk, Tk] rows from K^T */
-            be->gemm_batched(be, 0, 0, Tq, Tk, dk, 0.5f, act_f32(Q), ldq, (long)Tq * ldq, dk, act_f32((float *)Kp), Tk, (long)dk * Tk + 1, 2,
+            be->gemm_batched(be, 0, 0, Tq, Tk, dk, 0.5f, act_f32(Q), ldq, (long)Tq * ldq, dk, act_f32((float *)Kp),
+                             Tk, (long)dk * Tk + 1, 2,
                              0.25f, act_f32(C), Tk, (long)nh * Tq * Tk, (long)Tq * Tk, nb, nh);
         for (int b = 0; b < nb; b++)
             for (int h = 0; h < nh; h++)
@@ -221,7 +223,8 @@ typedef struct {
 static double ln_loss(void *p)
 {
     LnCtx *c = p;
-    be->residual_ln_forward(be, act_f32(c->y), act_f32(c->r), c->mean, c->rstd, act_f32(c->x), act_f32(c->sub), c->gamma, c->beta, c->rows, c->d,
+    be->residual_ln_forward(be, act_f32(c->y), act_f32(c->r), c->mean, c->rstd, act_f32(c->x), act_f32(c->sub),
+                            c->gamma, c->beta, c->rows, c->d,
                             c->eps, c->p, c->key, c->sent, c->T);
     double L = 0;
     for (size_t i = 0; i < (size_t)c->rows * c->d; i++) L += (double)c->w[i] * c->y[i];
@@ -273,7 +276,8 @@ static void check_residual_ln(float p, int d)
     memset(db, 0, sizeof(float) * d);
     /* dx aliases dy, as in model.c */
     memcpy(dx, c.w, sizeof(float) * n);
-    be->residual_ln_backward(be, act_f32(dx), act_f32(dsub), dg, db, act_f32(dx), act_f32(c.r), c.mean, c.rstd, c.gamma, c.rows, d, p, key, sent, c.T);
+    be->residual_ln_backward(be, act_f32(dx), act_f32(dsub), dg, db, act_f32(dx), act_f32(c.r), c.mean, c.rstd,
+                             c.gamma, c.rows, d, p, key, sent, c.T);
     char nm[96];
     snprintf(nm, sizeof nm, "%s dx", name);
     for (size_t i = 0; i < n; i++) gc_compare(nm, (long)i, dx[i], gc_central(&c.x[i], H_LN, ln_loss, &c), RTOL, ATOL);

@@ -202,16 +202,20 @@ static void test_residual_ln(void)
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_rand(n, 1), sub = pair_rand(n, 2), g = pair_rand(d, 1), b = pair_rand(d, 1);
         Pair y = pair_rand(n, 1), r = pair_rand(n, 1), mu = pair_rand(rows, 1), rs = pair_rand(rows, 1);
-        cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key, sc, T);
-        gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key, sg, T);
+        cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key,
+                                 sc, T);
+        gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key,
+                                 sg, T);
         compare(p > 0 ? "residual_ln_forward p=0.1: r (dropout mask)" : "residual_ln_forward p=0: r", r, FP32);
         compare("residual_ln_forward: y", y, FP32);
         compare("residual_ln_forward: mean", mu, FP32);
         compare("residual_ln_forward: rstd", rs, FP32);
         Pair dy = pair_rand(n, 1), dx = pair_rand(n, 1), ds = pair_rand(n, 1), dg = pair_rand(d, 1), db = pair_rand(d, 1);
         Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
-        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r.c, F(mu.c), F(rs.c), F(g.c), rows, d, p, key, sc, T);
-        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r.g, F(mu.g), F(rs.g), F(g.g), rows, d, p, key, sg, T);
+        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
+                                  key, sc, T);
+        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r.g, F(mu.g), F(rs.g), F(g.g), rows, d, p,
+                                  key, sg, T);
         compare(alias ? "residual_ln_backward: dx (aliasing dy)" : "residual_ln_backward: dx", alias ? dy : dx, 1e-4, 1e-6);
         compare("residual_ln_backward: dsub", ds, 1e-4, 1e-6);
         compare("residual_ln_backward: dgamma", dg, FP32);
@@ -240,11 +244,12 @@ static void test_embed(void)
         gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
         compare(learned ? "embed_forward learned positions" : "embed_forward sinusoids, pos_offset 3", out, FP32);
         Pair dout = pair_rand(n, 1), dE = pair_rand((size_t)V * d, 1), dpos = pair_rand((size_t)maxlen * d, 1);
-        cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, sc, B, T, d, V, 6.7f, 0.1f, key);
+        cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, sc, B, T, d, V, 6.7f, 0.1f,
+                            key);
         /* the ids read back from the device, or (learned) the caller's host
          * copy */
-        gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, learned ? tok : NULL, sg, B, T, d, V, 6.7f,
-                            0.1f, key);
+        gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, learned ? tok : NULL, sg, B, T, d,
+                            V, 6.7f, 0.1f, key);
         compare(learned ? "embed_backward: dE (token segments from host ids, no atomics)"
                         : "embed_backward: dE (token segments, ids read back, no atomics)", dE, FP32);
         if (learned) compare("embed_backward: dpos", dpos, FP32);
@@ -523,8 +528,10 @@ static void test_bf16_residual_ln_embed(void)
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_bf(n, 1, 1), sub = pair_bf(n, 2, 1), g = pair_bf(d, 1, 0), b = pair_bf(d, 1, 0);
         Pair y = pair_bf(n, 1, 1), r = pair_bf(n, 1, 1), mu = pair_bf(rows, 1, 0), rs = pair_bf(rows, 1, 0);
-        cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key, sc, T);
-        gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key, sg, T);
+        cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key,
+                                 sc, T);
+        gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key,
+                                 sg, T);
         compare("bf16 residual_ln_forward: r", r, BF_OUT);
         compare("bf16 residual_ln_forward: mean (fp32)", mu, BF_F32);
         /* rstd and y are computed from the rounded r: each r_j moves by
@@ -538,7 +545,8 @@ static void test_bf16_residual_ln_embed(void)
         Pair dy = pair_bf(n, 1, 1), dx = pair_bf(n, 1, 1), ds = pair_bf(n, 1, 1), dg = pair_bf(d, 1, 0);
         Pair db = pair_bf(d, 1, 0), r2 = pair_bf(n, 1, 1);
         Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
-        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r2.c, F(mu.c), F(rs.c), F(g.c), rows, d, p, key, sc, T);
+        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r2.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
+                                  key, sc, T);
         gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r2.g, F(mu.g), F(rs.g), F(g.g), rows, d,
                                   p, key, sg, T);
         compare(alias ? "bf16 residual_ln_backward: dx (aliasing dy)" : "bf16 residual_ln_backward: dx",
@@ -567,8 +575,10 @@ static void test_bf16_residual_ln_embed(void)
         gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
         compare(learned ? "bf16 embed_forward learned positions" : "bf16 embed_forward sinusoids", out, BF_OUT);
         Pair dout = pair_bf(ne, 1, 1), dE = pair_bf((size_t)V * de, 1, 0), dpos = pair_bf((size_t)maxlen * de, 1, 0);
-        cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, s2c, Bt, Tt, de, V, 6.7f, 0.1f, k2);
-        gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, tok, s2g, Bt, Tt, de, V, 6.7f, 0.1f, k2);
+        cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, s2c, Bt, Tt, de, V, 6.7f,
+                            0.1f, k2);
+        gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, tok, s2g, Bt, Tt, de, V, 6.7f, 0.1f,
+                            k2);
         compare("bf16 embed_backward: dE (fp32)", dE, BF_F32);
         if (learned) compare("bf16 embed_backward: dpos (fp32)", dpos, BF_F32);
         pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
