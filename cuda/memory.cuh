@@ -90,7 +90,8 @@ template <typename T> static __global__ void k_widen(float *dst, const T *src, l
         dst[i] = ld(src, i);
 }
 
-/* n elements between storage types, one of them fp32 */
+/* n elements between storage types, one of them fp32 (the fp32 -> fp32
+ * instantiations are never launched, so they are not compiled) */
 static void convert(Backend *be, Act dst, Act src, long n)
 {
     if (n <= 0) return;
@@ -98,12 +99,14 @@ static void convert(Backend *be, Act dst, Act src, long n)
     if (src.dtype == DT_F32 && dst.dtype != DT_F32)
         dispatch(dst.dtype, [&](auto z) {
             using T = decltype(z);
-            LAUNCH(k_narrow<T>, nblocks(n, 256), 256, 0, s, tp<T>(dst), tp<float>(src), n);
+            if constexpr (!std::is_same<T, float>::value)
+                LAUNCH(k_narrow<T>, nblocks(n, 256), 256, 0, s, tp<T>(dst), tp<float>(src), n);
         });
     else if (dst.dtype == DT_F32 && src.dtype != DT_F32)
         dispatch(src.dtype, [&](auto z) {
             using T = decltype(z);
-            LAUNCH(k_widen<T>, nblocks(n, 256), 256, 0, s, tp<float>(dst), tp<T>(src), n);
+            if constexpr (!std::is_same<T, float>::value)
+                LAUNCH(k_widen<T>, nblocks(n, 256), 256, 0, s, tp<float>(dst), tp<T>(src), n);
         });
     else
         die(1, "cuda: no conversion from element type %d to %d", (int)src.dtype, (int)dst.dtype);
