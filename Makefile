@@ -42,7 +42,7 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
-CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h
+CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
 MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
 NVCCFLAGS += $(MPI_INC)
 # NCCL for the gradient allreduce when its header is found (else MPI on host copies)
@@ -108,15 +108,15 @@ cuda-resources: cuda/ops_cuda.cu $(CUDA_DEPS) | build/cuda
 	$(Q)rm -f build/cuda/resources.o
 	$(call say,GEN,cuda/resource-usage.txt)cuda/resource_usage.sh table build/cuda/ptxas.log > cuda/resource-usage.txt
 
-build/emu/ops_cuda.o: cuda/ops_cuda.cu | build/emu
+build/emu/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu
 	$(call say,CXX,$< (emulated))g++ -x c++ $(EMU_CXXFLAGS) -c $< -o $@
 build/emu/%.o: cuda/emu/%.cc | build/emu
 	$(call say,CXX,$<)g++ $(EMU_CXXFLAGS) -c $< -o $@
-build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-asan
+build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-asan
 	$(call say,CXX,$< (emulated, asan))g++ -x c++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
 build/emu-asan/%.o: cuda/emu/%.cc | build/emu-asan
 	$(call say,CXX,$< (asan))g++ $(EMU_CXXFLAGS) $(SAN) -O1 -c $< -o $@
-build/emu-tsan/ops_cuda.o: cuda/ops_cuda.cu | build/emu-tsan
+build/emu-tsan/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-tsan
 	$(call say,CXX,$< (emulated, tsan))g++ -x c++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@
 build/emu-tsan/%.o: cuda/emu/%.cc | build/emu-tsan
 	$(call say,CXX,$< (tsan))g++ $(EMU_CXXFLAGS) -fsanitize=thread -O1 -c $< -o $@

@@ -15,7 +15,7 @@ table() {
             $r = $1; $sm = /(\d+) bytes smem/ ? $1 : 0;
             print "$arch $fn $r $sm $st $ss $sl\n"; undef $fn;
         }' "$1" | while read -r arch fn regs smem stack sst sld; do
-        echo "$arch $(echo "$fn" | c++filt | sed 's/(.*//') $regs $smem $stack $sst $sld"
+        echo "$arch $(echo "$fn" | c++filt | sed 's/(.*//; s/^void //') $regs $smem $stack $sst $sld"
     done | sort
 }
 case "$1" in

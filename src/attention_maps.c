@@ -71,14 +71,14 @@ static void vocab_free(Vocab *v)
 static void forward_maps(Model *m, const Batch *b, float *enc, float *dec, float *crs)
 {
     model_upload_batch(m, b);
-    const float *e = model_encode(m, 0, 0);
+    Act e = model_encode(m, 0, 0);
     model_decode(m, e, 0, 0);
     const Config *c = &m->cfg;
     size_t h = c->n_heads, S = b->S, T = b->T;
     for (int l = 0; l < c->n_layers; l++) {
-        if (enc) m->be->download(m->be, enc + l * h * S * S, m->enc[l].P, sizeof(float) * h * S * S);
-        m->be->download(m->be, dec + l * h * T * T, m->dec[l].P, sizeof(float) * h * T * T);
-        m->be->download(m->be, crs + l * h * T * S, m->dec[l].P2, sizeof(float) * h * T * S);
+        if (enc) m->be->download_act(m->be, enc + l * h * S * S, m->enc[l].P, h * S * S);
+        m->be->download_act(m->be, dec + l * h * T * T, m->dec[l].P, h * T * T);
+        m->be->download_act(m->be, crs + l * h * T * S, m->dec[l].P2, h * T * S);
     }
 }
 

@@ -14,16 +14,20 @@ struct Decoder {
     int cap_n, cap_sent, cap_S, cap_T;
     /* current problem */
     int K, n_sent, S, T;          /* T = positions cached per hypothesis */
-    float **self_kv[2];           /* [layer] -> [hyp, T, hk+hv]: K|V of positions 0..t */
+    /* activations: fp32 views (the decoder's own buffers are fp32 in every
+     * precision; the GEMMs convert the encoder output where it is bf16) */
+    Act *self_kv[2];              /* [layer] -> [hyp, T, hk+hv]: K|V of positions 0..t */
     int cur;                      /* which self_kv buffer is current */
-    float **cross_kv;             /* [layer] -> [sentence, S, hk+hv] from the encoder output */
-    float *xa, *xb, *x1, *x2, *q, *P, *P2, *ctx, *sub, *r, *mean, *rstd, *hid, *logits;
+    Act *cross_kv;                /* [layer] -> [sentence, S, hk+hv] from the encoder output */
+    Act xa, xb, x1, x2, q, P, P2, ctx, sub, r, hid, logits;
+    float *mean, *rstd;
     int32_t *d_tok, *d_self_len, *d_src_len;
     uint32_t *d_sent_id;
     int32_t *h_src_len;
 };
 
 #define PRM(off) (m->params + (off))
+#define W(off) act_f32(PRM(off))   /* a weight as a GEMM operand */
 
 void decode_opts_from_config(DecodeOpts *o, const Config *c)
 {
@@ -53,22 +57,24 @@ Decoder *decoder_create(Model *m)
     Decoder *d = xcalloc(1, sizeof *d);
     d->m = m;
     int N = m->cfg.n_layers;
-    d->self_kv[0] = xcalloc(N, sizeof(float *));
-    d->self_kv[1] = xcalloc(N, sizeof(float *));
-    d->cross_kv = xcalloc(N, sizeof(float *));
+    d->self_kv[0] = xcalloc(N, sizeof(Act));
+    d->self_kv[1] = xcalloc(N, sizeof(Act));
+    d->cross_kv = xcalloc(N, sizeof(Act));
     return d;
 }
 
 #define DFREE(p) do { if (p) be->free(be, p); (p) = NULL; } while (0)
+#define DFREE_ACT(a) do { if ((a).data) be->free(be, (a).data); (a) = act_none(); } while (0)
 
 static void release(Decoder *d)
 {
     Backend *be = d->m->be;
     for (int l = 0; l < d->m->cfg.n_layers; l++) {
-        DFREE(d->self_kv[0][l]); DFREE(d->self_kv[1][l]); DFREE(d->cross_kv[l]);
+        DFREE_ACT(d->self_kv[0][l]); DFREE_ACT(d->self_kv[1][l]); DFREE_ACT(d->cross_kv[l]);
     }
-    DFREE(d->xa); DFREE(d->xb); DFREE(d->x1); DFREE(d->x2); DFREE(d->q); DFREE(d->P); DFREE(d->P2);
-    DFREE(d->ctx); DFREE(d->sub); DFREE(d->r); DFREE(d->mean); DFREE(d->rstd); DFREE(d->hid); DFREE(d->logits);
+    DFREE_ACT(d->xa); DFREE_ACT(d->xb); DFREE_ACT(d->x1); DFREE_ACT(d->x2); DFREE_ACT(d->q); DFREE_ACT(d->P);
+    DFREE_ACT(d->P2); DFREE_ACT(d->ctx); DFREE_ACT(d->sub); DFREE_ACT(d->r); DFREE(d->mean); DFREE(d->rstd);
+    DFREE_ACT(d->hid); DFREE_ACT(d->logits);
     DFREE(d->d_tok); DFREE(d->d_self_len); DFREE(d->d_src_len); DFREE(d->d_sent_id);
     free(d->h_src_len);
     d->h_src_len = NULL;
@@ -110,17 +116,19 @@ static void reserve(Decoder *d, int n_sent, int K, int S, int T)
     size_t h = c->n_heads, dm = c->d_model, hk = h * c->d_k, hv = h * c->d_v, w2 = hk + hv;
     size_t N = (size_t)cn, F = sizeof(float);
 #define A(x) dalloc(be, (x) * F, cn, cT)
+#define X(x) act_f32(A(x))
     for (int l = 0; l < c->n_layers; l++) {
-        d->self_kv[0][l] = A(N * cT * w2);
-        d->self_kv[1][l] = A(N * cT * w2);
-        d->cross_kv[l] = A((size_t)cs * cS * w2);
+        d->self_kv[0][l] = X(N * cT * w2);
+        d->self_kv[1][l] = X(N * cT * w2);
+        d->cross_kv[l] = X((size_t)cs * cS * w2);
     }
-    d->xa = A(N * dm); d->xb = A(N * dm); d->x1 = A(N * dm); d->x2 = A(N * dm);
-    d->q = A(N * hk); d->P = A(N * h * cT); d->P2 = A(N * h * cS); d->ctx = A(N * hv);
-    d->sub = A(N * dm); d->r = A(N * dm); d->mean = A(N); d->rstd = A(N);
-    d->hid = A(N * c->d_ff); d->logits = A(N * c->vocab_size);
+    d->xa = X(N * dm); d->xb = X(N * dm); d->x1 = X(N * dm); d->x2 = X(N * dm);
+    d->q = X(N * hk); d->P = X(N * h * cT); d->P2 = X(N * h * cS); d->ctx = X(N * hv);
+    d->sub = X(N * dm); d->r = X(N * dm); d->mean = A(N); d->rstd = A(N);
+    d->hid = X(N * c->d_ff); d->logits = X(N * c->vocab_size);
     d->d_tok = A(N); d->d_self_len = A(N); d->d_sent_id = A(N); d->d_src_len = A((size_t)cs);
 #undef A
+#undef X
     d->h_src_len = xcalloc(cs, sizeof(int32_t));
 }
 
@@ -141,7 +149,7 @@ void decoder_begin(Decoder *d, const Batch *b, int K, int t_max)
     for (int k = 0; k < B; k++) ones[k] = 1;
     w.T = 1; w.tgt_in = dummy; w.tgt_out = dummy; w.tgt_len = ones;
     model_upload_batch(m, &w);
-    const float *enc = model_encode(m, 0, 0);
+    Act enc = model_encode(m, 0, 0);
     free(dummy);
     free(ones);
 
@@ -149,7 +157,7 @@ void decoder_begin(Decoder *d, const Batch *b, int K, int t_max)
      * (section 3.2.3): W_k and W_v are adjacent, one GEMM */
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv, dm = c->d_model;
     for (int l = 0; l < c->n_layers; l++)
-        be->gemm(be, 0, 1, B * S, w2, dm, 1.0f, enc, dm, PRM(m->pt.dec[l].cross_attn.Wk), dm, 0.0f,
+        be->gemm(be, 0, 1, B * S, w2, dm, 1.0f, enc, dm, W(m->pt.dec[l].cross_attn.Wk), dm, 0.0f,
                  d->cross_kv[l], w2);
     memcpy(d->h_src_len, b->src_len, sizeof(int32_t) * B);
     be->upload(be, d->d_src_len, d->h_src_len, sizeof(int32_t) * B);
@@ -161,7 +169,7 @@ void decoder_begin(Decoder *d, const Batch *b, int K, int t_max)
     be->zero(be, d->d_sent_id, sizeof(uint32_t) * n);
 }
 
-const float *decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
+Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
 {
     Model *m = d->m;
     Backend *be = m->be;
@@ -177,48 +185,48 @@ const float *decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
     /* embedding * sqrt(d_model) + position t (sections 3.4, 3.5) */
     be->embed_forward(be, d->xa, PRM(m->pt.embedding), model_pos_table(m), d->d_tok,
                       d->d_sent_id, n, 1, dm, sqrtf((float)dm), t, 0.0f, nokey);
-    float *x = d->xa, *y = d->xb;
+    Act x = d->xa, y = d->xb;
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOffsets *L = &m->pt.dec[l];
-        float *kv = d->self_kv[d->cur][l];
+        Act kv = d->self_kv[d->cur][l];
         long sh = (long)T * w2;   /* one hypothesis' cache */
         /* masked self-attention: project q, append k|v at position t, attend
          * to positions 0..t (the causal mask is implicit: later positions do
          * not exist yet) */
-        be->gemm(be, 0, 1, n, hk, dm, 1.0f, x, dm, PRM(L->self_attn.Wq), dm, 0.0f, d->q, hk);
-        be->gemm(be, 0, 1, n, w2, dm, 1.0f, x, dm, PRM(L->self_attn.Wk), dm, 0.0f, kv + (size_t)t * w2, (int)sh);
+        be->gemm(be, 0, 1, n, hk, dm, 1.0f, x, dm, W(L->self_attn.Wq), dm, 0.0f, d->q, hk);
+        be->gemm(be, 0, 1, n, w2, dm, 1.0f, x, dm, W(L->self_attn.Wk), dm, 0.0f, act_at(kv, (size_t)t * w2), (int)sh);
         int tk = t + 1;
         be->gemm_batched(be, 0, 1, 1, tk, dk, 1.0f, d->q, hk, hk, dk, kv, w2, sh, dk, 0.0f, d->P, tk,
                          (long)h * tk, tk, n, h);
         be->softmax_forward(be, d->P, d->d_self_len, scale, n, h, 1, tk, 1, t);
-        be->gemm_batched(be, 0, 0, 1, dv, tk, 1.0f, d->P, tk, (long)h * tk, tk, kv + hk, w2, sh, dv, 0.0f,
+        be->gemm_batched(be, 0, 0, 1, dv, tk, 1.0f, d->P, tk, (long)h * tk, tk, act_at(kv, hk), w2, sh, dv, 0.0f,
                          d->ctx, hv, hv, dv, n, h);
-        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, PRM(L->self_attn.Wo), hv, 0.0f, d->sub, dm);
+        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, W(L->self_attn.Wo), hv, 0.0f, d->sub, dm);
         be->residual_ln_forward(be, d->x1, d->r, d->mean, d->rstd, x, d->sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
                                 n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
         /* encoder-decoder attention: the K hypotheses of a sentence are a
          * K-row query block against that sentence's cached keys/values */
-        const float *ckv = d->cross_kv[l];
-        be->gemm(be, 0, 1, n, hk, dm, 1.0f, d->x1, dm, PRM(L->cross_attn.Wq), dm, 0.0f, d->q, hk);
+        Act ckv = d->cross_kv[l];
+        be->gemm(be, 0, 1, n, hk, dm, 1.0f, d->x1, dm, W(L->cross_attn.Wq), dm, 0.0f, d->q, hk);
         be->gemm_batched(be, 0, 1, K, S, dk, 1.0f, d->q, hk, (long)K * hk, dk, ckv, w2, (long)S * w2, dk, 0.0f,
                          d->P2, S, (long)h * K * S, (long)K * S, ns, h);
         be->softmax_forward(be, d->P2, d->d_src_len, scale, ns, h, K, S, 0, 0);
-        be->gemm_batched(be, 0, 0, K, dv, S, 1.0f, d->P2, S, (long)h * K * S, (long)K * S, ckv + hk, w2,
+        be->gemm_batched(be, 0, 0, K, dv, S, 1.0f, d->P2, S, (long)h * K * S, (long)K * S, act_at(ckv, hk), w2,
                          (long)S * w2, dv, 0.0f, d->ctx, hv, (long)K * hv, dv, ns, h);
-        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, PRM(L->cross_attn.Wo), hv, 0.0f, d->sub, dm);
+        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, W(L->cross_attn.Wo), hv, 0.0f, d->sub, dm);
         be->residual_ln_forward(be, d->x2, d->r, d->mean, d->rstd, d->x1, d->sub, PRM(L->ln2.gamma),
                                 PRM(L->ln2.beta), n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
         /* position-wise feed-forward (eq. 2) */
-        be->gemm(be, 0, 1, n, dff, dm, 1.0f, d->x2, dm, PRM(L->ffn.W1), dm, 0.0f, d->hid, dff);
+        be->gemm(be, 0, 1, n, dff, dm, 1.0f, d->x2, dm, W(L->ffn.W1), dm, 0.0f, d->hid, dff);
         be->bias_forward(be, d->hid, PRM(L->ffn.b1), n, dff, 1);
-        be->gemm(be, 0, 1, n, dm, dff, 1.0f, d->hid, dff, PRM(L->ffn.W2), dff, 0.0f, d->sub, dm);
+        be->gemm(be, 0, 1, n, dm, dff, 1.0f, d->hid, dff, W(L->ffn.W2), dff, 0.0f, d->sub, dm);
         be->bias_forward(be, d->sub, PRM(L->ffn.b2), n, dm, 0);
         be->residual_ln_forward(be, y, d->r, d->mean, d->rstd, d->x2, d->sub, PRM(L->ln3.gamma), PRM(L->ln3.beta),
                                 n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
-        float *tmp = x; x = y; y = tmp;
+        Act tmp = x; x = y; y = tmp;
     }
     /* pre-softmax projection with the shared embedding (section 3.4) */
-    be->gemm(be, 0, 1, n, V, dm, 1.0f, x, dm, PRM(m->pt.embedding), dm, 0.0f, d->logits, V);
+    be->gemm(be, 0, 1, n, V, dm, 1.0f, x, dm, W(m->pt.embedding), dm, 0.0f, d->logits, V);
     if (log_probs) be->log_softmax(be, d->logits, n, V);
     return d->logits;
 }
@@ -230,17 +238,17 @@ void decoder_reorder(Decoder *d, const int *parent, const int *keep, int n_keep,
     const Config *c = &m->cfg;
     int K = d->K, S = d->S, T = d->T, n = n_keep * K;
     size_t w2 = (size_t)c->n_heads * (c->d_k + c->d_v);
-    size_t sh = (size_t)T * w2, used = sizeof(float) * (size_t)(t + 1) * w2;
+    size_t sh = (size_t)T * w2, used = (size_t)(t + 1) * w2;
     int nxt = 1 - d->cur;
     for (int l = 0; l < c->n_layers; l++) {
-        float *src = d->self_kv[d->cur][l], *dst = d->self_kv[nxt][l];
-        for (int r = 0; r < n; r++) be->copy(be, dst + r * sh, src + (size_t)parent[r] * sh, used);
+        Act src = d->self_kv[d->cur][l], dst = d->self_kv[nxt][l];
+        for (int r = 0; r < n; r++) be->copy_act(be, act_at(dst, r * sh), act_at(src, (size_t)parent[r] * sh), used);
         /* drop finished sentences: keep[] increases, so moving blocks down in
          * order never overwrites a block still to be moved */
         for (int i = 0; i < n_keep; i++)
             if (keep[i] != i)
-                be->copy(be, d->cross_kv[l] + (size_t)i * S * w2, d->cross_kv[l] + (size_t)keep[i] * S * w2,
-                         sizeof(float) * S * w2);
+                be->copy_act(be, act_at(d->cross_kv[l], (size_t)i * S * w2),
+                             act_at(d->cross_kv[l], (size_t)keep[i] * S * w2), (size_t)S * w2);
     }
     d->cur = nxt;
     if (n_keep != d->n_sent) {
@@ -436,8 +444,8 @@ int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, 
     int n_act = B, t;
     for (t = 0; n_act > 0; t++) {
         int na = n_act * K;
-        const float *dl = decoder_step(d, tok, t, 1);
-        be->download(be, lp, dl, sizeof(float) * (size_t)na * V);
+        Act dl = decoder_step(d, tok, t, 1);
+        be->download_act(be, lp, dl, (size_t)na * V);
         #pragma omp parallel for schedule(dynamic, 1)
         for (int i = 0; i < n_act; i++) beam_advance(&s, i, t);
         int n_keep = beam_compact(&s, n_act, t);

@@ -73,12 +73,12 @@ int decode_batch(Decoder *d, const Batch *b, const DecodeOpts *o, int32_t *out, 
  * begin encodes b's sources and fills the cross-attention caches for K
  * hypotheses per sentence and up to t_max decoder positions; step feeds
  * token tok[r] of hypothesis r (r = sentence*K + j) at position t and
- * returns the device pointer to [n_sent*K, V] logits (log-probabilities if
+ * returns a view of the device's [n_sent*K, V] fp32 logits (log-probabilities if
  * log_probs); reorder makes new hypothesis r a copy of old hypothesis
  * parent[r] for positions 0..t, over the sentences keep[0..n_keep) (old
  * indices, increasing). */
 void decoder_begin(Decoder *d, const Batch *b, int K, int t_max);
-const float *decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs);
+Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs);
 void decoder_reorder(Decoder *d, const int *parent, const int *keep, int n_keep, int t);
 
 #endif

@@ -20,11 +20,12 @@ void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out
     model_reserve(m, B, w.S, w.T);
     int *done = xcalloc(B, sizeof(int));
     float *logit = xmalloc(sizeof(float) * V);
-    float *dlog = be->alloc(be, sizeof(float) * (size_t)B * V);
-    if (!dlog) die(1, "greedy: out of device memory allocating %zu bytes of logits", sizeof(float) * (size_t)B * V);
+    Act dlog = act_f32(be->alloc(be, sizeof(float) * (size_t)B * V));   /* fp32 in every precision */
+    if (!dlog.data)
+        die(1, "greedy: out of device memory allocating %zu bytes of logits", sizeof(float) * (size_t)B * V);
     for (int k = 0; k < B; k++) { w.tgt_in[(size_t)k * w.T] = TOK_BOS; out_len[k] = 0; }
     int t;
-    const float *enc = NULL;
+    Act enc = act_none();
     for (t = 0; t < max_out; t++) {
         w.T = t + 1;
         /* repack tgt_in rows to the current width */
@@ -39,14 +40,15 @@ void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out
         model_upload_batch(m, &w);
         w.tgt_in = save;
         free(rows);
-        if (!enc) enc = model_encode(m, 0, 0);
-        const float *y = model_decode(m, enc, 0, 0);
+        if (!enc.data) enc = model_encode(m, 0, 0);
+        Act y = model_decode(m, enc, 0, 0);
         /* logits of the last position of every sentence: rows t, t+T, ... */
-        be->gemm(be, 0, 1, B, V, d, 1.0f, y + (size_t)t * d, w.T * d, m->params + m->pt.embedding, d, 0.0f, dlog, V);
+        be->gemm(be, 0, 1, B, V, d, 1.0f, act_at(y, (size_t)t * d), w.T * d, act_f32(m->params + m->pt.embedding), d,
+                 0.0f, dlog, V);
         int all = 1;
         for (int k = 0; k < B; k++) {
             if (done[k]) continue;
-            be->download(be, logit, dlog + (size_t)k * V, sizeof(float) * V);
+            be->download_act(be, logit, act_at(dlog, (size_t)k * V), V);
             int best = TOK_EOS;
             for (int v = 0; v < V; v++)
                 if (v != TOK_PAD && v != TOK_BOS && logit[v] > logit[best]) best = v;
@@ -57,7 +59,7 @@ void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out
         }
         if (all) break;
     }
-    be->free(be, dlog);
+    be->free(be, dlog.data);
     free(logit);
     free(done);
     free(w.tgt_in);

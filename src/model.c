@@ -200,6 +200,7 @@ int model_init(Model *m, const Config *c, Backend *be)
 }
 
 #define FREE(p) do { if (p) m->be->free(m->be, p); (p) = NULL; } while (0)
+#define FREE_ACT(a) do { if ((a).data) m->be->free(m->be, (a).data); (a) = act_none(); } while (0)
 
 static void free_acts(Model *m)
 {
@@ -208,13 +209,15 @@ static void free_acts(Model *m)
         LayerActs *A[2] = { &m->enc[l], &m->dec[l] };
         for (int k = 0; k < 2; k++) {
             LayerActs *a = A[k];
-            FREE(a->qkv); FREE(a->P); FREE(a->ctx); FREE(a->r1); FREE(a->m1); FREE(a->s1); FREE(a->x1);
-            FREE(a->q2); FREE(a->kv2); FREE(a->P2); FREE(a->ctx2); FREE(a->r2); FREE(a->m2); FREE(a->s2); FREE(a->x2);
-            FREE(a->hid); FREE(a->r3); FREE(a->m3); FREE(a->s3); FREE(a->x3);
+            FREE_ACT(a->qkv); FREE_ACT(a->P); FREE_ACT(a->ctx); FREE_ACT(a->r1); FREE(a->m1); FREE(a->s1);
+            FREE_ACT(a->x1); FREE_ACT(a->q2); FREE_ACT(a->kv2); FREE_ACT(a->P2); FREE_ACT(a->ctx2);
+            FREE_ACT(a->r2); FREE(a->m2); FREE(a->s2); FREE_ACT(a->x2);
+            FREE_ACT(a->hid); FREE_ACT(a->r3); FREE(a->m3); FREE(a->s3); FREE_ACT(a->x3);
         }
     }
-    FREE(m->enc_in); FREE(m->dec_in); FREE(m->logits); FREE(m->row_loss); FREE(m->row_nll);
-    FREE(m->g_x); FREE(m->g_sub); FREE(m->g_big); FREE(m->g_ctx); FREE(m->g_P); FREE(m->g_hid); FREE(m->g_enc);
+    FREE_ACT(m->enc_in); FREE_ACT(m->dec_in); FREE_ACT(m->logits); FREE(m->row_loss); FREE(m->row_nll);
+    FREE_ACT(m->g_x); FREE_ACT(m->g_sub); FREE_ACT(m->g_big); FREE_ACT(m->g_ctx); FREE_ACT(m->g_P);
+    FREE_ACT(m->g_hid); FREE_ACT(m->g_enc);
     FREE(m->d_src); FREE(m->d_tgt_in); FREE(m->d_tgt_out); FREE(m->d_src_len); FREE(m->d_tgt_len); FREE(m->d_sent_id);
     free(m->h_row_loss); free(m->h_row_nll);
     m->h_row_loss = m->h_row_nll = NULL;
@@ -235,15 +238,26 @@ static size_t max3(size_t a, size_t b, size_t c) { size_t m = a > b ? a : b; ret
 
 /* one activation buffer of model_reserve; a failed device allocation is
  * fatal here, naming the buffer, rather than a NULL the first op trips on */
-static void *reserve_alloc(Backend *be, int act, size_t bytes, const char *name, int layer)
+static void reserve_fail(Backend *be, size_t bytes, const char *name, int layer)
 {
-    void *p = act ? be->alloc_act(be, bytes) : be->alloc(be, bytes);
-    if (!p) {
-        if (layer >= 0)
-            die(1, "%s: out of device memory allocating %s of layer %d (%zu bytes)", be->name, name, layer, bytes);
-        die(1, "%s: out of device memory allocating %s (%zu bytes)", be->name, name, bytes);
-    }
+    if (layer >= 0)
+        die(1, "%s: out of device memory allocating %s of layer %d (%zu bytes)", be->name, name, layer, bytes);
+    die(1, "%s: out of device memory allocating %s (%zu bytes)", be->name, name, bytes);
+}
+
+static void *reserve_alloc(Backend *be, size_t bytes, const char *name, int layer)
+{
+    void *p = be->alloc(be, bytes);
+    if (!p) reserve_fail(be, bytes, name, layer);
     return p;
+}
+
+/* n activation elements in the backend's activation type */
+static Act reserve_act(Backend *be, size_t n, const char *name, int layer)
+{
+    Act a = be->alloc_act(be, n);
+    if (!a.data) reserve_fail(be, n * dtype_size(be->act_dtype), name, layer);
+    return a;
 }
 
 void model_reserve(Model *m, int B, int S, int T)
@@ -268,13 +282,14 @@ void model_reserve(Model *m, int B, int S, int T)
     Backend *be = m->be;
     size_t d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v, V = c->vocab_size;
     size_t w3 = 2 * hk + hv, w2 = hk + hv, F = sizeof(float);
-    /* X(): activations (bf16 on CUDA with precision=bf16, see ops.h
-     * alloc_act); A(): fp32/int32 storage: LayerNorm row statistics (mean,
-     * rstd), per-row losses, token ids and lengths; each names its buffer
-     * and layer (-1: none) if it fails */
+    /* X(): activations, typed views in the backend's activation type
+     * (bf16 on CUDA with precision=bf16, see ops.h alloc_act); A():
+     * fp32/int32 storage: LayerNorm row statistics (mean, rstd), per-row
+     * losses, token ids and lengths; each names its buffer and layer (-1:
+     * none) if it fails */
     int layer;
-#define A(p, n) ((p) = reserve_alloc(be, 0, (n) * F, #p, layer))
-#define X(p, n) ((p) = reserve_alloc(be, 1, (n) * F, #p, layer))
+#define A(p, n) ((p) = reserve_alloc(be, (n) * F, #p, layer))
+#define X(p, n) ((p) = reserve_act(be, (n), #p, layer))
     for (layer = 0; layer < c->n_layers; layer++) {
         LayerActs *enc = &m->enc[layer];
         X(enc->qkv, ns * w3); X(enc->P, pss); X(enc->ctx, ns * hv);
@@ -330,8 +345,8 @@ static DropoutKey drop_key(const Model *m, uint32_t step, uint32_t site)
 /* Multi-head attention core (eq. 1 and section 3.2.2) over projected Q, K, V
  * stored with row strides ldq, ldkv: ctx[b, t, head*d_v ..] = softmax(Q K^T
  * / sqrt(d_k)) V.  P keeps the weights for backward. */
-static void attention_core_forward(Model *m, const float *Q, int ldq, const float *K, const float *Vv, int ldkv,
-                                   float *P, float *ctx, int Tq, int Tk, const int32_t *key_len, int causal)
+static void attention_core_forward(Model *m, Act Q, int ldq, Act K, Act Vv, int ldkv,
+                                   Act P, Act ctx, int Tq, int Tk, const int32_t *key_len, int causal)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -345,15 +360,14 @@ static void attention_core_forward(Model *m, const float *Q, int ldq, const floa
 
 /* Backward of attention_core_forward: from dctx, write dQ, dK, dV (with the
  * same strides as Q, K, V).  Uses m->g_P as scratch. */
-static void attention_core_backward(Model *m, const float *Q, int ldq, const float *K, const float *Vv, int ldkv,
-                                    const float *P, const float *dctx, float *dQ, float *dK, float *dV,
-                                    int Tq, int Tk)
+static void attention_core_backward(Model *m, Act Q, int ldq, Act K, Act Vv, int ldkv,
+                                    Act P, Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
     int B = m->B, h = c->n_heads, dk = c->d_k, dv = c->d_v, hv = h * dv;
     long sP = (long)h * Tq * Tk, sPi = (long)Tq * Tk;
-    float *dP = m->g_P;
+    Act dP = m->g_P;
     /* dP = dctx V^T ; dV = P^T dctx */
     be->gemm_batched(be, 0, 1, Tq, Tk, dv, 1.0f, dctx, hv, (long)Tq * hv, dv, Vv, ldkv, (long)Tk * ldkv, dv,
                      0.0f, dP, Tk, sP, sPi, B, h);
@@ -369,27 +383,30 @@ static void attention_core_backward(Model *m, const float *Q, int ldq, const flo
 
 /* --------------------------------------------------------------- layers */
 
+/* parameters and gradients: fp32; W/GW: the same as GEMM operands */
 #define PRM(off) (m->params + (off))
 #define GRD(off) (m->grads + (off))
+#define W(off) act_f32(PRM(off))
+#define GW(off) act_f32(GRD(off))
 
 /* x_out = LayerNorm(x + Dropout(FFN(x)))  (eq. 2, section 5.4) */
-static void ffn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int rows, int T,
+static void ffn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int rows, int T,
                               float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
     int d = c->d_model, dff = c->d_ff;
-    float *sub = m->g_sub;   /* scratch in forward */
-    be->gemm(be, 0, 1, rows, dff, d, 1.0f, x, d, PRM(L->ffn.W1), d, 0.0f, a->hid, dff);
+    Act sub = m->g_sub;   /* scratch in forward */
+    be->gemm(be, 0, 1, rows, dff, d, 1.0f, x, d, W(L->ffn.W1), d, 0.0f, a->hid, dff);
     be->bias_forward(be, a->hid, PRM(L->ffn.b1), rows, dff, 1);
-    be->gemm(be, 0, 1, rows, d, dff, 1.0f, a->hid, dff, PRM(L->ffn.W2), dff, 0.0f, sub, d);
+    be->gemm(be, 0, 1, rows, d, dff, 1.0f, a->hid, dff, W(L->ffn.W2), dff, 0.0f, sub, d);
     be->bias_forward(be, sub, PRM(L->ffn.b2), rows, d, 0);
     be->residual_ln_forward(be, a->x3, a->r3, a->m3, a->s3, x, sub, PRM(L->ln3.gamma), PRM(L->ln3.beta),
                             rows, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
 
 /* in: m->g_x = dL/dx_out; out: m->g_x = dL/dx (input of the block) */
-static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int rows, int T,
+static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int rows, int T,
                                float p, DropoutKey key)
 {
     Backend *be = m->be;
@@ -397,29 +414,30 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, co
     int d = c->d_model, dff = c->d_ff;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln3.gamma), GRD(L->ln3.beta), m->g_x, a->r3, a->m3,
                              a->s3, PRM(L->ln3.gamma), rows, d, p, key, m->d_sent_id, T);
-    be->bias_backward(be, m->g_sub, GRD(L->ffn.b2), NULL, rows, d, 0);
-    be->gemm(be, 1, 0, d, dff, rows, 1.0f, m->g_sub, d, a->hid, dff, 1.0f, GRD(L->ffn.W2), dff);
-    be->gemm(be, 0, 0, rows, dff, d, 1.0f, m->g_sub, d, PRM(L->ffn.W2), dff, 0.0f, m->g_hid, dff);
+    be->bias_backward(be, m->g_sub, GRD(L->ffn.b2), act_none(), rows, d, 0);
+    be->gemm(be, 1, 0, d, dff, rows, 1.0f, m->g_sub, d, a->hid, dff, 1.0f, GW(L->ffn.W2), dff);
+    be->gemm(be, 0, 0, rows, dff, d, 1.0f, m->g_sub, d, W(L->ffn.W2), dff, 0.0f, m->g_hid, dff);
     be->bias_backward(be, m->g_hid, GRD(L->ffn.b1), a->hid, rows, dff, 1);
-    be->gemm(be, 1, 0, dff, d, rows, 1.0f, m->g_hid, dff, x, d, 1.0f, GRD(L->ffn.W1), d);
-    be->gemm(be, 0, 0, rows, d, dff, 1.0f, m->g_hid, dff, PRM(L->ffn.W1), d, 1.0f, m->g_x, d);
+    be->gemm(be, 1, 0, dff, d, rows, 1.0f, m->g_hid, dff, x, d, 1.0f, GW(L->ffn.W1), d);
+    be->gemm(be, 0, 0, rows, d, dff, 1.0f, m->g_hid, dff, W(L->ffn.W1), d, 1.0f, m->g_x, d);
 }
 
 /* x1 = LayerNorm(x + Dropout(SelfAttention(x)))  (section 3.2.3) */
-static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int T,
+static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int T,
                                     const int32_t *key_len, int causal, float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
-    be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, PRM(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
-    attention_core_forward(m, a->qkv, w3, a->qkv + hk, a->qkv + 2 * hk, w3, a->P, a->ctx, T, T, key_len, causal);
-    be->gemm(be, 0, 1, rows, d, hv, 1.0f, a->ctx, hv, PRM(L->self_attn.Wo), hv, 0.0f, m->g_sub, d);
+    be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, W(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
+    attention_core_forward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
+                           causal);
+    be->gemm(be, 0, 1, rows, d, hv, 1.0f, a->ctx, hv, W(L->self_attn.Wo), hv, 0.0f, m->g_sub, d);
     be->residual_ln_forward(be, a->x1, a->r1, a->m1, a->s1, x, m->g_sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
                             rows, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
 
-static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, const float *x, int T,
+static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int T,
                                      float p, DropoutKey key)
 {
     Backend *be = m->be;
@@ -427,32 +445,32 @@ static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs 
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln1.gamma), GRD(L->ln1.beta), m->g_x, a->r1, a->m1,
                              a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
-    be->gemm(be, 1, 0, d, hv, rows, 1.0f, m->g_sub, d, a->ctx, hv, 1.0f, GRD(L->self_attn.Wo), hv);
-    be->gemm(be, 0, 0, rows, hv, d, 1.0f, m->g_sub, d, PRM(L->self_attn.Wo), hv, 0.0f, m->g_ctx, hv);
-    float *dqkv = m->g_big;
-    attention_core_backward(m, a->qkv, w3, a->qkv + hk, a->qkv + 2 * hk, w3, a->P, m->g_ctx,
-                            dqkv, dqkv + hk, dqkv + 2 * hk, T, T);
-    be->gemm(be, 1, 0, w3, d, rows, 1.0f, dqkv, w3, x, d, 1.0f, GRD(L->self_attn.Wq), d);
-    be->gemm(be, 0, 0, rows, d, w3, 1.0f, dqkv, w3, PRM(L->self_attn.Wq), d, 1.0f, m->g_x, d);
+    be->gemm(be, 1, 0, d, hv, rows, 1.0f, m->g_sub, d, a->ctx, hv, 1.0f, GW(L->self_attn.Wo), hv);
+    be->gemm(be, 0, 0, rows, hv, d, 1.0f, m->g_sub, d, W(L->self_attn.Wo), hv, 0.0f, m->g_ctx, hv);
+    Act dqkv = m->g_big;
+    attention_core_backward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, m->g_ctx,
+                            dqkv, act_at(dqkv, hk), act_at(dqkv, 2 * hk), T, T);
+    be->gemm(be, 1, 0, w3, d, rows, 1.0f, dqkv, w3, x, d, 1.0f, GW(L->self_attn.Wq), d);
+    be->gemm(be, 0, 0, rows, d, w3, 1.0f, dqkv, w3, W(L->self_attn.Wq), d, 1.0f, m->g_x, d);
 }
 
 /* x2 = LayerNorm(x1 + Dropout(Attention(Q = x1, K = V = encoder output))) */
-static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, const float *enc_out,
+static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act enc_out,
                                      float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
     int T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model;
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
-    be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, PRM(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
-    be->gemm(be, 0, 1, ns, w2, d, 1.0f, enc_out, d, PRM(L->cross_attn.Wk), d, 0.0f, a->kv2, w2);
-    attention_core_forward(m, a->q2, hk, a->kv2, a->kv2 + hk, w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
-    be->gemm(be, 0, 1, nt, d, hv, 1.0f, a->ctx2, hv, PRM(L->cross_attn.Wo), hv, 0.0f, m->g_sub, d);
+    be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, W(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
+    be->gemm(be, 0, 1, ns, w2, d, 1.0f, enc_out, d, W(L->cross_attn.Wk), d, 0.0f, a->kv2, w2);
+    attention_core_forward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
+    be->gemm(be, 0, 1, nt, d, hv, 1.0f, a->ctx2, hv, W(L->cross_attn.Wo), hv, 0.0f, m->g_sub, d);
     be->residual_ln_forward(be, a->x2, a->r2, a->m2, a->s2, a->x1, m->g_sub, PRM(L->ln2.gamma), PRM(L->ln2.beta),
                             nt, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
 
-static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, const float *enc_out,
+static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Act enc_out,
                                       float p, DropoutKey key)
 {
     Backend *be = m->be;
@@ -461,14 +479,15 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln2.gamma), GRD(L->ln2.beta), m->g_x, a->r2, a->m2,
                              a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
-    be->gemm(be, 1, 0, d, hv, nt, 1.0f, m->g_sub, d, a->ctx2, hv, 1.0f, GRD(L->cross_attn.Wo), hv);
-    be->gemm(be, 0, 0, nt, hv, d, 1.0f, m->g_sub, d, PRM(L->cross_attn.Wo), hv, 0.0f, m->g_ctx, hv);
-    float *dkv = m->g_big, *dq = m->g_big + (size_t)ns * w2;
-    attention_core_backward(m, a->q2, hk, a->kv2, a->kv2 + hk, w2, a->P2, m->g_ctx, dq, dkv, dkv + hk, T, S);
-    be->gemm(be, 1, 0, hk, d, nt, 1.0f, dq, hk, a->x1, d, 1.0f, GRD(L->cross_attn.Wq), d);
-    be->gemm(be, 0, 0, nt, d, hk, 1.0f, dq, hk, PRM(L->cross_attn.Wq), d, 1.0f, m->g_x, d);
-    be->gemm(be, 1, 0, w2, d, ns, 1.0f, dkv, w2, enc_out, d, 1.0f, GRD(L->cross_attn.Wk), d);
-    be->gemm(be, 0, 0, ns, d, w2, 1.0f, dkv, w2, PRM(L->cross_attn.Wk), d, 1.0f, m->g_enc, d);
+    be->gemm(be, 1, 0, d, hv, nt, 1.0f, m->g_sub, d, a->ctx2, hv, 1.0f, GW(L->cross_attn.Wo), hv);
+    be->gemm(be, 0, 0, nt, hv, d, 1.0f, m->g_sub, d, W(L->cross_attn.Wo), hv, 0.0f, m->g_ctx, hv);
+    Act dkv = m->g_big, dq = act_at(m->g_big, (size_t)ns * w2);
+    attention_core_backward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_ctx, dq, dkv, act_at(dkv, hk),
+                            T, S);
+    be->gemm(be, 1, 0, hk, d, nt, 1.0f, dq, hk, a->x1, d, 1.0f, GW(L->cross_attn.Wq), d);
+    be->gemm(be, 0, 0, nt, d, hk, 1.0f, dq, hk, W(L->cross_attn.Wq), d, 1.0f, m->g_x, d);
+    be->gemm(be, 1, 0, w2, d, ns, 1.0f, dkv, w2, enc_out, d, 1.0f, GW(L->cross_attn.Wk), d);
+    be->gemm(be, 0, 0, ns, d, w2, 1.0f, dkv, w2, W(L->cross_attn.Wk), d, 1.0f, m->g_enc, d);
 }
 
 /* ---------------------------------------------------------- whole model */
@@ -485,7 +504,7 @@ int model_positions(const Model *m)
     return m->pt.has_pos ? m->cfg.max_len : 2 * m->cfg.max_len;
 }
 
-const float *model_encode(Model *m, int train, uint32_t step)
+Act model_encode(Model *m, int train, uint32_t step)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -493,7 +512,7 @@ const float *model_encode(Model *m, int train, uint32_t step)
     float p = pdrop(m, train);
     be->embed_forward(be, m->enc_in, PRM(m->pt.embedding), model_pos_table(m), m->d_src, m->d_sent_id, m->B, S,
                       c->d_model, sqrtf((float)c->d_model), 0, p, drop_key(m, step, SITE_SRC_EMB));
-    const float *x = m->enc_in;
+    Act x = m->enc_in;
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOffsets *L = &m->pt.enc[l];
         LayerActs *a = &m->enc[l];
@@ -504,7 +523,7 @@ const float *model_encode(Model *m, int train, uint32_t step)
     return x;
 }
 
-const float *model_decode(Model *m, const float *enc_out, int train, uint32_t step)
+Act model_decode(Model *m, Act enc_out, int train, uint32_t step)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -512,7 +531,7 @@ const float *model_decode(Model *m, const float *enc_out, int train, uint32_t st
     float p = pdrop(m, train);
     be->embed_forward(be, m->dec_in, PRM(m->pt.embedding), model_pos_table(m), m->d_tgt_in, m->d_sent_id, m->B, T,
                       c->d_model, sqrtf((float)c->d_model), 0, p, drop_key(m, step, SITE_TGT_EMB));
-    const float *x = m->dec_in;
+    Act x = m->dec_in;
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOffsets *L = &m->pt.dec[l];
         LayerActs *a = &m->dec[l];
@@ -545,11 +564,11 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     model_upload_batch(m, b);
     int N = c->n_layers, T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model, V = c->vocab_size;
     float p = pdrop(m, train);
-    const float *enc_out = model_encode(m, train, step);
-    const float *y = model_decode(m, enc_out, train, step);
+    Act enc_out = model_encode(m, train, step);
+    Act y = model_decode(m, enc_out, train, step);
 
     /* pre-softmax linear transformation with the shared embedding (3.4) */
-    const float *E = PRM(m->pt.embedding);
+    Act E = W(m->pt.embedding);
     be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, E, d, 0.0f, m->logits, V);
     be->xent_forward_backward(be, m->logits, m->d_tgt_out, nt, V, c->label_smoothing, do_backward ? 1.0f : 0.0f,
                               m->row_loss, m->row_nll);
@@ -560,13 +579,13 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
 
     float *dE = GRD(m->pt.embedding);
     float *dpos = m->pt.has_pos ? GRD(m->pt.pos_embedding) : NULL;
-    be->gemm(be, 1, 0, V, d, nt, 1.0f, m->logits, V, y, d, 1.0f, dE, d);
+    be->gemm(be, 1, 0, V, d, nt, 1.0f, m->logits, V, y, d, 1.0f, act_f32(dE), d);
     be->gemm(be, 0, 0, nt, d, V, 1.0f, m->logits, V, E, d, 0.0f, m->g_x, d);
-    be->zero(be, m->g_enc, sizeof(float) * ns * d);
+    be->zero_act(be, m->g_enc, (size_t)ns * d);
     for (int l = N - 1; l >= 0; l--) {
         const LayerOffsets *L = &m->pt.dec[l];
         LayerActs *a = &m->dec[l];
-        const float *x = l ? m->dec[l - 1].x3 : m->dec_in;
+        Act x = l ? m->dec[l - 1].x3 : m->dec_in;
         ffn_block_backward(m, L, a, a->x2, nt, T, p, drop_key(m, step, SITE_DEC + 4 * l + 2));
         cross_attn_block_backward(m, L, a, enc_out, p, drop_key(m, step, SITE_DEC + 4 * l + 1));
         self_attn_block_backward(m, L, a, x, T, p, drop_key(m, step, SITE_DEC + 4 * l));
@@ -574,11 +593,11 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, b->tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_TGT_EMB));
-    be->copy(be, m->g_x, m->g_enc, sizeof(float) * ns * d);
+    be->copy_act(be, m->g_x, m->g_enc, (size_t)ns * d);
     for (int l = N - 1; l >= 0; l--) {
         const LayerOffsets *L = &m->pt.enc[l];
         LayerActs *a = &m->enc[l];
-        const float *x = l ? m->enc[l - 1].x3 : m->enc_in;
+        Act x = l ? m->enc[l - 1].x3 : m->enc_in;
         ffn_block_backward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
         self_attn_block_backward(m, L, a, x, S, p, drop_key(m, step, SITE_ENC + 4 * l));
         if (ready) ready(ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);

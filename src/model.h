@@ -57,11 +57,14 @@ void param_table_free(ParamTable *pt);
 /* deterministic initialisation on the host from cfg->seed (Philox) */
 void param_init_host(const ParamTable *pt, const Config *c, float *host);
 
-/* Saved activations of one layer for backward */
+/* Saved activations of one layer for backward (typed views, ops.h; bf16 on
+ * CUDA with precision=bf16), and the fp32 LayerNorm row statistics m*
+ * (mean) and s* (rstd) */
 typedef struct {
-    float *qkv, *P, *ctx, *r1, *m1, *s1, *x1;           /* self-attention */
-    float *q2, *kv2, *P2, *ctx2, *r2, *m2, *s2, *x2;    /* cross-attention (decoder) */
-    float *hid, *r3, *m3, *s3, *x3;                     /* feed-forward */
+    Act qkv, P, ctx, r1, x1;            /* self-attention */
+    Act q2, kv2, P2, ctx2, r2, x2;      /* cross-attention (decoder) */
+    Act hid, r3, x3;                    /* feed-forward */
+    float *m1, *s1, *m2, *s2, *m3, *s3;
 } LayerActs;
 
 /* Called by backward whenever the gradients of buffer range [0, hi) are
@@ -83,10 +86,11 @@ typedef struct Model {
 
     /* activations, sized by model_reserve */
     size_t cap_ns, cap_nt, cap_pss, cap_ptt, cap_pts, cap_B;
-    float *enc_in, *dec_in;
+    Act enc_in, dec_in;
     LayerActs *enc, *dec;
-    float *logits, *row_loss, *row_nll;
-    float *g_x, *g_sub, *g_big, *g_ctx, *g_P, *g_hid, *g_enc;  /* backward scratch */
+    Act logits;
+    float *row_loss, *row_nll;
+    Act g_x, g_sub, g_big, g_ctx, g_P, g_hid, g_enc;  /* backward scratch */
     float *h_row_loss, *h_row_nll;                              /* host */
 } Model;
 
@@ -123,8 +127,8 @@ const float *model_pos_table(const Model *m);
  * input length + 50 for inputs near max_len */
 int model_positions(const Model *m);
 /* encoder over the uploaded batch: output in m->enc[N-1].x3 (eval: no dropout) */
-const float *model_encode(Model *m, int train, uint32_t step);
+Act model_encode(Model *m, int train, uint32_t step);
 /* decoder over the uploaded batch's tgt_in; returns the last layer output [B*T, d] */
-const float *model_decode(Model *m, const float *enc_out, int train, uint32_t step);
+Act model_decode(Model *m, Act enc_out, int train, uint32_t step);
 
 #endif

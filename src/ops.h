@@ -13,6 +13,11 @@
  *   real, the rest padding.
  * - Dropout masks are recomputed from (DropoutKey, sentence id, position,
  *   feature) in backward: no mask is stored (see philox.h).
+ * - Activations are typed views (Act: device address + element type), so
+ *   that the element type is visible where an activation is used; the
+ *   model offsets them with act_at.  Parameters, gradients, Adam moments,
+ *   LayerNorm statistics and losses are plain fp32 (float *).  Every op
+ *   computes in fp32 whatever the storage type.
  */
 #ifndef OPS_H
 #define OPS_H
@@ -24,21 +29,48 @@
 
 typedef struct Backend Backend;
 
+/* element type of an activation's storage: fp32, or bf16 (CUDA
+ * precision=bf16: fp32's exponent range with an 8-bit mantissa, half the
+ * bytes; ops load it to fp32 and round stores to nearest even) */
+typedef enum { DT_F32, DT_BF16 } DType;
+
+/* a typed view of activation memory: data is device memory of the backend
+ * holding elements of type dtype (never dereferenced on the host) */
+typedef struct {
+    void *data;
+    DType dtype;
+} Act;
+
+static inline size_t dtype_size(DType t) { return t == DT_BF16 ? 2 : 4; }
+/* fp32 memory (a parameter, gradient or plain buffer) as an operand */
+static inline Act act_f32(float *p)
+{
+    Act a = { p, DT_F32 };
+    return a;
+}
+/* the view elems elements further on */
+static inline Act act_at(Act a, size_t elems)
+{
+    if (a.data) a.data = (char *)a.data + elems * dtype_size(a.dtype);
+    return a;
+}
+static inline Act act_none(void)
+{
+    Act a = { NULL, DT_F32 };
+    return a;
+}
+
 struct Backend {
     const char *name;
     void *impl;                 /* backend-private state */
 
     /* memory */
     void *(*alloc)(Backend *be, size_t bytes);            /* zero-filled */
-    /* Activation storage, sized (and addressed) as if it held bytes/4
-     * floats: the model does float-pointer arithmetic on it and passes it
-     * to the ops like any other buffer.  A backend may store it in a
-     * narrower type (CUDA precision=bf16: bf16, half the bytes; the returned
-     * pointer is then a handle the backend's ops resolve and must never be
-     * dereferenced on the host).  Only the ops, upload/download/copy/zero
-     * and free may touch it; upload/download convert to/from float.  CPU:
-     * the same as alloc.  Freed with free. */
-    void *(*alloc_act)(Backend *be, size_t bytes);
+    /* Activation storage for n elements (zero-filled), in the backend's
+     * activation type act_dtype (CUDA precision=bf16: DT_BF16, else
+     * DT_F32); data is NULL on failure.  Freed with free(be, a.data). */
+    Act (*alloc_act)(Backend *be, size_t n);
+    DType act_dtype;
     /* Optional (NULL where unused): where the fp32 master weights live
      * (n floats at params), so that a backend with narrow GEMM inputs can
      * keep a converted shadow copy of them (CUDA bf16). */
@@ -52,55 +84,63 @@ struct Backend {
     void (*zero)(Backend *be, void *p, size_t bytes);
     void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);
     void (*sync)(Backend *be);
+    /* the same for n elements of an activation, converting to/from the
+     * host's fp32 (upload/download) or between element types (copy) */
+    void (*upload_act)(Backend *be, Act dst, const float *host_src, size_t n);
+    void (*download_act)(Backend *be, float *host_dst, Act src, size_t n);
+    void (*zero_act)(Backend *be, Act p, size_t n);
+    void (*copy_act)(Backend *be, Act dst, Act src, size_t n);
 
-    /* C = alpha*op(A)*op(B) + beta*C (row-major) */
+    /* C = alpha*op(A)*op(B) + beta*C (row-major); operands are activations
+     * or fp32 weights/gradients (act_f32), in any mix of element types */
     void (*gemm)(Backend *be, int transA, int transB, int M, int N, int K,
-                 float alpha, const float *A, int lda, const float *B, int ldb,
-                 float beta, float *C, int ldc);
+                 float alpha, Act A, int lda, Act B, int ldb,
+                 float beta, Act C, int ldc);
     /* n_outer*n_inner independent gemms; matrix (o,i) of X starts at
      * X + o*sX_outer + i*sX_inner (attention: outer = sentence, inner = head) */
     void (*gemm_batched)(Backend *be, int transA, int transB, int M, int N, int K, float alpha,
-                         const float *A, int lda, long sA_outer, long sA_inner,
-                         const float *B, int ldb, long sB_outer, long sB_inner, float beta,
-                         float *C, int ldc, long sC_outer, long sC_inner, int n_outer, int n_inner);
+                         Act A, int lda, long sA_outer, long sA_inner,
+                         Act B, int ldb, long sB_outer, long sB_inner, float beta,
+                         Act C, int ldc, long sC_outer, long sC_inner, int n_outer, int n_inner);
 
     /* Y[r,:] += bias; with relu: Y = max(0, Y + bias) (eq. 2) */
-    void (*bias_forward)(Backend *be, float *Y, const float *bias, int rows, int cols, int relu);
-    /* dbias += column sums of dY; with relu, first dY *= (Y > 0) in place */
-    void (*bias_backward)(Backend *be, float *dY, float *dbias, const float *Y, int rows, int cols, int relu);
+    void (*bias_forward)(Backend *be, Act Y, const float *bias, int rows, int cols, int relu);
+    /* dbias += column sums of dY; with relu, first dY *= (Y > 0) in place
+     * (Y unused without relu: act_none()) */
+    void (*bias_backward)(Backend *be, Act dY, float *dbias, Act Y, int rows, int cols, int relu);
 
     /* Attention weights, in place over S [n_batch, n_heads, Tq, Tk]:
      * P = softmax(scale*S) over keys k < key_len[b] (and k <= q + q_offset if
      * causal); masked entries are exactly 0.  (eq. 1) */
-    void (*softmax_forward)(Backend *be, float *S, const int32_t *key_len, float scale,
+    void (*softmax_forward)(Backend *be, Act S, const int32_t *key_len, float scale,
                             int n_batch, int n_heads, int Tq, int Tk, int causal, int q_offset);
     /* dS = scale * P * (dP - sum_k P*dP), in place over dP */
-    void (*softmax_backward)(Backend *be, float *dP, const float *P, float scale,
+    void (*softmax_backward)(Backend *be, Act dP, Act P, float scale,
                              int n_batch, int n_heads, int Tq, int Tk);
 
     /* r = x + dropout(sub); y = LayerNorm(r)*gamma + beta; keeps r, mean,
      * rstd for backward.  Row b*T+t uses dropout counter (sent_id[b], t).
      * (section 5.4, post-norm residual of section 3.1) */
-    void (*residual_ln_forward)(Backend *be, float *y, float *r, float *mean, float *rstd,
-                                const float *x, const float *sub, const float *gamma, const float *beta,
+    void (*residual_ln_forward)(Backend *be, Act y, Act r, float *mean, float *rstd,
+                                Act x, Act sub, const float *gamma, const float *beta,
                                 int rows, int d, float eps, float p_drop, DropoutKey key,
                                 const uint32_t *sent_id, int T);
     /* dx = dr (residual path), dsub = dropout'(dr), dgamma/dbeta +=; dx may alias dy */
-    void (*residual_ln_backward)(Backend *be, float *dx, float *dsub, float *dgamma, float *dbeta,
-                                 const float *dy, const float *r, const float *mean, const float *rstd,
+    void (*residual_ln_backward)(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta,
+                                 Act dy, Act r, const float *mean, const float *rstd,
                                  const float *gamma, int rows, int d, float p_drop, DropoutKey key,
                                  const uint32_t *sent_id, int T);
 
     /* out[b,t] = dropout(E[tok]*scale + pos[t]) with pos the sinusoids of
      * section 3.5 (pos_table == NULL) or learned rows pos_table[t] */
-    void (*embed_forward)(Backend *be, float *out, const float *E, const float *pos_table,
+    void (*embed_forward)(Backend *be, Act out, const float *E, const float *pos_table,
                           const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
                           float scale, int pos_offset, float p_drop, DropoutKey key);
     /* dE[tok] += scale*dropout'(dout); dpos[t] += dropout'(dout) if learned;
      * deterministic (no atomics).  host_tokens: the same B*T ids in host
      * memory, or NULL; with them a backend can group positions by token
      * without reading device memory back (CUDA: no stream synchronisation) */
-    void (*embed_backward)(Backend *be, float *dE, float *dpos, const float *dout,
+    void (*embed_backward)(Backend *be, float *dE, float *dpos, Act dout,
                            const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B,
                            int T, int d, int vocab, float scale, float p_drop, DropoutKey key);
 
@@ -108,7 +148,7 @@ struct Backend {
      * q = (1-eps)*onehot(target) + eps/V.  Rows with target 0 (padding) give
      * 0.  Writes row_loss (smoothed) and row_nll (-log p(target)); if
      * grad_scale != 0 overwrites logits with grad_scale * (softmax - q). */
-    void (*xent_forward_backward)(Backend *be, float *logits, const int32_t *target, int rows, int V,
+    void (*xent_forward_backward)(Backend *be, Act logits, const int32_t *target, int rows, int V,
                                   float eps, float grad_scale, float *row_loss, float *row_nll);
 
     /* Adam (section 5.3) with g = grad_scale*grad, bias-corrected at step t */
@@ -116,7 +156,7 @@ struct Backend {
                  float lr, float beta1, float beta2, float eps, int t, float grad_scale);
 
     /* decoding helpers: log_softmax of rows in place */
-    void (*log_softmax)(Backend *be, float *x, int rows, int cols);
+    void (*log_softmax)(Backend *be, Act x, int rows, int cols);
 
     /* Optional data-parallel hooks, NULL where dist.c can run MPI on the
      * buffer itself (CPU).  allreduce_init(be, &mpi_comm) once;

@@ -3,6 +3,7 @@
  * (bias, LayerNorm and embedding gradients) are parallel over columns and
  * sum rows in order, so results do not depend on the thread count. */
 #include "ops.h"
+#include "util.h"
 #include "vecmath.h"
 
 #include <cblas.h>
@@ -32,20 +33,52 @@ static void cpu_zero(Backend *be, void *p, size_t n) { (void)be; if (n) memset(p
 static void cpu_copy(Backend *be, void *dst, const void *src, size_t n) { (void)be; if (n) memmove(dst, src, n); }
 static void cpu_sync(Backend *be) { (void)be; }
 
+/* Activations are fp32 on the CPU (alloc_act); a view of another element
+ * type (a CUDA bf16 buffer passed by mistake) is refused, not misread. */
+static float *F(Act a, const char *op)
+{
+    if (a.data && a.dtype != DT_F32)
+        die(1, "cpu %s: activation of element type %d; the CPU backend computes fp32 only", op, (int)a.dtype);
+    return (float *)a.data;
+}
+
+static Act cpu_alloc_act(Backend *be, size_t n)
+{
+    Act a = { cpu_alloc(be, n * sizeof(float)), DT_F32 };
+    return a;
+}
+static void cpu_upload_act(Backend *be, Act dst, const float *src, size_t n)
+{
+    cpu_upload(be, F(dst, "upload_act"), src, n * sizeof(float));
+}
+static void cpu_download_act(Backend *be, float *dst, Act src, size_t n)
+{
+    cpu_download(be, dst, F(src, "download_act"), n * sizeof(float));
+}
+static void cpu_zero_act(Backend *be, Act p, size_t n) { cpu_zero(be, F(p, "zero_act"), n * sizeof(float)); }
+static void cpu_copy_act(Backend *be, Act dst, Act src, size_t n)
+{
+    cpu_copy(be, F(dst, "copy_act"), F(src, "copy_act"), n * sizeof(float));
+}
+
 static void cpu_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+                     Act Av, int lda, Act Bv, int ldb, float beta, Act Cv, int ldc)
 {
     (void)be;
+    const float *A = F(Av, "gemm"), *B = F(Bv, "gemm");
+    float *C = F(Cv, "gemm");
     cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 static void cpu_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, float alpha,
-                             const float *A, int lda, long sAo, long sAi,
-                             const float *B, int ldb, long sBo, long sBi, float beta,
-                             float *C, int ldc, long sCo, long sCi, int n_outer, int n_inner)
+                             Act Av, int lda, long sAo, long sAi,
+                             Act Bv, int ldb, long sBo, long sBi, float beta,
+                             Act Cv, int ldc, long sCo, long sCi, int n_outer, int n_inner)
 {
     (void)be;
+    const float *A = F(Av, "gemm_batched"), *B = F(Bv, "gemm_batched");
+    float *C = F(Cv, "gemm_batched");
     /* one small GEMM per (sentence, head); OpenBLAS runs single-threaded
      * inside the parallel region */
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
@@ -56,8 +89,9 @@ static void cpu_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, f
                         beta, C + o * sCo + i * sCi, ldc);
 }
 
-static void cpu_bias_forward(Backend *be, float *Y, const float *bias, int rows, int cols, int relu)
+static void cpu_bias_forward(Backend *be, Act Yv, const float *bias, int rows, int cols, int relu)
 {
+    float *Y = F(Yv, "bias_forward");
     (void)be;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
@@ -71,8 +105,10 @@ static void cpu_bias_forward(Backend *be, float *Y, const float *bias, int rows,
 
 #define COL_BLOCK 64
 
-static void cpu_bias_backward(Backend *be, float *dY, float *dbias, const float *Y, int rows, int cols, int relu)
+static void cpu_bias_backward(Backend *be, Act dYv, float *dbias, Act Yv, int rows, int cols, int relu)
 {
+    float *dY = F(dYv, "bias_backward");
+    const float *Y = F(Yv, "bias_backward");
     (void)be;
     if (relu) {
         #pragma omp parallel for schedule(static)
@@ -95,9 +131,10 @@ static void cpu_bias_backward(Backend *be, float *dY, float *dbias, const float 
     }
 }
 
-static void cpu_softmax_forward(Backend *be, float *S, const int32_t *key_len, float scale,
+static void cpu_softmax_forward(Backend *be, Act Sv, const int32_t *key_len, float scale,
                                 int nb, int nh, int Tq, int Tk, int causal, int q_offset)
 {
+    float *S = F(Sv, "softmax_forward");
     (void)be;
     long rows = (long)nb * nh * Tq;
     #pragma omp parallel for schedule(static)
@@ -118,9 +155,11 @@ static void cpu_softmax_forward(Backend *be, float *S, const int32_t *key_len, f
     }
 }
 
-static void cpu_softmax_backward(Backend *be, float *dP, const float *P, float scale,
+static void cpu_softmax_backward(Backend *be, Act dPv, Act Pv, float scale,
                                  int nb, int nh, int Tq, int Tk)
 {
+    float *dP = F(dPv, "softmax_backward");
+    const float *P = F(Pv, "softmax_backward");
     (void)be;
     long rows = (long)nb * nh * Tq;
     #pragma omp parallel for schedule(static)
@@ -136,11 +175,13 @@ static void cpu_softmax_backward(Backend *be, float *dP, const float *P, float s
 
 static inline float drop_scale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
 
-static void cpu_residual_ln_forward(Backend *be, float *y, float *r, float *mean, float *rstd,
-                                    const float *x, const float *sub, const float *gamma, const float *beta,
+static void cpu_residual_ln_forward(Backend *be, Act yv, Act rv, float *mean, float *rstd,
+                                    Act xv, Act subv, const float *gamma, const float *beta,
                                     int rows, int d, float eps, float p, DropoutKey key,
                                     const uint32_t *sent_id, int T)
 {
+    float *y = F(yv, "residual_ln_forward"), *r = F(rv, "residual_ln_forward");
+    const float *x = F(xv, "residual_ln_forward"), *sub = F(subv, "residual_ln_forward");
     (void)be;
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++) {
@@ -162,11 +203,13 @@ static void cpu_residual_ln_forward(Backend *be, float *y, float *r, float *mean
     }
 }
 
-static void cpu_residual_ln_backward(Backend *be, float *dx, float *dsub, float *dgamma, float *dbeta,
-                                     const float *dy, const float *r, const float *mean, const float *rstd,
+static void cpu_residual_ln_backward(Backend *be, Act dxv, Act dsubv, float *dgamma, float *dbeta,
+                                     Act dyv, Act rv, const float *mean, const float *rstd,
                                      const float *gamma, int rows, int d, float p, DropoutKey key,
                                      const uint32_t *sent_id, int T)
 {
+    float *dx = F(dxv, "residual_ln_backward"), *dsub = F(dsubv, "residual_ln_backward");
+    const float *dy = F(dyv, "residual_ln_backward"), *r = F(rv, "residual_ln_backward");
     (void)be;
     /* parameter gradients first, so that dx may alias dy */
     int nblk = (d + COL_BLOCK - 1) / COL_BLOCK;
@@ -215,10 +258,11 @@ static inline float sinusoid(int pos, int j, int d)
     return (float)((j & 1) ? cos(a) : sin(a));
 }
 
-static void cpu_embed_forward(Backend *be, float *out, const float *E, const float *pos_table,
+static void cpu_embed_forward(Backend *be, Act outv, const float *E, const float *pos_table,
                               const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
                               float scale, int pos_offset, float p, DropoutKey key)
 {
+    float *out = F(outv, "embed_forward");
     (void)be;
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * T; i++) {
@@ -234,10 +278,11 @@ static void cpu_embed_forward(Backend *be, float *out, const float *E, const flo
     }
 }
 
-static void cpu_embed_backward(Backend *be, float *dE, float *dpos, const float *dout,
-                               const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d,
-                               int vocab, float scale, float p, DropoutKey key)
+static void cpu_embed_backward(Backend *be, float *dE, float *dpos, Act doutv,
+                               const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B, int T,
+                               int d, int vocab, float scale, float p, DropoutKey key)
 {
+    const float *dout = F(doutv, "embed_backward");
     (void)be;
     (void)vocab;
     (void)host_tokens;
@@ -264,9 +309,10 @@ static void cpu_embed_backward(Backend *be, float *dE, float *dpos, const float 
     }
 }
 
-static void cpu_xent_forward_backward(Backend *be, float *logits, const int32_t *target, int rows, int V,
+static void cpu_xent_forward_backward(Backend *be, Act logitsv, const int32_t *target, int rows, int V,
                                       float eps, float grad_scale, float *row_loss, float *row_nll)
 {
+    float *logits = F(logitsv, "xent_forward_backward");
     (void)be;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
@@ -308,8 +354,9 @@ static void cpu_adam(Backend *be, float *param, const float *grad, float *m, flo
     }
 }
 
-static void cpu_log_softmax(Backend *be, float *x, int rows, int cols)
+static void cpu_log_softmax(Backend *be, Act xv, int rows, int cols)
 {
+    float *x = F(xv, "log_softmax");
     (void)be;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
@@ -332,7 +379,8 @@ Backend *backend_cpu_create(int threads)
     if (!be) return NULL;
     be->name = "cpu";
     be->alloc = cpu_alloc;
-    be->alloc_act = cpu_alloc;   /* activations are plain fp32 on the CPU */
+    be->alloc_act = cpu_alloc_act;   /* activations are plain fp32 on the CPU */
+    be->act_dtype = DT_F32;
     be->set_params = NULL;
     be->free = cpu_free;
     be->upload = cpu_upload;
@@ -340,6 +388,10 @@ Backend *backend_cpu_create(int threads)
     be->zero = cpu_zero;
     be->copy = cpu_copy;
     be->sync = cpu_sync;
+    be->upload_act = cpu_upload_act;
+    be->download_act = cpu_download_act;
+    be->zero_act = cpu_zero_act;
+    be->copy_act = cpu_copy_act;
     be->gemm = cpu_gemm;
     be->gemm_batched = cpu_gemm_batched;
     be->bias_forward = cpu_bias_forward;

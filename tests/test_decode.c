@@ -69,11 +69,11 @@ static float *full_logits(Model *m, const Batch *b)
     Backend *be = m->be;
     int V = m->cfg.vocab_size, d = m->cfg.d_model, nt = b->B * b->T;
     model_upload_batch(m, b);
-    const float *enc = model_encode(m, 0, 0);
-    const float *y = model_decode(m, enc, 0, 0);
-    be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, m->params + m->pt.embedding, d, 0.0f, m->logits, V);
+    Act enc = model_encode(m, 0, 0);
+    Act y = model_decode(m, enc, 0, 0);
+    be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, act_f32(m->params + m->pt.embedding), d, 0.0f, m->logits, V);
     float *h = xmalloc(sizeof(float) * nt * V);
-    be->download(be, h, m->logits, sizeof(float) * nt * V);
+    be->download_act(be, h, m->logits, (size_t)nt * V);
     return h;
 }
 
@@ -121,8 +121,8 @@ static void test_incremental(const char *pos)
     for (int t = 0; t < T; t++) {
         int32_t tok[3];
         for (int k = 0; k < B; k++) tok[k] = b.tgt_in[k * b.T + t];
-        const float *dl = decoder_step(dec, tok, t, 0);
-        be->download(be, inc, dl, sizeof(float) * B * V);
+        Act dl = decoder_step(dec, tok, t, 0);
+        be->download_act(be, inc, dl, (size_t)B * V);
         for (int k = 0; k < B; k++)
             for (int v = 0; v < V; v++) {
                 double e = fabs(inc[k * V + v] - full[((size_t)k * b.T + t) * V + v]);
@@ -143,8 +143,8 @@ static void test_incremental(const char *pos)
     float *inc2 = xmalloc(sizeof(float) * n * V);
     double maxerr2 = 0;
     for (int t = 0; t < T; t++) {
-        const float *dl = decoder_step(dec, tok, t, 0);
-        be->download(be, inc2, dl, sizeof(float) * n_sent * K * V);
+        Act dl = decoder_step(dec, tok, t, 0);
+        be->download_act(be, inc2, dl, (size_t)n_sent * K * V);
         /* reference: recompute each hypothesis' prefix hist[r][0..t] */
         for (int r = 0; r < n_sent * K; r++) {
             int32_t *sp = src[sent[r]];
@@ -224,7 +224,7 @@ static void test_long_outputs(void)
     for (int t = 0; t < T; t++) {
         int32_t tok[2];
         for (int k = 0; k < B; k++) tok[k] = b.tgt_in[k * b.T + t];
-        be->download(be, inc, decoder_step(dec, tok, t, 0), sizeof(float) * B * V);
+        be->download_act(be, inc, decoder_step(dec, tok, t, 0), (size_t)B * V);
         for (int k = 0; k < B; k++)
             for (int v = 0; v < V; v++) {
                 double e = fabs(inc[k * V + v] - full[((size_t)k * b.T + t) * V + v]);

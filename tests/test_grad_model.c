@@ -51,7 +51,7 @@ static uint64_t relu_pattern(Model *m)
     for (int l = 0; l < m->cfg.n_layers; l++)
         for (int k = 0; k < 2; k++) {
             size_t n = k ? nt : ns;
-            be->download(be, buf, k ? m->dec[l].hid : m->enc[l].hid, sizeof(float) * n);
+            be->download_act(be, buf, k ? m->dec[l].hid : m->enc[l].hid, n);
             for (size_t i = 0; i < n; i++) bit[i] = buf[i] > 0.0f;
             h = fnv1a64(bit, n, h);
         }

@@ -47,7 +47,7 @@ static void check_gemm(void)
             gc_fill(C0, (size_t)M * ldc, 1);
             memcpy(C, C0, sizeof(float) * M * ldc);
             float alpha = 0.7f, beta = -1.3f;
-            be->gemm(be, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            be->gemm(be, tA, tB, M, N, K, alpha, act_f32(A), lda, act_f32(B), ldb, beta, act_f32(C), ldc);
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < ldc; j++) {
                     double ref = C0[i * ldc + j];
@@ -79,11 +79,13 @@ static void check_gemm_batched(void)
         memcpy(C, C0, sizeof(float) * nC);
         const float *Kp = Kx + nh * dk;   /* K columns after the Q block */
         if (tB) /* S = Q K^T: [Tq, dk] x [dk, Tk] */
-            be->gemm_batched(be, 0, 1, Tq, Tk, dk, 0.5f, Q, ldq, (long)Tq * ldq, dk, Kp, ldk, (long)Tk * ldk, dk,
-                             0.25f, C, Tk, (long)nh * Tq * Tk, (long)Tq * Tk, nb, nh);
+            be->gemm_batched(be, 0, 1, Tq, Tk, dk, 0.5f, act_f32(Q), ldq, (long)Tq * ldq, dk, act_f32((float *)Kp),
+                             ldk, (long)Tk * ldk, dk,
+                             0.25f, act_f32(C), Tk, (long)nh * Tq * Tk, (long)Tq * Tk, nb, nh);
         else    /* C = Q[:, :Tk-ish] with B = K^T laid out explicitly: use op(B)=B, B [dk, Tk] rows from K^T */
-            be->gemm_batched(be, 0, 0, Tq, Tk, dk, 0.5f, Q, ldq, (long)Tq * ldq, dk, Kp, Tk, (long)dk * Tk + 1, 2,
-                             0.25f, C, Tk, (long)nh * Tq * Tk, (long)Tq * Tk, nb, nh);
+            be->gemm_batched(be, 0, 0, Tq, Tk, dk, 0.5f, act_f32(Q), ldq, (long)Tq * ldq, dk, act_f32((float *)Kp),
+                             Tk, (long)dk * Tk + 1, 2,
+                             0.25f, act_f32(C), Tk, (long)nh * Tq * Tk, (long)Tq * Tk, nb, nh);
         for (int b = 0; b < nb; b++)
             for (int h = 0; h < nh; h++)
                 for (int q = 0; q < Tq; q++)
@@ -114,7 +116,7 @@ static double bias_loss(void *p)
     BiasCtx *c = p;
     size_t n = (size_t)c->rows * c->cols;
     memcpy(c->Y, c->Y0, sizeof(float) * n);
-    be->bias_forward(be, c->Y, c->bias, c->rows, c->cols, c->relu);
+    be->bias_forward(be, act_f32(c->Y), c->bias, c->rows, c->cols, c->relu);
     double L = 0;
     for (size_t i = 0; i < n; i++) L += (double)c->w[i] * c->Y[i];
     return L;
@@ -143,7 +145,7 @@ static void check_bias(int relu)
     float *dY = malloc(sizeof(float) * n), *db = malloc(sizeof(float) * c.cols);
     memcpy(dY, c.w, sizeof(float) * n);
     for (int j = 0; j < c.cols; j++) db[j] = 0.25f;   /* backward accumulates (+=) */
-    be->bias_backward(be, dY, db, c.Y, c.rows, c.cols, relu);
+    be->bias_backward(be, act_f32(dY), db, act_f32(c.Y), c.rows, c.cols, relu);
     const char *nY = relu ? "bias_relu_dY" : "bias_dY", *nb = relu ? "bias_relu_db" : "bias_db";
     for (size_t i = 0; i < n; i++) gc_compare(nY, (long)i, dY[i], gc_central(&c.Y0[i], H, bias_loss, &c), RTOL, ATOL);
     for (int j = 0; j < c.cols; j++)
@@ -165,7 +167,7 @@ static double sm_loss(void *p)
     SmCtx *c = p;
     size_t n = (size_t)c->nb * c->nh * c->Tq * c->Tk;
     memcpy(c->P, c->S0, sizeof(float) * n);
-    be->softmax_forward(be, c->P, c->key_len, c->scale, c->nb, c->nh, c->Tq, c->Tk, c->causal, c->q_offset);
+    be->softmax_forward(be, act_f32(c->P), c->key_len, c->scale, c->nb, c->nh, c->Tq, c->Tk, c->causal, c->q_offset);
     double L = 0;
     for (size_t i = 0; i < n; i++) L += (double)c->w[i] * c->P[i];
     return L;
@@ -202,7 +204,7 @@ static void check_softmax(int causal, int q_offset)
             }
     float *dS = malloc(sizeof(float) * n);
     memcpy(dS, c.w, sizeof(float) * n);
-    be->softmax_backward(be, dS, c.P, c.scale, c.nb, c.nh, c.Tq, c.Tk);
+    be->softmax_backward(be, act_f32(dS), act_f32(c.P), c.scale, c.nb, c.nh, c.Tq, c.Tk);
     strcat(name, " dS");
     for (size_t i = 0; i < n; i++) gc_compare(name, (long)i, dS[i], gc_central(&c.S0[i], H, sm_loss, &c), RTOL, ATOL);
     free(c.S0); free(c.P); free(c.w); free(dS);
@@ -221,7 +223,8 @@ typedef struct {
 static double ln_loss(void *p)
 {
     LnCtx *c = p;
-    be->residual_ln_forward(be, c->y, c->r, c->mean, c->rstd, c->x, c->sub, c->gamma, c->beta, c->rows, c->d,
+    be->residual_ln_forward(be, act_f32(c->y), act_f32(c->r), c->mean, c->rstd, act_f32(c->x), act_f32(c->sub),
+                            c->gamma, c->beta, c->rows, c->d,
                             c->eps, c->p, c->key, c->sent, c->T);
     double L = 0;
     for (size_t i = 0; i < (size_t)c->rows * c->d; i++) L += (double)c->w[i] * c->y[i];
@@ -273,7 +276,8 @@ static void check_residual_ln(float p, int d)
     memset(db, 0, sizeof(float) * d);
     /* dx aliases dy, as in model.c */
     memcpy(dx, c.w, sizeof(float) * n);
-    be->residual_ln_backward(be, dx, dsub, dg, db, dx, c.r, c.mean, c.rstd, c.gamma, c.rows, d, p, key, sent, c.T);
+    be->residual_ln_backward(be, act_f32(dx), act_f32(dsub), dg, db, act_f32(dx), act_f32(c.r), c.mean, c.rstd,
+                             c.gamma, c.rows, d, p, key, sent, c.T);
     char nm[96];
     snprintf(nm, sizeof nm, "%s dx", name);
     for (size_t i = 0; i < n; i++) gc_compare(nm, (long)i, dx[i], gc_central(&c.x[i], H_LN, ln_loss, &c), RTOL, ATOL);
@@ -301,7 +305,7 @@ typedef struct {
 static double emb_loss(void *p)
 {
     EmbCtx *c = p;
-    be->embed_forward(be, c->out, c->E, c->pos, c->tok, c->sent, c->B, c->T, c->d, c->scale, 0, c->p, c->key);
+    be->embed_forward(be, act_f32(c->out), c->E, c->pos, c->tok, c->sent, c->B, c->T, c->d, c->scale, 0, c->p, c->key);
     double L = 0;
     for (size_t i = 0; i < (size_t)c->B * c->T * c->d; i++) L += (double)c->w[i] * c->out[i];
     return L;
@@ -337,8 +341,8 @@ static void check_embed(int learned, float p)
      * offset-2 call equals row t+2 of the full call (dropout off) */
     {
         float *o2 = malloc(sizeof(float) * n), *o0 = malloc(sizeof(float) * n);
-        be->embed_forward(be, o0, c.E, c.pos, tok, sent, c.B, c.T, c.d, c.scale, 0, 0.0f, key);
-        be->embed_forward(be, o2, c.E, c.pos, tok + 2, sent, 1, 2, c.d, c.scale, 2, 0.0f, key);
+        be->embed_forward(be, act_f32(o0), c.E, c.pos, tok, sent, c.B, c.T, c.d, c.scale, 0, 0.0f, key);
+        be->embed_forward(be, act_f32(o2), c.E, c.pos, tok + 2, sent, 1, 2, c.d, c.scale, 2, 0.0f, key);
         for (int j = 0; j < 2 * c.d; j++) gc_compare("embed pos_offset", j, o2[j], o0[2 * c.d + j], 0, 0);
         free(o2); free(o0);
     }
@@ -346,7 +350,7 @@ static void check_embed(int learned, float p)
     AL(dE, (size_t)c.V * c.d);
     memset(dE, 0, sizeof(float) * c.V * c.d);
     if (learned) { AL(dpos, (size_t)c.T * c.d); memset(dpos, 0, sizeof(float) * c.T * c.d); }
-    be->embed_backward(be, dE, dpos, c.w, tok, tok, sent, c.B, c.T, c.d, c.V, c.scale, p, key);
+    be->embed_backward(be, dE, dpos, act_f32(c.w), tok, tok, sent, c.B, c.T, c.d, c.V, c.scale, p, key);
     char nm[96];
     snprintf(nm, sizeof nm, "%s dE", name);
     for (int i = 0; i < c.V * c.d; i++) gc_compare(nm, i, dE[i], gc_central(&c.E[i], H, emb_loss, &c), RTOL, ATOL);
@@ -371,7 +375,7 @@ static double xe_loss(void *p)
 {
     XeCtx *c = p;
     memcpy(c->z, c->z0, sizeof(float) * c->rows * c->V);
-    be->xent_forward_backward(be, c->z, c->tgt, c->rows, c->V, c->eps, 0.0f, c->loss, c->nll);
+    be->xent_forward_backward(be, act_f32(c->z), c->tgt, c->rows, c->V, c->eps, 0.0f, c->loss, c->nll);
     double L = 0;
     for (int r = 0; r < c->rows; r++) L += c->loss[r];
     return L;
@@ -405,7 +409,7 @@ static void check_xent(float eps)
     /* backward with grad_scale: overwrites the logits with scale * dL/dz */
     float gs = 0.375f;
     memcpy(c.z, c.z0, sizeof(float) * n);
-    be->xent_forward_backward(be, c.z, c.tgt, c.rows, c.V, c.eps, gs, c.loss, c.nll);
+    be->xent_forward_backward(be, act_f32(c.z), c.tgt, c.rows, c.V, c.eps, gs, c.loss, c.nll);
     float *g = malloc(sizeof(float) * n);
     memcpy(g, c.z, sizeof(float) * n);
     strcat(name, " dz");
@@ -446,7 +450,7 @@ static void check_log_softmax(void)
     float x[27], x0[27];
     gc_fill(x0, 27, 4);
     memcpy(x, x0, sizeof x);
-    be->log_softmax(be, x, rows, cols);
+    be->log_softmax(be, act_f32(x), rows, cols);
     for (int r = 0; r < rows; r++) {
         double s = 0;
         for (int k = 0; k < cols; k++) s += exp((double)x0[r * cols + k]);

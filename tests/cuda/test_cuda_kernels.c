@@ -51,13 +51,16 @@ static float *rand_host(size_t n, float scale)
     return h;
 }
 
-/* the same host data on both backends */
-typedef struct { float *c, *g; size_t n; } Pair;
+/* the same host data on both backends, as typed views (fp32 unless made
+ * with pair_bf); F() is the fp32 memory of a view, for the arguments the ops
+ * take as float * (parameters, gradients, statistics, losses) */
+typedef struct { Act c, g; size_t n; } Pair;
+#define F(a) ((float *)(a).data)
 static Pair pair_from(const float *h, size_t n)
 {
-    Pair p = { cpu->alloc(cpu, 4 * n), gpu->alloc(gpu, 4 * n), n };
-    cpu->upload(cpu, p.c, h, 4 * n);
-    gpu->upload(gpu, p.g, h, 4 * n);
+    Pair p = { act_f32(cpu->alloc(cpu, 4 * n)), act_f32(gpu->alloc(gpu, 4 * n)), n };
+    cpu->upload_act(cpu, p.c, h, n);
+    gpu->upload_act(gpu, p.g, h, n);
     return p;
 }
 static Pair pair_rand(size_t n, float scale)
@@ -73,14 +76,14 @@ static void *dev_copy(Backend *be, const void *h, size_t bytes)
     be->upload(be, d, h, bytes);
     return d;
 }
-static void pair_free(Pair p) { cpu->free(cpu, p.c); gpu->free(gpu, p.g); }
+static void pair_free(Pair p) { cpu->free(cpu, p.c.data); gpu->free(gpu, p.g.data); }
 
 /* |gpu - cpu| <= rtol*|cpu| + atol*max|cpu| for every element */
 static void compare(const char *what, Pair p, double rtol, double atol)
 {
     float *a = malloc(4 * p.n), *b = malloc(4 * p.n);
-    cpu->download(cpu, a, p.c, 4 * p.n);
-    gpu->download(gpu, b, p.g, 4 * p.n);
+    cpu->download_act(cpu, a, p.c, p.n);
+    gpu->download_act(gpu, b, p.g, p.n);
     double mx = 0, worst = 0;
     size_t wi = 0;
     for (size_t i = 0; i < p.n; i++) mx = fmax(mx, fabs(a[i]));
@@ -152,12 +155,12 @@ static void test_bias(void)
     int rows = 300, cols = 45;   /* > 256 rows: two row chunks */
     for (int relu = 0; relu < 2; relu++) {
         Pair Y = pair_rand((size_t)rows * cols, 1), b = pair_rand(cols, 0.5f);
-        cpu->bias_forward(cpu, Y.c, b.c, rows, cols, relu);
-        gpu->bias_forward(gpu, Y.g, b.g, rows, cols, relu);
+        cpu->bias_forward(cpu, Y.c, F(b.c), rows, cols, relu);
+        gpu->bias_forward(gpu, Y.g, F(b.g), rows, cols, relu);
         compare(relu ? "bias_forward relu" : "bias_forward", Y, 0, 0);
         Pair dY = pair_rand((size_t)rows * cols, 1), db = pair_rand(cols, 1);
-        cpu->bias_backward(cpu, dY.c, db.c, Y.c, rows, cols, relu);
-        gpu->bias_backward(gpu, dY.g, db.g, Y.g, rows, cols, relu);
+        cpu->bias_backward(cpu, dY.c, F(db.c), Y.c, rows, cols, relu);
+        gpu->bias_backward(gpu, dY.g, F(db.g), Y.g, rows, cols, relu);
         compare(relu ? "bias_backward relu: dbias" : "bias_backward: dbias", db, FP32);
         compare(relu ? "bias_backward relu: dY masked" : "bias_backward: dY", dY, 0, 0);
         pair_free(Y); pair_free(b); pair_free(dY); pair_free(db);
@@ -199,16 +202,20 @@ static void test_residual_ln(void)
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_rand(n, 1), sub = pair_rand(n, 2), g = pair_rand(d, 1), b = pair_rand(d, 1);
         Pair y = pair_rand(n, 1), r = pair_rand(n, 1), mu = pair_rand(rows, 1), rs = pair_rand(rows, 1);
-        cpu->residual_ln_forward(cpu, y.c, r.c, mu.c, rs.c, x.c, sub.c, g.c, b.c, rows, d, 1e-6f, p, key, sc, T);
-        gpu->residual_ln_forward(gpu, y.g, r.g, mu.g, rs.g, x.g, sub.g, g.g, b.g, rows, d, 1e-6f, p, key, sg, T);
+        cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key,
+                                 sc, T);
+        gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key,
+                                 sg, T);
         compare(p > 0 ? "residual_ln_forward p=0.1: r (dropout mask)" : "residual_ln_forward p=0: r", r, FP32);
         compare("residual_ln_forward: y", y, FP32);
         compare("residual_ln_forward: mean", mu, FP32);
         compare("residual_ln_forward: rstd", rs, FP32);
         Pair dy = pair_rand(n, 1), dx = pair_rand(n, 1), ds = pair_rand(n, 1), dg = pair_rand(d, 1), db = pair_rand(d, 1);
-        float *dxc = alias ? dy.c : dx.c, *dxg = alias ? dy.g : dx.g;
-        cpu->residual_ln_backward(cpu, dxc, ds.c, dg.c, db.c, dy.c, r.c, mu.c, rs.c, g.c, rows, d, p, key, sc, T);
-        gpu->residual_ln_backward(gpu, dxg, ds.g, dg.g, db.g, dy.g, r.g, mu.g, rs.g, g.g, rows, d, p, key, sg, T);
+        Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
+        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
+                                  key, sc, T);
+        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r.g, F(mu.g), F(rs.g), F(g.g), rows, d, p,
+                                  key, sg, T);
         compare(alias ? "residual_ln_backward: dx (aliasing dy)" : "residual_ln_backward: dx", alias ? dy : dx, 1e-4, 1e-6);
         compare("residual_ln_backward: dsub", ds, 1e-4, 1e-6);
         compare("residual_ln_backward: dgamma", dg, FP32);
@@ -233,15 +240,16 @@ static void test_embed(void)
     for (int learned = 0; learned < 2; learned++) {
         size_t n = (size_t)B * T * d;
         Pair out = pair_rand(n, 1);
-        cpu->embed_forward(cpu, out.c, E.c, learned ? pos.c : NULL, tc, sc, B, T, d, 6.7f, 3, 0.1f, key);
-        gpu->embed_forward(gpu, out.g, E.g, learned ? pos.g : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
+        cpu->embed_forward(cpu, out.c, F(E.c), learned ? F(pos.c) : NULL, tc, sc, B, T, d, 6.7f, 3, 0.1f, key);
+        gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
         compare(learned ? "embed_forward learned positions" : "embed_forward sinusoids, pos_offset 3", out, FP32);
         Pair dout = pair_rand(n, 1), dE = pair_rand((size_t)V * d, 1), dpos = pair_rand((size_t)maxlen * d, 1);
-        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, NULL, sc, B, T, d, V, 6.7f, 0.1f, key);
+        cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, sc, B, T, d, V, 6.7f, 0.1f,
+                            key);
         /* the ids read back from the device, or (learned) the caller's host
          * copy */
-        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, learned ? tok : NULL, sg, B, T, d, V, 6.7f,
-                            0.1f, key);
+        gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, learned ? tok : NULL, sg, B, T, d,
+                            V, 6.7f, 0.1f, key);
         compare(learned ? "embed_backward: dE (token segments from host ids, no atomics)"
                         : "embed_backward: dE (token segments, ids read back, no atomics)", dE, FP32);
         if (learned) compare("embed_backward: dpos", dpos, FP32);
@@ -258,8 +266,8 @@ static void test_xent(void)
     int32_t *tc = dev_copy(cpu, tgt, sizeof tgt), *tg = dev_copy(gpu, tgt, sizeof tgt);
     for (int grad = 0; grad < 2; grad++) {
         Pair z = pair_rand((size_t)rows * V, 5), loss = pair_rand(rows, 1), nll = pair_rand(rows, 1);
-        cpu->xent_forward_backward(cpu, z.c, tc, rows, V, 0.1f, grad ? 0.5f : 0.0f, loss.c, nll.c);
-        gpu->xent_forward_backward(gpu, z.g, tg, rows, V, 0.1f, grad ? 0.5f : 0.0f, loss.g, nll.g);
+        cpu->xent_forward_backward(cpu, z.c, tc, rows, V, 0.1f, grad ? 0.5f : 0.0f, F(loss.c), F(nll.c));
+        gpu->xent_forward_backward(gpu, z.g, tg, rows, V, 0.1f, grad ? 0.5f : 0.0f, F(loss.g), F(nll.g));
         compare("xent: smoothed row loss", loss, 1e-5, 1e-6);
         compare("xent: row nll", nll, 1e-5, 1e-6);
         compare(grad ? "xent: fused softmax gradient" : "xent: logits untouched (grad_scale 0)", z, 1e-5, 1e-6);
@@ -276,11 +284,11 @@ static void test_adam_logsoftmax(void)
     /* v >= 0 */
     float *h = rand_host(n, 0.01f);
     for (size_t i = 0; i < n; i++) h[i] = fabsf(h[i]);
-    cpu->upload(cpu, v.c, h, 4 * n);
-    gpu->upload(gpu, v.g, h, 4 * n);
+    cpu->upload_act(cpu, v.c, h, n);
+    gpu->upload_act(gpu, v.g, h, n);
     free(h);
-    cpu->adam(cpu, p.c, g.c, m.c, v.c, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 3, 0.25f);
-    gpu->adam(gpu, p.g, g.g, m.g, v.g, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 3, 0.25f);
+    cpu->adam(cpu, F(p.c), F(g.c), F(m.c), F(v.c), n, 1e-3f, 0.9f, 0.98f, 1e-9f, 3, 0.25f);
+    gpu->adam(gpu, F(p.g), F(g.g), F(m.g), F(v.g), n, 1e-3f, 0.9f, 0.98f, 1e-9f, 3, 0.25f);
     compare("adam: params", p, FP32);
     compare("adam: m", m, FP32);
     compare("adam: v", v, FP32);
@@ -295,7 +303,7 @@ static void test_adam_logsoftmax(void)
 /* ------------------------------------------------------ precision=bf16
  *
  * The same ops on a precision=bf16 backend, with the model's buffer kinds:
- * activations from alloc_act (bf16 storage behind a handle), weights,
+ * activations from alloc_act (bf16 views), weights,
  * gradients and statistics from alloc (fp32).  Inputs are rounded to bf16
  * on the host first, so both backends see exactly the same values and the
  * comparison isolates what the bf16 kernels add (where an op's input is an
@@ -329,9 +337,9 @@ static Pair pair_bf(size_t n, float scale, int act)
 {
     float *h = rand_host(n, scale);
     for (size_t i = 0; i < n; i++) h[i] = bf16_round(h[i]);
-    Pair p = { cpu->alloc(cpu, 4 * n), act ? gpu->alloc_act(gpu, 4 * n) : gpu->alloc(gpu, 4 * n), n };
-    cpu->upload(cpu, p.c, h, 4 * n);
-    gpu->upload(gpu, p.g, h, 4 * n);
+    Pair p = { act_f32(cpu->alloc(cpu, 4 * n)), act ? gpu->alloc_act(gpu, n) : act_f32(gpu->alloc(gpu, 4 * n)), n };
+    cpu->upload_act(cpu, p.c, h, n);
+    gpu->upload_act(gpu, p.g, h, n);
     free(h);
     return p;
 }
@@ -340,8 +348,8 @@ static Pair pair_bf(size_t n, float scale, int act)
 static void sync_pair(Pair p)
 {
     float *h = malloc(4 * p.n);
-    gpu->download(gpu, h, p.g, 4 * p.n);
-    cpu->upload(cpu, p.c, h, 4 * p.n);
+    gpu->download_act(gpu, h, p.g, p.n);
+    cpu->upload_act(cpu, p.c, h, p.n);
     free(h);
 }
 
@@ -355,7 +363,7 @@ static void test_bf16_gemm(void)
             size_t nA = (size_t)(tA ? K : M) * lda, nB = (size_t)(tB ? N : K) * ldb, nC = (size_t)M * ldc;
             /* activation x weights (the bf16 shadow of the parameters) -> activation */
             Pair A = pair_bf(nA, 1, 1), W = pair_bf(nB, 1, 0), C = pair_bf(nC, 1, 1);
-            gpu->set_params(gpu, W.g, nB);
+            gpu->set_params(gpu, F(W.g), nB);
             cpu->gemm(cpu, tA, tB, M, N, K, 0.7f, A.c, lda, W.c, ldb, 0.3f, C.c, ldc);
             gpu->gemm(gpu, tA, tB, M, N, K, 0.7f, A.g, lda, W.g, ldb, 0.3f, C.g, ldc);
             snprintf(name, sizeof name, "bf16 gemm act x weights -> act tA=%d tB=%d", tA, tB);
@@ -388,18 +396,18 @@ static void test_bf16_gemm(void)
     size_t nW = (size_t)N * K;
     Pair A = pair_bf((size_t)M * K, 1, 1), W = pair_bf(nW, 1, 0), C = pair_bf((size_t)M * N, 1, 1);
     Pair g = pair_bf(nW, 1, 0), m = pair_bf(nW, 0, 0), v = pair_bf(nW, 0, 0);
-    gpu->set_params(gpu, W.g, nW);
+    gpu->set_params(gpu, F(W.g), nW);
     gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, A.g, K, W.g, K, 0.0f, C.g, N);   /* converts the shadow */
-    cpu->adam(cpu, W.c, g.c, m.c, v.c, nW, 0.1f, 0.9f, 0.98f, 1e-9f, 1, 1.0f);
-    gpu->adam(gpu, W.g, g.g, m.g, v.g, nW, 0.1f, 0.9f, 0.98f, 1e-9f, 1, 1.0f);
+    cpu->adam(cpu, F(W.c), F(g.c), F(m.c), F(v.c), nW, 0.1f, 0.9f, 0.98f, 1e-9f, 1, 1.0f);
+    gpu->adam(gpu, F(W.g), F(g.g), F(m.g), F(v.g), nW, 0.1f, 0.9f, 0.98f, 1e-9f, 1, 1.0f);
     compare("bf16 adam: fp32 master weights", W, FP32);
     cpu->gemm(cpu, 0, 1, M, N, K, 1.0f, A.c, K, W.c, K, 0.0f, C.c, N);
     gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, A.g, K, W.g, K, 0.0f, C.g, N);
     compare("bf16 gemm after adam: shadow refreshed", C, 1e-2, 1e-2);
     /* a copy into the weights (checkpoint averaging, resume) also refreshes it */
     Pair W2 = pair_bf(nW, 1, 0);
-    cpu->copy(cpu, W.c, W2.c, 4 * nW);
-    gpu->copy(gpu, W.g, W2.g, 4 * nW);
+    cpu->copy_act(cpu, W.c, W2.c, nW);
+    gpu->copy_act(gpu, W.g, W2.g, nW);
     cpu->gemm(cpu, 0, 1, M, N, K, 1.0f, A.c, K, W.c, K, 0.0f, C.c, N);
     gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, A.g, K, W.g, K, 0.0f, C.g, N);
     compare("bf16 gemm after copy into weights", C, BF_OUT);
@@ -460,13 +468,13 @@ static void test_bf16_elementwise(void)
     int rows = 300, cols = 45;
     for (int relu = 0; relu < 2; relu++) {
         Pair Y = pair_bf((size_t)rows * cols, 1, 1), b = pair_bf(cols, 0.5f, 0);
-        cpu->bias_forward(cpu, Y.c, b.c, rows, cols, relu);
-        gpu->bias_forward(gpu, Y.g, b.g, rows, cols, relu);
+        cpu->bias_forward(cpu, Y.c, F(b.c), rows, cols, relu);
+        gpu->bias_forward(gpu, Y.g, F(b.g), rows, cols, relu);
         compare(relu ? "bf16 bias_forward relu" : "bf16 bias_forward", Y, BF_OUT);
         /* backward on fresh bf16-exact Y (the forward results differ by rounding) */
         Pair Y2 = pair_bf((size_t)rows * cols, 1, 1), dY = pair_bf((size_t)rows * cols, 1, 1), db = pair_bf(cols, 1, 0);
-        cpu->bias_backward(cpu, dY.c, db.c, Y2.c, rows, cols, relu);
-        gpu->bias_backward(gpu, dY.g, db.g, Y2.g, rows, cols, relu);
+        cpu->bias_backward(cpu, dY.c, F(db.c), Y2.c, rows, cols, relu);
+        gpu->bias_backward(gpu, dY.g, F(db.g), Y2.g, rows, cols, relu);
         compare(relu ? "bf16 bias_backward relu: dbias (fp32)" : "bf16 bias_backward: dbias (fp32)", db, BF_F32);
         compare("bf16 bias_backward: dY (exact)", dY, 0, 0);
         pair_free(Y); pair_free(b); pair_free(Y2); pair_free(dY); pair_free(db);
@@ -494,8 +502,8 @@ static void test_bf16_elementwise(void)
     int32_t tgt[9] = { 5, 0, 300, 1, 0, 77, 2, 150, 4 };
     int32_t *tc = dev_copy(cpu, tgt, sizeof tgt), *tg = dev_copy(gpu, tgt, sizeof tgt);
     Pair z = pair_bf((size_t)xr * V, 5, 1), loss = pair_bf(xr, 1, 0), nll = pair_bf(xr, 1, 0);
-    cpu->xent_forward_backward(cpu, z.c, tc, xr, V, 0.1f, 0.5f, loss.c, nll.c);
-    gpu->xent_forward_backward(gpu, z.g, tg, xr, V, 0.1f, 0.5f, loss.g, nll.g);
+    cpu->xent_forward_backward(cpu, z.c, tc, xr, V, 0.1f, 0.5f, F(loss.c), F(nll.c));
+    gpu->xent_forward_backward(gpu, z.g, tg, xr, V, 0.1f, 0.5f, F(loss.g), F(nll.g));
     compare("bf16 xent: smoothed row loss (fp32)", loss, 1e-5, 1e-6);
     compare("bf16 xent: row nll (fp32)", nll, 1e-5, 1e-6);
     compare("bf16 xent: fused softmax gradient", z, BF_OUT);
@@ -520,8 +528,10 @@ static void test_bf16_residual_ln_embed(void)
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_bf(n, 1, 1), sub = pair_bf(n, 2, 1), g = pair_bf(d, 1, 0), b = pair_bf(d, 1, 0);
         Pair y = pair_bf(n, 1, 1), r = pair_bf(n, 1, 1), mu = pair_bf(rows, 1, 0), rs = pair_bf(rows, 1, 0);
-        cpu->residual_ln_forward(cpu, y.c, r.c, mu.c, rs.c, x.c, sub.c, g.c, b.c, rows, d, 1e-6f, p, key, sc, T);
-        gpu->residual_ln_forward(gpu, y.g, r.g, mu.g, rs.g, x.g, sub.g, g.g, b.g, rows, d, 1e-6f, p, key, sg, T);
+        cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key,
+                                 sc, T);
+        gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key,
+                                 sg, T);
         compare("bf16 residual_ln_forward: r", r, BF_OUT);
         compare("bf16 residual_ln_forward: mean (fp32)", mu, BF_F32);
         /* rstd and y are computed from the rounded r: each r_j moves by
@@ -534,9 +544,10 @@ static void test_bf16_residual_ln_embed(void)
         sync_pair(rs);   /* backward below: the same statistics on both sides */
         Pair dy = pair_bf(n, 1, 1), dx = pair_bf(n, 1, 1), ds = pair_bf(n, 1, 1), dg = pair_bf(d, 1, 0);
         Pair db = pair_bf(d, 1, 0), r2 = pair_bf(n, 1, 1);
-        float *dxc = alias ? dy.c : dx.c, *dxg = alias ? dy.g : dx.g;
-        cpu->residual_ln_backward(cpu, dxc, ds.c, dg.c, db.c, dy.c, r2.c, mu.c, rs.c, g.c, rows, d, p, key, sc, T);
-        gpu->residual_ln_backward(gpu, dxg, ds.g, dg.g, db.g, dy.g, r2.g, mu.g, rs.g, g.g, rows, d,
+        Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
+        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r2.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
+                                  key, sc, T);
+        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r2.g, F(mu.g), F(rs.g), F(g.g), rows, d,
                                   p, key, sg, T);
         compare(alias ? "bf16 residual_ln_backward: dx (aliasing dy)" : "bf16 residual_ln_backward: dx",
                 alias ? dy : dx, BF_OUT);
@@ -560,12 +571,14 @@ static void test_bf16_residual_ln_embed(void)
     for (int learned = 0; learned < 2; learned++) {
         size_t ne = (size_t)Bt * Tt * de;
         Pair out = pair_bf(ne, 1, 1);
-        cpu->embed_forward(cpu, out.c, E.c, learned ? pos.c : NULL, tc, s2c, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
-        gpu->embed_forward(gpu, out.g, E.g, learned ? pos.g : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
+        cpu->embed_forward(cpu, out.c, F(E.c), learned ? F(pos.c) : NULL, tc, s2c, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
+        gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
         compare(learned ? "bf16 embed_forward learned positions" : "bf16 embed_forward sinusoids", out, BF_OUT);
         Pair dout = pair_bf(ne, 1, 1), dE = pair_bf((size_t)V * de, 1, 0), dpos = pair_bf((size_t)maxlen * de, 1, 0);
-        cpu->embed_backward(cpu, dE.c, learned ? dpos.c : NULL, dout.c, tc, NULL, s2c, Bt, Tt, de, V, 6.7f, 0.1f, k2);
-        gpu->embed_backward(gpu, dE.g, learned ? dpos.g : NULL, dout.g, tg, tok, s2g, Bt, Tt, de, V, 6.7f, 0.1f, k2);
+        cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, s2c, Bt, Tt, de, V, 6.7f,
+                            0.1f, k2);
+        gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, tok, s2g, Bt, Tt, de, V, 6.7f, 0.1f,
+                            k2);
         compare("bf16 embed_backward: dE (fp32)", dE, BF_F32);
         if (learned) compare("bf16 embed_backward: dpos (fp32)", dpos, BF_F32);
         pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
@@ -585,24 +598,24 @@ static void test_bf16_memory(void)
                gpu->act_bytes - before, n, 4 * n);
     }
     checks++;
-    cpu->copy(cpu, b.c + 1, a.c + 2, 4 * (n - 2));   /* offsets inside the handles */
-    gpu->copy(gpu, b.g + 1, a.g + 2, 4 * (n - 2));
+    cpu->copy_act(cpu, act_at(b.c, 1), act_at(a.c, 2), n - 2);   /* offsets inside the views */
+    gpu->copy_act(gpu, act_at(b.g, 1), act_at(a.g, 2), n - 2);
     compare("bf16 copy act -> act (offsets)", b, 0, 0);
-    cpu->copy(cpu, f.c, a.c, 4 * n);
-    gpu->copy(gpu, f.g, a.g, 4 * n);
+    cpu->copy_act(cpu, f.c, a.c, n);
+    gpu->copy_act(gpu, f.g, a.g, n);
     compare("bf16 copy act -> fp32 (widening: exact)", f, 0, 0);
     float *h = rand_host(n, 3);   /* not bf16-exact: rounded by the upload */
-    cpu->upload(cpu, f.c, h, 4 * n);
-    gpu->upload(gpu, f.g, h, 4 * n);
-    cpu->copy(cpu, a.c, f.c, 4 * n);
-    gpu->copy(gpu, a.g, f.g, 4 * n);
+    cpu->upload_act(cpu, f.c, h, n);
+    gpu->upload_act(gpu, f.g, h, n);
+    cpu->copy_act(cpu, a.c, f.c, n);
+    gpu->copy_act(gpu, a.g, f.g, n);
     compare("bf16 copy fp32 -> act (rounding <= 2^-8)", a, 1.0 / 256, 0);
-    cpu->upload(cpu, b.c + 5, h, 4 * 100);
-    gpu->upload(gpu, b.g + 5, h, 4 * 100);
+    cpu->upload_act(cpu, act_at(b.c, 5), h, 100);
+    gpu->upload_act(gpu, act_at(b.g, 5), h, 100);
     compare("bf16 upload into act at offset (rounding <= 2^-8)", b, 1.0 / 256, 0);
     free(h);
-    cpu->zero(cpu, a.c + 10, 4 * 50);
-    gpu->zero(gpu, a.g + 10, 4 * 50);
+    cpu->zero_act(cpu, act_at(a.c, 10), 50);
+    gpu->zero_act(gpu, act_at(a.g, 10), 50);
     compare("bf16 zero act range", a, 1.0 / 256, 0);
     pair_free(a); pair_free(b); pair_free(f);
     if (gpu->act_bytes != before) {

@@ -1,0 +1,32 @@
+/* The Adam optimizer (section 5.3). */
+#pragma once
+
+#include "memory.cuh"
+
+/* ------------------------------------------------------------------ Adam */
+
+static __global__ void k_adam(float *param, const float *grad, float *m, float *v, long n, float lr, float b1,
+                              float b2, float eps, float c1, float c2, float gs)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float g = grad[i] * gs;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] -= lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+    }
+}
+
+static void cuda_adam(Backend *be, float *param, const float *grad, float *m, float *v, size_t n, float lr, float b1,
+                      float b2, float eps, int t, float gs)
+{
+    if (!n) return;
+    /* bias corrections on the host, in float as the CPU backend does */
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    /* weights, gradients and moments are fp32 in every precision (float *) */
+    touch(IMPL(be), param, n * sizeof(float));
+    LAUNCH(k_adam, nblocks((long)n, 256), 256, 0, IMPL(be)->stream, param, grad, m, v, (long)n, lr, b1, b2, eps, c1,
+           c2, gs);
+    CKL();
+}

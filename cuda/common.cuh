@@ -1,0 +1,201 @@
+/* Shared by every part of the CUDA backend: headers, error checks, the
+ * backend state (CudaImpl), launch sizing, block reductions and the dropout
+ * helpers of the kernels. */
+#pragma once
+
+#include "cuda_compat.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <mpi.h>
+#if defined(HAVE_NCCL) || defined(CUDA_EMULATION)
+#define USE_NCCL 1
+#include <nccl.h>
+#else
+#define USE_NCCL 0
+#endif
+
+extern "C" {
+#include "../src/ops.h"
+#include "../src/util.h"
+}
+
+#define CK(call)                                                                                      \
+    do {                                                                                              \
+        cudaError_t e_ = (call);                                                                      \
+        if (e_ != cudaSuccess) die(1, "cuda: %s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+#define CKB(call)                                                                                        \
+    do {                                                                                                 \
+        cublasStatus_t s_ = (call);                                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS) die(1, "cublas: %s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
+    } while (0)
+#define CKL() CK(cudaGetLastError())
+
+enum { PREC_FP32, PREC_TF32, PREC_BF16 };
+
+struct CudaImpl {
+    int device;
+    int precision;
+    cublasComputeType_t compute;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    /* sinusoid table of section 3.5 for (sin_d, sin_n positions), computed on
+     * the host in double exactly as the CPU backend does */
+    float *sin_table;
+    int sin_d, sin_n;
+    /* scratch: column-sum partials, embedding-gradient segments */
+    float *part;
+    size_t part_cap;
+    int32_t *seg;
+    size_t seg_cap;
+    /* device pointer arrays of cublasGemmBatchedEx (A | B | C) */
+    void **gptrs;
+    size_t gptrs_cap;
+    std::vector<int32_t> h_tok, count;
+    /* pinned staging of the embedding-gradient segments, two used in turn
+     * (a step's target and source calls): a call refills one while the
+     * copy out of the other may still be queued on the stream */
+    int32_t *seg_host[2];
+    size_t seg_host_cap[2];
+    cudaEvent_t seg_copied[2];
+    int seg_turn;
+    /* gradient allreduce (allreduce_* hooks of ops.h) */
+    MPI_Comm comm;
+    int nranks;
+    bool want_nccl;   /* key allreduce=nccl (the default) */
+    bool use_nccl;
+    cudaStream_t comm_stream;
+    cudaEvent_t ev_ready, ev_done;
+#if USE_NCCL
+    ncclComm_t nccl;
+#endif
+    /* MPI fallback: host staging per started bucket */
+    std::vector<std::vector<float>> stage;
+    std::vector<float *> stage_dst;
+    std::vector<MPI_Request> reqs;
+    /* activation storage (alloc_act): element type, and the bytes of each
+     * buffer by address, for act_bytes and to free what the caller left */
+    DType act_dtype;
+    std::unordered_map<void *, size_t> act_size;
+    /* precision=bf16: the weights' bf16 shadow (memory.cuh) */
+    const float *params;                 /* fp32 master weights (set_params) */
+    size_t n_params;
+    __nv_bfloat16 *shadow;               /* bf16 copy of params for GEMM inputs */
+    bool shadow_stale;
+    void *gscratch[3];                   /* GEMM operand conversions: A, B, C */
+    size_t gscratch_cap[3];
+};
+
+static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }
+
+static unsigned nblocks(long n, int threads)
+{
+    long b = (n + threads - 1) / threads;
+    if (b > 65535L * 16) b = 65535L * 16;   /* kernels are grid-stride loops */
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+/* ------------------------------------------------------- device helpers */
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum (or max) over the block; blockDim.x a multiple of 32, sh >= 33 floats.
+ * Every thread gets the result.  The closing barrier lets the caller reuse
+ * sh right away. */
+static __device__ float block_sum(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float t = lane < nw ? sh[lane] : 0.0f;
+        t = warp_sum(t);
+        if (lane == 0) sh[32] = t;
+    }
+    __syncthreads();
+    float r = sh[32];
+    __syncthreads();
+    return r;
+}
+
+static __device__ float block_max(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float t = lane < nw ? sh[lane] : -INFINITY;
+        t = warp_max(t);
+        if (lane == 0) sh[32] = t;
+    }
+    __syncthreads();
+    float r = sh[32];
+    __syncthreads();
+    return r;
+}
+
+#define RED_SMEM (33 * sizeof(float))
+
+static __device__ __forceinline__ float drop_apply(float v, float p, float ks, DropoutKey key, uint32_t sent,
+                                                   uint32_t pos, uint32_t j)
+{
+    if (p > 0.0f) v = dropout_keep(key, p, sent, pos, j) ? v * ks : 0.0f;
+    return v;
+}
+
+static float drop_scale(float p) { return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f; }
+
+/* The dropout keep-flags of one token row into shared memory, one Philox
+ * call per 4 features (dropout_keep4), instead of one call per feature
+ * through dropout_keep, which decides 1 of its 4 features: 10 rounds of
+ * 32-bit multiplies per element would be more instructions than the memory
+ * traffic of the LayerNorm kernels can hide.  The caller syncs before
+ * reading keep[]. */
+static __device__ __forceinline__ void drop_mask_row(unsigned char *keep, int d, float p, DropoutKey key,
+                                                     uint32_t sent, uint32_t pos)
+{
+    for (int q = threadIdx.x; 4 * q < d; q += blockDim.x) {
+        unsigned m = dropout_keep4(key, p, sent, pos, (uint32_t)q);
+        int j = 4 * q;
+        keep[j] = m & 1;
+        if (j + 1 < d) keep[j + 1] = (m >> 1) & 1;
+        if (j + 2 < d) keep[j + 2] = (m >> 2) & 1;
+        if (j + 3 < d) keep[j + 3] = (m >> 3) & 1;
+    }
+}
+
+/* dynamic shared memory of a row kernel with block reductions and, when
+ * dropout is on, the row's keep-flags after the reduction scratch */
+static size_t row_drop_smem(int d, float p) { return RED_SMEM + (p > 0.0f ? (size_t)d : 0); }
+
+
+static int row_threads(int n)
+{
+    /* a warp per 32 elements up to 256 threads; multiple of 32 always */
+    int t = (n + 31) / 32 * 32;
+    return t < 32 ? 32 : t > 256 ? 256 : t;
+}

@@ -1,0 +1,174 @@
+/* Device selection and the backend's lifecycle: pick_device (one rank per
+ * GPU), backend_cuda_create (the op table) and cuda_destroy. */
+#pragma once
+
+#include "common.cuh"
+
+/* ------------------------------------------------------------- lifecycle */
+
+static void cuda_destroy(Backend *be)
+{
+    CudaImpl *I = IMPL(be);
+    cudaStreamSynchronize(I->stream);
+    if (I->sin_table) cudaFree(I->sin_table);
+    if (I->part) cudaFree(I->part);
+    if (I->seg) cudaFree(I->seg);
+    if (I->gptrs) cudaFree(I->gptrs);
+    for (int k = 0; k < 2; k++) {
+        if (I->seg_host[k]) cudaFreeHost(I->seg_host[k]);
+        cudaEventDestroy(I->seg_copied[k]);
+    }
+    if (I->shadow) cudaFree(I->shadow);
+    for (int k = 0; k < 3; k++)
+        if (I->gscratch[k]) cudaFree(I->gscratch[k]);
+    /* activation buffers the caller did not free */
+    for (const auto &a : I->act_size) cudaFree(a.first);
+    if (I->comm_stream) {
+        cudaStreamSynchronize(I->comm_stream);
+#if USE_NCCL
+        if (I->use_nccl) ncclCommDestroy(I->nccl);
+#endif
+        cudaEventDestroy(I->ev_ready);
+        cudaEventDestroy(I->ev_done);
+        cudaStreamDestroy(I->comm_stream);
+    }
+    cublasDestroy(I->blas);
+    cudaStreamDestroy(I->stream);
+    delete I;
+    free(be);
+}
+
+/* One rank per GPU: the node-local rank picks the device where every rank
+ * sees all n GPUs of the node; where each sees only its own (Slurm
+ * --gpus-per-task=1: n = 1), device 0.  More node-local ranks than visible
+ * GPUs, or two ranks of a node on one GPU (compared by UUID over the
+ * node's ranks: collective), is refused: the ranks would share a GPU's
+ * memory and time.  TRANSFORMER_SHARE_GPU=1 allows it (tests on one GPU).
+ * Returns the device, or -1 after a one-line error. */
+static int pick_device(int local_rank, int n)
+{
+    const char *share_env = getenv("TRANSFORMER_SHARE_GPU");
+    int share = share_env && !strcmp(share_env, "1");
+    int dev = share ? local_rank % n : local_rank < n ? local_rank : n == 1 ? 0 : -1;
+    int mpi = 0, rank = 0;
+    MPI_Initialized(&mpi);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* which node-local rank holds the same GPU (-1: none) */
+    int other = -1;
+    if (mpi) {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        int me, size;
+        MPI_Comm_rank(node, &me);
+        MPI_Comm_size(node, &size);
+        /* by UUID, not PCI bus id: MIG instances of one GPU share the bus
+         * id but are separate devices.  Every rank takes part, sharing
+         * allowed or not: the collective must not hang on some ranks. */
+        unsigned char id[17] = {0};   /* uuid, then 1 if known */
+        cudaDeviceProp prop;
+        if (dev >= 0 && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+            memcpy(id, prop.uuid.bytes, 16);
+            id[16] = 1;
+        } else cudaGetLastError();   /* unknown: not compared */
+        std::vector<unsigned char> ids((size_t)size * sizeof id);
+        MPI_Allgather(id, sizeof id, MPI_BYTE, ids.data(), sizeof id, MPI_BYTE, node);
+        for (int r = 0; r < me && id[16] && other < 0; r++)
+            if (!memcmp(&ids[(size_t)r * sizeof id], id, sizeof id)) other = r;
+        MPI_Comm_free(&node);
+    }
+    if (share) return dev;
+    if (dev < 0) {
+        fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d but only %d GPUs visible; run one "
+                        "rank per GPU\n", rank, host, local_rank, n);
+        return -1;
+    }
+    if (other >= 0) {
+        fprintf(stderr, "error: device=cuda: rank %d on host %s: node-local rank %d would share its GPU (%d visible) "
+                        "with node-local rank %d; run one rank per GPU\n", rank, host, local_rank, n, other);
+        return -1;
+    }
+    return dev;
+}
+
+extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        fprintf(stderr, "error: device=cuda: no usable CUDA device (%s)\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return NULL;
+    }
+    if (allreduce && strcmp(allreduce, "nccl") && strcmp(allreduce, "mpi")) {
+        fprintf(stderr, "error: device=cuda: allreduce '%s' is not nccl or mpi\n", allreduce);
+        return NULL;
+    }
+    int prec = !strcmp(precision, "bf16") ? PREC_BF16 : !strcmp(precision, "tf32") ? PREC_TF32 : PREC_FP32;
+    if (strcmp(precision, "fp32") && prec == PREC_FP32) {
+        fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32 or bf16\n", precision);
+        return NULL;
+    }
+    int dev = pick_device(local_rank, n);
+    if (dev < 0) return NULL;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+        fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
+        return NULL;
+    }
+    CudaImpl *I = new CudaImpl();
+    I->device = dev;
+    I->precision = prec;
+    I->act_dtype = prec == PREC_BF16 ? DT_BF16 : DT_F32;
+    I->want_nccl = !allreduce || !strcmp(allreduce, "nccl");
+    /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
+     * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F) */
+    I->compute = prec == PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+               : prec == PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                   : CUBLAS_COMPUTE_32F;
+    CK(cudaStreamCreateWithFlags(&I->stream, cudaStreamNonBlocking));
+    for (int k = 0; k < 2; k++) CK(cudaEventCreateWithFlags(&I->seg_copied[k], cudaEventDisableTiming));
+    CKB(cublasCreate(&I->blas));
+    CKB(cublasSetStream(I->blas, I->stream));
+    /* reductions (split-K partial sums) in the compute type, fp32, never in
+     * a bf16 output's type: bf16 GEMMs accumulate in fp32 throughout */
+    CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
+                                                  | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    Backend *be = (Backend *)calloc(1, sizeof *be);
+    if (!be) die(1, "out of memory");
+    be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : "cuda";
+    be->impl = I;
+    be->alloc = cuda_alloc;
+    be->alloc_act = cuda_alloc_act;
+    be->act_dtype = I->act_dtype;
+    be->set_params = cuda_set_params;
+    be->free = cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->zero = cuda_zero;
+    be->copy = cuda_copy;
+    be->sync = cuda_sync;
+    be->upload_act = cuda_upload_act;
+    be->download_act = cuda_download_act;
+    be->zero_act = cuda_zero_act;
+    be->copy_act = cuda_copy_act;
+    be->gemm = cuda_gemm;
+    be->gemm_batched = cuda_gemm_batched;
+    be->bias_forward = cuda_bias_forward;
+    be->bias_backward = cuda_bias_backward;
+    be->softmax_forward = cuda_softmax_forward;
+    be->softmax_backward = cuda_softmax_backward;
+    be->residual_ln_forward = cuda_residual_ln_forward;
+    be->residual_ln_backward = cuda_residual_ln_backward;
+    be->embed_forward = cuda_embed_forward;
+    be->embed_backward = cuda_embed_backward;
+    be->xent_forward_backward = cuda_xent_forward_backward;
+    be->adam = cuda_adam;
+    be->log_softmax = cuda_log_softmax;
+    be->allreduce_init = cuda_allreduce_init;
+    be->allreduce_start = cuda_allreduce_start;
+    be->allreduce_wait = cuda_allreduce_wait;
+    be->destroy = cuda_destroy;
+    return be;
+}

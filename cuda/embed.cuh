@@ -1,0 +1,171 @@
+/* Token embeddings and positional encodings (sections 3.4, 3.5). */
+#pragma once
+
+#include "memory.cuh"
+
+/* ------------------------------------------------------------ embeddings */
+
+/* PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section
+ * 3.5), in double on the host as the CPU backend computes it */
+static const float *sinusoids(Backend *be, int n_pos, int d)
+{
+    CudaImpl *I = IMPL(be);
+    if (I->sin_table && I->sin_d == d && I->sin_n >= n_pos) return I->sin_table;
+    int n = n_pos > 2 * I->sin_n ? n_pos : 2 * I->sin_n;
+    if (I->sin_d != d) n = n_pos;
+    std::vector<float> h((size_t)n * d);
+    for (int pos = 0; pos < n; pos++)
+        for (int j = 0; j < d; j++) {
+            double rate = pow(10000.0, (double)(j & ~1) / d);
+            double a = pos / rate;
+            h[(size_t)pos * d + j] = (float)((j & 1) ? cos(a) : sin(a));
+        }
+    CK(cudaStreamSynchronize(I->stream));
+    if (I->sin_table) CK(cudaFree(I->sin_table));
+    CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
+    /* on the backend's stream: a cudaMemcpy on the legacy default stream is
+     * not ordered before the non-blocking stream's kernels that read the
+     * table; the host waits before h goes out of scope */
+    CK(cudaMemcpyAsync(I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+    I->sin_d = d;
+    I->sin_n = n;
+    return I->sin_table;
+}
+
+template <typename A>
+static __global__ void k_embed_forward(A *out, const float *E, const float *pos, const int32_t *tokens,
+                                       const uint32_t *sent_id, int T, int d, long n, float scale, int pos_offset,
+                                       float p, float ks, DropoutKey key)
+{
+    for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
+        long i = idx / d;
+        int j = (int)(idx % d), b = (int)(i / T), t = (int)(i % T), ps = t + pos_offset;
+        float v = ld(E, (size_t)tokens[i] * d + j) * scale + ld(pos, (size_t)ps * d + j);
+        st(out, idx, drop_apply(v, p, ks, key, sent_id[b], (uint32_t)ps, (uint32_t)j));
+    }
+}
+
+static void cuda_embed_forward(Backend *be, Act out, const float *E, const float *pos_table, const int32_t *tokens,
+                               const uint32_t *sent_id, int B, int T, int d, float scale, int pos_offset, float p,
+                               DropoutKey key)
+{
+    long n = (long)B * T * d;
+    if (n <= 0) return;
+    const float *pos = pos_table ? pos_table : sinusoids(be, pos_offset + T, d);
+    dispatch(out.dtype, [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_embed_forward<A>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<A>(out), E, pos, tokens, sent_id, T,
+               d, n, scale, pos_offset, p, drop_scale(p), key);
+    });
+    CKL();
+}
+
+/* One block row per distinct token: seg[0..nu] are segment starts into
+ * order[], seg_tok[u] the token.  Positions of a token are added in
+ * ascending order, the same order (and the same float operations) as the
+ * CPU backend, so the result is deterministic and matches it. */
+template <typename A>
+static __global__ void k_embed_backward_tokens(float *dE, const A *dout, const int32_t *order, const int32_t *seg,
+                                               const int32_t *seg_tok, const uint32_t *sent_id, int T, int d,
+                                               float scale, float p, float ks, DropoutKey key)
+{
+    int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    size_t e = (size_t)seg_tok[u] * d + j;
+    float acc = ld(dE, e);
+    for (int k = seg[u]; k < seg[u + 1]; k++) {
+        int i = order[k], b = i / T, t = i % T;
+        float v = drop_apply(ld(dout, (size_t)i * d + j), p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
+        acc = __fadd_rn(acc, __fmul_rn(v, scale));
+    }
+    st(dE, e, acc);
+}
+
+/* learned positions: dpos[t, j] += sum over sentences b in order */
+template <typename A>
+static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const uint32_t *sent_id, int B, int T, int d,
+                                            float p, float ks, DropoutKey key)
+{
+    long n = (long)T * d;
+    for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
+        int t = (int)(idx / d), j = (int)(idx % d);
+        float acc = ld(dpos, idx);
+        for (int b = 0; b < B; b++)
+            acc += drop_apply(ld(dout, ((size_t)b * T + t) * d + j), p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
+        st(dpos, idx, acc);
+    }
+}
+
+static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, const int32_t *tokens,
+                                const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d, int vocab,
+                                float scale, float p, DropoutKey key)
+{
+    CudaImpl *I = IMPL(be);
+    int n = B * T;
+    if (n <= 0 || d <= 0) return;
+    /* group positions by token: a stable counting sort of the B*T ids on the
+     * host (tens of microseconds), so that the device needs no atomics.  The
+     * ids come from the caller's host copy; only without one are they read
+     * back, which waits for the stream. */
+    const int32_t *tok = host_tokens;
+    if (!tok) {
+        I->h_tok.resize(n);
+        cuda_download(be, I->h_tok.data(), tokens, sizeof(int32_t) * n);
+        tok = I->h_tok.data();
+    }
+    std::vector<int32_t> &count = I->count;
+    count.assign((size_t)vocab + 1, 0);
+    for (int i = 0; i < n; i++) {
+        int t = tok[i];
+        if (t < 0 || t >= vocab) die(1, "cuda embed_backward: token %d outside the vocabulary of %d", t, vocab);
+        count[t + 1]++;
+    }
+    int nu = 0;
+    for (int t = 0; t < vocab; t++) nu += count[t + 1] > 0;
+    for (int t = 0; t < vocab; t++) count[t + 1] += count[t];
+    /* layout: order[n] | seg[nu+1] | seg_tok[nu], staged in pinned memory
+     * and copied asynchronously (no host-device synchronisation) */
+    size_t need = (size_t)n + 2 * nu + 1;
+    int k = I->seg_turn;
+    I->seg_turn ^= 1;
+    CK(cudaEventSynchronize(I->seg_copied[k]));   /* the last copy out of this buffer is done */
+    if (need > I->seg_host_cap[k]) {
+        if (I->seg_host[k]) CK(cudaFreeHost(I->seg_host[k]));
+        I->seg_host_cap[k] = need * 2;
+        CK(cudaMallocHost((void **)&I->seg_host[k], I->seg_host_cap[k] * sizeof(int32_t)));
+    }
+    int32_t *order = I->seg_host[k], *seg = order + n, *seg_tok = seg + nu + 1;
+    for (int i = 0; i < n; i++) order[count[tok[i]]++] = i;   /* count[t] ends at the end of t's segment */
+    int u = 0;
+    for (int t = 0, start = 0; t < vocab; t++)
+        if (count[t] > start) {
+            seg[u] = start;
+            seg_tok[u] = t;
+            u++;
+            start = count[t];
+        }
+    seg[nu] = n;
+    if (need > I->seg_cap) {
+        CK(cudaStreamSynchronize(I->stream));
+        if (I->seg) CK(cudaFree(I->seg));
+        I->seg_cap = need * 2;
+        CK(cudaMalloc((void **)&I->seg, I->seg_cap * sizeof(int32_t)));
+    }
+    /* stream order: this copy runs after the kernel that read I->seg last */
+    CK(cudaMemcpyAsync(I->seg, order, need * sizeof(int32_t), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaEventRecord(I->seg_copied[k], I->stream));
+    float ks = drop_scale(p);
+    dim3 grid(nu, (d + 127) / 128);
+    dispatch(dout.dtype, [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_embed_backward_tokens<A>, grid, 128, 0, I->stream, dE, tp<A>(dout), I->seg, I->seg + n,
+               I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
+        CKL();
+        if (dpos) {
+            LAUNCH(k_embed_backward_pos<A>, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, tp<A>(dout), sent_id,
+                   B, T, d, p, ks, key);
+            CKL();
+        }
+    });
+}

@@ -1,0 +1,243 @@
+/* Memory and precision: device allocation, the typed activation storage and
+ * the bf16 shadow of the weights, host transfers, copies and conversions,
+ * and the per-type load/store helpers and launch dispatch of the kernels. */
+#pragma once
+
+#include "common.cuh"
+
+/* ---------------------------------------------------------- bf16 storage
+ *
+ * With precision=bf16 the model's activations (everything it allocates with
+ * alloc_act, see ops.h) are stored as bf16 (8-bit mantissa, fp32's exponent
+ * range: no loss scaling needed), halving their memory and the bytes every
+ * elementwise kernel moves; parameters, gradients, Adam moments, LayerNorm
+ * statistics and losses stay fp32 (mixed precision as in Micikevicius et
+ * al. 2018, with bf16 instead of fp16).
+ *
+ * Every activation argument of an op is a typed view (Act: device address +
+ * DType).  Kernels are templates over the activation element type T; they
+ * load and store through ld()/st(), overloaded per type (conversion to and
+ * from fp32, round to nearest even), and compute in fp32.  An op checks
+ * that its activation arguments share one type and picks the kernel's
+ * instantiation once per launch (dispatch below): a new storage type (fp16)
+ * is one more overload of ld/st and one more case of dispatch, not a branch
+ * in every kernel.
+ *
+ * GEMMs: when either input is bf16 both are given to cuBLAS as bf16 (the
+ * weights through a bf16 shadow copy of the parameters, refreshed lazily
+ * after anything writes the parameters: Adam, upload, copy, zero), with
+ * fp32 accumulation (CUBLAS_COMPUTE_32F) and C stored bf16 (activations) or
+ * fp32 (weight gradients, accumulated with beta = 1 in fp32). */
+
+static __host__ __device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
+static __host__ __device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+static __host__ __device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
+static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
+{
+    p[i] = __float2bfloat16_rn(v);
+}
+
+/* f(T()) with T the C++ type of elements of type t: the one place where an
+ * op's launch turns its DType into a kernel instantiation */
+template <typename F> static void dispatch(DType t, F &&f)
+{
+    switch (t) {
+    case DT_F32: f(float()); break;
+    case DT_BF16: f(__nv_bfloat16()); break;
+    default: die(1, "cuda: activation element type %d unknown", (int)t);
+    }
+}
+
+/* the common element type of an op's activation arguments (those with data;
+ * the ops compute on one storage type per launch) */
+static DType act_type(const char *op, std::initializer_list<Act> acts)
+{
+    int t = -1;
+    for (const Act &a : acts) {
+        if (!a.data) continue;
+        if (t >= 0 && (int)a.dtype != t)
+            die(1, "cuda %s: activations of different element types (%d, %d)", op, t, (int)a.dtype);
+        t = (int)a.dtype;
+    }
+    return t < 0 ? DT_F32 : (DType)t;
+}
+
+/* the view's data as elements of T (after dispatch on its dtype) */
+template <typename T> static T *tp(Act a) { return (T *)a.data; }
+
+static bool in_params(CudaImpl *I, const void *p, size_t bytes)
+{
+    uintptr_t u = (uintptr_t)p, b = (uintptr_t)I->params, e = b + I->n_params * sizeof(float);
+    return I->params && u < e && u + bytes > b;
+}
+
+/* anything that writes the master weights makes the bf16 shadow stale */
+static void touch(CudaImpl *I, const void *p, size_t bytes)
+{
+    if (I->shadow && in_params(I, p, bytes)) I->shadow_stale = true;
+}
+
+/* fp32 <-> T: every conversion goes through fp32 (round to nearest even) */
+template <typename T> static __global__ void k_narrow(T *dst, const float *src, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        st(dst, i, src[i]);
+}
+
+template <typename T> static __global__ void k_widen(float *dst, const T *src, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        dst[i] = ld(src, i);
+}
+
+/* n elements between storage types, one of them fp32 (the fp32 -> fp32
+ * instantiations are never launched, so they are not compiled) */
+static void convert(Backend *be, Act dst, Act src, long n)
+{
+    if (n <= 0) return;
+    cudaStream_t s = IMPL(be)->stream;
+    if (src.dtype == DT_F32 && dst.dtype != DT_F32)
+        dispatch(dst.dtype, [&](auto z) {
+            using T = decltype(z);
+            if constexpr (!std::is_same<T, float>::value)
+                LAUNCH(k_narrow<T>, nblocks(n, 256), 256, 0, s, tp<T>(dst), tp<float>(src), n);
+        });
+    else if (dst.dtype == DT_F32 && src.dtype != DT_F32)
+        dispatch(src.dtype, [&](auto z) {
+            using T = decltype(z);
+            if constexpr (!std::is_same<T, float>::value)
+                LAUNCH(k_widen<T>, nblocks(n, 256), 256, 0, s, tp<float>(dst), tp<T>(src), n);
+        });
+    else
+        die(1, "cuda: no conversion from element type %d to %d", (int)src.dtype, (int)dst.dtype);
+    CKL();
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static void *cuda_alloc(Backend *be, size_t bytes)
+{
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    CK(cudaMemsetAsync(p, 0, n, IMPL(be)->stream));
+    return p;
+}
+
+static Act cuda_alloc_act(Backend *be, size_t n)
+{
+    CudaImpl *I = IMPL(be);
+    size_t bytes = (n ? n : 1) * dtype_size(I->act_dtype);
+    Act a = { cuda_alloc(be, bytes), I->act_dtype };   /* zero bits = 0.0 in fp32 and bf16 */
+    if (!a.data) return a;
+    I->act_size[a.data] = bytes;
+    be->act_bytes += bytes;
+    return a;
+}
+
+static void cuda_free(Backend *be, void *p)
+{
+    CudaImpl *I = IMPL(be);
+    if (!p) return;
+    auto it = I->act_size.find(p);
+    if (it != I->act_size.end()) {
+        be->act_bytes -= it->second;
+        I->act_size.erase(it);
+    }
+    CK(cudaFree(p));
+}
+
+static void cuda_set_params(Backend *be, float *params, size_t n)
+{
+    CudaImpl *I = IMPL(be);
+    I->params = params;
+    I->n_params = n;
+    if (I->shadow) CK(cudaFree(I->shadow));
+    I->shadow = NULL;
+    if (I->act_dtype == DT_BF16 && n) CK(cudaMalloc((void **)&I->shadow, n * sizeof(__nv_bfloat16)));
+    I->shadow_stale = true;
+}
+
+/* the weights at p as a bf16 GEMM operand: the shadow, converted if stale */
+static Act shadow_of(Backend *be, const float *p)
+{
+    CudaImpl *I = IMPL(be);
+    Act sh = { I->shadow, DT_BF16 };
+    if (I->shadow_stale) {
+        convert(be, sh, act_f32((float *)I->params), (long)I->n_params);
+        I->shadow_stale = false;
+    }
+    return act_at(sh, p - I->params);
+}
+
+static void cuda_upload(Backend *be, void *dst, const void *src, size_t n)
+{
+    if (!n) return;
+    CudaImpl *I = IMPL(be);
+    touch(I, dst, n);
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));   /* the caller may reuse src at once */
+}
+
+static void cuda_download(Backend *be, void *dst, const void *src, size_t n)
+{
+    if (!n) return;
+    CudaImpl *I = IMPL(be);
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+}
+
+static void cuda_zero(Backend *be, void *p, size_t n)
+{
+    if (!n) return;
+    touch(IMPL(be), p, n);
+    CK(cudaMemsetAsync(p, 0, n, IMPL(be)->stream));
+}
+
+static void cuda_copy(Backend *be, void *dst, const void *src, size_t n)
+{
+    if (!n || dst == src) return;
+    touch(IMPL(be), dst, n);
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, IMPL(be)->stream));
+}
+
+static void cuda_sync(Backend *be) { CK(cudaStreamSynchronize(IMPL(be)->stream)); }
+
+/* fp32 host data into an activation: bf16 storage is converted on the host */
+static void cuda_upload_act(Backend *be, Act dst, const float *src, size_t n)
+{
+    if (dst.dtype == DT_F32) return cuda_upload(be, dst.data, src, n * sizeof(float));
+    if (!n) return;
+    CudaImpl *I = IMPL(be);
+    std::vector<__nv_bfloat16> h(n);
+    for (size_t i = 0; i < n; i++) st(h.data(), i, src[i]);
+    CK(cudaMemcpyAsync(dst.data, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+}
+
+/* an activation into fp32 host memory (e.g. attention weights P for the
+ * maps): bf16 storage is widened on the host */
+static void cuda_download_act(Backend *be, float *dst, Act src, size_t n)
+{
+    if (src.dtype == DT_F32) return cuda_download(be, dst, src.data, n * sizeof(float));
+    if (!n) return;
+    CudaImpl *I = IMPL(be);
+    std::vector<__nv_bfloat16> h(n);
+    CK(cudaMemcpyAsync(h.data(), src.data, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+    for (size_t i = 0; i < n; i++) dst[i] = ld(h.data(), i);
+}
+
+static void cuda_zero_act(Backend *be, Act p, size_t n) { cuda_zero(be, p.data, n * dtype_size(p.dtype)); }
+
+/* between storage types: convert */
+static void cuda_copy_act(Backend *be, Act dst, Act src, size_t n)
+{
+    if (dst.dtype == src.dtype) return cuda_copy(be, dst.data, src.data, n * dtype_size(dst.dtype));
+    if (!n) return;
+    touch(IMPL(be), dst.data, n * dtype_size(dst.dtype));
+    convert(be, dst, src, (long)n);
+}

@@ -1,0 +1,91 @@
+/* Attention softmax (eq. 1, with padding and causal masks) and the
+ * log-softmax of decoding. */
+#pragma once
+
+#include "memory.cuh"
+
+/* --------------------------------------------------------------- softmax */
+
+/* one block per row of S (eq. 1 with the padding and causal masks) */
+template <typename T>
+static __global__ void k_softmax_forward(T *S, const int32_t *key_len, float scale, int nh, int Tq, int Tk,
+                                         int causal, int q_offset)
+{
+    DYNAMIC_SHARED(float, sh);
+    long r = blockIdx.x;
+    int b = (int)(r / ((long)nh * Tq)), q = (int)(r % Tq);
+    int n = key_len[b];
+    if (causal && q + q_offset + 1 < n) n = q + q_offset + 1;
+    if (n > Tk) n = Tk;
+    T *s = S + r * Tk;
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) mx = fmaxf(mx, ld(s, k) * scale);
+    mx = block_max(mx, sh);
+    float sum = 0.0f;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) sum += expf(ld(s, k) * scale - mx);
+    sum = block_sum(sum, sh);
+    float inv = n > 0 ? 1.0f / sum : 0.0f;
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x) st(s, k, k < n ? expf(ld(s, k) * scale - mx) * inv : 0.0f);
+}
+
+static void cuda_softmax_forward(Backend *be, Act S, const int32_t *key_len, float scale, int nb, int nh, int Tq,
+                                 int Tk, int causal, int q_offset)
+{
+    long rows = (long)nb * nh * Tq;
+    if (rows <= 0 || Tk <= 0) return;
+    dispatch(S.dtype, [&](auto z) {
+        using T = decltype(z);
+        LAUNCH(k_softmax_forward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(S), key_len,
+               scale, nh, Tq, Tk, causal, q_offset);
+    });
+    CKL();
+}
+
+template <typename T> static __global__ void k_softmax_backward(T *dP, const T *P, float scale, int Tk)
+{
+    DYNAMIC_SHARED(float, sh);
+    T *d = dP + (long)blockIdx.x * Tk;
+    const T *p = P + (long)blockIdx.x * Tk;
+    float dot = 0.0f;
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x) dot += ld(p, k) * ld(d, k);
+    dot = block_sum(dot, sh);
+    for (int k = threadIdx.x; k < Tk; k += blockDim.x) st(d, k, scale * ld(p, k) * (ld(d, k) - dot));
+}
+
+static void cuda_softmax_backward(Backend *be, Act dP, Act P, float scale, int nb, int nh, int Tq, int Tk)
+{
+    long rows = (long)nb * nh * Tq;
+    if (rows <= 0 || Tk <= 0) return;
+    dispatch(act_type("softmax_backward", { dP, P }), [&](auto z) {
+        using T = decltype(z);
+        LAUNCH(k_softmax_backward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(dP), tp<T>(P),
+               scale, Tk);
+    });
+    CKL();
+}
+
+/* ----------------------------------------------------------- log_softmax */
+
+template <typename T> static __global__ void k_log_softmax(T *x, int cols)
+{
+    DYNAMIC_SHARED(float, sh);
+    T *z = x + (long)blockIdx.x * cols;
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) mx = fmaxf(mx, ld(z, k));
+    mx = block_max(mx, sh);
+    float se = 0.0f;
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) se += expf(ld(z, k) - mx);
+    se = block_sum(se, sh);
+    float lse = mx + logf(se);
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) st(z, k, ld(z, k) - lse);
+}
+
+static void cuda_log_softmax(Backend *be, Act x, int rows, int cols)
+{
+    if (rows <= 0 || cols <= 0) return;
+    dispatch(x.dtype, [&](auto z) {
+        using T = decltype(z);
+        LAUNCH(k_log_softmax<T>, rows, row_threads(cols), RED_SMEM, IMPL(be)->stream, tp<T>(x), cols);
+    });
+    CKL();
+}

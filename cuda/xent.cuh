@@ -1,0 +1,64 @@
+/* Label-smoothed cross-entropy (section 5.4), fused with its gradient. */
+#pragma once
+
+#include "memory.cuh"
+
+/* ------------------------------------------ label-smoothed cross-entropy */
+
+/* one block per row: loss of section 5.4 and, fused, the gradient of the
+ * softmax + cross-entropy written over the logits */
+template <typename A>
+static __global__ void k_xent(A *logits, const int32_t *target, int V, float eps, float gs, float *row_loss,
+                              float *row_nll)
+{
+    DYNAMIC_SHARED(float, sh);
+    long r = blockIdx.x;
+    A *z = logits + r * V;
+    int y = target[r];
+    if (y == 0) {
+        if (threadIdx.x == 0) {
+            st(row_loss, r, 0.0f);
+            st(row_nll, r, 0.0f);
+        }
+        if (gs != 0.0f)
+            for (int k = threadIdx.x; k < V; k += blockDim.x) st(z, k, 0.0f);
+        return;
+    }
+    float zy = ld(z, y);   /* read before any thread overwrites the row */
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < V; k += blockDim.x) mx = fmaxf(mx, ld(z, k));
+    mx = block_max(mx, sh);
+    float se = 0.0f, sz = 0.0f;
+    for (int k = threadIdx.x; k < V; k += blockDim.x) {
+        se += expf(ld(z, k) - mx);
+        sz += ld(z, k);
+    }
+    se = block_sum(se, sh);
+    sz = block_sum(sz, sh);
+    float lse = mx + logf(se);
+    if (threadIdx.x == 0) {
+        float nll = lse - zy, smooth = lse - sz / V;
+        st(row_nll, r, nll);
+        st(row_loss, r, (1.0f - eps) * nll + eps * smooth);
+    }
+    if (gs != 0.0f) {
+        float u = eps / V;
+        for (int k = threadIdx.x; k < V; k += blockDim.x) {
+            float g = gs * (expf(ld(z, k) - lse) - u);
+            if (k == y) g -= gs * (1.0f - eps);
+            st(z, k, g);
+        }
+    }
+}
+
+static void cuda_xent_forward_backward(Backend *be, Act logits, const int32_t *target, int rows, int V, float eps,
+                                       float grad_scale, float *row_loss, float *row_nll)
+{
+    if (rows <= 0) return;
+    dispatch(logits.dtype, [&](auto z) {
+        using A = decltype(z);
+        LAUNCH(k_xent<A>, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, tp<A>(logits), target, V, eps, grad_scale,
+               row_loss, row_nll);
+    });
+    CKL();
+}
