@@ -32,7 +32,7 @@ download() {
     case $url in
         local:*) cp -- "$dir/${url#local:}" "$out" ;;
         *) command -v curl >/dev/null || die "$url: curl is not installed (apt-get install curl)"
-           curl -fsSL --retry 2 -o "$out" -- "$url" 2>/dev/null \
+           curl -fsSL --retry 2 --connect-timeout 30 -o "$out" -- "$url" 2>/dev/null \
                || die "$url: download failed (offline? use a local folder instead)" ;;
     esac
 }

@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 logdir=build/test-logs
 mkdir -p "$logdir"
+rm -f "$logdir/.no-multi30k"   # tests/lib.sh need_multi30k: try the download again
 pass=0 fail=0 skipped=0
 failed=()
 pattern=${TESTS:-}
@@ -19,7 +20,9 @@ run_one() {
     local name=$1; shift
     if [ -n "$pattern" ]; then
         local p hit=0
-        for p in $pattern; do [[ "$name" == *"$p"* ]] && hit=1; done
+        set -f   # the patterns are globs on test names, not on files here
+        for p in $pattern; do [[ "$name" == *$p* ]] && hit=1; done
+        set +f
         [ "$hit" = 1 ] || return 0
     fi
     local log="$logdir/$name.log" t0 t1
@@ -53,5 +56,8 @@ if [ -d analysis/tests ] && [ -x .venv/bin/python ]; then
 fi
 
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
+if [ -n "$pattern" ] && [ $((pass + fail + skipped)) -eq 0 ]; then
+    echo "error: TESTS='$pattern' matches no test"; fail=1
+fi
 echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

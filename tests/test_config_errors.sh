@@ -66,13 +66,17 @@ for cmd in params train; do
     one_line_error "^error: $cmd: --config given twice ($f, $tmp/odd.cfg)" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
 done
 # a missing dataset file says how to make it: input/prepare.sh NAME for a
-# dataset of input/prepare.sh (its file name), else where the datasets are
-one_line_error "^error: data/wmt14.h5: no such file (make it with: input/prepare.sh wmt14)$" \
-    "$BIN" train data=data/wmt14.h5
+# dataset of input/prepare.sh (its file name), else where the datasets are.
+# The relative default path is tried from an empty directory (a checkout may
+# have prepared data/wmt14.h5), with a small model (no 63M-parameter init)
+small="n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 threads=1"
+mkdir -p "$tmp/empty"
+(cd "$tmp/empty" && one_line_error "^error: data/wmt14.h5: no such file (make it with: input/prepare.sh wmt14)$" \
+    "$BIN" train data=data/wmt14.h5 $small) || exit 1
 one_line_error "^error: $tmp/multi30k.h5: no such file (make it with: input/prepare.sh multi30k '' $tmp/multi30k.h5)$" \
-    "$BIN" train data="$tmp/multi30k.h5"
+    "$BIN" train data="$tmp/multi30k.h5" $small
 one_line_error "^error: $tmp/mine.h5: no such file (make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md)$" \
-    "$BIN" train data="$tmp/mine.h5"
+    "$BIN" train data="$tmp/mine.h5" $small
 # a byte order mark before the first key is not part of it
 printf '\xef\xbb\xbfn_layers = 1\n' > "$tmp/bom.cfg"
 "$BIN" params --config "$tmp/bom.cfg" n_layers=1 > /dev/null || fail "a config with a UTF-8 BOM is refused"

@@ -259,7 +259,7 @@ build_all() {  # ARCH: make, its output to the log, one line back
     SECONDS=0
     make -j"$JOBS" CUDA_ARCH="$1" all "${GPU_BIN[@]}" >"$WORK/make.log" 2>&1 || { cat "$WORK/make.log"; return 1; }
     cat "$WORK/make.log"
-    echo "built in ${SECONDS}s: $(grep -c '^\(mpicc\|nvcc\|.*/nvcc\) ' "$WORK/make.log") compiler runs"
+    echo "built in ${SECONDS}s: $(grep -c '^  \(CC\|CXX\|NVCC\) ' "$WORK/make.log") compiler runs"
 }
 
 has_sass() {  # CUOBJDUMP ARCH

@@ -57,6 +57,8 @@ def cmd_header(args):
 def cmd_digits(cpu_log, gpu_log, n):
     """fp32 on the GPU reproduces the CPU's losses to every printed digit"""
     n = int(n)
+    if n < 1:
+        die("digits: N must be at least 1, got %d" % n)
     a, b = step_losses(cpu_log)[:n], step_losses(gpu_log)[:n]
     if len(a) < n or len(b) < n:
         print("FAIL: need %d logged steps in each log, got %d (cpu) and %d (gpu)" % (n, len(a), len(b)))
@@ -205,7 +207,9 @@ def main(argv):
     args = argv[2:]
     if nargs is None:
         return fn(args)
-    if nargs < 0 and len(args) >= -nargs:   # at least -nargs
+    if nargs < 0:   # at least -nargs
+        if len(args) < -nargs:
+            die("%s takes at least %d arguments, got %d" % (argv[1], -nargs, len(args)))
         return fn(*args)
     if len(args) != nargs:
         die("%s takes %d arguments, got %d" % (argv[1], nargs, len(args)))
