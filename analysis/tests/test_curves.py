@@ -60,6 +60,34 @@ def test_two_runs_in_one_figure(runs, tmp_path):
     np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), m[0]["elapsed"])  # seconds for short runs
     assert fig.axes[2].get_xlabel() == "wall time (s)"
     assert "c_steps.png" in p.stdout
+    assert len(labelled_yticks(ppl_ax)) >= 2, "the dev perplexity panel has no numbers on its y axis"
+
+
+def labelled_yticks(ax):
+    """The y tick labels (major and minor) drawn inside the axis with a text."""
+    ax.figure.canvas.draw()
+    lo, hi = sorted(ax.get_ylim())
+    out = []
+    for minor in (False, True):
+        for t in ax.yaxis.get_ticklabels(minor=minor):
+            if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi:
+                out.append(t.get_text())
+    return out
+
+
+@pytest.mark.parametrize("ppl", [(1.5, 1.2, 1.08), (12.0, 6.0, 4.5), (300.0, 40.0, 9.0, 4.2), (2e4, 3.0)])
+def test_perplexity_axis_has_numbers(ppl):
+    """Whatever the range, small (a log axis shows no tick there) or several decades."""
+    n = len(ppl)
+    m = {k: np.arange(1.0, n + 1) for k in ("step", "loss", "lr", "tokens_per_s", "elapsed")}
+    m.update(dev_step=np.arange(1.0, n + 1), dev_elapsed=np.arange(1.0, n + 1), dev_loss=np.log(ppl),
+             dev_ppl=np.array(ppl))
+    fig = C.plot_figure([m], [""], "step")
+    ppl_ax = fig.axes[2]
+    labels = labelled_yticks(ppl_ax)
+    assert len(labels) >= 2, f"dev perplexity {ppl}: y tick labels {labels}"
+    if max(ppl) >= 10 * min(ppl):
+        assert ppl_ax.get_yscale() == "log"
 
 
 def test_outputs_are_0644(runs, tmp_path):
