@@ -88,6 +88,19 @@ def as_strings(v):
     return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in a.reshape(-1)]
 
 
+def umask():
+    """The process's umask (os.umask can only be read by setting it)."""
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
+
+
+def make_public(fd):
+    """Give a file made by tempfile.mkstemp (always 0600) the mode a plain
+    open() would have given it: 0666 minus the umask, i.e. 0644 usually."""
+    os.fchmod(fd, 0o666 & ~umask())
+
+
 def write_atomic(path, data, mode="w"):
     """Write text or bytes to path through a temporary name, fsync and rename:
     a crash never leaves a half-written output."""
@@ -95,6 +108,7 @@ def write_atomic(path, data, mode="w"):
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=d)
     try:
+        make_public(fd)
         with os.fdopen(fd, mode + ("b" if isinstance(data, bytes) else "")) as f:
             f.write(data)
             f.flush()
@@ -115,6 +129,7 @@ def savefig(fig, prefix):
         path = f"{prefix}.{ext}"
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix="." + ext, dir=d)
         try:
+            make_public(fd)
             with os.fdopen(fd, "wb") as f:
                 fig.savefig(f, format=ext, dpi=200, bbox_inches="tight")
                 f.flush()

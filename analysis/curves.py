@@ -79,6 +79,17 @@ def metrics_path(run):
     return p
 
 
+def _perplexity_axis(ax, ys):
+    """A log y axis where the values ys span at least a decade, labelled 2, 3,
+    5, 10, 20 ...; else a linear one. A log axis within one decade can have no
+    labelled tick at all (perplexities 1.08 to 1.5 meet neither 1, 2 nor 10)."""
+    v = np.concatenate([np.asarray(y, float).ravel() for y in ys]) if ys else np.zeros(0)
+    v = v[np.isfinite(v) & (v > 0)]
+    if len(v) and v.max() >= 10 * v.min():
+        ax.set_yscale("log")
+        _plain_log_ticks(ax)
+
+
 def _plain_log_ticks(ax):
     """Log axis labelled 2, 3, 5, 10, 20 ... instead of 2x10^0 notation."""
     from matplotlib.ticker import FuncFormatter
@@ -97,7 +108,7 @@ def _plain_log_ticks(ax):
 
 
 PANELS = [
-    # (key, x of train or dev, y label, log y)
+    # (key, x of train or dev, y label, log y where the values span a decade)
     ("loss", "train", "training loss (label-smoothed)", False),
     ("lr", "train", "learning rate", False),
     ("dev_ppl", "dev", "dev perplexity", True),
@@ -118,6 +129,7 @@ def plot_figure(runs, labels, xaxis, smooth=1):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (key, kind, ylabel, logy) in zip(axes.flat, PANELS):
         drawn = False
+        ys = []
         for i, (m, lab) in enumerate(zip(runs, labels)):
             if kind == "train":
                 x = m["step"] if xaxis == "step" else m["elapsed"]
@@ -136,11 +148,11 @@ def plot_figure(runs, labels, xaxis, smooth=1):
             if kind == "dev" or len(y) < 3:
                 style.update(marker="o", markersize=3)
             ax.plot(x, y, **style)
+            ys.append(y)
             drawn = True
         ax.set_ylabel(ylabel)
         if logy and drawn:
-            ax.set_yscale("log")
-            _plain_log_ticks(ax)
+            _perplexity_axis(ax, ys)
         if key == "lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
         if not drawn:

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from common import AnalysisError, attr_float, attr_str, main_wrapper, open_h5
+from common import AnalysisError, attr_float, attr_str, main_wrapper, make_public, open_h5
 
 FORMAT = "transformer-row-result"
 FORMAT_VERSION = 1
@@ -104,8 +104,11 @@ def write_result(path, attrs):
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    os.close(fd)
     try:
+        try:
+            make_public(fd)
+        finally:
+            os.close(fd)
         with h5py.File(tmp, "w") as f:
             for k, v in attrs.items():
                 if isinstance(v, str):

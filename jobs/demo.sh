@@ -33,3 +33,13 @@ echo "== plots"
 .venv/bin/python analysis/curves.py "$RUN" --out "$RUN/curves"
 echo "== done: $RUN"
 ls "$RUN"
+cat <<EOF
+
+What to look at:
+  training log          $RUN/train.log
+  training curves       $RUN/curves_steps.png, $RUN/curves_time.png (and .pdf)
+  cross-attention maps  $RUN/cross_attention_layer1.png (and .pdf)
+  attention head stats  $RUN/head_stats.png, $RUN/head_stats.md
+  translations (beam 4) $RUN/dev.beam4.txt, reference $RUN/dev.ref.txt
+  e.g.  paste $RUN/dev.beam4.txt $RUN/dev.ref.txt | head
+EOF

@@ -101,6 +101,17 @@ def assert_figure(prefix):
     with open(prefix + ".pdf", "rb") as f:
         assert f.read(5) == b"%PDF-", prefix + ".pdf is not a PDF"
     assert os.path.getsize(prefix + ".png") > 5000
+    for ext in ("png", "pdf"):
+        assert_public(f"{prefix}.{ext}")
+
+
+def assert_public(path):
+    """path has the mode a plain open() gives: 0666 minus the umask (0644 usually),
+    not tempfile's 0600."""
+    m = os.umask(0o022)
+    os.umask(m)
+    mode = os.stat(path).st_mode & 0o777
+    assert mode == 0o666 & ~m, f"{path}: mode {mode:o}, expected {0o666 & ~m:o}"
 
 
 def parse_train_stdout(text):

@@ -1,11 +1,13 @@
 """Training curves from the metrics logs the C program writes (RUN_DIR/metrics.h5)."""
 
+import os
+
 import h5py
 import numpy as np
 import pytest
 
 import curves as C
-from conftest import TINY, assert_figure, cli_error, script, transformer
+from conftest import TINY, assert_figure, assert_public, cli_error, script, transformer
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,55 @@ def test_two_runs_in_one_figure(runs, tmp_path):
     np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), m[0]["elapsed"])  # seconds for short runs
     assert fig.axes[2].get_xlabel() == "wall time (s)"
     assert "c_steps.png" in p.stdout
+    assert len(labelled_yticks(ppl_ax)) >= 2, "the dev perplexity panel has no numbers on its y axis"
+
+
+def labelled_yticks(ax):
+    """The y tick labels (major and minor) drawn inside the axis with a text."""
+    ax.figure.canvas.draw()
+    lo, hi = sorted(ax.get_ylim())
+    out = []
+    for minor in (False, True):
+        for t in ax.yaxis.get_ticklabels(minor=minor):
+            if t.get_visible() and t.get_text().strip() and lo <= t.get_position()[1] <= hi:
+                out.append(t.get_text())
+    return out
+
+
+@pytest.mark.parametrize("ppl", [(1.5, 1.2, 1.08), (12.0, 6.0, 4.5), (300.0, 40.0, 9.0, 4.2), (2e4, 3.0)])
+def test_perplexity_axis_has_numbers(ppl):
+    """Whatever the range, small (a log axis shows no tick there) or several decades."""
+    n = len(ppl)
+    m = {k: np.arange(1.0, n + 1) for k in ("step", "loss", "lr", "tokens_per_s", "elapsed")}
+    m.update(dev_step=np.arange(1.0, n + 1), dev_elapsed=np.arange(1.0, n + 1), dev_loss=np.log(ppl),
+             dev_ppl=np.array(ppl))
+    fig = C.plot_figure([m], [""], "step")
+    ppl_ax = fig.axes[2]
+    labels = labelled_yticks(ppl_ax)
+    assert len(labels) >= 2, f"dev perplexity {ppl}: y tick labels {labels}"
+    if max(ppl) >= 10 * min(ppl):
+        assert ppl_ax.get_yscale() == "log"
+
+
+def test_outputs_are_0644(runs, tmp_path):
+    """Figures, tables and row results get open()'s mode (0666 - umask), not mkstemp's 0600."""
+    import common
+    import row_result
+
+    _, (r1, _) = runs
+    old = os.umask(0o022)
+    try:
+        common.write_atomic(str(tmp_path / "t.md"), "x\n")
+        row_result.write_result(str(tmp_path / "r.h5"), {"format": "x"})
+        script("curves.py", r1, "--out", tmp_path / "c")
+        for f in ("t.md", "r.h5", "c_steps.png", "c_steps.pdf"):
+            assert os.stat(tmp_path / f).st_mode & 0o777 == 0o644, f
+        os.umask(0o077)   # a stricter umask is respected, as open() does
+        common.write_atomic(str(tmp_path / "u.md"), "x\n")
+        assert os.stat(tmp_path / "u.md").st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
+    assert_public(str(tmp_path / "t.md"))
 
 
 def test_errors(runs, tmp_path):
