@@ -252,7 +252,8 @@ static void train_help(void)
            "the end rank 0 prints 'allreduce:' lines: buckets, time not hidden by\n"
            "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
            "batch_tokens=N (> 0) sets update_freq = ceil(N / (ranks x max_tokens)), so a\n"
-           "config keeps the paper's global batch on any number of ranks.\n"
+           "config keeps the paper's global batch on any number of ranks (rank 0 warns\n"
+           "where ranks x max_tokens alone exceed it).\n"
            "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP;\n"
            "TRANSFORMER_STEP_SLEEP_MS=N makes every step last at least N ms (same results).\n");
 }
@@ -305,6 +306,22 @@ static int train_reject(Training *t, const char *msg)
     return 2;
 }
 
+/* batch_tokens: the paper's global batch (~25000 target tokens, section
+ * 5.1) on any number of ranks, by accumulating over enough micro-batches of
+ * max_tokens.  Past batch_tokens / max_tokens ranks one micro-batch per rank
+ * already exceeds it, and the global batch grows with the ranks: say so
+ * (rank 0) with the max_tokens that would keep it. */
+static void set_update_freq(Config *c, const Dist *D)
+{
+    long per_update = (long)D->size * c->max_tokens;
+    c->update_freq = (int)((c->batch_tokens + per_update - 1) / per_update);
+    long global = per_update * c->update_freq;
+    if (D->rank == 0 && global > c->batch_tokens + c->batch_tokens / 4)
+        fprintf(stderr, "warning: batch_tokens=%d, but %d ranks x max_tokens %d make %ld tokens per step (%.1fx): "
+                "set max_tokens=%ld to keep the global batch\n", c->batch_tokens, D->size, c->max_tokens, global,
+                (double)global / c->batch_tokens, c->batch_tokens / D->size > 0 ? (long)c->batch_tokens / D->size : 1L);
+}
+
 /* the config on every rank, the same on all */
 static int train_parse(Training *t, int argc, char **argv)
 {
@@ -315,12 +332,7 @@ static int train_parse(Training *t, int argc, char **argv)
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
     if (dist_check_config(D, text, msg, sizeof msg)) return train_reject(t, msg);
-    if (c->batch_tokens > 0) {
-        /* the paper's global batch (~25000 target tokens, section 5.1) on any
-         * number of ranks: accumulate over enough micro-batches of max_tokens */
-        long per_update = (long)D->size * c->max_tokens;
-        c->update_freq = (int)((c->batch_tokens + per_update - 1) / per_update);
-    }
+    if (c->batch_tokens > 0) set_update_freq(c, D);
     return 0;
 }
 

@@ -36,3 +36,15 @@ for launch in "-np 2 $BIN train $A bogus_key=1" "-np 1 $BIN train $A : -np 1 $BI
         || fail "mpirun $launch: expected one error line: $(grep '^error' "$tmp/err")"
 done
 ok "a bad key under mpirun: one error line, whichever rank has it"
+# batch_tokens that one micro-batch per rank already exceeds: the global
+# batch grows with the ranks; rank 0 warns once with the max_tokens that
+# keeps it, and a budget that fits gives no warning
+timeout -s KILL 60 mpirun -np 2 "$BIN" train $A batch_tokens=300 >"$tmp/out" 2>"$tmp/err" \
+    || fail "batch_tokens=300 on 2 ranks: $(cat "$tmp/err")"
+[ "$(grep -c '^warning: batch_tokens' "$tmp/err")" -eq 1 ] \
+    && grep -q '^warning: batch_tokens=300, but 2 ranks x max_tokens 256 make 512 tokens per step (1.7x): set max_tokens=150 to keep the global batch$' "$tmp/err" \
+    || fail "expected one batch warning: $(cat "$tmp/err")"
+timeout -s KILL 60 mpirun -np 2 "$BIN" train $A batch_tokens=1024 >"$tmp/out" 2>"$tmp/err" \
+    || fail "batch_tokens=1024 on 2 ranks: $(cat "$tmp/err")"
+grep -q '^warning: batch_tokens' "$tmp/err" && fail "a batch that fits warned: $(cat "$tmp/err")"
+ok "a global batch past batch_tokens warns once, naming the max_tokens that keeps it"
