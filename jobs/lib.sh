@@ -70,7 +70,7 @@ _on_signal() {
 # the launcher command line for CMD, into the array _LAUNCH
 launch_cmd() {
     if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${JOBS_NO_SRUN:-}" ]; then
-        # one task per rank; --gpus-per-task etc. come from the job
+        # one task per rank; the GPU request etc. come from the job
         # allocation, but Slurm 22.05+ srun does not inherit --cpus-per-task
         local cpt=()
         [ -n "${SLURM_CPUS_PER_TASK:-}" ] && cpt=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
