@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test-slurm`: the job scripts (jobs/) on a real single-node Slurm
 # started for this test (tests/slurm/start.sh; two fake GPUs through
-# gres.conf, so --gpus-per-task=1 is exercised) and stopped at the end.
+# gres.conf, so --gpus-per-node and --gpus-per-task=1 are exercised) and
+# stopped at the end.
 #   1. Table 3: the sweep array over every row config, scaled down (SHRINK,
 #      a few steps, synthetic data), completes for every row, each row has
 #      its result file, and the dependent analysis job writes the table.
@@ -40,7 +41,9 @@ tests/slurm/start.sh "$C" || fail "could not start the test Slurm"
 
 # cluster.env values for this 2-CPU node (environment overrides the file)
 export PARTITION="" ACCOUNT="" MODULES="" GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE=cpu
-export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10 GPU_REQUEST="--gpus-per-task=1"
+# (GPU_REQUEST: cluster.env's default, --gpus-per-node, for the sweeps of 1
+# and 2; --gpus-per-task=1 for the training job of 3)
+export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10
 
 state() { scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
 # array_states ARRAYID: "<task id> <state>" per element
@@ -137,6 +140,7 @@ ok "bad row: element FAILED with '$(grep -m1 '^error:' "$log")'; the other eleme
 echo "sweeps took $((SECONDS - T0)) s"
 
 # ---- 3: preemption and requeue of a training job -----------------------------
+export GPU_REQUEST="--gpus-per-task=1"
 unset STEPS MAX_TOKENS DATA SHRINK EXTRA
 export GPUS_PER_NODE=2
 cfg=$T/preempt.cfg
