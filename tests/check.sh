@@ -10,8 +10,9 @@ make test
 # A trained model's exact figures depend on the BLAS kernel's rounding, and
 # users' CPUs pick other kernels than this one: the tests that train must
 # assert properties that hold under any of them (tests/blas_alt_kernel.sh).
-TRAINING_TESTS="test_decode test_synthetic test_data_learn test_data_eval test_translate test_attention
-                test_mpi_equiv test_torch_fixture test_cuda_step test_ckpt_errors"
+# (the tests whose verdict holds a trained model to a margin; those that
+# compare two computations made here, resume or 1 vs N ranks, run once)
+TRAINING_TESTS="test_decode test_synthetic test_data_learn test_translate test_ckpt_errors"
 if alt=$(bash tests/blas_alt_kernel.sh); then
     echo "check: the training tests again with OPENBLAS_CORETYPE=$alt (default here: $(bin/tests/blas_core))"
     OPENBLAS_CORETYPE=$alt TESTS="$TRAINING_TESTS" make test
