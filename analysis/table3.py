@@ -54,6 +54,9 @@ def row_sort_key(name):
     """base first, then (A)..(E) in order with numeric suffixes, big last, others alphabetically."""
     if name == "base":
         return (0, "", 0, name)
+    m = re.fullmatch(r"base-seed(\d+)", name)
+    if m:  # SEEDS: base with other seeds, right after base
+        return (0, "", int(m.group(1)), name)
     if name == "big":
         return (3, "", 0, name)
     m = re.fullmatch(r"([A-Za-z]+)(\d*)(.*)", name)
@@ -65,6 +68,8 @@ def row_sort_key(name):
 def row_group(name):
     if name in ("base", "big"):
         return name
+    if re.fullmatch(r"base-seed\d+", name):
+        return "base"
     m = re.match(r"[A-Za-z]+", name)
     return m.group(0).upper() if m else name
 
@@ -135,12 +140,30 @@ def read_sweep_env(sweep):
     return env
 
 
+PAPER_STEPS = 100000  # the base row's training steps: a sweep with fewer scales its schedule
+
+
+def scaled_schedule(env, cfg):
+    """table3_schedule of jobs/table3-stages.sh: WARMUP, else for STEPS below
+    the paper's 100000 a warmup of STEPS/5 with the paper's peak rate
+    (lr_factor x sqrt(warmup / config warmup))."""
+    if env.get("WARMUP"):
+        return [("warmup", env["WARMUP"])]
+    steps = int(env["STEPS"]) if env.get("STEPS", "").isdigit() else None
+    if steps is None or steps >= PAPER_STEPS:
+        return []
+    w = max(int(steps / 5 + 0.5), 1)
+    f = float(cfg.get("lr_factor") or 1) * math.sqrt(w / float(cfg.get("warmup") or 4000))
+    return [("warmup", str(w)), ("lr_factor", f"{f:.6g}")]
+
+
 def sweep_overrides(env, cfg, origin="config"):
     """The key=value overrides a sweep element gives a row with config cfg:
     table3_overrides of jobs/table3-stages.sh, in the same order (later wins)."""
     ovr = []
     if env.get("STEPS"):
         ovr.append(("train_steps", env["STEPS"]))
+    ovr += scaled_schedule(env, cfg)
     if env.get("MAX_TOKENS"):
         ovr.append(("max_tokens", env["MAX_TOKENS"]))
     if env.get("UPDATE_FREQ"):
@@ -279,7 +302,46 @@ def _num_cells(r):
     return cells
 
 
-def to_markdown(rows):
+def seed_spread(rows):
+    """The base row over its seeds (SEEDS: rows base, base-seed2, ...): a note
+    with mean, sample standard deviation and range of dev PPL and BLEU, the
+    spread that a row's difference from base must exceed to mean anything."""
+    runs = [r for r in rows if row_group(r["row"]) == "base" and r["status"] == "done"]
+    if len(runs) < 2:
+        return ""
+    parts = []
+    for key, name, dg in (("dev_ppl", "dev PPL", 2), ("dev_bleu_tok", "tok. BLEU", 1), ("dev_bleu", "sacreBLEU", 1)):
+        v = np.array([r[key] for r in runs], dtype=float)
+        v = v[np.isfinite(v)]
+        if len(v) >= 2:
+            parts.append(f"{name} {v.mean():.{dg}f} ± {v.std(ddof=1):.{dg}f} "
+                         f"(range {v.min():.{dg}f}–{v.max():.{dg}f})")
+    if not parts:
+        return ""
+    return (f"\nSeed spread: base over {len(runs)} seeds ({', '.join(r['row'] for r in runs)}): "
+            + "; ".join(parts) + " (mean ± sample s.d.).\n")
+
+
+def sweep_note(env):
+    """The sweep's overrides (SWEEP/sweep.env) in words: a scaled-down table
+    must say how it was scaled."""
+    said = [f"{k}={env[k]}" for k in ("SHRINK", "STEPS", "WARMUP", "MAX_TOKENS", "UPDATE_FREQ",
+                                      "BATCH_TOKENS", "SEEDS", "DATA", "EXTRA") if env.get(k)]
+    if not said:
+        return ""
+    out = "\nSweep overrides (sweep.env): " + ", ".join(f"`{x}`" for x in said) + "."
+    if env.get("SHRINK", "1") != "1":
+        out += f" d_model, d_ff, d_k and d_v of every row are divided by {env['SHRINK']}."
+    if env.get("WARMUP"):
+        out += f" Every row warms up over {env['WARMUP']} steps (eq. 3)."
+    elif env.get("STEPS", "").isdigit() and int(env["STEPS"]) < PAPER_STEPS:
+        w = max(int(int(env["STEPS"]) / 5 + 0.5), 1)
+        out += (f" Learning rate (eq. 3): warmup over {w} steps (a fifth of the run), lr_factor "
+                f"{math.sqrt(w / 4000):.4g}, so that the peak rate is the paper's for each row's d_model.")
+    return out + "\n"
+
+
+def to_markdown(rows, env=None):
     shown = shown_hyper(rows)
     head = ["row"] + [h for _, h, _, _ in HYPER] + [h for _, h, _, _ in NUM_COLS]
     lines = ["| " + " | ".join(head) + " |",
@@ -294,6 +356,7 @@ def to_markdown(rows):
             "standard score to report; tok. BLEU: Moses-tokenised, compounds split, multi-bleu.perl "
             "(analysis/bleu.py), the paper's kind of BLEU. Δ = ours − paper, for BLEU tok. BLEU − paper; "
             "empty hyperparameter cells equal the base row.\n")
+    out += sweep_note(env or {}) + seed_spread(rows)
     if notes:
         out += "\nFailed rows:\n" + "\n".join(notes) + "\n"
     return out
@@ -445,7 +508,7 @@ def main(argv):
     if not rows:
         raise AnalysisError(a.sweep, "no results/*.h5 and no row configs: nothing to tabulate")
     prefix = a.out or os.path.join(a.sweep, "table3")
-    write_atomic(prefix + ".md", to_markdown(rows))
+    write_atomic(prefix + ".md", to_markdown(rows, read_sweep_env(a.sweep)))
     write_atomic(prefix + ".csv", to_csv(rows))
     write_atomic(prefix + ".tex", to_latex(rows))
     outs = [prefix + e for e in (".md", ".csv", ".tex")]

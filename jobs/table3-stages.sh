@@ -5,20 +5,28 @@
 # into a result file with status "failed" and a one-line reason.
 #
 # Sweep-wide overrides (environment):
-#   STEPS        train_steps of every row (the paper: 100000; big: 300000)
+#   STEPS        train_steps of every row (the paper: 100000; big: 300000).
+#                Below 100000 the learning-rate schedule is scaled with it
+#                (table3_schedule) unless WARMUP is set
+#   WARMUP       warmup of every row (eq. 3), replacing the scaled schedule
 #   MAX_TOKENS   max_tokens per batch and rank
 #   UPDATE_FREQ  micro-batches accumulated per step
 #   BATCH_TOKENS global batch in tokens (batch_tokens: update_freq follows the ranks)
 #   DATA         dataset file (or "synthetic") for training and dev evaluation
 #   SHRINK       divide d_model, d_ff, d_k and d_v of every row by SHRINK
 #                (keeping N, h, dropout, ...): the whole table, scaled down
+#   SEEDS        train base with seeds 1..SEEDS (rows base, base-seed2, ...)
+#                for the seed-to-seed spread (default 1)
 #   EXTRA        further key=value overrides, space separated
 #   PYTHON       interpreter for analysis/*.py (default: .venv/bin/python)
 # The first submission records them in SWEEP/sweep.env; every element reads
 # them from there, and a later submission that sets one to another value is
 # refused (table3_prepare).
 
-TABLE3_SWEEP_VARS="STEPS MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK EXTRA"
+TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK SEEDS EXTRA"
+
+# the base row's training steps (Table 3): a sweep with fewer scales its schedule
+PAPER_STEPS=100000
 
 # cfg_get FILE KEY: the value of KEY in a config file ("" if absent)
 cfg_get() {
@@ -32,6 +40,7 @@ cfg_get() {
 table3_overrides() {
     OVR=()
     [ -n "${STEPS:-}" ] && OVR+=("train_steps=$STEPS")
+    table3_schedule "$1"
     [ -n "${MAX_TOKENS:-}" ] && OVR+=("max_tokens=$MAX_TOKENS")
     [ -n "${UPDATE_FREQ:-}" ] && OVR+=("update_freq=$UPDATE_FREQ")
     # an explicit batch size replaces the configs' global batch_tokens
@@ -50,6 +59,26 @@ table3_overrides() {
     local w
     # shellcheck disable=SC2086
     for w in ${EXTRA:-}; do OVR+=("$w"); done
+}
+
+# table3_schedule CFG: appends the learning-rate schedule of a scaled-down
+# run to OVR.  A run of STEPS < PAPER_STEPS steps warms up over a fifth of its
+# steps and peaks at the paper's rate for the row's d_model (eq. 3 with
+# warmup 4000: lr_factor x sqrt(warmup / 4000)), then decays as eq. 3 does.
+# Why not the paper's 4% of the steps: Post-LN Transformers need a minimum
+# number of warmup updates, not a fraction (Xiong et al. 2020).  Measured on
+# Multi30k (docs/results-multi30k.md): base at SHRINK=8 warmed up over 48 or
+# 120 steps sat at dev PPL ~170-200 for 1200 steps; over 600 steps it left
+# that plateau by step 750.  Left alone (warmup 4000), a 3000-step run never
+# leaves warmup.  WARMUP=N sets the warmup instead (lr_factor stays).
+table3_schedule() {
+    if [ -n "${WARMUP:-}" ]; then OVR+=("warmup=$WARMUP"); return 0; fi
+    [ -n "${STEPS:-}" ] && [ "$STEPS" -lt "$PAPER_STEPS" ] || return 0
+    local w f
+    w=$(cfg_get "$1" warmup); f=$(cfg_get "$1" lr_factor)
+    read -r w f < <(awk -v s="$STEPS" -v w0="${w:-4000}" -v f="${f:-1}" \
+        'BEGIN { w = int(s / 5 + 0.5); if (w < 1) w = 1; printf "%d %.6g\n", w, f * sqrt(w / w0) }')
+    OVR+=("warmup=$w" "lr_factor=$f")
 }
 
 table3_python() {
@@ -248,9 +277,11 @@ table3_prepare() {
         local cfgs=()
         for c in "$dir"/*.cfg; do [ -f "$c" ] && cfgs+=("$c"); done
         [ ${#cfgs[@]} -gt 0 ] || { echo "error: $dir: no *.cfg row configs" >&2; exit 2; }
+        table3_check_vars
         mkdir -p "$SWEEP/configs"
         cp "${cfgs[@]}" "$SWEEP/configs/"
-        for c in "${cfgs[@]}"; do basename "$c" .cfg; done > "$SWEEP/rows.txt.tmp"
+        table3_seed_rows
+        for c in "$SWEEP"/configs/*.cfg; do basename "$c" .cfg; done > "$SWEEP/rows.txt.tmp"
         {
             echo "# overrides of this sweep (written $(date -u +%FT%TZ); read by every element)"
             for v in $TABLE3_SWEEP_VARS; do printf '%s=%q\n' "$v" "${!v:-}"; done
@@ -270,6 +301,35 @@ table3_prepare() {
         IDX+=("$found")
     done
     table3_same_overrides
+}
+
+# table3_check_vars: exit 2 with one line if a numeric override is not a
+# positive integer (before anything is written)
+table3_check_vars() {
+    local v
+    for v in STEPS WARMUP MAX_TOKENS UPDATE_FREQ SHRINK SEEDS; do
+        case ${!v:-} in
+            "") ;;
+            *[!0-9]* | 0*) echo "error: $v='${!v}': not a positive integer" >&2; exit 2 ;;
+        esac
+    done
+    if [ "${SEEDS:-1}" -gt 10 ]; then echo "error: SEEDS=$SEEDS: at most 10 seeds of base" >&2; exit 2; fi
+}
+
+# table3_seed_rows: SEEDS=N adds rows base-seed2 .. base-seedN to
+# SWEEP/configs: base with seed = 2 .. N (the seed of data order, dropout and
+# initialisation), for the seed-to-seed spread that the other rows' differences
+# from base are read against (docs/results-multi30k.md)
+table3_seed_rows() {
+    local base=$SWEEP/configs/base.cfg s
+    [ "${SEEDS:-1}" -gt 1 ] || return 0
+    [ -f "$base" ] || { echo "error: SEEDS=$SEEDS: no base.cfg among the row configs" >&2; exit 2; }
+    for ((s = 2; s <= SEEDS; s++)); do
+        { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$base"
+          echo "# SEEDS=$SEEDS: base with another seed"
+          echo "row = base-seed$s"
+          echo "seed = $s"; } > "$SWEEP/configs/base-seed$s.cfg"
+    done
 }
 
 # table3_same_overrides: exit 2 if an override set in the environment differs
