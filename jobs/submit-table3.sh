@@ -16,7 +16,7 @@
 #
 # Environment (besides jobs/cluster.env):
 #   TABLE3_DIR    row configs (default input/table3)
-#   STEPS, MAX_TOKENS, UPDATE_FREQ, DATA, SHRINK, EXTRA
+#   STEPS, WARMUP, MAX_TOKENS, UPDATE_FREQ, DATA, SHRINK, SEEDS, EXTRA
 #                 sweep-wide overrides (jobs/table3-stages.sh), e.g. a small
 #                 cluster: STEPS=2000 MAX_TOKENS=4096 SHRINK=4 DATA=data/multi30k.h5
 #   MAX_PARALLEL  at most this many elements at once (sbatch --array=...%N)

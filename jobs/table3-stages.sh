@@ -278,6 +278,9 @@ table3_prepare() {
         for c in "$dir"/*.cfg; do [ -f "$c" ] && cfgs+=("$c"); done
         [ ${#cfgs[@]} -gt 0 ] || { echo "error: $dir: no *.cfg row configs" >&2; exit 2; }
         table3_check_vars
+        if [ "${SEEDS:-1}" -gt 1 ] && [ ! -f "$dir/base.cfg" ]; then
+            echo "error: SEEDS=$SEEDS: no base.cfg among the row configs ($dir)" >&2; exit 2
+        fi
         mkdir -p "$SWEEP/configs"
         cp "${cfgs[@]}" "$SWEEP/configs/"
         table3_seed_rows
@@ -323,7 +326,6 @@ table3_check_vars() {
 table3_seed_rows() {
     local base=$SWEEP/configs/base.cfg s
     [ "${SEEDS:-1}" -gt 1 ] || return 0
-    [ -f "$base" ] || { echo "error: SEEDS=$SEEDS: no base.cfg among the row configs" >&2; exit 2; }
     for ((s = 2; s <= SEEDS; s++)); do
         { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$base"
           echo "# SEEDS=$SEEDS: base with another seed"

@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$BIN" ] || fail "$BIN: not built (make)"
 cd "$TOP" || fail "$TOP"
-unset STEPS MAX_TOKENS UPDATE_FREQ DATA SHRINK EXTRA BATCH_TOKENS
+unset STEPS WARMUP MAX_TOKENS UPDATE_FREQ DATA SHRINK SEEDS EXTRA BATCH_TOKENS
 export TRANSFORMER_HOME=$TOP LOCAL_RANKS=1
 
 # ---- 1: changed overrides are refused --------------------------------------
@@ -32,6 +32,16 @@ expect_error 2 "row r1: SHRINK='2' differs from this sweep's SHRINK=''" env SHRI
 prepare "$tmp/sw" r1 || fail "a resubmission without overrides was refused"
 STEPS=2 EXTRA="threads=1 log_steps=1" prepare "$tmp/sw" r2 || fail "a resubmission with the same overrides was refused"
 ok "a resubmission with a changed override is refused naming the row and the override; unset or equal ones pass"
+
+# a numeric override that is not a positive integer: one line, nothing written
+for bad in STEPS=3k SEEDS=0 WARMUP=-5 SHRINK=1.5; do
+    expect_error 2 "^error: ${bad%%=*}='${bad#*=}': not a positive integer" \
+        env TABLE3_DIR="$tmp/configs" "$bad" jobs/run-local.sh table3 "$tmp/sw-bad"
+    [ ! -e "$tmp/sw-bad/rows.txt" ] || fail "$bad: a refused sweep wrote rows.txt"
+done
+expect_error 2 "^error: SEEDS=2: no base.cfg among the row configs ($tmp/configs)" \
+    env TABLE3_DIR="$tmp/configs" SEEDS=2 jobs/run-local.sh table3 "$tmp/sw-noseed"
+ok "bad STEPS/SEEDS/WARMUP/SHRINK and SEEDS without a base row are refused in one line"
 
 # ---- 2: run-local.sh reports the latest run's error ------------------------
 printf 'row = bad\nn_layers = 1\nd_modle = 16\n' > "$tmp/configs/bad.cfg"

@@ -277,3 +277,57 @@ def test_pending_rows_show_the_sweeps_overrides(tmp_path):
     # the Markdown table: C5 differs from base in d_model, d_k, d_v only
     c5 = [l for l in (sweep / "table3.md").read_text().splitlines() if l.startswith("| C5 ")][0]
     assert [c.strip() for c in c5.strip("|").split("|")][1:11] == ["", "16", "", "", "1", "8", "", "", "", ""]
+
+
+def test_scaled_schedule_and_seed_rows(tmp_path):
+    """A short sweep (STEPS < 100000) warms every row up over a fifth of its
+    steps at the paper's peak rate for its d_model (eq. 3: d_model^-0.5 *
+    4000^-0.5), computed alike by the shell and by table3.py; SEEDS=3 adds
+    base-seed2/3, and the table's notes give their spread."""
+    import statistics
+    import subprocess
+
+    from table3 import read_sweep_env, sweep_overrides
+    from row_result import parse_config_text
+
+    cfgdir = tmp_path / "configs-src"
+    cfgdir.mkdir()
+    write_cfg(cfgdir / "base.cfg", **dict(TINY, row="base", warmup="4000", lr_factor="1", seed="1"))
+    write_cfg(cfgdir / "big.cfg", **dict(TINY, row="big", warmup="4000", lr_factor="2"))
+    sweep = tmp_path / "sweep"
+    home = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    env = dict(os.environ, TRANSFORMER_HOME=home, TABLE3_DIR=str(cfgdir), STEPS="3000", SEEDS="3",
+               DATA="synthetic")
+    stages = os.path.join(home, "jobs", "table3-stages.sh")
+    bash = subprocess.run(["bash", "-c", f'. "{stages}"; table3_prepare "$1"; . "$SWEEP/sweep.env"; '
+                           'for r in "${ROWS[@]}"; do table3_overrides "$SWEEP/configs/$r.cfg"; '
+                           'echo "$r ${OVR[*]}"; done', "-", str(sweep)],
+                          env=env, capture_output=True, text=True, check=True).stdout
+    senv = read_sweep_env(str(sweep))
+    rows = dict(line.split(" ", 1) for line in bash.splitlines())
+    assert sorted(rows) == ["base", "base-seed2", "base-seed3", "big"]
+    for row, ovr in rows.items():
+        cfg = parse_config_text((sweep / "configs" / f"{row}.cfg").read_text())
+        assert " ".join(f"{k}={v}" for k, v in sweep_overrides(senv, cfg)) == ovr, row
+        o = dict(w.split("=") for w in ovr.split())
+        assert o["warmup"] == "600"
+        peak = float(o["lr_factor"]) * 600 ** -0.5
+        paper = float(cfg.get("lr_factor", 1)) * 4000 ** -0.5
+        assert abs(peak / paper - 1) < 1e-5, row
+        if row.startswith("base-seed"):
+            assert (cfg["row"], cfg["seed"]) == (row, row[-1])
+    for k, v in (("WARMUP", "100"), ("STEPS", "100000")):  # WARMUP alone; the paper's steps: no scaling
+        e = dict(senv, **{k: v})
+        ovr = dict(sweep_overrides(e, {"warmup": "4000"}))
+        assert ovr.get("warmup") == ("100" if k == "WARMUP" else None) and "lr_factor" not in ovr
+    # three base seeds: mean and sample s.d. in the notes
+    ppl = {"base": 10.0, "base-seed2": 11.0, "base-seed3": 13.0}
+    for row, p in ppl.items():
+        script("row_result.py", "--out", sweep / "results" / f"{row}.h5", "--config", sweep / "configs" / f"{row}.cfg",
+               "--params", 100, "--dev-ppl", p, "--dev-loss", 2.0, "--steps", 3000, "--dev-bleu", p,
+               "--dev-bleu-tok", p)
+    cli("table3.py", sweep, "--no-plot")
+    md = (sweep / "table3.md").read_text()
+    sd = statistics.stdev(ppl.values())
+    assert f"base over 3 seeds (base, base-seed2, base-seed3): dev PPL 11.33 ± {sd:.2f}" in md, md
+    assert "`STEPS=3000`" in md and "warmup over 600 steps" in md
