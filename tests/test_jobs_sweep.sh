@@ -60,3 +60,20 @@ echo "$msg" | grep -q "d_modle\|partial line" && fail "second run: reports an ea
 grep -qx 'error: a partial line of a killed run' "$tmp/sw2/logs/local_0.out" ||
     fail "the new run's output was appended to the partial line"
 ok "run-local.sh table3: the latest run's error ($msg)"
+
+# ---- 3: PARALLEL=2 runs rows side by side; a failure is still reported -----
+mkdir -p "$tmp/c3"
+for r in r1 r2; do
+    printf 'row = %s\nn_layers = 1\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\nsynth_train = 64\nsynth_dev = 8\n' "$r" > "$tmp/c3/$r.cfg"
+done
+cp "$tmp/configs/bad.cfg" "$tmp/c3/"
+expect_error 2 "^error: PARALLEL='two': not a positive integer" env PARALLEL=two jobs/run-local.sh table3 "$tmp/sw3"
+PARALLEL=2 TABLE3_DIR=$tmp/c3 STEPS=2 EXTRA="threads=1" DEVICE=cpu jobs/run-local.sh table3 "$tmp/sw3" \
+    > "$tmp/run3.log" 2>&1 && fail "PARALLEL=2: a bad row succeeded"
+grep -q "^error: table3 row bad: failed (exit 1): params: .*unknown key 'd_modle'" "$tmp/run3.log" ||
+    fail "PARALLEL=2: no clear message: $(cat "$tmp/run3.log")"
+grep -q "^error: $tmp/sw3: rows failed: bad " "$tmp/run3.log" || fail "PARALLEL=2: no summary: $(cat "$tmp/run3.log")"
+for r in r1 r2; do
+    grep -q "table3: row $r done" "$tmp/sw3/logs/"local_*.out || fail "PARALLEL=2: row $r not done: $(cat "$tmp/run3.log")"
+done
+ok "PARALLEL=2: rows r1, r2 done side by side, the bad row reported"
