@@ -33,6 +33,23 @@ static void fatal_signal(int sig)
     raise(sig);
 }
 
+/* srun started several tasks, but each sees an MPI job of one rank: srun's
+ * --mpi plugin does not match the MPI library (e.g. --mpi=none, or pmi2 with
+ * an MPI that speaks only PMIx), so every task would train alone, all into
+ * the same run directory.  Stop before anything is written.  mpirun inside
+ * an allocation sets its own size variables and is left alone. */
+static void refuse_singletons(const Dist *d)
+{
+    const char *n = getenv("SLURM_STEP_NUM_TASKS");
+    if (d->size != 1 || !n || atoi(n) <= 1 || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) return;
+    const char *procid = getenv("SLURM_PROCID");
+    if (!procid || !strcmp(procid, "0"))
+        fprintf(stderr, "error: srun started %s tasks, but MPI sees each as a job of 1 rank: srun's --mpi "
+                        "does not match this MPI library (SRUN_MPI in jobs/cluster.env; try pmix)\n", n);
+    MPI_Finalize();
+    exit(2);
+}
+
 void dist_init(Dist *d, int *argc, char ***argv)
 {
     memset(d, 0, sizeof *d);
@@ -51,6 +68,7 @@ void dist_init(Dist *d, int *argc, char ***argv)
     MPI_Comm_size(d->node, &d->local_size);
     /* errors are reported by us, with the rank; never hang */
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_ARE_FATAL);
+    refuse_singletons(d);
 }
 
 static int signal_from_name(const char *s)

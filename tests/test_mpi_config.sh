@@ -48,3 +48,19 @@ timeout -s KILL 60 mpirun -np 2 "$BIN" train $A batch_tokens=1024 >"$tmp/out" 2>
     || fail "batch_tokens=1024 on 2 ranks: $(cat "$tmp/err")"
 grep -q '^warning: batch_tokens' "$tmp/err" && fail "a batch that fits warned: $(cat "$tmp/err")"
 ok "a global batch past batch_tokens warns once, naming the max_tokens that keeps it"
+# srun whose --mpi does not match the MPI library: every task is a 1-rank
+# job (simulated: srun's variables on a plain process).  Task 0 says so in one
+# line, every task exits 2, nothing is written; mpirun's ranks are left alone
+for procid in 1 0; do
+    SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=$procid timeout -s KILL 60 "$BIN" train $A run_dir="$tmp/single" \
+        >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    [ "$rc" -eq 2 ] && [ ! -e "$tmp/single" ] || fail "srun task $procid as a singleton: exit $rc: $(cat "$tmp/err")"
+    n=$(grep -c . "$tmp/err")
+    [ "$n" -eq $((procid == 0 ? 1 : 0)) ] || fail "srun task $procid as a singleton: $n error lines: $(cat "$tmp/err")"
+done
+grep -q "^error: srun started 2 tasks, but MPI sees each as a job of 1 rank: srun's --mpi does not match" "$tmp/err" ||
+    fail "no clear message for srun tasks that are 1-rank MPI jobs"
+SLURM_STEP_NUM_TASKS=2 timeout -s KILL 60 mpirun -np 1 "$BIN" train $A train_steps=1 >"$tmp/out" 2>"$tmp/err" ||
+    fail "mpirun -np 1 inside a 2-task srun step was refused: $(cat "$tmp/err")"
+ok "srun tasks that MPI sees as 1-rank jobs are refused in one line (task 0), before writing anything"
