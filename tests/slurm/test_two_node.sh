@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `make test-slurm`, part 2: the job scripts on a real two-node Slurm
+# (tests/slurm/two-node.sh: two network namespaces joined by a veth pair,
+# Open MPI over TCP between them), one rank per node:
+#   1. a training job (jobs/submit-train.sh, NODES=2) requeued mid-run with
+#      `scontrol requeue` resumes and ends with parameters bitwise equal to
+#      `mpirun -np 2` on one node (jobs/run-local.sh train);
+#   2. a Table 3 array element (jobs/submit-table3.sh, NODES=2) completes
+#      with its result file, and the analysis job writes the table;
+#   3. rank 1, on the second node, killed with SIGKILL mid-run: the job ends
+#      FAILED within seconds (srun --mpi=pmix), not at its time limit (without
+#      srun --kill-on-bad-exit, rank 0 waited in its allreduce until the
+#      test gave up).  With SRUN_MPI=pmi2 or none, Debian's Open MPI (PMIx
+#      only) stops in MPI_Init: the job fails at once, no rank trains alone.
+# KEEP=1 keeps the temporary directory (logs) for inspection.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+T0=$SECONDS
+make -s all >/dev/null || fail "make failed"
+command -v nsenter >/dev/null && command -v ip >/dev/null || { echo "skipped: two nodes need nsenter and ip"; exit 0; }
+T=$(mktemp -d /tmp/transformer-2n.XXXXXX)
+chmod 755 "$T"
+C=$T/cluster
+cleanup() {
+    tests/slurm/two-node.sh stop "$C"
+    if [ -n "${KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+tests/slurm/two-node.sh start "$C" || fail "could not start the two-node Slurm"
+. "$C/env.sh"
+on_n1() { tests/slurm/two-node.sh run "$C" "$@"; }
+
+export PARTITION="" ACCOUNT="" MODULES="" NODES=2 GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE=cpu
+export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10 SRUN_MPI=pmix
+state() { on_n1 scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
+wait_job() {   # ID TIMEOUT: until the job (every array element) has ended
+    local t=$((SECONDS + $2))
+    while [ $SECONDS -lt $t ]; do
+        on_n1 scontrol -o show job "$1" 2>/dev/null |
+            grep -qE 'JobState=(PENDING|RUNNING|REQUEUED|COMPLETING|CONFIGURING|SUSPENDED)' || return 0
+        sleep 0.5
+    done
+    on_n1 scontrol show job "$1" >&2
+    return 1
+}
+wait_log() {   # FILE PATTERN TIMEOUT
+    local t=$((SECONDS + $3))
+    while [ $SECONDS -lt $t ]; do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.2; done
+    cat "$1" >&2; fail "$1: no '$2' within $3 s"
+}
+pyexe=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3 )}
+export PYTHON=$pyexe
+h5attr() { "$pyexe" -c 'import h5py,sys; v=h5py.File(sys.argv[1],"r").attrs[sys.argv[2]]; print(v.decode() if isinstance(v,bytes) else v)' "$1" "$2"; }
+
+# ---- 1: training across two nodes, requeued once -----------------------------
+cfg=$T/train.cfg
+printf 'train_steps = 200\nlog_steps = 1\nsynth_train = 2000\nmax_tokens = 600\nseed = 3\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
+J=$(TRANSFORMER_STEP_SLEEP_MS=30 on_n1 jobs/submit-train.sh "$T/run2n" "$cfg") || fail "submit-train.sh failed"
+jlog=$T/run2n/slurm-$J.out
+wait_log "$jlog" '^step 20 ' 120
+on_n1 scontrol -o show job "$J" | grep -q 'NodeList=n\[1-2\]' || fail "job $J: not on both nodes: $(on_n1 scontrol -o show job "$J")"
+on_n1 scontrol requeue "$J"
+# skip Slurm's requeue delay (~2 minutes), not in the same second as the
+# requeue (slurmd would reject the new credential: tests/slurm/test_slurm.sh)
+for _ in $(seq 240); do
+    grep -q 'restart 1 ' "$jlog" 2>/dev/null && break
+    [ "$(state "$J")" = PENDING ] && on_n1 scontrol update JobId="$J" StartTime=now 2>/dev/null
+    sleep 0.5
+done
+wait_job "$J" 300 || fail "job $J did not finish"
+[ "$(state "$J")" = COMPLETED ] || { cat "$jlog" >&2; fail "job $J: $(state "$J")"; }
+grep -qE '^resume: .*\(step ([2-9][0-9]|1[0-9][0-9]),' "$jlog" || { cat "$jlog" >&2; fail "job $J: not resumed from a mid-run checkpoint"; }
+LOCAL_RANKS=2 OMPI_MCA_btl=self,vader jobs/run-local.sh train "$T/run1n" "$cfg" > "$T/run1n.log" 2>&1 ||
+    { cat "$T/run1n.log" >&2; fail "run-local.sh train failed"; }
+h5diff -q "$T/run2n/ckpt_00000200.h5" "$T/run1n/ckpt_00000200.h5" /params /params ||
+    fail "two nodes (requeued) and one node: the step-200 parameters differ"
+ok "training on n1+n2 over TCP, requeued at step ~20: step-200 parameters equal mpirun -np 2 on one node"
+
+# ---- 2: a Table 3 array element on two nodes ----------------------------------
+read -r A AN < <(STEPS=3 MAX_TOKENS=300 DATA=synthetic SHRINK=16 \
+    EXTRA="vocab_size=24 max_len=64 synth_train=200 synth_dev=16 log_steps=1 eval_steps=0 threads=1" \
+    on_n1 jobs/submit-table3.sh "$T/sweep" base | tail -n 1) || fail "submit-table3.sh failed"
+wait_job "$A" 300 && wait_job "$AN" 300 || fail "sweep $A / analysis $AN did not finish"
+[ "$(state "$A")" = COMPLETED ] || { cat "$T"/sweep/logs/*.out >&2; fail "sweep element $A: $(state "$A")"; }
+[ "$(h5attr "$T/sweep/results/base.h5" status)" = done ] || fail "base.h5: status is not 'done'"
+grep -q 'train: .* 2 ranks' "$T/sweep/runs/base/train.out" || fail "the element did not train on 2 ranks"
+[ "$(state "$AN")" = COMPLETED ] && [ -s "$T/sweep/table3.md" ] || fail "analysis job $AN: $(state "$AN"), no table3.md"
+ok "Table 3 element on n1+n2: COMPLETED, result done, table written"
+
+# ---- 3: a rank killed on the second node -------------------------------------
+for mpi in pmix pmi2 none; do
+    run=$T/kill-$mpi
+    J=$(SRUN_MPI=$mpi TRANSFORMER_FAIL_AT=1:30:KILL TRANSFORMER_STEP_SLEEP_MS=20 \
+        on_n1 jobs/submit-train.sh "$run" "$cfg" train_steps=100000) || fail "submit ($mpi) failed"
+    jlog=$run/slurm-$J.out
+    t0=$SECONDS
+    wait_job "$J" 60 || fail "srun --mpi=$mpi: job $J still running 60 s after submission (a rank is dead)"
+    st=$(state "$J")
+    [ "$st" = FAILED ] || { cat "$jlog" >&2; fail "srun --mpi=$mpi: job $J: $st, expected FAILED"; }
+    if [ "$mpi" = pmix ]; then
+        grep -q 'rank 1: raising signal 9 at step 30' "$jlog" || { cat "$jlog" >&2; fail "pmix: rank 1 was not killed at step 30"; }
+        grep -q '^step 2[0-9] ' "$jlog" || fail "pmix: the job did not train before the kill"
+        ok "srun --mpi=pmix, rank 1 on n2 SIGKILLed at step 30: job FAILED within $((SECONDS - t0)) s of submission"
+    else
+        # no PMI-2 in Debian's Open MPI: MPI_Init fails, no rank trains alone
+        grep -q 'MPI_Init' "$jlog" && ! grep -q '^step ' "$jlog" ||
+            { cat "$jlog" >&2; fail "srun --mpi=$mpi: expected a failed MPI_Init and no training"; }
+        ok "srun --mpi=$mpi: MPI_Init fails on both nodes, job FAILED within $((SECONDS - t0)) s, no singleton trained"
+    fi
+done
+echo "test_two_node: all cases passed in $((SECONDS - T0)) s"
