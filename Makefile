@@ -1,8 +1,12 @@
 # bin/transformer: C11 host code (src/), optional CUDA backend (cuda/).
 # `make` builds; `make test` runs every test; `make bench` the benchmarks.
-CC       := mpicc
+# MPI: Open MPI (Debian's default mpicc) or MPICH (`make MPI=mpich`: Debian's
+# mpicc.mpich and hdf5-mpich).  Elsewhere: `make CC=mpicc HDF5_PKG=...`.
+MPI      ?= openmpi
+CC       := $(if $(shell command -v mpicc.$(MPI) 2>/dev/null),mpicc.$(MPI),mpicc)
+HDF5_PKG ?= hdf5-$(MPI)
 OPENBLAS_PC := /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig
-PKGS     := hdf5-openmpi
+PKGS     := $(HDF5_PKG)
 ARCH     ?= -march=x86-64-v3
 CFLAGS   ?= -O3 $(ARCH) -fno-math-errno
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -MMD -MP \
@@ -43,7 +47,9 @@ NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
 CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
-MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null)) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+# mpi.h for nvcc and the emulator (g++): Open MPI's --showme, MPICH's -compile_info
+MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null || $(CC) -compile_info 2>/dev/null)) \
+            -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
 NVCCFLAGS += $(MPI_INC)
 # NCCL for the gradient allreduce when its header is found (else MPI on host copies)
 NCCL_HOME ?= $(CUDA_HOME)

@@ -303,7 +303,7 @@ static void *progress_main(void *ctx)
     while (!g->stop) {
         if (!g->active) { pthread_cond_wait(&g->cv, &g->mu); continue; }
         int flag = 0;
-        MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
+        MPI_Testall(g->next, g->req, &flag, g->status);
         if (flag && g->next == g->n_buckets) g->active = 0;   /* all done: sleep until the next update */
         pthread_mutex_unlock(&g->mu);
         nanosleep(&ts, NULL);
@@ -336,6 +336,7 @@ void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, siz
         }
     }
     g->req = xmalloc(sizeof(MPI_Request) * g->n_buckets);
+    g->status = xmalloc(sizeof(MPI_Status) * g->n_buckets);
     for (int k = 0; k < g->n_buckets; k++) g->req[k] = MPI_REQUEST_NULL;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
@@ -363,6 +364,7 @@ void gradsync_free(GradSync *g)
     free(g->lo);
     free(g->hi);
     free(g->req);
+    free(g->status);
     memset(g, 0, sizeof *g);
 }
 
@@ -401,7 +403,7 @@ void gradsync_ready(void *ctx, size_t hi)
         g->active = g->next > 0;
         pthread_cond_signal(&g->cv);
     } else if (g->next > 0) {
-        MPI_Testall(g->next, g->req, &flag, MPI_STATUSES_IGNORE);
+        MPI_Testall(g->next, g->req, &flag, g->status);
     }
     pthread_mutex_unlock(&g->mu);
 }
@@ -415,7 +417,7 @@ void gradsync_finish(GradSync *g)
     pthread_mutex_unlock(&g->mu);
     double t0 = now_seconds();
     if (g->be) g->be->allreduce_wait(g->be);
-    else MPI_Waitall(g->n_buckets, g->req, MPI_STATUSES_IGNORE);
+    else MPI_Waitall(g->n_buckets, g->req, g->status);
     g->t_wait += now_seconds() - t0;   /* reduced over ranks once, at the end (report) */
     g->next = 0;
     g->n_syncs++;

@@ -52,6 +52,9 @@ typedef struct {
     int n_buckets;
     size_t *lo, *hi;        /* bucket k = grads[lo[k], hi[k]) */
     MPI_Request *req;
+    /* statuses, unread: MPICH's MPI_STATUSES_IGNORE ((MPI_Status *)1) makes
+     * GCC warn of an out-of-bounds access (-Wstringop-overflow) */
+    MPI_Status *status;
     int next;               /* first bucket not yet started */
     Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
     /* statistics */

@@ -10,6 +10,7 @@ APT_PACKAGES=(
     make gcc g++ libc6-dev pkg-config bc procps curl unzip gzip tar ca-certificates
     openmpi-bin libopenmpi-dev
     libhdf5-openmpi-dev hdf5-tools
+    libmpich-dev libhdf5-mpich-dev          # the MPICH build (tests/test_mpich.sh)
     libopenblas-openmp-dev
     sentencepiece libsentencepiece-dev
     python3 python3-venv
