@@ -183,6 +183,7 @@ test: all $(TEST_BIN)
 # (root; installs Debian's slurm packages if missing); a few minutes
 test-slurm: all
 	$(Q)tests/slurm/test_slurm.sh
+	$(Q)tests/slurm/test_two_node.sh
 
 bench: all bin/bench/gemm_peak
 	$(Q)tests/bench/run.sh

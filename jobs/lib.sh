@@ -74,8 +74,13 @@ launch_cmd() {
         # allocation, but Slurm 22.05+ srun does not inherit --cpus-per-task
         local cpt=()
         [ -n "${SLURM_CPUS_PER_TASK:-}" ] && cpt=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+        # --kill-on-bad-exit: a rank that dies ends the step at once.  Without
+        # it the others wait in their allreduce until the time limit (under
+        # pmix too, across nodes: tests/slurm/test_two_node.sh).  The exit
+        # 99 of a preemption is safe: every rank waits until rank 0's
+        # checkpoint is in place before any leaves (rundir_checkpoint_sync)
         # shellcheck disable=SC2086
-        _LAUNCH=(srun --mpi="$SRUN_MPI" "${cpt[@]}" $SRUN_EXTRA "$@")
+        _LAUNCH=(srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 "${cpt[@]}" $SRUN_EXTRA "$@")
     else
         # shellcheck disable=SC2086
         _LAUNCH=(mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@")
