@@ -62,6 +62,13 @@ static void cuda_allreduce_start(Backend *be, float *p, size_t n)
     MPI_Iallreduce(MPI_IN_PLACE, I->stage[k].data(), (int)n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[k]);
 }
 
+static int comm_rank(CudaImpl *I)
+{
+    int rank;
+    MPI_Comm_rank(I->comm, &rank);
+    return rank;
+}
+
 #if USE_NCCL
 /* An error NCCL meets while its kernels run (a peer that died, a network
  * failure) is not returned by any call: it is polled.  Fatal, one line. */
@@ -90,8 +97,10 @@ static void cuda_allreduce_wait(Backend *be)
          * polling NCCL's asynchronous error meanwhile: an allreduce that
          * failed may never complete */
         cudaError_t q;
+        double t0 = now_seconds();
         while ((q = cudaEventQuery(I->ev_done)) == cudaErrorNotReady) {
             nccl_check_async(I);
+            watchdog_check(t0, be->allreduce_timeout_s, comm_rank(I), "the NCCL gradient allreduce");
             sched_yield();
         }
         CK(q);
@@ -99,7 +108,11 @@ static void cuda_allreduce_wait(Backend *be)
         return;
     }
 #endif
-    MPI_Waitall((int)I->reqs.size(), I->reqs.data(), MPI_STATUSES_IGNORE);
+    double t0 = now_seconds();
+    for (int done = 0; !done;) {   /* MPI_Waitall with the watchdog */
+        MPI_Testall((int)I->reqs.size(), I->reqs.data(), &done, MPI_STATUSES_IGNORE);
+        if (!done) watchdog_check(t0, be->allreduce_timeout_s, comm_rank(I), "the MPI gradient allreduce");
+    }
     for (size_t k = 0; k < I->reqs.size(); k++)
         CK(cudaMemcpyAsync(I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),
                            cudaMemcpyHostToDevice, I->stream));

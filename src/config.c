@@ -49,6 +49,7 @@ static const KeyDesc KEYS[] = {
     K(threads, T_INT, 0, 4096, 0),
     K(bucket_kb, T_INT, 1, 1 << 22, 0),
     K(progress_us, T_INT, 0, 1e6, 0),
+    K(allreduce_timeout, T_INT, 0, 604800, 0),
     K(device, T_STR, 0, 0, 0),
     K(precision, T_STR, 0, 0, 0),
     K(allreduce, T_STR, 0, 0, 0),
@@ -111,6 +112,7 @@ void config_defaults(Config *c)
     c->threads = 0;
     c->bucket_kb = 25600;   /* 25 MB: docs/scaling.md */
     c->progress_us = 200;
+    c->allreduce_timeout = 600;   /* s: past any step, well before a time limit */
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
     strcpy(c->allreduce, "nccl");

@@ -41,6 +41,7 @@ typedef struct Config {
     int threads;         /* OpenMP threads per rank (0: cores per rank) */
     int bucket_kb;       /* gradient allreduce bucket size */
     int progress_us;     /* MPI progress thread poll interval (0: none) */
+    int allreduce_timeout; /* s a gradient allreduce may make no progress before the job ends (0: never) */
     char device[CFG_STR];    /* "cpu" or "cuda" */
     char precision[CFG_STR]; /* "fp32", "tf32" or "bf16" (cuda) */
     char allreduce[CFG_STR]; /* cuda gradient sums: "nccl" (MPI where the build has no NCCL) or "mpi" */

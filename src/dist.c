@@ -75,7 +75,7 @@ static int signal_from_name(const char *s)
 {
     static const struct { const char *name; int sig; } T[] = {
         { "SEGV", SIGSEGV }, { "KILL", SIGKILL }, { "TERM", SIGTERM }, { "ABRT", SIGABRT },
-        { "BUS", SIGBUS }, { "FPE", SIGFPE }, { "INT", SIGINT },
+        { "BUS", SIGBUS }, { "FPE", SIGFPE }, { "INT", SIGINT }, { "STOP", SIGSTOP },
     };
     if (!strncmp(s, "SIG", 3)) s += 3;
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
@@ -408,6 +408,20 @@ void gradsync_ready(void *ctx, size_t hi)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* MPI_Waitall with a watchdog: a peer that died or hangs would block this
+ * rank until the job's time limit; polling costs at most the 20 us sleep */
+static void wait_buckets(GradSync *g, double t0)
+{
+    struct timespec ts = { 0, 20000 };
+    for (long polls = 0;; polls++) {
+        int flag = 0;
+        MPI_Testall(g->n_buckets, g->req, &flag, g->status);
+        if (flag) return;
+        if (polls % 1024 == 0) watchdog_check(t0, g->timeout_s, g->dist->rank, "the gradient allreduce");
+        nanosleep(&ts, NULL);
+    }
+}
+
 void gradsync_finish(GradSync *g)
 {
     if (g->dist->size == 1) return;
@@ -417,7 +431,7 @@ void gradsync_finish(GradSync *g)
     pthread_mutex_unlock(&g->mu);
     double t0 = now_seconds();
     if (g->be) g->be->allreduce_wait(g->be);
-    else MPI_Waitall(g->n_buckets, g->req, g->status);
+    else wait_buckets(g, t0);
     g->t_wait += now_seconds() - t0;   /* reduced over ranks once, at the end (report) */
     g->next = 0;
     g->n_syncs++;

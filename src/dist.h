@@ -55,6 +55,7 @@ typedef struct {
     /* statuses, unread: MPICH's MPI_STATUSES_IGNORE ((MPI_Status *)1) makes
      * GCC warn of an out-of-bounds access (-Wstringop-overflow) */
     MPI_Status *status;
+    int timeout_s;          /* allreduce_timeout: the watchdog of gradsync_finish (0: none) */
     int next;               /* first bucket not yet started */
     Backend *be;            /* set by gradsync_use_backend: its allreduce hooks do the work */
     /* statistics */

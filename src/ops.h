@@ -167,6 +167,7 @@ struct Backend {
     void (*allreduce_init)(Backend *be, const void *mpi_comm);
     void (*allreduce_start)(Backend *be, float *p, size_t n);
     void (*allreduce_wait)(Backend *be);
+    int allreduce_timeout_s;   /* allreduce_wait's watchdog (watchdog_check; 0: none) */
 
     void (*destroy)(Backend *be);
 };

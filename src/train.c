@@ -248,7 +248,9 @@ static void train_help(void)
            "one OpenMP thread per core unless OMP_PLACES/OMP_PROC_BIND are set.  A rank\n"
            "that fails takes the whole job down (MPI_Abort) with a message naming it.\n"
            "Gradients are allreduced in buckets of bucket_kb (default 25 MB) started\n"
-           "during backward; a thread polls them every progress_us (0: no thread).  At\n"
+           "during backward; a thread polls them every progress_us (0: no thread).  A\n"
+           "rank that waits allreduce_timeout s (default 600; 0: forever) for its peers\n"
+           "ends the job with a line saying so (a peer died or hangs).  At\n"
            "the end rank 0 prints 'allreduce:' lines: buckets, time not hidden by\n"
            "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
            "batch_tokens=N (> 0) sets update_freq = ceil(N / (ranks x max_tokens)), so a\n"
@@ -372,6 +374,7 @@ static void open_inputs(Training *t)
     t->rd_open = 1;
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
     gradsync_use_backend(&r->sync, r->be);   /* CUDA: NCCL on device memory */
+    r->sync.timeout_s = r->be->allreduce_timeout_s = c->allreduce_timeout;
     gradsync_start_progress(&r->sync, c->progress_us);
     if (D->rank == 0)
         printf("train: %zu parameters, %d ranks x %d threads, %d batches/epoch, update_freq %d, backend %s\n",

@@ -53,6 +53,13 @@ double now_seconds(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+void watchdog_check(double t0, int timeout_s, int rank, const char *what)
+{
+    if (timeout_s <= 0 || now_seconds() - t0 <= timeout_s) return;
+    die(1, "rank %d: %s made no progress for %d s (allreduce_timeout): another rank is stuck or dead; "
+           "ending the job", rank, what, timeout_s);
+}
+
 static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 uint64_t checksum64(const void *data, size_t n)

@@ -11,6 +11,10 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 double now_seconds(void);
+/* the allreduce watchdog: past timeout_s (> 0) seconds since t0, a rank that
+ * still waits for its peers ends the job with one line (die -> MPI_Abort)
+ * instead of blocking until the time limit with no checkpoint */
+void watchdog_check(double t0, int timeout_s, int rank, const char *what);
 /* one-line error "error: ..." on stderr, then exit(code) (MPI_Abort under MPI) */
 void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 /* set by dist.c: called by die() instead of exit() when MPI is running */

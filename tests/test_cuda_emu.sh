@@ -135,3 +135,16 @@ done
 ok "TSan reports the planted missing __syncthreads() as a data race in k_neighbour"
 "$PT" norace >/dev/null 2>&1 || fail "TSan reports a race in the correct kernel (emulator machinery?)"
 ok "TSan is silent on the kernel with its barrier"
+
+# the CUDA backend's allreduce watchdog (allreduce=mpi, host staging): rank 1
+# stopped at step 3, rank 0 ends the job after allreduce_timeout seconds.  (The
+# NCCL path polls the same check between cudaEventQuery calls; the emulated
+# NCCL is a blocking MPI_Allreduce, so only a GPU shows that one.)
+wd="train_steps=100000 log_steps=1 threads=1 synth_train=500 synth_dev=20 max_tokens=256 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16"
+t0=$SECONDS
+CUDA_EMU_DEVICES=2 TRANSFORMER_FAIL_AT=1:3:STOP timeout -s KILL 30 mpirun -np 2 -x CUDA_EMU_DEVICES \
+    "$EMU" train $wd device=cuda allreduce=mpi allreduce_timeout=2 > "$W/wd.out" 2> "$W/wd.err" &&
+    fail "device=cuda, a stopped peer: the job exited 0"
+grep -q '^error: rank 0: the MPI gradient allreduce made no progress for 2 s (allreduce_timeout)' "$W/wd.err" ||
+    fail "device=cuda: no watchdog line: $(cat "$W/wd.err")"
+ok "device=cuda allreduce=mpi: a stopped peer ends the job after $((SECONDS - t0)) s: $(grep -m1 '^error: rank 0' "$W/wd.err")"

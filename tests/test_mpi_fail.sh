@@ -61,3 +61,13 @@ ok "rank 1 killed by SIGKILL: exit $rc after ${secs}s: $(grep -m1 'rank 1' "$tmp
 TRANSFORMER_FAIL_AT=1 run_timed 10 "$BIN" train $A train_steps=1
 [ "$rc" -eq 2 ] && grep -q '^error: TRANSFORMER_FAIL_AT=1: expected' "$tmp/err" || fail "bad TRANSFORMER_FAIL_AT: rc $rc $(cat "$tmp/err")"
 ok "malformed TRANSFORMER_FAIL_AT rejected"
+
+# 5. a peer that hangs (rank 1 stopped with SIGSTOP at step 3: alive, never
+#    joining the allreduce): rank 0's watchdog ends the job after
+#    allreduce_timeout seconds with a line saying so, not at the time limit
+TRANSFORMER_FAIL_AT=1:3:STOP run_timed 15 mpirun -np 2 "$BIN" train $A allreduce_timeout=2
+[ "$rc" -ne 0 ] || fail "stopped peer: job exited 0"
+grep -q '^error: rank 0: the gradient allreduce made no progress for 2 s (allreduce_timeout)' "$tmp/err" ||
+    fail "no watchdog line from rank 0: $(cat "$tmp/err")"
+awk -v s="$secs" 'BEGIN { exit !(s >= 2) }' || fail "the watchdog fired before its 2 s (${secs}s)"
+ok "rank 1 stopped at step 3: rank 0's watchdog ended the job after ${secs}s: $(grep -m1 '^error' "$tmp/err")"
