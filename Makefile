@@ -84,7 +84,7 @@ EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backen
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core
+TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfail_shim.so
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
@@ -147,6 +147,9 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 # the OpenBLAS kernel in use (tests/check.sh reruns training tests under another)
 bin/tests/blas_core: tests/blas_core.c | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BASE_LDLIBS)
+
+bin/tests/fsfail_shim.so: tests/fsfail_shim.c | bin/tests
+	$(call say,LINK,$@)gcc -std=c11 -Wall -Wextra -O2 -shared -fPIC $< -o $@ -ldl
 
 bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)

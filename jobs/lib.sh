@@ -31,6 +31,9 @@ JOB_SIGNAL=""        # the last preemption signal this shell received
 _STAGE_PID=""
 
 job_init() {
+    # the analysis's h5py opens files with HDF5's locks, which fail where
+    # flock does (NFS without lockd); transformer itself opens without them
+    export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
     if [ -z "${TRANSFORMER_HOME:-}" ]; then
         # sbatch runs a copy of the script from the spool directory, so the
         # project is found from the submit directory (the submit scripts

@@ -183,14 +183,18 @@ static hid_t open_ckpt(const char *path, int *rc)
         fprintf(stderr, "error: %s: cannot open checkpoint: %s\n", path, strerror(errno));
         return -1;
     }
-    if (H5Fis_hdf5(path) <= 0) {
-        fprintf(stderr, "error: %s: not a checkpoint (not an HDF5 file)\n", path);
-        *rc = CKPT_DAMAGED;   /* e.g. cut short before its superblock */
-        return -1;
-    }
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5io_open_read(path);
     if (f < 0) {
-        fprintf(stderr, "error: %s: cannot read checkpoint (truncated or corrupt HDF5 file)\n", path);
+        /* damage only if every byte reads and HDF5 still refuses them: an
+         * I/O error may pass, and must not get an intact file renamed .bad */
+        if (h5io_read_all(path)) {
+            fprintf(stderr, "error: %s: cannot read checkpoint: %s\n", path, strerror(errno));
+            return -1;
+        }
+        if (H5Fis_hdf5(path) <= 0)   /* e.g. cut short before its superblock */
+            fprintf(stderr, "error: %s: not a checkpoint (not an HDF5 file)\n", path);
+        else
+            fprintf(stderr, "error: %s: cannot read checkpoint (truncated or corrupt HDF5 file)\n", path);
         *rc = CKPT_DAMAGED;
         return -1;
     }

@@ -259,8 +259,12 @@ static hid_t open_ours(const char *path)
         fprintf(stderr, "error: %s: cannot open dataset: %s\n", path, strerror(errno));
         return -1;
     }
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5io_open_read(path);
     if (f < 0) {
+        if (h5io_read_all(path)) {   /* an I/O error, not a damaged file */
+            fprintf(stderr, "error: %s: cannot read dataset: %s\n", path, strerror(errno));
+            return -1;
+        }
         /* the HDF5 signature is at the start; a cut file still has it but
          * its end-of-address lies past the end of the file */
         FILE *fp = fopen(path, "rb");

@@ -21,9 +21,36 @@ void h5io_init(void)
 {
     static int done;
     if (done) return;
+    /* no file locks (h5io_open_read); older HDF5 reads only this variable */
+    setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     done = 1;
+}
+
+hid_t h5io_open_read(const char *path)
+{
+    h5io_init();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, 0, 1);
+#endif
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    return f;
+}
+
+int h5io_read_all(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[1 << 16];
+    ssize_t k;
+    while ((k = read(fd, buf, sizeof buf)) > 0) {}
+    int e = errno;
+    close(fd);
+    errno = e;
+    return k < 0 ? -1 : 0;
 }
 
 /* The name HDF5 gives an in-memory file.  It must not exist on disk: the

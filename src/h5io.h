@@ -24,6 +24,17 @@ void hdf5_unlock(void);
  * in one line ourselves); call on the main thread before any other. */
 void h5io_init(void);
 
+/* Open a file read-only without HDF5's file locking.  Where flock fails
+ * (NFS without lockd: ENOLCK; some FUSE and Lustre mounts: ENOSYS) a locking
+ * open fails, and intact checkpoints and datasets looked damaged.  The files
+ * read here are never written in place (h5io writes a temporary and renames
+ * it), so a lock would protect nothing.  File id, or < 0. */
+hid_t h5io_open_read(const char *path);
+/* After an open failed: 0 if every byte of path can be read (its content
+ * is what HDF5 rejects: damage), -1 with errno if not (an I/O error that may
+ * be transient, not damage). */
+int h5io_read_all(const char *path);
+
 /* Memory kept from one in-memory file to the next.  A checkpoint written
  * every few minutes would otherwise page-fault its whole size in again each
  * time: on the development VM, touching a fresh 790 MB buffer took 1.6 s,
