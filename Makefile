@@ -51,15 +51,21 @@ CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h $(wildcard cud
 MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null || $(CC) -compile_info 2>/dev/null)) \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
 NVCCFLAGS += $(MPI_INC)
-# NCCL for the gradient allreduce when its header is found (else MPI on host copies)
-NCCL_HOME ?= $(CUDA_HOME)
+# NCCL for the gradient allreduce: NCCL_HOME (a site's NCCL module), else
+# beside CUDA, else the system's (Debian's libnccl-dev); `make NCCL=0` builds
+# without.  Without NCCL, device=cuda sums through MPI on host copies, and
+# allreduce=nccl is refused at start-up.
+NCCL     ?= 1
+NCCL_HOME ?= $(patsubst %/include/nccl.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
+NCCL_LIB := $(dir $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
+                                         /usr/lib/x86_64-linux-gnu/libnccl.so)))
 ifneq ($(NVCC),)
 CFLAGS   += -DHAVE_CUDA
 CUDA_OBJ := build/cuda/ops_cuda.o
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
-ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+ifeq ($(NCCL)$(if $(wildcard $(NCCL_HOME)/include/nccl.h),y)$(if $(NCCL_LIB),y),1yy)
 NVCCFLAGS += -DHAVE_NCCL -I$(NCCL_HOME)/include
-LDLIBS   += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl
+LDLIBS   += -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -lnccl
 endif
 LDLIBS   += -lcudart -lcublas -lstdc++
 # rebuild the CUDA object when the nvcc command changes (CUDA_ARCH, NCCL_HOME)

@@ -27,6 +27,11 @@ static void cuda_allreduce_init(Backend *be, const void *mpi_comm)
     MPI_Comm_rank(I->comm, &rank);
     const char *env = getenv("TRANSFORMER_NCCL");
     I->use_nccl = USE_NCCL && I->want_nccl && !(env && !strcmp(env, "0"));
+    /* the path, said once at start-up (train prints it) */
+    be->allreduce_path = I->use_nccl ? "nccl (device buffers, own stream)"
+                       : !USE_NCCL ? "mpi on host copies (this build has no NCCL)"
+                       : !I->want_nccl ? "mpi on host copies (allreduce=mpi)"
+                                       : "mpi on host copies (TRANSFORMER_NCCL=0)";
     CK(cudaStreamCreateWithFlags(&I->comm_stream, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&I->ev_ready, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&I->ev_done, cudaEventDisableTiming));

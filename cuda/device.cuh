@@ -102,8 +102,13 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return NULL;
     }
-    if (allreduce && strcmp(allreduce, "nccl") && strcmp(allreduce, "mpi")) {
-        fprintf(stderr, "error: device=cuda: allreduce '%s' is not nccl or mpi\n", allreduce);
+    if (allreduce && strcmp(allreduce, "auto") && strcmp(allreduce, "nccl") && strcmp(allreduce, "mpi")) {
+        fprintf(stderr, "error: device=cuda: allreduce '%s' is not auto, nccl or mpi\n", allreduce);
+        return NULL;
+    }
+    if (allreduce && !strcmp(allreduce, "nccl") && !USE_NCCL) {   /* never ignored silently */
+        fprintf(stderr, "error: device=cuda: allreduce=nccl, but this build has no NCCL (nccl.h was not found: "
+                        "rebuild with make NCCL_HOME=DIR, or set allreduce=mpi)\n");
         return NULL;
     }
     int prec = !strcmp(precision, "bf16") ? PREC_BF16 : !strcmp(precision, "tf32") ? PREC_TF32 : PREC_FP32;
@@ -121,7 +126,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     I->device = dev;
     I->precision = prec;
     I->act_dtype = prec == PREC_BF16 ? DT_BF16 : DT_F32;
-    I->want_nccl = !allreduce || !strcmp(allreduce, "nccl");
+    I->want_nccl = !allreduce || strcmp(allreduce, "mpi");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
      * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F) */
     I->compute = prec == PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF

@@ -115,7 +115,7 @@ void config_defaults(Config *c)
     c->allreduce_timeout = 600;   /* s: past any step, well before a time limit */
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
-    strcpy(c->allreduce, "nccl");
+    strcpy(c->allreduce, "auto");
     strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
@@ -339,8 +339,8 @@ int config_validate(const Config *c, const char *origin)
         FAIL("device", "key 'device': '%s' is not 'cpu' or 'cuda'", c->device);
     if (strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32") && strcmp(c->precision, "bf16"))
         FAIL("precision", "key 'precision': '%s' is not 'fp32', 'tf32' or 'bf16'", c->precision);
-    if (strcmp(c->allreduce, "nccl") && strcmp(c->allreduce, "mpi"))
-        FAIL("allreduce", "key 'allreduce': '%s' is not 'nccl' or 'mpi'", c->allreduce);
+    if (strcmp(c->allreduce, "auto") && strcmp(c->allreduce, "nccl") && strcmp(c->allreduce, "mpi"))
+        FAIL("allreduce", "key 'allreduce': '%s' is not 'auto', 'nccl' or 'mpi'", c->allreduce);
     if (strcmp(c->task, "reverse") && strcmp(c->task, "copy") && strcmp(c->task, "sort"))
         FAIL("task", "key 'task': '%s' is not 'reverse', 'copy' or 'sort'", c->task);
     if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda"))

@@ -44,7 +44,7 @@ typedef struct Config {
     int allreduce_timeout; /* s a gradient allreduce may make no progress before the job ends (0: never) */
     char device[CFG_STR];    /* "cpu" or "cuda" */
     char precision[CFG_STR]; /* "fp32", "tf32" or "bf16" (cuda) */
-    char allreduce[CFG_STR]; /* cuda gradient sums: "nccl" (MPI where the build has no NCCL) or "mpi" */
+    char allreduce[CFG_STR]; /* cuda gradient sums: "auto" (NCCL if built with it, else MPI), "nccl" or "mpi" */
     char run_dir[CFG_STR];
     int ckpt_steps;
     float ckpt_minutes;

@@ -168,6 +168,7 @@ struct Backend {
     void (*allreduce_start)(Backend *be, float *p, size_t n);
     void (*allreduce_wait)(Backend *be);
     int allreduce_timeout_s;   /* allreduce_wait's watchdog (watchdog_check; 0: none) */
+    const char *allreduce_path; /* set by allreduce_init: what sums the gradients, in words */
 
     void (*destroy)(Backend *be);
 };

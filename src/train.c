@@ -381,6 +381,10 @@ static void open_inputs(Training *t)
                m->pt.total, D->size, t->threads, r->plan.n_batches, c->update_freq, r->be->name);
     for (int k = 0; D->rank == 0 && D->size > 1 && k < D->size && k < 8; k++)
         printf("rank %d: %s\n", k, t->binds + k * sizeof t->bind);
+    /* what sums the gradients: a build without NCCL is visible here */
+    if (D->rank == 0 && D->size > 1)
+        printf("allreduce: %s, buckets of %d kB\n", r->be->allreduce_path ? r->be->allreduce_path : "mpi (host buffers)",
+               c->bucket_kb);
     free(t->binds);
     t->binds = NULL;
 }

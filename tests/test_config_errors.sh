@@ -51,7 +51,7 @@ for cmd in params train; do
     f=$(cfg pos.cfg 'positional = rotary\n')
     one_line_error "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
     f=$(cfg allreduce.cfg 'allreduce = gloo\n')
-    one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
+    one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'auto', 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
     one_line_error "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
     one_line_error "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8

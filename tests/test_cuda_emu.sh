@@ -148,3 +148,11 @@ CUDA_EMU_DEVICES=2 TRANSFORMER_FAIL_AT=1:3:STOP timeout -s KILL 30 mpirun -np 2 
 grep -q '^error: rank 0: the MPI gradient allreduce made no progress for 2 s (allreduce_timeout)' "$W/wd.err" ||
     fail "device=cuda: no watchdog line: $(cat "$W/wd.err")"
 ok "device=cuda allreduce=mpi: a stopped peer ends the job after $((SECONDS - t0)) s: $(grep -m1 '^error: rank 0' "$W/wd.err")"
+
+# the allreduce path is said at start-up (a build without NCCL would say so)
+for ar in auto:nccl mpi:mpi; do
+    out=$(CUDA_EMU_DEVICES=2 mpirun -np 2 -x CUDA_EMU_DEVICES "$EMU" train $wd train_steps=1 device=cuda \
+          allreduce=${ar%%:*} 2>&1) || fail "allreduce=${ar%%:*}: $out"
+    echo "$out" | grep -q "^allreduce: ${ar#*:} " || fail "allreduce=${ar%%:*}: no 'allreduce: ${ar#*:}' line: $out"
+done
+ok "start-up line: allreduce=auto -> nccl, allreduce=mpi -> mpi on host copies"
