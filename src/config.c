@@ -57,6 +57,7 @@ static const KeyDesc KEYS[] = {
     K(ckpt_steps, T_INT, 0, 1e9, 0),
     K(ckpt_minutes, T_FLOAT, 0, 1e9, 0),
     K(keep_ckpts, T_INT, 1, 1e6, 0),
+    K(lock_wait, T_INT, 0, 86400, 0),
     K(attn_steps, T_INT, 0, 1e9, 0),
     K(data, T_STR, 0, 0, 0),
     K(task, T_STR, 0, 0, 0),
@@ -120,6 +121,7 @@ void config_defaults(Config *c)
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
     c->keep_ckpts = 5;
+    c->lock_wait = 300;   /* s: an NFS server releases a failed node's locks within minutes */
     c->attn_steps = 0;
     strcpy(c->data, "synthetic");
     strcpy(c->task, "reverse");

@@ -48,6 +48,7 @@ typedef struct Config {
     char run_dir[CFG_STR];
     int ckpt_steps;
     float ckpt_minutes;
+    int lock_wait;       /* s to wait for a run-directory lock held by another host */
     int keep_ckpts;
     int attn_steps;
 

@@ -245,9 +245,15 @@ int h5io_open_log(H5Mem *m, const char *path, int *created, char *msg, int cap)
 
 void h5io_tmp_name(const char *path, char *tmp, size_t cap)
 {
+    /* unique per process: two writers on a shared file system (a node whose
+     * lock the file server still holds, Lustre's node-local locks) never
+     * write into one temporary */
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[strcspn(host, ".")] = '\0';
     const char *s = strrchr(path, '/');
-    if (s) snprintf(tmp, cap, "%.*s/.%s.tmp", (int)(s - path), path, s + 1);
-    else snprintf(tmp, cap, ".%s.tmp", path);
+    if (s) snprintf(tmp, cap, "%.*s/.%s.%.32s.%d.tmp", (int)(s - path), path, s + 1, host, (int)getpid());
+    else snprintf(tmp, cap, ".%s.%.32s.%d.tmp", path, host, (int)getpid());
 }
 
 static int write_all_fd(int fd, const char *p, size_t n)

@@ -69,7 +69,7 @@ int h5io_open_log(H5Mem *m, const char *path, int *created, char *msg, int cap);
 /* close without writing (error paths) */
 void h5io_discard(H5Mem *m);
 
-/* path's temporary: DIR/.NAME.tmp */
+/* path's temporary: DIR/.NAME.HOST.PID.tmp (unique per process) */
 void h5io_tmp_name(const char *path, char *tmp, size_t cap);
 /* Close the in-memory file m and write its image to tmp, fsync'ed.  m is
  * closed in every case.  0, or -1 with msg "TMP: ...: <strerror>" and tmp

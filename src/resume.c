@@ -123,15 +123,32 @@ static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size
     return found >= 0;
 }
 
+/* the holder named in a lock file ("pid N on HOST"): 1 if it is another
+ * host than this one */
+static int held_elsewhere(int fd, char *who, size_t cap)
+{
+    ssize_t k = pread(fd, who, cap - 1, 0);
+    who[k > 0 ? k : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+    char host[256] = "", mine[256] = "";
+    gethostname(mine, sizeof mine - 1);
+    return sscanf(who, "pid %*d on %255s", host) == 1 && strcmp(host, mine);
+}
+
 /* rank 0: one training run per run directory.  The lock goes with the
- * process (a kill -9 releases it); its file says who holds it. */
-static int lock_run_dir(const char *run_dir)
+ * process (a kill -9 releases it); its file says who holds it.  A lock
+ * held by another host is waited for up to lock_wait seconds: after a node
+ * fails, an NFS server keeps its locks until their lease runs out, and the
+ * requeued job would otherwise fail at once instead of resuming. */
+static int lock_run_dir(const char *run_dir, int lock_wait)
 {
     char path[CFG_STR + 16], who[64] = "";
     snprintf(path, sizeof path, "%s/.lock", run_dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) die(2, "%s: cannot create the run directory lock: %s", path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB)) {
+    double t0 = now_seconds();
+    int said = 0;
+    while (flock(fd, LOCK_EX | LOCK_NB)) {
         if (errno != EWOULDBLOCK) {
             /* a file system without flock (Lustre mounted noflock, some
              * FUSE ones): run unprotected rather than not at all */
@@ -139,10 +156,16 @@ static int lock_run_dir(const char *run_dir)
                     "detected\n", path, strerror(errno));
             return fd;
         }
-        ssize_t k = pread(fd, who, sizeof who - 1, 0);
-        who[k > 0 ? k : 0] = '\0';
-        who[strcspn(who, "\n")] = '\0';
-        die(2, "%s: another training run is using this run directory (%s)", run_dir, who[0] ? who : "lock held");
+        int elsewhere = held_elsewhere(fd, who, sizeof who);
+        if (!elsewhere || now_seconds() - t0 >= lock_wait)
+            die(2, "%s: another training run is using this run directory (%s)%s", run_dir,
+                who[0] ? who : "lock held", elsewhere ? "; waited lock_wait seconds" : "");
+        if (!said++) {
+            fprintf(stderr, "warning: %s: the run directory is locked by %s; waiting up to %d s (lock_wait) for "
+                    "the lock of a failed node to expire\n", run_dir, who, lock_wait);
+            fflush(stderr);
+        }
+        sleep(1);
     }
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
@@ -171,7 +194,7 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
     char used[4200] = "";
     if (D->rank == 0) {
         if (mkdir_p(c->run_dir)) die(2, "%s: cannot create run directory: %s", c->run_dir, strerror(errno));
-        rd->lock_fd = lock_run_dir(c->run_dir);
+        rd->lock_fd = lock_run_dir(c->run_dir, c->lock_wait);
         host = xmalloc(sizeof(float) * 3 * N);
         status = load_newest(r, host, &st, used, sizeof used);
         if (!status && resume_flag) die(2, "%s: --resume: no complete checkpoint in the run directory", c->run_dir);

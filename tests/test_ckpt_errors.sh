@@ -100,6 +100,26 @@ expect_error 2 "error: $W/busy: another training run is using this run directory
 kill -9 $busy; wait $busy 2>/dev/null
 $BIN train $CK_ARGS run_dir=$W/busy train_steps=5 > $W/b2.log 2>&1 || fail "lock not released by kill -9: $(tail -2 $W/b2.log)"
 ok "run directory lock: a second run refused with the holder's pid, released by kill -9"
+# a lock held by another host (a failed node's, kept by an NFS server until
+# its lease runs out; simulated: the lock file names another host, flock(1)
+# holds it): waited for up to lock_wait seconds, then refused naming the holder
+mkdir -p $W/elsewhere && printf 'pid 1 on other-node-7\n' > $W/elsewhere/.lock
+flock -x $W/elsewhere/.lock sleep 3 &
+holder=$!
+sleep 0.3
+$BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=2 lock_wait=30 > $W/elsewhere.log 2>&1 ||
+    fail "a lock of another host released after 3 s: the run failed: $(tail -3 $W/elsewhere.log)"
+grep -q "warning: $W/elsewhere: the run directory is locked by pid 1 on other-node-7; waiting up to 30 s" $W/elsewhere.log ||
+    fail "no waiting line: $(head -3 $W/elsewhere.log)"
+wait $holder
+printf 'pid 1 on other-node-7\n' > $W/elsewhere/.lock
+flock -x $W/elsewhere/.lock sleep 20 &
+holder=$!
+sleep 0.3
+expect_error 2 "error: $W/elsewhere: another training run is using this run directory (pid 1 on other-node-7); waited lock_wait seconds" \
+    $BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=4 lock_wait=1
+kill $holder; wait $holder 2>/dev/null
+ok "a lock held by another host: waited for (lock_wait), then refused naming the holder"
 
 # a diverging run (eq. 3's rate x 1e6, the largest lr_factor): exit 1 and no
 # checkpoint of a diverged state.  The step it diverges at follows the BLAS
