@@ -28,8 +28,16 @@ SWEEP=$1; shift
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
 table3_prepare "$SWEEP" "$@"
 array=$(IFS=,; echo "${IDX[*]}")${MAX_PARALLEL:+%$MAX_PARALLEL}
+# one --mem for the array: its largest row's
+mem="" best=0
+for i in "${IDX[@]}"; do
+    table3_overrides "$SWEEP/configs/${ROWS[$i]}.cfg"
+    m=$(mem_request "$SWEEP/configs/${ROWS[$i]}.cfg" "${OVR[@]}")
+    v=${m#--mem=}; v=${v%M}
+    [ -n "$v" ] && [ "$v" -gt "$best" ] && { best=$v; mem=$m; }
+done
 
-array_id=$(sbatch --parsable "${SBATCH_OPTS[@]}" --job-name=table3 --array="$array" \
+array_id=$(sbatch --parsable "${SBATCH_OPTS[@]}" ${mem:+"$mem"} --job-name=table3 --array="$array" \
     --output="$SWEEP/logs/%A_%a.out" "$TRANSFORMER_HOME/jobs/table3.sbatch" "$SWEEP")
 array_id=${array_id%%;*}
 analysis_id=$(sbatch --parsable "${ANALYSIS_OPTS[@]}" --job-name=table3-analysis \

@@ -14,5 +14,6 @@ mkdir -p "$RUN_DIR"
 RUN_DIR=$(cd "$RUN_DIR" && pwd)
 CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
 shift 2
-sbatch --parsable "${SBATCH_OPTS[@]}" --job-name="train-$(basename "$RUN_DIR")" \
+mem=$(mem_request "$CONFIG" "$@")
+sbatch --parsable "${SBATCH_OPTS[@]}" ${mem:+"$mem"} --job-name="train-$(basename "$RUN_DIR")" \
     --output="$RUN_DIR/slurm-%j.out" "$TRANSFORMER_HOME/jobs/train.sbatch" "$RUN_DIR" "$CONFIG" "$@"

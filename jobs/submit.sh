@@ -14,6 +14,26 @@ common_opts=(--chdir="$TRANSFORMER_HOME" --export=ALL)
 # shellcheck disable=SC2206
 [ -n "$SBATCH_EXTRA" ] && common_opts+=($SBATCH_EXTRA)
 
+# mem_request CONFIG [key=value ...]: the --mem option for a training job of
+# CONFIG on GPUS_PER_NODE ranks per node (MEM_PER_NODE=auto), in MB with a
+# 25% margin: each rank holds the dataset (its file size, twice: ids and the
+# batcher's copies) and ~4 GiB of libraries, CUDA context and pinned
+# buffers; rank 0 also ~24 bytes per parameter (host copies of params, Adam
+# m and v, and the checkpoint's in-memory HDF5 image).  Nothing if the
+# estimate cannot be made.
+mem_request() {
+    case ${MEM_PER_NODE:-} in auto) ;; "") return 0 ;; *) echo "--mem=$MEM_PER_NODE"; return 0 ;; esac
+    local params data bytes=0
+    params=$("$TRANSFORMER_HOME/bin/transformer" params --config "$@" 2>/dev/null |
+             awk '$1 == "params" { print $2; exit }') || return 0
+    [ -n "$params" ] || return 0
+    data=$(awk '{ sub(/#.*/, "") } /^[ \t]*data[ \t]*=/ { sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]+$/, ""); v = $0 } END { print v }' "$1")
+    for o in "${@:2}"; do case $o in data=*) data=${o#data=} ;; esac; done
+    case $data in /*) ;; *) data=$TRANSFORMER_HOME/$data ;; esac   # jobs run in TRANSFORMER_HOME
+    [ -f "$data" ] && bytes=$(stat -c %s "$data")
+    echo "--mem=$(( (GPUS_PER_NODE * (2 * bytes + (4 << 30)) + 24 * params) * 5 / 4 / (1 << 20) + 1 ))M"
+}
+
 SBATCH_OPTS=("${common_opts[@]}" --nodes="$NODES" --ntasks-per-node="$GPUS_PER_NODE"
              --cpus-per-task="$CPUS_PER_TASK" --time="$TIME_LIMIT" --signal="USR1@$SIGNAL_LEAD" --requeue)
 [ -n "$PARTITION" ] && SBATCH_OPTS+=(--partition="$PARTITION")

@@ -206,9 +206,12 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
         MPI_Bcast(&step, 1, MPI_INT64_T, 0, D->comm);
         MPI_Bcast(&el, 1, MPI_DOUBLE, 0, D->comm);
         if (!host) host = xmalloc(sizeof(float) * 3 * N);
-        /* params | adam_m | adam_v, in pieces below the int count limit */
-        for (size_t off = 0; off < 3 * N; off += (size_t)1 << 30) {
-            size_t k = 3 * N - off < ((size_t)1 << 30) ? 3 * N - off : ((size_t)1 << 30);
+        /* params | adam_m | adam_v, in pieces of 256 MiB: below the int
+         * count limit, and within what MPI libraries and fabrics move well
+         * in one message (4 GiB ones have failed on some) */
+        const size_t piece = (size_t)64 << 20;   /* floats */
+        for (size_t off = 0; off < 3 * N; off += piece) {
+            size_t k = 3 * N - off < piece ? 3 * N - off : piece;
             MPI_Bcast(host + off, (int)k, MPI_FLOAT, 0, D->comm);
         }
         Model *m = &r->model;

@@ -61,6 +61,10 @@ J=$(TRANSFORMER_STEP_SLEEP_MS=30 on_n1 jobs/submit-train.sh "$T/run2n" "$cfg") |
 jlog=$T/run2n/slurm-$J.out
 wait_log "$jlog" '^step 20 ' 120
 on_n1 scontrol -o show job "$J" | grep -q 'NodeList=n\[1-2\]' || fail "job $J: not on both nodes: $(on_n1 scontrol -o show job "$J")"
+# MEM_PER_NODE=auto: --mem from the model and the data (synthetic: none), at
+# least the ~4 GiB per rank of libraries and buffers, with a 25% margin
+mem=$(on_n1 scontrol -o show job "$J" | sed -n 's/.*MinMemoryNode=\([0-9]*\)M.*/\1/p')
+[ -n "$mem" ] && [ "$mem" -ge 5120 ] && [ "$mem" -lt 6144 ] || fail "job $J: --mem ${mem:-unset} MB, expected ~5.1 GB (1 rank per node)"
 on_n1 scontrol requeue "$J"
 # skip Slurm's requeue delay (~2 minutes), not in the same second as the
 # requeue (slurmd would reject the new credential: tests/slurm/test_slurm.sh)
