@@ -178,30 +178,20 @@ static void attr_str(hid_t o, const char *name, const char *s)
     H5Tclose(t);
 }
 
-/* Create a dataset (collective under MPI-IO) and write it from the owner;
- * the other ranks take part with empty selections. */
+/* Create a dataset and write it (rank 0, into the file in memory) */
 static int write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
-                    const void *data, int mine, hid_t dxpl)
+                    const void *data)
 {
     hid_t sp = H5Screate_simple(nd, dims, NULL);
     hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (d < 0) { H5Sclose(sp); return -1; }
-    int rc;
-    if (mine) rc = H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, dxpl, data);
-    else {
-        hid_t ms = H5Scopy(sp);
-        H5Sselect_none(ms);
-        H5Sselect_none(sp);
-        static float dummy;
-        rc = H5Dwrite(d, mtype, ms, sp, dxpl, &dummy);
-        H5Sclose(ms);
-    }
+    int rc = H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
     H5Dclose(d);
     H5Sclose(sp);
     return rc < 0 ? -1 : 0;
 }
 
-static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, const Vocab *v, int mine, hid_t dxpl)
+static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, const Vocab *v)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, v->width);
@@ -213,16 +203,14 @@ static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, co
         memcpy(buf + (size_t)i * v->width, s, strlen(s) < v->width ? strlen(s) : v->width);
     }
     hsize_t dim = n;
-    int rc = write_ds(g, name, t, t, 1, &dim, buf, mine, dxpl);
+    int rc = write_ds(g, name, t, t, 1, &dim, buf);
     free(buf);
     H5Tclose(t);
     return rc;
 }
 
-/* the groups of sentences s[0..n) under parent; sentence k belongs to rank
- * k % P */
-static int write_sentences(hid_t parent, Sent *s, int n, int rank, int P, int greedy, const Config *c,
-                           const Vocab *v, hid_t dxpl)
+/* the groups of sentences s[0..n) under parent (rank 0, after gather_maps) */
+static int write_sentences(hid_t parent, Sent *s, int n, int greedy, const Config *c, const Vocab *v)
 {
     hid_t top = H5Gcreate2(parent, "sentences", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (top < 0) return -1;
@@ -230,7 +218,6 @@ static int write_sentences(hid_t parent, Sent *s, int n, int rank, int P, int gr
     hsize_t L = c->n_layers, h = c->n_heads;
     for (int k = 0; k < n && !bad; k++) {
         Sent *x = &s[k];
-        int mine = k % P == rank;
         char name[32];
         snprintf(name, sizeof name, "%06lld", (long long)x->index);
         hid_t g = H5Gcreate2(top, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -238,22 +225,22 @@ static int write_sentences(hid_t parent, Sent *s, int n, int rank, int P, int gr
         attr_i64(g, "index", x->index);
         attr_i64(g, "src_len", x->S);
         attr_i64(g, "tgt_len", x->T);
-        bad |= write_tokens(g, "src_tokens", x->src, x->S, v, mine, dxpl);
-        bad |= write_tokens(g, "tgt_tokens", x->tin, x->T, v, mine, dxpl);
-        bad |= write_tokens(g, "tgt_out_tokens", x->tout, x->T, v, mine, dxpl);
+        bad |= write_tokens(g, "src_tokens", x->src, x->S, v);
+        bad |= write_tokens(g, "tgt_tokens", x->tin, x->T, v);
+        bad |= write_tokens(g, "tgt_out_tokens", x->tout, x->T, v);
         hsize_t de[4] = { L, h, (hsize_t)x->S, (hsize_t)x->S }, dd[4] = { L, h, (hsize_t)x->T, (hsize_t)x->T },
                 dc[4] = { L, h, (hsize_t)x->T, (hsize_t)x->S };
-        bad |= write_ds(g, "encoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, de, x->enc, mine, dxpl);
-        bad |= write_ds(g, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dd, x->dec, mine, dxpl);
-        bad |= write_ds(g, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dc, x->crs, mine, dxpl);
+        bad |= write_ds(g, "encoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, de, x->enc);
+        bad |= write_ds(g, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dd, x->dec);
+        bad |= write_ds(g, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dc, x->crs);
         if (greedy) {
             hid_t gg = H5Gcreate2(g, "greedy", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
             attr_i64(gg, "tgt_len", x->Tg);
-            bad |= write_tokens(gg, "tgt_tokens", x->gin, x->Tg, v, mine, dxpl);
-            bad |= write_tokens(gg, "tgt_out_tokens", x->gout, x->Tg, v, mine, dxpl);
+            bad |= write_tokens(gg, "tgt_tokens", x->gin, x->Tg, v);
+            bad |= write_tokens(gg, "tgt_out_tokens", x->gout, x->Tg, v);
             hsize_t gd[4] = { L, h, (hsize_t)x->Tg, (hsize_t)x->Tg }, gc[4] = { L, h, (hsize_t)x->Tg, (hsize_t)x->S };
-            bad |= write_ds(gg, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gd, x->gdec, mine, dxpl);
-            bad |= write_ds(gg, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gc, x->gcrs, mine, dxpl);
+            bad |= write_ds(gg, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gd, x->gdec);
+            bad |= write_ds(gg, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gc, x->gcrs);
             H5Gclose(gg);
         }
         H5Gclose(g);
@@ -306,7 +293,7 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
         bad = g < 0;
         if (!bad) {
             attr_i64(g, "step", step);
-            bad = write_sentences(g, s, n, 0, 1, 0, &m->cfg, &v, H5P_DEFAULT) != 0;
+            bad = write_sentences(g, s, n, 0, &m->cfg, &v) != 0;
             H5Gclose(g);
         }
         if (bad) {
@@ -511,47 +498,51 @@ static void write_attrs(hid_t f, const AttnArgs *a, const Attention *at)
     attr_i64(f, "n_heads", at->cfg.n_heads);
 }
 
-/* one file, written collectively through MPI-IO, under the name tmp;
- * returns nonzero on every rank if any rank failed */
-static int write_maps(const AttnArgs *a, const Attention *at, const Dist *D, const char *tmp)
+/* Sentence k's maps were computed by rank k % P: rank 0 receives them, so
+ * that it alone writes the file.  A few MB, where collective MPI-IO was a
+ * burden (and not safe on NFS) for no gain. */
+static void gather_maps(Attention *at, const Dist *D, int greedy)
 {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fapl_mpio(fapl, D->comm, MPI_INFO_NULL);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
-    int bad = f < 0, any;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, D->comm);
-    if (any) {
-        if (D->rank == 0) fprintf(stderr, "error: %s: cannot create the output file\n", tmp);
-        if (f >= 0) H5Fclose(f);
-        return -1;
+    size_t L = at->cfg.n_layers, h = at->cfg.n_heads;
+    for (int k = 0; k < at->n && D->size > 1; k++) {
+        Sent *x = &at->s[k];
+        int owner = k % D->size;
+        if (owner == 0 || (D->rank != 0 && D->rank != owner)) continue;
+        size_t S = x->S, T = x->T, Tg = x->Tg;
+        float **maps[5] = { &x->enc, &x->dec, &x->crs, &x->gdec, &x->gcrs };
+        size_t n[5] = { L * h * S * S, L * h * T * T, L * h * T * S, L * h * Tg * Tg, L * h * Tg * S };
+        for (int i = 0; i < (greedy ? 5 : 3); i++) {
+            if (D->rank == owner) {
+                MPI_Send(*maps[i], (int)n[i], MPI_FLOAT, 0, i, D->comm);
+                continue;
+            }
+            if (!*maps[i]) *maps[i] = xmalloc(sizeof(float) * (n[i] ? n[i] : 1));
+            MPI_Recv(*maps[i], (int)n[i], MPI_FLOAT, owner, i, D->comm, MPI_STATUS_IGNORE);
+        }
     }
-    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-    write_attrs(f, a, at);
-    hsize_t nn = at->n;
-    bad = write_ds(f, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, at->idx, D->rank == 0, dxpl) != 0;
-    bad |= write_sentences(f, at->s, at->n, D->rank, D->size, a->greedy, &at->cfg, &at->v, dxpl) != 0;
-    H5Pclose(dxpl);
-    bad |= H5Fclose(f) < 0;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, D->comm);
-    return any;
 }
 
-/* rank 0: the written file to its name (fsync + rename), or removed */
-static int publish_maps(const AttnArgs *a, const Attention *at, const char *tmp, int any)
+/* rank 0: the file built in memory and written whole to a temporary, then
+ * renamed into place (h5io: fsync'ed, atomic); 0 or 1 after one line */
+static int write_maps(const AttnArgs *a, const Attention *at)
 {
-    if (any) {
-        fprintf(stderr, "error: %s: writing the attention maps failed\n", tmp);
-        unlink(tmp);
-        return any;
+    H5Mem mem;
+    char msg[4400];
+    if (h5io_create(&mem, (size_t)1 << 20, NULL)) {
+        fprintf(stderr, "error: %s: cannot create the output in memory\n", a->out);
+        return 1;
     }
-    int fd_ok = 1;
-    FILE *fp = fopen(tmp, "rb");
-    if (fp) { fsync(fileno(fp)); fclose(fp); } else fd_ok = 0;
-    if (!fd_ok || rename(tmp, a->out)) {
-        fprintf(stderr, "error: %s: cannot move the output into place\n", a->out);
+    write_attrs(mem.id, a, at);
+    hsize_t nn = at->n;
+    int bad = write_ds(mem.id, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, at->idx) != 0;
+    bad |= write_sentences(mem.id, at->s, at->n, a->greedy, &at->cfg, &at->v) != 0;
+    if (bad) {
+        h5io_discard(&mem);
+        fprintf(stderr, "error: %s: writing the attention maps failed\n", a->out);
+        return 1;
+    }
+    if (h5io_commit(&mem, a->out, msg, sizeof msg)) {
+        fprintf(stderr, "error: %s\n", msg);
         return 1;
     }
     printf("attention: %d sentence(s), %d layers x %d heads -> %s\n", at->n, at->cfg.n_layers, at->cfg.n_heads, a->out);
@@ -568,14 +559,10 @@ static int attention_main(const AttnArgs *a, Dist *D)
     int rc = 2;
     if (select_sentences(a, &at) == 0) {
         compute_maps(a, &at, D);
-        char tmp[4200];
-        h5io_tmp_name(a->out, tmp, sizeof tmp);
-        int any = write_maps(a, &at, D, tmp);
-        if (any >= 0) {
-            if (D->rank == 0) any = publish_maps(a, &at, tmp, any);
-            MPI_Bcast(&any, 1, MPI_INT, 0, D->comm);
-            rc = any ? 2 : 0;
-        }
+        gather_maps(&at, D, a->greedy);
+        int bad = D->rank == 0 ? write_maps(a, &at) : 0;
+        MPI_Bcast(&bad, 1, MPI_INT, 0, D->comm);
+        rc = bad ? 2 : 0;
     }
     attention_free(&at);
     return rc;
