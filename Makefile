@@ -97,7 +97,7 @@ TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tes
             bin/tests/test_cuda_step bin/tests/emu-transformer
 endif
 
-.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench
+.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench fuzz
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -180,7 +180,7 @@ GPU_ACCEPT_OUT ?= out/gpu-accept
 gpu-accept:
 	$(Q)tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
 
-build bin bin/tests bin/gpu build/cuda build/emu build/emu-asan build/emu-tsan:
+build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/fuzz:
 	$(Q)mkdir -p $@
 
 tests: $(TEST_BIN)
@@ -190,6 +190,28 @@ test: all $(TEST_BIN)
 
 # the job scripts (jobs/) on a real single-node Slurm started for the test
 # (root; installs Debian's slurm packages if missing); a few minutes
+# fuzz targets (tests/fuzz/): libFuzzer with ASan and UBSan, the readers
+# built CPU-only with clang.  `make fuzz` runs each FUZZ_SECONDS (default
+# 60) from the committed seed corpus; tests/fuzz/run.sh prints the table.
+FUZZ_TARGETS := config sentences translate_input dataset checkpoint
+FUZZ_BIN := $(FUZZ_TARGETS:%=bin/fuzz/fuzz_%)
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp \
+              -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed \
+              $(shell pkg-config --cflags $(PKGS)) $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
+FUZZ_CC  = OMPI_CC=clang MPICH_CC=clang $(CC)
+FUZZ_OBJ := $(filter-out build/fuzz/main.o,$(SRC:src/%.c=build/fuzz/%.o))
+.SECONDARY: $(FUZZ_OBJ)
+build/fuzz/%.o: src/%.c | build/fuzz
+	$(call say,CC,$< (fuzz))$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+# a target that includes a source file (for its static functions) links
+# everything but that file's object
+bin/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJ) | bin/fuzz
+	$(call say,LINK,$@)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Isrc $< \
+	    $(filter-out $(patsubst %,build/fuzz/%.o,$(shell sed -n 's|^#include "../../src/\(.*\)\.c"|\1|p' $<)),$(FUZZ_OBJ)) \
+	    -o $@ $(BASE_LDLIBS) -lstdc++
+fuzz: $(FUZZ_BIN) all
+	$(Q)tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 test-slurm: all
 	$(Q)tests/slurm/test_slurm.sh
 	$(Q)tests/slurm/test_two_node.sh

@@ -20,3 +20,6 @@ else
     echo "check: no second OpenBLAS kernel runs on this CPU; training tests ran once"
 fi
 if grep -q '^test-slurm:' Makefile; then make test-slurm; fi
+# the fuzz targets, briefly: a reader change that crashes on the seeds or a
+# committed regression input fails here (docs/readers.md)
+make -j2 fuzz FUZZ_SECONDS=15

@@ -11,6 +11,7 @@ APT_PACKAGES=(
     openmpi-bin libopenmpi-dev
     libhdf5-openmpi-dev hdf5-tools
     libmpich-dev libhdf5-mpich-dev          # the MPICH build (tests/test_mpich.sh)
+    clang libclang-rt-14-dev libomp-14-dev  # make fuzz (libFuzzer, ASan, UBSan)
     libopenblas-openmp-dev
     sentencepiece libsentencepiece-dev
     python3 python3-venv
