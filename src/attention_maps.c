@@ -358,8 +358,8 @@ static int parse_list(const char *s, int64_t **out, int64_t *dup)
             if (n == cap) { cap *= 2; *out = xrealloc(*out, sizeof(int64_t) * cap); }
             (*out)[n++] = i;
         }
-        if (*p == ',') p++;
-        else if (*p) return -1;
+        if (*p == ',' && p[1]) p++;
+        else if (*p) return -1;   /* also a trailing comma: "1," is no list */
     }
     int64_t *sorted = xmalloc(sizeof(int64_t) * (n ? n : 1));
     memcpy(sorted, *out, sizeof(int64_t) * n);

@@ -327,8 +327,12 @@ static void *read_1d(hid_t loc, const char *name, hid_t mem_type, size_t elem, l
     hid_t sp = H5Dget_space(ds);
     hsize_t dim = 0;
     void *buf = NULL;
-    if (H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &dim, NULL) == 1
-        && (n_expect < 0 || (long long)dim == n_expect)) {
+    /* an allocation is bounded by what the file stores: a damaged or
+     * crafted file can declare 2^40 elements in a few bytes (chunks never
+     * written read as fill values); deflate expands at most ~1032x */
+    int plausible = H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &dim, NULL) == 1 &&
+                    (double)dim * elem <= 1100.0 * (double)H5Dget_storage_size(ds) + 65536.0;
+    if (plausible && (n_expect < 0 || (long long)dim == n_expect)) {
         buf = xmalloc(elem * (dim ? dim : 1));
         if (dim && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) { free(buf); buf = NULL; }
         if (n) *n = (long long)dim;
