@@ -383,7 +383,7 @@ static void open_inputs(Training *t)
         printf("rank %d: %s\n", k, t->binds + k * sizeof t->bind);
     /* what sums the gradients: a build without NCCL is visible here */
     if (D->rank == 0 && D->size > 1)
-        printf("allreduce: %s, buckets of %d kB\n", r->be->allreduce_path ? r->be->allreduce_path : "mpi (host buffers)",
+        printf("allreduce path: %s, buckets of %d kB\n", r->be->allreduce_path ? r->be->allreduce_path : "mpi (host buffers)",
                c->bucket_kb);
     free(t->binds);
     t->binds = NULL;

@@ -153,6 +153,6 @@ ok "device=cuda allreduce=mpi: a stopped peer ends the job after $((SECONDS - t0
 for ar in auto:nccl mpi:mpi; do
     out=$(CUDA_EMU_DEVICES=2 mpirun -np 2 -x CUDA_EMU_DEVICES "$EMU" train $wd train_steps=1 device=cuda \
           allreduce=${ar%%:*} 2>&1) || fail "allreduce=${ar%%:*}: $out"
-    echo "$out" | grep -q "^allreduce: ${ar#*:} " || fail "allreduce=${ar%%:*}: no 'allreduce: ${ar#*:}' line: $out"
+    echo "$out" | grep -q "^allreduce path: ${ar#*:} " || fail "allreduce=${ar%%:*}: no 'allreduce path: ${ar#*:}' line: $out"
 done
 ok "start-up line: allreduce=auto -> nccl, allreduce=mpi -> mpi on host copies"
