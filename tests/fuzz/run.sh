@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=se
 # malformed file triggers: docs/readers.md), else "ours"
 classify() {
     "$1" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=2048 "$2" > "$2.report" 2>&1
-    awk '/^ *#[0-9]+ / && !/__interceptor_|libc\.so|__sanitizer|__asan|libclang_rt|compiler-rt|fuzzer::| in (malloc|calloc|realloc|free) / { print; exit }' "$2.report" |
+    awk '/^ *#[0-9]+ / && !/__interceptor_|libc\.so|sysdeps\/|__sanitizer|__asan|libclang_rt|compiler-rt|fuzzer::| in (malloc|calloc|realloc|free) / { print; exit }' "$2.report" |
         grep -q 'libhdf5' && echo hdf5 || echo ours
 }
 bad=0
