@@ -461,9 +461,7 @@ void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_s
     char p[4400];
     while ((e = readdir(d))) {
         size_t L = strlen(e->d_name);
-        int ours = !strncmp(e->d_name, ".ckpt_", 6) || !strncmp(e->d_name, ".metrics.h5.", 12) ||
-                   !strncmp(e->d_name, ".attention_probe.h5.", 20);
-        if (ours && L > 4 && !strcmp(e->d_name + L - 4, ".tmp")) {
+        if (!strncmp(e->d_name, ".ckpt_", 6) && L > 4 && !strcmp(e->d_name + L - 4, ".tmp")) {
             snprintf(p, sizeof p, "%s/%s", run_dir, e->d_name);
             unlink(p);
         }

@@ -2,8 +2,6 @@
 #include "metrics.h"
 
 #include <hdf5.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +22,8 @@ typedef struct {
 
 struct Metrics {
     char path[4200];
-    Table train, dev;         /* rows logged since the last flush (training thread) */
-    Table wtrain, wdev;       /* rows being written by the flush thread */
-    pthread_t thread;         /* the flush in the background (metrics_flush) */
-    int started;              /* a flush thread exists that has not been joined */
-    atomic_int done;
-    atomic_int broken;        /* a write failed: warned once, stop trying */
+    Table train, dev;
+    int broken;       /* a write failed: warned once, stop trying */
 };
 
 static void table_add(Table *t, const double *row)
@@ -118,12 +112,12 @@ static int table_write(hid_t f, Table *t, long keep_upto)
 
 /* the whole log is rewritten and renamed into place (h5io.h): a full disk
  * or a kill leaves the previous complete log */
-static int write_all(Metrics *m, Table *train, Table *dev, long keep_upto, char *msg, int cap)
+static int write_all(Metrics *m, long keep_upto, char *msg, int cap)
 {
     int created;
     H5Mem mem;
     if (h5io_open_log(&mem, m->path, &created, msg, cap)) return -1;
-    if (table_write(mem.id, train, keep_upto) | table_write(mem.id, dev, keep_upto)) {
+    if (table_write(mem.id, &m->train, keep_upto) | table_write(mem.id, &m->dev, keep_upto)) {
         h5io_discard(&mem);
         snprintf(msg, cap, "%s: HDF5 could not append to the metrics log", m->path);
         return -1;
@@ -138,11 +132,9 @@ Metrics *metrics_open(const char *run_dir, long keep_upto)
     snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
     m->train = (Table){ "train", 5, { "step", "loss", "lr", "tokens_per_s", "elapsed_s" }, { 1, 0, 0, 0, 0 }, NULL, 0, 0 };
     m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0 };
-    m->wtrain = m->train;
-    m->wdev = m->dev;
     char msg[4400];
     hdf5_lock();
-    if (write_all(m, &m->train, &m->dev, keep_upto, msg, sizeof msg)) {
+    if (write_all(m, keep_upto, msg, sizeof msg)) {
         fprintf(stderr, "warning: %s (metrics are not logged from here on)\n", msg);
         m->broken = 1;
     }
@@ -162,63 +154,24 @@ void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, do
     table_add(&m->dev, row);
 }
 
-/* write the rows taken by take_rows: the whole log is read, extended,
- * fsync'ed and renamed (h5io), which on a network file system can take
- * longer than a training step, so it runs off the training thread */
-static void *flush_main(void *arg)
-{
-    Metrics *m = arg;
-    char msg[4400];
-    hdf5_lock();   /* waits for a checkpoint write in progress */
-    if (write_all(m, &m->wtrain, &m->wdev, -1, msg, sizeof msg)) {
-        fprintf(stderr, "warning: %s (metrics are not logged from here on)\n", msg);
-        atomic_store(&m->broken, 1);
-    }
-    hdf5_unlock();
-    atomic_store(&m->done, 1);
-    return NULL;
-}
-
-/* hand the rows logged so far to the flush (training thread; no flush runs) */
-static void take_rows(Metrics *m)
-{
-    Table *from[2] = { &m->train, &m->dev }, *to[2] = { &m->wtrain, &m->wdev };
-    for (int i = 0; i < 2; i++) {
-        for (int r = 0; r < from[i]->n; r++) table_add(to[i], from[i]->rows + (size_t)r * from[i]->ncol);
-        from[i]->n = 0;
-    }
-}
-
-static void join_flush(Metrics *m)
-{
-    if (!m->started) return;
-    pthread_join(m->thread, NULL);
-    m->started = 0;
-}
-
 void metrics_flush(Metrics *m, int block)
 {
-    if (!m || atomic_load(&m->broken)) return;
-    if (m->started && !block && !atomic_load(&m->done)) return;   /* still writing: next time */
-    join_flush(m);
-    if (atomic_load(&m->broken) || (m->train.n == 0 && m->dev.n == 0)) return;
-    take_rows(m);
-    atomic_store(&m->done, 0);
-    if (block || pthread_create(&m->thread, NULL, flush_main, m)) {
-        flush_main(m);
-        return;
+    if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0)) return;
+    if (block) hdf5_lock();
+    else if (hdf5_trylock()) return;   /* a checkpoint is being written: next time */
+    char msg[4400];
+    if (write_all(m, -1, msg, sizeof msg)) {
+        fprintf(stderr, "warning: %s (metrics are not logged from here on)\n", msg);
+        m->broken = 1;
     }
-    m->started = 1;
+    hdf5_unlock();
 }
 
 void metrics_close(Metrics *m)
 {
     if (!m) return;
     metrics_flush(m, 1);
-    join_flush(m);
     free(m->train.rows);
     free(m->dev.rows);
-    free(m->wtrain.rows);
-    free(m->wdev.rows);
     free(m);
 }

@@ -3,8 +3,7 @@
  *   FSFAIL_LOCK=ENOLCK|ENOSYS  flock() and fcntl() record locks fail with it
  *                              (NFS without lockd: ENOLCK; FUSE: ENOSYS)
  *   FSFAIL_EIO=SUBSTRING       open() of a path containing SUBSTRING fails
- *                              with EIO (a transient I/O error)
- *   FSFAIL_FSYNC_MS=N          fsync() takes N ms more (a slow NFS server) */
+ *                              with EIO (a transient I/O error) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <time.h>
-#include <unistd.h>
 
 static int lock_errno(void)
 {
@@ -73,15 +70,3 @@ FCNTL_SHIM(fcntl64)
     }
 OPEN_SHIM(open)
 OPEN_SHIM(open64)
-
-int fsync(int fd)
-{
-    static int (*real)(int);
-    const char *ms = getenv("FSFAIL_FSYNC_MS");
-    if (ms && atoi(ms) > 0) {
-        struct timespec ts = { atoi(ms) / 1000, (atoi(ms) % 1000) * 1000000L };
-        nanosleep(&ts, NULL);
-    }
-    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-    return real(fd);
-}
