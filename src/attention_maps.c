@@ -155,42 +155,6 @@ static void sent_free(Sent *s)
 
 /* --------------------------------------------------------------- writing */
 
-static void attr_i64(hid_t o, const char *name, int64_t v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, H5T_NATIVE_INT64, &v);
-    H5Aclose(a);
-    H5Sclose(sp);
-}
-
-static void attr_str(hid_t o, const char *name, const char *s)
-{
-    /* fixed length: parallel HDF5 cannot write variable-length data */
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(s) + 1);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, t, s);
-    H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-}
-
-/* Create a dataset and write it (rank 0, into the file in memory) */
-static int write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
-                    const void *data)
-{
-    hid_t sp = H5Screate_simple(nd, dims, NULL);
-    hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (d < 0) { H5Sclose(sp); return -1; }
-    int rc = H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-    H5Dclose(d);
-    H5Sclose(sp);
-    return rc < 0 ? -1 : 0;
-}
-
 static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, const Vocab *v)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
@@ -203,7 +167,7 @@ static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, co
         memcpy(buf + (size_t)i * v->width, s, strlen(s) < v->width ? strlen(s) : v->width);
     }
     hsize_t dim = n;
-    int rc = write_ds(g, name, t, t, 1, &dim, buf);
+    int rc = h5io_write_ds(g, name, t, t, 1, &dim, buf);
     free(buf);
     H5Tclose(t);
     return rc;
@@ -222,25 +186,25 @@ static int write_sentences(hid_t parent, Sent *s, int n, int greedy, const Confi
         snprintf(name, sizeof name, "%06lld", (long long)x->index);
         hid_t g = H5Gcreate2(top, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         if (g < 0) { bad = 1; break; }
-        attr_i64(g, "index", x->index);
-        attr_i64(g, "src_len", x->S);
-        attr_i64(g, "tgt_len", x->T);
+        h5io_attr_i64(g, "index", x->index);
+        h5io_attr_i64(g, "src_len", x->S);
+        h5io_attr_i64(g, "tgt_len", x->T);
         bad |= write_tokens(g, "src_tokens", x->src, x->S, v);
         bad |= write_tokens(g, "tgt_tokens", x->tin, x->T, v);
         bad |= write_tokens(g, "tgt_out_tokens", x->tout, x->T, v);
         hsize_t de[4] = { L, h, (hsize_t)x->S, (hsize_t)x->S }, dd[4] = { L, h, (hsize_t)x->T, (hsize_t)x->T },
                 dc[4] = { L, h, (hsize_t)x->T, (hsize_t)x->S };
-        bad |= write_ds(g, "encoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, de, x->enc);
-        bad |= write_ds(g, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dd, x->dec);
-        bad |= write_ds(g, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dc, x->crs);
+        bad |= h5io_write_ds(g, "encoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, de, x->enc);
+        bad |= h5io_write_ds(g, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dd, x->dec);
+        bad |= h5io_write_ds(g, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dc, x->crs);
         if (greedy) {
             hid_t gg = H5Gcreate2(g, "greedy", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            attr_i64(gg, "tgt_len", x->Tg);
+            h5io_attr_i64(gg, "tgt_len", x->Tg);
             bad |= write_tokens(gg, "tgt_tokens", x->gin, x->Tg, v);
             bad |= write_tokens(gg, "tgt_out_tokens", x->gout, x->Tg, v);
             hsize_t gd[4] = { L, h, (hsize_t)x->Tg, (hsize_t)x->Tg }, gc[4] = { L, h, (hsize_t)x->Tg, (hsize_t)x->S };
-            bad |= write_ds(gg, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gd, x->gdec);
-            bad |= write_ds(gg, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gc, x->gcrs);
+            bad |= h5io_write_ds(gg, "decoder_self", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gd, x->gdec);
+            bad |= h5io_write_ds(gg, "cross", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, gc, x->gcrs);
             H5Gclose(gg);
         }
         H5Gclose(g);
@@ -280,10 +244,10 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
     H5Mem mem;
     hid_t f = h5io_open_log(&mem, path, &created, msg, sizeof msg) ? -1 : mem.id;
     if (f >= 0 && created) {
-        attr_str(f, "format", "transformer-attention-probe");
-        attr_str(f, "version", PROJECT_VERSION);
-        attr_i64(f, "n_layers", m->cfg.n_layers);
-        attr_i64(f, "n_heads", m->cfg.n_heads);
+        h5io_attr_str(f, "format", "transformer-attention-probe");
+        h5io_attr_str(f, "version", PROJECT_VERSION);
+        h5io_attr_i64(f, "n_layers", m->cfg.n_layers);
+        h5io_attr_i64(f, "n_heads", m->cfg.n_heads);
     }
     int bad = f < 0;
     if (!bad) {
@@ -292,7 +256,7 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
         hid_t g = H5Gcreate2(f, grp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         bad = g < 0;
         if (!bad) {
-            attr_i64(g, "step", step);
+            h5io_attr_i64(g, "step", step);
             bad = write_sentences(g, s, n, 0, &m->cfg, &v) != 0;
             H5Gclose(g);
         }
@@ -486,16 +450,16 @@ static void write_attrs(hid_t f, const AttnArgs *a, const Attention *at)
 {
     char text[16384];
     config_to_string(&at->cfg, text, sizeof text);
-    attr_str(f, "format", "transformer-attention");
-    attr_str(f, "version", PROJECT_VERSION);
-    attr_str(f, "checkpoint", a->ckpt);
-    attr_i64(f, "checkpoint_step", at->st.step);
-    attr_str(f, "data", a->data);
-    attr_str(f, "split", a->split);
-    attr_str(f, "mode", a->greedy ? "reference+greedy" : "reference");
-    attr_str(f, "config", text);
-    attr_i64(f, "n_layers", at->cfg.n_layers);
-    attr_i64(f, "n_heads", at->cfg.n_heads);
+    h5io_attr_str(f, "format", "transformer-attention");
+    h5io_attr_str(f, "version", PROJECT_VERSION);
+    h5io_attr_str(f, "checkpoint", a->ckpt);
+    h5io_attr_i64(f, "checkpoint_step", at->st.step);
+    h5io_attr_str(f, "data", a->data);
+    h5io_attr_str(f, "split", a->split);
+    h5io_attr_str(f, "mode", a->greedy ? "reference+greedy" : "reference");
+    h5io_attr_str(f, "config", text);
+    h5io_attr_i64(f, "n_layers", at->cfg.n_layers);
+    h5io_attr_i64(f, "n_heads", at->cfg.n_heads);
 }
 
 /* Sentence k's maps were computed by rank k % P: rank 0 receives them, so
@@ -534,7 +498,7 @@ static int write_maps(const AttnArgs *a, const Attention *at)
     }
     write_attrs(mem.id, a, at);
     hsize_t nn = at->n;
-    int bad = write_ds(mem.id, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, at->idx) != 0;
+    int bad = h5io_write_ds(mem.id, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, at->idx) != 0;
     bad |= write_sentences(mem.id, at->s, at->n, a->greedy, &at->cfg, &at->v) != 0;
     if (bad) {
         h5io_discard(&mem);

@@ -375,3 +375,42 @@ int h5io_commit(H5Mem *m, const char *path, char *msg, int cap)
     if (h5io_save(m, tmp, msg, cap)) return -1;
     return h5io_publish(tmp, path, msg, cap);
 }
+
+/* ------------------------------------------------------ small writers */
+
+int h5io_attr_i64(hid_t o, const char *name, int64_t v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return rc;
+}
+
+int h5io_attr_str(hid_t o, const char *name, const char *s)
+{
+    /* fixed length: parallel HDF5 cannot write variable-length data */
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(s) + 1);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, t, s) < 0 ? -1 : 0;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return rc;
+}
+
+int h5io_write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
+                  const void *data)
+{
+    hid_t sp = H5Screate_simple(nd, dims, NULL);
+    hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0) { H5Sclose(sp); return -1; }
+    int rc = H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    H5Dclose(d);
+    H5Sclose(sp);
+    return rc < 0 ? -1 : 0;
+}

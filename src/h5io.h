@@ -13,12 +13,22 @@
 
 #include <hdf5.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* HDF5 is not thread-safe in this (parallel) build: every HDF5 call made
  * while a background checkpoint write may be running holds this lock. */
 void hdf5_lock(void);
 int hdf5_trylock(void);   /* 0 if acquired */
 void hdf5_unlock(void);
+
+/* Small writers for files built in memory (attention maps, head
+ * statistics): a scalar int64 or UTF-8 string attribute on object o, and a
+ * dataset created and written whole (file type ftype, memory type mtype,
+ * nd dimensions).  0, or -1 where HDF5 fails. */
+int h5io_attr_i64(hid_t o, const char *name, int64_t v);
+int h5io_attr_str(hid_t o, const char *name, const char *s);
+int h5io_write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
+                  const void *data);
 
 /* H5open and silence the library's error-stack printing (we report failures
  * in one line ourselves); call on the main thread before any other. */
