@@ -21,6 +21,7 @@
 #include "batch.h"
 #include "config.h"
 #include "gradcheck.h"
+#include "gradcheck_model.h"
 #include "model.h"
 #include "util.h"
 
@@ -37,35 +38,12 @@ typedef struct {
     float *host;     /* host copy of the parameters */
 } Ctx;
 
-/* Hash of the ReLU pattern (which hidden units of eq. 2 are active) of the
- * last forward: a central difference whose two sides differ in it crossed a
- * kink of max(0, .) and is not a derivative; it is redone with a smaller
- * step. */
-static uint64_t relu_pattern(Model *m)
-{
-    uint64_t h = 0;
-    int dff = m->cfg.d_ff;
-    size_t ns = (size_t)m->B * m->S * dff, nt = (size_t)m->B * m->T * dff;
-    float *buf = malloc(sizeof(float) * (ns > nt ? ns : nt));
-    unsigned char *bit = malloc(ns > nt ? ns : nt);
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        for (int k = 0; k < 2; k++) {
-            size_t n = k ? nt : ns;
-            be->download_act(be, buf, k ? m->dec[l].hid : m->enc[l].hid, n);
-            for (size_t i = 0; i < n; i++) bit[i] = buf[i] > 0.0f;
-            h = fnv1a64(bit, n, h);
-        }
-    free(buf);
-    free(bit);
-    return h;
-}
-
 static double loss_of(Ctx *c, uint64_t *pattern)
 {
     Model *m = c->m;
     be->upload(be, m->params, c->host, sizeof(float) * m->pt.total);
     LossStats st = model_forward_backward(m, c->b, STEP, 1, 0, NULL, NULL);
-    if (pattern) *pattern = relu_pattern(m);
+    if (pattern) *pattern = gc_relu_pattern(be, m);
     return st.loss_sum;
 }
 
