@@ -168,6 +168,8 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->residual_ln_backward = cuda_residual_ln_backward;
     be->embed_forward = cuda_embed_forward;
     be->embed_backward = cuda_embed_backward;
+    be->head_gate_forward = cuda_head_gate_forward;
+    be->head_gate_backward = cuda_head_gate_backward;
     be->xent_forward_backward = cuda_xent_forward_backward;
     be->adam = cuda_adam;
     be->log_softmax = cuda_log_softmax;

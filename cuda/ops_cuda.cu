@@ -40,6 +40,7 @@
 #include "norm.cuh"
 #include "embed.cuh"
 #include "xent.cuh"
+#include "heads.cuh"
 #include "adam.cuh"
 #include "comm.cuh"
 #include "device.cuh"

@@ -277,15 +277,17 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
 static void attention_help(void)
 {
     printf("usage: transformer attention --checkpoint CKPT --data DATA.h5|synthetic [--split dev]\n"
-           "                             --sentences LIST --output ATTN.h5 [--greedy]\n\n"
+           "                             --sentences LIST --output ATTN.h5 [--greedy]\n"
+           "                             [mask_heads=KIND:LAYER:HEAD,...]\n\n"
            "Writes every head of every layer of encoder self-attention, decoder\n"
            "self-attention and encoder-decoder attention of the chosen sentence pairs,\n"
            "teacher-forced on the reference (with --greedy also on the model's own greedy\n"
            "translation), with source and target tokens as strings (docs/attention.md).\n"
            "LIST: pair indices of the split, e.g. 0,5,10-19.  With data=synthetic the\n"
            "pairs are the checkpoint's synthetic task and tokens are named by their ids.\n"
-           "Under mpirun the sentences are split over the ranks and written collectively\n"
-           "into one file (MPI-IO).\n");
+           "Under mpirun the sentences are split over the ranks and gathered on rank 0,\n"
+           "which writes the file.  mask_heads: heads whose output is zeroed before W^O\n"
+           "(docs/attention.md).\n");
 }
 
 /* "0,5,10-19" -> indices; returns count or -1 */
@@ -336,6 +338,7 @@ static int parse_list(const char *s, int64_t **out, int64_t *dup)
 
 typedef struct {
     const char *ckpt, *data, *split, *list, *out;
+    const char *mask_heads;   /* mask_heads=LIST, or NULL */
     int greedy;
 } AttnArgs;
 
@@ -521,7 +524,8 @@ static int attention_main(const AttnArgs *a, Dist *D)
     if (!at.be) return 2;
     if (checkpoint_open_model(a->ckpt, &at.cfg, &at.st, &at.m, at.be)) { at.be->destroy(at.be); return 2; }
     int rc = 2;
-    if (select_sentences(a, &at) == 0) {
+    if ((!a->mask_heads || model_mask_heads(&at.m, a->mask_heads, "command line") == 0) &&
+        select_sentences(a, &at) == 0) {
         compute_maps(a, &at, D);
         gather_maps(&at, D, a->greedy);
         int bad = D->rank == 0 ? write_maps(a, &at) : 0;
@@ -534,11 +538,12 @@ static int attention_main(const AttnArgs *a, Dist *D)
 
 int cmd_attention(int argc, char **argv)
 {
-    AttnArgs a = { NULL, "synthetic", "dev", NULL, NULL, 0 };
+    AttnArgs a = { NULL, "synthetic", "dev", NULL, NULL, NULL, 0 };
     for (int i = 2; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { attention_help(); return 0; }
         if (!strcmp(o, "--greedy")) { a.greedy = 1; continue; }
+        if (!strncmp(o, "mask_heads=", 11)) { a.mask_heads = o + 11; continue; }
         const char **dst = !strcmp(o, "--checkpoint") ? &a.ckpt : !strcmp(o, "--data") ? &a.data
                          : !strcmp(o, "--split") ? &a.split : !strcmp(o, "--sentences") ? &a.list
                          : !strcmp(o, "--output") ? &a.out : NULL;

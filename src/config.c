@@ -1,4 +1,5 @@
 #include "config.h"
+#include "head_mask.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { T_INT, T_FLOAT, T_U64, T_STR };
+enum { T_INT, T_FLOAT, T_U64, T_STR, T_TEXT };   /* T_TEXT: char[CFG_TEXT] */
 
 typedef struct {
     const char *key;
@@ -73,6 +74,7 @@ static const KeyDesc KEYS[] = {
     K(paper_bleu, T_FLOAT, 0, 100, 0),
     K(paper_params_m, T_FLOAT, 0, 1e9, 0),
     K(row, T_STR, 0, 0, 0),
+    K(mask_heads, T_TEXT, 0, 0, 0),
 };
 #undef K
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -202,9 +204,10 @@ int config_set(Config *c, const char *origin, int line, const char *key, const c
     c->key_line[k - KEYS] = line > 0 ? line : -1;
     if (line > 0) snprintf(c->config_file, CFG_STR, "%s", origin);
     char *p = (char *)c + k->off;
-    if (k->type == T_STR) {
-        if (strlen(value) >= CFG_STR) {
-            fprintf(stderr, "error: %s: key '%s': value longer than %d characters\n", at, key, CFG_STR - 1);
+    if (k->type == T_STR || k->type == T_TEXT) {
+        int size = k->type == T_STR ? CFG_STR : CFG_TEXT;
+        if (strlen(value) >= (size_t)size) {
+            fprintf(stderr, "error: %s: key '%s': value longer than %d characters\n", at, key, size - 1);
             return 2;
         }
         strcpy(p, value);
@@ -357,6 +360,9 @@ int config_validate(const Config *c, const char *origin)
         if (c->synth_max_len + 1 > c->max_len)
             FAIL("max_len", "key 'max_len': %d cannot hold synth_max_len + 1 = %d positions", c->max_len, c->synth_max_len + 1);
     }
+    char why[256];
+    if (head_mask_parse(c->mask_heads, c->n_layers, c->n_heads, NULL, why, sizeof why))
+        FAIL("mask_heads", "key 'mask_heads': %s", why);
     if (c->max_tokens < c->max_len)
         FAIL("max_tokens", "key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
     return 0;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define CFG_STR 256
+#define CFG_TEXT 4096   /* long string keys (mask_heads) */
 #define CFG_MAX_KEYS 128
 
 typedef struct Config {
@@ -68,6 +69,9 @@ typedef struct Config {
     /* informational: the paper's Table 3 numbers for this row (0 = none) */
     float paper_ppl, paper_bleu, paper_params_m;
     char row[CFG_STR];   /* Table 3 row name, e.g. "base", "A1" */
+
+    /* heads whose gate is 0 (head_mask.h): "enc:3:5,cross:0:*"; empty: none */
+    char mask_heads[CFG_TEXT];
 
     /* where each key was set, for error messages (not a key): line in
      * config_file (> 0), command line (-1) or default (0), by KEYS index */

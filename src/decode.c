@@ -1,6 +1,7 @@
 /* Beam search with incremental decoding over the op interface (decode.h
  * states the search rules).  Section numbers refer to Vaswani et al. 2017. */
 #include "decode.h"
+#include "head_mask.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -201,7 +202,7 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
         be->softmax_forward(be, d->P, d->d_self_len, scale, n, h, 1, tk, 1, t);
         be->gemm_batched(be, 0, 0, 1, dv, tk, 1.0f, d->P, tk, (long)h * tk, tk, act_at(kv, hk), w2, sh, dv, 0.0f,
                          d->ctx, hv, hv, dv, n, h);
-        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, W(L->self_attn.Wo), hv, 0.0f, d->sub, dm);
+        model_attn_output(m, HEAD_DEC_SELF, l, d->ctx, d->ctx, L->self_attn.Wo, d->sub, n);
         be->residual_ln_forward(be, d->x1, d->r, d->mean, d->rstd, x, d->sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
                                 n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
         /* encoder-decoder attention: the K hypotheses of a sentence are a
@@ -213,7 +214,7 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
         be->softmax_forward(be, d->P2, d->d_src_len, scale, ns, h, K, S, 0, 0);
         be->gemm_batched(be, 0, 0, K, dv, S, 1.0f, d->P2, S, (long)h * K * S, (long)K * S, act_at(ckv, hk), w2,
                          (long)S * w2, dv, 0.0f, d->ctx, hv, (long)K * hv, dv, ns, h);
-        be->gemm(be, 0, 1, n, dm, hv, 1.0f, d->ctx, hv, W(L->cross_attn.Wo), hv, 0.0f, d->sub, dm);
+        model_attn_output(m, HEAD_CROSS, l, d->ctx, d->ctx, L->cross_attn.Wo, d->sub, n);
         be->residual_ln_forward(be, d->x2, d->r, d->mean, d->rstd, d->x1, d->sub, PRM(L->ln2.gamma),
                                 PRM(L->ln2.beta), n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
         /* position-wise feed-forward (eq. 2) */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "synthetic.h"
 #include "train.h"
 #include "util.h"
 
@@ -24,14 +25,15 @@
 
 static void eval_help(void)
 {
-    printf("usage: transformer eval --checkpoint CKPT.h5 --data DATA.h5 [--split dev] [key=value ...]\n\n"
+    printf("usage: transformer eval --checkpoint CKPT.h5 --data DATA.h5|synthetic [--split dev] [key=value ...]\n\n"
            "Prints the losses and per-wordpiece perplexity of the checkpoint's model on a split\n"
            "of a dataset (no dropout), on a line\n"
            "  eval <split> loss_ls <L> nll <NLL> ppl <exp(NLL)> tokens <N> pairs <n>\n"
            "per target token: loss_ls with the checkpoint's label smoothing, nll without; the\n"
            "names of train's 'dev' lines.\n"
            "The model configuration comes from the checkpoint; key=value may override\n"
-           "non-architecture keys (device, precision, threads, max_tokens).\n");
+           "non-architecture keys (device, precision, threads, max_tokens); mask_heads=LIST\n"
+           "evaluates with those heads masked (docs/attention.md).\n");
 }
 
 #ifdef HAVE_CHECKPOINT
@@ -91,7 +93,7 @@ static int read_config(Eval *e)
         } else rc = config_set(c, "command line", 0, key, eq + 1);
     }
     if (!rc && e->n_over) rc = config_validate(c, "command line");
-    if (rc) return rc;
+    if (rc || !strcmp(e->data, "synthetic")) return rc;
     int v = dataset_vocab_size(e->data);
     if (v <= 0) return 2;
     if (v != c->vocab_size) {
@@ -118,7 +120,7 @@ static int open_model(Eval *e)
     e->have_model = 1;
     /* keep the overrides that only evaluation uses */
     c->max_tokens = keep.max_tokens;
-    return 0;
+    return model_mask_heads(&r->model, keep.mask_heads, "command line");
 }
 
 /* the split's unsmoothed loss and perplexity, printed by rank 0 */
@@ -170,7 +172,9 @@ int cmd_eval(int argc, char **argv)
     MPI_Bcast(&rc, 1, MPI_INT, 0, e.r->dist.comm);
     if (rc) return eval_end(&e, 2);
     /* a failure past this point on one rank takes the job down */
-    if (open_model(&e) || dataset_load(e.data, e.split, &e.corp)) {
+    int synth = !strcmp(e.data, "synthetic");
+    if (open_model(&e) || (synth ? synthetic_load_split(&e.corp, &e.r->cfg, e.split)
+                                 : dataset_load(e.data, e.split, &e.corp))) {
         if (util_abort_hook) util_abort_hook(2);
         return 2;
     }

@@ -1,6 +1,7 @@
 /* The Transformer, forward and backward, over the op interface.
  * Equation and section numbers refer to Vaswani et al. (2017). */
 #include "model.h"
+#include "head_mask.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -148,6 +149,58 @@ void param_init_host(const ParamTable *pt, const Config *c, float *host)
     }
 }
 
+/* ----------------------------------------------------------- head gates */
+
+static size_t n_gates(const Config *c) { return (size_t)HEAD_KINDS * c->n_layers * c->n_heads; }
+
+void model_set_head_gates(Model *m, const float *host_gates)
+{
+    size_t bytes = sizeof(float) * n_gates(&m->cfg);
+    if (!m->gates && !(m->gates = m->be->alloc(m->be, bytes))) die(1, "%s: out of device memory for head gates", m->be->name);
+    m->be->upload(m->be, m->gates, host_gates, bytes);
+}
+
+void model_track_gate_grads(Model *m)
+{
+    size_t n = n_gates(&m->cfg);
+    if (!m->gates) {
+        float *ones = xmalloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+        model_set_head_gates(m, ones);
+        free(ones);
+    }
+    if (!m->gate_grad && !(m->gate_grad = m->be->alloc(m->be, sizeof(float) * n)))
+        die(1, "%s: out of device memory for head gate gradients", m->be->name);
+    m->be->zero(m->be, m->gate_grad, sizeof(float) * n);
+}
+
+/* the gates of (kind, layer) on the device, NULL for a plain model */
+static const float *layer_gates(const Model *m, int kind, int l)
+{
+    return m->gates ? m->gates + head_index(kind, l, 0, m->cfg.n_layers, m->cfg.n_heads) : NULL;
+}
+
+static float *layer_gate_grad(const Model *m, int kind, int l)
+{
+    return m->gate_grad ? m->gate_grad + head_index(kind, l, 0, m->cfg.n_layers, m->cfg.n_heads) : NULL;
+}
+
+int model_mask_heads(Model *m, const char *spec, const char *origin)
+{
+    const Config *c = &m->cfg;
+    float *g = xmalloc(sizeof(float) * n_gates(c));
+    char why[256];
+    int rc = head_mask_parse(spec, c->n_layers, c->n_heads, g, why, sizeof why);
+    if (rc) fprintf(stderr, "error: %s: key 'mask_heads': %s\n", origin, why);
+    else {
+        if (spec != m->cfg.mask_heads) snprintf(m->cfg.mask_heads, sizeof m->cfg.mask_heads, "%s", spec);
+        /* a model without gates stays without them when nothing is masked */
+        if (spec[0] || m->gates) model_set_head_gates(m, g);
+    }
+    free(g);
+    return rc ? 2 : 0;
+}
+
 /* ------------------------------------------------------------- lifecycle */
 
 void positional_sinusoids(float *host, int max_len, int d)
@@ -196,6 +249,8 @@ int model_init(Model *m, const Config *c, Backend *be)
     }
     m->enc = xcalloc(c->n_layers, sizeof(LayerActs));
     m->dec = xcalloc(c->n_layers, sizeof(LayerActs));
+    /* config_validate has checked mask_heads against this architecture */
+    if (model_mask_heads(m, c->mask_heads, "config")) return -1;
     return 0;
 }
 
@@ -228,6 +283,7 @@ void model_free(Model *m)
     if (!m->be) return;
     free_acts(m);
     FREE(m->params); FREE(m->grads); FREE(m->adam_m); FREE(m->adam_v); FREE(m->sinusoid);
+    FREE(m->gates); FREE(m->gate_grad);
     free(m->enc);
     free(m->dec);
     param_table_free(&m->pt);
@@ -423,8 +479,46 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Ac
 }
 
 /* x1 = LayerNorm(x + Dropout(SelfAttention(x)))  (section 3.2.3) */
+/* ctx W_o^T, with ctx's heads scaled by their gates first when the model
+ * has gates (the gated ctx goes to scratch; the saved ctx stays ungated for
+ * the gates' gradient) */
+static void attn_output_forward(Model *m, const float *gate, Act ctx, Act scratch, size_t Wo, Act out, int rows)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int d = c->d_model, hv = c->n_heads * c->d_v;
+    if (gate) {
+        be->head_gate_forward(be, scratch, ctx, gate, rows, c->n_heads, c->d_v);
+        ctx = scratch;
+    }
+    be->gemm(be, 0, 1, rows, d, hv, 1.0f, ctx, hv, W(Wo), hv, 0.0f, out, d);
+}
+
+void model_attn_output(Model *m, int kind, int layer, Act ctx, Act scratch, size_t Wo, Act out, int rows)
+{
+    attn_output_forward(m, layer_gates(m, kind, layer), ctx, scratch, Wo, out, rows);
+}
+
+/* Backward of attn_output_forward from dout (m->g_sub): dW_o += dout^T
+ * gate(ctx); m->g_ctx = gate * (dout W_o), and dgate += the heads' sums of
+ * (dout W_o) * ctx when dgate is not NULL */
+static void attn_output_backward(Model *m, const float *gate, float *dgate, Act ctx, size_t Wo, int rows)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int d = c->d_model, hv = c->n_heads * c->d_v;
+    Act gated = ctx;
+    if (gate) {   /* the forward's gated ctx, recomputed in g_ctx before g_ctx is overwritten */
+        be->head_gate_forward(be, m->g_ctx, ctx, gate, rows, c->n_heads, c->d_v);
+        gated = m->g_ctx;
+    }
+    be->gemm(be, 1, 0, d, hv, rows, 1.0f, m->g_sub, d, gated, hv, 1.0f, GW(Wo), hv);
+    be->gemm(be, 0, 0, rows, hv, d, 1.0f, m->g_sub, d, W(Wo), hv, 0.0f, m->g_ctx, hv);
+    if (gate) be->head_gate_backward(be, dgate, m->g_ctx, ctx, gate, rows, c->n_heads, c->d_v);
+}
+
 static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int T,
-                                    const int32_t *key_len, int causal, float p, DropoutKey key)
+                                    const int32_t *key_len, int causal, const float *gate, float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -432,21 +526,20 @@ static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *
     be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, W(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
     attention_core_forward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
                            causal);
-    be->gemm(be, 0, 1, rows, d, hv, 1.0f, a->ctx, hv, W(L->self_attn.Wo), hv, 0.0f, m->g_sub, d);
+    attn_output_forward(m, gate, a->ctx, m->g_ctx, L->self_attn.Wo, m->g_sub, rows);
     be->residual_ln_forward(be, a->x1, a->r1, a->m1, a->s1, x, m->g_sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
                             rows, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
 
 static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int T,
-                                     float p, DropoutKey key)
+                                     const float *gate, float *dgate, float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
-    int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
+    int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, w3 = 2 * hk + c->n_heads * c->d_v;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln1.gamma), GRD(L->ln1.beta), m->g_x, a->r1, a->m1,
                              a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
-    be->gemm(be, 1, 0, d, hv, rows, 1.0f, m->g_sub, d, a->ctx, hv, 1.0f, GW(L->self_attn.Wo), hv);
-    be->gemm(be, 0, 0, rows, hv, d, 1.0f, m->g_sub, d, W(L->self_attn.Wo), hv, 0.0f, m->g_ctx, hv);
+    attn_output_backward(m, gate, dgate, a->ctx, L->self_attn.Wo, rows);
     Act dqkv = m->g_big;
     attention_core_backward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, m->g_ctx,
                             dqkv, act_at(dqkv, hk), act_at(dqkv, 2 * hk), T, T);
@@ -456,7 +549,7 @@ static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs 
 
 /* x2 = LayerNorm(x1 + Dropout(Attention(Q = x1, K = V = encoder output))) */
 static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act enc_out,
-                                     float p, DropoutKey key)
+                                     const float *gate, float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -465,13 +558,13 @@ static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs 
     be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, W(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
     be->gemm(be, 0, 1, ns, w2, d, 1.0f, enc_out, d, W(L->cross_attn.Wk), d, 0.0f, a->kv2, w2);
     attention_core_forward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
-    be->gemm(be, 0, 1, nt, d, hv, 1.0f, a->ctx2, hv, W(L->cross_attn.Wo), hv, 0.0f, m->g_sub, d);
+    attn_output_forward(m, gate, a->ctx2, m->g_ctx, L->cross_attn.Wo, m->g_sub, nt);
     be->residual_ln_forward(be, a->x2, a->r2, a->m2, a->s2, a->x1, m->g_sub, PRM(L->ln2.gamma), PRM(L->ln2.beta),
                             nt, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
 
 static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Act enc_out,
-                                      float p, DropoutKey key)
+                                      const float *gate, float *dgate, float p, DropoutKey key)
 {
     Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -479,8 +572,7 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln2.gamma), GRD(L->ln2.beta), m->g_x, a->r2, a->m2,
                              a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
-    be->gemm(be, 1, 0, d, hv, nt, 1.0f, m->g_sub, d, a->ctx2, hv, 1.0f, GW(L->cross_attn.Wo), hv);
-    be->gemm(be, 0, 0, nt, hv, d, 1.0f, m->g_sub, d, W(L->cross_attn.Wo), hv, 0.0f, m->g_ctx, hv);
+    attn_output_backward(m, gate, dgate, a->ctx2, L->cross_attn.Wo, nt);
     Act dkv = m->g_big, dq = act_at(m->g_big, (size_t)ns * w2);
     attention_core_backward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_ctx, dq, dkv, act_at(dkv, hk),
                             T, S);
@@ -516,7 +608,8 @@ Act model_encode(Model *m, int train, uint32_t step)
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOffsets *L = &m->pt.enc[l];
         LayerActs *a = &m->enc[l];
-        self_attn_block_forward(m, L, a, x, S, m->d_src_len, 0, p, drop_key(m, step, SITE_ENC + 4 * l));
+        self_attn_block_forward(m, L, a, x, S, m->d_src_len, 0, layer_gates(m, HEAD_ENC, l), p,
+                                drop_key(m, step, SITE_ENC + 4 * l));
         ffn_block_forward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
         x = a->x3;
     }
@@ -535,8 +628,10 @@ Act model_decode(Model *m, Act enc_out, int train, uint32_t step)
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOffsets *L = &m->pt.dec[l];
         LayerActs *a = &m->dec[l];
-        self_attn_block_forward(m, L, a, x, T, m->d_tgt_len, 1, p, drop_key(m, step, SITE_DEC + 4 * l));
-        cross_attn_block_forward(m, L, a, enc_out, p, drop_key(m, step, SITE_DEC + 4 * l + 1));
+        self_attn_block_forward(m, L, a, x, T, m->d_tgt_len, 1, layer_gates(m, HEAD_DEC_SELF, l), p,
+                                drop_key(m, step, SITE_DEC + 4 * l));
+        cross_attn_block_forward(m, L, a, enc_out, layer_gates(m, HEAD_CROSS, l), p,
+                                 drop_key(m, step, SITE_DEC + 4 * l + 1));
         ffn_block_forward(m, L, a, a->x2, nt, T, p, drop_key(m, step, SITE_DEC + 4 * l + 2));
         x = a->x3;
     }
@@ -587,8 +682,10 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         LayerActs *a = &m->dec[l];
         Act x = l ? m->dec[l - 1].x3 : m->dec_in;
         ffn_block_backward(m, L, a, a->x2, nt, T, p, drop_key(m, step, SITE_DEC + 4 * l + 2));
-        cross_attn_block_backward(m, L, a, enc_out, p, drop_key(m, step, SITE_DEC + 4 * l + 1));
-        self_attn_block_backward(m, L, a, x, T, p, drop_key(m, step, SITE_DEC + 4 * l));
+        cross_attn_block_backward(m, L, a, enc_out, layer_gates(m, HEAD_CROSS, l), layer_gate_grad(m, HEAD_CROSS, l), p,
+                                  drop_key(m, step, SITE_DEC + 4 * l + 1));
+        self_attn_block_backward(m, L, a, x, T, layer_gates(m, HEAD_DEC_SELF, l), layer_gate_grad(m, HEAD_DEC_SELF, l), p,
+                                 drop_key(m, step, SITE_DEC + 4 * l));
         if (ready) ready(ready_ctx, l ? m->pt.dec[l - 1].self_attn.Wq : m->pt.enc_begin);
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, b->tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
@@ -599,7 +696,8 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         LayerActs *a = &m->enc[l];
         Act x = l ? m->enc[l - 1].x3 : m->enc_in;
         ffn_block_backward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
-        self_attn_block_backward(m, L, a, x, S, p, drop_key(m, step, SITE_ENC + 4 * l));
+        self_attn_block_backward(m, L, a, x, S, layer_gates(m, HEAD_ENC, l), layer_gate_grad(m, HEAD_ENC, l), p,
+                                 drop_key(m, step, SITE_ENC + 4 * l));
         if (ready) ready(ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_src, b->src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,

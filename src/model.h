@@ -92,6 +92,12 @@ typedef struct Model {
     float *row_loss, *row_nll;
     Act g_x, g_sub, g_big, g_ctx, g_P, g_hid, g_enc;  /* backward scratch */
     float *h_row_loss, *h_row_nll;                              /* host */
+
+    /* Head gates (head_mask.h layout), device fp32: gates multiplies each
+     * head's output before W^O; gate_grad accumulates dL/dgate in backward
+     * when allocated (model_track_gate_grads).  Both NULL for a plain
+     * model: the attention blocks then skip the gate ops entirely. */
+    float *gates, *gate_grad;
 } Model;
 
 typedef struct {
@@ -113,6 +119,19 @@ float model_lrate(const Config *c, int step);
 void model_adam_step(Model *m, int step, float grad_scale);
 /* PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (section 3.5) */
 void positional_sinusoids(float *host, int max_len, int d);
+/* Set the head gates from host values (HEAD_KINDS * n_layers * n_heads,
+ * head_mask.h); model_init sets them from cfg.mask_heads when it masks a head */
+void model_set_head_gates(Model *m, const float *host_gates);
+/* Gates from a mask_heads value (head_mask.h): 0 for the masked heads, 1
+ * for the others; also recorded in m->cfg.  0, or 2 after a one-line error
+ * naming origin (a file, "command line"). */
+int model_mask_heads(Model *m, const char *spec, const char *origin);
+/* From now on backward adds dL/dgate into m->gate_grad (zeroed here) */
+void model_track_gate_grads(Model *m);
+/* the output projection of an attention sub-layer: out = gate(ctx) W_o^T,
+ * ctx [rows, h*d_v], with the gates of (kind, layer) if the model has gates;
+ * scratch holds the gated ctx (may be ctx itself: gated in place) */
+void model_attn_output(Model *m, int kind, int layer, Act ctx, Act scratch, size_t Wo, Act out, int rows);
 /* exact parameter count of a config */
 size_t model_param_count(const Config *c);
 

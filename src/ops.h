@@ -144,6 +144,18 @@ struct Backend {
                            const int32_t *tokens, const int32_t *host_tokens, const uint32_t *sent_id, int B,
                            int T, int d, int vocab, float scale, float p_drop, DropoutKey key);
 
+    /* Head gates (Michel et al. 2019): out[r, h*d_v + j] = gate[h] *
+     * ctx[r, h*d_v + j], the heads' outputs scaled before W^O; out may alias
+     * ctx.  gate: n_heads fp32 values.  x * 1.0f is exact, so gates at 1
+     * leave the model bitwise unchanged. */
+    void (*head_gate_forward)(Backend *be, Act out, Act ctx, const float *gate, int rows, int n_heads, int d_v);
+    /* Backward of head_gate_forward, given dout (in dctx) and the ungated
+     * ctx: dgate[h] += sum over rows and j of dout * ctx (if dgate is not
+     * NULL; summed in a fixed order, deterministic), then dctx = gate[h] *
+     * dout in place. */
+    void (*head_gate_backward)(Backend *be, float *dgate, Act dctx, Act ctx, const float *gate, int rows,
+                               int n_heads, int d_v);
+
     /* Label-smoothed cross-entropy (section 5.4) over logits [rows, V]:
      * q = (1-eps)*onehot(target) + eps/V.  Rows with target 0 (padding) give
      * 0.  Writes row_loss (smoothed) and row_nll (-log p(target)); if

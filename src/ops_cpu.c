@@ -309,6 +309,44 @@ static void cpu_embed_backward(Backend *be, float *dE, float *dpos, Act doutv,
     }
 }
 
+/* heads are the column blocks [h*d_v, (h+1)*d_v) of a [rows, n_heads*d_v] activation */
+static void cpu_head_gate_forward(Backend *be, Act outv, Act ctxv, const float *gate, int rows, int nh, int dv)
+{
+    float *out = F(outv, "head_gate_forward");
+    const float *ctx = F(ctxv, "head_gate_forward");
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < nh; h++)
+            for (int j = 0; j < dv; j++) {
+                size_t i = (size_t)r * nh * dv + (size_t)h * dv + j;
+                out[i] = gate[h] * ctx[i];
+            }
+}
+
+/* dgate in double per head over rows in order: the sum does not depend on
+ * the thread count */
+static void cpu_head_gate_backward(Backend *be, float *dgate, Act dctxv, Act ctxv, const float *gate, int rows,
+                                   int nh, int dv)
+{
+    float *dctx = F(dctxv, "head_gate_backward");
+    const float *ctx = F(ctxv, "head_gate_backward");
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int h = 0; h < nh; h++) {
+        double acc = 0.0;
+        for (int r = 0; r < rows; r++) {
+            float *d = dctx + (size_t)r * nh * dv + (size_t)h * dv;
+            const float *x = ctx + (size_t)r * nh * dv + (size_t)h * dv;
+            for (int j = 0; j < dv; j++) {
+                acc += (double)d[j] * x[j];
+                d[j] *= gate[h];
+            }
+        }
+        if (dgate) dgate[h] += (float)acc;
+    }
+}
+
 static void cpu_xent_forward_backward(Backend *be, Act logitsv, const int32_t *target, int rows, int V,
                                       float eps, float grad_scale, float *row_loss, float *row_nll)
 {
@@ -402,6 +440,8 @@ Backend *backend_cpu_create(int threads)
     be->residual_ln_backward = cpu_residual_ln_backward;
     be->embed_forward = cpu_embed_forward;
     be->embed_backward = cpu_embed_backward;
+    be->head_gate_forward = cpu_head_gate_forward;
+    be->head_gate_backward = cpu_head_gate_backward;
     be->xent_forward_backward = cpu_xent_forward_backward;
     be->adam = cpu_adam;
     be->log_softmax = cpu_log_softmax;

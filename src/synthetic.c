@@ -3,6 +3,7 @@
  * reverse: y = x reversed; copy: y = x; sort: y = x sorted. */
 #include "synthetic.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,4 +50,16 @@ void synthetic_corpus(Corpus *c, const Config *cfg, int split, int n)
         }
     }
     free(len);
+}
+
+int synthetic_load_split(Corpus *c, const Config *cfg, const char *split)
+{
+    int sp = !strcmp(split, "train") ? SPLIT_TRAIN : !strcmp(split, "dev") ? SPLIT_DEV
+           : !strcmp(split, "test") ? SPLIT_TEST : -1;
+    if (sp < 0) {
+        fprintf(stderr, "error: --split '%s': synthetic data has train, dev and test\n", split);
+        return 2;
+    }
+    synthetic_corpus(c, cfg, sp, sp == SPLIT_TRAIN ? cfg->synth_train : cfg->synth_dev);
+    return 0;
 }

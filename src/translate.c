@@ -61,7 +61,8 @@ static void help(void)
            "                   (the slow reference, for benchmarks; implies beam=1)\n"
            "Decoding keys: beam (4; 1 = greedy), len_alpha (0.6: length penalty\n"
            "((5+|Y|)/6)^alpha), max_len_a (50: max output = input length + max_len_a);\n"
-           "device and threads select the backend.  Architecture keys come from the checkpoint.\n"
+           "device and threads select the backend; mask_heads=LIST masks attention heads\n"
+           "(docs/attention.md).  Architecture keys come from the checkpoint.\n"
            "Empty lines give empty lines; lines longer than the model's max_len positions are\n"
            "truncated (one warning line).  Prints sentences/s and target tokens/s.\n");
 }
@@ -337,6 +338,7 @@ static int open_model(Translate *t, int argc, char **argv)
     if (!t->be) die(2, "translate: cannot create backend '%s'", c->device);
     if (checkpoint_open_model(t->o.ckpt, c, &t->st, &t->m, t->be)) return translate_fail(t);
     if (apply_overrides(c, &t->o, 0)) return translate_fail(t);
+    if (model_mask_heads(&t->m, c->mask_heads, "command line")) return translate_fail(t);
     t->m.cfg.beam = c->beam; t->m.cfg.len_alpha = c->len_alpha; t->m.cfg.max_len_a = c->max_len_a;
     return 0;
 }

@@ -167,6 +167,25 @@ static void test_bias(void)
     }
 }
 
+/* head gates (issue #23): gated copy exact; the gates' gradient sums in a
+ * fixed order (fp32 block sum on the GPU, double on the CPU) */
+static void test_head_gates(void)
+{
+    int rows = 70, nh = 3, dv = 5;
+    size_t n = (size_t)rows * nh * dv;
+    float gate_h[3] = { 0.0f, 1.0f, -0.75f };
+    Pair ctx = pair_rand(n, 1), out = pair_rand(n, 1), gate = pair_from(gate_h, 3);
+    cpu->head_gate_forward(cpu, out.c, ctx.c, F(gate.c), rows, nh, dv);
+    gpu->head_gate_forward(gpu, out.g, ctx.g, F(gate.g), rows, nh, dv);
+    compare("head_gate_forward", out, 0, 0);
+    Pair dctx = pair_rand(n, 1), dgate = pair_rand(3, 1);
+    cpu->head_gate_backward(cpu, F(dgate.c), dctx.c, ctx.c, F(gate.c), rows, nh, dv);
+    gpu->head_gate_backward(gpu, F(dgate.g), dctx.g, ctx.g, F(gate.g), rows, nh, dv);
+    compare("head_gate_backward: dgate", dgate, 1e-5, 1e-5);
+    compare("head_gate_backward: dctx", dctx, 0, 0);
+    pair_free(ctx); pair_free(out); pair_free(gate); pair_free(dctx); pair_free(dgate);
+}
+
 static void test_softmax(void)
 {
     int nb = 4, nh = 2, Tq = 5, Tk = 70;
@@ -731,6 +750,7 @@ int main(void)
         test_gemm();
         test_gemm_batched();
         test_bias();
+        test_head_gates();
         test_softmax();
         test_residual_ln();
         test_embed();
