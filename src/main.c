@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "eval.h"
+#include "heads.h"
 #include "prepare.h"
 #include "attention_maps.h"
 #include "checkpoint.h"
@@ -23,6 +24,7 @@ static const Command COMMANDS[] = {
     { "prepare", cmd_prepare, "parallel text -> BPE vocabulary + binarized HDF5 dataset" },
     { "average", cmd_average, "average the parameters of checkpoints (section 6.1)" },
     { "attention", cmd_attention, "write attention maps of chosen sentences to HDF5" },
+    { "heads", cmd_heads, "head importance and attention statistics of a checkpoint to HDF5" },
 };
 
 static void usage(FILE *f)

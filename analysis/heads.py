@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Figures and tables of head importance, from the file of `transformer heads`
+(with the curves of analysis/prune_heads.py, if it ran).
+
+  heatmap  importance (layer-normalised) per kind, layers x heads  -> PREFIX_importance.{png,pdf}
+  curve    BLEU and PPL against the fraction of heads pruned, importance
+           order and random orders                                  -> PREFIX_pruning.{png,pdf}
+  table    the 10 most and 10 least important heads with their
+           confidence and positional fractions                      -> PREFIX_table.{md,csv}
+  all      all three
+
+Usage: analysis/heads.py {heatmap,curve,table,all} HEADS.h5 --out PREFIX [--top 10]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import AnalysisError, attr_str, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+
+KINDS = ("enc", "dec_self", "cross")
+KIND_TITLE = {"enc": "encoder self-attention", "dec_self": "decoder self-attention",
+              "cross": "encoder-decoder attention"}
+FIELDS = ("importance", "importance_norm", "confidence", "frac_prev", "frac_next", "frac_self")
+
+
+def load(path):
+    """dict: FIELD -> [3, N, h] arrays, 'attrs', and 'curves' / 'single' when present"""
+    with open_h5(path) as f:
+        if attr_str(f, "format") != "transformer-heads":
+            raise AnalysisError(path, "not a file of 'transformer heads' (attribute format)")
+        try:
+            d = {k: np.stack([f[kind][k][()] for kind in KINDS]) for k in FIELDS}
+        except KeyError as e:
+            raise AnalysisError(path, f"missing dataset {e}") from None
+        d["attrs"] = {k: attr_str(f, k) for k in ("checkpoint", "split", "data")}
+        d["curves"] = {name: {k: g[k][()] for k in g} for name, g in f["prune"].items()} if "prune" in f else {}
+        d["single"] = {k: f["single"][k][()] for k in ("bleu", "ppl")} if "single" in f else None
+    return d
+
+
+def heatmap(d, prefix):
+    plt = pyplot()
+    imp = d["importance_norm"]
+    N, h = imp.shape[1:]
+    fig, axes = plt.subplots(1, 3, figsize=(3 + 1.1 * h * 1.5, 0.45 * N + 2.2), constrained_layout=True)
+    vmax = float(imp.max()) if imp.size and imp.max() > 0 else 1.0
+    for ax, k, kind in zip(axes, range(3), KINDS):
+        im = ax.imshow(imp[k], cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
+        ax.set_title(KIND_TITLE[kind], fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_xticks(range(h))
+        ax.set_yticks(range(N))
+        for l in range(N):
+            for j in range(h):
+                ax.text(j, l, f"{imp[k, l, j]:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if imp[k, l, j] < 0.6 * vmax else "black")
+    fig.colorbar(im, ax=axes, shrink=0.8, label="importance |dL/dξ|, normalised per layer (l2)")
+    fig.suptitle(f"Head importance on {d['attrs']['split']} (Michel et al. 2019)", fontsize=10)
+    out = savefig(fig, prefix + "_importance")
+    plt.close(fig)
+    return out
+
+
+def curve(d, prefix, path):
+    if not d["curves"]:
+        raise AnalysisError(path, "no pruning curves: run analysis/prune_heads.py on it first")
+    plt = pyplot()
+    fig, (ax_b, ax_p) = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
+    rand = [c for n, c in sorted(d["curves"].items()) if n.startswith("random_")]
+    for ax, key, label in ((ax_b, "bleu", "dev BLEU (tokenised)"), (ax_p, "ppl", "dev perplexity")):
+        if rand:
+            x = rand[0]["fraction"] * 100
+            ys = np.stack([c[key] for c in rand])
+            ax.fill_between(x, ys.min(0), ys.max(0), color="tab:gray", alpha=0.25, lw=0)
+            ax.plot(x, ys.mean(0), "o--", color="tab:gray", ms=3, label=f"random order (mean, range of {len(rand)})")
+        c = d["curves"]["importance"]
+        ax.plot(c["fraction"] * 100, c[key], "o-", color="tab:blue", ms=4, label="least important first")
+        ax.set_xlabel("heads pruned (% of all heads)")
+        ax.set_ylabel(label)
+        if key == "ppl":
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Pruning attention heads (Michel et al. 2019, section 4)", fontsize=10)
+    out = savefig(fig, prefix + "_pruning")
+    plt.close(fig)
+    return out
+
+
+def table_rows(d, top):
+    imp = d["importance_norm"]
+    flat = np.argsort(-imp.reshape(-1), kind="stable")
+    top = min(top, flat.size // 2)   # the two ends never share a head
+    pick = list(flat[:top]) + list(flat[::-1][:top])
+    rows = []
+    for rank, i in enumerate(pick):
+        k, l, h = np.unravel_index(i, imp.shape)
+        r = {"group": "most" if rank < top else "least", "head": f"{KINDS[k]}:{l}:{h}"}
+        for f in FIELDS:
+            r[f] = float(d[f][k, l, h])
+        if d["single"] is not None:
+            r["bleu_masked"] = float(d["single"]["bleu"][k, l, h])
+        rows.append(r)
+    return rows
+
+
+def table(d, prefix, top):
+    rows = table_rows(d, top)
+    cols = ["group", "head"] + list(FIELDS) + (["bleu_masked"] if d["single"] is not None else [])
+    fmt = lambda v: v if isinstance(v, str) else f"{v:.3f}"  # noqa: E731
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
+    write_atomic(prefix + "_table.md", "\n".join(md) + "\n")
+    write_atomic(prefix + "_table.csv", "\n".join([",".join(cols)] + [",".join(fmt(r[c]) for c in cols)
+                                                                       for r in rows]) + "\n")
+    return [prefix + "_table.md", prefix + "_table.csv"]
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=("heatmap", "curve", "table", "all"))
+    ap.add_argument("heads", metavar="HEADS.h5")
+    ap.add_argument("--out", required=True, help="output prefix, e.g. runs/base/figs/heads")
+    ap.add_argument("--top", type=int, default=10, help="heads at each end of the table (default 10)")
+    a = ap.parse_args(argv)
+    d = load(a.heads)
+    out = []
+    if a.what in ("heatmap", "all"):
+        out += heatmap(d, a.out)
+    if a.what in ("curve", "all") and (d["curves"] or a.what == "curve"):
+        out += curve(d, a.out, a.heads)
+    if a.what in ("table", "all"):
+        out += table(d, a.out, a.top)
+    for p in out:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    main_wrapper(main)
