@@ -29,13 +29,15 @@ Q := @
 endif
 
 # CUDA backend: built when nvcc is found (`make NVCC=` builds CPU-only).
-# CUDA_ARCH: compute capabilities (default 80 90 = A100, H100) or `native`;
-# SASS for each, and PTX of the last, which newer GPUs compile at load time.
+# CUDA_ARCH: compute capabilities (default 70 80 90 = V100, A100, H100) or
+# `native`; SASS for each, and PTX of the last, which newer GPUs compile at
+# load time.  CUDA 13's nvcc dropped sm_70: with it the default is 75 80 90
+# (T4 and up; a V100 needs a CUDA 12 nvcc).
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null)
 endif
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
-CUDA_ARCH ?= 80 90
+CUDA_ARCH ?= $(if $(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -x compute_70),70,75) 80 90
 ifeq ($(CUDA_ARCH),native)
 NVCC_ARCH := -arch=native
 else
