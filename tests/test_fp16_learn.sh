@@ -12,7 +12,9 @@
 # chance is ~1e-4 and an untrained model's nll ~2.4.  Asserted: fp16's dev
 # nll at most 1.4x fp32's, its exact match at most 0.2 (13 of 64
 # sentences) below fp32's and at least 0.1, and no step skipped (nothing
-# overflows at the initial scale on this task).
+# overflows at the initial scale on this task).  Also: on an emulated
+# sm_70 (CUDA_EMU_CC=70) bf16 and tf32 are refused in one line suggesting
+# fp16, and fp16 trains.
 set -u
 . "$(dirname "$0")/lib.sh"
 EMU=$TOP/bin/tests/emu-transformer
@@ -36,3 +38,11 @@ awk -v a="$nll32" -v b="$nll16" 'BEGIN { exit !(b <= 1.4 * a) }' || fail "fp16 d
 awk -v a="$em32" -v b="$em16" 'BEGIN { exit !(b >= a - 0.2 && b >= 0.1) }' \
     || fail "fp16 greedy exact match $em16 (fp32: $em32): more than 0.2 below fp32's, or below 0.1"
 ok "200 steps: fp16 (emulated) dev nll $nll16, exact match $em16; fp32 $nll32, $em32 ($((SECONDS - t0)) s)"
+# on an emulated V100 (compute capability 7.0) bf16 and tf32 are refused at
+# start-up with a line that suggests fp16; fp16 trains
+for p in bf16 tf32; do
+    expect_error 2 "error: device=cuda: precision=$p needs compute capability 8.0 or newer, .* is 7.0: use precision=fp16" \
+        env CUDA_EMU_CC=70 "$EMU" train device=cuda precision=$p train_steps=1
+done
+out=$(CUDA_EMU_CC=70 "$EMU" train $A device=cuda precision=fp16 train_steps=2 synth_dev=2 2>&1) || fail "fp16 on sm_70: $out"
+ok "sm_70 (emulated): fp16 trains"
