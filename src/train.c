@@ -432,7 +432,7 @@ static int train_step(Training *t, int step, double glob[G_N])
         /* with accumulation, communicate only on the last micro-batch */
         LossStats st = model_forward_backward(m, &t->b, (uint32_t)step, 1, 1, last && D->size > 1 ? gradsync_ready : NULL,
                                               &r->sync);
-        loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
+        loc[G_LOSS] += st.loss_sum; loc[G_NLL] += st.nll_sum; loc[G_TOKENS] += st.n_tokens;
     }
     gradsync_finish(&r->sync);
     loss_scale_plant_inf(&r->scaler, r->be, m->grads, D->rank, step);
