@@ -265,10 +265,15 @@ int main(int argc, char **argv)
                 printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
                        D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
         }
+        /* bf16 is refused below sm_80 (the backend says why): skipped on
+         * such a GPU, a failure under the emulator, which runs it */
         Backend *gbf = backend_cuda_create("bf16", allreduce, D.local_rank);
-        if (!gbf) return 1;
-        StepOut h = run_step(&D, &c, gbf, &b, 1.0f);
-        failures += check_lowp(&D, &c, &pt, pos[pe], "bf16", &r, &h, &g);
+        if (!gbf && cuda_emu_set_order) return 1;
+        StepOut h = { 0 };
+        if (gbf) {
+            h = run_step(&D, &c, gbf, &b, 1.0f);
+            failures += check_lowp(&D, &c, &pt, pos[pe], "bf16", &r, &h, &g);
+        } else if (D.rank == 0) printf("skip precision=bf16: not available on this GPU\n");
         Backend *gfp16 = backend_cuda_create("fp16", allreduce, D.local_rank);
         if (!gfp16) return 1;
         StepOut f = run_step(&D, &c, gfp16, &b, 1024.0f);
@@ -280,7 +285,7 @@ int main(int argc, char **argv)
         corpus_free(&corp);
         cpu->destroy(cpu);
         gpu->destroy(gpu);
-        gbf->destroy(gbf);
+        if (gbf) gbf->destroy(gbf);
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, D.comm);
