@@ -650,8 +650,8 @@ static void test_bf16_memory(void)
 }
 
 /* cublasGemmEx type combinations (cuBLAS documentation, cublasGemmEx):
- * with CUBLAS_COMPUTE_32F, A and B both fp32 or both bf16, C fp32 or (bf16
- * inputs) bf16; the _FAST_ compute types only with all-fp32 storage; mixed
+ * with CUBLAS_COMPUTE_32F, A and B both fp32, both bf16 or both fp16, C
+ * fp32 or (16-bit inputs) the inputs' type; the _FAST_ compute types only with all-fp32 storage; mixed
  * input types never.  The emulator must accept and reject exactly these
  * (and so does real cuBLAS in make gpu-test). */
 static void test_cublas_types(void)
@@ -666,6 +666,12 @@ static void test_cublas_types(void)
         { CUDA_R_32F, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
         { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F_FAST_16BF, 0 },
         { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, 1 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1 },
+        { CUDA_R_16F, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0 },
+        { CUDA_R_32F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F_FAST_16BF, 0 },
     };
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
