@@ -29,13 +29,21 @@ Q := @
 endif
 
 # CUDA backend: built when nvcc is found (`make NVCC=` builds CPU-only).
-# CUDA_ARCH: compute capabilities (default 80 90 = A100, H100) or `native`;
-# SASS for each, and PTX of the last, which newer GPUs compile at load time.
+# CUDA_ARCH: compute capabilities (default 70 80 90 = V100, A100, H100) or
+# `native`; SASS for each, and PTX of the last, which newer GPUs compile at
+# load time.  CUDA 13's nvcc dropped sm_70: with it the default is 75 80 90
+# (T4 and up; a V100 needs a CUDA 12 nvcc).
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null)
 endif
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
-CUDA_ARCH ?= 80 90
+ifeq ($(origin CUDA_ARCH)$(if $(NVCC),y),undefinedy)
+CUDA_ARCH := $(if $(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -x compute_70),70,75) 80 90
+ifeq ($(firstword $(CUDA_ARCH)),75)
+CUDA_ARCH_NOTE := note: this nvcc has no sm_70 (CUDA 13 dropped it): CUDA_ARCH = 75 80 90, no V100 (a CUDA 12 nvcc builds 70 80 90)
+endif
+endif
+CUDA_ARCH ?= 70 80 90
 ifeq ($(CUDA_ARCH),native)
 NVCC_ARCH := -arch=native
 else
@@ -109,6 +117,7 @@ bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
 # nvcc warnings are errors; ptxas reports per-kernel registers and shared
 # memory, which must not spill and must stay near cuda/resource-usage.txt
 build/cuda/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) cuda/resource-usage.txt cuda/resource_usage.sh $(NVCC_STAMP) | build/cuda
+	$(if $(CUDA_ARCH_NOTE),@echo '$(CUDA_ARCH_NOTE)')
 	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -c $< -o $@.tmp 2> build/cuda/ptxas.log || { cat build/cuda/ptxas.log; rm -f $@.tmp; exit 1; }
 	$(Q)cuda/resource_usage.sh check build/cuda/ptxas.log cuda/resource-usage.txt
 	$(Q)mv $@.tmp $@

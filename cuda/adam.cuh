@@ -30,3 +30,28 @@ static void cuda_adam(Backend *be, float *param, const float *grad, float *m, fl
            c2, gs);
     CKL();
 }
+
+/* --------------------------------------------------- overflow detection */
+
+/* *flag = 1 where any x[i] is inf or NaN.  Every writer stores the same
+ * value, so the unordered stores need no atomics; the flag is zeroed
+ * before the launch. */
+static __global__ void k_any_nonfinite(const float *x, long n, int *flag)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        if (!isfinite(x[i])) *flag = 1;
+}
+
+static int cuda_any_nonfinite(Backend *be, const float *x, size_t n)
+{
+    CudaImpl *I = IMPL(be);
+    if (!n) return 0;
+    if (!I->flag) CK(cudaMalloc((void **)&I->flag, sizeof(int)));
+    CK(cudaMemsetAsync(I->flag, 0, sizeof(int), I->stream));
+    LAUNCH(k_any_nonfinite, nblocks((long)n, 256), 256, 0, I->stream, x, (long)n, I->flag);
+    CKL();
+    int h = 0;
+    CK(cudaMemcpyAsync(&h, I->flag, sizeof(int), cudaMemcpyDeviceToHost, I->stream));
+    CK(cudaStreamSynchronize(I->stream));
+    return h;
+}

@@ -43,7 +43,7 @@ extern "C" {
     } while (0)
 #define CKL() CK(cudaGetLastError())
 
-enum { PREC_FP32, PREC_TF32, PREC_BF16 };
+enum { PREC_FP32, PREC_TF32, PREC_BF16, PREC_FP16 };
 
 struct CudaImpl {
     int device;
@@ -89,13 +89,14 @@ struct CudaImpl {
      * buffer by address, for act_bytes and to free what the caller left */
     DType act_dtype;
     std::unordered_map<void *, size_t> act_size;
-    /* precision=bf16: the weights' bf16 shadow (memory.cuh) */
+    /* precision=bf16/fp16: the weights' narrow shadow (memory.cuh) */
     const float *params;                 /* fp32 master weights (set_params) */
     size_t n_params;
-    __nv_bfloat16 *shadow;               /* bf16 copy of params for GEMM inputs */
+    void *shadow;                        /* act_dtype copy of params for GEMM inputs */
     bool shadow_stale;
     void *gscratch[3];                   /* GEMM operand conversions: A, B, C */
     size_t gscratch_cap[3];
+    int *flag;                           /* any_nonfinite's result on the device */
 };
 
 static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }

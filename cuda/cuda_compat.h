@@ -17,6 +17,7 @@
 #else
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublas_v2.h>
 
 #define LAUNCH(kernel, grid, block, smem, stream, ...) \

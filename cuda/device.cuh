@@ -19,6 +19,7 @@ static void cuda_destroy(Backend *be)
         cudaEventDestroy(I->seg_copied[k]);
     }
     if (I->shadow) cudaFree(I->shadow);
+    if (I->flag) cudaFree(I->flag);
     for (int k = 0; k < 3; k++)
         if (I->gscratch[k]) cudaFree(I->gscratch[k]);
     /* activation buffers the caller did not free */
@@ -92,6 +93,25 @@ static int pick_device(int local_rank, int n)
     return dev;
 }
 
+/* bf16 storage and TF32 tensor cores need compute capability 8.0 (A100);
+ * a V100 (7.0) or T4 (7.5) runs fp32 and fp16.  Refused with one line
+ * saying what would run, not emulated slowly.  0 after the message. */
+static int precision_supported(int dev, int prec, const char *precision)
+{
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;   /* unknown: let cuBLAS decide */
+    }
+    int cc = prop.major * 10 + prop.minor;
+    if ((prec == PREC_BF16 || prec == PREC_TF32) && cc < 80) {
+        fprintf(stderr, "error: device=cuda: precision=%s needs compute capability 8.0 or newer, but GPU %d (%s) is "
+                        "%d.%d: use precision=fp16 (or fp32)\n", precision, dev, prop.name, prop.major, prop.minor);
+        return 0;
+    }
+    return 1;
+}
+
 extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
 {
     int n = 0;
@@ -111,9 +131,10 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
                         "rebuild with make NCCL_HOME=DIR, or set allreduce=mpi)\n");
         return NULL;
     }
-    int prec = !strcmp(precision, "bf16") ? PREC_BF16 : !strcmp(precision, "tf32") ? PREC_TF32 : PREC_FP32;
+    int prec = !strcmp(precision, "bf16") ? PREC_BF16 : !strcmp(precision, "tf32") ? PREC_TF32
+             : !strcmp(precision, "fp16") ? PREC_FP16 : PREC_FP32;
     if (strcmp(precision, "fp32") && prec == PREC_FP32) {
-        fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32 or bf16\n", precision);
+        fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32, bf16 or fp16\n", precision);
         return NULL;
     }
     int dev = pick_device(local_rank, n);
@@ -122,13 +143,15 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
         return NULL;
     }
+    if (!precision_supported(dev, prec, precision)) return NULL;
     CudaImpl *I = new CudaImpl();
     I->device = dev;
     I->precision = prec;
-    I->act_dtype = prec == PREC_BF16 ? DT_BF16 : DT_F32;
+    I->act_dtype = prec == PREC_BF16 ? DT_BF16 : prec == PREC_FP16 ? DT_F16 : DT_F32;
     I->want_nccl = !allreduce || strcmp(allreduce, "mpi");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
-     * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F) */
+     * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F;
+     * fp16: those few stay plain fp32, which every GPU from sm_70 runs) */
     I->compute = prec == PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                : prec == PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                    : CUBLAS_COMPUTE_32F;
@@ -142,7 +165,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
                                                   | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
-    be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : "cuda";
+    be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : prec == PREC_FP16 ? "cuda-fp16" : "cuda";
     be->impl = I;
     be->alloc = cuda_alloc;
     be->alloc_act = cuda_alloc_act;
@@ -173,6 +196,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->xent_forward_backward = cuda_xent_forward_backward;
     be->adam = cuda_adam;
     be->log_softmax = cuda_log_softmax;
+    be->any_nonfinite = cuda_any_nonfinite;
     be->allreduce_init = cuda_allreduce_init;
     be->allreduce_start = cuda_allreduce_start;
     be->allreduce_wait = cuda_allreduce_wait;

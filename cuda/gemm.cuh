@@ -8,7 +8,10 @@
 /* ----------------------------------------------------------------- GEMM */
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
-static cudaDataType dtype(Act t) { return t.dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static cudaDataType dtype(Act t)
+{
+    return t.dtype == DT_BF16 ? CUDA_R_16BF : t.dtype == DT_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 /* elements spanned by a row-major rows x cols matrix with leading dimension ld */
 static long span(int rows, int cols, int ld) { return rows > 0 && cols > 0 ? (long)(rows - 1) * ld + cols : 0; }
@@ -25,10 +28,11 @@ static void *gemm_scratch(Backend *be, int k, size_t bytes)
 }
 
 /* The storage a GEMM runs on (see "bf16 storage", memory.cuh): if either
- * input is bf16 both become bf16 (weights: the shadow; any other fp32
- * operand: converted into scratch) and cuBLAS accumulates in fp32.  fp32
- * inputs into a bf16 C (no such cuBLAS type combination) go through an fp32
- * scratch C.  precision=fp32/tf32: everything fp32, the plain call. */
+ * input is narrow (bf16 or fp16) both become that type (weights: the
+ * shadow; any other fp32 operand: converted into scratch) and cuBLAS
+ * accumulates in fp32.  fp32 inputs into a narrow C (no such cuBLAS type
+ * combination) go through an fp32 scratch C.  precision=fp32/tf32:
+ * everything fp32, the plain call. */
 struct GemmOps {
     Act a, b, c, c_dst;
     long c_n;   /* > 0: c is scratch, converted into c_dst afterwards */
@@ -39,22 +43,23 @@ static GemmOps gemm_ops(Backend *be, Act A, long nA, Act B, long nB, Act C, long
 {
     CudaImpl *I = IMPL(be);
     GemmOps g = { A, B, C, act_none(), 0, I->compute };
-    if (A.dtype == DT_BF16 || B.dtype == DT_BF16) {
+    if (A.dtype != DT_F32 || B.dtype != DT_F32) {
+        DType narrow = act_type("gemm", { A.dtype != DT_F32 ? A : act_none(), B.dtype != DT_F32 ? B : act_none() });
         Act *t[2] = { &g.a, &g.b };
         long n[2] = { nA, nB };
         for (int k = 0; k < 2; k++) {
-            if (t[k]->dtype == DT_BF16) continue;
+            if (t[k]->dtype == narrow) continue;
             const float *p = (const float *)t[k]->data;
-            if (I->shadow && p >= I->params && p + n[k] <= I->params + I->n_params) {
+            if (I->shadow && narrow == I->act_dtype && p >= I->params && p + n[k] <= I->params + I->n_params) {
                 *t[k] = shadow_of(be, p);
             } else {
-                Act s = { gemm_scratch(be, k, n[k] * sizeof(__nv_bfloat16) + 2), DT_BF16 };
+                Act s = { gemm_scratch(be, k, n[k] * dtype_size(narrow) + 2), narrow };
                 convert(be, s, *t[k], n[k]);
                 *t[k] = s;
             }
         }
         g.ct = CUBLAS_COMPUTE_32F;
-    } else if (C.dtype == DT_BF16) {
+    } else if (C.dtype != DT_F32) {
         Act s = { gemm_scratch(be, 2, nC * sizeof(float) + 4), DT_F32 };
         if (beta != 0.0f) convert(be, s, g.c, nC);
         g.c_dst = g.c;

@@ -12,16 +12,18 @@
  * range: no loss scaling needed), halving their memory and the bytes every
  * elementwise kernel moves; parameters, gradients, Adam moments, LayerNorm
  * statistics and losses stay fp32 (mixed precision as in Micikevicius et
- * al. 2018, with bf16 instead of fp16).
+ * al. 2018, with bf16 instead of fp16).  precision=fp16 is the same with
+ * __half storage (the paper's own type, for GPUs without bf16: V100, T4),
+ * plus dynamic loss scaling in train.c (loss_scale.h).
  *
  * Every activation argument of an op is a typed view (Act: device address +
  * DType).  Kernels are templates over the activation element type T; they
  * load and store through ld()/st(), overloaded per type (conversion to and
  * from fp32, round to nearest even), and compute in fp32.  An op checks
  * that its activation arguments share one type and picks the kernel's
- * instantiation once per launch (dispatch below): a new storage type (fp16)
- * is one more overload of ld/st and one more case of dispatch, not a branch
- * in every kernel.
+ * instantiation once per launch (dispatch below): a new storage type (as
+ * fp16 was) is one more overload of ld/st and one more case of dispatch,
+ * not a branch in every kernel.
  *
  * GEMMs: when either input is bf16 both are given to cuBLAS as bf16 (the
  * weights through a bf16 shadow copy of the parameters, refreshed lazily
@@ -36,6 +38,10 @@ static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, f
 {
     p[i] = __float2bfloat16_rn(v);
 }
+/* fp16: a value past 65504 rounds to inf, which the loss scaler sees in the
+ * gradients (any_nonfinite) and answers by skipping the step */
+static __host__ __device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
+static __host__ __device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 /* f(T()) with T the C++ type of elements of type t: the one place where an
  * op's launch turns its DType into a kernel instantiation */
@@ -44,6 +50,7 @@ template <typename F> static void dispatch(DType t, F &&f)
     switch (t) {
     case DT_F32: f(float()); break;
     case DT_BF16: f(__nv_bfloat16()); break;
+    case DT_F16: f(__half()); break;
     default: die(1, "cuda: activation element type %d unknown", (int)t);
     }
 }
@@ -71,7 +78,7 @@ static bool in_params(CudaImpl *I, const void *p, size_t bytes)
     return I->params && u < e && u + bytes > b;
 }
 
-/* anything that writes the master weights makes the bf16 shadow stale */
+/* anything that writes the master weights makes the narrow shadow stale */
 static void touch(CudaImpl *I, const void *p, size_t bytes)
 {
     if (I->shadow && in_params(I, p, bytes)) I->shadow_stale = true;
@@ -157,15 +164,16 @@ static void cuda_set_params(Backend *be, float *params, size_t n)
     I->n_params = n;
     if (I->shadow) CK(cudaFree(I->shadow));
     I->shadow = NULL;
-    if (I->act_dtype == DT_BF16 && n) CK(cudaMalloc((void **)&I->shadow, n * sizeof(__nv_bfloat16)));
+    if (I->act_dtype != DT_F32 && n) CK(cudaMalloc(&I->shadow, n * dtype_size(I->act_dtype)));
     I->shadow_stale = true;
 }
 
-/* the weights at p as a bf16 GEMM operand: the shadow, converted if stale */
+/* the weights at p as a narrow (bf16, fp16) GEMM operand: the shadow,
+ * converted if stale */
 static Act shadow_of(Backend *be, const float *p)
 {
     CudaImpl *I = IMPL(be);
-    Act sh = { I->shadow, DT_BF16 };
+    Act sh = { I->shadow, I->act_dtype };
     if (I->shadow_stale) {
         convert(be, sh, act_f32((float *)I->params), (long)I->n_params);
         I->shadow_stale = false;
@@ -206,29 +214,35 @@ static void cuda_copy(Backend *be, void *dst, const void *src, size_t n)
 
 static void cuda_sync(Backend *be) { CK(cudaStreamSynchronize(IMPL(be)->stream)); }
 
-/* fp32 host data into an activation: bf16 storage is converted on the host */
+/* fp32 host data into an activation: narrow storage is converted on the host */
 static void cuda_upload_act(Backend *be, Act dst, const float *src, size_t n)
 {
     if (dst.dtype == DT_F32) return cuda_upload(be, dst.data, src, n * sizeof(float));
     if (!n) return;
     CudaImpl *I = IMPL(be);
-    std::vector<__nv_bfloat16> h(n);
-    for (size_t i = 0; i < n; i++) st(h.data(), i, src[i]);
-    CK(cudaMemcpyAsync(dst.data, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, I->stream));
-    CK(cudaStreamSynchronize(I->stream));
+    dispatch(dst.dtype, [&](auto z) {
+        using T = decltype(z);
+        std::vector<T> h(n);
+        for (size_t i = 0; i < n; i++) st(h.data(), i, src[i]);
+        CK(cudaMemcpyAsync(dst.data, h.data(), n * sizeof(T), cudaMemcpyHostToDevice, I->stream));
+        CK(cudaStreamSynchronize(I->stream));
+    });
 }
 
 /* an activation into fp32 host memory (e.g. attention weights P for the
- * maps): bf16 storage is widened on the host */
+ * maps): narrow storage is widened on the host */
 static void cuda_download_act(Backend *be, float *dst, Act src, size_t n)
 {
     if (src.dtype == DT_F32) return cuda_download(be, dst, src.data, n * sizeof(float));
     if (!n) return;
     CudaImpl *I = IMPL(be);
-    std::vector<__nv_bfloat16> h(n);
-    CK(cudaMemcpyAsync(h.data(), src.data, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost, I->stream));
-    CK(cudaStreamSynchronize(I->stream));
-    for (size_t i = 0; i < n; i++) dst[i] = ld(h.data(), i);
+    dispatch(src.dtype, [&](auto z) {
+        using T = decltype(z);
+        std::vector<T> h(n);
+        CK(cudaMemcpyAsync(h.data(), src.data, n * sizeof(T), cudaMemcpyDeviceToHost, I->stream));
+        CK(cudaStreamSynchronize(I->stream));
+        for (size_t i = 0; i < n; i++) dst[i] = ld(h.data(), i);
+    });
 }
 
 static void cuda_zero_act(Backend *be, Act p, size_t n) { cuda_zero(be, p.data, n * dtype_size(p.dtype)); }

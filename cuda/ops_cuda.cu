@@ -7,9 +7,10 @@
  *   swapped and every transpose stays an operand flag (nothing is copied).
  * - precision: fp32 (IEEE sgemm) or tf32 (tensor cores, 10-bit mantissa
  *   inputs), chosen by the cuBLAS compute type, with everything stored
- *   fp32; or bf16 mixed precision ("bf16 storage" in memory.cuh):
- *   activations and GEMM inputs stored bf16, every op accumulating in fp32,
- *   fp32 master weights, gradients and Adam state.
+ *   fp32; or bf16 / fp16 mixed precision ("bf16 storage" in memory.cuh):
+ *   activations and GEMM inputs stored bf16 (fp16), every op accumulating
+ *   in fp32, fp32 master weights, gradients and Adam state; fp16 adds
+ *   dynamic loss scaling in train.c (src/loss_scale.h).
  * - Every other op is a kernel below.  Reductions are block-level tree sums
  *   with a fixed shape, so results are deterministic run to run; no kernel
  *   uses atomics.  Dropout masks come from the same Philox counter as the

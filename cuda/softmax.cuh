@@ -6,7 +6,10 @@
 
 /* --------------------------------------------------------------- softmax */
 
-/* one block per row of S (eq. 1 with the padding and causal masks) */
+/* one block per row of S (eq. 1 with the padding and causal masks).
+ * Masked entries are never read and are stored as exact 0: no -inf or
+ * large negative constant is ever stored, which fp16 (largest 65504)
+ * could not hold; the -INFINITY of the max is an fp32 register. */
 template <typename T>
 static __global__ void k_softmax_forward(T *S, const int32_t *key_len, float scale, int nh, int Tq, int Tk,
                                          int causal, int q_offset)

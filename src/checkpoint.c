@@ -145,6 +145,9 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     bad |= attr_i64(f, "has_adam", has_adam);
     if (st->averaged_from) bad |= attr_str(f, "averaged_from", st->averaged_from);
     if (st->vocab_hash) bad |= attr_u64(f, "vocab_hash", st->vocab_hash);
+    if (st->loss_scale > 0)
+        bad |= attr_f64(f, "loss_scale", st->loss_scale) | attr_i64(f, "loss_scale_good_steps", st->loss_scale_good)
+             | attr_i64(f, "loss_scale_skipped", st->loss_scale_skipped);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
@@ -235,6 +238,22 @@ static int config_from_text(Config *c, const char *text, const char *origin)
     return rc ? 2 : config_validate(c, origin);
 }
 
+/* the loss scaler's state (loss_scale.h), present only in checkpoints of
+ * runs with loss scaling: older files and runs without it leave 0 */
+static int read_loss_scale(hid_t f, const char *path, CkptState *st)
+{
+    if (H5Aexists(f, "loss_scale") <= 0) return 0;
+    int bad = attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &st->loss_scale);
+    bad |= attr_read(f, "loss_scale_good_steps", H5T_NATIVE_INT64, &st->loss_scale_good);
+    bad |= attr_read(f, "loss_scale_skipped", H5T_NATIVE_INT64, &st->loss_scale_skipped);
+    if (bad || !isfinite(st->loss_scale) || st->loss_scale <= 0 || st->loss_scale_good < 0 || st->loss_scale_skipped < 0) {
+        fprintf(stderr, "error: %s: loss_scale attributes unreadable or out of range (loss_scale %g, good steps %lld, "
+                "skipped %lld)\n", path, st->loss_scale, (long long)st->loss_scale_good, (long long)st->loss_scale_skipped);
+        return 1;
+    }
+    return 0;
+}
+
 static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
 {
     char *text = attr_read_str(f, "config");
@@ -266,6 +285,7 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
             fprintf(stderr, "error: %s: cannot read its vocab_hash attribute\n", path);
             return CKPT_DAMAGED;
         }
+        if (read_loss_scale(f, path, st)) return CKPT_DAMAGED;
         if (st->step < 0 || st->step > INT32_MAX || !isfinite(st->elapsed) || st->elapsed < 0 || ranks < 1
             || ranks > INT32_MAX || update_freq < 1 || update_freq > INT32_MAX || st->data_position < 0 || n_batches < 0
             || n_batches > INT32_MAX) {

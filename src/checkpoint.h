@@ -34,6 +34,9 @@ typedef struct {
     int n_batches;            /* batches per epoch */
     const char *averaged_from; /* averages: the source files, one per line (else NULL) */
     uint64_t vocab_hash;      /* dataset_vocab_hash of the training data; 0: synthetic, or an older file */
+    double loss_scale;        /* dynamic loss scaling (loss_scale.h): S; 0: off, or an older file */
+    int64_t loss_scale_good;  /* finite steps in a row since S last changed */
+    int64_t loss_scale_skipped; /* steps skipped so far */
 } CkptState;
 
 /* Read the stored config into cfg_out (and the run state into st, if not

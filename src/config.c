@@ -54,6 +54,10 @@ static const KeyDesc KEYS[] = {
     K(device, T_STR, 0, 0, 0),
     K(precision, T_STR, 0, 0, 0),
     K(allreduce, T_STR, 0, 0, 0),
+    K(loss_scale, T_STR, 0, 0, 0),
+    K(loss_scale_init, T_FLOAT, 1e-30, 1e30, 0),
+    K(loss_scale_window, T_INT, 1, 1e9, 0),
+    K(loss_scale_min, T_FLOAT, 0, 1e30, 0),
     K(run_dir, T_STR, 0, 0, 0),
     K(ckpt_steps, T_INT, 0, 1e9, 0),
     K(ckpt_minutes, T_FLOAT, 0, 1e9, 0),
@@ -119,6 +123,14 @@ void config_defaults(Config *c)
     strcpy(c->device, "cpu");
     strcpy(c->precision, "fp32");
     strcpy(c->allreduce, "auto");
+    /* dynamic loss scaling for precision=fp16 (loss_scale.h).  The loss is
+     * summed over target tokens, not averaged, so the logits' gradient is
+     * already O(1) per token; 2^10 leaves 2^6 of headroom below fp16's
+     * 65504 for growth through the layers (the scaler finds the level) */
+    strcpy(c->loss_scale, "auto");
+    c->loss_scale_init = 1024.0f;
+    c->loss_scale_window = 2000;
+    c->loss_scale_min = 1e-4f;
     strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
@@ -342,14 +354,19 @@ int config_validate(const Config *c, const char *origin)
         FAIL("positional", "key 'positional': '%s' is not 'sinusoid' or 'learned'", c->positional);
     if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         FAIL("device", "key 'device': '%s' is not 'cpu' or 'cuda'", c->device);
-    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32") && strcmp(c->precision, "bf16"))
-        FAIL("precision", "key 'precision': '%s' is not 'fp32', 'tf32' or 'bf16'", c->precision);
+    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32") && strcmp(c->precision, "bf16")
+        && strcmp(c->precision, "fp16"))
+        FAIL("precision", "key 'precision': '%s' is not 'fp32', 'tf32', 'bf16' or 'fp16'", c->precision);
     if (strcmp(c->allreduce, "auto") && strcmp(c->allreduce, "nccl") && strcmp(c->allreduce, "mpi"))
         FAIL("allreduce", "key 'allreduce': '%s' is not 'auto', 'nccl' or 'mpi'", c->allreduce);
     if (strcmp(c->task, "reverse") && strcmp(c->task, "copy") && strcmp(c->task, "sort"))
         FAIL("task", "key 'task': '%s' is not 'reverse', 'copy' or 'sort'", c->task);
-    if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda"))
-        FAIL("precision", "key 'precision': bf16 needs device=cuda (the CPU backend is fp32)");
+    if ((!strcmp(c->precision, "bf16") || !strcmp(c->precision, "fp16")) && strcmp(c->device, "cuda"))
+        FAIL("precision", "key 'precision': %s needs device=cuda (the CPU backend is fp32)", c->precision);
+    if (strcmp(c->loss_scale, "auto") && strcmp(c->loss_scale, "dynamic") && strcmp(c->loss_scale, "off"))
+        FAIL("loss_scale", "key 'loss_scale': '%s' is not 'auto', 'dynamic' or 'off'", c->loss_scale);
+    if (c->loss_scale_min > c->loss_scale_init)
+        FAIL("loss_scale_min", "key 'loss_scale_min': %g is above loss_scale_init %g", c->loss_scale_min, c->loss_scale_init);
     if (c->d_model % 2)
         FAIL("d_model", "key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
     if (!strcmp(c->data, "synthetic")) {

@@ -44,8 +44,12 @@ typedef struct Config {
     int progress_us;     /* MPI progress thread poll interval (0: none) */
     int allreduce_timeout; /* s a gradient allreduce may make no progress before the job ends (0: never) */
     char device[CFG_STR];    /* "cpu" or "cuda" */
-    char precision[CFG_STR]; /* "fp32", "tf32" or "bf16" (cuda) */
+    char precision[CFG_STR]; /* "fp32", "tf32", "bf16" or "fp16" (cuda) */
     char allreduce[CFG_STR]; /* cuda gradient sums: "auto" (NCCL if built with it, else MPI), "nccl" or "mpi" */
+    char loss_scale[CFG_STR]; /* "auto" (dynamic for fp16, else off), "dynamic" or "off" */
+    float loss_scale_init;   /* first loss scale S */
+    int loss_scale_window;   /* good steps in a row after which S doubles */
+    float loss_scale_min;    /* S below this stops the run */
     char run_dir[CFG_STR];
     int ckpt_steps;
     float ckpt_minutes;

@@ -225,6 +225,7 @@ int model_init(Model *m, const Config *c, Backend *be)
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     m->be = be;
+    m->loss_scale = 1.0f;
     param_table_build(&m->pt, c);
     size_t bytes = sizeof(float) * m->pt.total;
     m->params = be->alloc(be, bytes);
@@ -665,7 +666,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     /* pre-softmax linear transformation with the shared embedding (3.4) */
     Act E = W(m->pt.embedding);
     be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, E, d, 0.0f, m->logits, V);
-    be->xent_forward_backward(be, m->logits, m->d_tgt_out, nt, V, c->label_smoothing, do_backward ? 1.0f : 0.0f,
+    be->xent_forward_backward(be, m->logits, m->d_tgt_out, nt, V, c->label_smoothing, do_backward ? m->loss_scale : 0.0f,
                               m->row_loss, m->row_nll);
     /* the per-row losses are read back only after backward has been issued:
      * reading them here would make an asynchronous backend (CUDA) drain its

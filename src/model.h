@@ -77,6 +77,7 @@ typedef struct Model {
     Backend *be;
     ParamTable pt;
     float *params, *grads, *adam_m, *adam_v;   /* device, pt.total floats each */
+    float loss_scale;      /* backward differentiates loss_scale x the loss (loss_scale.h; 1 = off) */
     float *sinusoid;       /* [model_positions, d_model] fixed encodings (positional=sinusoid) */
 
     /* device copies of the current batch */
@@ -109,7 +110,7 @@ typedef struct {
 int model_init(Model *m, const Config *c, Backend *be);
 void model_free(Model *m);
 /* Forward (training if p_drop from cfg, or eval with dropout off), and with
- * do_backward accumulate (+=) the gradients of the *summed* loss into
+ * do_backward accumulate (+=) the gradients of the *summed* loss (times m->loss_scale) into
  * m->grads.  The caller scales by 1/global target tokens (in Adam). */
 LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
                                  GradReadyFn ready, void *ready_ctx);

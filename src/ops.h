@@ -29,10 +29,12 @@
 
 typedef struct Backend Backend;
 
-/* element type of an activation's storage: fp32, or bf16 (CUDA
+/* element type of an activation's storage: fp32, bf16 (CUDA
  * precision=bf16: fp32's exponent range with an 8-bit mantissa, half the
- * bytes; ops load it to fp32 and round stores to nearest even) */
-typedef enum { DT_F32, DT_BF16 } DType;
+ * bytes) or fp16 (CUDA precision=fp16: an 11-bit significand but a range
+ * of only 6e-8 .. 65504, hence loss scaling, loss_scale.h); ops load them
+ * to fp32 and round stores to nearest even */
+typedef enum { DT_F32, DT_BF16, DT_F16 } DType;
 
 /* a typed view of activation memory: data is device memory of the backend
  * holding elements of type dtype (never dereferenced on the host) */
@@ -41,7 +43,7 @@ typedef struct {
     DType dtype;
 } Act;
 
-static inline size_t dtype_size(DType t) { return t == DT_BF16 ? 2 : 4; }
+static inline size_t dtype_size(DType t) { return t == DT_F32 ? 4 : 2; }
 /* fp32 memory (a parameter, gradient or plain buffer) as an operand */
 static inline Act act_f32(float *p)
 {
@@ -67,13 +69,13 @@ struct Backend {
     /* memory */
     void *(*alloc)(Backend *be, size_t bytes);            /* zero-filled */
     /* Activation storage for n elements (zero-filled), in the backend's
-     * activation type act_dtype (CUDA precision=bf16: DT_BF16, else
-     * DT_F32); data is NULL on failure.  Freed with free(be, a.data). */
+     * activation type act_dtype (CUDA precision=bf16: DT_BF16,
+     * precision=fp16: DT_F16, else DT_F32); data is NULL on failure.  Freed with free(be, a.data). */
     Act (*alloc_act)(Backend *be, size_t n);
     DType act_dtype;
     /* Optional (NULL where unused): where the fp32 master weights live
      * (n floats at params), so that a backend with narrow GEMM inputs can
-     * keep a converted shadow copy of them (CUDA bf16). */
+     * keep a converted shadow copy of them (CUDA bf16, fp16). */
     void (*set_params)(Backend *be, float *params, size_t n);
     /* device bytes currently held by alloc_act buffers (statistic for
      * tests and logs; 0 where the backend does not count) */
@@ -169,6 +171,10 @@ struct Backend {
 
     /* decoding helpers: log_softmax of rows in place */
     void (*log_softmax)(Backend *be, Act x, int rows, int cols);
+
+    /* 1 if any of the n floats at x is an inf or NaN, else 0 (loss
+     * scaling: an overflowed gradient skips the step); synchronises */
+    int (*any_nonfinite)(Backend *be, const float *x, size_t n);
 
     /* Optional data-parallel hooks, NULL where dist.c can run MPI on the
      * buffer itself (CPU).  allreduce_init(be, &mpi_comm) once;

@@ -405,6 +405,15 @@ static void cpu_log_softmax(Backend *be, Act xv, int rows, int cols)
     }
 }
 
+static int cpu_any_nonfinite(Backend *be, const float *x, size_t n)
+{
+    (void)be;
+    int bad = 0;
+    #pragma omp parallel for reduction(|:bad) schedule(static)
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    return bad;
+}
+
 static void cpu_destroy(Backend *be) { free(be); }
 
 Backend *backend_cpu_create(int threads)
@@ -445,6 +454,7 @@ Backend *backend_cpu_create(int threads)
     be->xent_forward_backward = cpu_xent_forward_backward;
     be->adam = cpu_adam;
     be->log_softmax = cpu_log_softmax;
+    be->any_nonfinite = cpu_any_nonfinite;
     be->destroy = cpu_destroy;
     return be;
 }

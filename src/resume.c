@@ -73,6 +73,25 @@ static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
     st->plan_hash = plan_hash(&r->plan);
     st->n_batches = r->plan.n_batches;
     st->vocab_hash = r->vocab_hash;
+    if (r->scaler.enabled) {
+        st->loss_scale = r->scaler.scale;
+        st->loss_scale_good = r->scaler.good_steps;
+        st->loss_scale_skipped = r->scaler.skipped;
+    }
+}
+
+/* the loss scaler continues where the checkpoint's run left it (rank 0
+ * read it): the same S and good-step count make the resumed run bitwise
+ * equal to an uninterrupted one.  A checkpoint without them (older, or of
+ * a run without scaling) leaves the scaler at loss_scale_init. */
+static void restore_loss_scale(TrainRun *r, const CkptState *st)
+{
+    double v[3] = { st->loss_scale, (double)st->loss_scale_good, (double)st->loss_scale_skipped };
+    MPI_Bcast(v, 3, MPI_DOUBLE, 0, r->dist.comm);
+    if (!r->scaler.enabled || v[0] <= 0) return;
+    r->scaler.scale = v[0];
+    r->scaler.good_steps = (long)v[1];
+    r->scaler.skipped = (long)v[2];
 }
 
 /* rank 0: find the newest intact checkpoint and load it into host buffers;
@@ -221,6 +240,7 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
         r->be->upload(r->be, m->adam_v, host + 2 * N, bytes);
         r->step = (int)step;
         r->elapsed = el;
+        restore_loss_scale(r, &st);
         if (D->rank == 0) {
             printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
             CkptState now;

@@ -215,7 +215,8 @@ static void train_help(void)
            "Trains the Transformer (data-parallel under mpirun/srun: one rank per device).\n"
            "With no config and no data, trains the embedded synthetic task (reversal).\n"
            "Logs one line per log_steps: step, loss_ls (the label-smoothed loss per target\n"
-           "token), lr, target tokens/s, elapsed time; and every eval_steps and at the end\n"
+           "token), lr, target tokens/s, elapsed time (with loss scaling, precision=fp16:\n"
+           "also loss_scale S and the steps skipped so far); and every eval_steps and at the end\n"
            "'dev step N' / 'dev final' lines: loss_ls, nll (unsmoothed, per target token),\n"
            "ppl = exp(nll) and tokens, the names 'eval' prints them with.\n"
            "Every key of input/table3/base.cfg may be given as key=value.\n\n"
@@ -235,7 +236,8 @@ static void train_help(void)
            "                      run is bitwise identical to an uninterrupted one. One run per\n"
            "                      DIR at a time (DIR/.lock).\n\n"
            "Exit codes: 0 done; 1 a checkpoint could not be written (disk full: make room and\n"
-           "run again to resume) or the loss stopped being finite; 2 a bad input (config,\n"
+           "run again to resume), the loss stopped being finite, or the loss scale fell below\n"
+           "loss_scale_min (fp16: gradients overflow at any scale); 2 a bad input (config,\n"
            "data, checkpoint, run directory in use); 99 preempted after a checkpoint.\n\n"
            "Preemption: on SIGUSR1 or SIGTERM every rank finishes the current step, a checkpoint\n"
            "is written and the process exits with code 99 (under mpirun send SIGUSR1, which\n"
@@ -257,7 +259,9 @@ static void train_help(void)
            "config keeps the paper's global batch on any number of ranks (rank 0 warns\n"
            "where ranks x max_tokens alone exceed it).\n"
            "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP;\n"
-           "TRANSFORMER_STEP_SLEEP_MS=N makes every step last at least N ms (same results).\n");
+           "TRANSFORMER_STEP_SLEEP_MS=N makes every step last at least N ms (same results);\n"
+           "TRANSFORMER_GRAD_INF=RANK:STEP[:TIMES] puts an inf into RANK's gradients at STEP\n"
+           "(its first TIMES attempts; loss scaling then skips the step on every rank).\n");
 }
 
 /* everything cmd_train holds besides the TrainRun; train_end is its one exit */
@@ -276,8 +280,8 @@ typedef struct {
     EvalStats dev;              /* of the last dev evaluation */
 } Training;
 
-/* how the step loop ended */
-enum { RUN_DONE, RUN_CKPT_FAILED, RUN_DIVERGED, RUN_PREEMPTED };
+/* how the step loop ended (RUN_SKIPPED: a step left undone, loss_scale.h) */
+enum { RUN_DONE, RUN_CKPT_FAILED, RUN_DIVERGED, RUN_PREEMPTED, RUN_SKIPPED };
 
 /* the one exit of cmd_train: a run that got as far as its run directory
  * closes it; a completed run (rc 0) frees what it holds; error exits
@@ -350,6 +354,7 @@ static int create_model(Training *t)
     MPI_Gather(t->bind, sizeof t->bind, MPI_CHAR, t->binds, sizeof t->bind, MPI_CHAR, 0, D->comm);
     r->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
+    loss_scale_init(&r->scaler, c);
     if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
     size_t bytes = sizeof(float) * r->model.pt.total;
     float *host = xmalloc(bytes);
@@ -389,10 +394,27 @@ static void open_inputs(Training *t)
     t->binds = NULL;
 }
 
+/* the step's figures summed over the ranks in one allreduce */
+enum { G_LOSS, G_NLL, G_TOKENS, G_PREEMPT, G_CKPT_FAILED, G_OVERFLOW, G_N };
+
+/* the verdict of the loss scaler on a step whose loss is finite: RUN_DONE
+ * (apply the update), RUN_SKIPPED (every rank skips it: some rank's
+ * gradients overflowed) or RUN_DIVERGED (the scale fell below its floor) */
+static int scaler_verdict(Training *t, int step, const double glob[G_N])
+{
+    TrainRun *r = t->r;
+    int v = loss_scale_update(&r->scaler, glob[G_OVERFLOW] > 0, glob[G_LOSS] / (glob[G_TOKENS] > 0 ? glob[G_TOKENS] : 1));
+    if (v == LS_FLOOR) {
+        if (r->dist.rank == 0) loss_scale_floor_error(&r->scaler, step);
+        return RUN_DIVERGED;
+    }
+    return v == LS_SKIP ? RUN_SKIPPED : RUN_DONE;
+}
+
 /* one optimiser step over update_freq micro-batches.  glob gets the sums
- * over ranks of { label-smoothed loss, nll, target tokens, preemption
- * flag, failed checkpoint write }. */
-static int train_step(Training *t, int step, double glob[5])
+ * over ranks of G_*: label-smoothed loss, nll, target tokens, preemption
+ * flag, failed checkpoint write, ranks whose gradients overflowed. */
+static int train_step(Training *t, int step, double glob[G_N])
 {
     TrainRun *r = t->r;
     Dist *D = &r->dist;
@@ -400,7 +422,8 @@ static int train_step(Training *t, int step, double glob[5])
     Model *m = &r->model;
     dist_fault_point(D, step);
     r->be->zero(r->be, m->grads, sizeof(float) * m->pt.total);
-    double loc[5] = {0, 0, 0, 0, 0};
+    m->loss_scale = loss_scale_factor(&r->scaler);
+    double loc[G_N] = {0};
     for (int k = 0; k < c->update_freq; k++) {
         int bi = batchplan_global(&r->plan, batchplan_position(step, D->rank, k, D->size, c->update_freq));
         batch_build(&t->b, &r->train, r->plan.idx + r->plan.start[bi], r->plan.start[bi + 1] - r->plan.start[bi],
@@ -409,44 +432,53 @@ static int train_step(Training *t, int step, double glob[5])
         /* with accumulation, communicate only on the last micro-batch */
         LossStats st = model_forward_backward(m, &t->b, (uint32_t)step, 1, 1, last && D->size > 1 ? gradsync_ready : NULL,
                                               &r->sync);
-        loc[0] += st.loss_sum; loc[1] += st.nll_sum; loc[2] += st.n_tokens;
+        loc[G_LOSS] += st.loss_sum; loc[G_NLL] += st.nll_sum; loc[G_TOKENS] += st.n_tokens;
     }
     gradsync_finish(&r->sync);
-    /* the preemption flag and a failed checkpoint write (rank 0) travel
-     * with the loss sums: all ranks agree to stop */
-    loc[3] = preempt_pending();
-    loc[4] = rundir_ckpt_failed(&t->rd);
-    MPI_Allreduce(loc, glob, 5, MPI_DOUBLE, MPI_SUM, D->comm);
-    if (glob[4] > 0) return RUN_CKPT_FAILED;   /* before the update: the state stays that of a complete step */
-    if (!isfinite(glob[0])) {
+    loss_scale_plant_inf(&r->scaler, r->be, m->grads, D->rank, step);
+    /* the preemption flag, a failed checkpoint write (rank 0) and this
+     * rank's gradient overflow travel with the loss sums: all ranks agree
+     * to stop, or to skip the step */
+    loc[G_PREEMPT] = preempt_pending();
+    loc[G_CKPT_FAILED] = rundir_ckpt_failed(&t->rd);
+    loc[G_OVERFLOW] = loss_scale_overflow(&r->scaler, r->be, m->grads, m->pt.total);
+    MPI_Allreduce(loc, glob, G_N, MPI_DOUBLE, MPI_SUM, D->comm);
+    if (glob[G_CKPT_FAILED] > 0) return RUN_CKPT_FAILED;   /* before the update: the state stays that of a complete step */
+    if (!isfinite(glob[G_LOSS])) {
         /* diverged: every rank sees the same sums.  Stop before the
          * update, and write no checkpoint of a state that produced it */
         if (D->rank == 0)
             fprintf(stderr, "error: step %d: the training loss is %g (not finite): training stopped; %s "
-                    "(a lower lr_factor or a longer warmup may help)\n", step, glob[0],
+                    "(a lower lr_factor or a longer warmup may help)\n", step, glob[G_LOSS],
                     t->rd.enabled ? "resume from the run directory's newest checkpoint" : "nothing was saved (run_dir is empty)");
         return RUN_DIVERGED;
     }
-    /* normalise by the target tokens of the whole global batch */
-    model_adam_step(m, step, (float)(1.0 / glob[2]));
+    int verdict = scaler_verdict(t, step, glob);
+    if (verdict != RUN_DONE) return verdict;
+    /* normalise by the target tokens of the whole global batch, and undo
+     * the loss scale (a power of two: exact) */
+    model_adam_step(m, step, (float)(1.0 / glob[G_TOKENS] / m->loss_scale));
     r->be->sync(r->be);
     r->step = step;
     return RUN_DONE;
 }
 
 /* every log_steps steps (and the last): the training loss line and metrics */
-static void log_progress(Training *t, int step, const double glob[5])
+static void log_progress(Training *t, int step, const double glob[G_N])
 {
     TrainRun *r = t->r;
     const Config *c = &r->cfg;
-    t->log_loss += glob[0];
-    t->log_tok += glob[2];
+    t->log_loss += glob[G_LOSS];
+    t->log_tok += glob[G_TOKENS];
     if (!(step % c->log_steps == 0 || step == c->train_steps)) return;
     double now = now_seconds(), log_tok_time = now - t->t_log;
     if (r->dist.rank == 0) {
-        printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs\n", step, t->log_loss / t->log_tok,
+        char scaling[64] = "";   /* with loss scaling: S and the steps skipped so far */
+        if (r->scaler.enabled)
+            snprintf(scaling, sizeof scaling, " loss_scale %g skipped %ld", r->scaler.scale, r->scaler.skipped);
+        printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs%s\n", step, t->log_loss / t->log_tok,
                model_lrate(c, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
-               r->elapsed + now - t->t_start);
+               r->elapsed + now - t->t_start, scaling);
         fflush(stdout);
         if (t->rd.metrics) {
             metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(c, step),
@@ -474,7 +506,9 @@ static void evaluate_dev(Training *t, int step)
         metrics_dev(t->rd.metrics, step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed + now_seconds() - t->t_start);
 }
 
-/* steps r->step + 1 .. train_steps, unless stopped; returns how it ended */
+/* steps r->step + 1 .. train_steps, unless stopped; returns how it ended.
+ * A skipped step (loss scaling: its gradients overflowed) is tried again,
+ * on the same batch, with the halved scale. */
 static int train_loop(Training *t)
 {
     TrainRun *r = t->r;
@@ -482,14 +516,19 @@ static int train_loop(Training *t)
     t->t_start = t->t_log = now_seconds();
     t->eval_step = -1;
     for (int step = r->step + 1; step <= c->train_steps; step++) {
-        double glob[5];
+        double glob[G_N];
         int how = train_step(t, step, glob);
+        if (how == RUN_SKIPPED) {
+            if (glob[G_PREEMPT] > 0) return RUN_PREEMPTED;
+            step--;
+            continue;
+        }
         if (how != RUN_DONE) return how;
         log_progress(t, step, glob);
         if (c->eval_steps > 0 && step % c->eval_steps == 0) evaluate_dev(t, step);
         if (c->attn_steps > 0 && step % c->attn_steps == 0 && t->rd.enabled && r->dist.rank == 0)
             attention_probe_write(&r->model, &r->dev, c->run_dir, step);   /* watch heads form */
-        if (glob[3] > 0) return RUN_PREEMPTED;
+        if (glob[G_PREEMPT] > 0) return RUN_PREEMPTED;
         rundir_after_step(&t->rd, r, step, r->elapsed + now_seconds() - t->t_start);
     }
     return RUN_DONE;

@@ -5,6 +5,7 @@
 #include "batcher.h"
 #include "config.h"
 #include "dist.h"
+#include "loss_scale.h"
 #include "model.h"
 
 /* Everything a training run holds; checkpoint.c saves and restores it. */
@@ -16,6 +17,7 @@ typedef struct {
     Corpus train, dev;
     BatchPlan plan;
     GradSync sync;
+    LossScaler scaler;      /* fp16: dynamic loss scaling (off: factor 1) */
     int step;               /* completed optimiser steps */
     double elapsed;         /* training wall time, summed over resumes */
     uint64_t vocab_hash;    /* rank 0: the dataset's vocabulary fingerprint (0: synthetic) */

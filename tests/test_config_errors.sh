@@ -52,6 +52,12 @@ for cmd in params train; do
     one_line_error "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
     f=$(cfg allreduce.cfg 'allreduce = gloo\n')
     one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'auto', 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
+    f=$(cfg fp16.cfg 'device = cpu\nprecision = fp16\n')
+    one_line_error "^error: $f:2: key 'precision': fp16 needs device=cuda" "$BIN" $cmd --config "$f"
+    f=$(cfg ls.cfg 'loss_scale = static\n')
+    one_line_error "^error: $f:1: key 'loss_scale': 'static' is not 'auto', 'dynamic' or 'off'" "$BIN" $cmd --config "$f"
+    f=$(cfg lsmin.cfg 'loss_scale_init = 8\nloss_scale_min = 16\n')
+    one_line_error "^error: $f:2: key 'loss_scale_min': 16 is above loss_scale_init 8" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
     one_line_error "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
     one_line_error "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8

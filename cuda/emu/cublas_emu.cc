@@ -12,18 +12,20 @@
  * Types (the cublasGemmEx table of the cuBLAS documentation, real types
  * with float scalars):
  *   CUBLAS_COMPUTE_32F / _32F_PEDANTIC: A, B, C all CUDA_R_32F, or A, B
- *     CUDA_R_16BF with C CUDA_R_16BF or CUDA_R_32F (also 16F and 8I inputs
- *     in cuBLAS; not implemented here);
+ *     CUDA_R_16BF with C CUDA_R_16BF or CUDA_R_32F, or A, B CUDA_R_16F with
+ *     C CUDA_R_16F or CUDA_R_32F (also 8I inputs in cuBLAS; not
+ *     implemented here);
  *   CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_TF32 / _FAST_16F: only all
  *     CUDA_R_32F (fp32 storage, reduced-precision inputs inside).
  * Mixed input types (A fp32 with B bf16, ...) are rejected as cuBLAS does.
  * Arithmetic: CUBLAS_COMPUTE_32F is plain sgemm; _FAST_TF32 and _FAST_16BF
  * round the inputs to TF32 / bf16 (round to nearest even) first, as the
- * tensor cores do; bf16 operands are widened exactly to fp32, and a bf16 C
- * is read widened and written rounded to nearest even; accumulation is
- * fp32 throughout, so a bf16 C requires the handle's math mode to hold
+ * tensor cores do; bf16 and fp16 operands are widened exactly to fp32, and
+ * a bf16 or fp16 C is read widened and written rounded to nearest even (an
+ * fp16 C past 65504 becomes inf, as on the GPU); accumulation is fp32
+ * throughout, so a 16-bit C requires the handle's math mode to hold
  * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (else cuBLAS may reduce
- * in bf16: reported as a misuse). */
+ * in 16 bits: reported as a misuse). */
 #include "emu.h"
 
 #include <cblas.h>
@@ -102,7 +104,8 @@ static size_t extent(int rows, int cols, int ld)
     return (size_t)(cols - 1) * ld + rows;
 }
 
-static size_t elem_size(cudaDataType t) { return t == CUDA_R_16BF ? sizeof(__nv_bfloat16) : sizeof(float); }
+static bool is16(cudaDataType t) { return t == CUDA_R_16BF || t == CUDA_R_16F; }
+static size_t elem_size(cudaDataType t) { return is16(t) ? 2 : sizeof(float); }
 
 /* n elements of type t at p, widened to float */
 static void widen(std::vector<float> &out, const void *p, cudaDataType t, size_t n)
@@ -110,6 +113,8 @@ static void widen(std::vector<float> &out, const void *p, cudaDataType t, size_t
     out.resize(n);
     if (t == CUDA_R_16BF)
         for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    else if (t == CUDA_R_16F)
+        for (size_t i = 0; i < n; i++) out[i] = __half2float(((const __half *)p)[i]);
     else
         std::memcpy(out.data(), p, n * sizeof(float));
 }
@@ -121,7 +126,8 @@ static bool types_supported(cudaDataType At, cudaDataType Bt, cudaDataType Ct, c
     switch (ct) {
     case CUBLAS_COMPUTE_32F:
     case CUBLAS_COMPUTE_32F_PEDANTIC:
-        return all32 || (At == CUDA_R_16BF && Bt == CUDA_R_16BF && (Ct == CUDA_R_16BF || Ct == CUDA_R_32F));
+        return all32 || (At == CUDA_R_16BF && Bt == CUDA_R_16BF && (Ct == CUDA_R_16BF || Ct == CUDA_R_32F))
+            || (At == CUDA_R_16F && Bt == CUDA_R_16F && (Ct == CUDA_R_16F || Ct == CUDA_R_32F));
     case CUBLAS_COMPUTE_32F_FAST_16BF:
     case CUBLAS_COMPUTE_32F_FAST_TF32:
         return all32;
@@ -151,9 +157,9 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
     if (!types_supported(At, Bt, Ct, ct)) return CUBLAS_STATUS_NOT_SUPPORTED;
     /* the emulator accumulates in fp32 throughout; cuBLAS may reduce (split-K
      * partials) in a bf16 C's type unless the handle forbids it */
-    if (Ct == CUDA_R_16BF && !(h->math & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
-        cuda_emu::fail("%s: bf16 C without CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION in the handle's math mode: "
-                       "cuBLAS may accumulate partial sums in bf16", fn);
+    if (is16(Ct) && !(h->math & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
+        cuda_emu::fail("%s: 16-bit C without CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION in the handle's math mode: "
+                       "cuBLAS may accumulate partial sums in 16 bits", fn);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
@@ -172,9 +178,9 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
             check_mem(b, eB * zB, fn, "B");
         }
         check_mem(c, eC * zC, fn, "C");
-        /* C in fp32: in place, or a widened copy of a bf16 C */
+        /* C in fp32: in place, or a widened copy of a 16-bit C */
         float *cf = (float *)c;
-        if (Ct == CUDA_R_16BF) {
+        if (is16(Ct)) {
             widen(rc, c, Ct, eC);
             cf = rc.data();
         }
@@ -191,10 +197,13 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
             cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al,
                         ra.data(), lda, rb.data(), ldb, be, cf, ldc);
         }
-        if (Ct == CUDA_R_16BF)   /* only the m x n entries: the gaps of ldc stay untouched */
-            for (int j = 0; j < n; j++)
-                for (int r = 0; r < m; r++)
-                    ((__nv_bfloat16 *)c)[(size_t)j * ldc + r] = __float2bfloat16_rn(cf[(size_t)j * ldc + r]);
+        /* only the m x n entries: the gaps of ldc stay untouched */
+        for (int j = 0; j < n && is16(Ct); j++)
+            for (int r = 0; r < m; r++) {
+                size_t x = (size_t)j * ldc + r;
+                if (Ct == CUDA_R_16BF) ((__nv_bfloat16 *)c)[x] = __float2bfloat16_rn(cf[x]);
+                else ((__half *)c)[x] = __float2half_rn(cf[x]);
+            }
     }
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -867,10 +867,16 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d)
             if (*c == ',') list.emplace_back(); else list.back() += *c;
         if ((size_t)d < list.size()) entry = list[d];
     }
-    /* only what the backend reads: the name and a UUID per physical device */
+    /* only what the backend reads: the name, a UUID per physical device and
+     * the compute capability, CUDA_EMU_CC (e.g. 70 for a V100; default 90) */
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "emulated GPU %s", entry.c_str());
     snprintf(prop->uuid.bytes, sizeof prop->uuid.bytes, "emu-%s", entry.c_str());
+    const char *cc = getenv("CUDA_EMU_CC");
+    int v = cc && *cc ? atoi(cc) : 90;
+    if (v < 10 || v > 199) fail("CUDA_EMU_CC=%s: expected a compute capability such as 70, 80 or 90", cc);
+    prop->major = v / 10;
+    prop->minor = v % 10;
     return cudaSuccess;
 }
 

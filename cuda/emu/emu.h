@@ -2,6 +2,7 @@
  * -DCUDA_EMULATION and runs its kernels on the CPU.
  *
  * - The real CUDA headers give dim3, uint3, float4, cudaError_t, the bf16
+ *   and fp16
  *   types and the runtime/cuBLAS prototypes (so a wrong signature in the
  *   emulated runtime, emu.cc, or cuBLAS, cublas_emu.cc, is a compile error).
  * - Each CUDA thread of a block is a fiber with its own small stack (guard
@@ -17,7 +18,8 @@
  *   cuda_emu_set_order): a missing barrier shows up under some order.
  * - CUDA_EMU_DEVICES=N plays N devices (default 1, 0: none) and
  *   CUDA_EMU_MEMORY=BYTES a device of that capacity (cudaMalloc past it
- *   fails with cudaErrorMemoryAllocation).
+ *   fails with cudaErrorMemoryAllocation); CUDA_EMU_CC=70 a device of
+ *   compute capability 7.0 (default 90: 9.0) in cudaGetDeviceProperties.
  * - Streams run in order, so a race between streams cannot happen here; a
  *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
  *   stream exists, which races on a GPU, is reported as a misuse.
@@ -27,6 +29,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublas_v2.h>
 
 #include <cmath>
