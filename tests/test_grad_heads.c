@@ -29,23 +29,6 @@
 
 static Backend *be;
 
-static void make_corpus(Corpus *c)
-{
-    static const int ls[3] = { 5, 2, 7 }, lt[3] = { 4, 6, 2 };
-    memset(c, 0, sizeof *c);
-    c->n = 3;
-    c->src_off = calloc(4, sizeof(int64_t));
-    c->tgt_off = calloc(4, sizeof(int64_t));
-    for (int i = 0; i < 3; i++) {
-        c->src_off[i + 1] = c->src_off[i] + ls[i];
-        c->tgt_off[i + 1] = c->tgt_off[i] + lt[i];
-    }
-    c->src_tok = malloc(sizeof(int32_t) * c->src_off[3]);
-    c->tgt_tok = malloc(sizeof(int32_t) * c->tgt_off[3]);
-    for (int i = 0; i < c->src_off[3]; i++) c->src_tok[i] = TOK_FIRST_SYMBOL + (int)((gc_rand() + 1) * 3.5);
-    for (int i = 0; i < c->tgt_off[3]; i++) c->tgt_tok[i] = TOK_FIRST_SYMBOL + (int)((gc_rand() + 1) * 3.5);
-}
-
 static void small_config(Config *cfg)
 {
     config_defaults(cfg);
@@ -164,8 +147,9 @@ int main(void)
     small_config(&cfg);
     Model m;
     if (model_init(&m, &cfg, be)) { fprintf(stderr, "model_init failed\n"); return 1; }
+    static const int src_len[3] = { 5, 2, 7 }, tgt_len[3] = { 4, 6, 2 };
     Corpus corp;
-    make_corpus(&corp);
+    gc_make_corpus(&corp, src_len, tgt_len, 3);
     Batch b = {0};
     int idx[3] = { 0, 1, 2 };
     batch_build(&b, &corp, idx, 3, cfg.max_len);

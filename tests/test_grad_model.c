@@ -123,24 +123,6 @@ static void check_ready(Model *m, const Batch *b, const char *positional)
     free(g);
 }
 
-static void make_corpus(Corpus *c)
-{
-    /* lengths without EOS/BOS: sources 4, 2, 6; targets 3, 5, 1 */
-    static const int ls[3] = { 4, 2, 6 }, lt[3] = { 3, 5, 1 };
-    memset(c, 0, sizeof *c);
-    c->n = 3;
-    c->src_off = calloc(4, sizeof(int64_t));
-    c->tgt_off = calloc(4, sizeof(int64_t));
-    for (int i = 0; i < 3; i++) {
-        c->src_off[i + 1] = c->src_off[i] + ls[i];
-        c->tgt_off[i + 1] = c->tgt_off[i] + lt[i];
-    }
-    c->src_tok = malloc(sizeof(int32_t) * c->src_off[3]);
-    c->tgt_tok = malloc(sizeof(int32_t) * c->tgt_off[3]);
-    for (int i = 0; i < c->src_off[3]; i++) c->src_tok[i] = TOK_FIRST_SYMBOL + (int)((gc_rand() + 1) * 3.5);
-    for (int i = 0; i < c->tgt_off[3]; i++) c->tgt_tok[i] = TOK_FIRST_SYMBOL + (int)((gc_rand() + 1) * 3.5);
-}
-
 static void run(const char *positional)
 {
     Config cfg;
@@ -172,8 +154,10 @@ static void run(const char *positional)
     }
     be->upload(be, m.params, host, sizeof(float) * P);
 
+    /* lengths without EOS/BOS: sources 4, 2, 6; targets 3, 5, 1 */
+    static const int src_len[3] = { 4, 2, 6 }, tgt_len[3] = { 3, 5, 1 };
     Corpus corp;
-    make_corpus(&corp);
+    gc_make_corpus(&corp, src_len, tgt_len, 3);
     Batch b = {0};
     int idx[3] = { 0, 1, 2 };
     batch_build(&b, &corp, idx, 3, cfg.max_len);
