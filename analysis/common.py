@@ -1,6 +1,7 @@
 """Shared helpers of the analysis scripts: one-line errors, HDF5 access,
 figure style and atomic output (temporary name, fsync, rename)."""
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -113,6 +114,39 @@ def write_atomic(path, data, mode="w"):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def h5_atomic(path, copy_from=None):
+    """An HDF5 file for writing under a temporary name next to path (a copy of
+    copy_from opened r+, or a new file), fsync'ed and renamed over path when
+    the block ends without error: readers never see it half-written."""
+    import shutil
+
+    import h5py
+
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        try:
+            make_public(fd)
+        finally:
+            os.close(fd)
+        if copy_from:
+            shutil.copyfile(copy_from, tmp)
+        with h5py.File(tmp, "r+" if copy_from else "w") as f:
+            yield f
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

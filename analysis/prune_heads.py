@@ -28,7 +28,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, main_wrapper, make_public, open_h5  # noqa: E402
+from common import AnalysisError, attr_str, h5_atomic, main_wrapper, open_h5  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 
@@ -126,36 +126,21 @@ def single_head(runner, shape):
 
 def save(path, curves, single, base):
     """Write the curves into HEADS.h5 (replacing earlier ones), through a temporary copy."""
-    import shutil
-
-    import h5py
-
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=d)
-    make_public(fd)
-    os.close(fd)
-    try:
-        shutil.copyfile(path, tmp)
-        with h5py.File(tmp, "r+") as f:
-            if "prune" in f:
-                del f["prune"]
-            g = f.create_group("prune")
-            for name, c in curves.items():
-                gc = g.create_group(name)
-                for k, v in c.items():
-                    gc[k] = v
-            if single is not None:
-                if "single" in f:
-                    del f["single"]
-                s = f.create_group("single")
-                s["bleu"], s["ppl"] = single
-                s.attrs["bleu_unmasked"], s.attrs["ppl_unmasked"] = base
-                s.attrs["kinds"] = ",".join(KINDS)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with h5_atomic(path, copy_from=path) as f:
+        if "prune" in f:
+            del f["prune"]
+        g = f.create_group("prune")
+        for name, c in curves.items():
+            gc = g.create_group(name)
+            for k, v in c.items():
+                gc[k] = v
+        if single is not None:
+            if "single" in f:
+                del f["single"]
+            s = f.create_group("single")
+            s["bleu"], s["ppl"] = single
+            s.attrs["bleu_unmasked"], s.attrs["ppl_unmasked"] = base
+            s.attrs["kinds"] = ",".join(KINDS)
 
 
 def main(argv):

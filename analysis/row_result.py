@@ -19,12 +19,11 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
 
-from common import AnalysisError, attr_float, attr_str, main_wrapper, make_public, open_h5
+from common import AnalysisError, attr_float, attr_str, h5_atomic, main_wrapper, open_h5
 
 FORMAT = "transformer-row-result"
 FORMAT_VERSION = 1
@@ -101,30 +100,12 @@ def write_result(path, attrs):
     file at path, atomically."""
     import h5py
 
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        try:
-            make_public(fd)
-        finally:
-            os.close(fd)
-        with h5py.File(tmp, "w") as f:
-            for k, v in attrs.items():
-                if isinstance(v, str):
-                    f.attrs.create(k, v, dtype=h5py.string_dtype("utf-8"))
-                else:
-                    f.attrs[k] = v
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with h5_atomic(path) as f:
+        for k, v in attrs.items():
+            if isinstance(v, str):
+                f.attrs.create(k, v, dtype=h5py.string_dtype("utf-8"))
+            else:
+                f.attrs[k] = v
 
 
 def from_metrics(path):
