@@ -77,8 +77,12 @@ def curve(d, prefix, path):
             ys = np.stack([c[key] for c in rand])
             ax.fill_between(x, ys.min(0), ys.max(0), color="tab:gray", alpha=0.25, lw=0)
             ax.plot(x, ys.mean(0), "o--", color="tab:gray", ms=3, label=f"random order (mean, range of {len(rand)})")
-        c = d["curves"]["importance"]
-        ax.plot(c["fraction"] * 100, c[key], "o-", color="tab:blue", ms=4, label="least important first")
+        for name, color, what in (("importance", "tab:blue", "normalised per layer"),
+                                  ("importance_raw", "tab:orange", "raw")):
+            if name in d["curves"]:
+                c = d["curves"][name]
+                ax.plot(c["fraction"] * 100, c[key], "o-", color=color, ms=4,
+                        label=f"least important first ({what})")
         ax.set_xlabel("heads pruned (% of all heads)")
         ax.set_ylabel(label)
         if key == "ppl":

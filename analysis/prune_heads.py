@@ -9,12 +9,14 @@ random orders give the baseline. With --single, also BLEU and PPL with each
 single head masked (their section 3). Every measurement is `transformer
 eval` and `transformer translate` of the checkpoint with `mask_heads=`.
 
-The results go into HEADS.h5 (docs/attention.md):
+The results go into HEADS.h5 (docs/attention.md), replacing earlier curves
+of the same name and keeping the others:
   /prune/importance/{fraction, n_pruned, bleu, ppl, order}
+  /prune/importance_raw/...   (--score raw: ordered by importance not normalised per layer)
   /prune/random_K/...   (K = 0 .. random_orders - 1)
   /single/{bleu, ppl}   [kind, layer, head], and the unmasked values as attributes
 
-Usage: analysis/prune_heads.py HEADS.h5 [--random-orders 3] [--single]
+Usage: analysis/prune_heads.py HEADS.h5 [--random-orders 3] [--single] [--score norm|raw]
            [--bin bin/transformer] [--launcher "mpirun -np 2"] [--beam 4]
 """
 import argparse
@@ -33,14 +35,14 @@ from common import AnalysisError, attr_str, h5_atomic, main_wrapper, open_h5  # 
 KINDS = ("enc", "dec_self", "cross")
 
 
-def read_heads(path):
-    """(attrs dict, importance_norm [3, N, h]) of a `transformer heads` file."""
+def read_heads(path, score="importance_norm"):
+    """(attrs dict, the score [3, N, h]) of a `transformer heads` file."""
     with open_h5(path) as f:
         if attr_str(f, "format") != "transformer-heads":
             raise AnalysisError(path, "not a file of 'transformer heads' (attribute format)")
         attrs = {k: attr_str(f, k) for k in ("checkpoint", "data", "split", "mask_heads")}
         try:
-            imp = np.stack([f[k]["importance_norm"][()] for k in KINDS])
+            imp = np.stack([f[k][score][()] for k in KINDS])
         except KeyError as e:
             raise AnalysisError(path, f"missing dataset {e}") from None
     if attrs["mask_heads"]:
@@ -127,10 +129,10 @@ def single_head(runner, shape):
 def save(path, curves, single, base):
     """Write the curves into HEADS.h5 (replacing earlier ones), through a temporary copy."""
     with h5_atomic(path, copy_from=path) as f:
-        if "prune" in f:
-            del f["prune"]
-        g = f.create_group("prune")
+        g = f.require_group("prune")
         for name, c in curves.items():
+            if name in g:
+                del g[name]
             gc = g.create_group(name)
             for k, v in c.items():
                 gc[k] = v
@@ -147,6 +149,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("heads", metavar="HEADS.h5", help="file of 'transformer heads'")
     ap.add_argument("--levels", type=int, default=10, help="pruning levels: 0, 1/L, ... (default 10: steps of 10%%)")
+    ap.add_argument("--score", choices=("norm", "raw"), default="norm",
+                    help="order by importance normalised per layer (norm, Michel et al.; curve 'importance') "
+                         "or by raw importance (raw; curve 'importance_raw')")
     ap.add_argument("--random-orders", type=int, default=3, help="random orders for the baseline (default 3)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the random orders (default 1)")
     ap.add_argument("--single", action="store_true", help="also mask each head alone")
@@ -158,12 +163,13 @@ def main(argv):
     a = ap.parse_intermixed_args(argv)
     if a.levels < 2 or a.random_orders < 0:
         raise AnalysisError("arguments", "--levels must be >= 2 and --random-orders >= 0")
-    attrs, imp = read_heads(a.heads)
+    attrs, imp = read_heads(a.heads, "importance_norm" if a.score == "norm" else "importance")
+    name = "importance" if a.score == "norm" else "importance_raw"
     # least important first; ties broken by position, so the order is reproducible
     order = [tuple(int(x) for x in np.unravel_index(i, imp.shape)) for i in np.argsort(imp.reshape(-1), kind="stable")]
     with tempfile.TemporaryDirectory() as work:
         runner = Runner(a, attrs, work)
-        curves = {"importance": curve(runner, order, a.levels, "importance")}
+        curves = {name: curve(runner, order, a.levels, name)}
         rng = np.random.default_rng(a.seed)
         for r in range(a.random_orders):
             perm = [order[i] for i in rng.permutation(len(order))]
@@ -171,7 +177,7 @@ def main(argv):
         single = None
         if a.single:
             single = single_head(runner, imp.shape)
-            base = (curves["importance"]["bleu"][0], curves["importance"]["ppl"][0])
+            base = (curves[name]["bleu"][0], curves[name]["ppl"][0])
         save(a.heads, curves, single, base if a.single else None)
     print(f"prune_heads: curves written into {a.heads}")
     return 0

@@ -124,6 +124,9 @@ if [ -x $TOP/.venv/bin/python ]; then
     cp $W/h1.h5 $W/p.h5
     $TOP/.venv/bin/python $TOP/analysis/prune_heads.py $W/p.h5 --bin $BIN --levels 4 --random-orders 1 --single \
         --beam 1 threads=1 > $W/prune.out 2>&1 || fail "prune_heads.py: $(tail -2 $W/prune.out)"
+    # a second order (raw importance) joins the file without replacing the first
+    $TOP/.venv/bin/python $TOP/analysis/prune_heads.py $W/p.h5 --bin $BIN --levels 2 --random-orders 0 --score raw \
+        --beam 1 threads=1 > $W/prune2.out 2>&1 || fail "prune_heads.py --score raw: $(tail -2 $W/prune2.out)"
     res=$($PY - $W/p.h5 "$(awk -v n=$nll 'BEGIN { printf "%.3f", exp(n) }')" <<'PY'
 import sys
 import h5py, numpy as np
@@ -134,6 +137,7 @@ assert abs(c["ppl"][0] - float(sys.argv[2])) < 2e-3 * float(sys.argv[2]), (c["pp
 assert c["order"].shape == (24, 3) and len({tuple(r) for r in c["order"][()]}) == 24
 assert f["prune/random_0/ppl"].shape == (4,) and f["single/bleu"].shape == (3, 2, 4)
 assert (f["single/ppl"][()] > 0).all()
+assert list(f["prune/importance_raw/n_pruned"][()]) == [0, 12]
 print("ok")
 PY
 ) || fail "prune_heads.py results: $res"
