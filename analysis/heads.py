@@ -2,11 +2,12 @@
 """Figures and tables of head importance, from the file of `transformer heads`
 (with the curves of analysis/prune_heads.py, if it ran).
 
-  heatmap  importance (layer-normalised) per kind, layers x heads  -> PREFIX_importance.{png,pdf}
+  heatmap  importance, raw and normalised per layer, per kind,
+           layers x heads                                           -> PREFIX_importance.{png,pdf}
   curve    BLEU and PPL against the fraction of heads pruned, importance
            order and random orders                                  -> PREFIX_pruning.{png,pdf}
-  table    the 10 most and 10 least important heads with their
-           confidence and positional fractions                      -> PREFIX_table.{md,csv}
+  table    the 10 most and 10 least important heads (raw importance)
+           with their confidence and positional fractions                      -> PREFIX_table.{md,csv}
   all      all three
 
 Usage: analysis/heads.py {heatmap,curve,table,all} HEADS.h5 --out PREFIX [--top 10]
@@ -41,24 +42,33 @@ def load(path):
     return d
 
 
-def heatmap(d, prefix):
-    plt = pyplot()
-    imp = d["importance_norm"]
-    N, h = imp.shape[1:]
-    fig, axes = plt.subplots(1, 3, figsize=(3 + 1.1 * h * 1.5, 0.45 * N + 2.2), constrained_layout=True)
-    vmax = float(imp.max()) if imp.size and imp.max() > 0 else 1.0
+def _heat_row(axes, values, title, label, fig):
+    """one heatmap per kind (layers x heads) on a shared colour scale"""
+    N, h = values.shape[1:]
+    vmax = float(values.max()) if values.size and values.max() > 0 else 1.0
     for ax, k, kind in zip(axes, range(3), KINDS):
-        im = ax.imshow(imp[k], cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
-        ax.set_title(KIND_TITLE[kind], fontsize=9)
+        im = ax.imshow(values[k], cmap="viridis", vmin=0, vmax=vmax, aspect="auto")
+        ax.set_title(f"{KIND_TITLE[kind]}: {title}", fontsize=8)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_xticks(range(h))
         ax.set_yticks(range(N))
         for l in range(N):
             for j in range(h):
-                ax.text(j, l, f"{imp[k, l, j]:.2f}", ha="center", va="center", fontsize=6,
-                        color="white" if imp[k, l, j] < 0.6 * vmax else "black")
-    fig.colorbar(im, ax=axes, shrink=0.8, label="importance |dL/dξ|, normalised per layer (l2)")
+                v = values[k, l, j]
+                ax.text(j, l, f"{v:.3g}", ha="center", va="center", fontsize=6,
+                        color="white" if v < 0.6 * vmax else "black")
+    fig.colorbar(im, ax=axes, shrink=0.8, label=label)
+
+
+def heatmap(d, prefix):
+    """raw importance (comparable across layers and kinds) above the
+    importance normalised per layer (Michel et al.'s pruning score)"""
+    plt = pyplot()
+    N, h = d["importance"].shape[1:]
+    fig, axes = plt.subplots(2, 3, figsize=(3 + 1.65 * h, 0.9 * N + 4.2), constrained_layout=True)
+    _heat_row(axes[0], d["importance"], "importance", "mean |dL/dξ| (L: NLL per target token)", fig)
+    _heat_row(axes[1], d["importance_norm"], "normalised per layer", "importance / l2 norm of its layer", fig)
     fig.suptitle(f"Head importance on {d['attrs']['split']} (Michel et al. 2019)", fontsize=10)
     out = savefig(fig, prefix + "_importance")
     plt.close(fig)
@@ -96,7 +106,10 @@ def curve(d, prefix, path):
 
 
 def table_rows(d, top):
-    imp = d["importance_norm"]
+    """the top most and least important heads by raw importance, which
+    compares heads across layers (the normalised score cannot: every layer
+    has norm 1)"""
+    imp = d["importance"]
     flat = np.argsort(-imp.reshape(-1), kind="stable")
     top = min(top, flat.size // 2)   # the two ends never share a head
     pick = list(flat[:top]) + list(flat[::-1][:top])

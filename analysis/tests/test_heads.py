@@ -33,12 +33,12 @@ def make_file(path, N=2, h=3, curves=True):
     return path
 
 
-def test_table_ranks_by_normalised_importance(tmp_path):
+def test_table_ranks_by_raw_importance(tmp_path):
     d = H.load(str(make_file(tmp_path / "h.h5")))
     rows = H.table_rows(d, 2)
     assert [r["group"] for r in rows] == ["most", "most", "least", "least"]
-    imp = d["importance_norm"].reshape(-1)
-    assert rows[0]["importance_norm"] == imp.max() and rows[2]["importance_norm"] == imp.min()
+    imp = d["importance"].reshape(-1)
+    assert rows[0]["importance"] == imp.max() and rows[2]["importance"] == imp.min()
     assert rows[0]["head"] == "cross:0:0"
 
 
