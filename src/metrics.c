@@ -18,11 +18,12 @@ typedef struct {
     int is_int[MAXCOL];
     double *rows;     /* buffered, ncol per row */
     int n, cap;
+    int optional;     /* the group is created with its first row, not before */
 } Table;
 
 struct Metrics {
     char path[4200];
-    Table train, dev;
+    Table train, dev, loss_scale;
     int broken;       /* a write failed: warned once, stop trying */
 };
 
@@ -60,6 +61,7 @@ static hid_t col_open(hid_t g, const Table *t, int c)
  * step exceeds it */
 static int table_write(hid_t f, Table *t, long keep_upto)
 {
+    if (t->optional && t->n == 0 && H5Lexists(f, t->group, H5P_DEFAULT) <= 0) return 0;
     hid_t g = H5Lexists(f, t->group, H5P_DEFAULT) > 0 ? H5Gopen2(f, t->group, H5P_DEFAULT)
                                                        : H5Gcreate2(f, t->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) return -1;
@@ -117,7 +119,8 @@ static int write_all(Metrics *m, long keep_upto, char *msg, int cap)
     int created;
     H5Mem mem;
     if (h5io_open_log(&mem, m->path, &created, msg, cap)) return -1;
-    if (table_write(mem.id, &m->train, keep_upto) | table_write(mem.id, &m->dev, keep_upto)) {
+    if (table_write(mem.id, &m->train, keep_upto) | table_write(mem.id, &m->dev, keep_upto) |
+        table_write(mem.id, &m->loss_scale, keep_upto)) {
         h5io_discard(&mem);
         snprintf(msg, cap, "%s: HDF5 could not append to the metrics log", m->path);
         return -1;
@@ -130,8 +133,9 @@ Metrics *metrics_open(const char *run_dir, long keep_upto)
     h5io_init();
     Metrics *m = xcalloc(1, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
-    m->train = (Table){ "train", 5, { "step", "loss", "lr", "tokens_per_s", "elapsed_s" }, { 1, 0, 0, 0, 0 }, NULL, 0, 0 };
-    m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0 };
+    m->train = (Table){ "train", 5, { "step", "loss", "lr", "tokens_per_s", "elapsed_s" }, { 1, 0, 0, 0, 0 }, NULL, 0, 0, 0 };
+    m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0, 0 };
+    m->loss_scale = (Table){ "loss_scale", 3, { "step", "scale", "skipped" }, { 1, 0, 1 }, NULL, 0, 0, 1 };
     char msg[4400];
     hdf5_lock();
     if (write_all(m, keep_upto, msg, sizeof msg)) {
@@ -154,9 +158,15 @@ void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, do
     table_add(&m->dev, row);
 }
 
+void metrics_loss_scale(Metrics *m, long step, double scale, long skipped)
+{
+    double row[3] = { (double)step, scale, (double)skipped };
+    table_add(&m->loss_scale, row);
+}
+
 void metrics_flush(Metrics *m, int block)
 {
-    if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0)) return;
+    if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0 && m->loss_scale.n == 0)) return;
     if (block) hdf5_lock();
     else if (hdf5_trylock()) return;   /* a checkpoint is being written: next time */
     char msg[4400];
@@ -173,5 +183,6 @@ void metrics_close(Metrics *m)
     metrics_flush(m, 1);
     free(m->train.rows);
     free(m->dev.rows);
+    free(m->loss_scale.rows);
     free(m);
 }

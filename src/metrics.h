@@ -1,6 +1,7 @@
 /* Training metrics appended to an HDF5 log, run_dir/metrics.h5 (format in
  * docs/metrics.md): one extendible 1-D dataset per column in /train (one row
- * per log interval) and /dev (one row per evaluation).  Rows are buffered
+ * per log interval), /dev (one row per evaluation) and, with loss scaling,
+ * /loss_scale (one row per log interval).  Rows are buffered
  * and appended at every log interval; the file is closed after each append,
  * so a killed run leaves a readable log. */
 #ifndef METRICS_H
@@ -13,6 +14,9 @@ typedef struct Metrics Metrics;
 Metrics *metrics_open(const char *run_dir, long keep_upto);
 void metrics_train(Metrics *m, long step, double loss, double lr, double tokens_per_s, double elapsed);
 void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, double elapsed);
+/* with loss scaling (loss_scale.h): the scale S at a logged step and the
+ * steps skipped so far; group /loss_scale, created with its first row */
+void metrics_loss_scale(Metrics *m, long step, double scale, long skipped);
 /* append buffered rows; if block is 0 and a checkpoint write holds the HDF5
  * lock, keep them for the next flush instead of waiting */
 void metrics_flush(Metrics *m, int block);

@@ -73,10 +73,20 @@ for a in loss_scale loss_scale_good_steps loss_scale_skipped; do
 done
 [ "$(scale_at 12 $W/ref.log)" = "$(scale_at 12 $W/r2.log)" ] || fail "log at step 12: $(scale_at 12 $W/ref.log) vs $(scale_at 12 $W/r2.log)"
 ok "resume after a skip: bitwise equal, S $(attr $W/res/ckpt_00000012.h5 loss_scale), $(scale_at 12 $W/r2.log | cut -d' ' -f2) skipped"
+# metrics.h5 /loss_scale: one row per logged step, as the log lines, and the
+# resumed run's rows equal the uninterrupted run's
+rows() { h5dump -d /loss_scale/$2 -y -w 0 "$1/metrics.h5" | awk '/DATA/ { d = 1; next } d && /}/ { d = 0 } d' | tr -d ' ,\n'; }
+[ "$(rows $W/ref step)" = "$(seq -s '' 1 12)" ] || fail "metrics /loss_scale/step: $(rows $W/ref step)"
+[ "$(rows $W/ref scale)$(rows $W/ref skipped)" = "$(rows $W/res scale)$(rows $W/res skipped)" ] \
+    || fail "metrics /loss_scale of the resumed run differs: $(rows $W/res scale) vs $(rows $W/ref scale)"
+want=$(for s in $(seq 1 12); do scale_at $s $W/ref.log | cut -d' ' -f1; done | tr -d '\n')
+[ "$(rows $W/ref scale)" = "$want" ] || fail "metrics /loss_scale/scale $(rows $W/ref scale), log $want"
+ok "metrics.h5 /loss_scale: S and skips of every logged step, the same after a resume"
 
 # a checkpoint without loss-scale attributes (scaling off) resumes with scaling on from loss_scale_init
 "$BIN" train $A loss_scale=off run_dir=$W/old train_steps=5 > /dev/null 2>&1 || fail "run without scaling"
 h5dump -a /loss_scale $W/old/ckpt_00000005.h5 > /dev/null 2>&1 && fail "loss_scale attribute written with scaling off"
+h5ls $W/old/metrics.h5 | grep -q '^loss_scale' && fail "metrics /loss_scale written with scaling off"
 "$BIN" train $A $DYN run_dir=$W/old > $W/old.log 2>&1 || fail "resume with scaling on: $(tail -2 $W/old.log)"
 [ "$(scale_at 6 $W/old.log)" = "1024 0" ] || fail "resumed without attributes: $(scale_at 6 $W/old.log)"
 ok "checkpoint without loss-scale attributes resumes, S from loss_scale_init"
