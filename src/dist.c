@@ -1,6 +1,7 @@
 #include "dist.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -453,4 +454,40 @@ double gradsync_measure(GradSync *g, int iters, double *algbw, double *busbw)
     *algbw = tmax > 0 ? bytes / tmax : 0;
     *busbw = *algbw * 2.0 * (P - 1) / P;
     return tmax;
+}
+
+/* ------------------------------------------------- errors of alike stages */
+
+int dist_hold_stderr(Dist *d)
+{
+    if (d->rank == 0) return -1;
+    FILE *tmp = tmpfile();
+    if (!tmp) return -1;   /* then this rank prints as before */
+    fflush(stderr);
+    int saved = dup(2);
+    if (saved < 0 || dup2(fileno(tmp), 2) < 0) {
+        if (saved >= 0) close(saved);
+        fclose(tmp);
+        return -1;
+    }
+    fclose(tmp);   /* fd 2 keeps the (unlinked) file open */
+    return saved;
+}
+
+int dist_release_stderr(Dist *d, int held, int rc)
+{
+    int rc0 = d->rank == 0 ? rc : 0, worst = rc;
+    MPI_Bcast(&rc0, 1, MPI_INT, 0, d->comm);
+    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, d->comm);
+    if (held < 0) return worst;
+    fflush(stderr);
+    if (rc && !rc0 && lseek(2, 0, SEEK_SET) == 0) {   /* this rank's own failure: show it */
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(2, buf, sizeof buf)) > 0)
+            if (write(held, buf, (size_t)n) < 0) break;
+    }
+    dup2(held, 2);
+    close(held);
+    return worst;
 }

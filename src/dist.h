@@ -32,6 +32,15 @@ int dist_check_same(Dist *d, const void *data, size_t n, const char *what, char 
 /* like dist_check_same for "key = value" lines; the message names the first
  * rank that differs from rank 0 and its first differing line */
 int dist_check_config(Dist *d, const char *text, char *msg, int cap);
+/* A stage every rank runs alike (reading the command line, opening the
+ * checkpoint and dataset), whose errors rank 0 alone should report: from
+ * dist_hold_stderr, ranks > 0 write stderr to a temporary file; at
+ * dist_release_stderr(rc) the ranks agree on the worst rc.  If rank 0
+ * failed, the held messages are dropped (rank 0 printed the same line);
+ * if it did not, a rank that failed prints what it held.  Returns the
+ * maximum rc over the ranks. */
+int dist_hold_stderr(Dist *d);
+int dist_release_stderr(Dist *d, int held, int rc);
 /* fault injection for tests: TRANSFORMER_FAIL_AT="RANK:STEP[:SIGNAL]" makes
  * rank RANK fail at the start of step STEP, with an error (die) or by raising
  * SIGNAL (e.g. SEGV, KILL) */

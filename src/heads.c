@@ -111,12 +111,12 @@ static int heads_config(Heads *h)
     return checkpoint_check_vocab(h->a.ckpt, &h->st, h->a.data);
 }
 
-/* every rank: the model with gate gradients on, and the split's batches */
-static int heads_open(Heads *h)
+/* every rank alike: the model with gate gradients on, and the split's
+ * batches; 2 after a one-line error */
+static int heads_load(Heads *h)
 {
     TrainRun *r = h->r;
     Config *c = &r->cfg;
-    MPI_Bcast(c, sizeof *c, MPI_BYTE, 0, r->dist.comm);
     Config keep = *c;
     int threads = c->threads > 0 ? c->threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (r->dist.local_size > 0 ? r->dist.local_size : 1));
     r->be = backend_create(c->device, c->precision, c->allreduce, threads < 1 ? 1 : threads, r->dist.local_rank);
@@ -139,6 +139,16 @@ static int heads_open(Heads *h)
     h->per_batch = xcalloc((size_t)h->plan.n_batches * h->width, sizeof(double));
     h->host_grad = xmalloc(sizeof(float) * h->n_heads_total);
     return 0;
+}
+
+/* rank 0's config on every rank, then heads_load; its errors (the same on
+ * every rank: a missing split, a bad mask) are printed once, by rank 0 */
+static int heads_open(Heads *h)
+{
+    Dist *D = &h->r->dist;
+    MPI_Bcast(&h->r->cfg, sizeof h->r->cfg, MPI_BYTE, 0, D->comm);
+    int held = dist_hold_stderr(D);
+    return dist_release_stderr(D, held, heads_load(h));
 }
 
 /* confidence and positional counts of one layer's weights P [B, nh, Tq,
@@ -333,11 +343,7 @@ int cmd_heads(int argc, char **argv)
     if (!rc && h.r->dist.rank == 0) rc = heads_config(&h);
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);
     if (rc) return heads_end(&h, 2);
-    /* a failure past this point on one rank takes the job down */
-    if (heads_open(&h)) {
-        if (util_abort_hook) util_abort_hook(2);
-        return 2;
-    }
+    if (heads_open(&h)) return heads_end(&h, 2);
     heads_measure(&h);
     rc = h.r->dist.rank == 0 ? heads_write(&h) : 0;
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);

@@ -323,22 +323,23 @@ static int translate_fail(const Translate *t)
     return 2;
 }
 
-/* backend from the command line's device/threads, model from the checkpoint */
+/* backend from the command line's device/threads, model from the checkpoint
+ * (every rank alike: 2 after a one-line error, reported by rank 0) */
 static int open_model(Translate *t, int argc, char **argv)
 {
     Dist *D = &t->D;
-    if (parse(&t->o, argc, argv)) { free(t->o.over); return translate_fail(t); }
+    if (parse(&t->o, argc, argv)) { free(t->o.over); return 2; }
     Config *c = &t->c;
     config_defaults(c);
-    if (apply_overrides(c, &t->o, 1)) return translate_fail(t);   /* the error is printed */
+    if (apply_overrides(c, &t->o, 1)) return 2;   /* the error is printed */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     t->threads = c->threads > 0 ? c->threads : (int)(cores / (D->local_size > 0 ? D->local_size : 1));
     if (t->threads < 1) t->threads = 1;
     t->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
     if (!t->be) die(2, "translate: cannot create backend '%s'", c->device);
-    if (checkpoint_open_model(t->o.ckpt, c, &t->st, &t->m, t->be)) return translate_fail(t);
-    if (apply_overrides(c, &t->o, 0)) return translate_fail(t);
-    if (model_mask_heads(&t->m, c->mask_heads, "command line")) return translate_fail(t);
+    if (checkpoint_open_model(t->o.ckpt, c, &t->st, &t->m, t->be)) return 2;
+    if (apply_overrides(c, &t->o, 0)) return 2;
+    if (model_mask_heads(&t->m, c->mask_heads, "command line")) return 2;
     t->m.cfg.beam = c->beam; t->m.cfg.len_alpha = c->len_alpha; t->m.cfg.max_len_a = c->max_len_a;
     return 0;
 }
@@ -354,11 +355,11 @@ static int check_vocab(Translate *t)
             die(2, "%s: this checkpoint was trained on %s, not on the synthetic task", o->ckpt, c->data);
         return 0;
     }
-    if (dataset_load_vocab(o->data, &t->voc)) return translate_fail(t);
+    if (dataset_load_vocab(o->data, &t->voc)) return 2;
     if (t->voc.vocab_size != c->vocab_size)
         die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o->data,
             t->voc.vocab_size, o->ckpt, c->vocab_size);
-    if (checkpoint_check_vocab(o->ckpt, &t->st, o->data)) return translate_fail(t);
+    if (checkpoint_check_vocab(o->ckpt, &t->st, o->data)) return 2;
     if (!t->st.vocab_hash && c->data[0] && strcmp(c->data, o->data) && access(c->data, R_OK) == 0) {
         /* an older checkpoint without the fingerprint, whose training data
          * is at hand: compare piece by piece */
@@ -600,7 +601,13 @@ int cmd_translate(int argc, char **argv)
     memset(&t, 0, sizeof t);
     dist_init(&t.D, &argc, &argv);
     dist_install_abort(&t.D);
-    if (open_model(&t, argc, argv) || check_vocab(&t)) return 2;
+    /* the same arguments and files on every rank: one error line, rank 0's */
+    int held = dist_hold_stderr(&t.D);
+    int rc = open_model(&t, argc, argv) || check_vocab(&t) ? 2 : 0;
+    if (dist_release_stderr(&t.D, held, rc)) {
+        dist_finalize(&t.D);
+        return 2;
+    }
     make_tmp_dir(&t);
     if (load_sources(&t)) return 2;
     decode_sentences(&t);
