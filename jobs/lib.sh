@@ -82,11 +82,13 @@ launch_cmd() {
         # pmix too, across nodes: tests/slurm/test_two_node.sh).  The exit
         # 99 of a preemption is safe: every rank waits until rank 0's
         # checkpoint is in place before any leaves (rundir_checkpoint_sync)
-        # shellcheck disable=SC2086
-        _LAUNCH=(srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 "${cpt[@]}" $SRUN_EXTRA "$@")
+        local extra=()   # SRUN_EXTRA: words, split without globbing
+        read -ra extra <<< "${SRUN_EXTRA:-}"
+        _LAUNCH=(srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 "${cpt[@]}" "${extra[@]}" "$@")
     else
-        # shellcheck disable=SC2086
-        _LAUNCH=(mpirun -n "${LOCAL_RANKS:-1}" $MPIRUN_EXTRA "$@")
+        local extra=()
+        read -ra extra <<< "${MPIRUN_EXTRA:-}"
+        _LAUNCH=(mpirun -n "${LOCAL_RANKS:-1}" "${extra[@]}" "$@")
     fi
 }
 
