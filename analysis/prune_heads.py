@@ -45,6 +45,9 @@ def read_heads(path, score="importance_norm"):
             imp = np.stack([f[k][score][()] for k in KINDS])
         except KeyError as e:
             raise AnalysisError(path, f"missing dataset {e}") from None
+    if not os.path.exists(attrs["checkpoint"]):
+        raise AnalysisError(path, f"its checkpoint {attrs['checkpoint']} (the path given to 'transformer heads') "
+                                  "is not found from this directory: run from where heads ran")
     if attrs["mask_heads"]:
         raise AnalysisError(path, f"was measured with mask_heads={attrs['mask_heads']}: prune from the full model")
     return attrs, imp

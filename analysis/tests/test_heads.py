@@ -64,6 +64,11 @@ def test_not_a_heads_file(tmp_path):
     script("prune_heads.py", tmp_path / "a.h5", expect=2)
 
 
+def test_prune_needs_the_checkpoint(tmp_path):
+    f = make_file(tmp_path / "h.h5")   # its checkpoint "c.h5" does not exist here
+    assert "is not found from this directory" in cli_error("prune_heads.py", f)
+
+
 def test_mask_spec_groups_heads_by_layer():
     assert P.mask_spec([(2, 1, 3), (0, 0, 1), (2, 1, 0)]) == "enc:0:1,cross:1:0+3"
     assert P.mask_spec([]) == ""
