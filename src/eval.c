@@ -75,52 +75,49 @@ static int eval_parse(Eval *e, int argc, char **argv)
     return 0;
 }
 
-/* rank 0: the stored config, then the overrides (architecture keys must
- * not change); the dataset's vocabulary must be the checkpoint's */
-static int read_config(Eval *e)
+int eval_read_config(const char *cmd, const char *ckpt, const char *data, char *const *over, int n_over, Config *c,
+                     CkptState *st)
 {
-    Config *c = &e->r->cfg;
-    int rc = checkpoint_read_config(e->ckpt, c, &e->st);
-    for (int k = 0; k < e->n_over && !rc; k++) {
+    int rc = checkpoint_read_config(ckpt, c, st);
+    for (int k = 0; k < n_over && !rc; k++) {
+        const char *eq = strchr(over[k], '=');
         char key[128];
-        const char *eq = strchr(e->over[k], '=');
-        size_t kl = (size_t)(eq - e->over[k]) < sizeof key - 1 ? (size_t)(eq - e->over[k]) : sizeof key - 1;
-        memcpy(key, e->over[k], kl);
-        key[kl] = '\0';
+        snprintf(key, sizeof key, "%.*s", (int)(eq - over[k]), over[k]);
         if (config_is_arch_key(key)) {
-            fprintf(stderr, "error: eval: key '%s' is an architecture key; it comes from %s\n", key, e->ckpt);
+            fprintf(stderr, "error: %s: key '%s' is an architecture key; it comes from %s\n", cmd, key, ckpt);
             rc = 2;
         } else rc = config_set(c, "command line", 0, key, eq + 1);
     }
-    if (!rc && e->n_over) rc = config_validate(c, "command line");
-    if (rc || !strcmp(e->data, "synthetic")) return rc;
-    int v = dataset_vocab_size(e->data);
+    if (!rc && n_over) rc = config_validate(c, "command line");
+    if (rc || !strcmp(data, "synthetic")) return rc;
+    int v = dataset_vocab_size(data);
     if (v <= 0) return 2;
     if (v != c->vocab_size) {
-        fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but the model in %s has vocab_size %d\n",
-                e->data, v, e->ckpt, c->vocab_size);
+        fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but the model in %s has vocab_size %d\n", data, v,
+                ckpt, c->vocab_size);
         return 2;
     }
-    return checkpoint_check_vocab(e->ckpt, &e->st, e->data);
+    return checkpoint_check_vocab(ckpt, st, data);
 }
 
-/* rank 0's config on every rank; the backend and the checkpoint's model */
-static int open_model(Eval *e)
+int eval_open_model(TrainRun *r, const char *ckpt)
 {
-    TrainRun *r = e->r;
     Dist *D = &r->dist;
     Config *c = &r->cfg;
-    MPI_Bcast(c, sizeof *c, MPI_BYTE, 0, D->comm);
     Config keep = *c;
     int threads = c->threads > 0 ? c->threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (D->local_size > 0 ? D->local_size : 1));
     if (threads < 1) threads = 1;
     r->be = backend_create(c->device, c->precision, c->allreduce, threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
-    if (checkpoint_open_model(e->ckpt, c, NULL, &r->model, r->be)) return 2;
-    e->have_model = 1;
+    if (checkpoint_open_model(ckpt, c, NULL, &r->model, r->be)) return 2;
     /* keep the overrides that only evaluation uses */
     c->max_tokens = keep.max_tokens;
     return model_mask_heads(&r->model, keep.mask_heads, "command line");
+}
+
+int eval_load_split(const char *data, const char *split, const Config *c, Corpus *corp)
+{
+    return !strcmp(data, "synthetic") ? synthetic_load_split(corp, c, split) : dataset_load(data, split, corp);
 }
 
 /* the split's unsmoothed loss and perplexity, printed by rank 0 */
@@ -168,13 +165,15 @@ int cmd_eval(int argc, char **argv)
     dist_init(&e.r->dist, &argc, &argv);
     dist_install_abort(&e.r->dist);
     int rc = eval_parse(&e, argc, argv);
-    if (!rc && e.r->dist.rank == 0) rc = read_config(&e);
+    if (!rc && e.r->dist.rank == 0) rc = eval_read_config("eval", e.ckpt, e.data, e.over, e.n_over, &e.r->cfg, &e.st);
     MPI_Bcast(&rc, 1, MPI_INT, 0, e.r->dist.comm);
     if (rc) return eval_end(&e, 2);
-    /* a failure past this point on one rank takes the job down */
-    int synth = !strcmp(e.data, "synthetic");
-    if (open_model(&e) || (synth ? synthetic_load_split(&e.corp, &e.r->cfg, e.split)
-                                 : dataset_load(e.data, e.split, &e.corp))) {
+    /* rank 0's config on every rank; a failure past this point on one rank
+     * takes the job down */
+    MPI_Bcast(&e.r->cfg, sizeof e.r->cfg, MPI_BYTE, 0, e.r->dist.comm);
+    rc = eval_open_model(e.r, e.ckpt);
+    e.have_model = e.r->be != NULL;
+    if (rc || eval_load_split(e.data, e.split, &e.r->cfg, &e.corp)) {
         if (util_abort_hook) util_abort_hook(2);
         return 2;
     }

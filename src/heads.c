@@ -21,13 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint.h"
-#include "dataset.h"
+#include "eval.h"
 #include "h5io.h"
 #include "head_mask.h"
-#include "synthetic.h"
 #include "train.h"
 #include "util.h"
 
@@ -91,45 +89,16 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
     return 0;
 }
 
-/* rank 0: the checkpoint's config with the overrides (no architecture
- * key), and a dataset with the checkpoint's vocabulary */
-static int heads_config(Heads *h)
-{
-    Config *c = &h->r->cfg;
-    int rc = checkpoint_read_config(h->a.ckpt, c, &h->st);
-    for (int k = 0; k < h->a.n_over && !rc; k++) {
-        const char *kv = h->a.over[k], *eq = strchr(kv, '=');
-        char key[128];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
-        if (config_is_arch_key(key)) {
-            fprintf(stderr, "error: heads: key '%s' is an architecture key; it comes from %s\n", key, h->a.ckpt);
-            rc = 2;
-        } else rc = config_set(c, "command line", 0, key, eq + 1);
-    }
-    if (!rc) rc = config_validate(c, "command line");
-    if (rc || !strcmp(h->a.data, "synthetic")) return rc;
-    return checkpoint_check_vocab(h->a.ckpt, &h->st, h->a.data);
-}
-
 /* every rank alike: the model with gate gradients on, and the split's
  * batches; 2 after a one-line error */
 static int heads_load(Heads *h)
 {
     TrainRun *r = h->r;
-    Config *c = &r->cfg;
-    Config keep = *c;
-    int threads = c->threads > 0 ? c->threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (r->dist.local_size > 0 ? r->dist.local_size : 1));
-    r->be = backend_create(c->device, c->precision, c->allreduce, threads < 1 ? 1 : threads, r->dist.local_rank);
-    if (!r->be) die(2, "rank %d: cannot create backend '%s'", r->dist.rank, c->device);
-    if (checkpoint_open_model(h->a.ckpt, c, NULL, &r->model, r->be)) return 2;
-    c->max_tokens = keep.max_tokens;
-    if (model_mask_heads(&r->model, keep.mask_heads, "command line")) return 2;
+    const Config *c = &r->cfg;
+    if (eval_open_model(r, h->a.ckpt) || eval_load_split(h->a.data, h->a.split, c, &h->corp)) return 2;
     /* L is the NLL of the reference: no label smoothing in its gradient */
     r->model.cfg.label_smoothing = 0.0f;
     model_track_gate_grads(&r->model);
-    int rc = !strcmp(h->a.data, "synthetic") ? synthetic_load_split(&h->corp, c, h->a.split)
-                                              : dataset_load(h->a.data, h->a.split, &h->corp);
-    if (rc) return 2;
     if (batchplan_build(&h->plan, &h->corp, c->max_tokens, c->max_len, c->seed)) {
         fprintf(stderr, "error: %s: split '%s' has no pair that fits max_len=%d\n", h->a.data, h->a.split, c->max_len);
         return 2;
@@ -340,7 +309,8 @@ int cmd_heads(int argc, char **argv)
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);
     int rc = heads_parse(&h.a, argc, argv);
-    if (!rc && h.r->dist.rank == 0) rc = heads_config(&h);
+    if (!rc && h.r->dist.rank == 0)
+        rc = eval_read_config("heads", h.a.ckpt, h.a.data, h.a.over, h.a.n_over, &h.r->cfg, &h.st);
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);
     if (rc) return heads_end(&h, 2);
     if (heads_open(&h)) return heads_end(&h, 2);

@@ -479,7 +479,6 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Ac
     be->gemm(be, 0, 0, rows, d, dff, 1.0f, m->g_hid, dff, W(L->ffn.W1), d, 1.0f, m->g_x, d);
 }
 
-/* x1 = LayerNorm(x + Dropout(SelfAttention(x)))  (section 3.2.3) */
 /* ctx W_o^T, with ctx's heads scaled by their gates first when the model
  * has gates (the gated ctx goes to scratch; the saved ctx stays ungated for
  * the gates' gradient) */
@@ -518,6 +517,7 @@ static void attn_output_backward(Model *m, const float *gate, float *dgate, Act 
     if (gate) be->head_gate_backward(be, dgate, m->g_ctx, ctx, gate, rows, c->n_heads, c->d_v);
 }
 
+/* x1 = LayerNorm(x + Dropout(SelfAttention(x)))  (section 3.2.3) */
 static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int T,
                                     const int32_t *key_len, int causal, const float *gate, float p, DropoutKey key)
 {
