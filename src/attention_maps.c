@@ -342,20 +342,10 @@ typedef struct {
     int greedy;
 } AttnArgs;
 
-static int split_id(const char *s)
-{
-    if (!strcmp(s, "train")) return SPLIT_TRAIN;
-    if (!strcmp(s, "dev")) return SPLIT_DEV;
-    if (!strcmp(s, "test")) return SPLIT_TEST;
-    return -1;
-}
-
 static int load_data(const AttnArgs *a, const Config *cfg, const CkptState *st, Corpus *c, Vocab *v)
 {
     if (!strcmp(a->data, "synthetic")) {
-        int sp = split_id(a->split);
-        if (sp < 0) { fprintf(stderr, "error: --split '%s': synthetic data has train, dev and test\n", a->split); return 2; }
-        synthetic_corpus(c, cfg, sp, sp == SPLIT_TRAIN ? cfg->synth_train : cfg->synth_dev);
+        if (synthetic_load_split(c, cfg, a->split)) return 2;
         vocab_build(v, cfg->vocab_size, NULL);
         return 0;
     }

@@ -442,10 +442,7 @@ static int load_sources(Translate *t)
     const Opts *o = &t->o;
     const Config *c = &t->c;
     if (o->split && t->synth) {
-        int sp = !strcmp(o->split, "train") ? SPLIT_TRAIN : !strcmp(o->split, "dev") ? SPLIT_DEV
-               : !strcmp(o->split, "test") ? SPLIT_TEST : -1;
-        if (sp < 0) die(2, "synthetic: no split '%s' (train, dev, test)", o->split);
-        synthetic_corpus(&t->src, c, sp, sp == SPLIT_TRAIN ? c->synth_train : c->synth_dev);
+        if (synthetic_load_split(&t->src, c, o->split)) return translate_fail(t);
     } else if (o->split) {
         if (dataset_load(o->data, o->split, &t->src)) return translate_fail(t);
     } else
