@@ -157,14 +157,19 @@ wait_log() {
     while [ $SECONDS -lt $t ]; do grep -qE "$1" "$jlog" 2>/dev/null && return 0; sleep 0.2; done
     cat "$jlog" >&2; fail "job $J: no '$1' in its log within $2 s"
 }
+# old_steps_alive: a slurmstepd of this job's previous run is still there
+old_steps_alive() { pgrep -f "slurmstepd: \[$J\." >/dev/null; }
 # wait_restart N: the job was requeued; skip Slurm's requeue delay (about 2
-# minutes) and wait for run N.  Not at once: slurmd rejects a job whose new
-# credential is from the same second as the revocation of its previous run's
-# ("Job credential revoked"), which Slurm's own delay avoids
+# minutes) and wait for run N.  Not at once, which Slurm's own delay avoids:
+# slurmd rejects a job whose new credential is from the same second as the
+# revocation of its previous run's ("Job credential revoked"), and the new
+# run's step N.0 fails to launch ("aborted before step completely launched",
+# after which srun may still exit 0) while the previous run's slurmstepd of
+# step N.0 is still finishing (PMIx clean-up takes seconds on a slow VM)
 wait_restart() {
     local t=$((SECONDS + 120)) pend=0
     while [ $SECONDS -lt $t ]; do
-        if [ "$(state "$J")" = PENDING ]; then
+        if [ "$(state "$J")" = PENDING ] && ! old_steps_alive; then
             pend=$((pend + 1))
             [ $pend -ge 5 ] && scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null
         fi
