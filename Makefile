@@ -54,7 +54,7 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
-CUDA_DEPS := cuda/cuda_compat.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
+CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
 # mpi.h for nvcc and the emulator (g++): Open MPI's --showme, MPICH's -compile_info
 MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null || $(CC) -compile_info 2>/dev/null)) \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
@@ -102,7 +102,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfa
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
-            bin/tests/test_cuda_step bin/tests/emu-transformer
+            bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs
 endif
 
 .PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench fuzz
@@ -158,6 +158,8 @@ bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
+bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 
 # the OpenBLAS kernel in use (tests/check.sh reruns training tests under another)
 bin/tests/blas_core: tests/blas_core.c | bin/tests

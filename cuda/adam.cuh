@@ -9,12 +9,12 @@ static __global__ void k_adam(float *param, const float *grad, float *m, float *
                               float b2, float eps, float c1, float c2, float gs)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        float g = grad[i] * gs;
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] -= lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+        float g = ld(grad, i) * gs;
+        float mi = b1 * ld(m, i) + (1.0f - b1) * g;
+        float vi = b2 * ld(v, i) + (1.0f - b2) * g * g;
+        st(m, i, mi);
+        st(v, i, vi);
+        st(param, i, ld(param, i) - lr * (mi / c1) / (sqrtf(vi / c2) + eps));
     }
 }
 
@@ -26,6 +26,8 @@ static void cuda_adam(Backend *be, float *param, const float *grad, float *m, fl
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     /* weights, gradients and moments are fp32 in every precision (float *) */
     touch(IMPL(be), param, n * sizeof(float));
+    /* param, grad, m, v read; param, m, v written */
+    DECLARE_KERNEL(k_adam, "adam", 4 * sizeof(float), 16.0 * n, 12.0 * n, 14.0 * n);
     LAUNCH(k_adam, nblocks((long)n, 256), 256, 0, IMPL(be)->stream, param, grad, m, v, (long)n, lr, b1, b2, eps, c1,
            c2, gs);
     CKL();
@@ -39,7 +41,7 @@ static void cuda_adam(Backend *be, float *param, const float *grad, float *m, fl
 static __global__ void k_any_nonfinite(const float *x, long n, int *flag)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        if (!isfinite(x[i])) *flag = 1;
+        if (!isfinite(ld(x, i))) st(flag, 0, 1);
 }
 
 static int cuda_any_nonfinite(Backend *be, const float *x, size_t n)
@@ -47,11 +49,13 @@ static int cuda_any_nonfinite(Backend *be, const float *x, size_t n)
     CudaImpl *I = IMPL(be);
     if (!n) return 0;
     if (!I->flag) CK(cudaMalloc((void **)&I->flag, sizeof(int)));
-    CK(cudaMemsetAsync(I->flag, 0, sizeof(int), I->stream));
+    memset_async(I, "any_nonfinite", I->flag, sizeof(int));
+    /* x read; the flag written only where something overflowed */
+    DECLARE_KERNEL(k_any_nonfinite, "any_nonfinite", sizeof(float), 4.0 * n, 0, n);
     LAUNCH(k_any_nonfinite, nblocks((long)n, 256), 256, 0, I->stream, x, (long)n, I->flag);
     CKL();
     int h = 0;
-    CK(cudaMemcpyAsync(&h, I->flag, sizeof(int), cudaMemcpyDeviceToHost, I->stream));
-    CK(cudaStreamSynchronize(I->stream));
+    copy_async(I, "any_nonfinite", &h, I->flag, sizeof(int), cudaMemcpyDeviceToHost);
+    stream_sync(I, "any_nonfinite");
     return h;
 }

@@ -54,6 +54,9 @@ static void cuda_allreduce_start(Backend *be, float *p, size_t n)
         /* the bucket's gradients are final once the compute stream gets here */
         CK(cudaEventRecord(I->ev_ready, I->stream));
         CK(cudaStreamWaitEvent(I->comm_stream, I->ev_ready, 0));
+        /* on its own stream, overlapping backward; priced by the model's
+         * bus bandwidth (ring: 2 (N-1)/N x the bytes per rank) */
+        declare("allreduce", "ncclAllReduce", COST_COMM, n * sizeof(float), n * sizeof(float), 0, (double)n, TC_NONE);
         CKN(ncclAllReduce(p, p, n, ncclFloat32, ncclSum, I->nccl, I->comm_stream));
         return;
     }
@@ -119,9 +122,9 @@ static void cuda_allreduce_wait(Backend *be)
         if (!done) watchdog_check(t0, be->allreduce_timeout_s, comm_rank(I), "the MPI gradient allreduce");
     }
     for (size_t k = 0; k < I->reqs.size(); k++)
-        CK(cudaMemcpyAsync(I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),
-                           cudaMemcpyHostToDevice, I->stream));
-    CK(cudaStreamSynchronize(I->stream));
+        copy_async(I, "allreduce", I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),
+                   cudaMemcpyHostToDevice);
+    stream_sync(I, "allreduce");
     I->reqs.clear();
     I->stage_dst.clear();
 }

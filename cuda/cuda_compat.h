@@ -5,6 +5,8 @@
  *
  *   LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
  *   DYNAMIC_SHARED(T, name);    -- T *name = the block's dynamic shared memory
+ *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model);
+ *                                  nothing on a GPU
  *
  * Kernels use only dynamic shared memory (no static __shared__ arrays): the
  * emulator refills it with 0xFF before every block and watches red zones
@@ -25,6 +27,7 @@
 #define DYNAMIC_SHARED(T, name)                                  \
     extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
     T *name = reinterpret_cast<T *>(cuda_dyn_smem_)
+#define EMU_SEEN(p, n, write) ((void)0)
 #endif
 
 #endif

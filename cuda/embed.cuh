@@ -20,14 +20,14 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
             double a = pos / rate;
             h[(size_t)pos * d + j] = (float)((j & 1) ? cos(a) : sin(a));
         }
-    CK(cudaStreamSynchronize(I->stream));
+    stream_sync(I, "embed_forward");
     if (I->sin_table) CK(cudaFree(I->sin_table));
     CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
     /* on the backend's stream: a cudaMemcpy on the legacy default stream is
      * not ordered before the non-blocking stream's kernels that read the
      * table; the host waits before h goes out of scope */
-    CK(cudaMemcpyAsync(I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, I->stream));
-    CK(cudaStreamSynchronize(I->stream));
+    copy_async(I, "embed_forward", I->sin_table, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
+    stream_sync(I, "embed_forward");
     I->sin_d = d;
     I->sin_n = n;
     return I->sin_table;
@@ -41,8 +41,8 @@ static __global__ void k_embed_forward(A *out, const float *E, const float *pos,
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         long i = idx / d;
         int j = (int)(idx % d), b = (int)(i / T), t = (int)(i % T), ps = t + pos_offset;
-        float v = ld(E, (size_t)tokens[i] * d + j) * scale + ld(pos, (size_t)ps * d + j);
-        st(out, idx, drop_apply(v, p, ks, key, sent_id[b], (uint32_t)ps, (uint32_t)j));
+        float v = ld(E, (size_t)ld(tokens, i) * d + j) * scale + ld(pos, (size_t)ps * d + j);
+        st(out, idx, drop_apply(v, p, ks, key, p > 0.0f ? ld(sent_id, b) : 0, (uint32_t)ps, (uint32_t)j));
     }
 }
 
@@ -55,6 +55,14 @@ static void cuda_embed_forward(Backend *be, Act out, const float *E, const float
     const float *pos = pos_table ? pos_table : sinusoids(be, pos_offset + T, d);
     dispatch(out.dtype, [&](auto z) {
         using A = decltype(z);
+        /* a row of E gathered per token (a token repeated in the batch is
+         * declared again: from L2 at best), the T x d positions once, the
+         * ids; FLOPs: the dropout decision is a Philox call per element */
+        double rows = (double)B * T;
+        DECLARE_KERNEL(k_embed_forward<A>, "embed_forward", 2 * sizeof(float),
+                       n * sizeof(float) + (double)T * d * sizeof(float) + rows * sizeof(int32_t) +
+                           (p > 0 ? B * sizeof(uint32_t) : 0),
+                       n * sizeof(A), 2.0 * n + (p > 0 ? 100.0 * n : 0));
         LAUNCH(k_embed_forward<A>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<A>(out), E, pos, tokens, sent_id, T,
                d, n, scale, pos_offset, p, drop_scale(p), key);
     });
@@ -72,11 +80,12 @@ static __global__ void k_embed_backward_tokens(float *dE, const A *dout, const i
 {
     int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= d) return;
-    size_t e = (size_t)seg_tok[u] * d + j;
+    size_t e = (size_t)ld(seg_tok, u) * d + j;
     float acc = ld(dE, e);
-    for (int k = seg[u]; k < seg[u + 1]; k++) {
-        int i = order[k], b = i / T, t = i % T;
-        float v = drop_apply(ld(dout, (size_t)i * d + j), p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
+    for (int k = ld(seg, u), end = ld(seg, u + 1); k < end; k++) {
+        int i = ld(order, k), b = i / T, t = i % T;
+        float v = drop_apply(ld(dout, (size_t)i * d + j), p, ks, key, p > 0.0f ? ld(sent_id, b) : 0, (uint32_t)t,
+                             (uint32_t)j);
         acc = __fadd_rn(acc, __fmul_rn(v, scale));
     }
     st(dE, e, acc);
@@ -92,7 +101,8 @@ static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const ui
         int t = (int)(idx / d), j = (int)(idx % d);
         float acc = ld(dpos, idx);
         for (int b = 0; b < B; b++)
-            acc += drop_apply(ld(dout, ((size_t)b * T + t) * d + j), p, ks, key, sent_id[b], (uint32_t)t, (uint32_t)j);
+            acc += drop_apply(ld(dout, ((size_t)b * T + t) * d + j), p, ks, key, p > 0.0f ? ld(sent_id, b) : 0,
+                              (uint32_t)t, (uint32_t)j);
         st(dpos, idx, acc);
     }
 }
@@ -147,22 +157,32 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
         }
     seg[nu] = n;
     if (need > I->seg_cap) {
-        CK(cudaStreamSynchronize(I->stream));
+        stream_sync(I, "embed_backward");
         if (I->seg) CK(cudaFree(I->seg));
         I->seg_cap = need * 2;
         CK(cudaMalloc((void **)&I->seg, I->seg_cap * sizeof(int32_t)));
     }
     /* stream order: this copy runs after the kernel that read I->seg last */
-    CK(cudaMemcpyAsync(I->seg, order, need * sizeof(int32_t), cudaMemcpyHostToDevice, I->stream));
+    copy_async(I, "embed_backward", I->seg, order, need * sizeof(int32_t), cudaMemcpyHostToDevice);
     CK(cudaEventRecord(I->seg_copied[k], I->stream));
     float ks = drop_scale(p);
     dim3 grid(nu, (d + 127) / 128);
     dispatch(dout.dtype, [&](auto z) {
         using A = decltype(z);
+        /* dout once, the rows of dE of the nu distinct tokens read and
+         * written, the segments; a Philox call per element with dropout */
+        double e = (double)n * d;
+        DECLARE_KERNEL(k_embed_backward_tokens<A>, "embed_backward", sizeof(A),
+                       e * sizeof(A) + (double)nu * d * sizeof(float) + need * sizeof(int32_t) +
+                           (p > 0 ? B * sizeof(uint32_t) : 0),
+                       (double)nu * d * sizeof(float), 2 * e + (p > 0 ? 100 * e : 0));
         LAUNCH(k_embed_backward_tokens<A>, grid, 128, 0, I->stream, dE, tp<A>(dout), I->seg, I->seg + n,
                I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
         CKL();
         if (dpos) {
+            DECLARE_KERNEL(k_embed_backward_pos<A>, "embed_backward", sizeof(A),
+                           e * sizeof(A) + (double)T * d * sizeof(float) + (p > 0 ? B * sizeof(uint32_t) : 0),
+                           (double)T * d * sizeof(float), e + (p > 0 ? 100 * e : 0));
             LAUNCH(k_embed_backward_pos<A>, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, tp<A>(dout), sent_id,
                    B, T, d, p, ks, key);
             CKL();

@@ -74,6 +74,21 @@ static void gemm_done(Backend *be, const GemmOps &g)
     if (g.c_n) convert(be, g.c_dst, g.c, g.c_n);
 }
 
+/* a GEMM's cost: A, B (and C when beta != 0) read once, C written once,
+ * 2 M N K FLOPs per matrix on the tensor cores of the precision (none for
+ * precision=fp32, which is IEEE sgemm on the CUDA cores) */
+static void declare_gemm(CudaImpl *I, const char *op, const char *call, int M, int N, int K, long batch,
+                         const GemmOps &g, float beta)
+{
+    double mats = (double)batch, mk = (double)M * K, kn = (double)K * N, mn = (double)M * N;
+    double rd = mats * (mk * dtype_size(g.a.dtype) + kn * dtype_size(g.b.dtype));
+    if (beta != 0.0f) rd += mats * mn * dtype_size(g.c.dtype);
+    double fl = 2.0 * mats * mn * K;
+    TensorCore tc = I->precision == PREC_FP32 ? TC_NONE : I->precision == PREC_TF32 ? TC_TF32 : TC_16BIT;
+    declare(op, call, COST_GEMM, rd, mats * mn * dtype_size(g.c.dtype), tc == TC_NONE ? 0 : fl, tc == TC_NONE ? fl : 0, tc);
+    declare_shape(M, N, K, batch, dtype_size(g.a.dtype));
+}
+
 static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha, Act A, int lda, Act B, int ldb,
                       float beta, Act C, int ldc)
 {
@@ -82,6 +97,7 @@ static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float al
     GemmOps g = gemm_ops(be, A, tA ? span(K, M, lda) : span(M, K, lda), B, tB ? span(N, K, ldb) : span(K, N, ldb), C,
                          span(M, N, ldc), beta);
     /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
+    declare_gemm(I, "gemm", "cublasGemmEx", M, N, K, 1, g, beta);
     CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
                      &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
     gemm_done(be, g);
@@ -95,9 +111,9 @@ static __global__ void k_gemm_ptrs(void **out, char *a, char *b, char *c, int ea
 {
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         long o = idx / n_inner, i = idx % n_inner;
-        out[idx] = a + (o * sAo + i * sAi) * ea;
-        out[n + idx] = b + (o * sBo + i * sBi) * eb;
-        out[2 * n + idx] = c + (o * sCo + i * sCi) * ec;
+        st(out, idx, a + (o * sAo + i * sAi) * ea);
+        st(out, n + idx, b + (o * sBo + i * sBi) * eb);
+        st(out, 2 * n + idx, c + (o * sCo + i * sCi) * ec);
     }
 }
 
@@ -122,23 +138,27 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
      * a few microseconds of launch for a few microseconds of work). */
     long n = (long)n_outer * n_inner;
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
+        declare_gemm(I, "gemm_batched", "cublasGemmStridedBatchedEx", M, N, K, n, g, beta);
         CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBi, g.a.data, ta,
                                        lda, sAi, &beta, g.c.data, tc, ldc, sCi, (int)n, g.ct, CUBLAS_GEMM_DEFAULT));
     } else if (n_inner == 1) {
+        declare_gemm(I, "gemm_batched", "cublasGemmStridedBatchedEx", M, N, K, n_outer, g, beta);
         CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBo, g.a.data, ta,
                                        lda, sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
     } else {
         if ((size_t)(3 * n) > I->gptrs_cap) {
-            CK(cudaStreamSynchronize(I->stream));   /* the old arrays may still be read */
+            stream_sync(I, "gemm_batched");   /* the old arrays may still be read */
             if (I->gptrs) CK(cudaFree(I->gptrs));
             I->gptrs_cap = (size_t)(3 * n) * 2;
             CK(cudaMalloc((void **)&I->gptrs, I->gptrs_cap * sizeof(void *)));
         }
         /* stream order: these arrays are written after the last batched GEMM read them */
+        DECLARE_KERNEL(k_gemm_ptrs, "gemm_batched", 3 * sizeof(void *), 0, 3 * n * sizeof(void *), 0);
         LAUNCH(k_gemm_ptrs, nblocks(n, 256), 256, 0, I->stream, I->gptrs, (char *)g.a.data, (char *)g.b.data,
                (char *)g.c.data, (int)dtype_size(g.a.dtype), (int)dtype_size(g.b.dtype), (int)dtype_size(g.c.dtype),
                sAo, sAi, sBo, sBi, sCo, sCi, n_inner, n);
         CKL();
+        declare_gemm(I, "gemm_batched", "cublasGemmBatchedEx", M, N, K, n, g, beta);
         CKB(cublasGemmBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, (const void *const *)(I->gptrs + n), tb, ldb,
                                 (const void *const *)I->gptrs, ta, lda, &beta, I->gptrs + 2 * n, tc, ldc, (int)n, g.ct,
                                 CUBLAS_GEMM_DEFAULT));
@@ -151,7 +171,7 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
 template <typename T> static __global__ void k_bias_forward(T *Y, const float *bias, long n, int cols, int relu)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        float v = ld(Y, i) + bias[i % cols];
+        float v = ld(Y, i) + ld(bias, i % cols);
         st(Y, i, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
@@ -162,6 +182,8 @@ static void cuda_bias_forward(Backend *be, Act Y, const float *bias, int rows, i
     if (n <= 0) return;
     dispatch(Y.dtype, [&](auto z) {
         using T = decltype(z);
+        DECLARE_KERNEL(k_bias_forward<T>, "bias_forward", sizeof(T) + sizeof(float), n * sizeof(T) + cols * sizeof(float), n * sizeof(T),
+                       (relu ? 2 : 1) * n);
         LAUNCH(k_bias_forward<T>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<T>(Y), bias, n, cols, relu);
     });
     CKL();
@@ -194,7 +216,7 @@ static __global__ void k_colsum_partial(const T *X, const T *R, const float *mea
         for (int r = r0 + threadIdx.y; r < r1; r += CS_Y) {
             float x = ld(X, (size_t)r * cols + c);
             b += x;
-            if (R) a += x * (ld(R, (size_t)r * cols + c) - mean[r]) * rstd[r];
+            if (R) a += x * (ld(R, (size_t)r * cols + c) - ld(mean, r)) * ld(rstd, r);
         }
     sh[threadIdx.y * CS_X + threadIdx.x] = b;
     sh[(CS_Y + threadIdx.y) * CS_X + threadIdx.x] = a;
@@ -205,8 +227,8 @@ static __global__ void k_colsum_partial(const T *X, const T *R, const float *mea
             sb += sh[y * CS_X + threadIdx.x];
             sa += sh[(CS_Y + y) * CS_X + threadIdx.x];
         }
-        part_b[(size_t)chunk * cols + c] = sb;
-        if (R) part_a[(size_t)chunk * cols + c] = sa;
+        st(part_b, (size_t)chunk * cols + c, sb);
+        if (R) st(part_a, (size_t)chunk * cols + c, sa);
     }
 }
 
@@ -215,8 +237,8 @@ static __global__ void k_colsum_final(const float *part, int chunks, int cols, f
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;
     float s = 0.0f;
-    for (int k = 0; k < chunks; k++) s += part[(size_t)k * cols + c];
-    out[c] += s;
+    for (int k = 0; k < chunks; k++) s += ld(part, (size_t)k * cols + c);
+    st(out, c, ld(out, c) + s);
 }
 
 static float *part_buffer(Backend *be, size_t n)
@@ -243,13 +265,22 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
     dim3 grid((cols + CS_X - 1) / CS_X, chunks), block(CS_X, CS_Y);
     dispatch(act_type("colsums", { X, Rr }), [&](auto z) {
         using T = decltype(z);
+        /* X (and R with mean, rstd) once; the partials of each chunk */
+        DECLARE_KERNEL(k_colsum_partial<T>, "colsums", (Rr.data ? 2 : 1) * sizeof(T),
+                       (double)rows * cols * sizeof(T) * (Rr.data ? 2 : 1) + (Rr.data ? 2.0 * rows * sizeof(float) : 0),
+                       (double)chunks * cols * sizeof(float) * (Rr.data ? 2 : 1), (double)rows * cols * (Rr.data ? 5 : 1));
         LAUNCH(k_colsum_partial<T>, grid, block, 2 * CS_X * CS_Y * sizeof(float), s, tp<T>(X), tp<T>(Rr), mean,
                rstd, rows, cols, pa, pb);
     });
     CKL();
+    /* the partials, and out read and written */
+    DECLARE_KERNEL(k_colsum_final, "colsums", sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
+                   (double)chunks * cols);
     LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pb, chunks, cols, out_b);
     CKL();
     if (Rr.data) {
+        DECLARE_KERNEL(k_colsum_final, "colsums", sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
+                       (double)chunks * cols);
         LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pa, chunks, cols, out_a);
         CKL();
     }
@@ -262,6 +293,9 @@ static void cuda_bias_backward(Backend *be, Act dY, float *dbias, Act Y, int row
     if (relu) {
         dispatch(act_type("bias_backward", { dY, Y }), [&](auto z) {
             using T = decltype(z);
+            /* reads Y; stores a 0 where the ReLU was off, about half of the
+             * hidden layer at any stage of training (declared as half) */
+            DECLARE_KERNEL(k_relu_mask<T>, "bias_backward", sizeof(T), n * sizeof(T), 0.5 * n * sizeof(T), n);
             LAUNCH(k_relu_mask<T>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<T>(dY), tp<T>(Y), n);
         });
         CKL();

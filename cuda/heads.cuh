@@ -13,7 +13,7 @@ static __global__ void k_head_gate_forward(T *out, const T *ctx, const float *ga
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int h = (int)((i / dv) % nh);
-    st(out, i, gate[h] * ld(ctx, i));
+    st(out, i, ld(gate, h) * ld(ctx, i));
 }
 
 static void cuda_head_gate_forward(Backend *be, Act out, Act ctx, const float *gate, int rows, int nh, int dv)
@@ -22,6 +22,7 @@ static void cuda_head_gate_forward(Backend *be, Act out, Act ctx, const float *g
     if (n <= 0) return;
     dispatch(act_type("head_gate_forward", { out, ctx }), [&](auto z) {
         using T = decltype(z);
+        DECLARE_KERNEL(k_head_gate_forward<T>, "head_gate_forward", sizeof(T), n * sizeof(T) + nh * sizeof(float), n * sizeof(T), n);
         LAUNCH(k_head_gate_forward<T>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<T>(out), tp<T>(ctx), gate, n,
                nh, dv);
     });
@@ -40,7 +41,7 @@ static __global__ void k_head_gate_backward(float *dgate, T *dctx, const T *ctx,
     DYNAMIC_SHARED(float, sh);
     int h = blockIdx.x;
     long per_head = (long)rows * dv;
-    float acc = 0.0f, g = gate[h];
+    float acc = 0.0f, g = ld(gate, h);
     for (long e = threadIdx.x; e < per_head; e += blockDim.x) {
         long i = (e / dv) * nh * dv + (long)h * dv + e % dv;
         float d = ld(dctx, i);
@@ -48,7 +49,7 @@ static __global__ void k_head_gate_backward(float *dgate, T *dctx, const T *ctx,
         st(dctx, i, g * d);
     }
     acc = block_sum(acc, sh);
-    if (threadIdx.x == 0 && dgate) dgate[h] += acc;
+    if (threadIdx.x == 0 && dgate) st(dgate, h, ld(dgate, h) + acc);
 }
 
 static void cuda_head_gate_backward(Backend *be, float *dgate, Act dctx, Act ctx, const float *gate, int rows,
@@ -57,6 +58,10 @@ static void cuda_head_gate_backward(Backend *be, float *dgate, Act dctx, Act ctx
     if ((long)rows * nh * dv <= 0) return;
     dispatch(act_type("head_gate_backward", { dctx, ctx }), [&](auto z) {
         using T = decltype(z);
+        double n = (double)rows * nh * dv;
+        DECLARE_KERNEL(k_head_gate_backward<T>, "head_gate_backward", 2 * sizeof(T),
+                       2 * n * sizeof(T) + nh * sizeof(float) * (dgate ? 2 : 1), n * sizeof(T) + (dgate ? nh * sizeof(float) : 0),
+                       3 * n);
         LAUNCH(k_head_gate_backward<T>, (unsigned)nh, 1024, RED_SMEM, IMPL(be)->stream, dgate, tp<T>(dctx), tp<T>(ctx),
                gate, rows, nh, dv);
     });

@@ -3,7 +3,7 @@
  * and the per-type load/store helpers and launch dispatch of the kernels. */
 #pragma once
 
-#include "common.cuh"
+#include "cost.cuh"
 
 /* ---------------------------------------------------------- bf16 storage
  *
@@ -31,17 +31,61 @@
  * fp32 accumulation (CUBLAS_COMPUTE_32F) and C stored bf16 (activations) or
  * fp32 (weight gradients, accumulated with beta = 1 in fp32). */
 
-static __host__ __device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
-static __host__ __device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-static __host__ __device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
+static __host__ __device__ __forceinline__ float ld(const float *p, size_t i)
+{
+    EMU_SEEN(p + i, sizeof *p, false);
+    return p[i];
+}
+static __host__ __device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i)
+{
+    EMU_SEEN(p + i, sizeof *p, false);
+    return __bfloat162float(p[i]);
+}
+static __host__ __device__ __forceinline__ void st(float *p, size_t i, float v)
+{
+    EMU_SEEN(p + i, sizeof *p, true);
+    p[i] = v;
+}
 static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
 {
+    EMU_SEEN(p + i, sizeof *p, true);
     p[i] = __float2bfloat16_rn(v);
 }
 /* fp16: a value past 65504 rounds to inf, which the loss scaler sees in the
  * gradients (any_nonfinite) and answers by skipping the step */
-static __host__ __device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
-static __host__ __device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+static __host__ __device__ __forceinline__ float ld(const __half *p, size_t i)
+{
+    EMU_SEEN(p + i, sizeof *p, false);
+    return __half2float(p[i]);
+}
+static __host__ __device__ __forceinline__ void st(__half *p, size_t i, float v)
+{
+    EMU_SEEN(p + i, sizeof *p, true);
+    p[i] = __float2half_rn(v);
+}
+/* the kernels' integer arrays (ids, lengths, segments, flags) and pointer
+ * arrays go through the same helpers, so that the emulator counts every
+ * byte a kernel moves (cost.cuh) */
+static __host__ __device__ __forceinline__ int32_t ld(const int32_t *p, size_t i)
+{
+    EMU_SEEN(p + i, sizeof *p, false);
+    return p[i];
+}
+static __host__ __device__ __forceinline__ uint32_t ld(const uint32_t *p, size_t i)
+{
+    EMU_SEEN(p + i, sizeof *p, false);
+    return p[i];
+}
+static __host__ __device__ __forceinline__ void st(int32_t *p, size_t i, int32_t v)
+{
+    EMU_SEEN(p + i, sizeof *p, true);
+    p[i] = v;
+}
+static __host__ __device__ __forceinline__ void st(void **p, size_t i, void *v)
+{
+    EMU_SEEN(p + i, sizeof *p, true);
+    p[i] = v;
+}
 
 /* f(T()) with T the C++ type of elements of type t: the one place where an
  * op's launch turns its DType into a kernel instantiation */
@@ -88,13 +132,13 @@ static void touch(CudaImpl *I, const void *p, size_t bytes)
 template <typename T> static __global__ void k_narrow(T *dst, const float *src, long n)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        st(dst, i, src[i]);
+        st(dst, i, ld(src, i));
 }
 
 template <typename T> static __global__ void k_widen(float *dst, const T *src, long n)
 {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        dst[i] = ld(src, i);
+        st(dst, i, ld(src, i));
 }
 
 /* n elements between storage types, one of them fp32 (the fp32 -> fp32
@@ -106,14 +150,18 @@ static void convert(Backend *be, Act dst, Act src, long n)
     if (src.dtype == DT_F32 && dst.dtype != DT_F32)
         dispatch(dst.dtype, [&](auto z) {
             using T = decltype(z);
-            if constexpr (!std::is_same<T, float>::value)
+            if constexpr (!std::is_same<T, float>::value) {
+                DECLARE_KERNEL(k_narrow<T>, "convert", sizeof(float), n * sizeof(float), n * sizeof(T), 0);
                 LAUNCH(k_narrow<T>, nblocks(n, 256), 256, 0, s, tp<T>(dst), tp<float>(src), n);
+            }
         });
     else if (dst.dtype == DT_F32 && src.dtype != DT_F32)
         dispatch(src.dtype, [&](auto z) {
             using T = decltype(z);
-            if constexpr (!std::is_same<T, float>::value)
+            if constexpr (!std::is_same<T, float>::value) {
+                DECLARE_KERNEL(k_widen<T>, "convert", sizeof(T), n * sizeof(T), n * sizeof(float), 0);
                 LAUNCH(k_widen<T>, nblocks(n, 256), 256, 0, s, tp<float>(dst), tp<T>(src), n);
+            }
         });
     else
         die(1, "cuda: no conversion from element type %d to %d", (int)src.dtype, (int)dst.dtype);
@@ -130,7 +178,7 @@ static void *cuda_alloc(Backend *be, size_t bytes)
         cudaGetLastError();
         return NULL;
     }
-    CK(cudaMemsetAsync(p, 0, n, IMPL(be)->stream));
+    memset_async(IMPL(be), "alloc", p, n);
     return p;
 }
 
@@ -186,33 +234,33 @@ static void cuda_upload(Backend *be, void *dst, const void *src, size_t n)
     if (!n) return;
     CudaImpl *I = IMPL(be);
     touch(I, dst, n);
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, I->stream));
-    CK(cudaStreamSynchronize(I->stream));   /* the caller may reuse src at once */
+    copy_async(I, "upload", dst, src, n, cudaMemcpyHostToDevice);
+    stream_sync(I, "upload");   /* the caller may reuse src at once */
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n) return;
     CudaImpl *I = IMPL(be);
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, I->stream));
-    CK(cudaStreamSynchronize(I->stream));
+    copy_async(I, "download", dst, src, n, cudaMemcpyDeviceToHost);
+    stream_sync(I, "download");
 }
 
 static void cuda_zero(Backend *be, void *p, size_t n)
 {
     if (!n) return;
     touch(IMPL(be), p, n);
-    CK(cudaMemsetAsync(p, 0, n, IMPL(be)->stream));
+    memset_async(IMPL(be), "zero", p, n);
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t n)
 {
     if (!n || dst == src) return;
     touch(IMPL(be), dst, n);
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, IMPL(be)->stream));
+    copy_async(IMPL(be), "copy", dst, src, n, cudaMemcpyDeviceToDevice);
 }
 
-static void cuda_sync(Backend *be) { CK(cudaStreamSynchronize(IMPL(be)->stream)); }
+static void cuda_sync(Backend *be) { stream_sync(IMPL(be), "sync"); }
 
 /* fp32 host data into an activation: narrow storage is converted on the host */
 static void cuda_upload_act(Backend *be, Act dst, const float *src, size_t n)
@@ -224,8 +272,8 @@ static void cuda_upload_act(Backend *be, Act dst, const float *src, size_t n)
         using T = decltype(z);
         std::vector<T> h(n);
         for (size_t i = 0; i < n; i++) st(h.data(), i, src[i]);
-        CK(cudaMemcpyAsync(dst.data, h.data(), n * sizeof(T), cudaMemcpyHostToDevice, I->stream));
-        CK(cudaStreamSynchronize(I->stream));
+        copy_async(I, "upload_act", dst.data, h.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+        stream_sync(I, "upload_act");
     });
 }
 
@@ -239,8 +287,8 @@ static void cuda_download_act(Backend *be, float *dst, Act src, size_t n)
     dispatch(src.dtype, [&](auto z) {
         using T = decltype(z);
         std::vector<T> h(n);
-        CK(cudaMemcpyAsync(h.data(), src.data, n * sizeof(T), cudaMemcpyDeviceToHost, I->stream));
-        CK(cudaStreamSynchronize(I->stream));
+        copy_async(I, "download_act", h.data(), src.data, n * sizeof(T), cudaMemcpyDeviceToHost);
+        stream_sync(I, "download_act");
         for (size_t i = 0; i < n; i++) dst[i] = ld(h.data(), i);
     });
 }

@@ -19,7 +19,7 @@ static __global__ void k_residual_ln_forward(A *y, A *r, float *mean, float *rst
     A *ri = r + i * d, *yi = y + i * d;
     unsigned char *keep = (unsigned char *)(sh + 33);
     if (p > 0.0f) {   /* uniform over the launch */
-        drop_mask_row(keep, d, p, key, sent_id[i / T], (uint32_t)(i % T));
+        drop_mask_row(keep, d, p, key, ld(sent_id, i / T), (uint32_t)(i % T));
         __syncthreads();
     }
     float sum = 0.0f;
@@ -52,6 +52,14 @@ static void cuda_residual_ln_forward(Backend *be, Act y, Act r, float *mean, flo
     if (rows <= 0) return;
     dispatch(act_type("residual_ln_forward", { y, r, x, sub }), [&](auto z) {
         using A = decltype(z);
+        /* x and sub read, r and y written, once each (r is re-read from
+         * cache); gamma, beta, the sentence ids; mean and rstd written.
+         * FLOPs: ~8 per element, and the dropout bits (a Philox call of
+         * ~100 integer operations per 4 features) */
+        double e = (double)rows * d;
+        DECLARE_KERNEL(k_residual_ln_forward<A>, "residual_ln_forward", 2 * sizeof(A),
+                       2 * e * sizeof(A) + 2.0 * d * sizeof(float) + (p > 0 ? rows / T * sizeof(uint32_t) : 0),
+                       2 * e * sizeof(A) + 2.0 * rows * sizeof(float), 8 * e + (p > 0 ? 25 * e : 0));
         LAUNCH(k_residual_ln_forward<A>, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(y),
                tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, d, eps, p, drop_scale(p), key, sent_id, T);
     });
@@ -71,7 +79,7 @@ static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const
     A *dxi = dx + i * d, *dsi = dsub + i * d;
     float mu = ld(mean, i), rs = ld(rstd, i);
     unsigned char *keep = (unsigned char *)(sh + 33);
-    if (p > 0.0f) drop_mask_row(keep, d, p, key, sent_id[i / T], (uint32_t)(i % T));   /* read after block_sum's barriers */
+    if (p > 0.0f) drop_mask_row(keep, d, p, key, ld(sent_id, i / T), (uint32_t)(i % T));   /* read after block_sum's barriers */
     float m1 = 0.0f, m2 = 0.0f;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float g = ld(dyi, j) * ld(gamma, j), xh = (ld(ri, j) - mu) * rs;
@@ -97,6 +105,12 @@ static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgam
     colsums(be, dy, r, mean, rstd, rows, d, dgamma, dbeta);
     dispatch(act_type("residual_ln_backward", { dx, dsub, dy, r }), [&](auto z) {
         using A = decltype(z);
+        /* dy and r read, dx and dsub written (dx may be dy); mean, rstd, gamma */
+        double e = (double)rows * d;
+        DECLARE_KERNEL(k_residual_ln_backward<A>, "residual_ln_backward", 2 * sizeof(A),
+                       2 * e * sizeof(A) + 2.0 * rows * sizeof(float) + d * sizeof(float) +
+                           (p > 0 ? rows / T * sizeof(uint32_t) : 0),
+                       2 * e * sizeof(A), 12 * e + (p > 0 ? 25 * e : 0));
         LAUNCH(k_residual_ln_backward<A>, rows, row_threads(d), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(dx),
                tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, d, p, drop_scale(p), key, sent_id, T);
     });

@@ -17,7 +17,7 @@ static __global__ void k_softmax_forward(T *S, const int32_t *key_len, float sca
     DYNAMIC_SHARED(float, sh);
     long r = blockIdx.x;
     int b = (int)(r / ((long)nh * Tq)), q = (int)(r % Tq);
-    int n = key_len[b];
+    int n = ld(key_len, b);
     if (causal && q + q_offset + 1 < n) n = q + q_offset + 1;
     if (n > Tk) n = Tk;
     T *s = S + r * Tk;
@@ -38,6 +38,14 @@ static void cuda_softmax_forward(Backend *be, Act S, const int32_t *key_len, flo
     if (rows <= 0 || Tk <= 0) return;
     dispatch(S.dtype, [&](auto z) {
         using T = decltype(z);
+        /* the unmasked part of each row read (causal: query q reads q +
+         * q_offset + 1 keys; padding, data-dependent, is not subtracted),
+         * the whole row written */
+        double keys_read = 0;
+        for (int q = 0; q < Tq; q++) keys_read += causal ? std::min(q + q_offset + 1, Tk) : Tk;
+        keys_read *= (double)nb * nh;
+        DECLARE_KERNEL(k_softmax_forward<T>, "softmax_forward", sizeof(T), keys_read * sizeof(T) + nb * sizeof(int32_t),
+                       rows * Tk * sizeof(T), 6 * keys_read);
         LAUNCH(k_softmax_forward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(S), key_len,
                scale, nh, Tq, Tk, causal, q_offset);
     });
@@ -61,6 +69,8 @@ static void cuda_softmax_backward(Backend *be, Act dP, Act P, float scale, int n
     if (rows <= 0 || Tk <= 0) return;
     dispatch(act_type("softmax_backward", { dP, P }), [&](auto z) {
         using T = decltype(z);
+        DECLARE_KERNEL(k_softmax_backward<T>, "softmax_backward", 2 * sizeof(T), 2.0 * rows * Tk * sizeof(T), rows * Tk * sizeof(T),
+                       5.0 * rows * Tk);
         LAUNCH(k_softmax_backward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(dP), tp<T>(P),
                scale, Tk);
     });
@@ -88,6 +98,8 @@ static void cuda_log_softmax(Backend *be, Act x, int rows, int cols)
     if (rows <= 0 || cols <= 0) return;
     dispatch(x.dtype, [&](auto z) {
         using T = decltype(z);
+        DECLARE_KERNEL(k_log_softmax<T>, "log_softmax", sizeof(T), (double)rows * cols * sizeof(T), (double)rows * cols * sizeof(T),
+                       5.0 * rows * cols);
         LAUNCH(k_log_softmax<T>, rows, row_threads(cols), RED_SMEM, IMPL(be)->stream, tp<T>(x), cols);
     });
     CKL();

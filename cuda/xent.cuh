@@ -14,7 +14,7 @@ static __global__ void k_xent(A *logits, const int32_t *target, int V, float eps
     DYNAMIC_SHARED(float, sh);
     long r = blockIdx.x;
     A *z = logits + r * V;
-    int y = target[r];
+    int y = ld(target, r);
     if (y == 0) {
         if (threadIdx.x == 0) {
             st(row_loss, r, 0.0f);
@@ -57,6 +57,13 @@ static void cuda_xent_forward_backward(Backend *be, Act logits, const int32_t *t
     if (rows <= 0) return;
     dispatch(logits.dtype, [&](auto z) {
         using A = decltype(z);
+        /* every row's logits read once (three passes, from cache after the
+         * first) and, with a gradient, written once; rows of padding only
+         * write (data-dependent, not subtracted) */
+        double e = (double)rows * V;
+        DECLARE_KERNEL(k_xent<A>, "xent", sizeof(A), e * sizeof(A) + rows * sizeof(int32_t),
+                       (grad_scale != 0.0f ? e * sizeof(A) : 0) + 2.0 * rows * sizeof(float),
+                       (grad_scale != 0.0f ? 9 : 5) * e);
         LAUNCH(k_xent<A>, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, tp<A>(logits), target, V, eps, grad_scale,
                row_loss, row_nll);
     });

@@ -28,6 +28,7 @@
  * in 16 bits: reported as a misuse). */
 #include "emu.h"
 
+#include <algorithm>
 #include <cblas.h>
 #include <cstdio>
 #include <cstdlib>
@@ -136,6 +137,34 @@ static bool types_supported(cudaDataType At, cudaDataType Bt, cudaDataType Ct, c
     }
 }
 
+/* The bytes of one GEMM call for the cost model (cuda_emu_count_bytes):
+ * each matrix is `cols` runs of `rows` elements, ld apart; distinct bytes
+ * are the union of the runs (batched matrices may share memory) */
+struct Runs {
+    std::vector<std::pair<uintptr_t, uintptr_t>> v;
+    double all = 0;
+    void add(const void *p, int rows, int cols, int ld, size_t z)
+    {
+        for (int j = 0; j < cols; j++) {
+            uintptr_t a = (uintptr_t)p + (size_t)j * ld * z;
+            v.push_back({ a, a + (size_t)rows * z });
+        }
+        all += (double)rows * cols * z;
+    }
+    double distinct()
+    {
+        std::sort(v.begin(), v.end());
+        double n = 0;
+        uintptr_t end = 0;
+        for (auto &r : v) {
+            uintptr_t a = std::max(r.first, end);
+            if (r.second > a) n += (double)(r.second - a);
+            end = std::max(end, r.second);
+        }
+        return n;
+    }
+};
+
 static void check_mem(const void *p, size_t bytes, const char *fn, const char *what)
 {
     if (bytes && !cuda_emu::is_device_range(p, bytes))
@@ -161,7 +190,12 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
         cuda_emu::fail("%s: 16-bit C without CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION in the handle's math mode: "
                        "cuBLAS may accumulate partial sums in 16 bits", fn);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    if (cuda_emu::dry_run) {   /* no arithmetic, and the pointer arrays were never written */
+        cuda_emu::report(fn, 0, 0, 0, 0);
+        return CUBLAS_STATUS_SUCCESS;
+    }
     float al = *(const float *)alpha, be = *(const float *)beta;
+    Runs reads, writes;
     size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
     int drop = ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16
              : (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && math_base(h) == CUBLAS_TF32_TENSOR_OP_MATH)) ? 13
@@ -178,6 +212,14 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
             check_mem(b, eB * zB, fn, "B");
         }
         check_mem(c, eC * zC, fn, "C");
+        if (cuda_emu::counting) {
+            if (k > 0) {
+                reads.add(a, nA ? m : k, nA ? k : m, lda, zA);
+                reads.add(b, nB ? k : n, nB ? n : k, ldb, zB);
+            }
+            if (be != 0.0f) reads.add(c, m, n, ldc, zC);
+            writes.add(c, m, n, ldc, zC);
+        }
         /* C in fp32: in place, or a widened copy of a 16-bit C */
         float *cf = (float *)c;
         if (is16(Ct)) {
@@ -205,6 +247,7 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
                 else ((__half *)c)[x] = __float2half_rn(cf[x]);
             }
     }
+    if (cuda_emu::counting) cuda_emu::report(fn, reads.distinct(), writes.distinct(), reads.all, writes.all);
     return CUBLAS_STATUS_SUCCESS;
 }
 

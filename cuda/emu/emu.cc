@@ -8,6 +8,9 @@
  * mark DONE, yield; so fibers are reused for every block and launch. */
 #undef _FORTIFY_SOURCE   /* __longjmp_chk rejects jumps between stacks */
 #include "emu.h"
+#include "../cost.h"
+#pragma weak cuda_cost_seen   /* defined by the backend; tests of the emulator alone run without it */
+#pragma weak cuda_cost_shape
 
 #include <algorithm>
 #include <cstdarg>
@@ -16,6 +19,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <pthread.h>
@@ -615,6 +619,51 @@ static void pt_launch(unsigned long nt)
             }
 }
 
+/* ------------------------------------------------------- byte counting */
+
+bool counting, dry_run;
+
+/* per element address touched by the running launch: its size, whether it
+ * was read from memory (before this launch wrote it) and whether written */
+struct Touch {
+    uint32_t size;
+    bool rd, wr;
+};
+static std::unordered_map<uintptr_t, Touch> touched;
+static double rd_all, wr_all;
+
+void seen(const void *p, size_t n, bool write)
+{
+    if (!cur) return;   /* host code using the same ld()/st() helpers */
+    Touch &t = touched[(uintptr_t)p];
+    if (n > t.size) t.size = (uint32_t)n;
+    if (write) {
+        t.wr = true;
+        wr_all += n;
+    } else {
+        rd_all += n;
+        if (!t.wr) t.rd = true;   /* a read of what this launch wrote comes from cache */
+    }
+}
+
+void report(const char *call, double rd, double wr, double ra, double wa)
+{
+    if (counting && cuda_cost_seen) cuda_cost_seen(call, rd, wr, ra, wa);
+}
+
+/* the counts of the launch that just ended, reported and cleared */
+static void report_launch(const char *name)
+{
+    double rd = 0, wr = 0;
+    for (const auto &kv : touched) {
+        if (kv.second.rd) rd += kv.second.size;
+        if (kv.second.wr) wr += kv.second.size;
+    }
+    report(name, rd, wr, rd_all, wr_all);
+    touched.clear();
+    rd_all = wr_all = 0;
+}
+
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             const std::function<void()> &body, const char *file, int line)
 {
@@ -642,6 +691,15 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     E.grid = grid;
     E.block = block;
     E.body = &body;
+    if (counting && use_pthreads) fail("byte counting needs the fiber backend");
+    if (cuda_cost_shape) cuda_cost_shape(name, (double)grid.x * grid.y * grid.z, (double)nt);
+    if (dry_run) {
+        E.body = nullptr;
+        E.kname = "";
+        E.launches++;
+        report(name, 0, 0, 0, 0);
+        return;
+    }
     if (use_pthreads) {
         pt_launch(nt);
         E.body = nullptr;
@@ -658,6 +716,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     E.body = nullptr;
     E.kname = "";
     E.launches++;
+    if (counting) report_launch(name);
 }
 
 bool is_device_range(const void *p, size_t bytes)
@@ -681,6 +740,9 @@ extern "C" int cuda_emu_set_order(const char *spec)
 }
 
 extern "C" long cuda_emu_launches(void) { return E.launches; }
+
+extern "C" void cuda_emu_count_bytes(int on) { counting = on != 0; }
+extern "C" void cuda_emu_dry_run(int on) { dry_run = on != 0; }
 
 /* "fibers" (default) or "pthread" (for ThreadSanitizer) */
 extern "C" int cuda_emu_set_backend(const char *name)
@@ -718,7 +780,7 @@ cudaError_t cudaMalloc(void **p, size_t size)
     size_t n = size ? size : 1;
     void *q = NULL;
     if (posix_memalign(&q, 256, n)) return set_err(cudaErrorMemoryAllocation);
-    memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
+    if (!dry_run) memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
     E.allocs[(uintptr_t)q] = size;
     E.dev_bytes += size;
     *p = q;
@@ -782,7 +844,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     (void)s;
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpyAsync");
-    memmove(dst, src, n);
+    double dn = (double)n, rd = kind == cudaMemcpyHostToDevice ? 0 : dn, wr = kind == cudaMemcpyDeviceToHost ? 0 : dn;
+    report("cudaMemcpyAsync", rd, wr, rd, wr);
+    if (!dry_run || kind == cudaMemcpyDeviceToHost) memmove(dst, src, n);
     return cudaSuccess;
 }
 
@@ -803,6 +867,8 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     (void)s;
+    report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
+    if (dry_run) return n && !is_device_range(p, n) ? memset_dev(p, v, n, "cudaMemsetAsync") : cudaSuccess;
     return memset_dev(p, v, n, "cudaMemsetAsync");
 }
 

@@ -23,6 +23,12 @@
  * - Streams run in order, so a race between streams cannot happen here; a
  *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
  *   stream exists, which races on a GPU, is reported as a misuse.
+ * - For the GPU cost model (cuda/cost.h): cuda_emu_count_bytes(1) counts
+ *   the bytes every launch loads and stores through ld()/st() (memory.cuh)
+ *   and every GEMM and copy moves, and reports them to cuda_cost_seen;
+ *   cuda_emu_dry_run(1) skips kernel bodies, GEMM arithmetic and device
+ *   copies, so that a full-size step is logged in seconds (and, its pages
+ *   never touched, in little memory).
  * Any misuse prints "cuda-emu: error: ..." and exits with status 99. */
 #ifndef CUDA_EMU_H
 #define CUDA_EMU_H
@@ -64,6 +70,13 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
 [[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* is [p, p+bytes) inside one cudaMalloc'd allocation? */
 bool is_device_range(const void *p, size_t bytes);
+/* byte counting (cuda_emu_count_bytes): an access of n bytes at p by the
+ * running kernel */
+extern bool counting;
+extern bool dry_run;
+void seen(const void *p, size_t n, bool write);
+/* a GEMM's or copy's bytes, reported to the cost log (cuda_cost_seen) */
+void report(const char *call, double rd, double wr, double rd_all, double wr_all);
 
 template <class T> inline T shfl(int op, const char *f, int l, unsigned mask, T v, int arg, int width)
 {
@@ -115,6 +128,10 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define LAUNCH(kernel, grid, block, smem, stream, ...) \
     cuda_emu::launch_kernel(#kernel, dim3(grid), dim3(block), (smem), (stream), __FILE__, __LINE__, kernel, __VA_ARGS__)
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
+#define EMU_SEEN(p, n, write)                                 \
+    do {                                                      \
+        if (cuda_emu::counting) cuda_emu::seen((p), (n), (write)); \
+    } while (0)
 
 /* device intrinsics on the host (IEEE versions: the emulator checks logic,
  * the tolerance of the tests covers the GPU's fast approximations) */
