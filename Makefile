@@ -102,10 +102,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfa
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
-            bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs
+            bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model
 endif
 
-.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench fuzz
+.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench gpu-model fuzz
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -160,6 +160,8 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/gpu_model: tests/gpu/gpu_model.c tests/gpu/roofline.c tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc tests/gpu/gpu_model.c tests/gpu/roofline.c $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 
 # the OpenBLAS kernel in use (tests/check.sh reruns training tests under another)
 bin/tests/blas_core: tests/blas_core.c | bin/tests
@@ -184,6 +186,9 @@ gpu-test: all $(GPU_BIN)
 gpu-bench: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
 	$(Q)tests/gpu/gpu_bench.sh
+# the GPU cost model of a training step, run here without a GPU (docs/gpu-model.md)
+gpu-model: bin/tests/gpu_model
+	$(Q)tests/gpu/gpu_model.sh
 # GPU acceptance (docs/gpu-accept.md): stages build, test, train, mpi, bench,
 # decode into GPU_ACCEPT_OUT; STAGE=train,mpi runs some; it builds by itself
 .PHONY: gpu-accept

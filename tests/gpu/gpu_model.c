@@ -1,0 +1,311 @@
+/* make gpu-model: the GPU cost model of a training step, without a GPU
+ * (docs/gpu-model.md).
+ *
+ *   bin/tests/gpu_model [--model base|big] [--batch B] [--len L]
+ *                       [--trace CSV | --write-trace CSV] [--measured TOK/S] [--by-call]
+ *                       [key=value ...]
+ *
+ * Runs one training step of the CUDA backend (as train.c's step: zero the
+ * gradients, forward and backward of one batch, Adam, sync) under the
+ * emulator in dry-run mode, after one unlogged warm-up step, with the cost
+ * log on (cuda/cost.h): every launch, cuBLAS call, copy and sync with its
+ * declared bytes and FLOPs.  Prices each call on H100, A100 and V100
+ * (roofline.c) and prints, per op class and in total: calls, bytes, FLOPs
+ * and predicted milliseconds; then the step's tokens/s and MFU.  The batch
+ * is gpu-bench's: B sentences of L tokens on both sides, no padding,
+ * vocabulary 37000.  --trace prices a logged step read back from a CSV
+ * (e.g. of an older commit, tests/gpu/calibration/) instead of running one;
+ * --measured compares the H100 prediction with a measured throughput;
+ * --by-call reports per kernel or library call instead of per op. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../cuda/cost.h"
+#include "batch.h"
+#include "config.h"
+#include "model.h"
+#include "roofline.h"
+#include "util.h"
+
+Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
+
+typedef struct {
+    const char *model, *trace, *write_trace;
+    int B, L, by_call;
+    double measured;
+} Args;
+
+/* ------------------------------------------------------------ the step */
+
+/* B pairs of L-1 random tokens each side (EOS and BOS make L), none repeated
+ * within a sentence pair's side more than chance makes them */
+static void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
+{
+    Corpus c = { B, xmalloc(sizeof(int64_t) * (B + 1)), xmalloc(sizeof(int64_t) * (B + 1)),
+                 xmalloc(sizeof(int32_t) * (size_t)B * (L - 1)), xmalloc(sizeof(int32_t) * (size_t)B * (L - 1)) };
+    for (int i = 0; i <= B; i++) c.src_off[i] = c.tgt_off[i] = (int64_t)i * (L - 1);
+    for (size_t i = 0; i < (size_t)B * (L - 1); i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        c.src_tok[i] = TOK_FIRST_SYMBOL + (int32_t)((seed >> 33) % (uint64_t)(vocab - TOK_FIRST_SYMBOL));
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        c.tgt_tok[i] = TOK_FIRST_SYMBOL + (int32_t)((seed >> 33) % (uint64_t)(vocab - TOK_FIRST_SYMBOL));
+    }
+    int *idx = xmalloc(sizeof(int) * B);
+    for (int i = 0; i < B; i++) idx[i] = i;
+    batch_build(b, &c, idx, B, L + 1);
+    free(idx);
+    corpus_free(&c);
+}
+
+/* train.c's step without the communication and the checks (one rank) */
+static void train_step(Model *m, const Batch *b, int step)
+{
+    Backend *be = m->be;
+    be->zero(be, m->grads, sizeof(float) * m->pt.total);
+    LossStats st = model_forward_backward(m, b, (uint32_t)step, 1, 1, NULL, NULL);
+    if (!strcmp(m->cfg.precision, "fp16")) be->any_nonfinite(be, m->grads, m->pt.total);
+    model_adam_step(m, step, (float)(1.0 / (st.n_tokens > 0 ? st.n_tokens : 1) / m->loss_scale));
+    be->sync(be);
+}
+
+/* the calls of one logged step, copied out of the backend's log */
+static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act_bytes)
+{
+    cuda_emu_dry_run(1);
+    Backend *be = backend_cuda_create(c->precision, "nccl", 0);
+    if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
+    Model m;
+    if (model_init(&m, c, be)) die(1, "gpu-model: model_init failed");
+    m.loss_scale = !strcmp(c->precision, "fp16") ? 1024.0f : 1.0f;
+    Batch b = {0};
+    make_batch(&b, a->B, a->L, c->vocab_size, 1);
+    train_step(&m, &b, 1);   /* warm-up: buffers grown, weight shadow made */
+    cuda_cost_log(1);
+    train_step(&m, &b, 2);
+    cuda_cost_log(0);
+    const CostCall *calls;
+    *n = cuda_cost_calls(&calls);
+    CostCall *out = xmalloc(sizeof(CostCall) * (*n ? *n : 1));
+    memcpy(out, calls, sizeof(CostCall) * *n);
+    *act_bytes = be->act_bytes;
+    batch_free(&b);
+    model_free(&m);
+    return out;
+}
+
+/* ---------------------------------------------------------- CSV traces */
+
+static const char *KIND[] = { "kernel", "gemm", "copy", "host", "sync", "comm" };
+static const char *TC[] = { "none", "tf32", "16bit" };
+
+static int lookup(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], s)) return i;
+    return -1;
+}
+
+static void write_trace(const char *path, const CostCall *calls, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) die(1, "%s: cannot write", path);
+    fprintf(f, "op,call,kind,rd,wr,flop_tc,flop,tc,m,n,k,batch,operand,blocks,threads,inflight\n");
+    for (size_t i = 0; i < n; i++) {
+        const CostCall *c = &calls[i];
+        fprintf(f, "%s,%s,%s,%.0f,%.0f,%.0f,%.0f,%s,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", c->op, c->call,
+                KIND[c->kind], c->rd, c->wr, c->flop_tc, c->flop, TC[c->tc], c->m, c->n, c->k, c->batch, c->operand,
+                c->blocks, c->threads, c->inflight);
+    }
+    if (fclose(f)) die(1, "%s: write failed", path);
+}
+
+/* a trace written by write_trace */
+static CostCall *read_trace(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) die(2, "%s: cannot open the trace", path);
+    char line[1024];
+    size_t cap = 1024, k = 0;
+    CostCall *calls = xmalloc(sizeof(CostCall) * cap);
+    for (int ln = 1; fgets(line, sizeof line, f); ln++) {
+        if (ln == 1) continue;   /* header */
+        char op[128], call[128], kind[16], tc[16];
+        CostCall c = {0};
+        int got = sscanf(line, "%127[^,],%127[^,],%15[^,],%lf,%lf,%lf,%lf,%15[^,],%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", op,
+                         call, kind, &c.rd, &c.wr, &c.flop_tc, &c.flop, tc, &c.m, &c.n, &c.k, &c.batch, &c.operand,
+                         &c.blocks, &c.threads, &c.inflight);
+        int ki = lookup(KIND, COST_KINDS, kind), ti = lookup(TC, 3, tc);
+        if (got != 16 || ki < 0 || ti < 0) die(2, "%s:%d: not a line of a cost trace (16 columns)", path, ln);
+        c.kind = (CostKind)ki;
+        c.tc = (TensorCore)ti;
+        c.op = strdup(op);
+        c.call = strdup(call);
+        if (k == cap) calls = xrealloc(calls, sizeof(CostCall) * (cap *= 2));
+        calls[k++] = c;
+    }
+    fclose(f);
+    *n = k;
+    return calls;
+}
+
+/* -------------------------------------------------------------- report */
+
+#define MAX_CLASSES 64
+
+typedef struct {
+    const char *name;
+    long calls;
+    double bytes, flop_tc, flop, t[8];
+} OpClass;
+
+/* the op class a call is reported under: the backend op, with GEMMs over
+ * the vocabulary (the shared pre-softmax projection) apart */
+static const char *class_of(const CostCall *c, int vocab, int by_call)
+{
+    if (by_call) return c->call;
+    if (c->kind == COST_GEMM && (c->m == vocab || c->n == vocab || c->k == vocab)) return "gemm (vocabulary)";
+    if (c->kind == COST_SYNC) return "host sync";
+    if (c->kind == COST_HOST) return "host copies";
+    return c->op;
+}
+
+/* per class: calls, bytes, FLOPs, device seconds on each GPU; the
+ * device's waits for the host go to a class of their own */
+static int tally(OpClass *cl, int ncl, const CostCall *calls, size_t n, int vocab, int by_call)
+{
+    double *dev[8], *idle[8];
+    for (int g = 0; g < N_GPUS; g++) {
+        dev[g] = xmalloc(sizeof(double) * (n + 1));
+        idle[g] = xmalloc(sizeof(double) * (n + 1));
+        roofline_step(&GPUS[g], &ACHIEVED, calls, n, dev[g], idle[g]);
+    }
+    cl[ncl++] = (OpClass){ .name = "(device waits for host)" };
+    for (size_t i = 0; i < n; i++) {
+        const CostCall *c = &calls[i];
+        const char *name = class_of(c, vocab, by_call);
+        int k = 0;
+        while (k < ncl && strcmp(cl[k].name, name)) k++;
+        if (k == ncl) {
+            if (ncl == MAX_CLASSES) die(1, "gpu-model: more than %d op classes", MAX_CLASSES);
+            cl[ncl++] = (OpClass){ .name = name };
+        }
+        cl[k].calls++;
+        cl[k].bytes += c->kind == COST_HOST ? 0 : c->rd + c->wr;
+        cl[k].flop_tc += c->flop_tc;
+        cl[k].flop += c->flop;
+        for (int g = 0; g < N_GPUS; g++) {
+            cl[k].t[g] += dev[g][i];
+            cl[0].t[g] += idle[g][i];
+        }
+    }
+    for (int g = 0; g < N_GPUS; g++) {
+        free(dev[g]);
+        free(idle[g]);
+    }
+    return ncl;
+}
+
+/* gpu-bench's model FLOPs of a step: 6 x matmul parameters x tokens plus
+ * attention (QK^T and PV, forward and backward, three blocks per layer) */
+static double model_flops(const Config *c, int B, int L)
+{
+    double N = c->n_layers, d = c->d_model, dff = c->d_ff, V = c->vocab_size, tok = (double)B * L;
+    double mm = N * (4 * d * d + 2 * d * dff) * tok + N * (8 * d * d + 2 * d * dff) * tok + V * d * tok;
+    double att = N * 4.0 * L * L * d * B * 3;
+    return 6 * mm + 3 * att;
+}
+
+static int by_time(const void *x, const void *y)
+{
+    double a = ((const OpClass *)x)->t[0], b = ((const OpClass *)y)->t[0];
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+static void report(const Config *c, const Args *a, const CostCall *calls, size_t n, size_t act_bytes)
+{
+    OpClass cl[MAX_CLASSES], total = { .name = "total" };
+    int ncl = tally(cl, 0, calls, n, c->vocab_size, a->by_call);
+    qsort(cl, (size_t)ncl, sizeof cl[0], by_time);
+    long per_kind[COST_KINDS] = {0};
+    for (size_t i = 0; i < n; i++) per_kind[calls[i].kind]++;
+    double tok = (double)a->B * a->L, mf = model_flops(c, a->B, a->L);
+    printf("gpu-model: %s, precision %s, batch %d x %d (%.0f target tokens)%s; %ld kernel launches, %ld cuBLAS calls, "
+           "%ld memsets/copies, %ld host copies, %ld host syncs",
+           a->model, c->precision, a->B, a->L, tok, a->trace ? " from the trace" : "", per_kind[COST_KERNEL],
+           per_kind[COST_GEMM], per_kind[COST_COPY], per_kind[COST_HOST], per_kind[COST_SYNC]);
+    if (act_bytes) printf("; activations %.2f GiB", act_bytes / 1073741824.0);
+    printf("\n%-24s %6s %9s %9s %9s", "op class", "calls", "GB", "TFLOP tc", "TFLOP");
+    for (int g = 0; g < N_GPUS; g++) printf(" %9s", GPUS[g].name);
+    printf("   (ms)\n");
+    for (int k = 0; k <= ncl; k++) {
+        OpClass *o = k < ncl ? &cl[k] : &total;
+        if (k < ncl) {
+            total.calls += o->calls;
+            total.bytes += o->bytes;
+            total.flop_tc += o->flop_tc;
+            total.flop += o->flop;
+            for (int g = 0; g < N_GPUS; g++) total.t[g] += o->t[g];
+        }
+        printf("%-24s %6ld %9.2f %9.3f %9.3f", o->name, o->calls, o->bytes / 1e9, o->flop_tc / 1e12, o->flop / 1e12);
+        for (int g = 0; g < N_GPUS; g++) printf(" %9.3f", 1e3 * o->t[g]);
+        printf("\n");
+    }
+    /* MFU against the data sheet's dense 16-bit peak; gpu-bench's MFU is
+     * against the peak cuBLAS reached there (0.84 of it on the H100) */
+    for (int g = 0; g < N_GPUS; g++) {
+        double t = total.t[g], peak = GPUS[g].tc16;
+        printf("predicted %-9s %8.2f ms/step %10.0f tok/s  MFU %5.1f%% (of %.0f TFLOP/s; gpu-bench's MFU %5.1f%%)\n",
+               GPUS[g].name, 1e3 * t, tok / t, 100 * mf / (t * peak), peak / 1e12, 100 * mf / (t * peak * 0.84));
+    }
+    if (a->measured > 0) {
+        double pred = tok / total.t[0];
+        printf("calibration: %s predicted %.0f tok/s, measured %.0f tok/s: %+.1f%%\n", GPUS[0].name, pred, a->measured,
+               100 * (pred / a->measured - 1));
+    }
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void parse(int argc, char **argv, Config *c, Args *a)
+{
+    *a = (Args){ .model = "base", .B = 300, .L = 41 };
+    config_defaults(c);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) a->model = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) a->B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--len") && i + 1 < argc) a->L = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) a->trace = argv[++i];
+        else if (!strcmp(argv[i], "--write-trace") && i + 1 < argc) a->write_trace = argv[++i];
+        else if (!strcmp(argv[i], "--measured") && i + 1 < argc) a->measured = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--by-call")) a->by_call = 1;
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "input/table3/%s.cfg", a->model);
+    if (config_load_file(c, cfg)) exit(2);
+    for (int i = 1; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!strcmp(argv[i], "--by-call")) continue;
+        if (argv[i][0] == '-') { i += i + 1 < argc; continue; }
+        if (!eq) die(2, "gpu-model: '%s': expected key=value or an option", argv[i]);
+        *eq = 0;
+        if (config_set(c, "command line", 0, argv[i], eq + 1)) exit(2);
+        *eq = '=';
+    }
+    if (a->B < 1 || a->L < 2) die(2, "gpu-model: --batch must be >= 1 and --len >= 2");
+    c->max_len = a->L + 1 > c->max_len ? a->L + 1 : c->max_len;
+    c->max_tokens = a->B * a->L;
+}
+
+int main(int argc, char **argv)
+{
+    Config c;
+    Args a;
+    parse(argc, argv, &c, &a);
+    size_t n, act = 0;
+    CostCall *calls = a.trace ? read_trace(a.trace, &n) : log_step(&c, &a, &n, &act);
+    if (a.write_trace) write_trace(a.write_trace, calls, n);
+    report(&c, &a, calls, n, act);
+    free(calls);
+    return 0;
+}

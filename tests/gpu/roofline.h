@@ -1,0 +1,56 @@
+/* The GPU cost model's pricing (docs/gpu-model.md).  Each call of a logged
+ * training step (cuda/cost.h) takes, on the device, the larger of its
+ * memory time and its compute time plus a per-launch cost; the host issues
+ * the calls one after another at its own cost per call, and a call starts
+ * on the device when both the host has issued it and the previous call has
+ * finished.  The step ends when the device finishes its last call.  GPUs
+ * from their published bandwidth and peaks, with the achieved fractions
+ * stated in roofline.c. */
+#ifndef ROOFLINE_H
+#define ROOFLINE_H
+
+#include <stddef.h>
+
+#include "../../cuda/cost.h"
+
+typedef struct {
+    const char *name;
+    double hbm;          /* device memory bandwidth, bytes/s (published) */
+    double tc16, tf32;   /* dense tensor-core peaks, FLOP/s (bf16/fp16, TF32; 0: none) */
+    double fp32;         /* CUDA-core fp32 peak, FLOP/s */
+    double pcie;         /* host link, bytes/s per direction (published) */
+    int sms;             /* streaming multiprocessors */
+} Gpu;
+
+/* achieved fractions and fixed costs: the model's parameters */
+typedef struct {
+    double hbm_frac;     /* of hbm, by a streaming kernel with enough bytes in flight */
+    double tc_frac;      /* of tc16, by a large cuBLAS GEMM */
+    double tf32_frac;    /* of tf32, likewise */
+    double fp32_frac;    /* of fp32, by a large sgemm */
+    double pcie_frac;    /* of pcie, by pageable copies */
+    double latency_s;    /* device memory latency under load (Little's law) */
+    int threads_sm, blocks_sm;   /* resident threads and blocks per SM at most */
+    double dev_launch_s;  /* device: a kernel's start and drain */
+    double dev_gemm_s;    /* device: a cuBLAS call's (up to 2 kernels) */
+    double host_launch_s; /* host: issuing a kernel */
+    double host_gemm_s;   /* host: a cuBLAS call (heuristics, argument checks) */
+    double host_sync_s;   /* host: waking up after the stream drained */
+    int tile;             /* GEMM output tile edge (wave quantisation) */
+    double k_fixed;       /* GEMM: a tile's fixed cost (prologue, epilogue) in K steps */
+    /* GEMM: the share of the shorter of its memory and compute times that
+     * hides under the longer, with 32-bit and with 16-bit operands */
+    double overlap32, overlap16;
+} Achieved;
+
+extern const Gpu GPUS[];
+extern const int N_GPUS;
+extern const Achieved ACHIEVED;
+
+/* the device seconds of one call */
+double roofline_call(const Gpu *g, const Achieved *a, const CostCall *c);
+/* the step's seconds; dev[i] (if not NULL) gets call i's device seconds
+ * and idle[i] the device's wait for the host before it */
+double roofline_step(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, double *dev, double *idle);
+
+#endif
