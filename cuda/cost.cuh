@@ -77,7 +77,9 @@ static void declare_shape(int m, int n, int k, long batch, size_t operand)
 /* a kernel of op `op`: the bytes one thread loads per iteration with
  * independent loads (e.g. 2 * sizeof(A) for x and sub of a LayerNorm: what
  * it keeps in flight, which bounds the bandwidth a kernel reaches, see
- * tests/gpu/roofline.c), bytes read, bytes written, FLOPs on the CUDA
+ * tests/gpu/roofline.c; nvcc unrolls loops of constant stride by 4, the
+ * PTX of `nvcc -ptx` shows it, while loops striding by blockDim or the
+ * grid stay one load deep), bytes read, bytes written, FLOPs on the CUDA
  * cores.  The kernel is named as the LAUNCH that follows names it. */
 #define DECLARE_KERNEL(kernel, op, per_thread, rd, wr, flop)                                                 \
     do {                                                                                                    \

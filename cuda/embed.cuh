@@ -172,7 +172,7 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
         /* dout once, the rows of dE of the nu distinct tokens read and
          * written, the segments; a Philox call per element with dropout */
         double e = (double)n * d;
-        DECLARE_KERNEL(k_embed_backward_tokens<A>, "embed_backward", sizeof(A),
+        DECLARE_KERNEL(k_embed_backward_tokens<A>, "embed_backward", 4 * (sizeof(A) + sizeof(int32_t)),
                        e * sizeof(A) + (double)nu * d * sizeof(float) + need * sizeof(int32_t) +
                            (p > 0 ? B * sizeof(uint32_t) : 0),
                        (double)nu * d * sizeof(float), 2 * e + (p > 0 ? 100 * e : 0));
@@ -180,7 +180,7 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
                I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
         CKL();
         if (dpos) {
-            DECLARE_KERNEL(k_embed_backward_pos<A>, "embed_backward", sizeof(A),
+            DECLARE_KERNEL(k_embed_backward_pos<A>, "embed_backward", 4 * sizeof(A),
                            e * sizeof(A) + (double)T * d * sizeof(float) + (p > 0 ? B * sizeof(uint32_t) : 0),
                            (double)T * d * sizeof(float), e + (p > 0 ? 100 * e : 0));
             LAUNCH(k_embed_backward_pos<A>, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, tp<A>(dout), sent_id,

@@ -266,7 +266,7 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
     dispatch(act_type("colsums", { X, Rr }), [&](auto z) {
         using T = decltype(z);
         /* X (and R with mean, rstd) once; the partials of each chunk */
-        DECLARE_KERNEL(k_colsum_partial<T>, "colsums", (Rr.data ? 2 : 1) * sizeof(T),
+        DECLARE_KERNEL(k_colsum_partial<T>, "colsums", 4 * (Rr.data ? 2 * sizeof(T) + 2 * sizeof(float) : sizeof(T)),
                        (double)rows * cols * sizeof(T) * (Rr.data ? 2 : 1) + (Rr.data ? 2.0 * rows * sizeof(float) : 0),
                        (double)chunks * cols * sizeof(float) * (Rr.data ? 2 : 1), (double)rows * cols * (Rr.data ? 5 : 1));
         LAUNCH(k_colsum_partial<T>, grid, block, 2 * CS_X * CS_Y * sizeof(float), s, tp<T>(X), tp<T>(Rr), mean,
@@ -274,12 +274,12 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
     });
     CKL();
     /* the partials, and out read and written */
-    DECLARE_KERNEL(k_colsum_final, "colsums", sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
+    DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
                    (double)chunks * cols);
     LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pb, chunks, cols, out_b);
     CKL();
     if (Rr.data) {
-        DECLARE_KERNEL(k_colsum_final, "colsums", sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
+        DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
                        (double)chunks * cols);
         LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pa, chunks, cols, out_a);
         CKL();
