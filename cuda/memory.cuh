@@ -87,6 +87,136 @@ static __host__ __device__ __forceinline__ void st(void **p, size_t i, void *v)
     p[i] = v;
 }
 
+/* ---------------------------------------------------- 16-byte accesses
+ *
+ * A memory-bound kernel reaches the memory bandwidth only with enough
+ * bytes in flight (Little's law, docs/gpu-model.md): a scalar 2-byte load
+ * per thread keeps an eighth of what a 16-byte one does.  Pack<T> is 16
+ * bytes of T, loaded and stored in one instruction by ldp/stp (counted by
+ * the emulator element by element, like ld/st).  row_split() cuts the
+ * elements [0, n) of rows into a scalar head up to 16-byte alignment, whole
+ * packs and a scalar tail, the same for every array of a row when they are
+ * equally aligned (else all scalar). */
+static __host__ __device__ __forceinline__ float to_float(float v) { return v; }
+static __host__ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+static __host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T> static __host__ __device__ __forceinline__ T from_float(float v);
+template <> __host__ __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __host__ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+template <typename T> struct alignas(16) Pack {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+
+template <typename T> static __device__ __forceinline__ Pack<T> ldp(const T *p)
+{
+    for (int e = 0; e < Pack<T>::N; e++) EMU_SEEN(p + e, sizeof(T), false);
+    return *reinterpret_cast<const Pack<T> *>(p);
+}
+
+template <typename T> static __device__ __forceinline__ void stp(T *p, const Pack<T> &v)
+{
+    for (int e = 0; e < Pack<T>::N; e++) EMU_SEEN(p + e, sizeof(T), true);
+    *reinterpret_cast<Pack<T> *>(p) = v;
+}
+
+struct RowSplit {
+    int head;    /* scalar elements [0, head) */
+    int packs;   /* then packs of Pack<T>::N elements */
+    int tail;    /* scalar elements [tail, n) */
+};
+
+/* the split of rows of n elements of T starting at p[0], p[1], ... */
+template <typename T> static __device__ __forceinline__ RowSplit row_split(int n, std::initializer_list<const T *> p)
+{
+    constexpr int N = Pack<T>::N;
+    uintptr_t mis = (uintptr_t)*p.begin() & 15;
+    bool same = true;
+    for (const T *q : p) same = same && ((uintptr_t)q & 15) == mis;
+    int head = same ? (int)((16 - mis) & 15) / (int)sizeof(T) : n;
+    if (head > n) head = n;
+    int packs = (n - head) / N;
+    return RowSplit{ head, packs, head + packs * N };
+}
+
+/* this thread's share of a row of n elements split as s: one(k) for each
+ * scalar element, pack(k0) for each pack starting at element k0 */
+template <typename One, typename PackF>
+static __device__ __forceinline__ void row_for(const RowSplit &s, int n, int N, One &&one, PackF &&pack)
+{
+    for (int k = threadIdx.x; k < s.head; k += blockDim.x) one(k);
+    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) pack(s.head + q * N);
+    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) one(k);
+}
+
+/* f(k, z[k]) for this thread's share of the row z[0, n) */
+template <typename T, typename F> static __device__ __forceinline__ void row_read(const T *z, int n, F &&f)
+{
+    constexpr int N = Pack<T>::N;
+    RowSplit s = row_split<T>(n, { z });
+    for (int k = threadIdx.x; k < s.head; k += blockDim.x) f(k, ld(z, k));
+    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) {
+        int k0 = s.head + q * N;
+        Pack<T> v = ldp(z + k0);
+        for (int e = 0; e < N; e++) f(k0 + e, to_float(v.v[e]));
+    }
+    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) f(k, ld(z, k));
+}
+
+/* z[k] = f(k, z[k]) for this thread's share of the row z[0, n) */
+template <typename T, typename F> static __device__ __forceinline__ void row_update(T *z, int n, F &&f)
+{
+    constexpr int N = Pack<T>::N;
+    RowSplit s = row_split<T>(n, { z });
+    for (int k = threadIdx.x; k < s.head; k += blockDim.x) st(z, k, f(k, ld(z, k)));
+    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) {
+        int k0 = s.head + q * N;
+        Pack<T> v = ldp(z + k0);
+        for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(k0 + e, to_float(v.v[e])));
+        stp(z + k0, v);
+    }
+    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) st(z, k, f(k, ld(z, k)));
+}
+
+/* z[k] = f(k) for this thread's share of the row z[0, n), z not read */
+template <typename T, typename F> static __device__ __forceinline__ void row_store(T *z, int n, F &&f)
+{
+    constexpr int N = Pack<T>::N;
+    RowSplit s = row_split<T>(n, { z });
+    for (int k = threadIdx.x; k < s.head; k += blockDim.x) st(z, k, f(k));
+    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) {
+        int k0 = s.head + q * N;
+        Pack<T> v;
+        for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(k0 + e));
+        stp(z + k0, v);
+    }
+    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) st(z, k, f(k));
+}
+
+/* y[i] = f(i, y[i]) for i in [0, n), in 16-byte packs over the whole grid
+ * (grid-stride, as the elementwise kernels run) */
+template <typename T, typename F> static __device__ __forceinline__ void grid_update(T *y, long n, F &&f)
+{
+    constexpr int N = Pack<T>::N;
+    long stride = (long)gridDim.x * blockDim.x, t = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    long head = (long)((16 - ((uintptr_t)y & 15)) & 15) / (long)sizeof(T);
+    if (head > n) head = n;
+    long packs = (n - head) / N, tail = head + packs * N;
+    for (long i = t; i < head; i += stride) st(y, i, f(i, ld(y, i)));
+    for (long q = t; q < packs; q += stride) {
+        long i0 = head + q * N;
+        Pack<T> v = ldp(y + i0);
+        for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(i0 + e, to_float(v.v[e])));
+        stp(y + i0, v);
+    }
+    for (long i = tail + t; i < n; i += stride) st(y, i, f(i, ld(y, i)));
+}
+
 /* f(T()) with T the C++ type of elements of type t: the one place where an
  * op's launch turns its DType into a kernel instantiation */
 template <typename F> static void dispatch(DType t, F &&f)

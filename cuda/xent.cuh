@@ -6,7 +6,10 @@
 /* ------------------------------------------ label-smoothed cross-entropy */
 
 /* one block per row: loss of section 5.4 and, fused, the gradient of the
- * softmax + cross-entropy written over the logits */
+ * softmax + cross-entropy written over the logits.  The row is read in
+ * 16-byte packs (row_read, memory.cuh): [tokens x 37000] logits are the
+ * largest tensor of the step, and scalar 2-byte loads left this kernel at
+ * a quarter of the memory bandwidth (docs/gpu-model.md). */
 template <typename A>
 static __global__ void k_xent(A *logits, const int32_t *target, int V, float eps, float gs, float *row_loss,
                               float *row_nll)
@@ -20,19 +23,18 @@ static __global__ void k_xent(A *logits, const int32_t *target, int V, float eps
             st(row_loss, r, 0.0f);
             st(row_nll, r, 0.0f);
         }
-        if (gs != 0.0f)
-            for (int k = threadIdx.x; k < V; k += blockDim.x) st(z, k, 0.0f);
+        if (gs != 0.0f) row_store(z, V, [](int) { return 0.0f; });
         return;
     }
     float zy = ld(z, y);   /* read before any thread overwrites the row */
     float mx = -INFINITY;
-    for (int k = threadIdx.x; k < V; k += blockDim.x) mx = fmaxf(mx, ld(z, k));
+    row_read(z, V, [&](int, float x) { mx = fmaxf(mx, x); });
     mx = block_max(mx, sh);
     float se = 0.0f, sz = 0.0f;
-    for (int k = threadIdx.x; k < V; k += blockDim.x) {
-        se += expf(ld(z, k) - mx);
-        sz += ld(z, k);
-    }
+    row_read(z, V, [&](int, float x) {
+        se += expf(x - mx);
+        sz += x;
+    });
     se = block_sum(se, sh);
     sz = block_sum(sz, sh);
     float lse = mx + logf(se);
@@ -43,11 +45,10 @@ static __global__ void k_xent(A *logits, const int32_t *target, int V, float eps
     }
     if (gs != 0.0f) {
         float u = eps / V;
-        for (int k = threadIdx.x; k < V; k += blockDim.x) {
-            float g = gs * (expf(ld(z, k) - lse) - u);
-            if (k == y) g -= gs * (1.0f - eps);
-            st(z, k, g);
-        }
+        row_update(z, V, [&](int k, float x) {
+            float g = gs * (expf(x - lse) - u);
+            return k == y ? g - gs * (1.0f - eps) : g;
+        });
     }
 }
 
@@ -61,7 +62,7 @@ static void cuda_xent_forward_backward(Backend *be, Act logits, const int32_t *t
          * first) and, with a gradient, written once; rows of padding only
          * write (data-dependent, not subtracted) */
         double e = (double)rows * V;
-        DECLARE_KERNEL(k_xent<A>, "xent", sizeof(A), e * sizeof(A) + rows * sizeof(int32_t),
+        DECLARE_KERNEL(k_xent<A>, "xent", 16, e * sizeof(A) + rows * sizeof(int32_t),
                        (grad_scale != 0.0f ? e * sizeof(A) : 0) + 2.0 * rows * sizeof(float),
                        (grad_scale != 0.0f ? 9 : 5) * e);
         LAUNCH(k_xent<A>, rows, row_threads(V), RED_SMEM, IMPL(be)->stream, tp<A>(logits), target, V, eps, grad_scale,
