@@ -222,8 +222,11 @@ template <typename T> static __global__ void k_relu_mask(T *dY, const T *Y, long
 /* Deterministic column sums in two stages.  Stage 1: block (32, 8) owns 32
  * columns and a chunk of rows; thread row ty adds rows ty, ty+8, ... of the
  * chunk, then the 8 partials are added in order.  Stage 2 adds the chunk
- * partials in chunk order into the output.  Optionally a second quantity
- * (LayerNorm: dgamma from dy*xhat next to dbeta from dy). */
+ * partials into the output, a warp per column: lane l adds chunks l, l+32,
+ * ... in order, then the warp's fixed shuffle tree (a thread per column
+ * walking ~100 chunks serially was latency-bound: 20 us per call, 84 calls
+ * a step, docs/gpu-model.md).  Optionally a second quantity (LayerNorm:
+ * dgamma from dy*xhat next to dbeta from dy). */
 #define CS_X 32
 #define CS_Y 8
 #define CS_ROWS 256   /* rows per chunk */
@@ -256,13 +259,16 @@ static __global__ void k_colsum_partial(const T *X, const T *R, const float *mea
     }
 }
 
+#define CF_COLS 8   /* columns (warps) per block of k_colsum_final */
+
 static __global__ void k_colsum_final(const float *part, int chunks, int cols, float *out)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+    int c = blockIdx.x * CF_COLS + threadIdx.y;
+    if (c >= cols) return;   /* the whole warp: c is the warp's */
     float s = 0.0f;
-    for (int k = 0; k < chunks; k++) s += ld(part, (size_t)k * cols + c);
-    st(out, c, ld(out, c) + s);
+    for (int k = threadIdx.x; k < chunks; k += 32) s += ld(part, (size_t)k * cols + c);
+    s = warp_sum(s);
+    if (threadIdx.x == 0) st(out, c, ld(out, c) + s);
 }
 
 static float *part_buffer(Backend *be, size_t n)
@@ -298,14 +304,15 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
     });
     CKL();
     /* the partials, and out read and written */
-    DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
-                   (double)chunks * cols);
-    LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pb, chunks, cols, out_b);
+    dim3 fgrid((cols + CF_COLS - 1) / CF_COLS), fblock(32, CF_COLS);
+    DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float),
+                   cols * sizeof(float), (double)chunks * cols);
+    LAUNCH(k_colsum_final, fgrid, fblock, 0, s, pb, chunks, cols, out_b);
     CKL();
     if (Rr.data) {
-        DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float), cols * sizeof(float),
-                       (double)chunks * cols);
-        LAUNCH(k_colsum_final, (cols + 127) / 128, 128, 0, s, pa, chunks, cols, out_a);
+        DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float),
+                       cols * sizeof(float), (double)chunks * cols);
+        LAUNCH(k_colsum_final, fgrid, fblock, 0, s, pa, chunks, cols, out_a);
         CKL();
     }
 }

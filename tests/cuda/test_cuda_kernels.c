@@ -166,8 +166,11 @@ static void test_gemm_lowp(const char *prec, double rtol, double atol)
 
 static void test_bias(void)
 {
-    int rows = 300, cols = 45;   /* > 256 rows: two row chunks */
-    for (int relu = 0; relu < 2; relu++) {
+    /* > 256 rows: two row chunks; > 32 x 256 rows: the column sums' lanes
+     * each add several chunks */
+    int shapes[2][2] = { { 300, 45 }, { 9000, 13 } };
+    for (int t = 0; t < 4; t++) {
+        int relu = t & 1, rows = shapes[t / 2][0], cols = shapes[t / 2][1];
         Pair Y = pair_rand((size_t)rows * cols, 1), b = pair_rand(cols, 0.5f);
         cpu->bias_forward(cpu, Y.c, F(b.c), rows, cols, relu);
         gpu->bias_forward(gpu, Y.g, F(b.g), rows, cols, relu);
