@@ -365,7 +365,12 @@ void model_reserve(Model *m, int B, int S, int T)
     X(m->logits, nt * V); A(m->row_loss, nt); A(m->row_nll, nt);
     X(m->g_x, nmax * d); X(m->g_sub, nmax * d);
     X(m->g_big, nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
-    X(m->g_ctx, nmax * hv); X(m->g_P, max3(pss, ptt, pts)); X(m->g_hid, nmax * dff); X(m->g_enc, ns * d);
+    X(m->g_ctx, nmax * hv); X(m->g_P, max3(pss, ptt, pts)); X(m->g_hid, nmax * dff);
+    /* dL/d(encoder output) sums the cross-attention K/V gradients of all
+     * decoder layers (beta = 1 GEMMs): fp32 in every precision, so that
+     * the running sum is rounded once (into g_x, for the encoder's
+     * backward), not once per decoder layer as bf16 storage would */
+    m->g_enc = act_f32(reserve_alloc(be, ns * d * F, "m->g_enc", layer));
     A(m->d_src, ns); A(m->d_tgt_in, nt); A(m->d_tgt_out, nt);
     A(m->d_src_len, (size_t)B); A(m->d_tgt_len, (size_t)B); A(m->d_sent_id, (size_t)B);
 #undef A

@@ -91,7 +91,8 @@ typedef struct Model {
     LayerActs *enc, *dec;
     Act logits;
     float *row_loss, *row_nll;
-    Act g_x, g_sub, g_big, g_ctx, g_P, g_hid, g_enc;  /* backward scratch */
+    Act g_x, g_sub, g_big, g_ctx, g_P, g_hid;  /* backward scratch */
+    Act g_enc;   /* dL/d(encoder output), summed over the decoder layers: fp32 always */
     float *h_row_loss, *h_row_nll;                              /* host */
 
     /* Head gates (head_mask.h layout), device fp32: gates multiplies each
