@@ -20,7 +20,12 @@ static void *gemm_scratch(Backend *be, int k, size_t bytes)
 {
     CudaImpl *I = IMPL(be);
     if (bytes > I->gscratch_cap[k]) {
-        if (I->gscratch[k]) CK(cudaFree(I->gscratch[k]));
+        /* queued work may still read the old buffer: cudaFree happens to
+         * wait for the device, cudaFreeAsync or a pool would not */
+        if (I->gscratch[k]) {
+            stream_sync(I, "gemm");
+            CK(cudaFree(I->gscratch[k]));
+        }
         I->gscratch_cap[k] = bytes * 5 / 4;
         CK(cudaMalloc(&I->gscratch[k], I->gscratch_cap[k]));
     }
@@ -275,7 +280,10 @@ static float *part_buffer(Backend *be, size_t n)
 {
     CudaImpl *I = IMPL(be);
     if (n > I->part_cap) {
-        if (I->part) CK(cudaFree(I->part));
+        if (I->part) {
+            stream_sync(I, "colsums");   /* as gemm_scratch */
+            CK(cudaFree(I->part));
+        }
         I->part = NULL;
         CK(cudaMalloc((void **)&I->part, n * sizeof(float)));
         I->part_cap = n;

@@ -340,7 +340,10 @@ static void cuda_set_params(Backend *be, float *params, size_t n)
     CudaImpl *I = IMPL(be);
     I->params = params;
     I->n_params = n;
-    if (I->shadow) CK(cudaFree(I->shadow));
+    if (I->shadow) {
+        stream_sync(I, "set_params");   /* a queued GEMM may still read it */
+        CK(cudaFree(I->shadow));
+    }
     I->shadow = NULL;
     if (I->act_dtype != DT_F32 && n) CK(cudaMalloc(&I->shadow, n * dtype_size(I->act_dtype)));
     I->shadow_stale = true;
