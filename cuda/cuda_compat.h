@@ -7,6 +7,8 @@
  *   DYNAMIC_SHARED(T, name);    -- T *name = the block's dynamic shared memory
  *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model);
  *                                  nothing on a GPU
+ *   UNROLL for (...)            -- #pragma unroll for nvcc (a loop over a
+ *                                  register array); nothing for g++
  *
  * Kernels use only dynamic shared memory (no static __shared__ arrays): the
  * emulator refills it with 0xFF before every block and watches red zones
@@ -16,6 +18,7 @@
 
 #ifdef CUDA_EMULATION
 #include "emu/emu.h"
+#define UNROLL
 #else
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -28,6 +31,7 @@
     extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
     T *name = reinterpret_cast<T *>(cuda_dyn_smem_)
 #define EMU_SEEN(p, n, write) ((void)0)
+#define UNROLL _Pragma("unroll")
 #endif
 
 #endif
