@@ -39,6 +39,19 @@ static void cuda_destroy(Backend *be)
     free(be);
 }
 
+/* free device memory in bytes (max_tokens = 0, auto_tokens.h); 0 if
+ * the runtime cannot say */
+static size_t cuda_device_free(Backend *be)
+{
+    (void)be;
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return free_b;
+}
+
 /* One rank per GPU: the node-local rank picks the device where every rank
  * sees all n GPUs of the node; where each sees only its own (Slurm
  * --gpus-per-task=1: n = 1), device 0.  More node-local ranks than visible
@@ -172,6 +185,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->act_dtype = I->act_dtype;
     be->set_params = cuda_set_params;
     be->free = cuda_free;
+    be->device_free = cuda_device_free;
     be->upload = cuda_upload;
     be->download = cuda_download;
     be->zero = cuda_zero;

@@ -81,6 +81,9 @@ struct Backend {
      * tests and logs; 0 where the backend does not count) */
     size_t act_bytes;
     void (*free)(Backend *be, void *p);
+    /* Optional (NULL where unknown, the CPU backend): free device memory
+     * in bytes now (CUDA: cudaMemGetInfo), for max_tokens = 0 */
+    size_t (*device_free)(Backend *be);
     void (*upload)(Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(Backend *be, void *host_dst, const void *src, size_t bytes);
     void (*zero)(Backend *be, void *p, size_t bytes);

@@ -787,6 +787,17 @@ cudaError_t cudaMalloc(void **p, size_t size)
     return cudaSuccess;
 }
 
+/* total: CUDA_EMU_MEMORY, else 80 GiB (an H100's; cudaMalloc itself is
+ * then unlimited); free: total less the bytes cudaMalloc'd now, exactly */
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+{
+    if (!free_b || !total) return set_err(cudaErrorInvalidValue);
+    size_t cap = device_capacity() == SIZE_MAX ? (size_t)80 << 30 : device_capacity();
+    *total = cap;
+    *free_b = cap > E.dev_bytes ? cap - E.dev_bytes : 0;
+    return cudaSuccess;
+}
+
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;

@@ -18,7 +18,9 @@
  *   cuda_emu_set_order): a missing barrier shows up under some order.
  * - CUDA_EMU_DEVICES=N plays N devices (default 1, 0: none) and
  *   CUDA_EMU_MEMORY=BYTES a device of that capacity (cudaMalloc past it
- *   fails with cudaErrorMemoryAllocation); CUDA_EMU_CC=70 a device of
+ *   fails with cudaErrorMemoryAllocation; cudaMemGetInfo reports total =
+ *   CUDA_EMU_MEMORY, else 80 GiB, and free = total less the bytes
+ *   cudaMalloc'd now, exactly: no rounding, no context); CUDA_EMU_CC=70 a device of
  *   compute capability 7.0 (default 90: 9.0) in cudaGetDeviceProperties.
  * - Streams run in order, so a race between streams cannot happen here; a
  *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
