@@ -42,7 +42,7 @@ static const KeyDesc KEYS[] = {
     K(adam_eps, T_FLOAT, 0, 1, 0),
     K(seed, T_U64, 0, 0, 0),
     K(train_steps, T_INT, 0, 1e9, 0),
-    K(max_tokens, T_INT, 1, 1e8, 0),
+    K(max_tokens, T_INT, 0, 1e8, 0),   /* 0: from the device's free memory (auto_tokens.h) */
     K(update_freq, T_INT, 1, 1e6, 0),
     K(batch_tokens, T_INT, 0, 1e9, 0),
     K(log_steps, T_INT, 1, 1e9, 0),
@@ -380,7 +380,10 @@ int config_validate(const Config *c, const char *origin)
     char why[256];
     if (head_mask_parse(c->mask_heads, c->n_layers, c->n_heads, NULL, why, sizeof why))
         FAIL("mask_heads", "key 'mask_heads': %s", why);
-    if (c->max_tokens < c->max_len)
+    if (c->max_tokens == 0 && strcmp(c->device, "cuda"))
+        FAIL("max_tokens", "key 'max_tokens': 0 (from free device memory) needs device=cuda; set max_tokens >= max_len %d "
+             "for device=%s", c->max_len, c->device);
+    if (c->max_tokens != 0 && c->max_tokens < c->max_len)
         FAIL("max_tokens", "key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
     return 0;
 #undef FAIL

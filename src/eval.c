@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auto_tokens.h"
 #include "dataset.h"
 #include "synthetic.h"
 #include "train.h"
@@ -32,7 +33,8 @@ static void eval_help(void)
            "per target token: loss_ls with the checkpoint's label smoothing, nll without; the\n"
            "names of train's 'dev' lines.\n"
            "The model configuration comes from the checkpoint; key=value may override\n"
-           "non-architecture keys (device, precision, threads, max_tokens); mask_heads=LIST\n"
+           "non-architecture keys (device, precision, threads, max_tokens; max_tokens=0 with\n"
+           "device=cuda: from the free device memory); mask_heads=LIST\n"
            "evaluates with those heads masked (docs/attention.md).\n");
 }
 
@@ -112,7 +114,11 @@ int eval_open_model(TrainRun *r, const char *ckpt)
     if (checkpoint_open_model(ckpt, c, NULL, &r->model, r->be)) return 2;
     /* keep the overrides that only evaluation uses */
     c->max_tokens = keep.max_tokens;
-    return model_mask_heads(&r->model, keep.mask_heads, "command line");
+    if (model_mask_heads(&r->model, keep.mask_heads, "command line")) return 2;
+    /* max_tokens = 0 given here: from the free device memory (auto_tokens.h) */
+    if (c->max_tokens == 0 && (c->max_tokens = auto_tokens_resolve(&r->model, D)) <= 0) return 2;
+    r->model.cfg.max_tokens = c->max_tokens;
+    return 0;
 }
 
 int eval_load_split(const char *data, const char *split, const Config *c, Corpus *corp)

@@ -15,7 +15,8 @@ int cmd_eval(int argc, char **argv);
  *   "synthetic") must have the checkpoint's vocabulary;
  * - every rank, with the same r->cfg: the backend it names and the
  *   checkpoint's model, keeping r->cfg's evaluation keys (max_tokens,
- *   mask_heads);
+ *   mask_heads; max_tokens = 0 is resolved from the free device memory,
+ *   collectively, auto_tokens.h);
  * - a split of a dataset file or of the synthetic task.
  * Each returns 0, or 2 after a one-line error. */
 int eval_read_config(const char *cmd, const char *ckpt, const char *data, char *const *over, int n_over, Config *c,

@@ -65,7 +65,8 @@ static void heads_help(void)
            "attention weight) and the fractions of query positions attending most to the\n"
            "previous, next and same position (Voita et al. 2019).  Dropout off.  Under mpirun\n"
            "the batches are split over the ranks; the file does not depend on their number.\n"
-           "key=value may set non-architecture keys (threads, max_tokens, mask_heads).\n"
+           "key=value may set non-architecture keys (threads, max_tokens, mask_heads;\n"
+           "max_tokens=0 with device=cuda: from the free device memory).\n"
            "Pruning curves: analysis/prune_heads.py HEADS.h5 (docs/attention.md).\n");
 }
 

@@ -279,6 +279,12 @@ static void free_acts(Model *m)
     m->h_row_loss = m->h_row_nll = NULL;
 }
 
+void model_release_acts(Model *m)
+{
+    free_acts(m);
+    m->cap_ns = m->cap_nt = m->cap_pss = m->cap_ptt = m->cap_pts = m->cap_B = 0;
+}
+
 void model_free(Model *m)
 {
     if (!m->be) return;

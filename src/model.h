@@ -140,6 +140,8 @@ size_t model_param_count(const Config *c);
 /* Pieces used by decoding (decode.c) and attention maps (attention.c) */
 void model_upload_batch(Model *m, const Batch *b);
 void model_reserve(Model *m, int B, int S, int T);
+/* free every buffer model_reserve made (the next batch reserves afresh) */
+void model_release_acts(Model *m);
 /* positions of section 3.5: the learned table, or the sinusoids computed once
  * at model_init (ops would otherwise evaluate sin/cos per element) */
 const float *model_pos_table(const Model *m);

@@ -193,6 +193,35 @@ static int lock_run_dir(const char *run_dir, int lock_wait)
     return fd;
 }
 
+int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
+{
+    int v = 0;
+    from[0] = '\0';
+    if (r->dist.rank == 0 && r->cfg.run_dir[0]) {
+        char **paths;
+        int64_t *steps;
+        int n = checkpoint_list(r->cfg.run_dir, &paths, &steps);
+        /* quiet: rundir_open reports a damaged or foreign checkpoint */
+        fflush(stderr);
+        int nul = open("/dev/null", O_WRONLY), saved = dup(2);
+        if (nul >= 0 && saved >= 0) dup2(nul, 2);
+        if (nul >= 0) close(nul);
+        for (int i = n - 1; i >= 0 && v == 0; i--) {
+            Config ck;
+            if (checkpoint_read_config(paths[i], &ck, NULL) == 0) {
+                v = ck.max_tokens;
+                snprintf(from, cap, "%s", paths[i]);
+            }
+        }
+        if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
+        for (int i = 0; i < n; i++) free(paths[i]);
+        free(paths);
+        free(steps);
+    }
+    MPI_Bcast(&v, 1, MPI_INT, 0, r->dist.comm);
+    return v;
+}
+
 void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
 {
     memset(rd, 0, sizeof *rd);

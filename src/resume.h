@@ -29,6 +29,11 @@ typedef struct {
  * parameters and Adam moments are restored on every rank.  Errors (other
  * architecture, --resume without checkpoint) are one line, exit 2. */
 void rundir_open(RunDir *rd, TrainRun *r, int resume_flag);
+/* Collective, before rundir_open: the max_tokens stored in the config of
+ * run_dir's newest checkpoint whose config reads (rank 0 reads it, its
+ * path into from), or 0 if there is none.  A run with max_tokens = 0
+ * resumes with it: the value its first part resolved. */
+int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap);
 /* after optimiser step `step`: start a checkpoint if one is due */
 void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now);
 /* rank 0: 1 once a checkpoint write has failed (disk full, quota, I/O

@@ -13,6 +13,7 @@
 
 #include "dataset.h"
 #include "attention_maps.h"
+#include "auto_tokens.h"
 #include "greedy.h"
 #include "resume.h"
 #include "synthetic.h"
@@ -258,6 +259,9 @@ static void train_help(void)
            "batch_tokens=N (> 0) sets update_freq = ceil(N / (ranks x max_tokens)), so a\n"
            "config keeps the paper's global batch on any number of ranks (rank 0 warns\n"
            "where ranks x max_tokens alone exceed it).\n"
+           "max_tokens=0 (device=cuda) takes the micro-batch size from the free device\n"
+           "memory after the model (the least over the ranks; one line 'max_tokens: N from\n"
+           "free device memory'); a resumed run keeps the value of its checkpoints.\n"
            "Tests: TRANSFORMER_FAIL_AT=RANK:STEP[:SIGNAL] makes RANK fail at STEP;\n"
            "TRANSFORMER_STEP_SLEEP_MS=N makes every step last at least N ms (same results);\n"
            "TRANSFORMER_GRAD_INF=RANK:STEP[:TIMES] puts an inf into RANK's gradients at STEP\n"
@@ -338,7 +342,29 @@ static int train_parse(Training *t, int argc, char **argv)
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
     if (dist_check_config(D, text, msg, sizeof msg)) return train_reject(t, msg);
-    if (c->batch_tokens > 0) set_update_freq(c, D);
+    return 0;
+}
+
+/* max_tokens = 0: a run that resumes takes the value its checkpoints were
+ * trained with (the batch plan, hence bitwise resumption, depends on it),
+ * a fresh one measures the device (auto_tokens.h); then batch_tokens sets
+ * update_freq from the max_tokens now known.  0, or 1 after an error. */
+static int resolve_batch(Training *t)
+{
+    TrainRun *r = t->r;
+    Config *c = &r->cfg;
+    if (c->max_tokens == 0) {
+        char from[4200];
+        int saved = rundir_saved_max_tokens(r, from, sizeof from);
+        if (saved > 0 && r->dist.rank == 0) {
+            printf("max_tokens: %d from %s (max_tokens = 0 resumes with the value the run chose)\n", saved, from);
+            fflush(stdout);
+        }
+        c->max_tokens = saved > 0 ? saved : auto_tokens_resolve(&r->model, &r->dist);
+        if (c->max_tokens <= 0) return 1;
+        r->model.cfg.max_tokens = c->max_tokens;
+    }
+    if (c->batch_tokens > 0) set_update_freq(c, &r->dist);
     return 0;
 }
 
@@ -584,6 +610,7 @@ int cmd_train(int argc, char **argv)
     preempt_install();
     int rc = train_parse(&t, argc, argv);
     if (!rc) rc = create_model(&t);
+    if (!rc) rc = resolve_batch(&t);
     if (rc) return train_end(&t, rc);
     open_inputs(&t);
     return train_end(&t, publish_outputs(&t, train_loop(&t)));

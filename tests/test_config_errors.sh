@@ -48,6 +48,8 @@ for cmd in params train; do
     one_line_error "^error: $f:2: key 'd_model': 511 must be even" "$BIN" $cmd --config "$f"
     f=$(cfg budget.cfg 'max_len = 128\nmax_tokens = 100\n')
     one_line_error "^error: $f:2: key 'max_tokens': 100 is smaller than max_len 128" "$BIN" $cmd --config "$f"
+    f=$(cfg autotok.cfg 'device = cpu\nmax_tokens = 0\n')
+    one_line_error "^error: $f:2: key 'max_tokens': 0 (from free device memory) needs device=cuda" "$BIN" $cmd --config "$f"
     f=$(cfg pos.cfg 'positional = rotary\n')
     one_line_error "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
     f=$(cfg allreduce.cfg 'allreduce = gloo\n')
