@@ -202,26 +202,20 @@ static void cuda_bias_forward(Backend *be, Act Y, const float *bias, int rows, i
 template <typename T> static __global__ void k_relu_mask(T *dY, const T *Y, long n)
 {
     constexpr int N = Pack<T>::N;
-    long stride = (long)gridDim.x * blockDim.x, t = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    bool same = ((uintptr_t)dY & 15) == ((uintptr_t)Y & 15);
-    long head = same ? (long)((16 - ((uintptr_t)Y & 15)) & 15) / (long)sizeof(T) : n;
-    if (head > n) head = n;
-    long packs = (n - head) / N, tail = head + packs * N;
-    for (long i = t; i < head; i += stride)
-        if (!(ld(Y, i) > 0.0f)) st(dY, i, 0.0f);
-    for (long q = t; q < packs; q += stride) {
-        long i0 = head + q * N;
-        Pack<T> y = ldp(Y + i0);
-        bool off = false;
-        for (int e = 0; e < N; e++) off = off || !(to_float(y.v[e]) > 0.0f);
-        if (!off) continue;
-        Pack<T> d = ldp(dY + i0);
-        for (int e = 0; e < N; e++)
-            if (!(to_float(y.v[e]) > 0.0f)) d.v[e] = from_float<T>(0.0f);
-        stp(dY + i0, d);
-    }
-    for (long i = tail + t; i < n; i += stride)
-        if (!(ld(Y, i) > 0.0f)) st(dY, i, 0.0f);
+    grid_for<T>(n, { dY, Y },
+                [&](long i) {
+                    if (!(ld(Y, i) > 0.0f)) st(dY, i, 0.0f);
+                },
+                [&](long i0) {
+                    Pack<T> y = ldp(Y + i0);
+                    bool off = false;
+                    for (int e = 0; e < N; e++) off = off || !(to_float(y.v[e]) > 0.0f);
+                    if (!off) return;
+                    Pack<T> d = ldp(dY + i0);
+                    for (int e = 0; e < N; e++)
+                        if (!(to_float(y.v[e]) > 0.0f)) d.v[e] = from_float<T>(0.0f);
+                    stp(dY + i0, d);
+                });
 }
 
 /* Deterministic column sums in two stages.  Stage 1: block (32, 8) owns 32

@@ -31,37 +31,31 @@
  * fp32 accumulation (CUBLAS_COMPUTE_32F) and C stored bf16 (activations) or
  * fp32 (weight gradients, accumulated with beta = 1 in fp32). */
 
-static __host__ __device__ __forceinline__ float ld(const float *p, size_t i)
-{
-    EMU_SEEN(p + i, sizeof *p, false);
-    return p[i];
-}
-static __host__ __device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i)
-{
-    EMU_SEEN(p + i, sizeof *p, false);
-    return __bfloat162float(p[i]);
-}
-static __host__ __device__ __forceinline__ void st(float *p, size_t i, float v)
-{
-    EMU_SEEN(p + i, sizeof *p, true);
-    p[i] = v;
-}
-static __host__ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v)
-{
-    EMU_SEEN(p + i, sizeof *p, true);
-    p[i] = __float2bfloat16_rn(v);
-}
+/* the storage types' conversions to and from fp32 (round to nearest even) */
+static __host__ __device__ __forceinline__ float to_float(float v) { return v; }
+static __host__ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 /* fp16: a value past 65504 rounds to inf, which the loss scaler sees in the
  * gradients (any_nonfinite) and answers by skipping the step */
-static __host__ __device__ __forceinline__ float ld(const __half *p, size_t i)
+static __host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T> static __host__ __device__ __forceinline__ T from_float(float v);
+template <> __host__ __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __host__ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+/* element i of storage type T, as fp32, and back (the emulator counts the
+ * access for the cost model, cost.cuh) */
+template <typename T> static __host__ __device__ __forceinline__ float ld(const T *p, size_t i)
 {
     EMU_SEEN(p + i, sizeof *p, false);
-    return __half2float(p[i]);
+    return to_float(p[i]);
 }
-static __host__ __device__ __forceinline__ void st(__half *p, size_t i, float v)
+template <typename T> static __host__ __device__ __forceinline__ void st(T *p, size_t i, float v)
 {
     EMU_SEEN(p + i, sizeof *p, true);
-    p[i] = __float2half_rn(v);
+    p[i] = from_float<T>(v);
 }
 /* the kernels' integer arrays (ids, lengths, segments, flags) and pointer
  * arrays go through the same helpers, so that the emulator counts every
@@ -97,17 +91,6 @@ static __host__ __device__ __forceinline__ void st(void **p, size_t i, void *v)
  * elements [0, n) of rows into a scalar head up to 16-byte alignment, whole
  * packs and a scalar tail, the same for every array of a row when they are
  * equally aligned (else all scalar). */
-static __host__ __device__ __forceinline__ float to_float(float v) { return v; }
-static __host__ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-static __host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T> static __host__ __device__ __forceinline__ T from_float(float v);
-template <> __host__ __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __host__ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
 template <typename T> struct alignas(16) Pack {
     static constexpr int N = 16 / sizeof(T);
     T v[N];
@@ -131,17 +114,22 @@ struct RowSplit {
     int tail;    /* scalar elements [tail, n) */
 };
 
+/* the scalar elements before the first 16-byte boundary of the arrays p,
+ * when they are all equally aligned; else n (all scalar) */
+template <typename T> static __device__ __forceinline__ long pack_head(long n, std::initializer_list<const T *> p)
+{
+    uintptr_t mis = (uintptr_t)*p.begin() & 15;
+    for (const T *q : p)
+        if (((uintptr_t)q & 15) != mis) return n;
+    long head = (long)((16 - mis) & 15) / (long)sizeof(T);
+    return head < n ? head : n;
+}
+
 /* the split of rows of n elements of T starting at p[0], p[1], ... */
 template <typename T> static __device__ __forceinline__ RowSplit row_split(int n, std::initializer_list<const T *> p)
 {
-    constexpr int N = Pack<T>::N;
-    uintptr_t mis = (uintptr_t)*p.begin() & 15;
-    bool same = true;
-    for (const T *q : p) same = same && ((uintptr_t)q & 15) == mis;
-    int head = same ? (int)((16 - mis) & 15) / (int)sizeof(T) : n;
-    if (head > n) head = n;
-    int packs = (n - head) / N;
-    return RowSplit{ head, packs, head + packs * N };
+    int head = (int)pack_head<T>(n, p), packs = (n - head) / Pack<T>::N;
+    return RowSplit{ head, packs, head + packs * Pack<T>::N };
 }
 
 /* this thread's share of a row of n elements split as s: one(k) for each
@@ -158,63 +146,62 @@ static __device__ __forceinline__ void row_for(const RowSplit &s, int n, int N, 
 template <typename T, typename F> static __device__ __forceinline__ void row_read(const T *z, int n, F &&f)
 {
     constexpr int N = Pack<T>::N;
-    RowSplit s = row_split<T>(n, { z });
-    for (int k = threadIdx.x; k < s.head; k += blockDim.x) f(k, ld(z, k));
-    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) {
-        int k0 = s.head + q * N;
-        Pack<T> v = ldp(z + k0);
-        for (int e = 0; e < N; e++) f(k0 + e, to_float(v.v[e]));
-    }
-    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) f(k, ld(z, k));
+    row_for(row_split<T>(n, { z }), n, N, [&](int k) { f(k, ld(z, k)); },
+            [&](int k0) {
+                Pack<T> v = ldp(z + k0);
+                for (int e = 0; e < N; e++) f(k0 + e, to_float(v.v[e]));
+            });
 }
 
 /* z[k] = f(k, z[k]) for this thread's share of the row z[0, n) */
 template <typename T, typename F> static __device__ __forceinline__ void row_update(T *z, int n, F &&f)
 {
     constexpr int N = Pack<T>::N;
-    RowSplit s = row_split<T>(n, { z });
-    for (int k = threadIdx.x; k < s.head; k += blockDim.x) st(z, k, f(k, ld(z, k)));
-    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) {
-        int k0 = s.head + q * N;
-        Pack<T> v = ldp(z + k0);
-        for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(k0 + e, to_float(v.v[e])));
-        stp(z + k0, v);
-    }
-    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) st(z, k, f(k, ld(z, k)));
+    row_for(row_split<T>(n, { z }), n, N, [&](int k) { st(z, k, f(k, ld(z, k))); },
+            [&](int k0) {
+                Pack<T> v = ldp(z + k0);
+                for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(k0 + e, to_float(v.v[e])));
+                stp(z + k0, v);
+            });
 }
 
 /* z[k] = f(k) for this thread's share of the row z[0, n), z not read */
 template <typename T, typename F> static __device__ __forceinline__ void row_store(T *z, int n, F &&f)
 {
     constexpr int N = Pack<T>::N;
-    RowSplit s = row_split<T>(n, { z });
-    for (int k = threadIdx.x; k < s.head; k += blockDim.x) st(z, k, f(k));
-    for (int q = threadIdx.x; q < s.packs; q += blockDim.x) {
-        int k0 = s.head + q * N;
-        Pack<T> v;
-        for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(k0 + e));
-        stp(z + k0, v);
-    }
-    for (int k = s.tail + threadIdx.x; k < n; k += blockDim.x) st(z, k, f(k));
+    row_for(row_split<T>(n, { z }), n, N, [&](int k) { st(z, k, f(k)); },
+            [&](int k0) {
+                Pack<T> v;
+                for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(k0 + e));
+                stp(z + k0, v);
+            });
 }
 
-/* y[i] = f(i, y[i]) for i in [0, n), in 16-byte packs over the whole grid
- * (grid-stride, as the elementwise kernels run) */
-template <typename T, typename F> static __device__ __forceinline__ void grid_update(T *y, long n, F &&f)
+/* The same over a whole array of n elements, grid-stride as the
+ * elementwise kernels run: one(i) for the scalar head and tail, pack(i0)
+ * for each pack starting at element i0; all scalar unless the arrays p are
+ * equally aligned */
+template <typename T, typename One, typename PackF>
+static __device__ __forceinline__ void grid_for(long n, std::initializer_list<const T *> p, One &&one, PackF &&pack)
 {
     constexpr int N = Pack<T>::N;
     long stride = (long)gridDim.x * blockDim.x, t = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    long head = (long)((16 - ((uintptr_t)y & 15)) & 15) / (long)sizeof(T);
-    if (head > n) head = n;
-    long packs = (n - head) / N, tail = head + packs * N;
-    for (long i = t; i < head; i += stride) st(y, i, f(i, ld(y, i)));
-    for (long q = t; q < packs; q += stride) {
-        long i0 = head + q * N;
-        Pack<T> v = ldp(y + i0);
-        for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(i0 + e, to_float(v.v[e])));
-        stp(y + i0, v);
-    }
-    for (long i = tail + t; i < n; i += stride) st(y, i, f(i, ld(y, i)));
+    long head = pack_head<T>(n, p), packs = (n - head) / N, tail = head + packs * N;
+    for (long i = t; i < head; i += stride) one(i);
+    for (long q = t; q < packs; q += stride) pack(head + q * N);
+    for (long i = tail + t; i < n; i += stride) one(i);
+}
+
+/* y[i] = f(i, y[i]) for i in [0, n), in 16-byte packs over the whole grid */
+template <typename T, typename F> static __device__ __forceinline__ void grid_update(T *y, long n, F &&f)
+{
+    constexpr int N = Pack<T>::N;
+    grid_for<T>(n, { y }, [&](long i) { st(y, i, f(i, ld(y, i))); },
+                [&](long i0) {
+                    Pack<T> v = ldp(y + i0);
+                    for (int e = 0; e < N; e++) v.v[e] = from_float<T>(f(i0 + e, to_float(v.v[e])));
+                    stp(y + i0, v);
+                });
 }
 
 /* f(T()) with T the C++ type of elements of type t: the one place where an
