@@ -83,8 +83,9 @@ static void declare_shape(int m, int n, int k, long batch, size_t operand)
  * cores.  The kernel is named as the LAUNCH that follows names it. */
 #define DECLARE_KERNEL(kernel, op, per_thread, rd, wr, flop)                                                 \
     do {                                                                                                    \
+        if (!cost_on) break; /* the arguments are evaluated only while logging */                           \
         declare((op), #kernel, COST_KERNEL, (double)(rd), (double)(wr), 0.0, (double)(flop), TC_NONE);        \
-        if (cost_on) cost_calls.back().inflight = (double)(per_thread);                                     \
+        cost_calls.back().inflight = (double)(per_thread);                                                  \
     } while (0)
 
 /* ------------------------------------------- copies, memsets and syncs */

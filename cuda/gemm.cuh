@@ -85,6 +85,7 @@ static void gemm_done(Backend *be, const GemmOps &g)
 static void declare_gemm(CudaImpl *I, const char *op, const char *call, int M, int N, int K, long batch,
                          const GemmOps &g, float beta)
 {
+    if (!cost_on) return;
     double mats = (double)batch, mk = (double)M * K, kn = (double)K * N, mn = (double)M * N;
     double rd = mats * (mk * dtype_size(g.a.dtype) + kn * dtype_size(g.b.dtype));
     if (beta != 0.0f) rd += mats * mn * dtype_size(g.c.dtype);

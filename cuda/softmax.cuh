@@ -97,6 +97,17 @@ UNROLL
         if (lane + 32 * c < Tk) st(d, lane + 32 * c, scale * pv[c] * (dv[c] - dot));
 }
 
+/* the keys the forward softmax reads, for the cost model: query q reads
+ * q + q_offset + 1 of them under the causal mask, all Tk otherwise
+ * (padding, data-dependent, is not subtracted) */
+static double keys_read(int nb, int nh, int Tq, int Tk, int causal, int q_offset)
+{
+    if (!cost_on) return 0;
+    double keys = 0;
+    for (int q = 0; q < Tq; q++) keys += causal ? std::min(q + q_offset + 1, Tk) : Tk;
+    return keys * nb * nh;
+}
+
 static void cuda_softmax_forward(Backend *be, Act S, const int32_t *key_len, float scale, int nb, int nh, int Tq,
                                  int Tk, int causal, int q_offset)
 {
@@ -104,21 +115,16 @@ static void cuda_softmax_forward(Backend *be, Act S, const int32_t *key_len, flo
     if (rows <= 0 || Tk <= 0) return;
     dispatch(S.dtype, [&](auto z) {
         using T = decltype(z);
-        /* the unmasked part of each row read (causal: query q reads q +
-         * q_offset + 1 keys; padding, data-dependent, is not subtracted),
-         * the whole row written */
-        double keys_read = 0;
-        for (int q = 0; q < Tq; q++) keys_read += causal ? std::min(q + q_offset + 1, Tk) : Tk;
-        keys_read *= (double)nb * nh;
-        double rd = keys_read * sizeof(T) + nb * sizeof(int32_t), wr = rows * Tk * sizeof(T);
+        /* the unmasked part of each row read, the whole row written */
+        double keys = keys_read(nb, nh, Tq, Tk, causal, q_offset);
+        double rd = keys * sizeof(T) + nb * sizeof(int32_t), wr = rows * Tk * sizeof(T);
         if (Tk <= WARP_ROW_MAX) {
-            DECLARE_KERNEL(k_softmax_forward_warp<T>, "softmax_forward", (Tk + 31) / 32 * sizeof(T), rd, wr,
-                           6 * keys_read);
+            DECLARE_KERNEL(k_softmax_forward_warp<T>, "softmax_forward", (Tk + 31) / 32 * sizeof(T), rd, wr, 6 * keys);
             LAUNCH(k_softmax_forward_warp<T>, (unsigned)((rows + SM_ROWS - 1) / SM_ROWS), dim3(32, SM_ROWS), 0,
                    IMPL(be)->stream, tp<T>(S), key_len, scale, nh, Tq, Tk, causal, q_offset, rows);
             return;
         }
-        DECLARE_KERNEL(k_softmax_forward<T>, "softmax_forward", sizeof(T), rd, wr, 6 * keys_read);
+        DECLARE_KERNEL(k_softmax_forward<T>, "softmax_forward", sizeof(T), rd, wr, 6 * keys);
         LAUNCH(k_softmax_forward<T>, (unsigned)rows, row_threads(Tk), RED_SMEM, IMPL(be)->stream, tp<T>(S), key_len,
                scale, nh, Tq, Tk, causal, q_offset);
     });
