@@ -865,7 +865,7 @@ static cudaError_t memset_dev(void *p, int v, size_t n, const char *what)
 {
     if (!n) return cudaSuccess;
     if (!is_device_range(p, n)) fail("%s: %p (+%zu bytes) is not device memory", what, p, n);
-    memset(p, v, n);
+    if (!dry_run) memset(p, v, n);
     return cudaSuccess;
 }
 
@@ -879,7 +879,6 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     (void)s;
     report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
-    if (dry_run) return n && !is_device_range(p, n) ? memset_dev(p, v, n, "cudaMemsetAsync") : cudaSuccess;
     return memset_dev(p, v, n, "cudaMemsetAsync");
 }
 
