@@ -21,40 +21,24 @@
 #include <string.h>
 
 #include "../../cuda/cost.h"
+#include "../gradcheck_model.h"
 #include "batch.h"
-#include "config.h"
 #include "model.h"
+#include "small_model.h"
 #include "util.h"
 
 Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 
-static void small_config(Config *c, const char *precision)
-{
-    config_defaults(c);
-    c->n_layers = 2;
-    c->d_model = 36;
-    c->d_ff = 50;
-    c->n_heads = 3;
-    c->d_k = 7;
-    c->d_v = 11;
-    c->vocab_size = 97;
-    c->max_len = 16;
-    c->dropout = 0.1f;
-    c->label_smoothing = 0.1f;
-    c->seed = 1234;
-    snprintf(c->precision, sizeof c->precision, "%s", precision);
-}
-
 /* B pairs of L-1 tokens a side, all distinct within a side */
 static void distinct_batch(Batch *b, int B, int L)
 {
-    int n = B * (L - 1);
-    Corpus c = { B, xmalloc(sizeof(int64_t) * (B + 1)), xmalloc(sizeof(int64_t) * (B + 1)),
-                 xmalloc(sizeof(int32_t) * n), xmalloc(sizeof(int32_t) * n) };
-    for (int i = 0; i <= B; i++) c.src_off[i] = c.tgt_off[i] = (int64_t)i * (L - 1);
-    for (int i = 0; i < n; i++) {
+    int lens[64];
+    for (int i = 0; i < B; i++) lens[i] = L - 1;
+    Corpus c;
+    gc_make_corpus(&c, lens, lens, B);
+    for (int i = 0; i < B * (L - 1); i++) {
         c.src_tok[i] = TOK_FIRST_SYMBOL + i;
-        c.tgt_tok[i] = TOK_FIRST_SYMBOL + n - 1 - i;
+        c.tgt_tok[i] = TOK_FIRST_SYMBOL + B * (L - 1) - 1 - i;
     }
     int idx[64];
     for (int i = 0; i < B; i++) idx[i] = i;
@@ -94,7 +78,9 @@ typedef struct {
 static int check_precision(const char *precision)
 {
     Config c;
-    small_config(&c, precision);
+    small_model_config(&c);
+    c.vocab_size = 97;   /* every token of a side distinct */
+    snprintf(c.precision, sizeof c.precision, "%s", precision);
     Backend *be = backend_cuda_create(precision, "nccl", 0);
     if (!be) die(1, "cannot create the emulated CUDA backend");
     Model m;

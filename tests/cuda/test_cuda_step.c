@@ -26,6 +26,7 @@
 #include "batch.h"
 #include "dist.h"
 #include "model.h"
+#include "small_model.h"
 #include "synthetic.h"
 #include "util.h"
 
@@ -76,20 +77,10 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b, f
 
 static void step_config(Config *c, const char *positional)
 {
-    config_defaults(c);
-    c->n_layers = 2;
-    c->d_model = 36;
-    c->d_ff = 50;
-    c->n_heads = 3;
-    c->d_k = 7;
-    c->d_v = 11;
+    small_model_config(c);
     c->synth_vocab = 30;
     c->vocab_size = 37;
-    c->max_len = 16;
     c->synth_max_len = 13;
-    c->dropout = 0.1f;
-    c->label_smoothing = 0.1f;
-    c->seed = 1234;
     c->warmup = 4000;   /* lr ~2e-6 per step, as the parameter tolerance below assumes */
     snprintf(c->positional, sizeof c->positional, "%s", positional);
 }

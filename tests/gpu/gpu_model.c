@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../../cuda/cost.h"
+#include "../gradcheck_model.h"
 #include "batch.h"
 #include "config.h"
 #include "model.h"
@@ -39,22 +40,21 @@ typedef struct {
 
 /* ------------------------------------------------------------ the step */
 
-/* B pairs of L-1 random tokens each side (EOS and BOS make L), none repeated
- * within a sentence pair's side more than chance makes them */
+/* B pairs of L-1 random tokens each side (EOS and BOS make L) */
 static void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
 {
-    Corpus c = { B, xmalloc(sizeof(int64_t) * (B + 1)), xmalloc(sizeof(int64_t) * (B + 1)),
-                 xmalloc(sizeof(int32_t) * (size_t)B * (L - 1)), xmalloc(sizeof(int32_t) * (size_t)B * (L - 1)) };
-    for (int i = 0; i <= B; i++) c.src_off[i] = c.tgt_off[i] = (int64_t)i * (L - 1);
+    int *lens = xmalloc(sizeof(int) * B), *idx = xmalloc(sizeof(int) * B);
+    for (int i = 0; i < B; i++) lens[i] = L - 1, idx[i] = i;
+    Corpus c;
+    gc_make_corpus(&c, lens, lens, B);   /* the layout; the symbols over the whole vocabulary: */
     for (size_t i = 0; i < (size_t)B * (L - 1); i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         c.src_tok[i] = TOK_FIRST_SYMBOL + (int32_t)((seed >> 33) % (uint64_t)(vocab - TOK_FIRST_SYMBOL));
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         c.tgt_tok[i] = TOK_FIRST_SYMBOL + (int32_t)((seed >> 33) % (uint64_t)(vocab - TOK_FIRST_SYMBOL));
     }
-    int *idx = xmalloc(sizeof(int) * B);
-    for (int i = 0; i < B; i++) idx[i] = i;
     batch_build(b, &c, idx, B, L + 1);
+    free(lens);
     free(idx);
     corpus_free(&c);
 }
