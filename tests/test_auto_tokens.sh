@@ -4,7 +4,8 @@
 # reports CUDA_EMU_MEMORY less what is cudaMalloc'd.  A larger device gives
 # a larger max_tokens, whose sentences of max_len fit it, and training
 # runs with it; 2 ranks with different capacities agree on the smaller;
-# eval resolves it too; device=cpu refuses it with one line; a run
+# eval resolves it too; device=cpu refuses it with one line, and so does
+# a device too small for one sentence (exit 1); a run
 # interrupted and resumed on a device of another size keeps the value of
 # its checkpoint and ends bitwise equal to an uninterrupted run.
 set -u
@@ -58,6 +59,12 @@ mpirun -np 1 -x CUDA_EMU_MEMORY=$LARGE "$EMU" train $A train_steps=3 : -np 1 -x 
 grep -q "^dev final" $W/mpi.log || fail "2-rank run did not finish"
 [ "$(tokens $W/mpi.log)" = "$small" ] || fail "2 ranks chose $(tokens $W/mpi.log), expected the smaller device's $small"
 ok "2 ranks on devices of $LARGE and $SMALL bytes: one max_tokens line, $small (the least), run completes"
+
+# a device that holds the model but not one sentence of max_len: the
+# measurement's own reservation fails, one line, exit 1 (no training)
+expect_error 1 "^error: cuda: out of device memory allocating" env CUDA_EMU_MEMORY=230000 "$EMU" train $A train_steps=3
+n=$(CUDA_EMU_MEMORY=230000 "$EMU" train $A train_steps=3 2>&1 >/dev/null | grep -c .)
+[ "$n" -eq 1 ] || fail "max_tokens=0 on a device too small for a sentence: $n lines on stderr, expected 1"
 
 expect_error 2 "^error: command line: key 'max_tokens': 0 (from free device memory) needs device=cuda" \
     "$EMU" train $A device=cpu
