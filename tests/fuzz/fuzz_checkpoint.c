@@ -38,5 +38,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *argv[] = { "transformer", "average", "--output", out, (char *)path, (char *)path, NULL };
         if (cmd_average(6, argv) == 0) unlink(out);
     }
+    fuzz_done();
     return 0;
 }

@@ -65,6 +65,7 @@ void fuzz_dataset_file(const char *path)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_dataset_file(fuzz_file(data, size, ".h5"));
+    fuzz_done();
     return 0;
 }
 #endif
