@@ -16,7 +16,9 @@
  * vocabulary 37000.  --trace prices a logged step read back from a CSV
  * (e.g. of an older commit, tests/gpu/calibration/) instead of running one;
  * --measured compares the H100 prediction with a measured throughput;
- * --by-call reports per kernel or library call instead of per op. */
+ * --by-call reports per kernel or library call instead of per op.  It
+ * also prints the max_tokens that max_tokens = 0 would pick on the
+ * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 
 #include "../../cuda/cost.h"
 #include "../gradcheck_model.h"
+#include "auto_tokens.h"
 #include "batch.h"
 #include "config.h"
 #include "model.h"
@@ -70,6 +73,17 @@ static void train_step(Model *m, const Batch *b, int step)
     be->sync(be);
 }
 
+/* what max_tokens = 0 picks on the emulated device (CUDA_EMU_MEMORY bytes,
+ * else 80 GiB), measured as train.c does: after model_init, before a step */
+static void report_auto_tokens(Model *m)
+{
+    TokenBudget tb;
+    if (auto_tokens_measure(m, &tb)) die(1, "gpu-model: the backend cannot report its free memory");
+    printf("max_tokens=0: %ld tokens (%ld sentences of max_len %d; %.4g GiB free, %.4g MiB per sentence, "
+           "%.4g MiB fixed)\n", tb.sentences * m->cfg.max_len, tb.sentences, m->cfg.max_len,
+           tb.free_bytes / 1073741824.0, tb.per_sentence / 1048576.0, tb.fixed / 1048576.0);
+}
+
 /* the calls of one logged step, copied out of the backend's log */
 static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act_bytes)
 {
@@ -79,6 +93,7 @@ static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act
     Model m;
     if (model_init(&m, c, be)) die(1, "gpu-model: model_init failed");
     m.loss_scale = !strcmp(c->precision, "fp16") ? 1024.0f : 1.0f;
+    report_auto_tokens(&m);
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
     train_step(&m, &b, 1);   /* warm-up: buffers grown, weight shadow made */
