@@ -43,6 +43,7 @@ static const KeyDesc KEYS[] = {
     K(seed, T_U64, 0, 0, 0),
     K(train_steps, T_INT, 0, 1e9, 0),
     K(max_tokens, T_INT, 0, 1e8, 0),   /* 0: from the device's free memory (auto_tokens.h) */
+    K(logits_chunk, T_INT, 0, 1e8, 0),   /* 0: from the vocabulary (model_logits_rows) */
     K(update_freq, T_INT, 1, 1e6, 0),
     K(batch_tokens, T_INT, 0, 1e9, 0),
     K(log_steps, T_INT, 1, 1e9, 0),

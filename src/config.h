@@ -36,6 +36,8 @@ typedef struct Config {
     int train_steps;
     int max_tokens;      /* per batch: source and target tokens, padding counted; 0 (device=cuda):
                           * from the device's free memory, resolved once (auto_tokens.h) */
+    int logits_chunk;    /* target tokens per chunk of the pre-softmax projection and
+                          * cross-entropy (0: as many as keep its logits <= 2^27 elements) */
     int update_freq;     /* micro-batches accumulated per update, per rank */
     int batch_tokens;    /* > 0: global batch target; sets update_freq from ranks x max_tokens */
     int log_steps;

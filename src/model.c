@@ -323,6 +323,13 @@ static Act reserve_act(Backend *be, size_t n, const char *name, int layer)
     return a;
 }
 
+size_t model_logits_rows(const Config *c, size_t nt)
+{
+    size_t rows = c->logits_chunk > 0 ? (size_t)c->logits_chunk : MODEL_LOGITS_ELEMS / (size_t)c->vocab_size;
+    if (rows < 1) rows = 1;
+    return rows < nt ? rows : nt;
+}
+
 void model_reserve(Model *m, int B, int S, int T)
 {
     const Config *c = &m->cfg;
@@ -368,7 +375,10 @@ void model_reserve(Model *m, int B, int S, int T)
     layer = -1;
     size_t nmax = ns > nt ? ns : nt;
     X(m->enc_in, ns * d); X(m->dec_in, nt * d);
-    X(m->logits, nt * V); A(m->row_loss, nt); A(m->row_nll, nt);
+    /* the logits of one chunk of target rows (model_output_layer), not of
+     * all nt: at 25,000 tokens and V = 37000 all would be 1.85 GB in bf16 */
+    m->logits_rows = model_logits_rows(c, nt);
+    X(m->logits, m->logits_rows * V); A(m->row_loss, nt); A(m->row_nll, nt);
     X(m->g_x, nmax * d); X(m->g_sub, nmax * d);
     X(m->g_big, nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
     X(m->g_ctx, nmax * hv); X(m->g_P, max3(pss, ptt, pts)); X(m->g_hid, nmax * dff);
@@ -650,6 +660,34 @@ Act model_decode(Model *m, Act enc_out, int train, uint32_t step)
     return x;
 }
 
+/* The pre-softmax linear transformation with the shared embedding E
+ * (section 3.4), the label-smoothed cross-entropy (5.4) and, with
+ * do_backward, their gradients: dE += dlogits^T y and g_x = dlogits E.
+ * Chunk by chunk of m->logits_rows target rows, so that only [rows, V]
+ * logits exist, not [nt, V] (the step's largest activation): each row's
+ * softmax needs only its own row, so each row's loss and g_x are the sums
+ * of one chunk (a GEMM of another shape may round them otherwise); dE's
+ * sum over the rows is taken chunk by chunk (beta = 1). */
+static void model_output_layer(Model *m, Act y, int nt, int do_backward)
+{
+    Backend *be = m->be;
+    const Config *c = &m->cfg;
+    int d = c->d_model, V = c->vocab_size, rows = (int)m->logits_rows;
+    Act E = W(m->pt.embedding);
+    Act dE = do_backward ? act_f32(GRD(m->pt.embedding)) : act_none();   /* no gradients in eval */
+    float grad_scale = do_backward ? m->loss_scale : 0.0f;
+    for (int r0 = 0; r0 < nt; r0 += rows) {
+        int n = nt - r0 < rows ? nt - r0 : rows;
+        Act y_c = act_at(y, (size_t)r0 * d);
+        be->gemm(be, 0, 1, n, V, d, 1.0f, y_c, d, E, d, 0.0f, m->logits, V);
+        be->xent_forward_backward(be, m->logits, m->d_tgt_out + r0, n, V, c->label_smoothing, grad_scale,
+                                  m->row_loss + r0, m->row_nll + r0);
+        if (!do_backward) continue;
+        be->gemm(be, 1, 0, V, d, n, 1.0f, m->logits, V, y_c, d, 1.0f, dE, d);
+        be->gemm(be, 0, 0, n, d, V, 1.0f, m->logits, V, E, d, 0.0f, act_at(m->g_x, (size_t)r0 * d), d);
+    }
+}
+
 static LossStats sum_row_losses(Model *m, const Batch *b)
 {
     int nt = m->B * m->T;
@@ -674,11 +712,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     Act enc_out = model_encode(m, train, step);
     Act y = model_decode(m, enc_out, train, step);
 
-    /* pre-softmax linear transformation with the shared embedding (3.4) */
-    Act E = W(m->pt.embedding);
-    be->gemm(be, 0, 1, nt, V, d, 1.0f, y, d, E, d, 0.0f, m->logits, V);
-    be->xent_forward_backward(be, m->logits, m->d_tgt_out, nt, V, c->label_smoothing, do_backward ? m->loss_scale : 0.0f,
-                              m->row_loss, m->row_nll);
+    model_output_layer(m, y, nt, do_backward);
     /* the per-row losses are read back only after backward has been issued:
      * reading them here would make an asynchronous backend (CUDA) drain its
      * queue between forward and backward */
@@ -686,8 +720,6 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
 
     float *dE = GRD(m->pt.embedding);
     float *dpos = m->pt.has_pos ? GRD(m->pt.pos_embedding) : NULL;
-    be->gemm(be, 1, 0, V, d, nt, 1.0f, m->logits, V, y, d, 1.0f, act_f32(dE), d);
-    be->gemm(be, 0, 0, nt, d, V, 1.0f, m->logits, V, E, d, 0.0f, m->g_x, d);
     be->zero_act(be, m->g_enc, (size_t)ns * d);
     for (int l = N - 1; l >= 0; l--) {
         const LayerOffsets *L = &m->pt.dec[l];

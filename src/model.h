@@ -89,7 +89,8 @@ typedef struct Model {
     size_t cap_ns, cap_nt, cap_pss, cap_ptt, cap_pts, cap_B;
     Act enc_in, dec_in;
     LayerActs *enc, *dec;
-    Act logits;
+    Act logits;   /* [logits_rows, V]: one chunk of target rows (model_logits_rows) */
+    size_t logits_rows;
     float *row_loss, *row_nll;
     Act g_x, g_sub, g_big, g_ctx, g_P, g_hid;  /* backward scratch */
     Act g_enc;   /* dL/d(encoder output), summed over the decoder layers: fp32 always */
@@ -136,6 +137,15 @@ void model_track_gate_grads(Model *m);
 void model_attn_output(Model *m, int kind, int layer, Act ctx, Act scratch, size_t Wo, Act out, int rows);
 /* exact parameter count of a config */
 size_t model_param_count(const Config *c);
+/* rows (target tokens) of one chunk of the pre-softmax projection and
+ * cross-entropy for a batch of nt target tokens: at most nt, at most
+ * logits_chunk, or (logits_chunk = 0) as many as keep the [rows, V] logits
+ * within MODEL_LOGITS_ELEMS elements; at least 1 when nt >= 1.  2^27:
+ * 256 MiB of bf16 logits, V = 37000 in chunks of 3627 tokens, which cost
+ * a base step 1% more time (each chunk re-reads E and reads and writes
+ * dE; docs/performance.md) where 2^26 would cost 1.8% */
+#define MODEL_LOGITS_ELEMS ((size_t)1 << 27)
+size_t model_logits_rows(const Config *c, size_t nt);
 
 /* Pieces used by decoding (decode.c) and attention maps (attention.c) */
 void model_upload_batch(Model *m, const Batch *b);

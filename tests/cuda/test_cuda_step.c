@@ -196,6 +196,44 @@ static void step_free(StepOut *o)
     free(o->init);
 }
 
+/* The pre-softmax projection and cross-entropy in chunks of 7 target rows
+ * (logits_chunk: 9 to 11 chunks of this batch) against one chunk (the default,
+ * 2^27 / V rows), in fp32.  Each row's softmax needs only its own row, so
+ * the losses and gradients are the same sums; but OpenBLAS (the CPU
+ * backend, and the emulator's cuBLAS) and cuBLAS pick their kernel by the
+ * GEMM's shape, and a 7-row GEMM takes edge kernels that round a row's
+ * logits differently (an ulp, 6e-8), and dE += dlogits^T y sums the rows
+ * chunk by chunk (beta = 1).  Tolerances: the loss 1e-6 relative, every
+ * gradient tensor 1e-5 of its largest entry (measured: loss 2e-8, worst
+ * tensor 7e-7); a row lost, doubled or at the wrong offset gives O(1). */
+static int check_chunks(Dist *D, const Config *c, Backend *be, const Batch *b, const StepOut *one, const ParamTable *pt)
+{
+    Config cc = *c;
+    cc.logits_chunk = 7;
+    StepOut s = run_step(D, &cc, be, b, 1.0f);
+    double le = fmax(fabs(s.loss - one->loss) / fabs(one->loss), fabs(s.nll - one->nll) / fabs(one->nll));
+    int bad = !(le <= 1e-6);
+    double worst = 0;
+    for (int t = 0; t < pt->n; t++) {
+        const ParamInfo *p = &pt->t[t];
+        double mx = 0, err = 0;
+        for (size_t i = 0; i < p->numel; i++) {
+            mx = fmax(mx, fabs(one->grads[p->offset + i]));
+            err = fmax(err, fabs((double)s.grads[p->offset + i] - one->grads[p->offset + i]));
+        }
+        double rel = err / (mx > 0 ? mx : 1);
+        worst = fmax(worst, rel);
+        if (rel <= 1e-5) continue;
+        bad++;
+        if (D->rank == 0) printf("FAIL   %s logits_chunk=7 grad %s: max error %.3g of max |ref| %.3g\n", be->name, p->name, err, mx);
+    }
+    if (D->rank == 0)
+        printf("%s ranks %d %s logits_chunk=7 vs one chunk: loss rel error %.1e, gradients of %d tensors, worst relative "
+               "error %.2e\n", bad ? "FAIL" : "ok  ", D->size, be->name, le, pt->n, worst);
+    step_free(&s);
+    return bad > 0;
+}
+
 int main(int argc, char **argv)
 {
     Dist D;
@@ -256,6 +294,7 @@ int main(int argc, char **argv)
                 printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
                        D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
         }
+        failures += check_chunks(&D, &c, cpu, &b, &r, &pt) + check_chunks(&D, &c, gpu, &b, &g, &pt);
         /* bf16 is refused below sm_80 (the backend says why): skipped on
          * such a GPU, a failure under the emulator, which runs it */
         Backend *gbf = backend_cuda_create("bf16", allreduce, D.local_rank);
