@@ -36,6 +36,27 @@ static long round_sentences(long B)
     return B - B % step;
 }
 
+/* bytes of the logits buffer for a batch of nt target tokens: one chunk
+ * of model_logits_rows rows, which stops growing once nt reaches it */
+static long long logits_bytes(const Model *m, long long nt)
+{
+    size_t rows = model_logits_rows(&m->cfg, nt > 0 ? (size_t)nt : 0);
+    return (long long)(rows * (size_t)m->cfg.vocab_size * dtype_size(m->be->act_dtype));
+}
+
+/* the most sentences of L tokens whose activations fit avail bytes: per
+ * sentence, plus the logits chunk, which grows with the first sentences
+ * only (model_logits_rows): either the chunk is full (B*L >= its rows) or
+ * all B*L rows are one chunk */
+static long fit_sentences(const Model *m, long long avail, long long per, int L)
+{
+    long long full = logits_bytes(m, MAX_TOKENS_LIMIT), row = logits_bytes(m, 1);
+    long long rows = full / row;
+    long B = avail - full > 0 ? (long)((avail - full) / per) : 0;
+    if ((long long)B * L >= rows) return B;
+    return avail > 0 ? (long)(avail / (per + row * L)) : 0;
+}
+
 int auto_tokens_measure(Model *m, TokenBudget *tb)
 {
     Backend *be = m->be;
@@ -51,16 +72,17 @@ int auto_tokens_measure(Model *m, TokenBudget *tb)
     model_release_acts(m);
     if (f0 <= 0) return -1;
     /* the difference of free memory; never below the activation buffers'
-     * own bytes, which allocation rounding on a GPU may hide for a tiny model */
+     * own bytes, which allocation rounding on a GPU may hide for a tiny
+     * model; less the logits' growth, which fit_sentences counts apart */
     long long per = f1 - f2 > a2 - a1 ? f1 - f2 : a2 - a1;
+    per -= logits_bytes(m, 2LL * L) - logits_bytes(m, L);
     if (per < 1) per = 1;
-    long long fixed = f0 - f1 - per;
+    long long fixed = f0 - f1 - per - logits_bytes(m, L);
     tb->free_bytes = (size_t)f0;
     tb->per_sentence = (size_t)per;
     tb->fixed = fixed > 0 ? (size_t)fixed : 0;
     tb->headroom = headroom(tb->free_bytes);
-    long long avail = f0 - (long long)tb->headroom - (long long)tb->fixed;
-    long B = avail > 0 ? (long)(avail / per) : 0;
+    long B = fit_sentences(m, f0 - (long long)tb->headroom - (long long)tb->fixed, per, L);
     if (B > MAX_TOKENS_LIMIT / L) B = MAX_TOKENS_LIMIT / L;
     tb->sentences = B > 0 ? round_sentences(B) : 0;
     return 0;

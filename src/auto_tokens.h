@@ -9,7 +9,9 @@
  * worst case of any batch of B x max_len tokens.  The free memory is read
  * before and after model_reserve for 1 and for 2 such sentences: the
  * difference is the bytes per sentence, the rest a fixed part (allocation
- * rounding).  B is what fits the free memory less a headroom, rounded
+ * rounding).  The logits are the exception: one chunk of at most
+ * model_logits_rows target rows, which grows with the first sentences
+ * only, so they are counted apart, once.  B is what fits the free memory less a headroom, rounded
  * down to 4 significant bits, so that free memory a few MiB either way
  * does not change it; max_tokens = B x max_len, the least over the ranks. */
 #ifndef AUTO_TOKENS_H
@@ -22,7 +24,7 @@
 
 typedef struct {
     size_t free_bytes;     /* free device memory before any activation */
-    size_t per_sentence;   /* activation bytes per sentence of max_len tokens */
+    size_t per_sentence;   /* activation bytes per sentence of max_len tokens, less the logits */
     size_t fixed;          /* bytes of a reservation that do not grow with it */
     size_t headroom;       /* kept free for what is allocated later */
     long sentences;        /* B: sentences of max_len tokens that fit (rounded) */

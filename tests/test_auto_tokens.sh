@@ -5,7 +5,8 @@
 # a larger max_tokens, whose sentences of max_len fit it, and training
 # runs with it; 2 ranks with different capacities agree on the smaller;
 # eval resolves it too; device=cpu refuses it with one line, and so does
-# a device too small for one sentence (exit 1); a run
+# a device too small for one sentence (exit 1); the logits in chunks
+# (logits_chunk) are counted once, not per sentence; a run
 # interrupted and resumed on a device of another size keeps the value of
 # its checkpoint and ends bitwise equal to an uninterrupted run.
 set -u
@@ -52,6 +53,15 @@ done
 small=$(tokens $W/cap$SMALL.log) large=$(tokens $W/cap$LARGE.log)
 [ "$small" -gt 0 ] && [ "$large" -gt "$small" ] || fail "max_tokens $small ($SMALL bytes) and $large ($LARGE bytes): not growing"
 ok "max_tokens=0: $small tokens on $SMALL bytes, $large on $LARGE; they fit, and training completes"
+
+# the logits in chunks of 3 target rows (logits_chunk): counted once, not
+# per sentence, so at least as many tokens, which fit (training completes)
+CUDA_EMU_MEMORY=$SMALL "$EMU" train $A train_steps=3 logits_chunk=3 > $W/chunk.log 2>&1 || fail "logits_chunk=3: $(tail -3 $W/chunk.log)"
+grep -q "^dev final" $W/chunk.log || fail "train with logits_chunk=3 did not finish"
+fits $W/chunk.log $SMALL
+chunked=$(tokens $W/chunk.log)
+[ "$chunked" -ge "$small" ] || fail "logits_chunk=3: max_tokens $chunked, fewer than one chunk's $small"
+ok "max_tokens=0, logits_chunk=3: $chunked tokens on $SMALL bytes (one chunk: $small); training completes"
 
 # 2 ranks, rank 0 on the larger device: both take the smaller device's value
 mpirun -np 1 -x CUDA_EMU_MEMORY=$LARGE "$EMU" train $A train_steps=3 : -np 1 -x CUDA_EMU_MEMORY=$SMALL "$EMU" train $A train_steps=3 \
