@@ -26,7 +26,7 @@
  * throughout, so a 16-bit C requires the handle's math mode to hold
  * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (else cuBLAS may reduce
  * in 16 bits: reported as a misuse). */
-#include "emu.h"
+#include "blas_common.h"
 
 #include <algorithm>
 #include <cblas.h>
@@ -84,92 +84,6 @@ const char *cublasGetStatusString(cublasStatus_t s)
 
 static int math_base(cublasHandle_t h) { return h->math & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; }
 static bool valid_op(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
-static int imax1(int a) { return a > 1 ? a : 1; }
-
-static float round_bits(float x, int drop)
-{
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) {   /* finite: round to nearest even */
-        uint32_t half = (1u << (drop - 1)) - 1 + ((u >> drop) & 1u);
-        u = (u + half) & ~((1u << drop) - 1);
-    }
-    std::memcpy(&x, &u, 4);
-    return x;
-}
-
-/* elements of a column-major matrix with `rows` x `cols` and leading dimension ld */
-static size_t extent(int rows, int cols, int ld)
-{
-    if (rows == 0 || cols == 0) return 0;
-    return (size_t)(cols - 1) * ld + rows;
-}
-
-static bool is16(cudaDataType t) { return t == CUDA_R_16BF || t == CUDA_R_16F; }
-static size_t elem_size(cudaDataType t) { return is16(t) ? 2 : sizeof(float); }
-
-/* n elements of type t at p, widened to float */
-static void widen(std::vector<float> &out, const void *p, cudaDataType t, size_t n)
-{
-    out.resize(n);
-    if (t == CUDA_R_16BF)
-        for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    else if (t == CUDA_R_16F)
-        for (size_t i = 0; i < n; i++) out[i] = __half2float(((const __half *)p)[i]);
-    else
-        std::memcpy(out.data(), p, n * sizeof(float));
-}
-
-/* the type combinations of the cublasGemmEx table this emulator implements */
-static bool types_supported(cudaDataType At, cudaDataType Bt, cudaDataType Ct, cublasComputeType_t ct)
-{
-    bool all32 = At == CUDA_R_32F && Bt == CUDA_R_32F && Ct == CUDA_R_32F;
-    switch (ct) {
-    case CUBLAS_COMPUTE_32F:
-    case CUBLAS_COMPUTE_32F_PEDANTIC:
-        return all32 || (At == CUDA_R_16BF && Bt == CUDA_R_16BF && (Ct == CUDA_R_16BF || Ct == CUDA_R_32F))
-            || (At == CUDA_R_16F && Bt == CUDA_R_16F && (Ct == CUDA_R_16F || Ct == CUDA_R_32F));
-    case CUBLAS_COMPUTE_32F_FAST_16BF:
-    case CUBLAS_COMPUTE_32F_FAST_TF32:
-        return all32;
-    default:
-        return false;
-    }
-}
-
-/* The bytes of one GEMM call for the cost model (cuda_emu_count_bytes):
- * each matrix is `cols` runs of `rows` elements, ld apart; distinct bytes
- * are the union of the runs (batched matrices may share memory) */
-struct Runs {
-    std::vector<std::pair<uintptr_t, uintptr_t>> v;
-    double all = 0;
-    void add(const void *p, int rows, int cols, int ld, size_t z)
-    {
-        for (int j = 0; j < cols; j++) {
-            uintptr_t a = (uintptr_t)p + (size_t)j * ld * z;
-            v.push_back({ a, a + (size_t)rows * z });
-        }
-        all += (double)rows * cols * z;
-    }
-    double distinct()
-    {
-        std::sort(v.begin(), v.end());
-        double n = 0;
-        uintptr_t end = 0;
-        for (auto &r : v) {
-            uintptr_t a = std::max(r.first, end);
-            if (r.second > a) n += (double)(r.second - a);
-            end = std::max(end, r.second);
-        }
-        return n;
-    }
-};
-
-static void check_mem(const void *p, size_t bytes, const char *fn, const char *what)
-{
-    if (bytes && !cuda_emu::is_device_range(p, bytes))
-        cuda_emu::fail("%s: matrix %s at %p (+%zu bytes) is not inside one device allocation", fn, what, p, bytes);
-}
 
 static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                                   int n, int k, const void *alpha, const void *A, cudaDataType At, int lda,

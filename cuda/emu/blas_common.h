@@ -1,0 +1,96 @@
+/* Helpers shared by the emulated BLAS libraries (cublas_emu.cc,
+ * cublaslt_emu.cc): element types, widening and rounding, matrix extents,
+ * the device-memory check and the byte counting of the cost model. */
+#pragma once
+
+#include "emu.h"
+
+#include <algorithm>
+#include <vector>
+
+static inline int imax1(int a) { return a > 1 ? a : 1; }
+
+static inline float round_bits(float x, int drop)
+{
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {   /* finite: round to nearest even */
+        uint32_t half = (1u << (drop - 1)) - 1 + ((u >> drop) & 1u);
+        u = (u + half) & ~((1u << drop) - 1);
+    }
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+/* elements of a column-major matrix with `rows` x `cols` and leading dimension ld */
+static inline size_t extent(int rows, int cols, int ld)
+{
+    if (rows == 0 || cols == 0) return 0;
+    return (size_t)(cols - 1) * ld + rows;
+}
+
+static inline bool is16(cudaDataType t) { return t == CUDA_R_16BF || t == CUDA_R_16F; }
+static inline size_t elem_size(cudaDataType t) { return is16(t) ? 2 : sizeof(float); }
+
+/* n elements of type t at p, widened to float */
+static inline void widen(std::vector<float> &out, const void *p, cudaDataType t, size_t n)
+{
+    out.resize(n);
+    if (t == CUDA_R_16BF)
+        for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    else if (t == CUDA_R_16F)
+        for (size_t i = 0; i < n; i++) out[i] = __half2float(((const __half *)p)[i]);
+    else
+        std::memcpy(out.data(), p, n * sizeof(float));
+}
+
+/* the type combinations of the cublasGemmEx table this emulator implements */
+static inline bool types_supported(cudaDataType At, cudaDataType Bt, cudaDataType Ct, cublasComputeType_t ct)
+{
+    bool all32 = At == CUDA_R_32F && Bt == CUDA_R_32F && Ct == CUDA_R_32F;
+    switch (ct) {
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+        return all32 || (At == CUDA_R_16BF && Bt == CUDA_R_16BF && (Ct == CUDA_R_16BF || Ct == CUDA_R_32F))
+            || (At == CUDA_R_16F && Bt == CUDA_R_16F && (Ct == CUDA_R_16F || Ct == CUDA_R_32F));
+    case CUBLAS_COMPUTE_32F_FAST_16BF:
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+        return all32;
+    default:
+        return false;
+    }
+}
+
+/* The bytes of one GEMM call for the cost model (cuda_emu_count_bytes):
+ * each matrix is `cols` runs of `rows` elements, ld apart; distinct bytes
+ * are the union of the runs (batched matrices may share memory) */
+struct Runs {
+    std::vector<std::pair<uintptr_t, uintptr_t>> v;
+    double all = 0;
+    void add(const void *p, int rows, int cols, int ld, size_t z)
+    {
+        for (int j = 0; j < cols; j++) {
+            uintptr_t a = (uintptr_t)p + (size_t)j * ld * z;
+            v.push_back({ a, a + (size_t)rows * z });
+        }
+        all += (double)rows * cols * z;
+    }
+    double distinct()
+    {
+        std::sort(v.begin(), v.end());
+        double n = 0;
+        uintptr_t end = 0;
+        for (auto &r : v) {
+            uintptr_t a = std::max(r.first, end);
+            if (r.second > a) n += (double)(r.second - a);
+            end = std::max(end, r.second);
+        }
+        return n;
+    }
+};
+
+static inline void check_mem(const void *p, size_t bytes, const char *fn, const char *what)
+{
+    if (bytes && !cuda_emu::is_device_range(p, bytes))
+        cuda_emu::fail("%s: matrix %s at %p (+%zu bytes) is not inside one device allocation", fn, what, p, bytes);
+}
