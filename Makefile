@@ -75,7 +75,7 @@ ifeq ($(NCCL)$(if $(wildcard $(NCCL_HOME)/include/nccl.h),y)$(if $(NCCL_LIB),y),
 NVCCFLAGS += -DHAVE_NCCL -I$(NCCL_HOME)/include
 LDLIBS   += -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -lnccl
 endif
-LDLIBS   += -lcudart -lcublas -lstdc++
+LDLIBS   += -lcudart -lcublas -lcublasLt -lstdc++
 # rebuild the CUDA object when the nvcc command changes (CUDA_ARCH, NCCL_HOME)
 NVCC_STAMP := build/cuda/nvcc-command
 $(shell mkdir -p build/cuda; echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCCFLAGS)' > $(NVCC_STAMP))
@@ -90,7 +90,7 @@ SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 SRC      := $(wildcard src/*.c)
 OBJ      := $(SRC:src/%.c=build/%.o)
 LIBOBJ   := $(filter-out build/main.o,$(OBJ)) $(CUDA_OBJ)
-EMU_SRC  := emu cublas_emu nccl_emu ops_cuda
+EMU_SRC  := emu cublas_emu cublaslt_emu nccl_emu ops_cuda
 EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
 EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
 EMU_TSAN_OBJ := $(EMU_SRC:%=build/emu-tsan/%.o)

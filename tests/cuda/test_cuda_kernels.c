@@ -16,6 +16,7 @@
 #include "ops.h"
 
 #include <cublas_v2.h>   /* the type-combination checks of test_cublas_types */
+#include <cublasLt.h>    /* the argument checks of test_cublaslt_args */
 
 Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
@@ -731,6 +732,97 @@ static void test_cublas_types(void)
     cublasDestroy(h);
 }
 
+/* one 4x4x4 cublasLtMatmul (D = op(A)^T B, the backend's form) with the
+ * arguments of case c, which differ from a valid call in one place */
+typedef struct {
+    const char *what;
+    cudaDataType a, b, c, d;
+    int lda, b_rows, null_handle, bias;
+    uint32_t epi;
+    int32_t bias_type;
+    int64_t aux_ld;
+    cublasStatus_t want;
+} LtCase;
+
+static cublasStatus_t lt_try(cublasLtHandle_t h, const LtCase *c, void *buf)
+{
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    int32_t tA = CUBLAS_OP_T;
+    void *bias = c->bias ? buf : NULL;
+    float one = 1.0f, zero = 0.0f;
+    cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c->bias_type, sizeof c->bias_type);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c->aux_ld, sizeof c->aux_ld);
+    cublasLtMatrixLayoutCreate(&la, c->a, 4, 4, c->lda);
+    cublasLtMatrixLayoutCreate(&lb, c->b, c->b_rows, 4, 8);
+    cublasLtMatrixLayoutCreate(&lc, c->c, 4, 4, 4);
+    cublasLtMatrixLayoutCreate(&ld, c->d, 4, 4, 4);
+    cublasStatus_t st = cublasLtMatmul(c->null_handle ? NULL : h, d, &one, buf, la, buf, lb, &zero, buf, lc, buf, ld,
+                                       NULL, NULL, 0, 0);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(d);
+    return st;
+}
+
+/* The emulated cuBLASLt refuses what cublasLt.h documents as invalid
+ * (emulator only: where the header is silent, e.g. an fp32 bias for a bf16
+ * D, a real library may accept more than the emulator, which holds the
+ * backend to the documented rules) */
+static void test_cublaslt_args(void)
+{
+#define R32 CUDA_R_32F
+#define BF CUDA_R_16BF
+#define EB CUBLASLT_EPILOGUE_BIAS
+    static const LtCase cases[] = {
+        { "valid, bias", R32, R32, R32, R32, 4, 4, 0, 1, EB, -1, 0, CUBLAS_STATUS_SUCCESS },
+        { "valid, relu + bias, bias type = D", BF, BF, BF, BF, 4, 4, 0, 1, CUBLASLT_EPILOGUE_RELU_BIAS, BF, 0,
+          CUBLAS_STATUS_SUCCESS },
+        { "no handle", R32, R32, R32, R32, 4, 4, 1, 1, EB, -1, 0, CUBLAS_STATUS_NOT_INITIALIZED },
+        { "lda below rows", R32, R32, R32, R32, 3, 4, 0, 1, EB, -1, 0, CUBLAS_STATUS_INVALID_VALUE },
+        { "k of A and B differ", R32, R32, R32, R32, 4, 5, 0, 1, EB, -1, 0, CUBLAS_STATUS_INVALID_VALUE },
+        { "bias epilogue without bias", R32, R32, R32, R32, 4, 4, 0, 0, EB, -1, 0, CUBLAS_STATUS_INVALID_VALUE },
+        { "fp32 bias for a bf16 D", BF, BF, BF, BF, 4, 4, 0, 1, EB, R32, 0, CUBLAS_STATUS_NOT_SUPPORTED },
+        { "relu mask ld not a multiple of 128", R32, R32, R32, R32, 4, 4, 0, 1, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, -1,
+          100, CUBLAS_STATUS_INVALID_VALUE },
+        { "A fp32 with B bf16", R32, BF, R32, R32, 4, 4, 0, 1, EB, -1, 0, CUBLAS_STATUS_NOT_SUPPORTED },
+        { "C and D of different types", BF, BF, R32, BF, 4, 4, 0, 1, EB, -1, 0, CUBLAS_STATUS_NOT_SUPPORTED },
+    };
+#undef R32
+#undef BF
+#undef EB
+    if (!cuda_emu_set_order) return;
+    cublasLtHandle_t h;
+    cublasLtCreate(&h);
+    void *buf = gpu->alloc(gpu, 4 * 64);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cublasStatus_t st = lt_try(h, &cases[i], buf);
+        checks++;
+        failures += st != cases[i].want;
+        printf("%s cublasLtMatmul %s: %s (expected %s)\n", st == cases[i].want ? "ok  " : "FAIL", cases[i].what,
+               cublasGetStatusString(st), cublasGetStatusString(cases[i].want));
+    }
+    /* an attribute of the wrong size */
+    cublasLtMatmulDesc_t d;
+    cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    int64_t e = CUBLASLT_EPILOGUE_BIAS;
+    cublasStatus_t st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+    checks++;
+    failures += st != CUBLAS_STATUS_INVALID_VALUE;
+    printf("%s cublasLtMatmulDescSetAttribute epilogue of 8 bytes: %s\n", st == CUBLAS_STATUS_INVALID_VALUE ? "ok  " : "FAIL",
+           cublasGetStatusString(st));
+    cublasLtMatmulDescDestroy(d);
+    gpu->sync(gpu);
+    gpu->free(gpu, buf);
+    cublasLtDestroy(h);
+}
+
 /* what only fp16 needs: stores past 65504 become inf (no saturation that
  * would hide an overflow from the loss scaler), masked attention logits
  * are never read (huge values there change nothing), and any_nonfinite
@@ -879,6 +971,7 @@ int main(void)
     test_gemm_lowp("tf32", 3e-3, 3e-3);
     test_gemm_lowp("bf16", 2e-2, 2e-2);
     test_cublas_types();
+    test_cublaslt_args();
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
         set_order(orders[o]);

@@ -1,0 +1,280 @@
+/* cuBLASLt for the CUDA emulator: the calls the backend uses (cuda/gemm.cuh
+ * linear_bias), compiled against the real cublasLt.h, computed with
+ * OpenBLAS through the helpers cublas_emu.cc uses (blas_common.h).
+ *
+ * Semantics (cublasLt.h, cublasLtMatmul and cublasLtEpilogue_t):
+ *   D = epilogue(alpha * op(A) op(B) + beta * C), column-major, m x n with
+ *   m, n the rows and columns of D's layout; CUBLASLT_EPILOGUE_BIAS adds a
+ *   packed vector of m elements to every column "before applying final
+ *   postprocessing", RELU_BIAS then takes max(x, 0).  The bias vector has
+ *   D's element type unless CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE names
+ *   another; for the real-type kernels here the header allows only Dtype
+ *   (the exceptions are IMMA and fp8 kernels), so any other type is
+ *   NOT_SUPPORTED.  The emulator adds the widened bias in fp32 to the fp32
+ *   accumulator and rounds once to D's type, as the epilogue runs on the
+ *   accumulator before the store.
+ * Argument checks: a null handle is NOT_INITIALIZED; null descriptors or
+ * scalars, shapes that do not chain (op(A) m x k, op(B) k x n, C and D
+ * m x n), a leading dimension below the rows of its layout, a bias epilogue
+ * without a bias pointer, a ReLU bit-mask (aux) ld that is not a multiple
+ * of 128 or below m, and attribute buffers of the wrong size are
+ * INVALID_VALUE; type combinations outside the cublasGemmEx table
+ * (types_supported), C and D of different types, a scale type other than
+ * CUDA_R_32F and the epilogues not implemented here (aux outputs, DRELU,
+ * GELU, BGRAD) are NOT_SUPPORTED.  A 16-bit D needs a preference that
+ * excludes CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE (split-K partials reduced
+ * in 16 bits), else the heuristic query is reported as a misuse, as
+ * cublas_emu.cc does for the handle's math mode. */
+#include "blas_common.h"
+
+#include <cblas.h>
+#include <cublasLt.h>
+
+struct cublasLtContext {
+    int unused;
+};
+
+namespace {
+struct Layout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct Desc {
+    cublasComputeType_t ct;
+    cudaDataType_t scale;
+    int32_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = nullptr;
+    int32_t bias_type = -1;
+    int64_t aux_ld = 0;
+};
+struct Pref {
+    uint64_t workspace = 0;
+    uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_MASK;
+};
+const uint64_t ALGO_TAG = 0x4c74456d75ull;   /* "LtEmu": an algo this emulator returned */
+
+Layout *L(cublasLtMatrixLayout_t p) { return reinterpret_cast<Layout *>(p); }
+Desc *D(cublasLtMatmulDesc_t p) { return reinterpret_cast<Desc *>(p); }
+Pref *P(cublasLtMatmulPreference_t p) { return reinterpret_cast<Pref *>(p); }
+
+/* copy an attribute of exactly sizeof(T) bytes (cublasLt.h: INVALID_VALUE
+ * when buf is NULL or sizeInBytes does not match the attribute's storage) */
+template <class T> cublasStatus_t set(T &dst, const void *buf, size_t n)
+{
+    if (!buf || n != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&dst, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+bool has_bias(uint32_t e) { return (e & CUBLASLT_EPILOGUE_BIAS) != 0; }
+bool has_aux(uint32_t e) { return (e & 128) != 0; }   /* RELU_AUX, RELU_AUX_BIAS, DRELU (cublasLt.h) */
+} // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    *h = new cublasLtContext{ 0 };
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *m, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld)
+{
+    if (!m) return CUBLAS_STATUS_INVALID_VALUE;
+    *m = reinterpret_cast<cublasLtMatrixLayout_t>(new Layout{ type, rows, cols, ld });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t m)
+{
+    delete L(m);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t scale)
+{
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    Desc *x = new Desc;
+    x->ct = ct;
+    x->scale = scale;
+    *d = reinterpret_cast<cublasLtMatmulDesc_t>(x);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+    delete D(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t n)
+{
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    Desc *x = D(d);
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return set(x->ta, buf, n);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return set(x->tb, buf, n);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(x->epi, buf, n);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(x->bias, buf, n);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(x->bias_type, buf, n);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(x->aux_ld, buf, n);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;   /* not implemented by the emulator */
+    }
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    *p = reinterpret_cast<cublasLtMatmulPreference_t>(new Pref);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    delete P(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf, size_t n)
+{
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return set(P(p)->workspace, buf, n);
+    if (a == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) return set(P(p)->reduction, buf, n);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+/* the checks of the file comment, shared by the heuristic query and the matmul */
+static cublasStatus_t check(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasLtMatrixLayout_t a,
+                            cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!dd || !a || !b || !c || !d) return CUBLAS_STATUS_INVALID_VALUE;
+    const Desc &x = *D(dd);
+    const Layout &A = *L(a), &B = *L(b), &C = *L(c), &Dl = *L(d);
+    bool op_ok = (x.ta == CUBLAS_OP_N || x.ta == CUBLAS_OP_T) && (x.tb == CUBLAS_OP_N || x.tb == CUBLAS_OP_T);
+    if (!op_ok) return CUBLAS_STATUS_INVALID_VALUE;
+    uint64_t m = Dl.rows, n = Dl.cols, k = x.ta == CUBLAS_OP_N ? A.cols : A.rows;
+    uint64_t am = x.ta == CUBLAS_OP_N ? A.rows : A.cols;
+    uint64_t bk = x.tb == CUBLAS_OP_N ? B.rows : B.cols, bn = x.tb == CUBLAS_OP_N ? B.cols : B.rows;
+    if (am != m || bk != k || bn != n || C.rows != m || C.cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    for (const Layout *l : { &A, &B, &C, &Dl })
+        if (l->ld < (int64_t)std::max<uint64_t>(l->rows, 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (has_bias(x.epi) && !x.bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (has_aux(x.epi) && (x.aux_ld % 128 != 0 || x.aux_ld < (int64_t)m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!types_supported(A.type, B.type, Dl.type, x.ct) || C.type != Dl.type || x.scale != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (has_bias(x.epi) && x.bias_type != -1 && x.bias_type != (int32_t)Dl.type) return CUBLAS_STATUS_NOT_SUPPORTED;
+    uint32_t e = x.epi;
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_RELU && e != CUBLASLT_EPILOGUE_BIAS
+        && e != CUBLASLT_EPILOGUE_RELU_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref,
+                                              int requested, cublasLtMatmulHeuristicResult_t results[], int *count)
+{
+    if (!pref || requested <= 0 || !results || !count) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t s = check(h, dd, a, b, c, d);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    if (is16(L(d)->type) && (P(pref)->reduction & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE))
+        cuda_emu::fail("cublasLtMatmulAlgoGetHeuristic: 16-bit D with a preference that allows "
+                       "CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: split-K partials may be reduced in 16 bits");
+    std::memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = ALGO_TAG;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *count = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* the bytes of one matmul for the cost model: A, B, C when beta != 0 and
+ * the bias vector read, D written */
+static void count(const Desc &x, const Layout &A, const void *a, const Layout &B, const void *b, const Layout &C,
+                  const void *c, bool read_c, const Layout &Dl, void *d)
+{
+    Runs reads, writes;
+    reads.add(a, (int)A.rows, (int)A.cols, (int)A.ld, elem_size(A.type));
+    reads.add(b, (int)B.rows, (int)B.cols, (int)B.ld, elem_size(B.type));
+    if (read_c) reads.add(c, (int)C.rows, (int)C.cols, (int)C.ld, elem_size(C.type));
+    if (has_bias(x.epi)) reads.add(x.bias, (int)Dl.rows, 1, (int)Dl.rows, elem_size(Dl.type));
+    writes.add(d, (int)Dl.rows, (int)Dl.cols, (int)Dl.ld, elem_size(Dl.type));
+    cuda_emu::report("cublasLtMatmul", reads.distinct(), writes.distinct(), reads.all, writes.all);
+}
+
+/* D = epilogue(acc) in fp32 on the accumulator, rounded once into D's type */
+static void epilogue_store(const Desc &x, const Layout &Dl, std::vector<float> &acc, void *d)
+{
+    std::vector<float> bias;
+    if (has_bias(x.epi)) widen(bias, x.bias, Dl.type, Dl.rows);
+    bool relu = (x.epi & CUBLASLT_EPILOGUE_RELU) != 0;
+    for (uint64_t j = 0; j < Dl.cols; j++)
+        for (uint64_t r = 0; r < Dl.rows; r++) {
+            size_t i = j * (size_t)Dl.ld + r;
+            float v = acc[i] + (bias.empty() ? 0.0f : bias[r]);
+            if (relu) v = v > 0.0f ? v : 0.0f;
+            if (Dl.type == CUDA_R_16BF) ((__nv_bfloat16 *)d)[i] = __float2bfloat16_rn(v);
+            else if (Dl.type == CUDA_R_16F) ((__half *)d)[i] = __float2half_rn(v);
+            else ((float *)d)[i] = v;
+        }
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const void *alpha, const void *a,
+                              cublasLtMatrixLayout_t ad, const void *b, cublasLtMatrixLayout_t bd, const void *beta,
+                              const void *c, cublasLtMatrixLayout_t cd, void *d, cublasLtMatrixLayout_t ddl,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws_bytes, cudaStream_t stream)
+{
+    (void)workspace, (void)ws_bytes, (void)stream;
+    cublasStatus_t s = check(h, dd, ad, bd, cd, ddl);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    if (!alpha || !beta || (algo && algo->data[0] != ALGO_TAG)) return CUBLAS_STATUS_INVALID_VALUE;
+    const Desc &x = *D(dd);
+    const Layout &A = *L(ad), &B = *L(bd), &C = *L(cd), &Dl = *L(ddl);
+    int m = (int)Dl.rows, n = (int)Dl.cols, k = (int)(x.ta == CUBLAS_OP_N ? A.cols : A.rows);
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    const char *fn = "cublasLtMatmul";
+    size_t eA = extent((int)A.rows, (int)A.cols, (int)A.ld), eB = extent((int)B.rows, (int)B.cols, (int)B.ld);
+    size_t eD = extent(m, n, (int)Dl.ld);
+    if (cuda_emu::dry_run) {
+        cuda_emu::report(fn, 0, 0, 0, 0);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    check_mem(a, eA * elem_size(A.type), fn, "A");
+    check_mem(b, eB * elem_size(B.type), fn, "B");
+    check_mem(c, extent(m, n, (int)C.ld) * elem_size(C.type), fn, "C");
+    check_mem(d, eD * elem_size(Dl.type), fn, "D");
+    if (has_bias(x.epi)) check_mem(x.bias, (size_t)m * elem_size(Dl.type), fn, "bias");
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
+    std::vector<float> acc(eD, 0.0f), ra, rb, rc;
+    if (be != 0.0f) {
+        widen(rc, c, C.type, extent(m, n, (int)C.ld));
+        for (int j = 0; j < n; j++)
+            for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
+    }
+    int drop = x.ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : x.ct == CUBLAS_COMPUTE_32F_FAST_TF32 ? 13 : 0;
+    widen(ra, a, A.type, eA);
+    widen(rb, b, B.type, eB);
+    for (float &v : ra) v = drop ? round_bits(v, drop) : v;
+    for (float &v : rb) v = drop ? round_bits(v, drop) : v;
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, x.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    x.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, ra.data(), (int)A.ld, rb.data(),
+                    (int)B.ld, 1.0f, acc.data(), (int)Dl.ld);
+    epilogue_store(x, Dl, acc, d);
+    if (cuda_emu::counting) count(x, A, a, B, b, C, c, be != 0.0f, Dl, d);
+    return CUBLAS_STATUS_SUCCESS;
+}
