@@ -44,25 +44,28 @@ struct GemmOps {
     cublasComputeType_t ct;
 };
 
+/* n elements of x as a narrow operand: itself, the weights' shadow, or
+ * converted into scratch slot k */
+static Act as_narrow(Backend *be, Act x, long n, DType narrow, int k)
+{
+    CudaImpl *I = IMPL(be);
+    if (x.dtype == narrow) return x;
+    const float *p = (const float *)x.data;
+    if (I->shadow && narrow == I->act_dtype && p >= I->params && p + n <= I->params + I->n_params)
+        return shadow_of(be, p);
+    Act s = { gemm_scratch(be, k, n * dtype_size(narrow) + 2), narrow };
+    convert(be, s, x, n);
+    return s;
+}
+
 static GemmOps gemm_ops(Backend *be, Act A, long nA, Act B, long nB, Act C, long nC, float beta)
 {
     CudaImpl *I = IMPL(be);
     GemmOps g = { A, B, C, act_none(), 0, I->compute };
     if (A.dtype != DT_F32 || B.dtype != DT_F32) {
         DType narrow = act_type("gemm", { A.dtype != DT_F32 ? A : act_none(), B.dtype != DT_F32 ? B : act_none() });
-        Act *t[2] = { &g.a, &g.b };
-        long n[2] = { nA, nB };
-        for (int k = 0; k < 2; k++) {
-            if (t[k]->dtype == narrow) continue;
-            const float *p = (const float *)t[k]->data;
-            if (I->shadow && narrow == I->act_dtype && p >= I->params && p + n[k] <= I->params + I->n_params) {
-                *t[k] = shadow_of(be, p);
-            } else {
-                Act s = { gemm_scratch(be, k, n[k] * dtype_size(narrow) + 2), narrow };
-                convert(be, s, *t[k], n[k]);
-                *t[k] = s;
-            }
-        }
+        g.a = as_narrow(be, A, nA, narrow, 0);
+        g.b = as_narrow(be, B, nB, narrow, 1);
         g.ct = CUBLAS_COMPUTE_32F;
     } else if (C.dtype != DT_F32) {
         Act s = { gemm_scratch(be, 2, nC * sizeof(float) + 4), DT_F32 };
