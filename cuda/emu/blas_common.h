@@ -8,6 +8,21 @@
 #include <algorithm>
 #include <vector>
 
+/* the Create and Destroy of an emulated library's handle */
+template <class T> cublasStatus_t handle_create(T **h, const T &init)
+{
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    *h = new T(init);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+template <class T> cublasStatus_t handle_destroy(T *h)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 static inline int imax1(int a) { return a > 1 ? a : 1; }
 
 static inline float round_bits(float x, int drop)

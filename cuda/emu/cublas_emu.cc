@@ -41,17 +41,9 @@ struct cublasContext {
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
 {
-    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
-    *h = new cublasContext{ nullptr, CUBLAS_DEFAULT_MATH };
-    return CUBLAS_STATUS_SUCCESS;
+    return handle_create(h, cublasContext{ nullptr, CUBLAS_DEFAULT_MATH });
 }
-
-cublasStatus_t cublasDestroy_v2(cublasHandle_t h)
-{
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    delete h;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { return handle_destroy(h); }
 
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s)
 {

@@ -13,18 +13,23 @@
  *   NOT_SUPPORTED.  The emulator adds the widened bias in fp32 to the fp32
  *   accumulator and rounds once to D's type, as the epilogue runs on the
  *   accumulator before the store.
+ * RELU_AUX(_BIAS) also write the ReLU bit-mask (aux: a bit per element of
+ * D, set where the value before the ReLU is > 0, ld in bits); DRELU keeps
+ * the product where the mask bit is set and writes 0 elsewhere.
  * Argument checks: a null handle is NOT_INITIALIZED; null descriptors or
  * scalars, shapes that do not chain (op(A) m x k, op(B) k x n, C and D
  * m x n), a leading dimension below the rows of its layout, a bias epilogue
- * without a bias pointer, a ReLU bit-mask (aux) ld that is not a multiple
- * of 128 or below m, and attribute buffers of the wrong size are
- * INVALID_VALUE; type combinations outside the cublasGemmEx table
- * (types_supported), C and D of different types, a scale type other than
- * CUDA_R_32F and the epilogues not implemented here (aux outputs, DRELU,
- * GELU, BGRAD) are NOT_SUPPORTED.  A 16-bit D needs a preference that
- * excludes CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE (split-K partials reduced
- * in 16 bits), else the heuristic query is reported as a misuse, as
- * cublas_emu.cc does for the handle's math mode. */
+ * without a bias pointer, an aux epilogue without a mask or with a mask ld
+ * that is not a multiple of 128 or below m, and attribute buffers of the
+ * wrong size are INVALID_VALUE; type combinations outside the cublasGemmEx
+ * table (types_supported), C and D of different types, a scale type other
+ * than CUDA_R_32F and the epilogues not implemented here (GELU, BGRAD) are
+ * NOT_SUPPORTED.  A 16-bit D needs a preference that excludes
+ * CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE (split-K partials reduced in 16
+ * bits), else the heuristic query is reported as a misuse, as
+ * cublas_emu.cc does for the handle's math mode; so is a matmul whose
+ * operands are less aligned than the preference told the heuristic (256
+ * bytes by default), which a GPU may fail on. */
 #include "blas_common.h"
 
 #include <cblas.h>
@@ -47,11 +52,13 @@ struct Desc {
     uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     const void *bias = nullptr;
     int32_t bias_type = -1;
+    void *aux = nullptr;
     int64_t aux_ld = 0;
 };
 struct Pref {
     uint64_t workspace = 0;
     uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_MASK;
+    uint32_t align[4] = { 256, 256, 256, 256 };   /* A, B, C, D: the header's default */
 };
 const uint64_t ALGO_TAG = 0x4c74456d75ull;   /* "LtEmu": an algo this emulator returned */
 
@@ -70,21 +77,11 @@ template <class T> cublasStatus_t set(T &dst, const void *buf, size_t n)
 
 bool has_bias(uint32_t e) { return (e & CUBLASLT_EPILOGUE_BIAS) != 0; }
 bool has_aux(uint32_t e) { return (e & 128) != 0; }   /* RELU_AUX, RELU_AUX_BIAS, DRELU (cublasLt.h) */
+bool is_drelu(uint32_t e) { return e == CUBLASLT_EPILOGUE_DRELU; }
 } // namespace
 
-cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
-{
-    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
-    *h = new cublasLtContext{ 0 };
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
-{
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    delete h;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { return handle_create(h, cublasLtContext{ 0 }); }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { return handle_destroy(h); }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *m, cudaDataType type, uint64_t rows, uint64_t cols,
                                           int64_t ld)
@@ -127,6 +124,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(x->epi, buf, n);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(x->bias, buf, n);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(x->bias_type, buf, n);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(x->aux, buf, n);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(x->aux_ld, buf, n);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;   /* not implemented by the emulator */
     }
@@ -151,6 +149,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     if (!p) return CUBLAS_STATUS_INVALID_VALUE;
     if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return set(P(p)->workspace, buf, n);
     if (a == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) return set(P(p)->reduction, buf, n);
+    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return set(P(p)->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, n);
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
@@ -171,13 +171,14 @@ static cublasStatus_t check(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasL
     for (const Layout *l : { &A, &B, &C, &Dl })
         if (l->ld < (int64_t)std::max<uint64_t>(l->rows, 1)) return CUBLAS_STATUS_INVALID_VALUE;
     if (has_bias(x.epi) && !x.bias) return CUBLAS_STATUS_INVALID_VALUE;
-    if (has_aux(x.epi) && (x.aux_ld % 128 != 0 || x.aux_ld < (int64_t)m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (has_aux(x.epi) && (!x.aux || x.aux_ld % 128 != 0 || x.aux_ld < (int64_t)m)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!types_supported(A.type, B.type, Dl.type, x.ct) || C.type != Dl.type || x.scale != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (has_bias(x.epi) && x.bias_type != -1 && x.bias_type != (int32_t)Dl.type) return CUBLAS_STATUS_NOT_SUPPORTED;
     uint32_t e = x.epi;
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_RELU && e != CUBLASLT_EPILOGUE_BIAS
-        && e != CUBLASLT_EPILOGUE_RELU_BIAS)
+        && e != CUBLASLT_EPILOGUE_RELU_BIAS && e != CUBLASLT_EPILOGUE_RELU_AUX && e != CUBLASLT_EPILOGUE_RELU_AUX_BIAS
+        && e != CUBLASLT_EPILOGUE_DRELU)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -194,15 +195,24 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         cuda_emu::fail("cublasLtMatmulAlgoGetHeuristic: 16-bit D with a preference that allows "
                        "CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: split-K partials may be reduced in 16 bits");
     std::memset(&results[0], 0, sizeof results[0]);
+    /* the algorithm may assume the preference's alignments (cublasLt.h:
+     * "exclude algorithms that can not work with matrix A that is not as
+     * strictly aligned as they need"): cublasLtMatmul checks them */
     results[0].algo.data[0] = ALGO_TAG;
+    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = P(pref)->align[i];
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     *count = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* the bytes of one matmul for the cost model: A, B, C when beta != 0 and
- * the bias vector read, D written */
+/* bytes of one column of the ReLU bit-mask and the mask's ld in bytes:
+ * bit r of column j is bit (r + j * aux_ld) of the buffer (the layout is
+ * cuBLASLt's own business: only its DRELU reads what RELU_AUX wrote) */
+static size_t mask_col_bytes(uint64_t m) { return (size_t)((m + 7) / 8); }
+
+/* the bytes of one matmul for the cost model: A, B, C when beta != 0, the
+ * bias vector and a DRELU's mask read; D and a RELU_AUX's mask written */
 static void count(const Desc &x, const Layout &A, const void *a, const Layout &B, const void *b, const Layout &C,
                   const void *c, bool read_c, const Layout &Dl, void *d)
 {
@@ -211,25 +221,59 @@ static void count(const Desc &x, const Layout &A, const void *a, const Layout &B
     reads.add(b, (int)B.rows, (int)B.cols, (int)B.ld, elem_size(B.type));
     if (read_c) reads.add(c, (int)C.rows, (int)C.cols, (int)C.ld, elem_size(C.type));
     if (has_bias(x.epi)) reads.add(x.bias, (int)Dl.rows, 1, (int)Dl.rows, elem_size(Dl.type));
+    if (has_aux(x.epi)) {
+        Runs &r = is_drelu(x.epi) ? reads : writes;
+        r.add(x.aux, (int)mask_col_bytes(Dl.rows), (int)Dl.cols, (int)(x.aux_ld / 8), 1);
+    }
     writes.add(d, (int)Dl.rows, (int)Dl.cols, (int)Dl.ld, elem_size(Dl.type));
     cuda_emu::report("cublasLtMatmul", reads.distinct(), writes.distinct(), reads.all, writes.all);
 }
 
-/* D = epilogue(acc) in fp32 on the accumulator, rounded once into D's type */
+/* D = epilogue(acc) in fp32 on the accumulator, rounded once into D's
+ * type: + bias, then ReLU (its mask: where the biased value is > 0), or
+ * DRELU: acc kept where the forward's mask bit is set, else 0 */
 static void epilogue_store(const Desc &x, const Layout &Dl, std::vector<float> &acc, void *d)
 {
     std::vector<float> bias;
     if (has_bias(x.epi)) widen(bias, x.bias, Dl.type, Dl.rows);
-    bool relu = (x.epi & CUBLASLT_EPILOGUE_RELU) != 0;
+    bool relu = (x.epi & CUBLASLT_EPILOGUE_RELU) != 0, aux = has_aux(x.epi), drelu = is_drelu(x.epi);
+    uint8_t *mask = (uint8_t *)x.aux;
     for (uint64_t j = 0; j < Dl.cols; j++)
         for (uint64_t r = 0; r < Dl.rows; r++) {
-            size_t i = j * (size_t)Dl.ld + r;
+            size_t i = j * (size_t)Dl.ld + r, bit = j * (size_t)x.aux_ld + r;
             float v = acc[i] + (bias.empty() ? 0.0f : bias[r]);
+            if (drelu) v = (mask[bit / 8] >> (bit % 8)) & 1 ? v : 0.0f;
+            if (relu && aux) mask[bit / 8] = (uint8_t)((mask[bit / 8] & ~(1u << (bit % 8))) | (v > 0.0f) << (bit % 8));
             if (relu) v = v > 0.0f ? v : 0.0f;
             if (Dl.type == CUDA_R_16BF) ((__nv_bfloat16 *)d)[i] = __float2bfloat16_rn(v);
             else if (Dl.type == CUDA_R_16F) ((__half *)d)[i] = __float2half_rn(v);
             else ((float *)d)[i] = v;
         }
+}
+
+/* the alignments the algorithm was chosen for (cublasLtMatmulAlgoGetHeuristic) */
+static void check_alignment(const cublasLtMatmulAlgo_t *algo, const void *const p[4])
+{
+    static const char name[] = "ABCD";
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)p[i] % algo->data[1 + i])
+            cuda_emu::fail("cublasLtMatmul: matrix %c at %p is not aligned to the %llu bytes its algorithm was chosen "
+                           "for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES): cuBLASLt may fail or compute garbage",
+                           name[i], p[i], (unsigned long long)algo->data[1 + i], name[i]);
+}
+
+/* every operand inside one device allocation */
+static void check_operands(const Desc &x, const Layout &A, const void *a, const Layout &B, const void *b,
+                           const Layout &C, const void *c, const Layout &Dl, void *d)
+{
+    const char *fn = "cublasLtMatmul";
+    check_mem(a, extent((int)A.rows, (int)A.cols, (int)A.ld) * elem_size(A.type), fn, "A");
+    check_mem(b, extent((int)B.rows, (int)B.cols, (int)B.ld) * elem_size(B.type), fn, "B");
+    check_mem(c, extent((int)C.rows, (int)C.cols, (int)C.ld) * elem_size(C.type), fn, "C");
+    check_mem(d, extent((int)Dl.rows, (int)Dl.cols, (int)Dl.ld) * elem_size(Dl.type), fn, "D");
+    if (has_bias(x.epi)) check_mem(x.bias, (size_t)Dl.rows * elem_size(Dl.type), fn, "bias");
+    size_t mask = extent((int)mask_col_bytes(Dl.rows), (int)Dl.cols, (int)(x.aux_ld / 8));
+    if (has_aux(x.epi)) check_mem(x.aux, mask, fn, "ReLU mask (aux)");
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const void *alpha, const void *a,
@@ -245,29 +289,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     const Layout &A = *L(ad), &B = *L(bd), &C = *L(cd), &Dl = *L(ddl);
     int m = (int)Dl.rows, n = (int)Dl.cols, k = (int)(x.ta == CUBLAS_OP_N ? A.cols : A.rows);
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    const char *fn = "cublasLtMatmul";
-    size_t eA = extent((int)A.rows, (int)A.cols, (int)A.ld), eB = extent((int)B.rows, (int)B.cols, (int)B.ld);
-    size_t eD = extent(m, n, (int)Dl.ld);
     if (cuda_emu::dry_run) {
-        cuda_emu::report(fn, 0, 0, 0, 0);
+        cuda_emu::report("cublasLtMatmul", 0, 0, 0, 0);
         return CUBLAS_STATUS_SUCCESS;
     }
-    check_mem(a, eA * elem_size(A.type), fn, "A");
-    check_mem(b, eB * elem_size(B.type), fn, "B");
-    check_mem(c, extent(m, n, (int)C.ld) * elem_size(C.type), fn, "C");
-    check_mem(d, eD * elem_size(Dl.type), fn, "D");
-    if (has_bias(x.epi)) check_mem(x.bias, (size_t)m * elem_size(Dl.type), fn, "bias");
+    const void *ptrs[4] = { a, b, c, d };
+    if (algo) check_alignment(algo, ptrs);
+    check_operands(x, A, a, B, b, C, c, Dl, d);
     float al = *(const float *)alpha, be = *(const float *)beta;
     /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
-    std::vector<float> acc(eD, 0.0f), ra, rb, rc;
+    std::vector<float> acc(extent(m, n, (int)Dl.ld), 0.0f), ra, rb, rc;
     if (be != 0.0f) {
         widen(rc, c, C.type, extent(m, n, (int)C.ld));
         for (int j = 0; j < n; j++)
             for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
     }
     int drop = x.ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : x.ct == CUBLAS_COMPUTE_32F_FAST_TF32 ? 13 : 0;
-    widen(ra, a, A.type, eA);
-    widen(rb, b, B.type, eB);
+    widen(ra, a, A.type, extent((int)A.rows, (int)A.cols, (int)A.ld));
+    widen(rb, b, B.type, extent((int)B.rows, (int)B.cols, (int)B.ld));
     for (float &v : ra) v = drop ? round_bits(v, drop) : v;
     for (float &v : rb) v = drop ? round_bits(v, drop) : v;
     if (k > 0)

@@ -744,7 +744,7 @@ typedef struct {
     cublasStatus_t want;
 } LtCase;
 
-static cublasStatus_t lt_try(cublasLtHandle_t h, const LtCase *c, void *buf)
+static cublasStatus_t lt_try(cublasLtHandle_t h, const LtCase *c, void *buf, void *aux)
 {
     cublasLtMatmulDesc_t d;
     cublasLtMatrixLayout_t la, lb, lc, ld;
@@ -757,6 +757,7 @@ static cublasStatus_t lt_try(cublasLtHandle_t h, const LtCase *c, void *buf)
     cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c->bias_type, sizeof c->bias_type);
     cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c->aux_ld, sizeof c->aux_ld);
+    if (c->aux_ld) cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     cublasLtMatrixLayoutCreate(&la, c->a, 4, 4, c->lda);
     cublasLtMatrixLayoutCreate(&lb, c->b, c->b_rows, 4, 8);
     cublasLtMatrixLayoutCreate(&lc, c->c, 4, 4, 4);
@@ -789,8 +790,16 @@ static void test_cublaslt_args(void)
         { "k of A and B differ", R32, R32, R32, R32, 4, 5, 0, 1, EB, -1, 0, CUBLAS_STATUS_INVALID_VALUE },
         { "bias epilogue without bias", R32, R32, R32, R32, 4, 4, 0, 0, EB, -1, 0, CUBLAS_STATUS_INVALID_VALUE },
         { "fp32 bias for a bf16 D", BF, BF, BF, BF, 4, 4, 0, 1, EB, R32, 0, CUBLAS_STATUS_NOT_SUPPORTED },
+        { "valid, relu + bias + mask", R32, R32, R32, R32, 4, 4, 0, 1, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, -1, 128,
+          CUBLAS_STATUS_SUCCESS },
+        { "valid, drelu from the mask", R32, R32, R32, R32, 4, 4, 0, 0, CUBLASLT_EPILOGUE_DRELU, -1, 128,
+          CUBLAS_STATUS_SUCCESS },
         { "relu mask ld not a multiple of 128", R32, R32, R32, R32, 4, 4, 0, 1, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, -1,
           100, CUBLAS_STATUS_INVALID_VALUE },
+        { "drelu without a mask", R32, R32, R32, R32, 4, 4, 0, 0, CUBLASLT_EPILOGUE_DRELU, -1, 0,
+          CUBLAS_STATUS_INVALID_VALUE },
+        { "drelu with bias gradient (not emulated)", R32, R32, R32, R32, 4, 4, 0, 1, CUBLASLT_EPILOGUE_DRELU_BGRAD, -1,
+          128, CUBLAS_STATUS_NOT_SUPPORTED },
         { "A fp32 with B bf16", R32, BF, R32, R32, 4, 4, 0, 1, EB, -1, 0, CUBLAS_STATUS_NOT_SUPPORTED },
         { "C and D of different types", BF, BF, R32, BF, 4, 4, 0, 1, EB, -1, 0, CUBLAS_STATUS_NOT_SUPPORTED },
     };
@@ -800,9 +809,9 @@ static void test_cublaslt_args(void)
     if (!cuda_emu_set_order) return;
     cublasLtHandle_t h;
     cublasLtCreate(&h);
-    void *buf = gpu->alloc(gpu, 4 * 64);
+    void *buf = gpu->alloc(gpu, 4 * 64), *aux = gpu->alloc(gpu, 4 * 128 / 8);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        cublasStatus_t st = lt_try(h, &cases[i], buf);
+        cublasStatus_t st = lt_try(h, &cases[i], buf, aux);
         checks++;
         failures += st != cases[i].want;
         printf("%s cublasLtMatmul %s: %s (expected %s)\n", st == cases[i].want ? "ok  " : "FAIL", cases[i].what,
@@ -815,11 +824,12 @@ static void test_cublaslt_args(void)
     cublasStatus_t st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
     checks++;
     failures += st != CUBLAS_STATUS_INVALID_VALUE;
-    printf("%s cublasLtMatmulDescSetAttribute epilogue of 8 bytes: %s\n", st == CUBLAS_STATUS_INVALID_VALUE ? "ok  " : "FAIL",
-           cublasGetStatusString(st));
+    printf("%s cublasLtMatmulDescSetAttribute epilogue of 8 bytes: %s\n",
+           st == CUBLAS_STATUS_INVALID_VALUE ? "ok  " : "FAIL", cublasGetStatusString(st));
     cublasLtMatmulDescDestroy(d);
     gpu->sync(gpu);
     gpu->free(gpu, buf);
+    gpu->free(gpu, aux);
     cublasLtDestroy(h);
 }
 
