@@ -5,6 +5,8 @@
 
 #include "cuda_compat.h"
 
+#include <cublasLt.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,8 +96,13 @@ struct CudaImpl {
     size_t n_params;
     void *shadow;                        /* act_dtype copy of params for GEMM inputs */
     bool shadow_stale;
-    void *gscratch[3];                   /* GEMM operand conversions: A, B, C */
-    size_t gscratch_cap[3];
+    /* GEMM operand conversions: A, B, C, and a bias vector or the cuBLASLt
+     * workspace (GS_BIAS, GS_LT_WS, gemm.cuh) */
+    void *gscratch[5];
+    size_t gscratch_cap[5];
+    /* cuBLASLt for the GEMMs with a fused bias / ReLU epilogue (gemm.cuh) */
+    cublasLtHandle_t lt;
+    cublasLtMatmulPreference_t lt_pref;
     int *flag;                           /* any_nonfinite's result on the device */
 };
 

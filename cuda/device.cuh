@@ -20,8 +20,10 @@ static void cuda_destroy(Backend *be)
     }
     if (I->shadow) cudaFree(I->shadow);
     if (I->flag) cudaFree(I->flag);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 5; k++)
         if (I->gscratch[k]) cudaFree(I->gscratch[k]);
+    cublasLtMatmulPreferenceDestroy(I->lt_pref);
+    cublasLtDestroy(I->lt);
     /* activation buffers the caller did not free */
     for (const auto &a : I->act_size) cudaFree(a.first);
     if (I->comm_stream) {
@@ -176,6 +178,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
      * a bf16 output's type: bf16 GEMMs accumulate in fp32 throughout */
     CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
                                                   | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    lt_create(I);
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
     be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : prec == PREC_FP16 ? "cuda-fp16" : "cuda";
@@ -198,6 +201,9 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->gemm = cuda_gemm;
     be->gemm_batched = cuda_gemm_batched;
     be->bias_forward = cuda_bias_forward;
+    be->relu_mask_bytes = cuda_relu_mask_bytes;
+    be->linear_bias_forward = cuda_linear_bias_forward;
+    be->linear_relu_backward = cuda_linear_relu_backward;
     be->bias_backward = cuda_bias_backward;
     be->softmax_forward = cuda_softmax_forward;
     be->softmax_backward = cuda_softmax_backward;

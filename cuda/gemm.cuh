@@ -83,18 +83,20 @@ static void gemm_done(Backend *be, const GemmOps &g)
 }
 
 /* a GEMM's cost: A, B (and C when beta != 0) read once, C written once,
- * 2 M N K FLOPs per matrix on the tensor cores of the precision (none for
- * precision=fp32, which is IEEE sgemm on the CUDA cores) */
+ * plus what a cuBLASLt epilogue reads (bias, ReLU mask) and writes (the
+ * mask); 2 M N K FLOPs per matrix on the tensor cores of the precision
+ * (none for precision=fp32, which is IEEE sgemm on the CUDA cores) */
 static void declare_gemm(CudaImpl *I, const char *op, const char *call, int M, int N, int K, long batch,
-                         const GemmOps &g, float beta)
+                         const GemmOps &g, float beta, double extra_rd = 0, double extra_wr = 0)
 {
     if (!cost_on) return;
     double mats = (double)batch, mk = (double)M * K, kn = (double)K * N, mn = (double)M * N;
-    double rd = mats * (mk * dtype_size(g.a.dtype) + kn * dtype_size(g.b.dtype));
+    double rd = mats * (mk * dtype_size(g.a.dtype) + kn * dtype_size(g.b.dtype)) + extra_rd;
     if (beta != 0.0f) rd += mats * mn * dtype_size(g.c.dtype);
     double fl = 2.0 * mats * mn * K;
     TensorCore tc = I->precision == PREC_FP32 ? TC_NONE : I->precision == PREC_TF32 ? TC_TF32 : TC_16BIT;
-    declare(op, call, COST_GEMM, rd, mats * mn * dtype_size(g.c.dtype), tc == TC_NONE ? 0 : fl, tc == TC_NONE ? fl : 0, tc);
+    double wr = mats * mn * dtype_size(g.c.dtype) + extra_wr;
+    declare(op, call, COST_GEMM, rd, wr, tc == TC_NONE ? 0 : fl, tc == TC_NONE ? fl : 0, tc);
     declare_shape(M, N, K, batch, dtype_size(g.a.dtype));
 }
 
@@ -173,6 +175,99 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
                                 CUBLAS_GEMM_DEFAULT));
     }
     gemm_done(be, g);
+}
+
+/* ------------------------------------------------- GEMM + bias epilogue */
+
+/* gemm_scratch slots beyond A, B, C */
+#define GS_BIAS 3    /* a bias vector converted to D's type */
+#define GS_LT_WS 4   /* cuBLASLt workspace */
+#define LT_WS_BYTES ((size_t)4 << 20)
+
+/* The cuBLASLt handle and its one matmul preference: the workspace it may
+ * use, and no split-K reduction in the output type (the counterpart of
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION on the cuBLAS handle:
+ * a bf16 D is still accumulated in fp32 throughout) */
+static void lt_create(CudaImpl *I)
+{
+    CKB(cublasLtCreate(&I->lt));
+    CKB(cublasLtMatmulPreferenceCreate(&I->lt_pref));
+    uint64_t ws = LT_WS_BYTES;
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CKB(cublasLtMatmulPreferenceSetAttribute(I->lt_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CKB(cublasLtMatmulPreferenceSetAttribute(I->lt_pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
+}
+
+/* the alignment cuBLASLt may assume for p: its largest power of two, at
+ * most 256 (the preference's default, which a weight at an odd offset in
+ * the parameters, or its shadow, does not meet) */
+static uint32_t lt_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al) al /= 2;
+    return al;
+}
+
+/* an epilogue and its vectors: bias (m elements of D's type: cublasLt.h,
+ * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, "the same type as the elements of
+ * output matrix (Dtype)" for these kernels) and the ReLU bit-mask (aux,
+ * ld in bits, a multiple of 128) */
+struct LtEpilogue {
+    cublasLtEpilogue_t epi;
+    Act bias;
+    void *aux;
+    int64_t aux_ld;
+};
+
+static cublasLtMatmulDesc_t lt_desc(cublasComputeType_t ct, int tA, const LtEpilogue &e)
+{
+    cublasLtMatmulDesc_t d;
+    int32_t ta = tA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint32_t epi = e.epi;
+    CKB(cublasLtMatmulDescCreate(&d, ct, CUDA_R_32F));
+    CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (e.bias.data)
+        CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias.data, sizeof e.bias.data));
+    if (e.aux) {
+        CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
+        CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld, sizeof e.aux_ld));
+    }
+    return d;
+}
+
+/* column-major D[m, n] = epilogue(op(A) B), A stored k x m (tA) or m x k
+ * with ld lda, B k x n (ldb), D with ld m.  Descriptors per call: a few
+ * microseconds of host time next to GEMMs of tens to hundreds. */
+static void lt_matmul(Backend *be, const GemmOps &g, int tA, int m, int n, int k, int lda, int ldb,
+                      const LtEpilogue &e)
+{
+    CudaImpl *I = IMPL(be);
+    cublasLtMatmulDesc_t d = lt_desc(g.ct, tA, e);
+    cublasLtMatrixLayout_t la, lb, lc;
+    CKB(cublasLtMatrixLayoutCreate(&la, dtype(g.a), tA ? k : m, tA ? m : k, lda));
+    CKB(cublasLtMatrixLayoutCreate(&lb, dtype(g.b), k, n, ldb));
+    CKB(cublasLtMatrixLayoutCreate(&lc, dtype(g.c), m, n, m));
+    const void *ptr[4] = { g.a.data, g.b.data, g.c.data, g.c.data };
+    for (int i = 0; i < 4; i++) {
+        uint32_t al = lt_align(ptr[i]);
+        CKB(cublasLtMatmulPreferenceSetAttribute(
+            I->lt_pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &al,
+            sizeof al));
+    }
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    CKB(cublasLtMatmulAlgoGetHeuristic(I->lt, d, la, lb, lc, lc, I->lt_pref, 1, &h, &found));
+    if (found < 1) die(1, "cublasLt: no algorithm for a %dx%dx%d GEMM with epilogue %d", m, n, k, (int)e.epi);
+    void *ws = h.workspaceSize ? gemm_scratch(be, GS_LT_WS, LT_WS_BYTES) : NULL;
+    float one = 1.0f, zero = 0.0f;
+    CKB(cublasLtMatmul(I->lt, d, &one, g.a.data, la, g.b.data, lb, &zero, g.c.data, lc, g.c.data, lc, &h.algo, ws,
+                       h.workspaceSize, I->stream));
+    CKB(cublasLtMatrixLayoutDestroy(lc));
+    CKB(cublasLtMatrixLayoutDestroy(lb));
+    CKB(cublasLtMatrixLayoutDestroy(la));
+    CKB(cublasLtMatmulDescDestroy(d));
 }
 
 /* ------------------------------------------------------------------ bias */
@@ -339,4 +434,73 @@ static void cuda_bias_backward(Backend *be, Act dY, float *dbias, Act Y, int row
         CKL();
     }
     colsums(be, dY, act_none(), NULL, NULL, rows, cols, NULL, dbias);
+}
+
+/* ------------------------------------------ feed-forward with cuBLASLt */
+
+/* the ReLU bit-mask of a rows x cols activation: a bit per element, each
+ * row of the activation (a column of cuBLASLt's column-major D) padded to
+ * a multiple of 128 bits (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) */
+static int64_t mask_ld(int cols) { return ((int64_t)cols + 127) / 128 * 128; }
+static size_t cuda_relu_mask_bytes(Backend *be, int rows, int cols)
+{
+    (void)be;
+    return (size_t)(mask_ld(cols) / 8) * (size_t)(rows > 0 ? rows : 0);
+}
+/* the bytes of it that a matmul writes or reads (the padding is not) */
+static double mask_traffic(int rows, int cols) { return (double)((cols + 7) / 8) * rows; }
+
+/* Y = X W^T + bias (relu: then max(0, .), eq. 2) as one cuBLASLt matmul
+ * with the BIAS or RELU_BIAS epilogue: the bias and ReLU are applied to the
+ * fp32 accumulator before the one rounding to Y's type, and Y is written
+ * once instead of written, read and written again by k_bias_forward; with
+ * a mask, RELU_AUX_BIAS also writes the ReLU bit-mask for the backward's
+ * DRELU.  Column-major, as cuda_gemm: Y^T[out, rows] = W X^T with W the
+ * stored [in, out] matrix transposed.  A bf16/fp16 Y takes the bias in its
+ * own type (the shadow of the fp32 master bias, as for the weights). */
+static void cuda_linear_bias_forward(Backend *be, Act Y, Act X, Act W, const float *bias, int rows, int in, int out,
+                                     int relu, void *mask)
+{
+    CudaImpl *I = IMPL(be);
+    if (rows <= 0 || out <= 0) return;
+    GemmOps g = gemm_ops(be, X, (long)rows * in, W, (long)out * in, Y, (long)rows * out, 0.0f);
+    Act b = as_narrow(be, act_f32((float *)bias), out, g.c.dtype, GS_BIAS);
+    mask = relu ? mask : NULL;
+    declare_gemm(I, "linear_bias_forward", "cublasLtMatmul", rows, out, in, 1, g, 0.0f,
+                 (double)out * dtype_size(b.dtype), mask ? mask_traffic(rows, out) : 0);
+    cublasLtEpilogue_t epi = !relu ? CUBLASLT_EPILOGUE_BIAS : mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
+                                                                   : CUBLASLT_EPILOGUE_RELU_BIAS;
+    LtEpilogue e = { epi, b, mask, mask_ld(out) };
+    std::swap(g.a, g.b);   /* cuBLASLt's A is W, its B is X */
+    lt_matmul(be, g, 1, out, rows, in, in, in, e);
+    std::swap(g.a, g.b);
+    gemm_done(be, g);
+}
+
+/* dX = (dY W) where the forward's ReLU was on, dbias += column sums of dX.
+ * With the forward's mask: one cuBLASLt matmul with the DRELU epilogue,
+ * which zeroes dX from the bit-mask as it stores it, instead of a GEMM and
+ * k_relu_mask's pass over X and dX.  DRELU_BGRAD would also give the bias
+ * gradient, but it writes it (it does not add into the gradient that
+ * micro-batches accumulate), in dX's type (bf16: not the fp32 of the
+ * master gradient) and in an order of its own: the deterministic fp32
+ * column sums stay.  Without a mask (none kept) the unfused pair. */
+static void cuda_linear_relu_backward(Backend *be, Act dX, float *dbias, Act dY, Act W, Act X, const void *mask,
+                                      int rows, int in, int out)
+{
+    CudaImpl *I = IMPL(be);
+    if (rows <= 0 || in <= 0) return;
+    if (!mask) {
+        cuda_gemm(be, 0, 0, rows, in, out, 1.0f, dY, out, W, in, 0.0f, dX, in);
+        cuda_bias_backward(be, dX, dbias, X, rows, in, 1);
+        return;
+    }
+    GemmOps g = gemm_ops(be, dY, (long)rows * out, W, (long)out * in, dX, (long)rows * in, 0.0f);
+    declare_gemm(I, "linear_relu_backward", "cublasLtMatmul", rows, in, out, 1, g, 0.0f, mask_traffic(rows, in));
+    LtEpilogue e = { CUBLASLT_EPILOGUE_DRELU, act_none(), (void *)mask, mask_ld(in) };
+    std::swap(g.a, g.b);   /* column-major dX^T[in, rows] = W^T dY^T: A is W as stored, B is dY */
+    lt_matmul(be, g, 0, in, rows, out, in, out, e);
+    std::swap(g.a, g.b);
+    gemm_done(be, g);
+    colsums(be, dX, act_none(), NULL, NULL, rows, in, NULL, dbias);
 }

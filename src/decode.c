@@ -218,10 +218,8 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
         be->residual_ln_forward(be, d->x2, d->r, d->mean, d->rstd, d->x1, d->sub, PRM(L->ln2.gamma),
                                 PRM(L->ln2.beta), n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
         /* position-wise feed-forward (eq. 2) */
-        be->gemm(be, 0, 1, n, dff, dm, 1.0f, d->x2, dm, W(L->ffn.W1), dm, 0.0f, d->hid, dff);
-        be->bias_forward(be, d->hid, PRM(L->ffn.b1), n, dff, 1);
-        be->gemm(be, 0, 1, n, dm, dff, 1.0f, d->hid, dff, W(L->ffn.W2), dff, 0.0f, d->sub, dm);
-        be->bias_forward(be, d->sub, PRM(L->ffn.b2), n, dm, 0);
+        be->linear_bias_forward(be, d->hid, d->x2, W(L->ffn.W1), PRM(L->ffn.b1), n, dm, dff, 1, NULL);
+        be->linear_bias_forward(be, d->sub, d->hid, W(L->ffn.W2), PRM(L->ffn.b2), n, dff, dm, 0, NULL);
         be->residual_ln_forward(be, y, d->r, d->mean, d->rstd, d->x2, d->sub, PRM(L->ln3.gamma), PRM(L->ln3.beta),
                                 n, dm, c->ln_eps, 0.0f, nokey, d->d_sent_id, 1);
         Act tmp = x; x = y; y = tmp;

@@ -268,7 +268,7 @@ static void free_acts(Model *m)
             FREE_ACT(a->qkv); FREE_ACT(a->P); FREE_ACT(a->ctx); FREE_ACT(a->r1); FREE(a->m1); FREE(a->s1);
             FREE_ACT(a->x1); FREE_ACT(a->q2); FREE_ACT(a->kv2); FREE_ACT(a->P2); FREE_ACT(a->ctx2);
             FREE_ACT(a->r2); FREE(a->m2); FREE(a->s2); FREE_ACT(a->x2);
-            FREE_ACT(a->hid); FREE_ACT(a->r3); FREE(a->m3); FREE(a->s3); FREE_ACT(a->x3);
+            FREE_ACT(a->hid); FREE(a->relu_mask); FREE_ACT(a->r3); FREE(a->m3); FREE(a->s3); FREE_ACT(a->x3);
         }
     }
     FREE_ACT(m->enc_in); FREE_ACT(m->dec_in); FREE_ACT(m->logits); FREE(m->row_loss); FREE(m->row_nll);
@@ -360,17 +360,22 @@ void model_reserve(Model *m, int B, int S, int T)
     int layer;
 #define A(p, n) ((p) = reserve_alloc(be, (n) * F, #p, layer))
 #define X(p, n) ((p) = reserve_act(be, (n), #p, layer))
+    /* M(): the feed-forward ReLU's mask where the backend keeps one */
+#define M(p, r, c) \
+    ((p) = be->relu_mask_bytes ? reserve_alloc(be, be->relu_mask_bytes(be, (int)(r), (int)(c)), #p, layer) : NULL)
     for (layer = 0; layer < c->n_layers; layer++) {
         LayerActs *enc = &m->enc[layer];
         X(enc->qkv, ns * w3); X(enc->P, pss); X(enc->ctx, ns * hv);
         X(enc->r1, ns * d); A(enc->m1, ns); A(enc->s1, ns); X(enc->x1, ns * d);
-        X(enc->hid, ns * dff); X(enc->r3, ns * d); A(enc->m3, ns); A(enc->s3, ns); X(enc->x3, ns * d);
+        X(enc->hid, ns * dff); M(enc->relu_mask, ns, dff);
+        X(enc->r3, ns * d); A(enc->m3, ns); A(enc->s3, ns); X(enc->x3, ns * d);
         LayerActs *dec = &m->dec[layer];
         X(dec->qkv, nt * w3); X(dec->P, ptt); X(dec->ctx, nt * hv);
         X(dec->r1, nt * d); A(dec->m1, nt); A(dec->s1, nt); X(dec->x1, nt * d);
         X(dec->q2, nt * hk); X(dec->kv2, ns * w2); X(dec->P2, pts); X(dec->ctx2, nt * hv);
         X(dec->r2, nt * d); A(dec->m2, nt); A(dec->s2, nt); X(dec->x2, nt * d);
-        X(dec->hid, nt * dff); X(dec->r3, nt * d); A(dec->m3, nt); A(dec->s3, nt); X(dec->x3, nt * d);
+        X(dec->hid, nt * dff); M(dec->relu_mask, nt, dff);
+        X(dec->r3, nt * d); A(dec->m3, nt); A(dec->s3, nt); X(dec->x3, nt * d);
     }
     layer = -1;
     size_t nmax = ns > nt ? ns : nt;
@@ -391,6 +396,7 @@ void model_reserve(Model *m, int B, int S, int T)
     A(m->d_src_len, (size_t)B); A(m->d_tgt_len, (size_t)B); A(m->d_sent_id, (size_t)B);
 #undef A
 #undef X
+#undef M
     m->h_row_loss = xmalloc(nt * F);
     m->h_row_nll = xmalloc(nt * F);
 }
@@ -475,10 +481,8 @@ static void ffn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act
     const Config *c = &m->cfg;
     int d = c->d_model, dff = c->d_ff;
     Act sub = m->g_sub;   /* scratch in forward */
-    be->gemm(be, 0, 1, rows, dff, d, 1.0f, x, d, W(L->ffn.W1), d, 0.0f, a->hid, dff);
-    be->bias_forward(be, a->hid, PRM(L->ffn.b1), rows, dff, 1);
-    be->gemm(be, 0, 1, rows, d, dff, 1.0f, a->hid, dff, W(L->ffn.W2), dff, 0.0f, sub, d);
-    be->bias_forward(be, sub, PRM(L->ffn.b2), rows, d, 0);
+    be->linear_bias_forward(be, a->hid, x, W(L->ffn.W1), PRM(L->ffn.b1), rows, d, dff, 1, a->relu_mask);
+    be->linear_bias_forward(be, sub, a->hid, W(L->ffn.W2), PRM(L->ffn.b2), rows, dff, d, 0, NULL);
     be->residual_ln_forward(be, a->x3, a->r3, a->m3, a->s3, x, sub, PRM(L->ln3.gamma), PRM(L->ln3.beta),
                             rows, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
@@ -494,8 +498,8 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Ac
                              a->s3, PRM(L->ln3.gamma), rows, d, p, key, m->d_sent_id, T);
     be->bias_backward(be, m->g_sub, GRD(L->ffn.b2), act_none(), rows, d, 0);
     be->gemm(be, 1, 0, d, dff, rows, 1.0f, m->g_sub, d, a->hid, dff, 1.0f, GW(L->ffn.W2), dff);
-    be->gemm(be, 0, 0, rows, dff, d, 1.0f, m->g_sub, d, W(L->ffn.W2), dff, 0.0f, m->g_hid, dff);
-    be->bias_backward(be, m->g_hid, GRD(L->ffn.b1), a->hid, rows, dff, 1);
+    be->linear_relu_backward(be, m->g_hid, GRD(L->ffn.b1), m->g_sub, W(L->ffn.W2), a->hid, a->relu_mask, rows, dff,
+                             d);
     be->gemm(be, 1, 0, dff, d, rows, 1.0f, m->g_hid, dff, x, d, 1.0f, GW(L->ffn.W1), d);
     be->gemm(be, 0, 0, rows, d, dff, 1.0f, m->g_hid, dff, W(L->ffn.W1), d, 1.0f, m->g_x, d);
 }

@@ -64,6 +64,7 @@ typedef struct {
     Act qkv, P, ctx, r1, x1;            /* self-attention */
     Act q2, kv2, P2, ctx2, r2, x2;      /* cross-attention (decoder) */
     Act hid, r3, x3;                    /* feed-forward */
+    void *relu_mask;                    /* hid's ReLU mask (ops.h relu_mask_bytes) or NULL */
     float *m1, *s1, *m2, *s2, *m3, *s3;
 } LayerActs;
 

@@ -108,6 +108,26 @@ struct Backend {
                          Act B, int ldb, long sB_outer, long sB_inner, float beta,
                          Act C, int ldc, long sC_outer, long sC_inner, int n_outer, int n_inner);
 
+    /* The feed-forward layer's GEMMs with their bias and ReLU (eq. 2),
+     * which CUDA fuses into the GEMMs' epilogues (cuBLASLt); the CPU
+     * backend's definitions are the unfused sequences named below.
+     * Optional (NULL: none): the bytes of the ReLU mask that a rows x cols
+     * linear_bias_forward with relu keeps for linear_relu_backward. */
+    size_t (*relu_mask_bytes)(Backend *be, int rows, int cols);
+    /* Y = X W^T + bias, with relu max(0, X W^T + bias): X [rows, in], W
+     * [out, in] (fp32 weights), Y [rows, out], all packed; gemm(0, 1, ...)
+     * then bias_forward.  mask: relu_mask_bytes of backend memory that
+     * receives the ReLU mask, or NULL (none kept) */
+    void (*linear_bias_forward)(Backend *be, Act Y, Act X, Act W, const float *bias, int rows, int in, int out,
+                                int relu, void *mask);
+    /* Backward through the ReLU output X of such a forward into the next
+     * linear map: dX = (dY W) * (X > 0), dbias += column sums of dX; dY
+     * [rows, out], W [out, in], dX and X [rows, in]; gemm(0, 0, ...) then
+     * bias_backward with relu.  mask: the forward's, or NULL; it holds
+     * where the fp32 value before the ReLU was > 0, which is X > 0 but
+     * where a tiny positive value rounded to 0 in a 16-bit X */
+    void (*linear_relu_backward)(Backend *be, Act dX, float *dbias, Act dY, Act W, Act X, const void *mask,
+                                 int rows, int in, int out);
     /* Y[r,:] += bias; with relu: Y = max(0, Y + bias) (eq. 2) */
     void (*bias_forward)(Backend *be, Act Y, const float *bias, int rows, int cols, int relu);
     /* dbias += column sums of dY; with relu, first dY *= (Y > 0) in place

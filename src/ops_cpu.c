@@ -103,6 +103,16 @@ static void cpu_bias_forward(Backend *be, Act Yv, const float *bias, int rows, i
     }
 }
 
+/* the reference definitions of the fused ops: the unfused sequences (the
+ * ReLU mask is X > 0 itself: none kept) */
+static void cpu_linear_bias_forward(Backend *be, Act Y, Act X, Act W, const float *bias, int rows, int in, int out,
+                                    int relu, void *mask)
+{
+    (void)mask;
+    cpu_gemm(be, 0, 1, rows, out, in, 1.0f, X, in, W, in, 0.0f, Y, out);
+    cpu_bias_forward(be, Y, bias, rows, out, relu);
+}
+
 #define COL_BLOCK 64
 
 static void cpu_bias_backward(Backend *be, Act dYv, float *dbias, Act Yv, int rows, int cols, int relu)
@@ -129,6 +139,14 @@ static void cpu_bias_backward(Backend *be, Act dYv, float *dbias, Act Yv, int ro
         }
         for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
     }
+}
+
+static void cpu_linear_relu_backward(Backend *be, Act dX, float *dbias, Act dY, Act W, Act X, const void *mask,
+                                     int rows, int in, int out)
+{
+    (void)mask;
+    cpu_gemm(be, 0, 0, rows, in, out, 1.0f, dY, out, W, in, 0.0f, dX, in);
+    cpu_bias_backward(be, dX, dbias, X, rows, in, 1);
 }
 
 static void cpu_softmax_forward(Backend *be, Act Sv, const int32_t *key_len, float scale,
@@ -442,6 +460,8 @@ Backend *backend_cpu_create(int threads)
     be->gemm = cpu_gemm;
     be->gemm_batched = cpu_gemm_batched;
     be->bias_forward = cpu_bias_forward;
+    be->linear_bias_forward = cpu_linear_bias_forward;
+    be->linear_relu_backward = cpu_linear_relu_backward;
     be->bias_backward = cpu_bias_backward;
     be->softmax_forward = cpu_softmax_forward;
     be->softmax_backward = cpu_softmax_backward;

@@ -185,6 +185,39 @@ static void test_bias(void)
     }
 }
 
+/* The fused feed-forward ops (cuBLASLt epilogues on CUDA) against the
+ * CPU's unfused sequences: the forward with and without ReLU, keeping the
+ * ReLU mask or not, then the backward through that ReLU into the next
+ * linear map (W2 [in2, in] here), from the mask or unfused. */
+static void test_linear_bias(void)
+{
+    int rows = 37, in = 29, out = 45, in2 = 23;
+    char name[96];
+    for (int t = 0; t < 3; t++) {
+        int relu = t > 0, keep = t == 2;
+        Pair X = pair_rand((size_t)rows * in, 1), W = pair_rand((size_t)out * in, 1), b = pair_rand(out, 0.5f);
+        Pair Y = pair_rand((size_t)rows * out, 1);
+        void *mask = keep ? gpu->alloc(gpu, gpu->relu_mask_bytes(gpu, rows, out)) : NULL;
+        cpu->linear_bias_forward(cpu, Y.c, X.c, W.c, F(b.c), rows, in, out, relu, NULL);
+        gpu->linear_bias_forward(gpu, Y.g, X.g, W.g, F(b.g), rows, in, out, relu, mask);
+        snprintf(name, sizeof name, "linear_bias_forward%s%s", relu ? " relu" : "", keep ? ", mask kept" : "");
+        compare(name, Y, FP32);
+        if (relu) {
+            Pair dZ = pair_rand((size_t)rows * in2, 1), W2 = pair_rand((size_t)in2 * out, 1);
+            Pair dY = pair_rand((size_t)rows * out, 1), db = pair_rand(out, 1);
+            cpu->linear_relu_backward(cpu, dY.c, F(db.c), dZ.c, W2.c, Y.c, NULL, rows, out, in2);
+            gpu->linear_relu_backward(gpu, dY.g, F(db.g), dZ.g, W2.g, Y.g, mask, rows, out, in2);
+            snprintf(name, sizeof name, "linear_relu_backward%s: dX", keep ? " (mask)" : "");
+            compare(name, dY, FP32);
+            snprintf(name, sizeof name, "linear_relu_backward%s: dbias", keep ? " (mask)" : "");
+            compare(name, db, FP32);
+            pair_free(dZ); pair_free(W2); pair_free(dY); pair_free(db);
+        }
+        if (mask) gpu->free(gpu, mask);
+        pair_free(X); pair_free(W); pair_free(b); pair_free(Y);
+    }
+}
+
 /* head gates (issue #23): gated copy exact; the gates' gradient sums in a
  * fixed order (fp32 block sum on the GPU, double on the CPU) */
 static void test_head_gates(void)
@@ -505,6 +538,55 @@ static void test_gemm_batched_shape(int nb, int h, int bf16)
     gpu->gemm_batched(gpu, 1, 0, S, S, T, 1.0f, P.g, S, sP, sPi, P.g, S, sP, sPi, 0.0f, D2.g, S, sD, sDi, nb, h);
     compare_batched("gemm_batched P^T P (single strided call)", D2, bf16);
     pair_free(Q); pair_free(Kt); pair_free(P); pair_free(ctx); pair_free(D2);
+}
+
+/* 16-bit fused GEMM + bias: weights and bias one parameter block (their
+ * narrow shadow, as in training), then the bias outside it (converted);
+ * cuBLASLt adds the bias to the fp32 accumulator and rounds once, the CPU
+ * is exact fp32: one 16-bit rounding apart (BF_OUT).  The backward from
+ * the kept mask on the GPU's (rounded) forward output: dX one rounding
+ * apart, dbias the fp32 column sums of the GPU's dX (BF_F32). */
+static void test_bf16_linear_bias(void)
+{
+    int rows = 33, in = 300, out = 17, in2 = 21;
+    size_t nW = (size_t)out * in;
+    for (int t = 0; t < 4; t++) {
+        int relu = t & 1, shadow = t < 2;
+        Pair X = pair_bf((size_t)rows * in, 1, 1), P = pair_bf(nW + out, 0.2f, 0);
+        Pair Y = pair_bf((size_t)rows * out, 1, 1);
+        Pair b = pair_bf(out, 0.5f, 0);
+        void *mask = gpu->alloc(gpu, gpu->relu_mask_bytes(gpu, rows, out));
+        gpu->set_params(gpu, F(P.g), shadow ? nW + out : nW);
+        float *bc = shadow ? F(P.c) + nW : F(b.c), *bg = shadow ? F(P.g) + nW : F(b.g);
+        cpu->linear_bias_forward(cpu, Y.c, X.c, P.c, bc, rows, in, out, relu, NULL);
+        gpu->linear_bias_forward(gpu, Y.g, X.g, P.g, bg, rows, in, out, relu, mask);
+        char name[96];
+        snprintf(name, sizeof name, "16-bit linear_bias_forward%s, bias %s", relu ? " relu" : "",
+                 shadow ? "shadowed" : "converted");
+        compare(name, Y, BF_OUT);
+        if (relu) {
+            sync_pair(Y);
+            Pair dZ = pair_bf((size_t)rows * in2, 1, 1), W2 = pair_bf((size_t)in2 * out, 1, 0);
+            Pair dY = pair_bf((size_t)rows * out, 1, 1), db = pair_bf(out, 1, 0);
+            float *db0 = cpu->alloc(cpu, sizeof(float) * out);
+            cpu->copy(cpu, db0, F(db.c), sizeof(float) * out);
+            gpu->set_params(gpu, F(W2.g), (size_t)in2 * out);
+            cpu->linear_relu_backward(cpu, dY.c, F(db.c), dZ.c, W2.c, Y.c, NULL, rows, out, in2);
+            gpu->linear_relu_backward(gpu, dY.g, F(db.g), dZ.g, W2.g, Y.g, mask, rows, out, in2);
+            compare(shadow ? "16-bit linear_relu_backward (mask): dX" : "16-bit linear_relu_backward (mask): dX, again",
+                    dY, BF_OUT);
+            /* dbias: fp32 sums of the GPU's dX on both sides (the roundings
+             * of dX add up over the rows otherwise) */
+            sync_pair(dY);
+            cpu->bias_backward(cpu, dY.c, db0, act_none(), rows, out, 0);
+            Pair ref = { act_f32(db0), db.g, (size_t)out };
+            compare("16-bit linear_relu_backward (mask): dbias (fp32)", ref, BF_F32);
+            cpu->free(cpu, db0);
+            pair_free(dZ); pair_free(W2); pair_free(dY); pair_free(db);
+        }
+        gpu->free(gpu, mask);
+        pair_free(X); pair_free(P); pair_free(Y); pair_free(b);
+    }
 }
 
 static void test_bf16_gemm_batched(void)
@@ -922,6 +1004,7 @@ static void test_lowp_ops(const char *prec)
     }
     test_bf16_gemm();
     test_bf16_gemm_batched();
+    test_bf16_linear_bias();
     test_bf16_elementwise();
     test_bf16_residual_ln_embed();
     test_bf16_memory();
@@ -970,6 +1053,7 @@ int main(void)
         test_gemm();
         test_gemm_batched();
         test_bias();
+        test_linear_bias();
         test_head_gates();
         test_softmax();
         test_residual_ln();
