@@ -96,14 +96,22 @@ static void memset_async(CudaImpl *I, const char *op, void *p, size_t n)
     CK(cudaMemsetAsync(p, 0, n, I->stream));
 }
 
+/* a copy on stream s, declared as `ck`: COST_COMM for one on the
+ * communication stream, which overlaps the compute stream's work (the model
+ * is of the compute stream) */
+static void copy_on(cudaStream_t s, CostKind ck, const char *op, void *dst, const void *src, size_t n,
+                    cudaMemcpyKind kind)
+{
+    declare(op, "cudaMemcpyAsync", ck, kind == cudaMemcpyHostToDevice ? 0 : (double)n,
+            kind == cudaMemcpyDeviceToHost ? 0 : (double)n, 0, 0, TC_NONE);
+    CK(cudaMemcpyAsync(dst, src, n, kind, s));
+}
+
 /* a copy on the backend's stream: device to device moves n bytes each way
  * in device memory, the others cross PCIe */
 static void copy_async(CudaImpl *I, const char *op, void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
-    bool d2d = kind == cudaMemcpyDeviceToDevice;
-    declare(op, "cudaMemcpyAsync", d2d ? COST_COPY : COST_HOST, kind == cudaMemcpyHostToDevice ? 0 : (double)n,
-            kind == cudaMemcpyDeviceToHost ? 0 : (double)n, 0, 0, TC_NONE);
-    CK(cudaMemcpyAsync(dst, src, n, kind, I->stream));
+    copy_on(I->stream, kind == cudaMemcpyDeviceToDevice ? COST_COPY : COST_HOST, op, dst, src, n, kind);
 }
 
 /* the host waits for the stream: the GPU runs dry until the next launch */
