@@ -811,6 +811,7 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
+    if (!p) return set_err(cudaErrorInvalidValue);
     *p = malloc(size ? size : 1);
     return *p ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
 }
@@ -916,7 +917,8 @@ cudaError_t cudaGetDeviceCount(int *n)
     return *n > 0 ? cudaSuccess : set_err(cudaErrorNoDevice);
 }
 
-static int cur_device;
+/* per host thread, as in CUDA: a thread starts on device 0 */
+static thread_local int cur_device;
 cudaError_t cudaSetDevice(int d)
 {
     int n;
