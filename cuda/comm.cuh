@@ -14,6 +14,66 @@
     } while (0)
 #endif
 
+/* MPI fallback: bucket k's pinned staging holds n floats.  The old staging
+ * is freed only when nothing uses it: MPI let go of it when the last
+ * update's request completed (allreduce_wait), and its last reader, the
+ * upload back to the device, was queued on comm_stream before ev_done. */
+static CudaImpl::Staged &stage_slot(CudaImpl *I, size_t k, size_t n)
+{
+    if (I->staged.size() <= k) {
+        I->staged.push_back(CudaImpl::Staged{});
+        I->reqs.push_back(MPI_REQUEST_NULL);
+        CK(cudaEventCreateWithFlags(&I->staged[k].copied, cudaEventDisableTiming));
+    }
+    CudaImpl::Staged &s = I->staged[k];
+    if (n > s.cap) {
+        CK(cudaEventSynchronize(I->ev_done));   /* returns at once if never recorded */
+        CK(cudaFreeHost(s.host));
+        CK(cudaMallocHost((void **)&s.host, n * sizeof(float)));
+        s.cap = n;
+    }
+    return s;
+}
+
+/* the next bucket's download into its staging, queued on comm_stream after
+ * the work issued so far on the compute stream (which made the gradients
+ * final): backward goes on, allreduce_progress posts the sum once the copy
+ * is done */
+static void stage_download(CudaImpl *I, float *p, size_t n)
+{
+    CudaImpl::Staged &s = stage_slot(I, I->n_staged, n);
+    s.n = n;
+    s.dst = p;
+    CK(cudaEventRecord(I->ev_ready, I->stream));
+    CK(cudaStreamWaitEvent(I->comm_stream, I->ev_ready, 0));
+    copy_on(I->comm_stream, COST_COMM, "allreduce", s.host, p, n * sizeof(float), cudaMemcpyDeviceToHost);
+    CK(cudaEventRecord(s.copied, I->comm_stream));
+    I->n_staged++;
+}
+
+/* MPI fallback: post the sums of the buckets whose download is done, in
+ * bucket order (every rank must start the collectives in the same order),
+ * and test those posted; 1 once every staged bucket is summed.  The calling
+ * thread may be gradsync's progress thread: its first runtime call would
+ * otherwise make a context on device 0, another rank's GPU. */
+static int cuda_allreduce_progress(Backend *be)
+{
+    CudaImpl *I = IMPL(be);
+    static thread_local int current = -1;
+    if (current != I->device) CK(cudaSetDevice(current = I->device));
+    while (I->n_posted < I->n_staged) {
+        CudaImpl::Staged &s = I->staged[I->n_posted];
+        cudaError_t q = cudaEventQuery(s.copied);
+        if (q == cudaErrorNotReady) break;
+        CK(q);
+        MPI_Iallreduce(MPI_IN_PLACE, s.host, (int)s.n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[I->n_posted]);
+        I->n_posted++;
+    }
+    int done = 0;
+    MPI_Testall((int)I->n_posted, I->reqs.data(), &done, MPI_STATUSES_IGNORE);
+    return done && I->n_posted == I->n_staged;
+}
+
 /* NCCL on its own stream (so that the sums overlap the rest of backward),
  * its unique id broadcast over MPI.  allreduce=mpi (or the older switch
  * TRANSFORMER_NCCL=0), or a build without NCCL, sums through MPI on host
@@ -35,6 +95,8 @@ static void cuda_allreduce_init(Backend *be, const void *mpi_comm)
     CK(cudaStreamCreateWithFlags(&I->comm_stream, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&I->ev_ready, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&I->ev_done, cudaEventDisableTiming));
+    /* the MPI fallback's sums move only inside MPI calls: polled */
+    be->allreduce_progress = I->use_nccl ? NULL : cuda_allreduce_progress;
 #if USE_NCCL
     if (I->use_nccl) {
         ncclUniqueId id;
@@ -61,13 +123,7 @@ static void cuda_allreduce_start(Backend *be, float *p, size_t n)
         return;
     }
 #endif
-    size_t k = I->reqs.size();
-    if (I->stage.size() <= k) I->stage.resize(k + 1);
-    I->stage[k].resize(n);
-    cuda_download(be, I->stage[k].data(), p, n * sizeof(float));
-    I->stage_dst.push_back(p);
-    I->reqs.push_back(MPI_REQUEST_NULL);
-    MPI_Iallreduce(MPI_IN_PLACE, I->stage[k].data(), (int)n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[k]);
+    stage_download(I, p, n);
 }
 
 static int comm_rank(CudaImpl *I)
@@ -117,14 +173,15 @@ static void cuda_allreduce_wait(Backend *be)
     }
 #endif
     double t0 = now_seconds();
-    for (int done = 0; !done;) {   /* MPI_Waitall with the watchdog */
-        MPI_Testall((int)I->reqs.size(), I->reqs.data(), &done, MPI_STATUSES_IGNORE);
-        if (!done) watchdog_check(t0, be->allreduce_timeout_s, comm_rank(I), "the MPI gradient allreduce");
+    while (!cuda_allreduce_progress(be))   /* MPI_Waitall with the watchdog */
+        watchdog_check(t0, be->allreduce_timeout_s, comm_rank(I), "the MPI gradient allreduce");
+    /* the sums back on comm_stream; later work on the compute stream (Adam)
+     * waits for them there, the host does not */
+    for (size_t k = 0; k < I->n_staged; k++) {
+        const CudaImpl::Staged &s = I->staged[k];
+        copy_on(I->comm_stream, COST_COMM, "allreduce", s.dst, s.host, s.n * sizeof(float), cudaMemcpyHostToDevice);
     }
-    for (size_t k = 0; k < I->reqs.size(); k++)
-        copy_async(I, "allreduce", I->stage_dst[k], I->stage[k].data(), I->stage[k].size() * sizeof(float),
-                   cudaMemcpyHostToDevice);
-    stream_sync(I, "allreduce");
-    I->reqs.clear();
-    I->stage_dst.clear();
+    CK(cudaEventRecord(I->ev_done, I->comm_stream));
+    CK(cudaStreamWaitEvent(I->stream, I->ev_done, 0));
+    I->n_staged = I->n_posted = 0;
 }

@@ -83,10 +83,19 @@ struct CudaImpl {
 #if USE_NCCL
     ncclComm_t nccl;
 #endif
-    /* MPI fallback: host staging per started bucket */
-    std::vector<std::vector<float>> stage;
-    std::vector<float *> stage_dst;
-    std::vector<MPI_Request> reqs;
+    /* MPI fallback: a bucket's pinned staging, kept from update to update
+     * (the buckets are the same each time), and its request; buckets
+     * [0, n_posted) have their MPI_Iallreduce posted, [n_posted, n_staged)
+     * wait for their download */
+    struct Staged {
+        float *host;          /* cudaMallocHost'd, cap floats */
+        size_t cap, n;
+        float *dst;           /* the bucket in device memory */
+        cudaEvent_t copied;   /* after the download on comm_stream */
+    };
+    std::vector<Staged> staged;
+    std::vector<MPI_Request> reqs;   /* one per staged[] entry (MPI_Testall takes an array) */
+    size_t n_staged, n_posted;
     /* activation storage (alloc_act): element type, and the bytes of each
      * buffer by address, for act_bytes and to free what the caller left */
     DType act_dtype;

@@ -33,6 +33,10 @@ static void cuda_destroy(Backend *be)
 #endif
         cudaEventDestroy(I->ev_ready);
         cudaEventDestroy(I->ev_done);
+        for (const CudaImpl::Staged &st : I->staged) {   /* the MPI fallback's */
+            cudaFreeHost(st.host);
+            cudaEventDestroy(st.copied);
+        }
         cudaStreamDestroy(I->comm_stream);
     }
     cublasDestroy(I->blas);

@@ -304,7 +304,8 @@ static void *progress_main(void *ctx)
     while (!g->stop) {
         if (!g->active) { pthread_cond_wait(&g->cv, &g->mu); continue; }
         int flag = 0;
-        MPI_Testall(g->next, g->req, &flag, g->status);
+        if (g->be) flag = g->be->allreduce_progress(g->be);
+        else MPI_Testall(g->next, g->req, &flag, g->status);
         if (flag && g->next == g->n_buckets) g->active = 0;   /* all done: sleep until the next update */
         pthread_mutex_unlock(&g->mu);
         nanosleep(&ts, NULL);
@@ -345,8 +346,10 @@ void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, siz
 
 void gradsync_start_progress(GradSync *g, int poll_us)
 {
-    /* the backend's own collectives (NCCL) progress by themselves */
-    if (g->have_thread || g->be || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
+    /* the backend's own collectives (NCCL) progress by themselves; those
+     * of CUDA's MPI fallback are polled through allreduce_progress */
+    int polled = !g->be || g->be->allreduce_progress;
+    if (g->have_thread || !polled || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
     g->poll_us = poll_us;
     g->have_thread = pthread_create(&g->thread, NULL, progress_main, g) == 0;
 }
@@ -393,16 +396,16 @@ void gradsync_ready(void *ctx, size_t hi)
         MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
                        g->dist->comm, &g->req[k]);
     }
-    if (g->be) {   /* the backend's collectives progress on their own stream */
-        pthread_mutex_unlock(&g->mu);
-        return;
-    }
     /* give MPI a chance to progress the buckets in flight (Open MPI has no
      * progress thread: nonblocking collectives advance inside MPI calls) */
     int flag;
-    if (g->have_thread) {
+    if (g->be && !g->be->allreduce_progress) {
+        /* the backend's collectives progress on their own stream (NCCL) */
+    } else if (g->have_thread) {
         g->active = g->next > 0;
         pthread_cond_signal(&g->cv);
+    } else if (g->be) {
+        g->be->allreduce_progress(g->be);
     } else if (g->next > 0) {
         MPI_Testall(g->next, g->req, &flag, g->status);
     }

@@ -77,7 +77,8 @@ typedef struct {
     long n_early;           /* of those, started while backward was still running */
     /* Open MPI advances nonblocking collectives only inside MPI calls; a
      * thread polls the buckets in flight every poll_us so that they move
-     * while backward computes (mu guards req and next) */
+     * while backward computes (mu guards req and next, and the backend's
+     * allreduce state between allreduce_start and allreduce_wait) */
     int poll_us, have_thread, active, stop;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -86,7 +87,9 @@ typedef struct {
 
 void gradsync_init(GradSync *g, Dist *d, const ParamTable *pt, float *grads, size_t bucket_bytes);
 /* start the progress thread polling every poll_us (> 0; needs
- * MPI_THREAD_MULTIPLE and more than one rank, else nothing happens) */
+ * MPI_THREAD_MULTIPLE and more than one rank, else nothing happens).  After
+ * gradsync_use_backend: a backend whose sums progress by themselves (NCCL)
+ * gets no thread, one with allreduce_progress is polled through it. */
 void gradsync_start_progress(GradSync *g, int poll_us);
 void gradsync_free(GradSync *g);
 /* let the backend's allreduce hooks (ops.h) sum the buckets, e.g. NCCL on

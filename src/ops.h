@@ -204,10 +204,16 @@ struct Backend {
      * allreduce_start sums n floats at p over the ranks, ordered after the
      * work issued so far and overlapping the work issued next (CUDA: NCCL on
      * a communication stream); allreduce_wait: every started sum is done
-     * before any later op reads it. */
+     * before any later op reads it.  allreduce_progress, where the sums
+     * need polling to move (CUDA's MPI fallback; set by allreduce_init, NULL
+     * for sums that progress by themselves): advances what was started and
+     * returns 1 once all of it is done; dist.c calls it, never at the same
+     * time as the other hooks, from its progress thread (which needs
+     * MPI_THREAD_MULTIPLE) or else from gradsync_ready. */
     void (*allreduce_init)(Backend *be, const void *mpi_comm);
     void (*allreduce_start)(Backend *be, float *p, size_t n);
     void (*allreduce_wait)(Backend *be);
+    int (*allreduce_progress)(Backend *be);
     int allreduce_timeout_s;   /* allreduce_wait's watchdog (watchdog_check; 0: none) */
     const char *allreduce_path; /* set by allreduce_init: what sums the gradients, in words */
 

@@ -56,6 +56,8 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b, f
     GradSync gs;
     gradsync_init(&gs, D, &m.pt, m.grads, 4096);   /* small buckets: many allreduces during backward */
     gradsync_use_backend(&gs, be);                  /* CUDA: (emulated) NCCL on device memory */
+    /* as train does: the thread polls the MPI sums (CPU, CUDA's MPI fallback) */
+    gradsync_start_progress(&gs, 50);
     be->zero(be, m.grads, sizeof(float) * m.pt.total);
     LossStats st = model_forward_backward(&m, b, 3, 1, 1, D->size > 1 ? gradsync_ready : NULL, &gs);
     gradsync_finish(&gs);
