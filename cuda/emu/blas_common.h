@@ -6,6 +6,7 @@
 #include "emu.h"
 
 #include <algorithm>
+#include <cblas.h>
 #include <vector>
 
 /* the Create and Destroy of an emulated library's handle */
@@ -57,6 +58,41 @@ static inline void widen(std::vector<float> &out, const void *p, cudaDataType t,
         for (size_t i = 0; i < n; i++) out[i] = __half2float(((const __half *)p)[i]);
     else
         std::memcpy(out.data(), p, n * sizeof(float));
+}
+
+/* v rounded to nearest even into element i of an array of type t (an fp16
+ * value past 65504 becomes inf, as on the GPU) */
+static inline void store_as(void *p, cudaDataType t, size_t i, float v)
+{
+    if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (t == CUDA_R_16F) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
+/* the mantissa bits the tensor cores drop from fp32 inputs: FAST_16BF
+ * rounds them to bf16, FAST_TF32 (or plain 32F on a handle in TF32 math
+ * mode) to TF32; 0 for IEEE fp32 */
+static inline int input_drop_bits(cublasComputeType_t ct, bool tf32_math)
+{
+    if (ct == CUBLAS_COMPUTE_32F_FAST_16BF) return 16;
+    return ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && tf32_math) ? 13 : 0;
+}
+
+/* c (fp32, column-major, ldc) = al op(A) op(B) + be c, with A and B widened
+ * from their storage types (extents eA, eB) and rounded by drop bits as the
+ * tensor cores take them; ra, rb: the caller's scratch */
+static inline void sgemm_widened(bool nA, bool nB, int m, int n, int k, float al, const void *a, cudaDataType At,
+                                 int lda, size_t eA, const void *b, cudaDataType Bt, int ldb, size_t eB, int drop,
+                                 float be, float *c, int ldc, std::vector<float> &ra, std::vector<float> &rb)
+{
+    widen(ra, a, At, eA);
+    widen(rb, b, Bt, eB);
+    if (drop) {
+        for (float &x : ra) x = round_bits(x, drop);
+        for (float &x : rb) x = round_bits(x, drop);
+    }
+    cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al, ra.data(),
+                lda, rb.data(), ldb, be, c, ldc);
 }
 
 /* the type combinations of the cublasGemmEx table this emulator implements */

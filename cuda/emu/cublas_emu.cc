@@ -103,9 +103,7 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
     float al = *(const float *)alpha, be = *(const float *)beta;
     Runs reads, writes;
     size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
-    int drop = ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16
-             : (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || (ct == CUBLAS_COMPUTE_32F && math_base(h) == CUBLAS_TF32_TENSOR_OP_MATH)) ? 13
-             : 0;
+    int drop = input_drop_bits(ct, math_base(h) == CUBLAS_TF32_TENSOR_OP_MATH);
     size_t zA = elem_size(At), zB = elem_size(Bt), zC = elem_size(Ct);
     std::vector<float> ra, rb, rc;
     for (int i = 0; i < batch; i++) {
@@ -136,22 +134,11 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
             for (int j = 0; j < n; j++)
                 for (int r = 0; r < m; r++) cf[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * cf[(size_t)j * ldc + r];
         } else {
-            widen(ra, a, At, eA);
-            widen(rb, b, Bt, eB);
-            if (drop) {
-                for (float &x : ra) x = round_bits(x, drop);
-                for (float &x : rb) x = round_bits(x, drop);
-            }
-            cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al,
-                        ra.data(), lda, rb.data(), ldb, be, cf, ldc);
+            sgemm_widened(nA, nB, m, n, k, al, a, At, lda, eA, b, Bt, ldb, eB, drop, be, cf, ldc, ra, rb);
         }
         /* only the m x n entries: the gaps of ldc stay untouched */
         for (int j = 0; j < n && is16(Ct); j++)
-            for (int r = 0; r < m; r++) {
-                size_t x = (size_t)j * ldc + r;
-                if (Ct == CUDA_R_16BF) ((__nv_bfloat16 *)c)[x] = __float2bfloat16_rn(cf[x]);
-                else ((__half *)c)[x] = __float2half_rn(cf[x]);
-            }
+            for (int r = 0; r < m; r++) store_as(c, Ct, (size_t)j * ldc + r, cf[(size_t)j * ldc + r]);
     }
     if (cuda_emu::counting) cuda_emu::report(fn, reads.distinct(), writes.distinct(), reads.all, writes.all);
     return CUBLAS_STATUS_SUCCESS;

@@ -245,9 +245,7 @@ static void epilogue_store(const Desc &x, const Layout &Dl, std::vector<float> &
             if (drelu) v = (mask[bit / 8] >> (bit % 8)) & 1 ? v : 0.0f;
             if (relu && aux) mask[bit / 8] = (uint8_t)((mask[bit / 8] & ~(1u << (bit % 8))) | (v > 0.0f) << (bit % 8));
             if (relu) v = v > 0.0f ? v : 0.0f;
-            if (Dl.type == CUDA_R_16BF) ((__nv_bfloat16 *)d)[i] = __float2bfloat16_rn(v);
-            else if (Dl.type == CUDA_R_16F) ((__half *)d)[i] = __float2half_rn(v);
-            else ((float *)d)[i] = v;
+            store_as(d, Dl.type, i, v);
         }
 }
 
@@ -304,15 +302,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
         for (int j = 0; j < n; j++)
             for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
     }
-    int drop = x.ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : x.ct == CUBLAS_COMPUTE_32F_FAST_TF32 ? 13 : 0;
-    widen(ra, a, A.type, extent((int)A.rows, (int)A.cols, (int)A.ld));
-    widen(rb, b, B.type, extent((int)B.rows, (int)B.cols, (int)B.ld));
-    for (float &v : ra) v = drop ? round_bits(v, drop) : v;
-    for (float &v : rb) v = drop ? round_bits(v, drop) : v;
+    /* no handle math mode in cuBLASLt: the compute type alone says TF32 */
     if (k > 0)
-        cblas_sgemm(CblasColMajor, x.ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                    x.tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, ra.data(), (int)A.ld, rb.data(),
-                    (int)B.ld, 1.0f, acc.data(), (int)Dl.ld);
+        sgemm_widened(x.ta == CUBLAS_OP_N, x.tb == CUBLAS_OP_N, m, n, k, al, a, A.type, (int)A.ld,
+                      extent((int)A.rows, (int)A.cols, (int)A.ld), b, B.type, (int)B.ld,
+                      extent((int)B.rows, (int)B.cols, (int)B.ld), input_drop_bits(x.ct, false), 1.0f, acc.data(),
+                      (int)Dl.ld, ra, rb);
     epilogue_store(x, Dl, acc, d);
     if (cuda_emu::counting) count(x, A, a, B, b, C, c, be != 0.0f, Dl, d);
     return CUBLAS_STATUS_SUCCESS;
