@@ -296,6 +296,22 @@ int dist_dump_params(Dist *d, const float *host, size_t n, const char *path)
     return rc;
 }
 
+/* whether the sums in flight move only when polled: MPI's, also through
+ * the backend (CUDA's MPI fallback); NCCL's progress on their own stream */
+static int sums_polled(const GradSync *g) { return !g->be || g->be->allreduce_progress; }
+
+/* one poll of the sums in flight (Open MPI has no progress thread:
+ * nonblocking collectives advance inside MPI calls): through the backend
+ * (CUDA's MPI fallback), else this rank's MPI requests; 1 once every sum
+ * started is done */
+static int poll_sums(GradSync *g)
+{
+    if (g->be) return g->be->allreduce_progress(g->be);
+    int flag = 1;
+    if (g->next > 0) MPI_Testall(g->next, g->req, &flag, g->status);
+    return flag;
+}
+
 static void *progress_main(void *ctx)
 {
     GradSync *g = ctx;
@@ -303,9 +319,7 @@ static void *progress_main(void *ctx)
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
         if (!g->active) { pthread_cond_wait(&g->cv, &g->mu); continue; }
-        int flag = 0;
-        if (g->be) flag = g->be->allreduce_progress(g->be);
-        else MPI_Testall(g->next, g->req, &flag, g->status);
+        int flag = poll_sums(g);
         if (flag && g->next == g->n_buckets) g->active = 0;   /* all done: sleep until the next update */
         pthread_mutex_unlock(&g->mu);
         nanosleep(&ts, NULL);
@@ -348,8 +362,7 @@ void gradsync_start_progress(GradSync *g, int poll_us)
 {
     /* the backend's own collectives (NCCL) progress by themselves; those
      * of CUDA's MPI fallback are polled through allreduce_progress */
-    int polled = !g->be || g->be->allreduce_progress;
-    if (g->have_thread || !polled || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
+    if (g->have_thread || !sums_polled(g) || g->dist->size == 1 || poll_us <= 0 || !g->dist->thread_multiple) return;
     g->poll_us = poll_us;
     g->have_thread = pthread_create(&g->thread, NULL, progress_main, g) == 0;
 }
@@ -396,18 +409,14 @@ void gradsync_ready(void *ctx, size_t hi)
         MPI_Iallreduce(MPI_IN_PLACE, g->grads + g->lo[k], (int)(g->hi[k] - g->lo[k]), MPI_FLOAT, MPI_SUM,
                        g->dist->comm, &g->req[k]);
     }
-    /* give MPI a chance to progress the buckets in flight (Open MPI has no
-     * progress thread: nonblocking collectives advance inside MPI calls) */
-    int flag;
-    if (g->be && !g->be->allreduce_progress) {
-        /* the backend's collectives progress on their own stream (NCCL) */
-    } else if (g->have_thread) {
+    /* give the buckets in flight a chance to progress, unless the backend's
+     * collectives progress on their own stream (NCCL) */
+    int polled = sums_polled(g);
+    if (polled && g->have_thread) {
         g->active = g->next > 0;
         pthread_cond_signal(&g->cv);
-    } else if (g->be) {
-        g->be->allreduce_progress(g->be);
-    } else if (g->next > 0) {
-        MPI_Testall(g->next, g->req, &flag, g->status);
+    } else if (polled) {
+        poll_sums(g);
     }
     pthread_mutex_unlock(&g->mu);
 }
