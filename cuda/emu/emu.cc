@@ -752,6 +752,15 @@ extern "C" int cuda_emu_set_backend(const char *name)
     return 0;
 }
 
+bool strict(const char *rule)
+{
+    char name[96];
+    snprintf(name, sizeof name, "CUDA_EMU_STRICT_%s", rule);
+    const char *v = getenv(name);
+    if (!v || !*v) v = getenv("CUDA_EMU_STRICT");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 /* ------------------------------------------------------------- runtime */
 
 static cudaError_t set_err(cudaError_t e)

@@ -68,6 +68,12 @@ uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const 
 void *dynamic_shared();
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             const std::function<void()> &body, const char *file, int line);
+/* CUDA_EMU_STRICT=1 (the default in `make test`) turns on every rule under
+ * which the emulator fails where a real GPU, driver or library would, but a
+ * lenient emulator would not (docs/testing.md lists them); each rule can be
+ * switched alone with CUDA_EMU_STRICT_<RULE>=0|1, e.g.
+ * CUDA_EMU_STRICT_QUERY=0, for the test that shows what it catches */
+bool strict(const char *rule);
 /* throws nothing: reports a misuse and exits 99 */
 [[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* is [p, p+bytes) inside one cudaMalloc'd allocation? */
