@@ -37,6 +37,7 @@ static const KeyDesc KEYS[] = {
     K(label_smoothing, T_FLOAT, 0, 0.99, 0),
     K(warmup, T_INT, 1, 1e9, 0),
     K(lr_factor, T_FLOAT, 0, 1e6, 0),
+    K(lr_peak, T_FLOAT, 0, 1, 0),   /* 0: eq. 3's peak (model_lrate) */
     K(adam_beta1, T_FLOAT, 0, 0.999999, 0),
     K(adam_beta2, T_FLOAT, 0, 0.999999, 0),
     K(adam_eps, T_FLOAT, 0, 1, 0),

@@ -29,6 +29,8 @@ typedef struct Config {
     float label_smoothing; /* eps_ls */
     int warmup;          /* warmup_steps */
     float lr_factor;     /* multiplies the paper's lrate (1 = paper) */
+    float lr_peak;       /* > 0: eq. 3's shape with this peak rate at step = warmup,
+                          * whatever d_model and lr_factor (0: off) */
     float adam_beta1, adam_beta2, adam_eps;
     uint64_t seed;
 

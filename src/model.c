@@ -217,6 +217,11 @@ float model_lrate(const Config *c, int step)
     if (step < 1) step = 1;
     double s = step, w = c->warmup;
     double a = 1.0 / sqrt(s), b = s * pow(w, -1.5);
+    /* lr_peak: the same warmup and inverse-square-root decay, scaled so that
+     * the peak (at step = warmup, where eq. 3 gives d_model^-0.5 warmup^-0.5)
+     * is lr_peak for every d_model, so that rows of a scaled-down Table 3
+     * that change d_model do not also change their learning rate */
+    if (c->lr_peak > 0) return (float)(c->lr_peak * sqrt(w) * (a < b ? a : b));
     return (float)(c->lr_factor * pow((double)c->d_model, -0.5) * (a < b ? a : b));
 }
 
