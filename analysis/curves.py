@@ -18,7 +18,7 @@ import numpy as np
 from common import AnalysisError, pyplot, main_wrapper, open_h5, paper_style, savefig
 
 # series -> (group, accepted dataset names): the layout of docs/metrics.md is
-# /train/{step,loss,lr,tokens_per_s,elapsed_s} and /dev/{step,loss,ppl,tokens,elapsed_s};
+# /train/{step,loss,lr,tokens_per_s,elapsed_s,tokens} and /dev/{step,loss,ppl,tokens,elapsed_s};
 # a flat layout (step, loss, ..., dev_step, dev_ppl at the root) is read too.
 SERIES = {
     "step": ("train", ("step",)),
@@ -26,6 +26,7 @@ SERIES = {
     "lr": ("train", ("lr",)),
     "tokens_per_s": ("train", ("tokens_per_s",)),
     "elapsed": ("train", ("elapsed_s", "elapsed")),
+    "tokens": ("train", ("tokens",)),   # target tokens per interval (NaN: not logged)
     "dev_step": ("dev", ("step",)),
     "dev_loss": ("dev", ("loss",)),
     "dev_ppl": ("dev", ("ppl",)),
@@ -58,7 +59,7 @@ def read_metrics(path):
             v = _find(f, g, names)
             out[k] = v if v is not None else np.zeros(0)
     n = len(out["step"])
-    for k in ("loss", "lr", "tokens_per_s", "elapsed"):
+    for k in ("loss", "lr", "tokens_per_s", "elapsed", "tokens"):
         if len(out[k]) not in (0, n):
             raise AnalysisError(path, f"train/{k} has {len(out[k])} entries but train/step has {n}")
     nd = len(out["dev_step"])

@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,10 @@ static hid_t col_open(hid_t g, const Table *t, int c)
     hid_t sp = H5Screate_simple(1, &dim, &maxd);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 1, &chunk);
+    /* a column added after a log was begun (a run resumed by a newer
+     * version) reads NaN in the rows before it */
+    double nan = NAN;
+    if (!t->is_int[c]) H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &nan);
     hid_t d = H5Dcreate2(g, t->col[c], col_type(t, c, 0), sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     H5Pclose(dcpl);
     H5Sclose(sp);
@@ -66,7 +71,7 @@ static int table_write(hid_t f, Table *t, long keep_upto)
                                                        : H5Gcreate2(f, t->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) return -1;
     int bad = 0;
-    hsize_t keep = (hsize_t)-1;
+    hsize_t keep = (hsize_t)-1, rows = 0;   /* rows: column 0's, kept */
     if (keep_upto >= 0) {   /* column 0 is the step, ascending */
         hid_t d = col_open(g, t, 0);
         hid_t sp = H5Dget_space(d);
@@ -88,6 +93,8 @@ static int table_write(hid_t f, Table *t, long keep_upto)
         H5Sget_simple_extent_dims(sp, &n, NULL);
         H5Sclose(sp);
         if (keep != (hsize_t)-1 && keep < n) n = keep;
+        if (c == 0) rows = n;
+        else if (n < rows) n = rows;   /* a column newer than the log: fill */
         hsize_t add = (hsize_t)t->n, total = n + add;
         if (H5Dset_extent(d, &total) < 0) bad = 1;
         if (!bad && add) {
@@ -133,7 +140,8 @@ Metrics *metrics_open(const char *run_dir, long keep_upto)
     h5io_init();
     Metrics *m = xcalloc(1, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
-    m->train = (Table){ "train", 5, { "step", "loss", "lr", "tokens_per_s", "elapsed_s" }, { 1, 0, 0, 0, 0 }, NULL, 0, 0, 0 };
+    m->train = (Table){ "train", 6, { "step", "loss", "lr", "tokens_per_s", "elapsed_s", "tokens" },
+                        { 1, 0, 0, 0, 0, 0 }, NULL, 0, 0, 0 };
     m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0, 0 };
     m->loss_scale = (Table){ "loss_scale", 3, { "step", "scale", "skipped" }, { 1, 0, 1 }, NULL, 0, 0, 1 };
     char msg[4400];
@@ -146,9 +154,9 @@ Metrics *metrics_open(const char *run_dir, long keep_upto)
     return m;
 }
 
-void metrics_train(Metrics *m, long step, double loss, double lr, double tokens_per_s, double elapsed)
+void metrics_train(Metrics *m, long step, double loss, double lr, double tokens, double tokens_per_s, double elapsed)
 {
-    double row[5] = { (double)step, loss, lr, tokens_per_s, elapsed };
+    double row[6] = { (double)step, loss, lr, tokens_per_s, elapsed, tokens };
     table_add(&m->train, row);
 }
 

@@ -12,7 +12,8 @@ typedef struct Metrics Metrics;
 /* open (creating if absent) run_dir/metrics.h5; rows with step > keep_upto
  * (logged after the checkpoint a run resumes from) are dropped. */
 Metrics *metrics_open(const char *run_dir, long keep_upto);
-void metrics_train(Metrics *m, long step, double loss, double lr, double tokens_per_s, double elapsed);
+/* tokens: the target tokens (all ranks) of the log interval ending at step */
+void metrics_train(Metrics *m, long step, double loss, double lr, double tokens, double tokens_per_s, double elapsed);
 void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, double elapsed);
 /* with loss scaling (loss_scale.h): the scale S at a logged step and the
  * steps skipped so far; group /loss_scale, created with its first row */

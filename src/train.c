@@ -507,7 +507,7 @@ static void log_progress(Training *t, int step, const double glob[G_N])
                r->elapsed + now - t->t_start, scaling);
         fflush(stdout);
         if (t->rd.metrics) {
-            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(c, step),
+            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(c, step), t->log_tok,
                           t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t->t_start);
             if (r->scaler.enabled) metrics_loss_scale(t->rd.metrics, step, r->scaler.scale, r->scaler.skipped);
             metrics_flush(t->rd.metrics, 0);

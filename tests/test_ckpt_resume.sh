@@ -72,12 +72,25 @@ sa, sb = a["train/step"][:], b["train/step"][:]
 assert list(sa) == list(range(5, 41, 5)), sa
 assert list(sb) == list(sa), sb
 assert np.array_equal(a["train/loss"][:], b["train/loss"][:])
+# target tokens per interval: the same batches, so the same counts, all > 0
+assert np.array_equal(a["train/tokens"][:], b["train/tokens"][:]) and (a["train/tokens"][:] > 0).all()
 assert a["dev/step"][-1] == 40 and np.isfinite(a["dev/ppl"][:]).all()
 print("yes")
 PY
 )
 [ "$python_ok" = yes ] || fail "metrics.h5 check failed"
 ok "metrics.h5: one row per 5 steps, resumed log equal to the uninterrupted one"
+# a log begun by a version without /train/tokens, resumed: the new column
+# reads NaN in the old rows and stays as long as /train/step
+cp -r $W/k $W/old
+$PY -c "import h5py; f = h5py.File('$W/old/metrics.h5', 'a'); del f['train/tokens']" || fail "h5py"
+$BIN train $CK_ARGS run_dir=$W/old train_steps=50 > $W/old.log 2>&1 || fail "resume of an old log: $(tail -2 $W/old.log)"
+$PY -c "
+import h5py, numpy as np
+f = h5py.File('$W/old/metrics.h5', 'r'); t = f['train/tokens'][:]
+assert len(t) == len(f['train/step']) == 10 and np.isnan(t[:8]).all() and (t[8:] > 0).all(), t" \
+    || fail "resumed old log: /train/tokens is not NaN in the old rows and counted in the new"
+ok "metrics.h5 of an older version resumed: /train/tokens NaN before, counted after"
 # the final dev evaluation is not logged twice when the last step had one
 $BIN train $CK_ARGS run_dir=$W/ev train_steps=20 eval_steps=10 > $W/ev.log 2>&1 || fail "eval_steps run"
 $PY -c "import h5py; s = list(h5py.File('$W/ev/metrics.h5', 'r')['dev/step'][:]); assert s == [10, 20], s" \
