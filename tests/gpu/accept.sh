@@ -1,63 +1,48 @@
 #!/usr/bin/env bash
-# make gpu-accept (issue 18): one command that checks and measures the GPU
-# path in a short GPU window.  docs/gpu-accept.md says what each stage checks.
+# make gpu-accept (issues 18, 29): one command that checks and measures the
+# GPU path in the time a GPU is lent.  docs/gpu-accept.md says what each stage
+# checks and gives the calls in the order to make them.
 #
-#   tests/gpu/accept.sh OUTDIR        run the stages named by STAGE (default: all)
-#   STAGE=build,test tests/gpu/accept.sh OUTDIR     (comma- or space-separated)
+#   tests/gpu/accept.sh OUTDIR        run call CALL of the plan (default 1)
+#   CALL=2 tests/gpu/accept.sh OUTDIR
+#   STAGE=train,mpi tests/gpu/accept.sh OUTDIR      named stages (comma- or
+#                                     space-separated; STAGE=all: every stage)
+#   tests/gpu/accept.sh --plan        the calls: their stages, budgets and the
+#                                     device tool's arguments (make gpu-plan)
 #   tests/gpu/accept.sh --env DIR     only the header lines (GPU, driver, ...), to DIR/env.md
 #   tests/gpu/accept.sh --pack        on a machine without a GPU: build for the
-#                                     device (CUDA_ARCH, default 90), bundle the
-#                                     MPI/HDF5/OpenBLAS libraries (and Open MPI's
-#                                     components and mpirun), prepare
+#                                     device (CUDA_ARCH, default 90, only), bundle
+#                                     the MPI/HDF5/OpenBLAS libraries (and Open
+#                                     MPI's components and mpirun), prepare
 #                                     data/multi30k.h5, all into build/gpu-pack.tgz
-#                                     (unpacked by the first stage run there)
+#                                     (unpacked by the build stage there)
 #
-# Stages, each under ACCEPT_STAGE_LIMIT seconds (default 470, < 8 min):
-#   build   build for the GPU's compute capability (nvidia-smi; CUDA_ARCH overrides)
-#   test    make gpu-test (ops and whole step vs CPU, fp32/tf32/bf16), then the
-#           small kernel test (CUDA_TEST_SUBSET=sync) under compute-sanitizer
-#           memcheck, racecheck and synccheck where compute-sanitizer exists
-#   train   300 steps of input/multi30k.cfg on the GPU: fp32 = device=cpu to the
-#           printed digits over the first 10 steps; bf16 dev loss within
-#           BF16_TOL of fp32's; SIGUSR1 at step 150 + resume = uninterrupted
-#           run, bitwise (parameters and Adam moments)
-#   mpi     2 ranks on the one GPU (allreduce=mpi, TRANSFORMER_SHARE_GPU=1) =
-#           1 rank with update_freq=2 (losses and parameters)
-#   bench   make gpu-bench: base and big, bf16 and fp32, vs PyTorch bf16 autocast
-#           eager and torch.compile; tokens/s, MFU, peak device memory
-#   decode  beam 4 on Multi30k test2016 from the train stage's checkpoint, ours
-#           vs tests/bench/torch_decode.py on the same GPU: sentences/s, same outputs
-# Each stage writes OUTDIR/STAGE.md (GPU, driver, CUDA, NCCL, commit first,
-# then its checks and figures) and OUTDIR/STAGE.log (raw); OUTDIR/summary.md
-# lists the stages of this invocation.  Exit 0 only if every stage passed;
-# without a GPU every stage fails with one line 'error: gpu-accept: stage S:
-# no CUDA GPU visible (...)'.
+# The stages, their budgets and the calls are in tests/gpu/accept/plan.sh
+# (build, step, bench, ops, mpi, train, decode, sanitize, in order of value);
+# the stages themselves in tests/gpu/accept/stages.sh.  Each stage runs under
+# its budget (timeout) and writes OUTDIR/STAGE.md (GPU, driver, CUDA, NCCL,
+# commit first, then its checks and figures, then the end of its log);
+# OUTDIR/summary.md lists the stages of this invocation and OUTDIR/logs.tgz
+# holds the raw logs (build/gpu-accept/logs/STAGE.log and the runs' logs):
+# at most 8 files, the number a device call brings back.  Exit 0 only if
+# every stage passed; without a GPU every stage fails with one line
+# 'error: gpu-accept: stage S: no CUDA GPU visible (...)'.
 #
-# Through the device tool (10 min per command, at most 8 files back from
-# $OUT, the working tree travels but not ../shared or ignored files):
-#   here, once:   tests/gpu/accept.sh --pack        (writes build/gpu-pack.tgz, ~25 MB)
-#   run 1: command 'STAGE=build,test tests/gpu/accept.sh $OUT', carry ["build/gpu-pack.tgz"]
-#   run 2: command 'STAGE=train,mpi,decode tests/gpu/accept.sh $OUT', same carry
-#   run 3: command 'STAGE=bench tests/gpu/accept.sh $OUT', same carry
-# (about 5 + 8 + 7 minutes, estimated, not yet measured; the machine stays
-# warm between calls, so the decode stage finds the train stage's checkpoint
-# in build/gpu-accept, and trains one if not).  Each call's three stages
-# give 7 files, inside the limit of 8.  Where the GPU
-# machine has mpicc and HDF5 the build stage rebuilds there; otherwise it
-# checks that the carried binaries hold code for the GPU's architecture.
-#
-# Environment: STAGE, ACCEPT_WORK (scratch, default build/gpu-accept), DATA
-# (default data/multi30k.h5), TRAIN_STEPS (300), BF16_TOL (see below),
-# ACCEPT_NVIDIA_SMI (the nvidia-smi to ask; tests point it elsewhere),
-# ACCEPT_DEVICE=cpu (tests only: runs train/mpi/decode's logic on the CPU),
-# ACCEPT_NO_BUILD=1 (use the packed binaries where the machine could build).
+# Environment: CALL, STAGE, ACCEPT_WORK (scratch, default build/gpu-accept),
+# DATA (default data/multi30k.h5), TRAIN_STEPS (300), BF16_TOL (see below),
+# ACCEPT_BUDGET_STAGE (one stage's budget, s), ACCEPT_NVIDIA_SMI (the
+# nvidia-smi to ask; tests point it elsewhere), ACCEPT_NO_BUILD=1 (use the
+# packed binaries where the machine could build), ACCEPT_NO_H5DIFF=1 (compare
+# checkpoints with h5py even where h5diff exists).  Tests only:
+# ACCEPT_DEVICE=cpu (train/mpi/decode's logic on the CPU), ACCEPT_BIN and
+# ACCEPT_GPU_BIN (the emulator's binaries in place of the GPU's),
+# ACCEPT_NCCL=0|1 (whether the binaries have NCCL), ACCEPT_STAGE_LIMIT (every
+# budget), ACCEPT_STEP_ARGS.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$TOP"
-ALL_STAGES="build test train mpi bench decode"
 LIB=("${ACCEPT_PY:-python3}" "$TOP/tests/gpu/accept_lib.py")   # standard library only
 NVSMI=${ACCEPT_NVIDIA_SMI:-nvidia-smi}
-LIMIT=${ACCEPT_STAGE_LIMIT:-470}
 WORK=${ACCEPT_WORK:-$TOP/build/gpu-accept}
 DATA=${DATA:-data/multi30k.h5}
 PACK=$TOP/build/gpu-pack.tgz
@@ -68,6 +53,10 @@ STOP_STEP=${STOP_STEP:-$((TRAIN_STEPS / 2))}
 DIGIT_STEPS=${DIGIT_STEPS:-10}
 MPI_STEPS=${MPI_STEPS:-20}
 JOBS=${JOBS:-$(nproc)}
+GPU_DIR=${ACCEPT_GPU_BIN:-$TOP/bin/gpu}   # test_cuda_step, test_cuda_kernels, gemm_peak
+# Python with h5py (the GPU machine's python3 has it) for checkpoints where
+# h5diff is missing, and with PyTorch for the decode stage
+H5PY=${ACCEPT_H5PY:-${TORCH_PY:-python3}}
 # bf16 tolerance: relative difference of the step-300 dev loss, bf16 storage
 # vs fp32, same seed and batches.  bf16 keeps 8 significant bits (relative
 # rounding 2^-9 = 0.2%) in activations and GEMM inputs, while weights,
@@ -86,7 +75,7 @@ MODEL_ARGS=(--config input/multi30k.cfg "data=$DATA")
 
 err() { echo "error: gpu-accept: $*" >&2; }
 usage() {
-    err "usage: [STAGE=$(echo "$ALL_STAGES" | tr ' ' ,)] tests/gpu/accept.sh OUTDIR | tests/gpu/accept.sh --pack"
+    err "usage: [CALL=N | STAGE=$(echo "$ALL_STAGES" | tr ' ' ,)] tests/gpu/accept.sh OUTDIR | tests/gpu/accept.sh --plan | --pack | --env DIR"
     exit 2
 }
 
@@ -94,34 +83,42 @@ usage() {
 . "$TOP/tests/gpu/accept/env.sh"
 # shellcheck source=tests/gpu/accept/stages.sh
 . "$TOP/tests/gpu/accept/stages.sh"
+# shellcheck source=tests/gpu/accept/plan.sh
+. "$TOP/tests/gpu/accept/plan.sh"
 
 # ------------------------------------------------------------ main
 
-# run_one STAGE OUT: in a child process under the stage's time limit
+# run_one STAGE OUT: in a child process under the stage's budget; its log
+# in $LOGS, its summary OUT/STAGE.md
 run_one() {
-    local s=$1 out=$2 why rc=0 status
+    local s=$1 out=$2 why rc=0 status budget grace log=$LOGS/$1.log
+    budget=$(stage_budget "$s")
+    grace=$((budget >= 10 ? 5 : budget / 2))
     CHECKS=$AUX/$s.checks TABLES=$AUX/$s.tables.md
-    : >"$CHECKS"; : >"$TABLES"; : >"$out/$s.log"
+    : >"$CHECKS"; : >"$TABLES"; : >"$log"
     if why=$(no_gpu); then
         err "stage $s: no CUDA GPU visible ($why)"
         echo "- FAIL: no CUDA GPU visible ($why)" >>"$CHECKS"
-        echo "error: gpu-accept: stage $s: no CUDA GPU visible ($why)" >>"$out/$s.log"
-        "${LIB[@]}" stage "$out" "$s" FAIL "$AUX"
+        echo "error: gpu-accept: stage $s: no CUDA GPU visible ($why)" >>"$log"
+        "${LIB[@]}" stage "$out" "$s" FAIL "$AUX" "$log"
         return 1
     fi
-    echo "== stage $s ($(date -u +%H:%M:%S), limit ${LIMIT}s)"
+    echo "== stage $s ($(date -u +%H:%M:%S), budget ${budget}s)"
     SECONDS=0
-    timeout --kill-after=10 "$LIMIT" "$0" --stage-run "$s" "$out" >"$out/$s.log" 2>&1 || rc=$?
+    # the budget holds the grace of --kill-after too (SIGTERM, then SIGKILL
+    # to the stage's whole process group: its training runs and mpirun)
+    ACCEPT_STAGE_BUDGET=$budget timeout --kill-after=$grace $((budget - grace)) \
+        "$0" --stage-run "$s" >"$log" 2>&1 || rc=$?
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        echo "- FAIL: stage ran past its limit of ${LIMIT}s" >>"$CHECKS"
+        echo "- FAIL: stage ran past its budget of ${budget}s" >>"$CHECKS"
     elif [ $rc -ne 0 ]; then
-        echo "- FAIL: stage stopped early (exit $rc; see $s.log)" >>"$CHECKS"
+        echo "- FAIL: stage stopped early (exit $rc; see logs.tgz: logs/$s.log)" >>"$CHECKS"
     fi
-    echo "- stage time: ${SECONDS}s" >>"$CHECKS"
+    echo "- stage time: ${SECONDS}s of a budget of ${budget}s" >>"$CHECKS"
     status=PASS
     grep -q '^- FAIL' "$CHECKS" && status=FAIL
-    "${LIB[@]}" stage "$out" "$s" "$status" "$AUX"
-    echo "   $s: $status (${SECONDS}s): $out/$s.md"
+    "${LIB[@]}" stage "$out" "$s" "$status" "$AUX" "$log"
+    echo "   $s: $status (${SECONDS}s of ${budget}s): $out/$s.md"
     [ $status = PASS ]
 }
 
@@ -152,17 +149,37 @@ pack() {
     echo "carry: [\"${PACK#"$TOP"/}\"]; see the header of tests/gpu/accept.sh"
 }
 
-# the binaries, libraries and data of --pack, carried as one file: unpacked
-# once on the GPU machine (build/gpu-libs is kept while the machine is warm)
-unpack() {
-    can_build && return 0
-    [ -f "$PACK" ] && [ ! -f build/gpu-libs/COMMIT ] || return 0
-    echo "unpacking $PACK ($(cd "$TOP" && tar tzf "$PACK" | wc -l) files, commit $(tar xzOf "$PACK" build/gpu-libs/COMMIT))"
-    tar xzf "$PACK" -C "$TOP"
+# stages_of CALL STAGE: the stages to run, one a line: STAGE's if set
+# (all: every stage), else call CALL's of the plan
+stages_of() {
+    local s
+    if [ -z "$2" ]; then
+        if ! [[ "$1" =~ ^[1-9][0-9]*$ ]] || [ "$1" -gt ${#PLAN_CALLS[@]} ]; then
+            err "CALL: no call '$1' (calls 1-${#PLAN_CALLS[@]}; tests/gpu/accept.sh --plan)"; return 2
+        fi
+        # shellcheck disable=SC2086
+        printf '%s\n' ${PLAN_CALLS[$(($1 - 1))]}
+        return 0
+    fi
+    for s in $(echo "$2" | tr ',' ' '); do
+        if [ "$s" = all ]; then
+            # shellcheck disable=SC2086
+            printf '%s\n' $ALL_STAGES
+        elif [[ " $ALL_STAGES " == *" $s "* ]]; then
+            echo "$s"
+        else
+            err "STAGE: unknown stage '$s' (stages: $ALL_STAGES, or all)"; return 2
+        fi
+    done
+}
+
+# logs.tgz: the stages' logs and the runs' logs and texts under $WORK
+pack_logs() {
+    (cd "$WORK" && find . -name '*.log' -o -name '*.txt' -o -name '*.ids' | sort | tar czf "$1/logs.tgz" -T -)
 }
 
 if [ "${1:-}" = --stage-run ]; then   # internal: one stage, output to the log
-    s=$2 out=$3
+    s=$2
     AUX=$WORK/aux CHECKS=$WORK/aux/$s.checks TABLES=$WORK/aux/$s.tables.md
     # shellcheck disable=SC1091
     . "$TOP/tests/lib.sh"
@@ -175,6 +192,11 @@ if [ "${1:-}" = --stage-run ]; then   # internal: one stage, output to the log
     exit 0
 fi
 [ "${1:-}" = --pack ] && { pack; exit 0; }
+if [ "${1:-}" = --plan ]; then
+    plan_check || exit 1
+    plan_print
+    exit 0
+fi
 if [ "${1:-}" = --env ]; then   # only the header lines, into ${2}/env.md
     AUX=${2:?--env OUTDIR}
     mkdir -p "$AUX"
@@ -184,27 +206,23 @@ if [ "${1:-}" = --env ]; then   # only the header lines, into ${2}/env.md
 fi
 if [ $# -ne 1 ] || [ -z "$1" ] || [ "${1#-}" != "$1" ]; then usage; fi
 OUT=$1
-stages=()
-for s in $(echo "${STAGE:-all}" | tr ',' ' '); do
-    if [ "$s" = all ]; then
-        read -r -a more <<<"$ALL_STAGES"; stages+=("${more[@]}")
-    elif [[ " $ALL_STAGES " == *" $s "* ]]; then
-        stages+=("$s")
-    else
-        err "STAGE: unknown stage '$s' (stages: $ALL_STAGES, or all)"; exit 2
-    fi
-done
-[ ${#stages[@]} -gt 0 ] || { err "STAGE: no stage named"; exit 2; }
-unpack
-mkdir -p "$OUT" "$WORK/aux"
+picked=$(stages_of "${CALL:-1}" "${STAGE:-}") || exit 2
+mapfile -t stages <<<"$picked"
+[ -n "${stages[0]}" ] || { err "STAGE: no stage named"; exit 2; }
+[ -n "${STAGE:-}" ] || plan_check || exit 2
+mkdir -p "$OUT" "$WORK/aux" "$WORK/logs"
 OUT=$(cd "$OUT" && pwd)
-AUX=$WORK/aux
+AUX=$WORK/aux LOGS=$WORK/logs
 export ACCEPT_WORK=$WORK
 write_env
+if [ -z "${STAGE:-}" ]; then
+    echo "- call: ${CALL:-1} of ${#PLAN_CALLS[@]} (${stages[*]}; up to $(call_budget "${CALL:-1}") s)" >>"$AUX/env.md"
+fi
 rc=0
 for s in "${stages[@]}"; do
     run_one "$s" "$OUT" || rc=1
 done
 "${LIB[@]}" index "$OUT" "$AUX" "${stages[@]}" || true
+pack_logs "$OUT" || err "logs.tgz not written"
 cat "$OUT/summary.md"
 exit $rc

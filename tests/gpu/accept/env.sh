@@ -99,11 +99,54 @@ can_build() {
 }
 
 GPU_BIN=(bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak)
-ensure_built() {  # quietly, for the stages after build (same CUDA_ARCH: no rebuild)
+# ensure_built [FILE...]: the binaries a stage needs (default: bin/transformer)
+# in place: built for this GPU's architecture alone where this machine builds
+# (a no-op when they are), else unpacked from the carried pack
+ensure_built() {
+    local b need=("$@")
+    [ ${#need[@]} -gt 0 ] || need=("$BIN")
     [ "$DEVICE" = cuda ] || { [ -x "$BIN" ] || make -j"$JOBS" all; return; }
-    if can_build; then make -s -j"$JOBS" CUDA_ARCH="$(cuda_arch)" all "${GPU_BIN[@]}"; fi
-    local b
-    for b in "$BIN" "${GPU_BIN[@]}"; do [ -x "$b" ] || { echo "$b missing (no nvcc/mpicc/HDF5 here: carry build/gpu-pack.tgz from --pack)"; return 1; }; done
+    if can_build; then
+        make -s -j"$JOBS" CUDA_ARCH="$(cuda_arch)" all "${GPU_BIN[@]}"
+    else
+        unpack
+        libs_env
+    fi
+    for b in "${need[@]}"; do
+        [ -x "$b" ] || { echo "$b missing (no nvcc/mpicc/HDF5 here: carry build/gpu-pack.tgz from --pack)"; return 1; }
+    done
+}
+
+# the binaries, libraries and data of --pack, carried as one file: unpacked
+# on the GPU machine unless this very pack already is (a warm machine keeps
+# what the last call unpacked)
+unpack() {
+    local sum
+    [ -f "$PACK" ] || return 0
+    sum=$(cksum <"$PACK")
+    [ "$sum" = "$(cat build/gpu-libs/PACK_SUM 2>/dev/null)" ] && return 0
+    echo "unpacking $PACK ($(tar tzf "$PACK" | wc -l) files, commit $(tar xzOf "$PACK" build/gpu-libs/COMMIT))"
+    tar xzf "$PACK" -C "$TOP"
+    echo "$sum" >build/gpu-libs/PACK_SUM
+}
+
+gpu_count() {  # the GPUs nvidia-smi lists
+    "$NVSMI" -L 2>/dev/null | grep -c '^GPU ' || true
+}
+
+# bin/transformer has NCCL (ACCEPT_NCCL=0|1 says so for the emulator's
+# binaries, whose NCCL is built in)
+have_nccl() {
+    if [ -n "${ACCEPT_NCCL:-}" ]; then [ "$ACCEPT_NCCL" = 1 ]; return; fi
+    ldd "$BIN" 2>/dev/null | grep -q libnccl
+}
+
+# mpirun's -x options: the bundled libraries' path, and what the caller adds
+mpi_x() {
+    local v
+    for v in LD_LIBRARY_PATH "$@"; do
+        if [ -n "${!v:-}" ]; then printf '%s\n' -x "$v"; fi
+    done
 }
 
 need_data() {
