@@ -108,7 +108,7 @@ run_one() {
     # the budget holds the grace of --kill-after too (SIGTERM, then SIGKILL
     # to the stage's whole process group: its training runs and mpirun)
     ACCEPT_STAGE_BUDGET=$budget timeout --kill-after=$grace $((budget - grace)) \
-        "$0" --stage-run "$s" >"$log" 2>&1 || rc=$?
+        bash "$0" --stage-run "$s" >"$log" 2>&1 || rc=$?
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         echo "- FAIL: stage ran past its budget of ${budget}s" >>"$CHECKS"
     elif [ $rc -ne 0 ]; then

@@ -43,9 +43,10 @@ declare -A STAGE_WHAT=(
     [decode]="beam 4 on test2016 from train's checkpoint, ours vs PyTorch: sentences/s, identical outputs"
     [sanitize]="compute-sanitizer memcheck, racecheck, synccheck on the kernel test (CUDA_TEST_SUBSET=sync)"
 )
-# the device tool's arguments for call N, as printed by --plan
+# the device tool's arguments for call N, as printed by --plan (through
+# bash: the copy of the working tree there need not keep the execute bits)
 PLAN_CARRY='["build/gpu-pack.tgz"]'
-plan_command() { echo "CALL=$1 tests/gpu/accept.sh \"\$OUT\""; }
+plan_command() { echo "CALL=$1 bash tests/gpu/accept.sh \"\$OUT\""; }
 
 # stage_budget STAGE: its budget in seconds; ACCEPT_BUDGET_STAGE=N changes
 # one, ACCEPT_STAGE_LIMIT=N all (tests: a stage that outruns its budget)
