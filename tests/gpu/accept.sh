@@ -146,7 +146,7 @@ pack() {
     [ -f "$DATA" ] || input/prepare.sh multi30k
     tar czf "$PACK" bin/transformer "${GPU_BIN[@]}" build/gpu-libs "$DATA"
     du -sh "$PACK"
-    echo "carry: [\"${PACK#"$TOP"/}\"]; see the header of tests/gpu/accept.sh"
+    echo "carry: [\"${PACK#"$TOP"/}\"] in each device call: make gpu-plan prints them"
 }
 
 # stages_of CALL STAGE: the stages to run, one a line: STAGE's if set
