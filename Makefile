@@ -189,12 +189,16 @@ gpu-bench: all $(GPU_BIN)
 # the GPU cost model of a training step, run here without a GPU (docs/gpu-model.md)
 gpu-model: bin/tests/gpu_model
 	$(Q)tests/gpu/gpu_model.sh
-# GPU acceptance (docs/gpu-accept.md): stages build, test, train, mpi, bench,
-# decode into GPU_ACCEPT_OUT; STAGE=train,mpi runs some; it builds by itself
-.PHONY: gpu-accept
+# GPU acceptance (docs/gpu-accept.md) into GPU_ACCEPT_OUT, in device calls of
+# at most 9 minutes: call 1 (build, the multi-rank step vs the CPU, speed)
+# unless CALL=N; STAGE=train,mpi runs stages by name; it builds by itself.
+# gpu-plan prints the calls, their budgets and the device tool's arguments.
+.PHONY: gpu-accept gpu-plan
 GPU_ACCEPT_OUT ?= out/gpu-accept
 gpu-accept:
-	$(Q)tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
+	$(Q)CALL='$(CALL)' tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
+gpu-plan:
+	$(Q)tests/gpu/accept.sh --plan
 
 build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/fuzz:
 	$(Q)mkdir -p $@

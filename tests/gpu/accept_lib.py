@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU-side checks and report writing of tests/gpu/accept.sh (make gpu-accept).
 
-Standard library only (the GPU machine has python3 but no project venv).
+Standard library only (the GPU machine has python3 but no project venv),
+except h5same, which needs h5py (the GPU machine's python3 has it).
 Each subcommand prints one line per finding and exits 0 when the check
 passes, 1 when it fails, 2 on unusable input; tests/test_gpu_accept.sh runs
 them on logs of device=cpu runs.
@@ -12,8 +13,10 @@ them on logs of device=cpu runs.
   losses LOG1 LOG2 N REL       first N step losses agree to relative REL (+ half a printed unit)
   params P0 P1 P2 REL UPD      raw float32 dumps: |P2-P1|/|P1| <= REL and <= UPD of the update P1-P0
   same A B                     number of identical lines of two text files ('K of N')
-  stage OUT NAME STATUS AUX     write OUT/NAME.md: AUX/env.md (the header), the verdict,
-                               AUX/NAME.checks, AUX/NAME.tables.md, the tail of OUT/NAME.log
+  h5same A B GROUP...           every dataset under the GROUPs of two HDF5 files
+                               bitwise equal (dtype, shape, bytes): h5diff where it is missing
+  stage OUT NAME STATUS AUX LOG write OUT/NAME.md: AUX/env.md (the header), the verdict,
+                               AUX/NAME.checks, AUX/NAME.tables.md, the tail of LOG
   index OUT AUX STAGE...       write OUT/summary.md from the summaries OUT/STAGE.md
 """
 import array
@@ -24,7 +27,7 @@ import sys
 
 STEP = re.compile(r"^step (\d+) loss_ls (\S+) ")
 DEV_FINAL = re.compile(r"^dev final loss_ls (\S+) nll \S+ ppl (\S+)")
-STAGES = ["build", "test", "train", "mpi", "bench", "decode"]
+STAGE_NAME = re.compile(r"^[a-z0-9_]+$")
 
 
 def die(msg):
@@ -52,6 +55,48 @@ def cmd_header(args):
     for k, label in order:
         print("- %s: %s" % (label, kv.get(k) or "unknown"))
     return 0
+
+
+def h5_datasets(f, group):
+    """{path: dataset} of every dataset under GROUP (or GROUP itself)"""
+    import h5py
+    obj = f.get(group)
+    if obj is None:
+        return None
+    if isinstance(obj, h5py.Dataset):
+        return {group: obj}
+    found = {}
+    obj.visititems(lambda name, o: found.__setitem__(group + "/" + name, o) if isinstance(o, h5py.Dataset) else None)
+    return found
+
+
+def cmd_h5same(a, b, *groups):
+    """bitwise equality of the datasets under GROUPS (h5diff -q A B /G /G)"""
+    try:
+        import h5py
+    except ImportError as e:
+        print("FAIL: %s has no h5py (%s) and there is no h5diff: set ACCEPT_H5PY to a Python with h5py"
+              % (sys.executable, e))
+        return 1
+    bad, count = [], 0
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        for g in groups:
+            da, db = h5_datasets(fa, g), h5_datasets(fb, g)
+            if da is None or db is None:
+                bad.append("%s missing in %s" % (g, a if da is None else b))
+                continue
+            bad += ["%s only in %s" % (n, a if n in da else b) for n in sorted(set(da) ^ set(db))]
+            for n in sorted(set(da) & set(db)):
+                x, y = da[n][()], db[n][()]
+                count += 1
+                if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                    bad.append("%s differs" % n)
+    for line in bad[:5]:
+        print(line)
+    verdict = "PASS" if not bad and count else "FAIL"
+    print("%s: %d of %d datasets under %s bitwise equal (h5py)"
+          % (verdict, count - len([x for x in bad if x.endswith("differs")]), count, ", ".join(groups)))
+    return 0 if verdict == "PASS" else 1
 
 
 def cmd_digits(cpu_log, gpu_log, n):
@@ -157,10 +202,10 @@ def cmd_same(a, b):
     return 0
 
 
-def cmd_stage(out, name, status, aux):
+def cmd_stage(out, name, status, aux, log):
     """OUT/NAME.md: the environment header, the verdict, the checks, the log's tail"""
     head, checks = os.path.join(aux, "env.md"), os.path.join(aux, name + ".checks")
-    extra, log = os.path.join(aux, name + ".tables.md"), os.path.join(out, name + ".log")
+    extra = os.path.join(aux, name + ".tables.md")
     lines = ["# gpu-accept stage %s: %s" % (name, status), ""]
     lines += read_lines(head) if os.path.exists(head) else ["- GPU: unknown"]
     lines += ["", "## Checks", ""]
@@ -169,7 +214,7 @@ def cmd_stage(out, name, status, aux):
     if os.path.exists(extra) and os.path.getsize(extra):
         lines += ["", "## Figures", ""] + read_lines(extra)
     tail = read_lines(log)[-25:] if os.path.exists(log) else []
-    lines += ["", "## Last lines of the raw log (%s.log)" % name, "", "```"] + tail + ["```", ""]
+    lines += ["", "## Last lines of the raw log (logs/%s.log in logs.tgz)" % name, "", "```"] + tail + ["```", ""]
     with open(os.path.join(out, name + ".md"), "w") as f:
         f.write("\n".join(lines))
     return 0
@@ -182,8 +227,8 @@ def cmd_index(out, aux, *stages):
     lines += ["", "| stage | result | summary |", "|---|---|---|"]
     bad = 0
     for s in stages:
-        if s not in STAGES:
-            die("index: unknown stage %s" % s)
+        if not STAGE_NAME.match(s):
+            die("index: not a stage name: %s" % s)
         p = os.path.join(out, s + ".md")
         first = read_lines(p)[0] if os.path.exists(p) else "missing: MISSING"
         status = first.split(": ", 1)[1] if ": " in first else "?"
@@ -197,7 +242,7 @@ def cmd_index(out, aux, *stages):
 
 CMDS = {"header": (cmd_header, None), "digits": (cmd_digits, 3), "devloss": (cmd_devloss, 3),
         "losses": (cmd_losses, 4), "params": (cmd_params, 5), "same": (cmd_same, 2),
-        "stage": (cmd_stage, 4), "index": (cmd_index, -2)}
+        "h5same": (cmd_h5same, -3), "stage": (cmd_stage, 5), "index": (cmd_index, -2)}
 
 
 def main(argv):
