@@ -61,8 +61,9 @@ static void join_row(const char *path, int ln, char *line, size_t i, const CostC
     if (got != 10) die(2, "%s:%d: not a row of a per-call timing CSV (%s)", path, ln, TIMING_HEADER);
     if (idx != i || strcmp(op, c->op) || strcmp(call, c->call) || strcmp(kind, KIND[c->kind]) || m != c->m ||
         nn != c->n || k != c->k || b != c->batch)
-        die(2, "%s:%d: row %zu (%s %s %s) does not join the step's call %zu (%s %s %s): a timing of another step", path,
-            ln, idx, op, call, kind, i, c->op, c->call, KIND[c->kind]);
+        die(2, "%s:%d: row %zu (%s %s %s %gx%gx%gx%g) does not join the step's call %zu (%s %s %s %gx%gx%gx%g): a timing "
+            "of another step", path, ln, idx, op, call, kind, m, nn, k, b, i, c->op, c->call, KIND[c->kind], c->m, c->n,
+            c->k, c->batch);
     *dev *= 1e-6;
     *host *= 1e-6;
 }

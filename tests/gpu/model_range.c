@@ -141,6 +141,10 @@ void report_range(const Config *c, const Args *a, const CostCall *calls, size_t 
     print_mfu(s.mf, fl);
     printf("point estimate: %.2f ms (%.2f x the floor)  ", 1e3 * pt.t, pt.t / fl);
     print_mfu(s.mf, pt.t);
+    if (s.cal) {   /* the calibration's error, taken as a cost the model misses in proportion to the step */
+        printf("point estimate with the calibration's %+.1f%% added: %.2f ms  ", pt.cal_err, 1e3 * pt.t * (1 + pt.cal_err / 100));
+        print_mfu(s.mf, pt.t * (1 + pt.cal_err / 100));
+    }
     printf("  %-14s %-9s %-9s %11s %7s %7s   %s\n", "setting", "value", "", "step", "MFU989", "MFU798",
            s.cal ? "calibration 122cb66" : "");
     print_row(&s, "(point)", "", "", pt);
