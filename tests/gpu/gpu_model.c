@@ -3,7 +3,8 @@
  *
  *   bin/tests/gpu_model [--model base|big] [--batch B] [--len L]
  *                       [--trace CSV | --write-trace CSV] [--measured TOK/S] [--by-call]
- *                       [key=value ...]
+ *                       [--range [--calibration TRACE TOK/S]]
+ *                       [--write-timing CSV | --fit CSV] [key=value ...]
  *
  * Runs one training step of the CUDA backend (as train.c's step: zero the
  * gradients, forward and backward of one batch, Adam, sync) under the
@@ -16,7 +17,12 @@
  * vocabulary 37000.  --trace prices a logged step read back from a CSV
  * (e.g. of an older commit, tests/gpu/calibration/) instead of running one;
  * --measured compares the H100 prediction with a measured throughput;
- * --by-call reports per kernel or library call instead of per op.  It
+ * --by-call reports per kernel or library call instead of per op.
+ * key=value sets a config key, or a setting of the roofline (SETTINGS in
+ * roofline.c, e.g. hbm_frac=0.7).  --range prints the floor, each guessed
+ * setting's sensitivity and the range (model_range.c); --write-timing
+ * writes the per-call timing CSV the model predicts, --fit refits the
+ * settings to a measured one (fit.c).  It
  * also prints the max_tokens that max_tokens = 0 would pick on the
  * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
 #include <math.h>
