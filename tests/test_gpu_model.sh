@@ -102,6 +102,15 @@ print("hbm_frac %(hbm_frac)g, host_gemm_s %(host_gemm_s)g, k_fixed %(k_fixed)g, 
 PY
 ok "--fit: $(cat $W/fitted.txt)"
 
+# the fitted: line, passed back as key=value, prices the step as measured
+fitted=$(sed -n 's/^fitted: //p' $W/fit.txt)
+measured=$(sed -n 's/^step: measured \([0-9.]*\) ms.*/\1/p' $W/fit.txt)
+# shellcheck disable=SC2086
+priced=$($M --model base --trace $W/trace.csv precision=bf16 $fitted | awk '/^predicted H100-SXM/ {print $3}')
+python3 -c "import sys; sys.exit(abs($priced / $measured - 1) > 1e-3)" ||
+    fail "the fitted settings price the step at $priced ms, measured $measured ms"
+ok "the fitted settings passed back price the step at $priced ms (measured $measured ms)"
+
 # a CSV that does not join the step (a row dropped, two swapped, a wrong
 # header, the same calls at another batch): refused with one line
 sed '5d' $W/planted.csv > $W/dropped.csv
