@@ -160,8 +160,9 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-bin/tests/gpu_model: tests/gpu/gpu_model.c tests/gpu/roofline.c tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc tests/gpu/gpu_model.c tests/gpu/roofline.c $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c
+bin/tests/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 
 # the OpenBLAS kernel in use (tests/check.sh reruns training tests under another)
 bin/tests/blas_core: tests/blas_core.c | bin/tests

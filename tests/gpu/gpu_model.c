@@ -3,7 +3,8 @@
  *
  *   bin/tests/gpu_model [--model base|big] [--batch B] [--len L]
  *                       [--trace CSV | --write-trace CSV] [--measured TOK/S] [--by-call]
- *                       [key=value ...]
+ *                       [--range [--calibration TRACE TOK/S]]
+ *                       [--write-timing CSV | --fit CSV] [key=value ...]
  *
  * Runs one training step of the CUDA backend (as train.c's step: zero the
  * gradients, forward and backward of one batch, Adam, sync) under the
@@ -16,7 +17,12 @@
  * vocabulary 37000.  --trace prices a logged step read back from a CSV
  * (e.g. of an older commit, tests/gpu/calibration/) instead of running one;
  * --measured compares the H100 prediction with a measured throughput;
- * --by-call reports per kernel or library call instead of per op.  It
+ * --by-call reports per kernel or library call instead of per op.
+ * key=value sets a config key, or a setting of the roofline (SETTINGS in
+ * roofline.c, e.g. hbm_frac=0.7).  --range prints the floor, each guessed
+ * setting's sensitivity and the range (model_range.c); --write-timing
+ * writes the per-call timing CSV the model predicts, --fit refits the
+ * settings to a measured one (fit.c).  It
  * also prints the max_tokens that max_tokens = 0 would pick on the
  * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
 #include <math.h>
@@ -29,17 +35,13 @@
 #include "auto_tokens.h"
 #include "batch.h"
 #include "config.h"
+#include "gpu_model.h"
 #include "model.h"
 #include "roofline.h"
 #include "util.h"
 
 Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 
-typedef struct {
-    const char *model, *trace, *write_trace;
-    int B, L, by_call;
-    double measured;
-} Args;
 
 /* ------------------------------------------------------------ the step */
 
@@ -110,61 +112,6 @@ static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act
     return out;
 }
 
-/* ---------------------------------------------------------- CSV traces */
-
-static const char *KIND[] = { "kernel", "gemm", "copy", "host", "sync", "comm" };
-static const char *TC[] = { "none", "tf32", "16bit" };
-
-static int lookup(const char *const *names, int n, const char *s)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], s)) return i;
-    return -1;
-}
-
-static void write_trace(const char *path, const CostCall *calls, size_t n)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) die(1, "%s: cannot write", path);
-    fprintf(f, "op,call,kind,rd,wr,flop_tc,flop,tc,m,n,k,batch,operand,blocks,threads,inflight\n");
-    for (size_t i = 0; i < n; i++) {
-        const CostCall *c = &calls[i];
-        fprintf(f, "%s,%s,%s,%.0f,%.0f,%.0f,%.0f,%s,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", c->op, c->call,
-                KIND[c->kind], c->rd, c->wr, c->flop_tc, c->flop, TC[c->tc], c->m, c->n, c->k, c->batch, c->operand,
-                c->blocks, c->threads, c->inflight);
-    }
-    if (fclose(f)) die(1, "%s: write failed", path);
-}
-
-/* a trace written by write_trace */
-static CostCall *read_trace(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) die(2, "%s: cannot open the trace", path);
-    char line[1024];
-    size_t cap = 1024, k = 0;
-    CostCall *calls = xmalloc(sizeof(CostCall) * cap);
-    for (int ln = 1; fgets(line, sizeof line, f); ln++) {
-        if (ln == 1) continue;   /* header */
-        char op[128], call[128], kind[16], tc[16];
-        CostCall c = {0};
-        int got = sscanf(line, "%127[^,],%127[^,],%15[^,],%lf,%lf,%lf,%lf,%15[^,],%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", op,
-                         call, kind, &c.rd, &c.wr, &c.flop_tc, &c.flop, tc, &c.m, &c.n, &c.k, &c.batch, &c.operand,
-                         &c.blocks, &c.threads, &c.inflight);
-        int ki = lookup(KIND, COST_KINDS, kind), ti = lookup(TC, 3, tc);
-        if (got != 16 || ki < 0 || ti < 0) die(2, "%s:%d: not a line of a cost trace (16 columns)", path, ln);
-        c.kind = (CostKind)ki;
-        c.tc = (TensorCore)ti;
-        c.op = strdup(op);
-        c.call = strdup(call);
-        if (k == cap) calls = xrealloc(calls, sizeof(CostCall) * (cap *= 2));
-        calls[k++] = c;
-    }
-    fclose(f);
-    *n = k;
-    return calls;
-}
-
 /* -------------------------------------------------------------- report */
 
 #define MAX_CLASSES 64
@@ -188,13 +135,13 @@ static const char *class_of(const CostCall *c, int vocab, int by_call)
 
 /* per class: calls, bytes, FLOPs, device seconds on each GPU; the
  * device's waits for the host go to a class of their own */
-static int tally(OpClass *cl, int ncl, const CostCall *calls, size_t n, int vocab, int by_call)
+static int tally(OpClass *cl, int ncl, const Achieved *ach, const CostCall *calls, size_t n, int vocab, int by_call)
 {
     double *dev[8], *idle[8];
     for (int g = 0; g < N_GPUS; g++) {
         dev[g] = xmalloc(sizeof(double) * (n + 1));
         idle[g] = xmalloc(sizeof(double) * (n + 1));
-        roofline_step(&GPUS[g], &ACHIEVED, calls, n, dev[g], idle[g]);
+        roofline_step(&GPUS[g], ach, calls, n, dev[g], idle[g]);
     }
     cl[ncl++] = (OpClass){ .name = "(device waits for host)" };
     for (size_t i = 0; i < n; i++) {
@@ -224,7 +171,7 @@ static int tally(OpClass *cl, int ncl, const CostCall *calls, size_t n, int voca
 
 /* gpu-bench's model FLOPs of a step: 6 x matmul parameters x tokens plus
  * attention (QK^T and PV, forward and backward, three blocks per layer) */
-static double model_flops(const Config *c, int B, int L)
+double model_flops(const Config *c, int B, int L)
 {
     double N = c->n_layers, d = c->d_model, dff = c->d_ff, V = c->vocab_size, tok = (double)B * L;
     double mm = N * (4 * d * d + 2 * d * dff) * tok + N * (8 * d * d + 2 * d * dff) * tok + V * d * tok;
@@ -241,7 +188,7 @@ static int by_time(const void *x, const void *y)
 static void report(const Config *c, const Args *a, const CostCall *calls, size_t n, size_t act_bytes)
 {
     OpClass cl[MAX_CLASSES], total = { .name = "total" };
-    int ncl = tally(cl, 0, calls, n, c->vocab_size, a->by_call);
+    int ncl = tally(cl, 0, &a->ach, calls, n, c->vocab_size, a->by_call);
     qsort(cl, (size_t)ncl, sizeof cl[0], by_time);
     long per_kind[COST_KINDS] = {0};
     for (size_t i = 0; i < n; i++) per_kind[calls[i].kind]++;
@@ -267,12 +214,11 @@ static void report(const Config *c, const Args *a, const CostCall *calls, size_t
         for (int g = 0; g < N_GPUS; g++) printf(" %9.3f", 1e3 * o->t[g]);
         printf("\n");
     }
-    /* MFU against the data sheet's dense 16-bit peak; gpu-bench's MFU is
-     * against the peak cuBLAS reached there (0.84 of it on the H100) */
     for (int g = 0; g < N_GPUS; g++) {
-        double t = total.t[g], peak = GPUS[g].tc16;
-        printf("predicted %-9s %8.2f ms/step %10.0f tok/s  MFU %5.1f%% (of %.0f TFLOP/s; gpu-bench's MFU %5.1f%%)\n",
-               GPUS[g].name, 1e3 * t, tok / t, 100 * mf / (t * peak), peak / 1e12, 100 * mf / (t * peak * 0.84));
+        double t = total.t[g];
+        printf("predicted %-9s %8.2f ms/step %10.0f tok/s  ", GPUS[g].name, 1e3 * t, tok / t);
+        if (g == 0) print_mfu(mf, t);
+        else printf("MFU %5.1f%% of the data sheet's %.0f TFLOP/s\n", 100 * mf / (t * GPUS[g].tc16), GPUS[g].tc16 / 1e12);
     }
     if (a->measured > 0) {
         double pred = tok / total.t[0];
@@ -285,7 +231,7 @@ static void report(const Config *c, const Args *a, const CostCall *calls, size_t
 
 static void parse(int argc, char **argv, Config *c, Args *a)
 {
-    *a = (Args){ .model = "base", .B = 300, .L = 41 };
+    *a = (Args){ .model = "base", .B = 300, .L = 41, .ach = ACHIEVED };
     config_defaults(c);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--model") && i + 1 < argc) a->model = argv[++i];
@@ -295,16 +241,23 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         else if (!strcmp(argv[i], "--write-trace") && i + 1 < argc) a->write_trace = argv[++i];
         else if (!strcmp(argv[i], "--measured") && i + 1 < argc) a->measured = atof(argv[++i]);
         else if (!strcmp(argv[i], "--by-call")) a->by_call = 1;
+        else if (!strcmp(argv[i], "--range")) a->range = 1;
+        else if (!strcmp(argv[i], "--calibration") && i + 2 < argc) a->cal_trace = argv[++i], a->cal_measured = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--fit") && i + 1 < argc) a->fit = argv[++i];
+        else if (!strcmp(argv[i], "--write-timing") && i + 1 < argc) a->write_timing = argv[++i];
     char cfg[256];
     snprintf(cfg, sizeof cfg, "input/table3/%s.cfg", a->model);
     if (config_load_file(c, cfg)) exit(2);
     for (int i = 1; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
-        if (!strcmp(argv[i], "--by-call")) continue;
+        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range")) continue;
+        if (!strcmp(argv[i], "--calibration")) { i += 2; continue; }
         if (argv[i][0] == '-') { i += i + 1 < argc; continue; }
         if (!eq) die(2, "gpu-model: '%s': expected key=value or an option", argv[i]);
         *eq = 0;
-        if (config_set(c, "command line", 0, argv[i], eq + 1)) exit(2);
+        const Setting *st = setting_find(argv[i]);
+        if (st) *setting_ptr(&a->ach, st) = atof(eq + 1);
+        else if (config_set(c, "command line", 0, argv[i], eq + 1)) exit(2);
         *eq = '=';
     }
     if (a->B < 1 || a->L < 2) die(2, "gpu-model: --batch must be >= 1 and --len >= 2");
@@ -320,7 +273,14 @@ int main(int argc, char **argv)
     size_t n, act = 0;
     CostCall *calls = a.trace ? read_trace(a.trace, &n) : log_step(&c, &a, &n, &act);
     if (a.write_trace) write_trace(a.write_trace, calls, n);
+    if (a.write_timing) write_timing(a.write_timing, &a.ach, calls, n);
+    if (a.fit) {
+        fit_report(a.fit, &a.ach, calls, n);
+        free(calls);
+        return 0;
+    }
     report(&c, &a, calls, n, act);
+    if (a.range) report_range(&c, &a, calls, n);
     free(calls);
     return 0;
 }

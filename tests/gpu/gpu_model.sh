@@ -7,6 +7,10 @@
 #   2. This code: base and big, precision bf16 (and fp32 storage, tf32),
 #      at gpu-bench's batch (300 x 41 tokens) and at the paper's batch
 #      (610 x 41 = 25010 target tokens per step, one micro-batch).
+#   3. At the paper's batch in bf16, the prediction as a range (--range):
+#      the floor, the point estimate, each guessed setting at its other
+#      plausible values (with the calibration error it gives), the range;
+#      then the ranges of base and big together.
 # Exit status 1 if a calibration is outside +-20%.
 set -u
 cd "$(dirname "$0")/../.."
@@ -28,14 +32,23 @@ for row in "base 269736" "big 121663"; do
     fi
 done
 
+cal_of() { case $1 in base) echo "$CAL/122cb66-base-bf16.csv 269736" ;; big) echo "$CAL/122cb66-big-bf16.csv 121663" ;; esac; }
+summary=
 for batch in "300 41" "610 41"; do
     set -- $batch
     for model in base big; do
         for prec in bf16 tf32; do
+            range=
+            [ "$1 $prec" = "610 bf16" ] && range="--range --calibration $(cal_of $model)"
             echo
             echo "== this code: $model, precision=$prec, batch $1 x $2"
-            $M --model $model --batch "$1" --len "$2" precision=$prec || exit 1
+            out=$($M --model $model --batch "$1" --len "$2" $range precision=$prec) || exit 1
+            echo "$out"
+            [ -n "$range" ] && summary+=$(grep -E '^(floor|point estimate|range)' <<< "$out" | sed "s/^/$model: /")$'\n'
         done
     done
 done
+echo
+echo "== predictions as ranges: H100-SXM, bf16, 610 x 41 = 25010 target tokens (docs/gpu-model.md \"Ranges\")"
+printf '%s' "$summary"
 exit $fail

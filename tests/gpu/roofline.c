@@ -3,6 +3,8 @@
 #include "roofline.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 
 /* Published figures, dense (no sparsity): NVIDIA's H100 SXM5, A100 SXM4
  * 80 GB and V100 SXM2 data sheets.  V100 has no bf16 and no TF32: 16-bit
@@ -33,7 +35,8 @@ const int N_GPUS = sizeof GPUS / sizeof GPUS[0];
  *   tiles do not fill the last wave wastes its idle SMs.  Fewer tiles than
  *   SMs with a long K (the weight gradients, K = tokens) are split along K
  *   as cuBLAS's split-K and Hopper's stream-K kernels do, into pieces at
- *   least 4 tiles deep, and the fp32 partial sums cost a write and a read;
+ *   least 4 tiles deep (splitk_depth), and the fp32 partial sums cost a
+ *   write and a read;
  * - a tile also pays a fixed cost, filling the shared-memory pipeline
  *   before its K loop and writing C after it, worth 256 steps of K: a GEMM
  *   with K = 512 runs at 2/3 of the rate of a long one.  The measured peaks
@@ -44,8 +47,43 @@ const Achieved ACHIEVED = {
     .pcie_frac = 0.4,
     .latency_s = 800e-9, .threads_sm = 2048, .blocks_sm = 32,
     .dev_launch_s = 1e-6, .dev_gemm_s = 2e-6, .host_launch_s = 3e-6, .host_gemm_s = 8e-6, .host_sync_s = 10e-6,
-    .tile = 128, .k_fixed = 256, .overlap32 = 0, .overlap16 = 1,
+    .tile = 128, .k_fixed = 256, .splitk_depth = 4, .overlap32 = 0, .overlap16 = 1,
 };
+
+#define AT(f) offsetof(Achieved, f)
+/* Which settings were measured and which are guesses (docs/gpu-model.md
+ * "Settings"), and each guess's plausible range.  Random-data bf16: an
+ * 8192^3 product at 798 of 989.4 TFLOP/s (gpu-review notes); 0.9 of the
+ * bandwidth is the 3.0 TB/s a copy kernel reaches on an H100. */
+const Setting SETTINGS[] = {
+    { "tc_frac", AT(tc_frac), 1, 1, { 798.0 / 989.4 * 8448 / 8192 },
+      "bf16 tile rate, of the data sheet (gemm_peak, constant data; random data 798 TFLOP/s)" },
+    { "tf32_frac", AT(tf32_frac), 1, 0, { 0 }, "TF32 tile rate (gemm_peak)" },
+    { "fp32_frac", AT(fp32_frac), 1, 0, { 0 }, "fp32 rate (gemm_peak)" },
+    { "latency_s", AT(latency_s), 2, 0, { 0 }, "memory latency under load (fitted to 122cb66)" },
+    { "overlap32", AT(overlap32), 2, 0, { 0 }, "32-bit operand traffic hidden under compute (fitted to 122cb66)" },
+    { "threads_sm", AT(threads_sm), 3, 0, { 0 }, "resident threads per SM (data sheet)" },
+    { "blocks_sm", AT(blocks_sm), 3, 0, { 0 }, "resident blocks per SM (data sheet)" },
+    { "hbm_frac", AT(hbm_frac), 0, 2, { 0.70, 0.90 }, "bandwidth a streaming kernel reaches, of the data sheet" },
+    { "tile", AT(tile), 0, 2, { 256, 64 }, "GEMM output tile edge (wave quantisation)" },
+    { "k_fixed", AT(k_fixed), 0, 2, { 512, 0 }, "GEMM tile's fixed cost, in K steps" },
+    { "splitk_depth", AT(splitk_depth), 0, 2, { 0, 1 }, "split-K pieces at least this many tiles deep (0: none)" },
+    { "overlap16", AT(overlap16), 0, 2, { 0.5, 0 }, "16-bit operand traffic hidden under compute" },
+    { "dev_launch_s", AT(dev_launch_s), 0, 2, { 2e-6, 0.5e-6 }, "device cost per kernel" },
+    { "dev_gemm_s", AT(dev_gemm_s), 0, 2, { 4e-6, 1e-6 }, "device cost per cuBLAS call" },
+    { "host_launch_s", AT(host_launch_s), 0, 2, { 5e-6, 2e-6 }, "host cost per kernel launch" },
+    { "host_gemm_s", AT(host_gemm_s), 0, 2, { 20e-6, 4e-6 }, "host cost per cuBLAS call" },
+    { "host_sync_s", AT(host_sync_s), 0, 2, { 30e-6, 5e-6 }, "host wake-up after a sync" },
+    { "pcie_frac", AT(pcie_frac), 0, 2, { 0.2, 0.8 }, "host link reached by pageable copies" },
+};
+const int N_SETTINGS = sizeof SETTINGS / sizeof SETTINGS[0];
+
+const Setting *setting_find(const char *key)
+{
+    for (int i = 0; i < N_SETTINGS; i++)
+        if (!strcmp(SETTINGS[i].key, key)) return &SETTINGS[i];
+    return NULL;
+}
 
 /* ----------------------------------------------------------------- GEMMs */
 
@@ -57,8 +95,8 @@ static double gemm_tiles(const Achieved *a, const CostCall *c)
 /* a GEMM's K split: into as many pieces as fill the SMs, each >= 4 tiles deep */
 static double split_k(const Gpu *g, const Achieved *a, const CostCall *c, double tiles)
 {
-    if (tiles >= g->sms) return 1;
-    return fmax(1, fmin(floor(g->sms / tiles), floor(c->k / (4.0 * a->tile))));
+    if (tiles >= g->sms || a->splitk_depth <= 0) return 1;
+    return fmax(1, fmin(floor(g->sms / tiles), floor(c->k / (a->splitk_depth * a->tile))));
 }
 
 /* the share of the SMs a GEMM's tiles keep busy over its waves */
@@ -141,20 +179,29 @@ static double host_cost(const Achieved *a, const CostCall *c)
     }
 }
 
-double roofline_step(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, double *dev, double *idle)
+double roofline_timeline(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, double *dev, double *idle,
+                         double *host_t)
 {
     double host = 0, device = 0;   /* when each is free */
     for (size_t i = 0; i < n; i++) {
         const CostCall *c = &calls[i];
+        double host0 = host;
         host += host_cost(a, c);
         if (c->kind == COST_SYNC) {   /* the host waits for the device */
             host = fmax(host, device + a->host_sync_s);
             if (dev) dev[i] = 0, idle[i] = 0;
+            if (host_t) host_t[i] = host - host0;
             continue;
         }
         double t = roofline_call(g, a, c), start = fmax(host, device);
         if (dev) dev[i] = t, idle[i] = start - device;
+        if (host_t) host_t[i] = host - host0;
         device = start + t;
     }
     return device;
+}
+
+double roofline_step(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, double *dev, double *idle)
+{
+    return roofline_timeline(g, a, calls, n, dev, idle, NULL);
 }

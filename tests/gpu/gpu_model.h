@@ -1,0 +1,51 @@
+/* The parts of bin/tests/gpu_model (tests/gpu/gpu_model.c) that its
+ * other files share. */
+#ifndef GPU_MODEL_H
+#define GPU_MODEL_H
+
+#include <stddef.h>
+
+#include "../../cuda/cost.h"
+#include "config.h"
+#include "roofline.h"
+
+typedef struct {
+    const char *model, *trace, *write_trace;
+    const char *fit, *write_timing;   /* per-call timing CSVs (fit.c) */
+    const char *cal_trace;            /* --calibration TRACE TOK/S, for --range */
+    int B, L, by_call, range;
+    double measured, cal_measured;
+    Achieved ach;                     /* ACHIEVED with key=value overrides */
+} Args;
+
+/* the peaks MFU is stated against: the H100 SXM data sheet's dense bf16,
+ * and measured with cuBLAS on an H100 (8192^3 bf16) on random data and on
+ * gemm_peak's constant data (gpu-bench's MFU, the old figures) */
+#define PEAK_SHEET 989.4e12
+#define PEAK_RANDOM 798e12
+#define PEAK_CONSTANT 827.7e12
+/* "MFU a% of ..., b% of ..., c% of ..." (all three peaks, named), newline */
+void print_mfu(double model_flop, double seconds);
+
+/* gpu-bench's model FLOPs of a step of B sentences of L tokens */
+double model_flops(const Config *c, int B, int L);
+
+/* --range: the floor, the sensitivity of each guessed setting, the range */
+void report_range(const Config *c, const Args *a, const CostCall *calls, size_t n);
+
+/* --write-timing: the per-call timing CSV the model predicts; --fit: refit
+ * the guessed settings to a measured one (docs/gpu-model.md) */
+void write_timing(const char *path, const Achieved *a, const CostCall *calls, size_t n);
+void fit_report(const char *path, const Achieved *a, const CostCall *calls, size_t n);
+
+/* the names of CostKind and TensorCore in a trace */
+extern const char *const KIND[];
+extern const char *const TC[];
+/* the index of s in names[n], or -1 */
+int lookup(const char *const *names, int n, const char *s);
+
+/* a logged step as CSV (the columns of write_trace), and read back */
+void write_trace(const char *path, const CostCall *calls, size_t n);
+CostCall *read_trace(const char *path, size_t *n);
+
+#endif
