@@ -10,7 +10,8 @@ import os
 import h5py
 import pytest
 
-from conftest import (TINY, assert_figure, cli, cli_error, parse_train_stdout, script, transformer, write_cfg)
+from conftest import (TINY, assert_figure, cli, cli_error, parse_train_stdout, script, transformer, write_cfg,
+                      write_metrics)
 
 ROWS = {  # row -> (overrides of TINY, paper PPL, paper BLEU, paper params x10^6)
     "base": ({}, 4.92, 25.8, 65),
@@ -331,3 +332,81 @@ def test_scaled_schedule_and_seed_rows(tmp_path):
     sd = statistics.stdev(ppl.values())
     assert f"base over 3 seeds (base, base-seed2, base-seed3): dev PPL 11.33 ± {sd:.2f}" in md, md
     assert "`STEPS=3000`" in md and "warmup over 600 steps" in md
+
+
+def _healthy(s):
+    """A dev NLL curve like the Multi30k pilot's (6.0 at step 100, about 3.0 at the end)."""
+    return 3.0 + 3.4 * math.exp(-s / 300)
+
+
+PLATEAU = 5.25  # PPL 190: where the old sweep's stuck runs sat (unigram NLL 5.94 on its data)
+PLANTED = {  # row -> (dev NLL curve, training loss curve or None, expected verdict, words in the reason)
+    "healthy": (_healthy, None, "healthy", "dev NLL"),
+    "overfit": (lambda s: _healthy(min(s, 900)) + max(0, s - 900) * 0.0006, lambda s: _healthy(s) + 0.5,
+                "healthy", "overfitting"),
+    "nan": (lambda s: _healthy(s) if s < 700 else math.nan, lambda s: _healthy(s) if s < 650 else math.nan,
+            "diverged", "non-finite training loss at step 650"),
+    "blowup": (lambda s: _healthy(s) if s <= 600 else min(9.5, _healthy(600) + (s - 600) * 0.02),
+               lambda s: _healthy(s) + 0.6 if s <= 600 else 7.5, "diverged", "above its minimum"),
+    "stuck": (lambda s: max(PLATEAU, 6.0 - s / 200), None, "stuck", "below the unigram NLL 5.940"),
+    "late": (lambda s: PLATEAU if s < 600 else max(4.1, PLATEAU - (s - 600) / 300), None, "stuck", "step 500"),
+    "spike": (lambda s: _healthy(s) + (0.3 if s == 1000 else 0.15 if s > 1000 else 0),
+              lambda s: _healthy(s) + 0.6 + (0.4 if 950 <= s <= 1050 else 0), "unstable", "step 1000"),
+}
+
+
+@pytest.mark.parametrize("row", PLANTED)
+def test_planted_verdicts(row, tmp_path, capsys):
+    """Curves planted in metrics.h5 files (the trainer's format): row_result.py
+    judges each when it writes the result file; --verdict prints it."""
+    dev, train, want, words = PLANTED[row]
+    m = write_metrics(tmp_path / "run" / "metrics.h5", dev, train)
+    out = tmp_path / f"{row}.h5"
+    args = ["--out", out, "--row", row, "--set", "train_steps=1200", "--metrics", m, "--compute", "unigram_nll=5.94"]
+    if row in ("nan", "blowup"):
+        args += ["--status", "failed", "--dev-ppl", "nan"]
+    cli("row_result.py", *args)
+    capsys.readouterr()
+    cli("row_result.py", "--verdict", out)
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1 and line.split(" ", 1)[0] == want, line
+    assert words in line, line
+    with h5py.File(out, "r") as f:
+        assert f.attrs["verdict"] == want and f.attrs["format_version"] == 2
+        assert f["curves/dev_nll"].dtype == "float32" and f["curves/dev_nll"].compression == "gzip"
+        assert len(f["curves/train_loss"]) == 24 and len(f["curves/dev_step"]) == 12
+
+
+def test_stuck_without_unigram_uses_the_first_evaluation(tmp_path, capsys):
+    m = write_metrics(tmp_path / "metrics.h5", PLANTED["stuck"][0])
+    cli("row_result.py", "--out", tmp_path / "s.h5", "--row", "s", "--metrics", m)
+    capsys.readouterr()
+    cli("row_result.py", "--verdict", tmp_path / "s.h5")
+    assert capsys.readouterr().out.startswith("stuck ")
+    m = write_metrics(tmp_path / "metrics.h5", _healthy)
+    cli("row_result.py", "--out", tmp_path / "h.h5", "--row", "h", "--metrics", m)
+    cli("row_result.py", "--verdict", tmp_path / "h.h5")
+    assert capsys.readouterr().out.startswith("healthy ")
+
+
+def test_verdict_thresholds_are_the_module_constants():
+    """A late dev rise just over / under UNSTABLE_DEV_NATS, with the training loss rising too."""
+    import numpy as np
+
+    import verdict as v
+
+    steps = np.arange(100, 1201, 100.0)
+    base = np.array([_healthy(s) for s in steps])
+    for extra, want in ((v.UNSTABLE_DEV_NATS + 0.02, "unstable"), (v.UNSTABLE_DEV_NATS - 0.02, "healthy")):
+        dev = base.copy()
+        dev[-1] = dev[:-1].min() + extra
+        ts = np.arange(50, 1201, 50.0)
+        tl = np.array([_healthy(s) + 0.6 for s in ts])
+        tl[-3:] += 0.5
+        c = {"train_step": ts, "train_loss": tl, "dev_step": steps, "dev_loss": dev + 0.5, "dev_nll": dev}
+        assert v.verdict(c, 5.94, 1200)[0] == want, (extra, v.verdict(c, 5.94, 1200))
+    dev = base.copy()
+    dev[-1] = dev[:-1].min() + v.DIVERGE_DEV_NATS + 0.01
+    c = {"train_step": steps, "train_loss": base + 0.6, "dev_step": steps, "dev_loss": dev, "dev_nll": dev}
+    assert v.verdict(c, 5.94, 1200)[0] == "diverged"
+    assert v.verdict({}, None, None)[0] == "unknown"
