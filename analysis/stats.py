@@ -77,11 +77,13 @@ def welch_interval(a, b, level=LEVEL):
     degrees of freedom.  With one value in a (one seed of a row), a's
     variance is taken to be b's (the seed spread of base): the interval is
     then mean(b)'s s.d. times sqrt(1/n_a + 1/n_b), with n_b - 1 degrees of
-    freedom.  Returns dict diff, lo, hi, df, se, pooled (True in that case);
+    freedom.  Returns dict diff, lo, hi, df, se, p (two-sided, of the t
+    test of no difference), pooled (True in that case);
     lo = hi = NaN when neither side has two values."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     diff = float(a.mean() - b.mean()) if len(a) and len(b) else math.nan
-    out = {"diff": diff, "lo": math.nan, "hi": math.nan, "df": math.nan, "se": math.nan, "pooled": False}
+    out = {"diff": diff, "lo": math.nan, "hi": math.nan, "df": math.nan, "se": math.nan, "p": math.nan,
+           "pooled": False}
     if len(a) >= 2 and len(b) >= 2:
         va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
         se = math.sqrt(va + vb)
@@ -92,8 +94,15 @@ def welch_interval(a, b, level=LEVEL):
     else:
         return out
     half = t_quantile(0.5 + level / 2.0, df) * se
-    out.update(lo=diff - half, hi=diff + half, df=float(df), se=se)
+    out.update(lo=diff - half, hi=diff + half, df=float(df), se=se, p=t_pvalue(diff, se, df))
     return out
+
+
+def t_pvalue(diff, se, df):
+    """Two-sided p-value of diff / se under Student's t with df degrees of freedom."""
+    if not se > 0:
+        return 0.0 if diff != 0 else 1.0
+    return min(1.0, 2.0 * (1.0 - t_cdf(abs(diff) / se, df)))
 
 
 def excludes_zero(lo, hi):

@@ -33,6 +33,8 @@ def test_welch_interval_equal_variances_reduces_to_students():
     assert (w["lo"], w["hi"]) == (pytest.approx(-3 - 2.7764 * math.sqrt(2 / 3), abs=1e-3),
                                   pytest.approx(-3 + 2.7764 * math.sqrt(2 / 3), abs=1e-3))
     assert stats.excludes_zero(w["lo"], w["hi"])
+    # Student's t test of the same samples: t = -3.674, 4 df, two-sided p = 0.0213
+    assert w["p"] == pytest.approx(0.0213, abs=2e-4)
 
 
 def test_welch_interval_unequal_variances():
@@ -60,9 +62,9 @@ def test_equivalence_bound():
 
 
 def _sentence_stats(hyps, refs):
-    from sacrebleu.metrics import BLEU
+    from bleu import sentence_stats
 
-    return np.array(BLEU()._extract_corpus_statistics(hyps, [refs]), float)
+    return sentence_stats(hyps, [refs])
 
 
 def _corpus(seed, n=60):
