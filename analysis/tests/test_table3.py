@@ -4,6 +4,7 @@ on a bad config and one not run (pending); row files written by row_result.py
 as the sweep job does, then table3.py."""
 
 import csv
+import statistics
 import math
 import os
 
@@ -61,7 +62,7 @@ def sweep(tmp_path_factory):
         truth[row] = {"ppl": ppl, "loss": loss, "steps": steps, "params": params,
                       "metrics": metrics.exists()}
     p = script("table3.py", top, "--configs", cfgdir)
-    assert "5 rows (3 done, 1 pending, 1 failed)" in p.stdout
+    assert "5 rows (3 done, 1 pending, 1 failed;" in p.stdout
     return top, truth
 
 
@@ -86,7 +87,7 @@ def test_values_are_the_c_programs(sweep):
         assert float(r["paper_bleu"]) == pytest.approx(pb)
         assert r["paper_params_m"] == ("" if pm == 0 else str(float(pm)))
         if r["status"] != "done":
-            assert r["dev_ppl"] == r["params"] == r["diff_ppl"] == ""
+            assert r["dev_ppl"] == r["params"] == r["dev_nll"] == ""
             continue
         t = truth[row]
         assert int(r["params"]) == t["params"]
@@ -95,46 +96,63 @@ def test_values_are_the_c_programs(sweep):
         assert float(r["dev_ppl"]) == pytest.approx(t["ppl"], abs=6e-4)
         assert float(r["dev_loss"]) == pytest.approx(t["loss"], abs=6e-5)
         assert int(r["train_steps"]) == t["steps"] == int(TINY["train_steps"])
-        assert float(r["diff_ppl"]) == pytest.approx(float(r["dev_ppl"]) - pp)
+        assert float(r["dev_nll"]) == pytest.approx(math.log(float(r["dev_ppl"])))
         sacre, tok = BLEU.get(row, (None, None))
         assert r["dev_bleu"] == ("" if sacre is None else str(sacre))
         assert r["dev_bleu_tok"] == ("" if tok is None else str(tok))
-        # the paper reports tokenised BLEU: Δ is tokenised − paper, never sacreBLEU − paper
-        if tok is None:
-            assert r["diff_bleu"] == ""
-        else:
-            assert float(r["diff_bleu"]) == pytest.approx(tok - pb)
+        if t["metrics"]:  # 20 steps of a tiny model: still on the plateau, and the verdict says so
+            assert r["verdict"] == "stuck" and "below the first dev NLL" in r["verdict_reason"]
+            assert float(r["tokens_seen"]) > 0  # (no matrix_params: TINY has no vocab_size key)
     # the three trained rows differ (different architectures, different PPL)
     ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
     assert len(set(ppls)) == 3 and all(1 < p < 30 for p in ppls)
 
 
+def md_tables(text):
+    """The Markdown tables of a text: a list of dicts first cell -> {header: cell}."""
+    tables, cur = [], None
+    for line in text.splitlines() + [""]:
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cur is None:
+                cur, head = {}, cells
+            else:
+                cur[cells[0]] = dict(zip(head, cells))
+        elif line.startswith("|:--"):
+            continue
+        elif cur is not None:
+            tables.append(cur)
+            cur = None
+    return tables
+
+
 def test_markdown_shows_only_differences_from_base(sweep):
     top, truth = sweep
     text = (top / "table3.md").read_text()
-    lines = [l for l in text.splitlines() if l.startswith("| ")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    table = {}
-    for l in lines[1:]:
-        cells = [c.strip() for c in l.strip("|").split("|")]
-        table[cells[0]] = dict(zip(head, cells))
-    assert list(table) == ["base", "A1", "C1", "C4", "D1"]
-    b = table["base"]
+    compare, held_out, runs = md_tables(text)
+    assert list(compare) == ["base ✗", "A1 ✗", "C1 ✗", "C4 ✗", "D1"]  # ✗: a failed run in the row
+    b = compare["base ✗"]
     assert (b["N"], b["d_model"], b["d_ff"], b["h"], b["d_k"], b["d_v"]) == ("1", "16", "32", "2", "8", "8")
     assert (b["P_drop"], b["eps_ls"], b["pos. emb."], b["train steps"]) == ("0.1", "0.1", "sinusoid", "20")
-    a1 = table["A1"]
+    a1 = compare["A1 ✗"]
     assert (a1["h"], a1["d_k"], a1["d_v"]) == ("1", "16", "16")
     assert a1["N"] == a1["d_model"] == a1["d_ff"] == a1["P_drop"] == a1["train steps"] == ""
-    assert table["C1"]["N"] == "2" and table["C1"]["h"] == ""
-    assert table["D1"]["P_drop"] == "0" and table["D1"]["PPL (dev)"] == "pending"
-    assert table["C4"]["PPL (dev)"] == "failed"
-    assert f"{truth['base']['ppl']:.2f}" == b["PPL (dev)"]
+    assert compare["C1 ✗"]["N"] == "2" and compare["C1 ✗"]["h"] == ""
+    assert compare["D1"]["P_drop"] == "0" and compare["D1"]["per run (nats)"] == "pending"
+    assert compare["C4 ✗"]["per run (nats)"] == "failed ✗"
+    # every trained run is stuck (20 steps): shown with its NLL, left out of the statistics
+    assert b["per run (nats)"] == f"{math.log(truth['base']['ppl']):.3f} ✗stuck" and b["runs"] == "0/1"
+    assert b["dev NLL"] == "–" and compare["A1 ✗"]["Δ NLL vs base [95% CI]"] == "–"
+    assert compare["A1 ✗"]["paper Δ"] == f"{math.log(5.29 / 4.92):+.3f}" and compare["A1 ✗"]["paper"] == "up"
     pm = truth["base"]["params"] / 1e6
     assert b["params ×10⁶"] == (f"{pm:.3g}" if pm < 1 else f"{pm:.1f}")
-    assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
-    assert (b["sacreBLEU (dev)"], b["tok. BLEU (dev)"], b["Δ tok."]) == ("12.5", "13.4", "-12.4")
-    assert table["C1"]["sacreBLEU (dev)"] == "11.0" and table["C1"]["Δ tok."] == "–"
-    assert "sacreBLEU: 13a" in text and "multi-bleu.perl" in text
+    assert list(held_out) == ["base", "A1", "C1", "C4", "D1"]
+    assert list(runs) == ["base", "A1", "C1", "C4", "D1"]
+    assert runs["base"]["verdict"] == "stuck" and runs["C4"]["verdict"] == "failed"
+    assert runs["D1"]["verdict"] == "pending"
+    assert "- C4: failed: " in text and "no_such_key" in text  # the failure's message
+    assert "- base: stuck: dev NLL" in text
+    assert "Spearman rank correlation" in text and "sacreBLEU signature" in text
 
 
 def test_latex_table(sweep):
@@ -142,14 +160,13 @@ def test_latex_table(sweep):
     tex = (top / "table3.tex").read_text()
     assert tex.count("\\begin{tabular}") == 1 and "\\bottomrule" in tex
     body = [l for l in tex.splitlines() if l.endswith("\\\\")]
-    assert len(body) == 2 + 5  # two header lines, five rows
+    assert len(body) == 1 + 5  # a header line, five rows
     spec = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0]
     ncols = sum(ch in "lcr" for ch in spec)
-    assert ncols == 1 + 10 + 10  # row, hyperparameters, PPL 3 + BLEU 4 + params 3
-    for l in body[2:]:
+    assert ncols == 1 + 10 + 8  # row, hyperparameters, NLL, Δ, 3 directions, BLEU, Δ BLEU, p
+    for l in body:
         assert l.count("&") == ncols - 1, l
-    assert "\\emph{pending}" in tex and "\\emph{failed}" in tex and "(A) A1" in tex
-    assert "sacre & tok. & paper & $\\Delta$ tok." in tex
+    assert "A1 $\\times$" in tex and "\\Delta$ NLL [95\\% CI]" in tex
 
 
 def test_plot(sweep):
@@ -321,7 +338,7 @@ def test_scaled_schedule_and_seed_rows(tmp_path):
         e = dict(senv, **{k: v})
         ovr = dict(sweep_overrides(e, {"warmup": "4000"}))
         assert ovr.get("warmup") == ("100" if k == "WARMUP" else None) and "lr_factor" not in ovr
-    # three base seeds: mean and sample s.d. in the notes
+    # three base seeds: one row, the mean NLL (log space) and every seed's
     ppl = {"base": 10.0, "base-seed2": 11.0, "base-seed3": 13.0}
     for row, p in ppl.items():
         script("row_result.py", "--out", sweep / "results" / f"{row}.h5", "--config", sweep / "configs" / f"{row}.cfg",
@@ -329,8 +346,10 @@ def test_scaled_schedule_and_seed_rows(tmp_path):
                "--dev-bleu-tok", p)
     cli("table3.py", sweep, "--no-plot")
     md = (sweep / "table3.md").read_text()
-    sd = statistics.stdev(ppl.values())
-    assert f"base over 3 seeds (base, base-seed2, base-seed3): dev PPL 11.33 ± {sd:.2f}" in md, md
+    nlls = [math.log(p) for p in ppl.values()]
+    line = [l for l in md.splitlines() if l.startswith("| base |")][0]
+    assert f"| 3/3 | {statistics.mean(nlls):.3f} | {math.exp(statistics.mean(nlls)):.2f} | " in line, line
+    assert ", ".join(f"{v:.3f}" for v in nlls) in line
     assert "`STEPS=3000`" in md and "warmup over 600 steps" in md
 
 
@@ -410,3 +429,121 @@ def test_verdict_thresholds_are_the_module_constants():
     c = {"train_step": steps, "train_loss": base + 0.6, "dev_step": steps, "dev_loss": dev, "dev_nll": dev}
     assert v.verdict(c, 5.94, 1200)[0] == "diverged"
     assert v.verdict({}, None, None)[0] == "unknown"
+
+
+def _ending_at(final):
+    """A healthy dev NLL curve (pilot-like) that ends at `final` nats at step 1200."""
+    return lambda s: final + 3.4 * (math.exp(-s / 300) - math.exp(-4))
+
+
+# row -> (paper PPL, final dev NLL per run); names as jobs/table3-stages.sh gives them
+PROTOCOL_ROWS = {
+    "base": (4.92, {"base": 3.00, "base-seed2": 3.02, "base-seed3": 2.99}),
+    "D4": (5.47, {"D4": 3.20, "D4-seed2": 3.22}),          # planted +0.2 nats; the paper: up
+    "A3": (4.91, {"A3": 3.01, "A3-seed2": 2.99, "A3-seed3": 3.005}),  # null; the paper: ≈
+    "D3": (4.67, {"D3": 2.85, "D3-seed2": 2.86}),          # planted -0.15; the paper: down
+    "B1": (5.16, {"B1": 2.90, "B1-seed2": 2.91}),          # planted -0.1; the paper: up
+    "C3": (4.88, {"C3": None, "C3-rerun": 3.00}),          # diverged, then a healthy rerun
+}
+
+
+def _noisy(refs, keep, seed):
+    import random
+
+    rng = random.Random(seed)
+    words = "ein eine der die das mann frau hund läuft steht rot blau".split()
+    return [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split()) for r in refs]
+
+
+@pytest.fixture(scope="module")
+def protocol_sweep(tmp_path_factory):
+    """A sweep of result files as the new protocol writes them: curves in
+    metrics.h5, test2016 hypotheses, seeds and a rerun."""
+    import random
+
+    top = tmp_path_factory.mktemp("protocol")
+    (top / "configs").mkdir()
+    rng = random.Random(7)
+    words = "ein mann eine frau hund läuft sitzt auf dem der die im park straße wasser".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))) for _ in range(150)]
+    (top / "ref.txt").write_text("\n".join(refs) + "\n")
+    base_hyp = _noisy(refs, 0.8, 1)
+    for row, (paper, runs) in PROTOCOL_ROWS.items():
+        for k, (run, final) in enumerate(runs.items()):
+            cfg = write_cfg(top / "configs" / f"{run}.cfg", **dict(TINY, row=run, paper_ppl=paper,
+                                                                    train_steps=1200, seed=k + 1))
+            curve = _ending_at(final) if final else (lambda s: 3.5 if s < 700 else 9.0)
+            m = write_metrics(top / "runs" / run / "metrics.h5", curve)
+            hyp = base_hyp if row in ("base", "A3") else _noisy(refs, 0.5 if row == "D4" else 0.75, 10 + k)
+            (top / f"{run}.hyp").write_text("\n".join(hyp) + "\n")
+            cli("row_result.py", "--out", top / "results" / f"{run}.h5", "--config", cfg, "--metrics", m,
+                "--hyp-set", "test2016.final", top / f"{run}.hyp", top / "ref.txt",
+                "--compute", "device=cpu", "--compute", "threads=1", "--compute", "lr_rule=fixed peak 1e-3",
+                "--compute", "unigram_nll=5.94")
+    cli("table3.py", top)
+    with open(top / "table3-rows.csv") as f:
+        lines = f.read().splitlines()
+    rows = {r["row"]: r for r in csv.DictReader(l for l in lines if not l.startswith("#"))}
+    return top, rows, lines[-1]
+
+
+def test_protocol_planted_effects(protocol_sweep):
+    """Δ dev NLL intervals: the planted +0.2 excludes 0 (and is positive),
+    the null row includes 0 and is reported as an equivalence bound."""
+    _, rows, _ = protocol_sweep
+    d4, a3 = rows["D4"], rows["A3"]
+    base = statistics.mean([3.00, 3.02, 2.99])
+    assert float(d4["d_nll"]) == pytest.approx(3.21 - base, abs=1e-4)
+    assert 0 < float(d4["lo"]) < 0.2 < float(d4["hi"]) and d4["ours_dir"] == "up"
+    assert float(a3["lo"]) < 0 < float(a3["hi"]) and a3["ours_dir"] == "≈"
+    assert float(a3["equiv"]) == pytest.approx(max(-float(a3["lo"]), float(a3["hi"])))
+    assert rows["D3"]["ours_dir"] == "down" and float(rows["D3"]["hi"]) < 0
+    assert rows["base"]["n_used"] == "3" and rows["base"]["d_nll"] == ""
+
+
+def test_protocol_bootstrap_and_holm(protocol_sweep):
+    _, rows, _ = protocol_sweep
+    a3, d4 = rows["A3"], rows["D4"]
+    # identical hypotheses: Δ BLEU 0, p = 1; much worse ones: a significant negative Δ
+    assert a3["bleu_set"] == "test2016.final" and float(a3["d_bleu"]) == 0 and float(a3["bleu_p"]) == 1
+    assert float(d4["d_bleu"]) < -5 and float(d4["bleu_hi"]) < 0 and float(d4["bleu_p"]) < 0.01
+    for r in rows.values():
+        if r["p"]:
+            assert float(r["p_holm"]) >= float(r["p"])
+
+
+def test_protocol_agreement_and_rank_correlation(protocol_sweep):
+    _, rows, spearman = protocol_sweep
+    assert [rows[r]["paper_dir"] for r in ("D4", "A3", "D3", "B1", "C3")] == ["up", "≈", "down", "up", "≈"]
+    assert rows["D4"]["agree"] == "yes" and rows["D3"]["agree"] == "yes" and rows["A3"]["agree"] == "yes"
+    assert rows["B1"]["agree"] == "no"  # a significant effect the other way
+    rho = float(spearman.split()[2])
+    assert rho > 0.5 and spearman.endswith("over 5 rows")
+
+
+def test_protocol_failed_run_and_its_rerun(protocol_sweep):
+    top, rows, _ = protocol_sweep
+    c3 = rows["C3"]
+    assert (c3["n_runs"], c3["n_used"], c3["pooled"]) == ("2", "1", "1")  # the rerun alone, base's spread
+    md = (top / "table3.md").read_text()
+    compare, held_out, runs = md_tables(md)
+    assert compare["C3 ✗"]["per run (nats)"].startswith(f"{math.log(math.exp(9.0)):.3f} ✗diverged, rerun 3.000")
+    assert compare["C3 ✗"]["Δ NLL vs base [95% CI]"].endswith("†") and "† one healthy seed" in md
+    names = list(runs)
+    assert names[names.index("C3") + 1] == "C3-rerun" and runs["C3"]["verdict"] == "diverged"
+    assert names[:3] == ["base", "base-seed2", "base-seed3"]
+    assert runs["D4"]["device"] == "cpu" and float(runs["D4"]["tokens ×10⁶"]) == pytest.approx(6000 * 360 / 1e6)
+    assert md.count("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:") == 1
+    assert "fixed peak 1e-3" in md and "1000 resamples" in md
+    assert_figure(str(top / "table3"))
+
+
+def test_agreement_rules():
+    from compare import agreement, direction
+
+    assert direction(0.01, 0.2) == "up" and direction(-0.2, -0.01) == "down" and direction(-0.1, 0.1) == "≈"
+    assert direction(None, None, 0.05) == "up" and direction(None, None, -0.03) == "≈"
+    assert agreement("up", 0.1, "up") == "yes" and agreement("down", -0.1, "down") == "yes"
+    assert agreement("up", 0.05, "≈") == "sign" and agreement("up", -0.05, "≈") == "no (n.s.)"
+    assert agreement("up", -0.1, "down") == "no" and agreement("≈", 0.1, "up") == "no"
+    assert agreement("≈", 0.01, "≈") == "yes" and agreement("–", 0.1, "up") == "–"
