@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """Table 3 of "Attention Is All You Need" from a sweep directory.
 
-Reads every SWEEP_DIR/results/<row>.h5 (docs/results.md) and the row configs
+Reads every SWEEP_DIR/results/<run>.h5 (docs/results.md) and the row configs
 (input/table3/*.cfg by default), so rows whose job has not finished are listed
 as pending rather than dropped; a pending row shows the settings it will run
 with: its config with the sweep's overrides (SWEEP_DIR/sweep.env: STEPS,
-SHRINK, EXTRA, ...) applied as jobs/table3-stages.sh applies them.  Writes PREFIX.md, PREFIX.csv, PREFIX.tex and
-a plot PREFIX.{png,pdf} (default PREFIX: SWEEP_DIR/table3).
+SHRINK, EXTRA, ...) applied as jobs/table3-stages.sh applies them.  Writes
+PREFIX.md, PREFIX.csv (per run), PREFIX-rows.csv (per row), PREFIX.tex and a
+figure PREFIX.{png,pdf} (default PREFIX: SWEEP_DIR/table3).
 
+The runs of a row (X, X-seed2, ..., X-rerun) make one row of the table.  Its
+failed runs (verdict diverged, stuck or unstable: analysis/verdict.py) are
+shown and left out; the rest give the row's mean dev NLL (nats) and its
+difference from base with a 95% interval from the seeds, the paper's
+direction against ours, a paired bootstrap of held-out BLEU against base,
+Holm-corrected p-values and the rank correlation with the paper
+(analysis/compare.py, analysis/stats.py; docs/results.md states the rules).
 As in the paper, the Markdown and LaTeX tables show a row's hyperparameters
-only where they differ from the base row (the base row shows all of them);
-the CSV has every value.  Beside our dev PPL, BLEU and parameter count are
-the paper's numbers and the difference (ours - paper).  BLEU comes twice:
-sacreBLEU (13a), the standard score to report, and tokenised BLEU (Moses
-tokens, multi-bleu.perl: analysis/bleu.py), the paper's kind, which alone is
-compared with the paper's BLEU.
+only where they differ from the base row.  The figure has the dev NLL
+curves, one panel per group, failed runs dashed.
 
 Example:
   table3.py sweeps/2026-11-23 --configs input/table3
@@ -572,11 +576,16 @@ def plot_curves(runs, prefix):
     for ax, (g, members) in zip(axes.flat, panels.items()):
         drawn = False
         if g != "base":
-            for r in base:
-                drawn |= _draw_run(ax, r, "0.7", None)
-        for i, r in enumerate(members):
-            label = r["row"] + (f" ({run_label(r)})" if is_failed(r) else "")
-            drawn |= _draw_run(ax, r, colors[i % len(colors)], label)
+            for i, r in enumerate(base):
+                drawn |= _draw_run(ax, r, "0.7", "base" if i == 0 else None)
+        rows = list(dict.fromkeys(split_run(r["row"])[0] for r in members))
+        labelled = set()
+        for r in members:  # a row's seeds share its colour; a failed run has its own label
+            row = split_run(r["row"])[0]
+            key = row if not is_failed(r) else r["row"] + " failed"
+            label = None if key in labelled else row if not is_failed(r) else f"{r['row']} ({run_label(r)})"
+            labelled.add(key)
+            drawn |= _draw_run(ax, r, colors[rows.index(row) % len(colors)], label)
         ax.set_title(g if g in ("base", "big") else f"({g})")
         if drawn:
             ax.legend(frameon=False, fontsize=6)
