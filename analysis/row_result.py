@@ -274,10 +274,13 @@ def parse_compute(items):
         k = k.strip()
         if not eq or k not in COMPUTE_KEYS:
             raise AnalysisError("--compute", f"'{s}' is not KEY=VALUE with KEY one of {', '.join(COMPUTE_KEYS)}")
+        if not v.strip():
+            continue  # KEY= : not known (a job script passes what it could find out)
         try:
             out[k] = COMPUTE_KEYS[k](v.strip()) if COMPUTE_KEYS[k] is not int else int(float(v))
         except ValueError:
-            raise AnalysisError("--compute", f"{k}: '{v}' is not a {COMPUTE_KEYS[k].__name__}") from None
+            kind = "an integer" if COMPUTE_KEYS[k] is int else "a number"
+            raise AnalysisError("--compute", f"{k}: '{v}' is not {kind}") from None
     return out
 
 
@@ -368,10 +371,14 @@ def compute_attrs(cfg, comp, vals, data):
     return out, strings
 
 
-def verdict_of(curves, cfg, unigram_nll):
-    """(verdict, reason) of the curves (analysis/verdict.py)."""
+def verdict_of(curves, cfg, unigram_nll, message=""):
+    """(verdict, reason) of the curves (analysis/verdict.py).  The trainer
+    stops at a non-finite loss before logging it (src/train.c): a failed
+    run whose message says so diverged, whatever its curves show."""
     from verdict import verdict
 
+    if "not finite" in message:
+        return "diverged", message
     if not curves:
         return "unknown", "no curves (no --metrics)"
     return verdict(curves, unigram_nll, cfg_int(cfg, "train_steps"))
@@ -525,7 +532,7 @@ def main(argv):
     extra, strings = compute_attrs(cfg, comp, vals, data_path(cfg, a.data))
     vals.update(extra)
     vals = typed_numbers(vals, a)
-    strings["verdict"], strings["verdict_reason"] = verdict_of(curves, cfg, vals["unigram_nll"])
+    strings["verdict"], strings["verdict_reason"] = verdict_of(curves, cfg, vals["unigram_nll"], a.message)
     strings["bleu_signature"] = sig
     attrs = {
         "format": FORMAT,

@@ -408,6 +408,24 @@ def test_stuck_without_unigram_uses_the_first_evaluation(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("healthy ")
 
 
+def test_verdict_of_a_run_the_trainer_stopped(tmp_path, capsys):
+    """The trainer stops before logging a non-finite loss: its message, not
+    the curves, says the run diverged. Empty --compute values are unknowns."""
+    m = write_metrics(tmp_path / "metrics.h5", _healthy, steps=300)
+    msg = "train: error: step 301: the training loss is nan (not finite): training stopped"
+    cli("row_result.py", "--out", tmp_path / "d.h5", "--row", "d", "--set", "train_steps=1200", "--metrics", m,
+        "--status", "failed", "--message", msg, "--compute", "threads=", "--compute", "host_cpu=")
+    capsys.readouterr()
+    cli("row_result.py", "--verdict", tmp_path / "d.h5")
+    assert capsys.readouterr().out == f"diverged {msg}\n"
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        assert f.attrs["threads"] == -1 and f.attrs["host_cpu"] == ""
+    assert "threads: 'two' is not an integer" in cli_error("row_result.py", "--out", tmp_path / "e.h5", "--row", "e", "--dev-ppl", "5",
+                                    "--compute", "threads=two")
+    assert "KEY one of" in cli_error("row_result.py", "--out", tmp_path / "e.h5", "--row", "e", "--dev-ppl", "5",
+                                     "--compute", "gpus=2")
+
+
 def test_verdict_thresholds_are_the_module_constants():
     """A late dev rise just over / under UNSTABLE_DEV_NATS, with the training loss rising too."""
     import numpy as np
