@@ -515,7 +515,7 @@ def to_rows_csv(summaries, overall):
 
 
 def _tex_escape(s):
-    s = s.replace("≈", "$\\approx$").replace("✗", "$\\times$").replace("†", "$^\\dagger$")
+    s = s.replace("≈", "$\\approx$").replace("✗", "$\\times$").replace("†", "$^\\dagger$").replace("<", "$<$")
     return re.sub(r"([&%#_{}])", r"\\\1", s).replace("–", "--").replace("Δ", "$\\Delta$")
 
 
