@@ -223,6 +223,9 @@ def load_rows(sweep, configs_dir):
     for p in sorted(glob.glob(os.path.join(res_dir, "*.h5"))):
         r = read_result(p)
         r["source"] = p
+        for k in ("paper_ppl", "paper_bleu", "paper_params_m"):  # the stored config's, if the attribute is NaN
+            if not math.isfinite(r[k]):
+                r[k] = cfg_float(r["cfg"], k)
         if r["row"] in rows:
             # the paper's numbers of the config are the fallback for a result without them
             for k in ("paper_ppl", "paper_bleu", "paper_params_m"):

@@ -565,3 +565,31 @@ def test_agreement_rules():
     assert agreement("up", 0.05, "≈") == "sign" and agreement("up", -0.05, "≈") == "no (n.s.)"
     assert agreement("up", -0.1, "down") == "no" and agreement("≈", 0.1, "up") == "no"
     assert agreement("≈", 0.01, "≈") == "yes" and agreement("–", 0.1, "up") == "–"
+
+
+def test_version_1_sweep_still_tabulates(tmp_path):
+    """A sweep written before format 2 (attributes only, no verdict): its
+    runs count, in log space, and --verdict says unknown."""
+    import io
+    from contextlib import redirect_stdout
+
+    sweep = tmp_path / "old"
+    (sweep / "results").mkdir(parents=True)
+    for row, ppl in (("base", 26.34), ("base-seed2", 27.58), ("base-seed3", 62.85), ("A1", 21.20)):
+        with h5py.File(sweep / "results" / f"{row}.h5", "w") as f:  # as row_result.py version 1 wrote them
+            for k, v in (("format", "transformer-row-result"), ("row", row), ("status", "done"), ("message", ""),
+                         ("config", f"row = {row}\nd_model = 64\npaper_ppl = {5.29 if row == 'A1' else 4.92}\n"),
+                         ("created", "2026-11-24T02:19:00Z")):
+                f.attrs.create(k, v, dtype=h5py.string_dtype("utf-8"))
+            f.attrs["format_version"] = 1
+            f.attrs["dev_ppl"], f.attrs["train_steps"], f.attrs["params"] = ppl, 3000, 824000
+    cli("table3.py", sweep, "--configs", tmp_path, "--no-plot")
+    with open(sweep / "table3-rows.csv") as f:
+        rows = {r["row"]: r for r in csv.DictReader(l for l in f if not l.startswith("#"))}
+    assert rows["base"]["n_used"] == "3" and rows["A1"]["pooled"] == "1"
+    assert float(rows["base"]["mean_nll"]) == pytest.approx(statistics.mean(map(math.log, (26.34, 27.58, 62.85))))
+    assert rows["A1"]["paper_dir"] == "up" and rows["A1"]["ours_dir"] == "≈"  # base's spread swamps it
+    out = io.StringIO()
+    with redirect_stdout(out):
+        cli("row_result.py", "--verdict", sweep / "results" / "base.h5")
+    assert out.getvalue().startswith("unknown ")
