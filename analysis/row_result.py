@@ -183,15 +183,31 @@ def write_result(path, attrs, curves=None, texts=None):
             ds.attrs.create("encoding", "utf-8 lines joined by \\n", dtype=h5py.string_dtype("utf-8"))
 
 
-def tokens_seen(m):
-    """Target tokens trained on: the sum over log intervals of tokens/s times
-    the interval's length (the trainer divides the interval's tokens by that
-    time, src/train.c log_progress); NaN without both series."""
+def logged_tokens(path, n):
+    """/train/tokens of a metrics log (target tokens per interval, logged
+    since 03612f5; NaN in rows an older version logged), or None."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        ds = f.get("train/tokens")
+        if not isinstance(ds, h5py.Dataset) or ds.shape != (n,):
+            return None
+        return np.asarray(ds[()], dtype=np.float64)
+
+
+def tokens_seen(m, logged=None):
+    """Target tokens trained on: the sum of the logged tokens per interval;
+    where they are not logged, tokens/s times the interval's length (the
+    trainer divides the interval's tokens by that time, src/train.c
+    log_progress); NaN without either."""
     tps, el = m["tokens_per_s"], m["elapsed"]
-    if not len(tps) or len(el) != len(tps):
-        return float("nan")
-    dt = np.diff(np.concatenate([[0.0], el]))
-    return float(np.sum(tps * np.maximum(dt, 0.0)))
+    if len(tps) and len(el) == len(tps):
+        est = tps * np.maximum(np.diff(np.concatenate([[0.0], el])), 0.0)
+    else:
+        est = np.full(len(m["step"]), np.nan)
+    if logged is not None and len(logged) == len(est):
+        est = np.where(np.isfinite(logged), logged, est)
+    return float(np.sum(est)) if len(est) and np.all(np.isfinite(est)) else float("nan")
 
 
 def curves_of(m):
@@ -217,7 +233,7 @@ def from_metrics(path):
         out["dev_ppl"] = float(m["dev_ppl"][-1])
     if len(m["dev_loss"]):
         out["dev_loss"] = float(m["dev_loss"][-1])
-    out["tokens_seen"] = tokens_seen(m)
+    out["tokens_seen"] = tokens_seen(m, logged_tokens(path, len(m["step"])))
     return out, curves_of(m)
 
 
@@ -274,8 +290,8 @@ def parse_compute(items):
         k = k.strip()
         if not eq or k not in COMPUTE_KEYS:
             raise AnalysisError("--compute", f"'{s}' is not KEY=VALUE with KEY one of {', '.join(COMPUTE_KEYS)}")
-        if not v.strip():
-            continue  # KEY= : not known (a job script passes what it could find out)
+        if not v.strip() or (k in ("threads", "ranks") and v.strip() in ("0", "unknown")) or v.strip() == "unknown":
+            continue  # KEY=, threads=0, KEY=unknown: not known (a job script passes what it could find out)
         try:
             out[k] = COMPUTE_KEYS[k](v.strip()) if COMPUTE_KEYS[k] is not int else int(float(v))
         except ValueError:

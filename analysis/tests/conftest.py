@@ -123,11 +123,12 @@ def parse_train_stdout(text):
 
 
 def write_metrics(path, dev_nll, train_loss=None, steps=1200, log_steps=50, eval_steps=100, tokens_per_s=6000.0,
-                  seconds_per_step=0.3):
+                  seconds_per_step=0.3, tokens=None):
     """A metrics.h5 in the layout of docs/metrics.md (what bin/transformer
     writes and analysis/curves.py reads), from curves given as functions of
     the step: dev_nll(step) in nats (the file stores exp of it as /dev/ppl),
-    train_loss(step) (default: dev NLL + 0.6, the label-smoothing gap)."""
+    train_loss(step) (default: dev NLL + 0.6, the label-smoothing gap);
+    tokens: /train/tokens per logged interval (default: not logged)."""
     import h5py
     import numpy as np
 
@@ -141,6 +142,8 @@ def write_metrics(path, dev_nll, train_loss=None, steps=1200, log_steps=50, eval
         f["train/lr"] = np.full(len(ts), 1e-3)
         f["train/tokens_per_s"] = np.full(len(ts), float(tokens_per_s))
         f["train/elapsed_s"] = ts * seconds_per_step
+        if tokens is not None:  # /train/tokens: target tokens per interval (NaN: not logged)
+            f["train/tokens"] = np.asarray(tokens, float)
         nll = np.array([dev_nll(s) for s in ds], float)
         f["dev/step"] = ds.astype(np.int64)
         f["dev/loss"] = nll + 0.5

@@ -426,6 +426,29 @@ def test_verdict_of_a_run_the_trainer_stopped(tmp_path, capsys):
                                      "--compute", "gpus=2")
 
 
+def test_tokens_seen_logged_or_from_the_rate(tmp_path):
+    """tokens_seen: /train/tokens where logged, tokens/s x interval where a
+    row has NaN (a log begun by an older version); epochs and FLOPs from it."""
+    import numpy as np
+
+    def seen(**kw):
+        m = write_metrics(tmp_path / "metrics.h5", _healthy, steps=200, **kw)  # 4 log rows of 50 steps, 15 s
+        cli("row_result.py", "--out", tmp_path / "r.h5", "--row", "r", "--metrics", m,
+            "--compute", "epoch_tokens=1000", "--compute", "threads=0",
+            "--set", "n_layers=1", "--set", "d_model=4", "--set", "d_ff=8", "--set", "n_heads=2",
+            "--set", "d_k=2", "--set", "d_v=2", "--set", "vocab_size=10", "--compute", "mean_len=5")
+        with h5py.File(tmp_path / "r.h5", "r") as f:
+            return {k: f.attrs[k] for k in ("tokens_seen", "epochs", "matrix_params", "train_flops", "threads")}
+
+    assert seen()["tokens_seen"] == pytest.approx(4 * 6000 * 15)  # rate x time only
+    got = seen(tokens=[100.0, 200.0, np.nan, 400.0])
+    assert got["tokens_seen"] == pytest.approx(700 + 6000 * 15) and got["epochs"] == pytest.approx(got["tokens_seen"] / 1000)
+    # 1 layer, d_model 4, d_ff 8, h 2, d_k = d_v = 2, V 10: attention 4*2*6 + 2*2*4 = 64, FFN 64,
+    # encoder 128 + decoder 192 + output 40 = 360; attention FLOPs 18 * 1 * 2 * 4 * 5 = 720 per token
+    assert got["matrix_params"] == 360 and got["train_flops"] == pytest.approx((6 * 360 + 720) * got["tokens_seen"])
+    assert got["threads"] == -1  # threads=0: not known
+
+
 def test_verdict_thresholds_are_the_module_constants():
     """A late dev rise just over / under UNSTABLE_DEV_NATS, with the training loss rising too."""
     import numpy as np
