@@ -57,6 +57,19 @@ def scores(hyp, refs, lowercase=False, lang="de"):
     return s, sig, t
 
 
+def sentence_stats(hyp, refs):
+    """Per-sentence sufficient statistics of sacreBLEU's BLEU (13a, mixed
+    case): an (n_sentences x 10) array [hyp_len, ref_len, correct_1..4,
+    total_1..4]; their column sums give the corpus BLEU (analysis/stats.py,
+    bleu_from_stats), resampled by the paired bootstrap."""
+    import numpy as np
+
+    for r in refs:
+        if len(r) != len(hyp):
+            raise ValueError(f"{len(hyp)} hypothesis lines but {len(r)} reference lines")
+    return np.array(BLEU()._extract_corpus_statistics(list(hyp), [list(r) for r in refs]), dtype=float)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("hyp", help="detokenised translations, one per line")

@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """Table 3 of "Attention Is All You Need" from a sweep directory.
 
-Reads every SWEEP_DIR/results/<row>.h5 (docs/results.md) and the row configs
+Reads every SWEEP_DIR/results/<run>.h5 (docs/results.md) and the row configs
 (input/table3/*.cfg by default), so rows whose job has not finished are listed
 as pending rather than dropped; a pending row shows the settings it will run
 with: its config with the sweep's overrides (SWEEP_DIR/sweep.env: STEPS,
-SHRINK, EXTRA, ...) applied as jobs/table3-stages.sh applies them.  Writes PREFIX.md, PREFIX.csv, PREFIX.tex and
-a plot PREFIX.{png,pdf} (default PREFIX: SWEEP_DIR/table3).
+SHRINK, EXTRA, ...) applied as jobs/table3-stages.sh applies them.  Writes
+PREFIX.md, PREFIX.csv (per run), PREFIX-rows.csv (per row), PREFIX.tex and a
+figure PREFIX.{png,pdf} (default PREFIX: SWEEP_DIR/table3).
 
+The runs of a row (X, X-seed2, ..., X-rerun) make one row of the table.  Its
+failed runs (verdict diverged, stuck or unstable: analysis/verdict.py) are
+shown and left out; the rest give the row's mean dev NLL (nats) and its
+difference from base with a 95% interval from the seeds, the paper's
+direction against ours, a paired bootstrap of held-out BLEU against base,
+Holm-corrected p-values and the rank correlation with the paper
+(analysis/compare.py, analysis/stats.py; docs/results.md states the rules).
 As in the paper, the Markdown and LaTeX tables show a row's hyperparameters
-only where they differ from the base row (the base row shows all of them);
-the CSV has every value.  Beside our dev PPL, BLEU and parameter count are
-the paper's numbers and the difference (ours - paper).  BLEU comes twice:
-sacreBLEU (13a), the standard score to report, and tokenised BLEU (Moses
-tokens, multi-bleu.perl: analysis/bleu.py), the paper's kind, which alone is
-compared with the paper's BLEU.
+only where they differ from the base row.  The figure has the dev NLL
+curves, one panel per group, failed runs dashed.
 
 Example:
   table3.py sweeps/2026-11-23 --configs input/table3
@@ -31,8 +35,10 @@ import shlex
 
 import numpy as np
 
+import stats
 from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
-from row_result import cfg_float, parse_config_text, read_result
+from compare import PAPER_EQUIV_NATS, is_failed, mean_bleu, nll, split_run, summarize
+from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result
 
 # Table 3 hyperparameter columns: (config key, Markdown header, LaTeX header, kind)
 HYPER = [
@@ -50,13 +56,10 @@ HYPER = [
 DEFAULT_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "input", "table3")
 
 
-def row_sort_key(name):
+def logical_sort_key(name):
     """base first, then (A)..(E) in order with numeric suffixes, big last, others alphabetically."""
     if name == "base":
         return (0, "", 0, name)
-    m = re.fullmatch(r"base-seed(\d+)", name)
-    if m:  # SEEDS: base with other seeds, right after base
-        return (0, "", int(m.group(1)), name)
     if name == "big":
         return (3, "", 0, name)
     m = re.fullmatch(r"([A-Za-z]+)(\d*)(.*)", name)
@@ -65,11 +68,18 @@ def row_sort_key(name):
     return (2, name, 0, name)
 
 
+def row_sort_key(name):
+    """Runs in the order of their rows; within a row by seed (X, X-seed2,
+    ...), a rerun (X-rerun, X-seed2-rerun) right after its run."""
+    row, seed, rerun = split_run(name)
+    return logical_sort_key(row) + (seed, rerun)
+
+
 def row_group(name):
+    """The paper's group of a row or run: base, A..E, big (seeds and reruns in their row's)."""
+    name = split_run(name)[0]
     if name in ("base", "big"):
         return name
-    if re.fullmatch(r"base-seed\d+", name):
-        return "base"
     m = re.match(r"[A-Za-z]+", name)
     return m.group(0).upper() if m else name
 
@@ -201,18 +211,21 @@ def load_rows(sweep, configs_dir):
             raise AnalysisError(p, e.strerror or "cannot read") from None
         cfg.update(sweep_overrides(env, cfg, p))
         name = cfg.get("row") or os.path.splitext(os.path.basename(p))[0]
-        rows[name] = {
-            "row": name, "status": "pending", "cfg": cfg, "source": p,
-            "params": None, "train_steps": None, "dev_ppl": math.nan, "dev_bleu": math.nan, "dev_bleu_tok": math.nan,
-            "dev_loss": math.nan, "wall_seconds": math.nan,
+        rows[name] = dict({k: (None if t is np.int64 else math.nan) for k, (t, _) in NUMERIC.items()},
+                          **{k: "" for k in STRINGS})
+        rows[name].update({
+            "row": name, "status": "pending", "cfg": cfg, "source": p, "message": "",
             "paper_ppl": cfg_float(cfg, "paper_ppl"), "paper_bleu": cfg_float(cfg, "paper_bleu"),
-            "paper_params_m": cfg_float(cfg, "paper_params_m"), "message": "",
-        }
+            "paper_params_m": cfg_float(cfg, "paper_params_m"), "curves": {}, "hyp_sets": [], "bleu": {},
+        })
     planned = {k: r["cfg"].get("train_steps") for k, r in rows.items()}
     res_dir = os.path.join(sweep, "results")
     for p in sorted(glob.glob(os.path.join(res_dir, "*.h5"))):
         r = read_result(p)
         r["source"] = p
+        for k in ("paper_ppl", "paper_bleu", "paper_params_m"):  # the stored config's, if the attribute is NaN
+            if not math.isfinite(r[k]):
+                r[k] = cfg_float(r["cfg"], k)
         if r["row"] in rows:
             # the paper's numbers of the config are the fallback for a result without them
             for k in ("paper_ppl", "paper_bleu", "paper_params_m"):
@@ -257,69 +270,128 @@ def shown_hyper(rows):
     return out
 
 
-def _diff(a, b):
-    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-        return math.nan
-    return a - b
-
-
-def numbers(r):
-    pm = r["params"] / 1e6 if r.get("params") is not None else math.nan
-    return {
-        "ppl": r["dev_ppl"], "paper_ppl": r["paper_ppl"], "d_ppl": _diff(r["dev_ppl"], r["paper_ppl"]),
-        # the paper's BLEU is tokenised BLEU: compare ours of the same kind
-        "bleu": r["dev_bleu"], "bleu_tok": r["dev_bleu_tok"], "paper_bleu": r["paper_bleu"],
-        "d_bleu": _diff(r["dev_bleu_tok"], r["paper_bleu"]),
-        "params_m": pm, "paper_params_m": r["paper_params_m"], "d_params_m": _diff(pm, r["paper_params_m"]),
-    }
-
-
 def _signed(x, digits):
-    return "–" if not math.isfinite(x) else f"{x:+.{digits}f}"
+    return "–" if x is None or not math.isfinite(x) else f"{x:+.{digits}f}"
 
 
-NUM_COLS = [  # (numbers key, Markdown header, digits, signed)
-    ("ppl", "PPL (dev)", 2, False), ("paper_ppl", "paper", 2, False), ("d_ppl", "Δ", 2, True),
-    ("bleu", "sacreBLEU (dev)", 1, False), ("bleu_tok", "tok. BLEU (dev)", 1, False),
-    ("paper_bleu", "paper", 1, False), ("d_bleu", "Δ tok.", 1, True),
-    ("params_m", "params ×10⁶", 1, False), ("paper_params_m", "paper", 0, False), ("d_params_m", "Δ", 1, True),
-]
+def _interval(d, lo, hi, digits):
+    """'+0.200 [+0.150, +0.250]'; without an interval the difference alone."""
+    if not math.isfinite(d):
+        return "–"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return _signed(d, digits)
+    return f"{_signed(d, digits)} [{_signed(lo, digits)}, {_signed(hi, digits)}]"
 
 
-def _num_cells(r):
-    n = numbers(r)
-    cells = []
-    for key, _, dg, signed in NUM_COLS:
-        if r["status"] != "done" and not key.startswith("paper"):
-            cells.append(r["status"] if key in ("ppl", "bleu") else "")
-            continue
-        v = n[key]
-        if key in ("params_m", "d_params_m") and math.isfinite(v) and 0 < abs(v) < 1:
-            # scaled-down sweeps: tiny models keep 3 significant digits
-            cells.append(f"{v:+.3g}" if signed else f"{v:.3g}")
-        else:
-            cells.append(_signed(v, dg) if signed else fmt_num(v, dg))
-    return cells
+def _p(p):
+    if p is None or not math.isfinite(p):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def seed_spread(rows):
-    """The base row over its seeds (SEEDS: rows base, base-seed2, ...): a note
-    with mean, sample standard deviation and range of dev PPL and BLEU, the
-    spread that a row's difference from base must exceed to mean anything."""
-    runs = [r for r in rows if row_group(r["row"]) == "base" and r["status"] == "done"]
-    if len(runs) < 2:
-        return ""
+def run_label(r):
+    """A run's verdict as the tables show it: the verdict, else its status."""
+    if r["status"] != "done":
+        return r["status"]
+    return r.get("verdict") or "done"
+
+
+def runs_cell(s):
+    """Every run of a row: its dev NLL, ✗ and the verdict where it failed
+    (left out of the statistics), 'rerun' on a rerun."""
     parts = []
-    for key, name, dg in (("dev_ppl", "dev PPL", 2), ("dev_bleu_tok", "tok. BLEU", 1), ("dev_bleu", "sacreBLEU", 1)):
-        v = np.array([r[key] for r in runs], dtype=float)
-        v = v[np.isfinite(v)]
-        if len(v) >= 2:
-            parts.append(f"{name} {v.mean():.{dg}f} ± {v.std(ddof=1):.{dg}f} "
-                         f"(range {v.min():.{dg}f}–{v.max():.{dg}f})")
-    if not parts:
-        return ""
-    return (f"\nSeed spread: base over {len(runs)} seeds ({', '.join(r['row'] for r in runs)}): "
-            + "; ".join(parts) + " (mean ± sample s.d.).\n")
+    for r in s["runs"]:
+        _, seed, rerun = split_run(r["row"])
+        v = fmt_num(nll(r), 3) if r["status"] == "done" else r["status"]
+        if is_failed(r):
+            v += f" ✗{run_label(r)}" if r["status"] == "done" else " ✗"
+        parts.append(("rerun " if rerun else "") + v)
+    return ", ".join(parts)
+
+
+def _params(r):
+    pm = r["params"] / 1e6 if r.get("params") is not None else math.nan
+    return f"{pm:.3g}" if math.isfinite(pm) and 0 < pm < 1 else fmt_num(pm, 1)
+
+
+COMPARE_COLS = ["runs", "dev NLL", "PPL", "per run (nats)", "Δ NLL vs base [95% CI]", "p", "p Holm",
+                "paper Δ", "paper", "ours", "agree", "≈ bound", "params ×10⁶"]
+
+
+def compare_cells(s):
+    """The cells of COMPARE_COLS of one row summary."""
+    mark = "†" if s["pooled"] else ""
+    if s["row"] == "base":
+        delta = "(reference)"
+    else:
+        delta = _interval(s["d_nll"], s["lo"], s["hi"], 3) + mark
+    return [f"{s['n']}/{len(s['runs'])}", fmt_num(s["mean_nll"], 3),
+            fmt_num(math.exp(s["mean_nll"]) if math.isfinite(s["mean_nll"]) else math.nan, 2),
+            runs_cell(s), delta, _p(s["p"]), _p(s.get("p_holm")), _signed(s["paper_d"], 3),
+            s["paper_dir"], s["ours_dir"], s["agree"],
+            fmt_num(s["equiv"], 3), _params(s["runs"][0])]
+
+
+HELD_OUT = ("dev.final", "test2016.final", "test2016.avg5", "test2017.final", "test2017.avg5")
+BLEU_COLS = list(HELD_OUT) + ["Δ BLEU vs base [95% CI]", "on", "p", "p Holm"]
+
+
+def bleu_cells(s):
+    cells = [fmt_num(mean_bleu(s["used"], k), 1) for k in HELD_OUT]
+    if s["row"] == "base":
+        return cells + ["(reference)", "", "", ""]
+    return cells + [_interval(s["d_bleu"], s["bleu_lo"], s["bleu_hi"], 2), s["bleu_set"] or "–",
+                    _p(s["bleu_p"]), _p(s.get("bleu_p_holm"))]
+
+
+RUN_COLS = ["run", "seed", "verdict", "dev NLL", "steps", "tokens ×10⁶", "epochs", "FLOPs ×10¹⁵",
+            "wall (min)", "eval (min)", "device", "threads × ranks"]
+
+
+def run_cells(r):
+    _, seed, rerun = split_run(r["row"])
+
+    def num(k, scale=1.0, digits=2):
+        v = r.get(k)
+        return fmt_num(v / scale if v is not None and math.isfinite(v) else math.nan, digits)
+
+    flops = r.get("train_flops")
+    flops = f"{flops / 1e15:.3g}" if flops is not None and math.isfinite(flops) else "–"
+
+    tr = f"{r.get('threads') or '?'} × {r.get('ranks') or '?'}" if r.get("threads") or r.get("ranks") else "–"
+    return [r["row"], f"{seed}{' (rerun)' if rerun else ''}", run_label(r), fmt_num(nll(r), 3),
+            str(r.get("train_steps") or "–"), num("tokens_seen", 1e6), num("epochs"), flops,
+            num("wall_seconds", 60, 1), num("eval_seconds", 60, 1), r.get("device") or "–", tr]
+
+
+def md_table(head, lines, first_left=1):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join([":--"] * first_left + ["--:"] * (len(head) - first_left)) + "|"]
+    out += ["| " + " | ".join(c) + " |" for c in lines]
+    return "\n".join(out) + "\n"
+
+
+def compare_table(summaries):
+    """Markdown: one line per row, hyperparameters where they differ from base."""
+    reps = [s["runs"][0] for s in summaries]
+    shown = shown_hyper(reps)
+    head = ["row"] + [h for _, h, _, _ in HYPER] + COMPARE_COLS
+    lines = [[s["row"] + (" ✗" if s["failed"] else "")] + [_fmt_hyper(k, h[k]) for k, *_ in HYPER] + compare_cells(s)
+             for s, h in zip(summaries, shown)]
+    return md_table(head, lines)
+
+
+def overall_note(overall, summaries):
+    """Under the comparison table: the rank correlation, agreement counts and footnotes."""
+    rho, n = overall["spearman"], overall["n_ranked"]
+    a = overall["agree"]
+    out = (f"\nSpearman rank correlation of our Δ dev NLL with the paper's Δ (ln PPL) over the {n} rows "
+           f"with both: {fmt_num(rho, 2)}. Agreement with the paper's direction: {a['yes']} yes, "
+           f"{a['sign']} same sign but not significant, {a['no (n.s.)']} opposite sign but not significant, "
+           f"{a['no']} no.\n")
+    if any(s["pooled"] for s in summaries):
+        out += ("\n† one healthy seed: the interval takes the row's seed spread to be base's (Welch's "
+                "interval needs two seeds on each side).\n")
+    return out
 
 
 def sweep_note(env):
@@ -341,137 +413,196 @@ def sweep_note(env):
     return out + "\n"
 
 
-def to_markdown(rows, env=None):
-    shown = shown_hyper(rows)
-    head = ["row"] + [h for _, h, _, _ in HYPER] + [h for _, h, _, _ in NUM_COLS]
-    lines = ["| " + " | ".join(head) + " |",
-             "|" + "|".join([":--"] + ["--:"] * (len(head) - 1)) + "|"]
-    for r, s in zip(rows, shown):
-        cells = [r["row"]] + [_fmt_hyper(k, s[k]) for k, *_ in HYPER] + _num_cells(r)
-        lines.append("| " + " | ".join(cells) + " |")
-    notes = [f"- {r['row']}: {r['status']}: {r['message']}" for r in rows if r["status"] == "failed" and r["message"]]
-    out = "\n".join(lines) + "\n"
-    out += ("\nDev PPL per wordpiece and dev BLEU (beam search, no checkpoint averaging); the paper's "
-            "numbers are on newstest2013 (Table 3 of Vaswani et al. 2017). sacreBLEU: 13a, mixed case, the "
-            "standard score to report; tok. BLEU: Moses-tokenised, compounds split, multi-bleu.perl "
-            "(analysis/bleu.py), the paper's kind of BLEU. Δ = ours − paper, for BLEU tok. BLEU − paper; "
-            "empty hyperparameter cells equal the base row.\n")
-    out += sweep_note(env or {}) + seed_spread(rows)
-    if notes:
-        out += "\nFailed rows:\n" + "\n".join(notes) + "\n"
+def protocol_note(runs, summaries, env):
+    """The protocol as the files record it: lr rule, seeds, verdict rules
+    with thresholds, the statistics, the sacreBLEU signature."""
+    import verdict as V
+
+    rules = sorted({r.get("lr_rule") or "" for r in runs} - {""})
+    peaks = sorted({f"peak {r['peak_lr']:g}, warmup {r.get('warmup') or '?'}" for r in runs
+                    if r.get("peak_lr") is not None and math.isfinite(r["peak_lr"])})
+    seeds = sorted({len(s["runs"]) for s in summaries})
+    sigs = sorted({r.get("bleu_signature") or "" for r in runs} - {""})
+    out = ["", "Protocol:",
+           f"- Learning rate: {'; '.join(rules) if rules else 'not recorded in the result files'}"
+           + (f" ({'; '.join(peaks)})" if peaks else "") + ".",
+           f"- Runs per row: {', '.join(map(str, seeds))} (seeds and reruns); a failed run is rerun once with "
+           "the next seed (row `<row>-rerun`), both are shown, the statistics use the healthy one.",
+           f"- Verdicts (analysis/verdict.py): diverged = non-finite loss, final dev NLL > its minimum + "
+           f"{V.DIVERGE_DEV_NATS} nats, or training loss > its minimum + {V.DIVERGE_TRAIN_NATS}; stuck = dev NLL "
+           f"at {V.STUCK_FRACTION:.0%} of the run less than {V.STUCK_NATS_BELOW_PLATEAU} nats below the unigram "
+           f"plateau; unstable = in the last {V.UNSTABLE_FRACTION:.0%} a dev NLL rise > {V.UNSTABLE_DEV_NATS} "
+           f"nats over its running minimum with the training loss rising > {V.UNSTABLE_TRAIN_NATS}.",
+           f"- Statistics (analysis/stats.py): Δ dev NLL = mean ln PPL of the row's healthy seeds − base's, "
+           "95% Welch t interval, p of Welch's t test; BLEU: paired bootstrap resampling (Koehn 2004, "
+           f"{stats.BOOTSTRAP_RESAMPLES} resamples, seed {stats.BOOTSTRAP_SEED}) of the first healthy seed of "
+           "the row against base's first healthy seed on the same sentences (test2016 avg5, else final), "
+           "percentile interval; Holm's correction over the rows' comparisons (p Holm), the intervals are "
+           f"not corrected; paper direction ≈ where |Δ| ≤ {PAPER_EQUIV_NATS} nats (and E, A3), ours ≈ where "
+           "the interval contains 0; ≈ bound: no difference larger than this (nats).",
+           "- sacreBLEU signature: " + (" / ".join(f"`{s}`" for s in sigs) if sigs else "none recorded") + "."]
+    return "\n".join(out) + "\n" + sweep_note(env or {})
+
+
+def runs_table(runs):
+    """Every run, a rerun right after its run: verdict and compute."""
+    lines = [run_cells(r) for r in runs]
+    out = md_table(RUN_COLS, lines, first_left=3)
+    why = {r["row"]: (r.get("message") if r["status"] == "failed" else r.get("verdict_reason")) or "" for r in runs}
+    bad = [f"- {r['row']}: {run_label(r)}: {why[r['row']]}".rstrip(": ") for r in runs if is_failed(r)]
+    host = sorted({r.get("host_cpu") or "" for r in runs} - {""})
+    if host:
+        out += "\nHost CPU: " + "; ".join(host) + ".\n"
+    if bad:
+        out += "\nFailed runs:\n" + "\n".join(bad) + "\n"
     return out
 
 
-def to_csv(rows):
+def to_markdown(runs, summaries, overall, env=None):
+    out = "Rows against base (dev set, log space):\n\n" + compare_table(summaries) + overall_note(overall, summaries)
+    out += ("\nHeld-out BLEU (sacreBLEU 13a, mean over the healthy seeds; final checkpoint and the average "
+            "of the last 5), Δ against base by paired bootstrap:\n\n")
+    out += md_table(["row"] + BLEU_COLS, [[s["row"]] + bleu_cells(s) for s in summaries])
+    out += "\nRuns (verdict and compute):\n\n" + runs_table(runs)
+    return out + protocol_note(runs, summaries, env)
+
+
+RUN_CSV = (["row", "seed", "rerun", "status", "verdict", "verdict_reason"] + [k for k, *_ in HYPER] +
+           ["dev_ppl", "dev_nll", "paper_ppl", "dev_bleu", "dev_bleu_tok", "paper_bleu", "params", "params_m",
+            "paper_params_m", "dev_loss", "tokens_seen", "epochs", "matrix_params", "train_flops", "wall_seconds",
+            "eval_seconds", "device", "threads", "ranks", "host_cpu", "lr_rule", "peak_lr", "warmup"] +
+           [f"bleu_{k}" for k in HELD_OUT] + ["message"])
+
+
+def _csv(x):
+    if x is None:
+        return ""
+    if isinstance(x, (float, np.floating)):
+        return "" if not math.isfinite(x) else repr(float(x))
+    if isinstance(x, np.integer):
+        return str(int(x))
+    return str(x)
+
+
+def to_csv(runs):
+    """One line per run, every value."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["row", "status"] + [k for k, *_ in HYPER] +
-               ["dev_ppl", "paper_ppl", "diff_ppl", "dev_bleu", "dev_bleu_tok", "paper_bleu", "diff_bleu",
-                "params", "params_m", "paper_params_m", "diff_params_m", "dev_loss", "wall_seconds", "message"])
+    w.writerow(RUN_CSV)
+    for r in runs:
+        _, seed, rerun = split_run(r["row"])
+        vals = dict(r, seed=seed, rerun=int(rerun), verdict=r.get("verdict") or "", dev_nll=nll(r),
+                    params_m=r["params"] / 1e6 if r.get("params") is not None else None, **r["hyper"])
+        vals.update({f"bleu_{k}": r.get("bleu", {}).get(k, (math.nan,))[0] for k in HELD_OUT})
+        w.writerow([_csv(vals.get(k)) for k in RUN_CSV])
+    return buf.getvalue()
 
-    def c(x):
-        if x is None:
-            return ""
-        if isinstance(x, float):
-            return "" if not math.isfinite(x) else repr(x)
-        return str(x)
 
-    for r in rows:
-        n = numbers(r)
-        w.writerow([r["row"], r["status"]] + [c(r["hyper"][k]) for k, *_ in HYPER] +
-                   [c(n["ppl"]), c(n["paper_ppl"]), c(n["d_ppl"]), c(n["bleu"]), c(n["bleu_tok"]), c(n["paper_bleu"]),
-                    c(n["d_bleu"]), c(r.get("params")), c(n["params_m"]), c(n["paper_params_m"]),
-                    c(n["d_params_m"]), c(r.get("dev_loss")), c(r.get("wall_seconds")), r.get("message", "")])
+ROW_CSV = ["row", "n_runs", "n_used", "mean_nll", "nlls", "d_nll", "lo", "hi", "p", "p_holm", "pooled",
+           "paper_ppl", "paper_d", "paper_dir", "ours_dir", "agree", "equiv", "bleu_set", "d_bleu", "bleu_lo",
+           "bleu_hi", "bleu_p", "bleu_p_holm"] + [f"bleu_{k}" for k in HELD_OUT]
+
+
+def to_rows_csv(summaries, overall):
+    """One line per row: the statistics; the rank correlation in a last comment line."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(ROW_CSV)
+    for s in summaries:
+        vals = dict(s, n_runs=len(s["runs"]), n_used=s["n"], nlls=" ".join(f"{v:.6f}" for v in s["nlls"]),
+                    pooled=int(s["pooled"]))
+        vals.update({f"bleu_{k}": mean_bleu(s["used"], k) for k in HELD_OUT})
+        w.writerow([_csv(vals.get(k)) for k in ROW_CSV])
+    buf.write(f"# spearman {_csv(overall['spearman'])} over {overall['n_ranked']} rows\n")
     return buf.getvalue()
 
 
 def _tex_escape(s):
-    return re.sub(r"([&%$#_{}])", r"\\\1", s).replace("–", "--")
+    s = s.replace("≈", "$\\approx$").replace("✗", "$\\times$").replace("†", "$^\\dagger$").replace("<", "$<$")
+    return re.sub(r"([&%#_{}])", r"\\\1", s).replace("–", "--").replace("Δ", "$\\Delta$")
 
 
-def to_latex(rows):
-    shown = shown_hyper(rows)
-    ncols = 1 + len(HYPER) + len(NUM_COLS)
-    lines = [
-        "% Table 3 (Vaswani et al. 2017) reproduced; generated by analysis/table3.py",
-        "% needs \\usepackage{booktabs}",
-        "\\begin{tabular}{l" + "c" * len(HYPER) + "|rrr|rrrr|rrr}",
-        "\\toprule",
-        " & " + " & ".join(h for _, _, h, _ in HYPER) +
-        " & \\multicolumn{3}{c|}{PPL (dev)} & \\multicolumn{4}{c|}{BLEU (dev)} & \\multicolumn{3}{c}{params $\\times 10^6$} \\\\",
-        # sacreBLEU 13a is the standard score; Delta BLEU compares the
-        # tokenised BLEU (multi-bleu.perl) with the paper's, which is of that kind
-        " & " * (len(HYPER)) + " & ours & paper & $\\Delta$" +
-        " & sacre & tok. & paper & $\\Delta$ tok." + " & ours & paper & $\\Delta$" + " \\\\",
-        "\\midrule",
-    ]
+def to_latex(summaries):
+    """The comparison table (hyperparameters, dev NLL, Δ with interval,
+    directions, test2016 BLEU and its Δ)."""
+    shown = shown_hyper([s["runs"][0] for s in summaries])
+    head = [h for _, _, h, _ in HYPER] + ["NLL", r"$\Delta$ NLL [95\% CI]", "paper", "ours", "agree",
+                                          "BLEU", r"$\Delta$ BLEU [95\% CI]", "$p$"]
+    lines = ["% Table 3 (Vaswani et al. 2017) reproduced; generated by analysis/table3.py",
+             "% needs \\usepackage{booktabs}",
+             "\\begin{tabular}{l" + "c" * len(HYPER) + "|rrccc|rrr}", "\\toprule",
+             " & " + " & ".join(head) + " \\\\", "\\midrule"]
     prev = None
-    for r, s in zip(rows, shown):
-        g = row_group(r["row"])
+    for s, h in zip(summaries, shown):
+        g = row_group(s["row"])
         if prev is not None and g != prev:
             lines.append("\\midrule")
-        label = f"({g})" if g not in ("base", "big") and g != prev else ("" if g == prev else g)
-        if g not in ("base", "big"):
-            label = f"({g}) {r['row']}" if g != prev else r["row"]
         prev = g
-        cells = [_tex_escape(label)] + [_tex_escape(_fmt_hyper(k, s[k])) for k, *_ in HYPER]
-        cells += [_tex_escape(x) if x else "" for x in _num_cells(r)]
-        cells = [c.replace("pending", "\\emph{pending}").replace("failed", "\\emph{failed}") for c in cells]
-        lines.append(" & ".join(cells) + " \\\\")
+        c = compare_cells(s)
+        b = bleu_cells(s)
+        bleu = b[2] if b[2] != "–" else b[1]
+        cells = [s["row"] + (" ✗" if s["failed"] else "")] + [_fmt_hyper(k, h[k]) for k, *_ in HYPER]
+        cells += [c[1], c[4], c[8], c[9], c[10], bleu, b[5], b[7]]
+        lines.append(" & ".join(_tex_escape(x) for x in cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", ""]
-    assert all(l.count("&") in (0, ncols - 1) for l in lines if l.endswith("\\\\") and "multicolumn" not in l)
     return "\n".join(lines)
 
 
-def plot(rows, prefix):
-    """Dev PPL and BLEU per row: ours (bars) vs the paper (markers)."""
+def curve_panels(runs):
+    """Panel title -> runs: base, then each group (A)..(E), big, others."""
+    panels = {}
+    for r in runs:
+        g = row_group(split_run(r["row"])[0])
+        panels.setdefault(g, []).append(r)
+    return panels
+
+
+def _draw_run(ax, r, color, label):
+    c = r.get("curves") or {}
+    x, y = c.get("dev_step", ()), c.get("dev_nll", ())
+    if len(x) == 0 or len(x) != len(y):
+        return False
+    style = "--" if is_failed(r) else "-"
+    ax.plot(x, np.where(np.isfinite(y), y, np.nan), style, color=color, label=label, marker="o", markersize=2)
+    return True
+
+
+def plot_curves(runs, prefix):
+    """Per-row dev NLL curves, one panel per group (base's healthy runs in
+    grey in every panel), failed runs dashed. Returns the files written."""
     paper_style()
     plt = pyplot()
-    names = [r["row"] for r in rows]
-    x = np.arange(len(rows))
-    fig, axes = plt.subplots(2, 1, figsize=(max(5.0, 0.34 * len(rows) + 1.5), 4.6), sharex=True)
-    for ax, key, pkey, ylabel in ((axes[0], "dev_ppl", "paper_ppl", "dev PPL"),
-                                  (axes[1], "dev_bleu_tok", "paper_bleu", "dev BLEU\n(tokenised)")):
-        ours = np.array([r[key] if r["status"] == "done" else np.nan for r in rows], dtype=float)
-        paper = np.array([r[pkey] for r in rows], dtype=float)
-        ax.bar(x, np.nan_to_num(ours, nan=0.0), width=0.6, color="#3b6ea5", label="ours", zorder=2)
-        ax.plot(x, paper, linestyle="none", marker="D", markersize=4, color="#c44e52",
-                label="paper (Table 3)", zorder=3)
-        ax.set_ylabel(ylabel)
-        ax.grid(axis="x", visible=False)
-        vals = np.concatenate([ours[np.isfinite(ours)], paper[np.isfinite(paper)]])
-        top = vals.max() if len(vals) else 1.0
-        ax.set_ylim(0, top * 1.15)
-        for i, r in enumerate(rows):
-            if r["status"] == "done" and not math.isfinite(ours[i]):
-                ax.text(i, top * 0.03, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, color="0.35")
-        # separators between the paper's row groups
-        for i in range(1, len(rows)):
-            if row_group(names[i]) != row_group(names[i - 1]):
-                ax.axvline(i - 0.5, color="0.8", linewidth=0.6, zorder=1)
-    # the paper's group labels (A)..(E) above the groups
-    start = 0
-    for i in range(1, len(rows) + 1):
-        if i == len(rows) or row_group(names[i]) != row_group(names[start]):
-            g = row_group(names[start])
-            axes[0].text((start + i - 1) / 2, 1.02, g if g in ("base", "big") else f"({g})",
-                         transform=axes[0].get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
-            start = i
-    h, l = axes[0].get_legend_handles_labels()
-    order = [l.index("ours"), l.index("paper (Table 3)")]
-    axes[0].legend([h[k] for k in order], [l[k] for k in order], loc="lower left", frameon=False, ncol=2,
-                   bbox_to_anchor=(0.0, 1.09))
-    axes[1].set_xticks(x)
-    rot = len(rows) > 12
-    labels = [n if r["status"] == "done" else f"{n} ({r['status']})" if rot else f"{n}\n{r['status']}"
-              for n, r in zip(names, rows)]
-    axes[1].set_xticklabels(labels, rotation=45 if rot else 0, ha="right" if rot else "center",
-                            rotation_mode="anchor" if rot else "default")
-    for t, r in zip(axes[1].get_xticklabels(), rows):
-        if r["status"] != "done":  # rows without our numbers: grey, italic
-            t.set_color("0.45")
-            t.set_fontstyle("italic")
-    axes[1].set_xlim(-0.6, len(rows) - 0.4)
+    panels = curve_panels(runs)
+    ncols = min(3, len(panels))
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols + 0.6, 2.2 * nrows + 0.4), sharex=True,
+                             sharey=True, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    base = [r for r in panels.get("base", []) if not is_failed(r)]
+    for ax, (g, members) in zip(axes.flat, panels.items()):
+        drawn = False
+        if g != "base":
+            for i, r in enumerate(base):
+                drawn |= _draw_run(ax, r, "0.7", "base" if i == 0 else None)
+        rows = list(dict.fromkeys(split_run(r["row"])[0] for r in members))
+        labelled = set()
+        for r in members:  # a row's seeds share its colour; a failed run has its own label
+            row = split_run(r["row"])[0]
+            key = row if not is_failed(r) else r["row"] + " failed"
+            label = None if key in labelled else row if not is_failed(r) else f"{r['row']} ({run_label(r)})"
+            labelled.add(key)
+            drawn |= _draw_run(ax, r, colors[rows.index(row) % len(colors)], label)
+        ax.set_title(g if g in ("base", "big") else f"({g})")
+        if drawn:
+            ax.legend(frameon=False, fontsize=6)
+        else:
+            ax.text(0.5, 0.5, "no curves stored", transform=ax.transAxes, ha="center", va="center", color="0.5")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("optimizer step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("dev NLL (nats)")
     fig.tight_layout()
     return savefig(fig, prefix)
 
@@ -508,17 +639,20 @@ def main(argv):
     if not rows:
         raise AnalysisError(a.sweep, "no results/*.h5 and no row configs: nothing to tabulate")
     prefix = a.out or os.path.join(a.sweep, "table3")
-    write_atomic(prefix + ".md", to_markdown(rows, read_sweep_env(a.sweep)))
+    summaries, overall = summarize(rows, logical_sort_key)
+    write_atomic(prefix + ".md", to_markdown(rows, summaries, overall, read_sweep_env(a.sweep)))
     write_atomic(prefix + ".csv", to_csv(rows))
-    write_atomic(prefix + ".tex", to_latex(rows))
-    outs = [prefix + e for e in (".md", ".csv", ".tex")]
+    write_atomic(prefix + "-rows.csv", to_rows_csv(summaries, overall))
+    write_atomic(prefix + ".tex", to_latex(summaries))
+    outs = [prefix + e for e in (".md", ".csv", "-rows.csv", ".tex")]
     if not a.no_plot:
-        outs += plot(rows, prefix)
+        outs += plot_curves(rows, prefix)
     for p in outs:
         print(p)
     done = sum(r["status"] == "done" for r in rows)
-    print(f"table3: {len(rows)} rows ({done} done, "
-          f"{sum(r['status'] == 'pending' for r in rows)} pending, {sum(r['status'] == 'failed' for r in rows)} failed)")
+    bad = sum(r.get("verdict") in ("diverged", "stuck", "unstable") for r in rows)
+    print(f"table3: {len(rows)} rows ({done} done, {sum(r['status'] == 'pending' for r in rows)} pending, "
+          f"{sum(r['status'] == 'failed' for r in rows)} failed; {bad} with a failure verdict)")
     return 0
 
 

@@ -120,3 +120,35 @@ def parse_train_stdout(text):
     assert m, f"no 'dev final' line in:\n{text}"
     steps = [int(s) for s in re.findall(r"^step (\d+) ", text, re.M)]
     return float(m.group(1)), float(m.group(2)), steps[-1]
+
+
+def write_metrics(path, dev_nll, train_loss=None, steps=1200, log_steps=50, eval_steps=100, tokens_per_s=6000.0,
+                  seconds_per_step=0.3, tokens=None):
+    """A metrics.h5 in the layout of docs/metrics.md (what bin/transformer
+    writes and analysis/curves.py reads), from curves given as functions of
+    the step: dev_nll(step) in nats (the file stores exp of it as /dev/ppl),
+    train_loss(step) (default: dev NLL + 0.6, the label-smoothing gap);
+    tokens: /train/tokens per logged interval (default: not logged)."""
+    import h5py
+    import numpy as np
+
+    train_loss = train_loss or (lambda s: dev_nll(s) + 0.6)
+    ts = np.arange(log_steps, steps + 1, log_steps)
+    ds = np.arange(eval_steps, steps + 1, eval_steps)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f["train/step"] = ts.astype(np.int64)
+        f["train/loss"] = np.array([train_loss(s) for s in ts], float)
+        f["train/lr"] = np.full(len(ts), 1e-3)
+        f["train/tokens_per_s"] = np.full(len(ts), float(tokens_per_s))
+        f["train/elapsed_s"] = ts * seconds_per_step
+        if tokens is not None:  # /train/tokens: target tokens per interval (NaN: not logged)
+            f["train/tokens"] = np.asarray(tokens, float)
+        nll = np.array([dev_nll(s) for s in ds], float)
+        f["dev/step"] = ds.astype(np.int64)
+        f["dev/loss"] = nll + 0.5
+        with np.errstate(over="ignore", invalid="ignore"):
+            f["dev/ppl"] = np.exp(nll)
+        f["dev/tokens"] = np.full(len(ds), 21605, dtype=np.int64)
+        f["dev/elapsed_s"] = ds * seconds_per_step
+    return path

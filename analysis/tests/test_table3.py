@@ -4,13 +4,15 @@ on a bad config and one not run (pending); row files written by row_result.py
 as the sweep job does, then table3.py."""
 
 import csv
+import statistics
 import math
 import os
 
 import h5py
 import pytest
 
-from conftest import (TINY, assert_figure, cli, cli_error, parse_train_stdout, script, transformer, write_cfg)
+from conftest import (TINY, assert_figure, cli, cli_error, parse_train_stdout, script, transformer, write_cfg,
+                      write_metrics)
 
 ROWS = {  # row -> (overrides of TINY, paper PPL, paper BLEU, paper params x10^6)
     "base": ({}, 4.92, 25.8, 65),
@@ -60,7 +62,7 @@ def sweep(tmp_path_factory):
         truth[row] = {"ppl": ppl, "loss": loss, "steps": steps, "params": params,
                       "metrics": metrics.exists()}
     p = script("table3.py", top, "--configs", cfgdir)
-    assert "5 rows (3 done, 1 pending, 1 failed)" in p.stdout
+    assert "5 rows (3 done, 1 pending, 1 failed;" in p.stdout
     return top, truth
 
 
@@ -85,7 +87,7 @@ def test_values_are_the_c_programs(sweep):
         assert float(r["paper_bleu"]) == pytest.approx(pb)
         assert r["paper_params_m"] == ("" if pm == 0 else str(float(pm)))
         if r["status"] != "done":
-            assert r["dev_ppl"] == r["params"] == r["diff_ppl"] == ""
+            assert r["dev_ppl"] == r["params"] == r["dev_nll"] == ""
             continue
         t = truth[row]
         assert int(r["params"]) == t["params"]
@@ -94,46 +96,63 @@ def test_values_are_the_c_programs(sweep):
         assert float(r["dev_ppl"]) == pytest.approx(t["ppl"], abs=6e-4)
         assert float(r["dev_loss"]) == pytest.approx(t["loss"], abs=6e-5)
         assert int(r["train_steps"]) == t["steps"] == int(TINY["train_steps"])
-        assert float(r["diff_ppl"]) == pytest.approx(float(r["dev_ppl"]) - pp)
+        assert float(r["dev_nll"]) == pytest.approx(math.log(float(r["dev_ppl"])))
         sacre, tok = BLEU.get(row, (None, None))
         assert r["dev_bleu"] == ("" if sacre is None else str(sacre))
         assert r["dev_bleu_tok"] == ("" if tok is None else str(tok))
-        # the paper reports tokenised BLEU: Δ is tokenised − paper, never sacreBLEU − paper
-        if tok is None:
-            assert r["diff_bleu"] == ""
-        else:
-            assert float(r["diff_bleu"]) == pytest.approx(tok - pb)
+        if t["metrics"]:  # 20 steps of a tiny model: still on the plateau, and the verdict says so
+            assert r["verdict"] == "stuck" and "below the first dev NLL" in r["verdict_reason"]
+            assert float(r["tokens_seen"]) > 0  # (no matrix_params: TINY has no vocab_size key)
     # the three trained rows differ (different architectures, different PPL)
     ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
     assert len(set(ppls)) == 3 and all(1 < p < 30 for p in ppls)
 
 
+def md_tables(text):
+    """The Markdown tables of a text: a list of dicts first cell -> {header: cell}."""
+    tables, cur = [], None
+    for line in text.splitlines() + [""]:
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cur is None:
+                cur, head = {}, cells
+            else:
+                cur[cells[0]] = dict(zip(head, cells))
+        elif line.startswith("|:--"):
+            continue
+        elif cur is not None:
+            tables.append(cur)
+            cur = None
+    return tables
+
+
 def test_markdown_shows_only_differences_from_base(sweep):
     top, truth = sweep
     text = (top / "table3.md").read_text()
-    lines = [l for l in text.splitlines() if l.startswith("| ")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    table = {}
-    for l in lines[1:]:
-        cells = [c.strip() for c in l.strip("|").split("|")]
-        table[cells[0]] = dict(zip(head, cells))
-    assert list(table) == ["base", "A1", "C1", "C4", "D1"]
-    b = table["base"]
+    compare, held_out, runs = md_tables(text)
+    assert list(compare) == ["base ✗", "A1 ✗", "C1 ✗", "C4 ✗", "D1"]  # ✗: a failed run in the row
+    b = compare["base ✗"]
     assert (b["N"], b["d_model"], b["d_ff"], b["h"], b["d_k"], b["d_v"]) == ("1", "16", "32", "2", "8", "8")
     assert (b["P_drop"], b["eps_ls"], b["pos. emb."], b["train steps"]) == ("0.1", "0.1", "sinusoid", "20")
-    a1 = table["A1"]
+    a1 = compare["A1 ✗"]
     assert (a1["h"], a1["d_k"], a1["d_v"]) == ("1", "16", "16")
     assert a1["N"] == a1["d_model"] == a1["d_ff"] == a1["P_drop"] == a1["train steps"] == ""
-    assert table["C1"]["N"] == "2" and table["C1"]["h"] == ""
-    assert table["D1"]["P_drop"] == "0" and table["D1"]["PPL (dev)"] == "pending"
-    assert table["C4"]["PPL (dev)"] == "failed"
-    assert f"{truth['base']['ppl']:.2f}" == b["PPL (dev)"]
+    assert compare["C1 ✗"]["N"] == "2" and compare["C1 ✗"]["h"] == ""
+    assert compare["D1"]["P_drop"] == "0" and compare["D1"]["per run (nats)"] == "pending"
+    assert compare["C4 ✗"]["per run (nats)"] == "failed ✗"
+    # every trained run is stuck (20 steps): shown with its NLL, left out of the statistics
+    assert b["per run (nats)"] == f"{math.log(truth['base']['ppl']):.3f} ✗stuck" and b["runs"] == "0/1"
+    assert b["dev NLL"] == "–" and compare["A1 ✗"]["Δ NLL vs base [95% CI]"] == "–"
+    assert compare["A1 ✗"]["paper Δ"] == f"{math.log(5.29 / 4.92):+.3f}" and compare["A1 ✗"]["paper"] == "up"
     pm = truth["base"]["params"] / 1e6
     assert b["params ×10⁶"] == (f"{pm:.3g}" if pm < 1 else f"{pm:.1f}")
-    assert "C4: failed: " in text and "no_such_key" in text  # the failure's message
-    assert (b["sacreBLEU (dev)"], b["tok. BLEU (dev)"], b["Δ tok."]) == ("12.5", "13.4", "-12.4")
-    assert table["C1"]["sacreBLEU (dev)"] == "11.0" and table["C1"]["Δ tok."] == "–"
-    assert "sacreBLEU: 13a" in text and "multi-bleu.perl" in text
+    assert list(held_out) == ["base", "A1", "C1", "C4", "D1"]
+    assert list(runs) == ["base", "A1", "C1", "C4", "D1"]
+    assert runs["base"]["verdict"] == "stuck" and runs["C4"]["verdict"] == "failed"
+    assert runs["D1"]["verdict"] == "pending"
+    assert "- C4: failed: " in text and "no_such_key" in text  # the failure's message
+    assert "- base: stuck: dev NLL" in text
+    assert "Spearman rank correlation" in text and "sacreBLEU signature" in text
 
 
 def test_latex_table(sweep):
@@ -141,14 +160,13 @@ def test_latex_table(sweep):
     tex = (top / "table3.tex").read_text()
     assert tex.count("\\begin{tabular}") == 1 and "\\bottomrule" in tex
     body = [l for l in tex.splitlines() if l.endswith("\\\\")]
-    assert len(body) == 2 + 5  # two header lines, five rows
+    assert len(body) == 1 + 5  # a header line, five rows
     spec = tex.split("\\begin{tabular}{", 1)[1].split("}", 1)[0]
     ncols = sum(ch in "lcr" for ch in spec)
-    assert ncols == 1 + 10 + 10  # row, hyperparameters, PPL 3 + BLEU 4 + params 3
-    for l in body[2:]:
+    assert ncols == 1 + 10 + 8  # row, hyperparameters, NLL, Δ, 3 directions, BLEU, Δ BLEU, p
+    for l in body:
         assert l.count("&") == ncols - 1, l
-    assert "\\emph{pending}" in tex and "\\emph{failed}" in tex and "(A) A1" in tex
-    assert "sacre & tok. & paper & $\\Delta$ tok." in tex
+    assert "A1 $\\times$" in tex and "\\Delta$ NLL [95\\% CI]" in tex
 
 
 def test_plot(sweep):
@@ -320,7 +338,7 @@ def test_scaled_schedule_and_seed_rows(tmp_path):
         e = dict(senv, **{k: v})
         ovr = dict(sweep_overrides(e, {"warmup": "4000"}))
         assert ovr.get("warmup") == ("100" if k == "WARMUP" else None) and "lr_factor" not in ovr
-    # three base seeds: mean and sample s.d. in the notes
+    # three base seeds: one row, the mean NLL (log space) and every seed's
     ppl = {"base": 10.0, "base-seed2": 11.0, "base-seed3": 13.0}
     for row, p in ppl.items():
         script("row_result.py", "--out", sweep / "results" / f"{row}.h5", "--config", sweep / "configs" / f"{row}.cfg",
@@ -328,6 +346,273 @@ def test_scaled_schedule_and_seed_rows(tmp_path):
                "--dev-bleu-tok", p)
     cli("table3.py", sweep, "--no-plot")
     md = (sweep / "table3.md").read_text()
-    sd = statistics.stdev(ppl.values())
-    assert f"base over 3 seeds (base, base-seed2, base-seed3): dev PPL 11.33 ± {sd:.2f}" in md, md
+    nlls = [math.log(p) for p in ppl.values()]
+    line = [l for l in md.splitlines() if l.startswith("| base |")][0]
+    assert f"| 3/3 | {statistics.mean(nlls):.3f} | {math.exp(statistics.mean(nlls)):.2f} | " in line, line
+    assert ", ".join(f"{v:.3f}" for v in nlls) in line
     assert "`STEPS=3000`" in md and "warmup over 600 steps" in md
+
+
+def _healthy(s):
+    """A dev NLL curve like the Multi30k pilot's (6.0 at step 100, about 3.0 at the end)."""
+    return 3.0 + 3.4 * math.exp(-s / 300)
+
+
+PLATEAU = 5.25  # PPL 190: where the old sweep's stuck runs sat (unigram NLL 5.94 on its data)
+PLANTED = {  # row -> (dev NLL curve, training loss curve or None, expected verdict, words in the reason)
+    "healthy": (_healthy, None, "healthy", "dev NLL"),
+    "overfit": (lambda s: _healthy(min(s, 900)) + max(0, s - 900) * 0.0006, lambda s: _healthy(s) + 0.5,
+                "healthy", "overfitting"),
+    "nan": (lambda s: _healthy(s) if s < 700 else math.nan, lambda s: _healthy(s) if s < 650 else math.nan,
+            "diverged", "non-finite training loss at step 650"),
+    "blowup": (lambda s: _healthy(s) if s <= 600 else min(9.5, _healthy(600) + (s - 600) * 0.02),
+               lambda s: _healthy(s) + 0.6 if s <= 600 else 7.5, "diverged", "above its minimum"),
+    "stuck": (lambda s: max(PLATEAU, 6.0 - s / 200), None, "stuck", "below the unigram NLL 5.940"),
+    "late": (lambda s: PLATEAU if s < 600 else max(4.1, PLATEAU - (s - 600) / 300), None, "stuck", "step 500"),
+    "spike": (lambda s: _healthy(s) + (0.3 if s == 1000 else 0.15 if s > 1000 else 0),
+              lambda s: _healthy(s) + 0.6 + (0.4 if 950 <= s <= 1050 else 0), "unstable", "step 1000"),
+}
+
+
+@pytest.mark.parametrize("row", PLANTED)
+def test_planted_verdicts(row, tmp_path, capsys):
+    """Curves planted in metrics.h5 files (the trainer's format): row_result.py
+    judges each when it writes the result file; --verdict prints it."""
+    dev, train, want, words = PLANTED[row]
+    m = write_metrics(tmp_path / "run" / "metrics.h5", dev, train)
+    out = tmp_path / f"{row}.h5"
+    args = ["--out", out, "--row", row, "--set", "train_steps=1200", "--metrics", m, "--compute", "unigram_nll=5.94"]
+    if row in ("nan", "blowup"):
+        args += ["--status", "failed", "--dev-ppl", "nan"]
+    cli("row_result.py", *args)
+    capsys.readouterr()
+    cli("row_result.py", "--verdict", out)
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1 and line.split(" ", 1)[0] == want, line
+    assert words in line, line
+    with h5py.File(out, "r") as f:
+        assert f.attrs["verdict"] == want and f.attrs["format_version"] == 2
+        assert f["curves/dev_nll"].dtype == "float32" and f["curves/dev_nll"].compression == "gzip"
+        assert len(f["curves/train_loss"]) == 24 and len(f["curves/dev_step"]) == 12
+
+
+def test_stuck_without_unigram_uses_the_first_evaluation(tmp_path, capsys):
+    m = write_metrics(tmp_path / "metrics.h5", PLANTED["stuck"][0])
+    cli("row_result.py", "--out", tmp_path / "s.h5", "--row", "s", "--metrics", m)
+    capsys.readouterr()
+    cli("row_result.py", "--verdict", tmp_path / "s.h5")
+    assert capsys.readouterr().out.startswith("stuck ")
+    m = write_metrics(tmp_path / "metrics.h5", _healthy)
+    cli("row_result.py", "--out", tmp_path / "h.h5", "--row", "h", "--metrics", m)
+    cli("row_result.py", "--verdict", tmp_path / "h.h5")
+    assert capsys.readouterr().out.startswith("healthy ")
+
+
+def test_verdict_of_a_run_the_trainer_stopped(tmp_path, capsys):
+    """The trainer stops before logging a non-finite loss: its message, not
+    the curves, says the run diverged. Empty --compute values are unknowns."""
+    m = write_metrics(tmp_path / "metrics.h5", _healthy, steps=300)
+    msg = "train: error: step 301: the training loss is nan (not finite): training stopped"
+    cli("row_result.py", "--out", tmp_path / "d.h5", "--row", "d", "--set", "train_steps=1200", "--metrics", m,
+        "--status", "failed", "--message", msg, "--compute", "threads=", "--compute", "host_cpu=")
+    capsys.readouterr()
+    cli("row_result.py", "--verdict", tmp_path / "d.h5")
+    assert capsys.readouterr().out == f"diverged {msg}\n"
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        assert f.attrs["threads"] == -1 and f.attrs["host_cpu"] == ""
+    assert "threads: 'two' is not an integer" in cli_error("row_result.py", "--out", tmp_path / "e.h5", "--row", "e", "--dev-ppl", "5",
+                                    "--compute", "threads=two")
+    assert "KEY one of" in cli_error("row_result.py", "--out", tmp_path / "e.h5", "--row", "e", "--dev-ppl", "5",
+                                     "--compute", "gpus=2")
+
+
+def test_tokens_seen_logged_or_from_the_rate(tmp_path):
+    """tokens_seen: /train/tokens where logged, tokens/s x interval where a
+    row has NaN (a log begun by an older version); epochs and FLOPs from it."""
+    import numpy as np
+
+    def seen(**kw):
+        m = write_metrics(tmp_path / "metrics.h5", _healthy, steps=200, **kw)  # 4 log rows of 50 steps, 15 s
+        cli("row_result.py", "--out", tmp_path / "r.h5", "--row", "r", "--metrics", m,
+            "--compute", "epoch_tokens=1000", "--compute", "threads=0",
+            "--set", "n_layers=1", "--set", "d_model=4", "--set", "d_ff=8", "--set", "n_heads=2",
+            "--set", "d_k=2", "--set", "d_v=2", "--set", "vocab_size=10", "--compute", "mean_len=5")
+        with h5py.File(tmp_path / "r.h5", "r") as f:
+            return {k: f.attrs[k] for k in ("tokens_seen", "epochs", "matrix_params", "train_flops", "threads")}
+
+    assert seen()["tokens_seen"] == pytest.approx(4 * 6000 * 15)  # rate x time only
+    got = seen(tokens=[100.0, 200.0, np.nan, 400.0])
+    assert got["tokens_seen"] == pytest.approx(700 + 6000 * 15) and got["epochs"] == pytest.approx(got["tokens_seen"] / 1000)
+    # 1 layer, d_model 4, d_ff 8, h 2, d_k = d_v = 2, V 10: attention 4*2*6 + 2*2*4 = 64, FFN 64,
+    # encoder 128 + decoder 192 + output 40 = 360; attention FLOPs 18 * 1 * 2 * 4 * 5 = 720 per token
+    assert got["matrix_params"] == 360 and got["train_flops"] == pytest.approx((6 * 360 + 720) * got["tokens_seen"])
+    assert got["threads"] == -1  # threads=0: not known
+
+
+def test_verdict_thresholds_are_the_module_constants():
+    """A late dev rise just over / under UNSTABLE_DEV_NATS, with the training loss rising too."""
+    import numpy as np
+
+    import verdict as v
+
+    steps = np.arange(100, 1201, 100.0)
+    base = np.array([_healthy(s) for s in steps])
+    for extra, want in ((v.UNSTABLE_DEV_NATS + 0.02, "unstable"), (v.UNSTABLE_DEV_NATS - 0.02, "healthy")):
+        dev = base.copy()
+        dev[-1] = dev[:-1].min() + extra
+        ts = np.arange(50, 1201, 50.0)
+        tl = np.array([_healthy(s) + 0.6 for s in ts])
+        tl[-3:] += 0.5
+        c = {"train_step": ts, "train_loss": tl, "dev_step": steps, "dev_loss": dev + 0.5, "dev_nll": dev}
+        assert v.verdict(c, 5.94, 1200)[0] == want, (extra, v.verdict(c, 5.94, 1200))
+    dev = base.copy()
+    dev[-1] = dev[:-1].min() + v.DIVERGE_DEV_NATS + 0.01
+    c = {"train_step": steps, "train_loss": base + 0.6, "dev_step": steps, "dev_loss": dev, "dev_nll": dev}
+    assert v.verdict(c, 5.94, 1200)[0] == "diverged"
+    assert v.verdict({}, None, None)[0] == "unknown"
+
+
+def _ending_at(final):
+    """A healthy dev NLL curve (pilot-like) that ends at `final` nats at step 1200."""
+    return lambda s: final + 3.4 * (math.exp(-s / 300) - math.exp(-4))
+
+
+# row -> (paper PPL, final dev NLL per run); names as jobs/table3-stages.sh gives them
+PROTOCOL_ROWS = {
+    "base": (4.92, {"base": 3.00, "base-seed2": 3.02, "base-seed3": 2.99}),
+    "D4": (5.47, {"D4": 3.20, "D4-seed2": 3.22}),          # planted +0.2 nats; the paper: up
+    "A3": (4.91, {"A3": 3.01, "A3-seed2": 2.99, "A3-seed3": 3.005}),  # null; the paper: ≈
+    "D3": (4.67, {"D3": 2.85, "D3-seed2": 2.86}),          # planted -0.15; the paper: down
+    "B1": (5.16, {"B1": 2.90, "B1-seed2": 2.91}),          # planted -0.1; the paper: up
+    "C3": (4.88, {"C3": None, "C3-rerun": 3.00}),          # diverged, then a healthy rerun
+}
+
+
+def _noisy(refs, keep, seed):
+    import random
+
+    rng = random.Random(seed)
+    words = "ein eine der die das mann frau hund läuft steht rot blau".split()
+    return [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split()) for r in refs]
+
+
+@pytest.fixture(scope="module")
+def protocol_sweep(tmp_path_factory):
+    """A sweep of result files as the new protocol writes them: curves in
+    metrics.h5, test2016 hypotheses, seeds and a rerun."""
+    import random
+
+    top = tmp_path_factory.mktemp("protocol")
+    (top / "configs").mkdir()
+    rng = random.Random(7)
+    words = "ein mann eine frau hund läuft sitzt auf dem der die im park straße wasser".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))) for _ in range(150)]
+    (top / "ref.txt").write_text("\n".join(refs) + "\n")
+    base_hyp = _noisy(refs, 0.8, 1)
+    for row, (paper, runs) in PROTOCOL_ROWS.items():
+        for k, (run, final) in enumerate(runs.items()):
+            cfg = write_cfg(top / "configs" / f"{run}.cfg", **dict(TINY, row=run, paper_ppl=paper,
+                                                                    train_steps=1200, seed=k + 1))
+            curve = _ending_at(final) if final else (lambda s: 3.5 if s < 700 else 9.0)
+            m = write_metrics(top / "runs" / run / "metrics.h5", curve)
+            hyp = base_hyp if row in ("base", "A3") else _noisy(refs, 0.5 if row == "D4" else 0.75, 10 + k)
+            (top / f"{run}.hyp").write_text("\n".join(hyp) + "\n")
+            cli("row_result.py", "--out", top / "results" / f"{run}.h5", "--config", cfg, "--metrics", m,
+                "--hyp-set", "test2016.final", top / f"{run}.hyp", top / "ref.txt",
+                "--compute", "device=cpu", "--compute", "threads=1", "--compute", "lr_rule=fixed peak 1e-3",
+                "--compute", "unigram_nll=5.94")
+    cli("table3.py", top)
+    with open(top / "table3-rows.csv") as f:
+        lines = f.read().splitlines()
+    rows = {r["row"]: r for r in csv.DictReader(l for l in lines if not l.startswith("#"))}
+    return top, rows, lines[-1]
+
+
+def test_protocol_planted_effects(protocol_sweep):
+    """Δ dev NLL intervals: the planted +0.2 excludes 0 (and is positive),
+    the null row includes 0 and is reported as an equivalence bound."""
+    _, rows, _ = protocol_sweep
+    d4, a3 = rows["D4"], rows["A3"]
+    base = statistics.mean([3.00, 3.02, 2.99])
+    assert float(d4["d_nll"]) == pytest.approx(3.21 - base, abs=1e-4)
+    assert 0 < float(d4["lo"]) < 0.2 < float(d4["hi"]) and d4["ours_dir"] == "up"
+    assert float(a3["lo"]) < 0 < float(a3["hi"]) and a3["ours_dir"] == "≈"
+    assert float(a3["equiv"]) == pytest.approx(max(-float(a3["lo"]), float(a3["hi"])))
+    assert rows["D3"]["ours_dir"] == "down" and float(rows["D3"]["hi"]) < 0
+    assert rows["base"]["n_used"] == "3" and rows["base"]["d_nll"] == ""
+
+
+def test_protocol_bootstrap_and_holm(protocol_sweep):
+    _, rows, _ = protocol_sweep
+    a3, d4 = rows["A3"], rows["D4"]
+    # identical hypotheses: Δ BLEU 0, p = 1; much worse ones: a significant negative Δ
+    assert a3["bleu_set"] == "test2016.final" and float(a3["d_bleu"]) == 0 and float(a3["bleu_p"]) == 1
+    assert float(d4["d_bleu"]) < -5 and float(d4["bleu_hi"]) < 0 and float(d4["bleu_p"]) < 0.01
+    for r in rows.values():
+        if r["p"]:
+            assert float(r["p_holm"]) >= float(r["p"])
+
+
+def test_protocol_agreement_and_rank_correlation(protocol_sweep):
+    _, rows, spearman = protocol_sweep
+    assert [rows[r]["paper_dir"] for r in ("D4", "A3", "D3", "B1", "C3")] == ["up", "≈", "down", "up", "≈"]
+    assert rows["D4"]["agree"] == "yes" and rows["D3"]["agree"] == "yes" and rows["A3"]["agree"] == "yes"
+    assert rows["B1"]["agree"] == "no"  # a significant effect the other way
+    rho = float(spearman.split()[2])
+    assert rho > 0.5 and spearman.endswith("over 5 rows")
+
+
+def test_protocol_failed_run_and_its_rerun(protocol_sweep):
+    top, rows, _ = protocol_sweep
+    c3 = rows["C3"]
+    assert (c3["n_runs"], c3["n_used"], c3["pooled"]) == ("2", "1", "1")  # the rerun alone, base's spread
+    md = (top / "table3.md").read_text()
+    compare, held_out, runs = md_tables(md)
+    assert compare["C3 ✗"]["per run (nats)"].startswith(f"{math.log(math.exp(9.0)):.3f} ✗diverged, rerun 3.000")
+    assert compare["C3 ✗"]["Δ NLL vs base [95% CI]"].endswith("†") and "† one healthy seed" in md
+    names = list(runs)
+    assert names[names.index("C3") + 1] == "C3-rerun" and runs["C3"]["verdict"] == "diverged"
+    assert names[:3] == ["base", "base-seed2", "base-seed3"]
+    assert runs["D4"]["device"] == "cpu" and float(runs["D4"]["tokens ×10⁶"]) == pytest.approx(6000 * 360 / 1e6)
+    assert md.count("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:") == 1
+    assert "fixed peak 1e-3" in md and "1000 resamples" in md
+    assert_figure(str(top / "table3"))
+
+
+def test_agreement_rules():
+    from compare import agreement, direction
+
+    assert direction(0.01, 0.2) == "up" and direction(-0.2, -0.01) == "down" and direction(-0.1, 0.1) == "≈"
+    assert direction(None, None, 0.05) == "up" and direction(None, None, -0.03) == "≈"
+    assert agreement("up", 0.1, "up") == "yes" and agreement("down", -0.1, "down") == "yes"
+    assert agreement("up", 0.05, "≈") == "sign" and agreement("up", -0.05, "≈") == "no (n.s.)"
+    assert agreement("up", -0.1, "down") == "no" and agreement("≈", 0.1, "up") == "no"
+    assert agreement("≈", 0.01, "≈") == "yes" and agreement("–", 0.1, "up") == "–"
+
+
+def test_version_1_sweep_still_tabulates(tmp_path):
+    """A sweep written before format 2 (attributes only, no verdict): its
+    runs count, in log space, and --verdict says unknown."""
+    import io
+    from contextlib import redirect_stdout
+
+    sweep = tmp_path / "old"
+    (sweep / "results").mkdir(parents=True)
+    for row, ppl in (("base", 26.34), ("base-seed2", 27.58), ("base-seed3", 62.85), ("A1", 21.20)):
+        with h5py.File(sweep / "results" / f"{row}.h5", "w") as f:  # as row_result.py version 1 wrote them
+            for k, v in (("format", "transformer-row-result"), ("row", row), ("status", "done"), ("message", ""),
+                         ("config", f"row = {row}\nd_model = 64\npaper_ppl = {5.29 if row == 'A1' else 4.92}\n"),
+                         ("created", "2026-11-24T02:19:00Z")):
+                f.attrs.create(k, v, dtype=h5py.string_dtype("utf-8"))
+            f.attrs["format_version"] = 1
+            f.attrs["dev_ppl"], f.attrs["train_steps"], f.attrs["params"] = ppl, 3000, 824000
+    cli("table3.py", sweep, "--configs", tmp_path, "--no-plot")
+    with open(sweep / "table3-rows.csv") as f:
+        rows = {r["row"]: r for r in csv.DictReader(l for l in f if not l.startswith("#"))}
+    assert rows["base"]["n_used"] == "3" and rows["A1"]["pooled"] == "1"
+    assert float(rows["base"]["mean_nll"]) == pytest.approx(statistics.mean(map(math.log, (26.34, 27.58, 62.85))))
+    assert rows["A1"]["paper_dir"] == "up" and rows["A1"]["ours_dir"] == "≈"  # base's spread swamps it
+    out = io.StringIO()
+    with redirect_stdout(out):
+        cli("row_result.py", "--verdict", sweep / "results" / "base.h5")
+    assert out.getvalue().startswith("unknown ")

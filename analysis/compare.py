@@ -1,0 +1,179 @@
+"""The comparisons of the Table 3 protocol (docs/results.md, "Statistics"):
+runs grouped into rows (seeds, reruns), each row against base in log space
+(Δ dev NLL with a Welch interval from the seeds), BLEU by paired bootstrap
+on the same test sentences, the paper's direction against ours, Holm's
+correction and the rank correlation with the paper.  Used by table3.py;
+the statistics themselves are in stats.py."""
+
+import math
+import re
+
+import numpy as np
+
+import stats
+
+FAILED = ("diverged", "stuck", "unstable")
+# a paper effect this small (|ln PPL_row - ln PPL_base|, nats) is read as "≈":
+# the paper's single runs do not settle it (E and A3 are "≈" in the paper's text)
+PAPER_EQUIV_NATS = 0.04
+EQUIV_ROWS = ("E", "A3")
+BOOTSTRAP_SETS = ("test2016.avg5", "test2016.final")  # the first both runs have
+RUN_NAME = re.compile(r"(?P<row>.+?)(?:-seed(?P<seed>\d+))?(?P<rerun>-rerun)?")
+
+
+def split_run(name):
+    """'C3-seed2-rerun' -> ('C3', 2, True); 'base' -> ('base', 1, False)."""
+    m = RUN_NAME.fullmatch(name)
+    return m.group("row"), int(m.group("seed") or 1), bool(m.group("rerun"))
+
+
+def is_failed(r):
+    """A run the statistics leave out: status failed, or a failure verdict."""
+    return r["status"] == "failed" or r.get("verdict") in FAILED
+
+
+def usable(r):
+    """A finished run that counts: done, not failed (a version 1 file has no
+    verdict and counts), with a finite dev PPL."""
+    return r["status"] == "done" and not is_failed(r) and math.isfinite(r.get("dev_ppl", math.nan))
+
+
+def nll(r):
+    return math.log(r["dev_ppl"]) if r.get("dev_ppl", 0) > 0 else math.nan
+
+
+def group_runs(runs):
+    """Runs by row: dict row -> list of runs ordered by seed, a rerun right after its run."""
+    out = {}
+    for r in runs:
+        out.setdefault(split_run(r["row"])[0], []).append(r)
+    for v in out.values():
+        v.sort(key=lambda r: split_run(r["row"])[1:])
+    return out
+
+
+def chosen_runs(runs):
+    """Per seed the run the statistics use: the run, else its rerun when the
+    run failed and the rerun did not; failed seeds are left out."""
+    by_seed = {}
+    for r in runs:
+        _, seed, rerun = split_run(r["row"])
+        by_seed.setdefault(seed, {})[rerun] = r
+    out = []
+    for seed in sorted(by_seed):
+        first, again = by_seed[seed].get(False), by_seed[seed].get(True)
+        pick = first if first is not None and usable(first) else again if again is not None and usable(again) else None
+        if pick is not None:
+            out.append(pick)
+    return out
+
+
+def direction(lo, hi, diff=None):
+    """'up' / 'down' when the interval excludes 0, else '≈' (diff alone: its sign)."""
+    if lo is None:
+        return "–" if not math.isfinite(diff) else "≈" if abs(diff) <= PAPER_EQUIV_NATS else (
+            "up" if diff > 0 else "down")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "–"
+    return "up" if lo > 0 else "down" if hi < 0 else "≈"
+
+
+def agreement(paper_dir, diff, ours_dir):
+    """yes: the same direction, significant (or both ≈); sign: the same sign,
+    not significant; no: the opposite direction, significant, or a
+    significant effect where the paper has ≈; no (n.s.): the opposite sign,
+    not significant."""
+    if paper_dir == "–" or ours_dir == "–" or not math.isfinite(diff):
+        return "–"
+    if paper_dir == "≈":
+        return "yes" if ours_dir == "≈" else "no"
+    if ours_dir == paper_dir:
+        return "yes"
+    if ours_dir != "≈":
+        return "no"
+    return "sign" if (diff > 0) == (paper_dir == "up") else "no (n.s.)"
+
+
+def paper_delta(row, base):
+    """ln(paper PPL of the row / paper PPL of base): the paper's effect in nats."""
+    a, b = row.get("paper_ppl", math.nan), base.get("paper_ppl", math.nan) if base else math.nan
+    return math.log(a / b) if a > 0 and b > 0 else math.nan
+
+
+def mean_bleu(runs, name):
+    """Mean sacreBLEU of hypothesis set name over runs that have it (NaN if none)."""
+    v = [r["bleu"][name][0] for r in runs if name in r.get("bleu", {})]
+    return float(np.mean(v)) if v else math.nan
+
+
+def row_summary(name, runs):
+    """A row's runs, the ones used, and its dev NLL over them."""
+    used = chosen_runs(runs)
+    v = [nll(r) for r in used]
+    return {"row": name, "runs": runs, "used": used, "nlls": v, "n": len(used),
+            "mean_nll": float(np.mean(v)) if v else math.nan,
+            "failed": [r for r in runs if is_failed(r)], "paper_ppl": runs[0].get("paper_ppl", math.nan),
+            "d_nll": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan, "pooled": False,
+            "paper_d": math.nan, "paper_dir": "–", "ours_dir": "–", "agree": "–", "equiv": math.nan,
+            "d_bleu": math.nan, "bleu_lo": math.nan, "bleu_hi": math.nan, "bleu_p": math.nan, "bleu_set": ""}
+
+
+def nll_comparison(s, base):
+    """Δ dev NLL of row summary s against base: Welch interval, p, the
+    paper's direction, ours, agreement and (for ≈ rows) the equivalence bound."""
+    w = stats.welch_interval(s["nlls"], base["nlls"])
+    s.update(d_nll=w["diff"], lo=w["lo"], hi=w["hi"], p=w["p"], pooled=w["pooled"])
+    s["paper_d"] = paper_delta(s, base)
+    s["paper_dir"] = direction(None, None, s["paper_d"])
+    s["ours_dir"] = direction(s["lo"], s["hi"])
+    s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"])
+    if s["paper_dir"] == "≈" or s["row"] in EQUIV_ROWS:
+        s["equiv"] = stats.equivalence_bound(s["lo"], s["hi"])
+
+
+def bootstrap_pair(a, b):
+    """(hypothesis set name, paired bootstrap of a's BLEU - b's) of two runs
+    on the first set of BOOTSTRAP_SETS both have; (None, None) without one."""
+    from bleu import sentence_stats
+    from row_result import read_hyp_set
+
+    for name in BOOTSTRAP_SETS:
+        if name in a.get("hyp_sets", ()) and name in b.get("hyp_sets", ()):
+            ha, ra = read_hyp_set(a["path"], name)
+            hb, rb = read_hyp_set(b["path"], name)
+            if ra != rb or not ra:
+                continue  # not the same sentences: no paired comparison
+            return name, stats.paired_bootstrap(sentence_stats(ha, [ra]), sentence_stats(hb, [rb]))
+    return None, None
+
+
+def bleu_comparison(s, base):
+    """BLEU of the row's first used run against base's first used run."""
+    if not s["used"] or not base["used"]:
+        return
+    name, b = bootstrap_pair(s["used"][0], base["used"][0])
+    if b:
+        s.update(d_bleu=b["diff"], bleu_lo=b["lo"], bleu_hi=b["hi"], bleu_p=b["p"], bleu_set=name)
+
+
+def summarize(runs, order):
+    """Row summaries (in the order of the row names 'order' gives, a sort
+    key) and the overall figures: Holm-adjusted p-values, the rank
+    correlation of our Δ dev NLL with the paper's over rows with both,
+    agreement counts."""
+    groups = group_runs(runs)
+    rows = [row_summary(name, groups[name]) for name in sorted(groups, key=order)]
+    base = next((s for s in rows if s["row"] == "base"), None)
+    others = [s for s in rows if s is not base]
+    if base is not None:
+        for s in others:
+            nll_comparison(s, base)
+            bleu_comparison(s, base)
+    for key in ("p", "bleu_p"):
+        for s, q in zip(others, stats.holm([s[key] for s in others])):
+            s[key + "_holm"] = q
+    ranked = [s for s in others if math.isfinite(s["d_nll"]) and math.isfinite(s["paper_d"])]
+    overall = {"spearman": stats.spearman([s["d_nll"] for s in ranked], [s["paper_d"] for s in ranked]),
+               "n_ranked": len(ranked), "base": base,
+               "agree": {k: sum(s["agree"] == k for s in others) for k in ("yes", "sign", "no", "no (n.s.)")}}
+    return rows, overall

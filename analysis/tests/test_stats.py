@@ -1,0 +1,131 @@
+"""analysis/stats.py against textbook and hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+
+import stats
+
+
+@pytest.mark.parametrize("p, df, want", [
+    # two-sided 95% critical values of Student's t (any statistics textbook's table)
+    (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 10, 2.228), (0.975, 30, 2.042),
+    (0.95, 5, 2.015), (0.995, 3, 5.841), (0.025, 4, -2.776),
+])
+def test_t_quantile_table(p, df, want):
+    assert stats.t_quantile(p, df) == pytest.approx(want, abs=1.5e-3)
+
+
+def test_t_cdf_closed_forms():
+    # df = 1 is the Cauchy distribution; df = 2 has F(t) = 1/2 + t / (2 sqrt(2 + t^2))
+    for t in (-3.0, -0.5, 0.0, 1.0, 4.0):
+        assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+        assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+    # a non-integer df lies between its neighbours
+    assert stats.t_quantile(0.975, 4) > stats.t_quantile(0.975, 4.5) > stats.t_quantile(0.975, 5)
+
+
+def test_welch_interval_equal_variances_reduces_to_students():
+    # equal sizes and variances: df = 2n - 2 = 4, se = sqrt(1/3 + 1/3); t(0.975, 4) = 2.7764
+    w = stats.welch_interval([1, 2, 3], [4, 5, 6])
+    assert w["diff"] == -3 and w["df"] == pytest.approx(4) and not w["pooled"]
+    assert (w["lo"], w["hi"]) == (pytest.approx(-3 - 2.7764 * math.sqrt(2 / 3), abs=1e-3),
+                                  pytest.approx(-3 + 2.7764 * math.sqrt(2 / 3), abs=1e-3))
+    assert stats.excludes_zero(w["lo"], w["hi"])
+    # Student's t test of the same samples: t = -3.674, 4 df, two-sided p = 0.0213
+    assert w["p"] == pytest.approx(0.0213, abs=2e-4)
+
+
+def test_welch_interval_unequal_variances():
+    # by hand: va = 2.5/5 = 0.5, vb = 4/3; df = (11/6)^2 / (0.25/4 + (16/9)/2) = 3.5328
+    w = stats.welch_interval([1, 2, 3, 4, 5], [2, 4, 6])
+    assert w["df"] == pytest.approx(3.5328, abs=1e-4) and w["se"] == pytest.approx(math.sqrt(11 / 6))
+    assert w["lo"] < -1 < w["hi"] and not stats.excludes_zero(w["lo"], w["hi"])
+
+
+def test_welch_interval_one_seed_uses_bases_spread():
+    # one run of the row: its variance is taken as base's (s.d. 1, n 3): se = sqrt(1 + 1/3), df 2
+    w = stats.welch_interval([7.0], [4, 5, 6])
+    assert w["pooled"] and w["df"] == 2 and w["diff"] == 2.0
+    half = 4.3027 * math.sqrt(4 / 3)
+    assert w["lo"] == pytest.approx(2 - half, abs=1e-3) and w["hi"] == pytest.approx(2 + half, abs=1e-3)
+    # nothing to say with one run on each side
+    w = stats.welch_interval([1.0], [2.0])
+    assert w["diff"] == -1 and math.isnan(w["lo"]) and math.isnan(w["hi"])
+
+
+def test_equivalence_bound():
+    assert stats.equivalence_bound(-0.03, 0.05) == 0.05
+    assert stats.equivalence_bound(-0.08, 0.01) == 0.08
+    assert math.isnan(stats.equivalence_bound(math.nan, 0.1))
+
+
+def _sentence_stats(hyps, refs):
+    from bleu import sentence_stats
+
+    return sentence_stats(hyps, [refs])
+
+
+def _corpus(seed, n=60):
+    rng = np.random.default_rng(seed)
+    words = "ein mann eine frau hund läuft sitzt auf dem der die im park straße wasser rot blau".split()
+    refs = [" ".join(rng.choice(words, size=rng.integers(6, 12))) for _ in range(n)]
+    return rng, words, refs
+
+
+def test_bleu_from_stats_is_sacrebleus():
+    from sacrebleu.metrics import BLEU
+
+    rng, words, refs = _corpus(1)
+    hyps = [" ".join(w if rng.random() < 0.7 else rng.choice(words) for w in r.split()) for r in refs]
+    want = BLEU().corpus_score(hyps, [refs]).score
+    assert stats.bleu_from_stats(_sentence_stats(hyps, refs).sum(axis=0)) == pytest.approx(want, abs=1e-9)
+    assert stats.bleu_from_stats(_sentence_stats(refs, refs).sum(axis=0)) == pytest.approx(100.0)
+
+
+def test_paired_bootstrap_identical_systems():
+    rng, words, refs = _corpus(2)
+    hyps = [" ".join(w if rng.random() < 0.6 else rng.choice(words) for w in r.split()) for r in refs]
+    s = _sentence_stats(hyps, refs)
+    b = stats.paired_bootstrap(s, s.copy())
+    assert b["diff"] == 0 and b["p"] == 1.0 and b["lo"] <= 0 <= b["hi"]
+
+
+def test_paired_bootstrap_finds_a_real_difference_and_its_sign():
+    rng, words, refs = _corpus(3, n=200)
+    good = [" ".join(w if rng.random() < 0.9 else rng.choice(words) for w in r.split()) for r in refs]
+    bad = [" ".join(w if rng.random() < 0.5 else rng.choice(words) for w in r.split()) for r in refs]
+    sg, sb = _sentence_stats(good, refs), _sentence_stats(bad, refs)
+    b = stats.paired_bootstrap(sg, sb)
+    assert b["diff"] > 10 and b["lo"] > 0 and b["p"] < 0.01
+    r = stats.paired_bootstrap(sb, sg)  # the other way round: the sign flips, p does not
+    assert r["diff"] == pytest.approx(-b["diff"]) and r["hi"] < 0 and r["p"] < 0.01
+    # reproducible: a fixed seed
+    assert stats.paired_bootstrap(sg, sb) == b
+    # the interval brackets the observed difference
+    assert b["lo"] < b["diff"] < b["hi"]
+
+
+def test_paired_bootstrap_rejects_unpaired():
+    with pytest.raises(ValueError):
+        stats.paired_bootstrap(np.ones((3, 10)), np.ones((4, 10)))
+
+
+def test_spearman():
+    assert stats.spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == pytest.approx(1.0)
+    assert stats.spearman([1, 2, 3, 4, 5], [9, 7, 5, 3, 1]) == pytest.approx(-1.0)
+    # without ties, 1 - 6 sum d^2 / (n (n^2 - 1)): d = (2, -1, 1, -2, 0) -> 1 - 60/120 = 0.5
+    assert stats.spearman([10, 20, 30, 40, 50], [3, 1, 4, 2, 5]) == pytest.approx(0.5)
+    # ties get average ranks: y ranks (1, 2, 3.5, 5, 3.5): r = 8 / sqrt(10 * 9.5)
+    assert stats.spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / math.sqrt(95))
+    assert math.isnan(stats.spearman([1, 2], [2, 1])) and math.isnan(stats.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_holm():
+    # sorted 0.005 x4 = 0.02, 0.01 x3 = 0.03, 0.03 x2 = 0.06, 0.04 x1 -> max(0.06, 0.04) = 0.06
+    got = stats.holm([0.01, 0.04, 0.03, 0.005])
+    assert got == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    got = stats.holm([0.5, math.nan, 0.01])  # NaN is not a comparison: m = 2
+    assert got[0] == pytest.approx(0.5) and math.isnan(got[1]) and got[2] == pytest.approx(0.02)
+    assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])
