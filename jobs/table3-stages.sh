@@ -1,8 +1,16 @@
 # shellcheck shell=bash
 # jobs/table3-stages.sh: the stages of one Table 3 sweep element (sourced by
 # jobs/table3.sbatch and jobs/run-local.sh after jobs/lib.sh).  Each stage is
-# one function; table3_element runs them in order and turns the first failure
-# into a result file with status "failed" and a one-line reason.
+# one function; table3_row runs them in order (params, train, checkpoint,
+# eval, average, bleu: dev with the final checkpoint, every held-out split
+# with the final checkpoint and the average of the last 5) and turns the
+# first failure into a result file with status "failed" and a one-line
+# reason.  table3_element runs a row, skips it if it finished earlier (its
+# result file, committed or kept, is enough), and reruns once with the next
+# seed a row whose curve failed (docs/results.md).
+#
+# Row configs: TABLE3_DIR/*.cfg (default input/table3); TABLE3_DIR/seeds.txt
+# ("ROW N" lines) adds rows ROW-seed2 .. ROW-seedN.
 #
 # Sweep-wide overrides (environment):
 #   STEPS        train_steps of every row (the paper: 100000; big: 300000).
@@ -19,6 +27,8 @@
 #                for the seed-to-seed spread (default 1)
 #   EXTRA        further key=value overrides, space separated
 #   PYTHON       interpreter for analysis/*.py (default: .venv/bin/python)
+#   TABLE3_RERUN 0: no rerun of a row whose curve failed (default 1)
+#   TABLE3_REDO  1: run rows again that finished earlier (default 0)
 # The first submission records them in SWEEP/sweep.env; every element reads
 # them from there, and a later submission that sets one to another value is
 # refused (table3_prepare).
@@ -34,6 +44,14 @@ cfg_get() {
         key = substr($0, 1, index($0, "=") - 1); val = substr($0, index($0, "=") + 1)
         gsub(/^[ \t]+|[ \t]+$/, "", key); gsub(/^[ \t]+|[ \t]+$/, "", val)
         if (key == k) v = val } END { print v }' "$1"
+}
+
+# effective KEY of the row: its last override, else its config's value
+row_key() {
+    local o v
+    v=$(cfg_get "$CFG" "$1")
+    for o in "${OVR[@]}"; do [ "${o%%=*}" = "$1" ] && v=${o#*=}; done
+    echo "$v"
 }
 
 # table3_overrides CFG: fills the array OVR with the key=value overrides
@@ -147,9 +165,12 @@ row_data() { echo "${DATA:-$(cfg_get "$CFG" data)}"; }
 # the checkpoint): device, precision, threads, max_tokens
 eval_overrides() {
     EVO=("device=$DEVICE")
-    local o
-    for o in "${OVR[@]}"; do
-        case ${o%%=*} in threads|precision|max_tokens|beam|len_alpha|max_len_a) EVO+=("$o") ;; esac
+    local k v
+    # the row's own values (config, then overrides): a row trained with
+    # threads=1 beside another must not decode with every core's threads
+    for k in threads precision max_tokens beam len_alpha max_len_a; do
+        v=$(row_key "$k")
+        [ -n "$v" ] && EVO+=("$k=$v")
     done
 }
 
@@ -173,55 +194,93 @@ stage_eval() {
     echo "table3: $ROW: dev ppl $DEV_PPL"
 }
 
-# dev translations by beam search (config keys beam, len_alpha, max_len_a:
-# the paper's 4, 0.6, 50) and their references; row_result.py scores them
-# with analysis/bleu.py: sacreBLEU (13a) and tokenised BLEU (multi-bleu.perl
-# on Moses tokens, the paper's kind)
-stage_bleu() {
-    local rc data py
-    data=$(row_data)
-    if [ "$data" = synthetic ]; then
-        echo "table3: $ROW: synthetic data: no BLEU"
-        return 0
-    fi
-    if ! has_command translate; then
-        echo "table3: $ROW: dev BLEU not measured (this build has no translate command)"
-        return 0
-    fi
+# the held-out splits: every split of the dataset but train and dev
+# (Multi30k: test2016, test2017), in the dataset's order
+heldout_splits() {
+    "$(table3_python)" -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    print(" ".join(s for s in f["splits"] if s not in ("train", "dev")))' "$1"
+}
+
+# translate_set NAME CKPT SPLIT: beam search (config keys beam, len_alpha,
+# max_len_a: the paper's 4, 0.6, 50) of SPLIT with CKPT into RUN/NAME.hyp,
+# the split's references into RUN/NAME.ref (detokenised, `translate
+# --reference`); adds the pair to HYPSETS for row_result.py, which scores
+# it (sacreBLEU 13a and tokenised BLEU, analysis/bleu.py) and keeps the lines
+# for the paired bootstrap of analysis/table3.py
+translate_set() {
+    local name=$1 ckpt=$2 split=$3 rc
     eval_overrides
-    run_logged translate "$BIN" translate --checkpoint "$CKPT" --data "$data" --split dev \
-        --output "$RUN/dev.hyp" "${EVO[@]}"
+    run_logged "translate-$name" "$BIN" translate --checkpoint "$ckpt" --data "$(row_data)" --split "$split" \
+        --output "$RUN/$name.hyp" --reference "$RUN/$name.ref" "${EVO[@]}"
     rc=$?
     if preempted "$rc"; then requeue_self; fi
-    [ "$rc" -eq 0 ] || { FAIL_MSG="translate: $(stage_message translate "$rc")"; return 1; }
-    # references: DEV_REF, else the dev split's target files named in the
-    # dataset, else its target ids decoded (normalised text, docs/dataset.md)
-    py=$(table3_python)
-    if [ -n "${DEV_REF:-}" ]; then
-        cp "$DEV_REF" "$RUN/dev.ref" || { FAIL_MSG="$DEV_REF: cannot read the dev references"; return 1; }
-    elif ! "$py" - "$data" "$RUN/dev.ref" <<'PY'
-import os, sys, h5py
-f = h5py.File(sys.argv[1], "r")
-g = f["splits/dev"]
-files = [x.decode() if isinstance(x, bytes) else str(x) for x in g.attrs.get("tgt_files", [])]
-lines = []
-if files and all(os.path.isfile(p) for p in files):
-    for p in files:
-        with open(p, encoding="utf-8") as r:
-            lines += [l.rstrip("\n") for l in r]
-else:
-    pieces = [p.decode() if isinstance(p, bytes) else p for p in f["vocab/pieces"][:]]
-    o, ids = g["tgt_offsets"][:], g["tgt_ids"][:]
-    lines = ["".join(pieces[i] for i in ids[o[k]:o[k + 1]]).replace("\u2581", " ").strip() for k in range(len(o) - 1)]
-with open(sys.argv[2], "w", encoding="utf-8") as w:
-    w.writelines(l + "\n" for l in lines)
-PY
-    then
-        FAIL_MSG="$data: cannot read the dev references"; return 1
+    [ "$rc" -eq 0 ] || { FAIL_MSG="translate $name: $(stage_message "translate-$name" "$rc")"; return 1; }
+    HYPSETS+=(--hyp-set "$name" "$RUN/$name.hyp" "$RUN/$name.ref")
+}
+
+# the average of the last 5 checkpoints (section 6.1) into RUN/avg5.h5;
+# AVG stays empty when the run kept fewer (a row too short for it)
+stage_average() {
+    AVG=""
+    [ "$(row_data)" = synthetic ] && return 0
+    if "$BIN" average --output "$RUN/avg5.h5" --last 5 "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
+        AVG=$RUN/avg5.h5
+    else
+        echo "table3: $ROW: no checkpoint average: $(stage_message average 2)"
     fi
-    HYP=$RUN/dev.hyp REF=$RUN/dev.ref
-    if [ -f "$TRANSFORMER_HOME/analysis/bleu.py" ]; then
-        "$py" "$TRANSFORMER_HOME/analysis/bleu.py" "$HYP" "$REF" || true
+}
+
+# dev translations of the final checkpoint (the table's dev BLEU, Table 3's
+# "unaveraged"), and every held-out split with the final checkpoint and the
+# average: settings are chosen on dev only, test sets are only reported
+stage_bleu() {
+    local data split t0=$SECONDS
+    data=$(row_data)
+    HYPSETS=()
+    if [ "$data" = synthetic ]; then echo "table3: $ROW: synthetic data: no BLEU"; return 0; fi
+    if ! has_command translate; then
+        echo "table3: $ROW: BLEU not measured (this build has no translate command)"; return 0
+    fi
+    translate_set dev.final "$CKPT" dev || return 1
+    for split in $(heldout_splits "$data"); do
+        translate_set "$split.final" "$CKPT" "$split" || return 1
+        if [ -n "$AVG" ]; then translate_set "$split.avg5" "$AVG" "$split" || return 1; fi
+    done
+    DECODE_WALL=$((SECONDS - t0))
+}
+
+# the compute of the row, for the table (--compute KEY=VALUE of row_result.py,
+# and --data: the epoch size and the unigram plateau come from the dataset)
+row_compute() {
+    local cpu dev
+    cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+    dev=$DEVICE
+    if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null; then
+        dev=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    fi
+    COMPUTE=(--compute "host_cpu=${cpu:-unknown}" --compute "threads=$(row_key threads)"
+             --compute "ranks=${SLURM_NTASKS:-${LOCAL_RANKS:-1}}" --compute "device=${dev:-$DEVICE}")
+    [ -n "${TRAIN_WALL:-}" ] && COMPUTE+=(--compute "wall_seconds=$TRAIN_WALL")
+    [ -n "${DECODE_WALL:-}" ] && COMPUTE+=(--compute "eval_seconds=$DECODE_WALL")
+    [ "$(row_data)" != synthetic ] && COMPUTE+=(--data "$(row_data)")
+    return 0
+}
+
+# the learning-rate rule of the row, in words, and its peak rate (unknown
+# where the config does not say: train's defaults are not repeated here)
+row_schedule() {
+    local w f p d
+    w=$(row_key warmup); f=$(row_key lr_factor); p=$(row_key lr_peak); d=$(row_key d_model)
+    SCHED=()
+    [ -n "$w" ] && SCHED+=(--compute "warmup=$w")
+    if [ -n "$p" ] && awk -v p="$p" 'BEGIN { exit !(p > 0) }'; then
+        SCHED+=(--compute "lr_rule=eq. 3 shape, lr_peak $p for every row, warmup $w updates" --compute "peak_lr=$p")
+    elif [ -n "$w" ] && [ -n "$d" ]; then
+        p=$(awk -v f="${f:-1}" -v d="$d" -v w="$w" 'BEGIN { printf "%.4g", f / sqrt(d) / sqrt(w) }')
+        SCHED+=(--compute "lr_rule=eq. 3, lr_factor ${f:-1} (peak d_model^-0.5 warmup^-0.5 lr_factor), warmup $w updates"
+                --compute "peak_lr=$p")
     fi
 }
 
@@ -234,35 +293,104 @@ stage_result() {
     [ -n "${PARAMS:-}" ] && args+=(--params "$PARAMS")
     [ -f "$RUN/metrics.h5" ] && args+=(--metrics "$RUN/metrics.h5")
     [ -n "${DEV_PPL:-}" ] && args+=(--dev-ppl "$DEV_PPL")
-    [ -n "${HYP:-}" ] && [ "$status" = "done" ] && args+=(--hyp "$HYP" --ref "$REF")
+    [ "$status" = "done" ] && args+=("${HYPSETS[@]}")
     [ -n "${TRAIN_WALL:-}" ] && [ ! -f "$RUN/metrics.h5" ] && args+=(--wall "$TRAIN_WALL")
     [ "$status" = failed ] && args+=(--message "$FAIL_MSG")
-    "$py" "$TRANSFORMER_HOME/analysis/row_result.py" "${args[@]}"
+    row_compute; row_schedule
+    "$py" "$TRANSFORMER_HOME/analysis/row_result.py" "${args[@]}" "${COMPUTE[@]}" "${SCHED[@]}"
 }
 
-# table3_element SWEEP INDEX: run row INDEX (0-based line of SWEEP/rows.txt)
-table3_element() {
-    SWEEP=$(cd "$1" && pwd); local index=$2
-    ROW=$(sed -n "$((index + 1))p" "$SWEEP/rows.txt")
-    [ -n "$ROW" ] || { echo "error: $SWEEP/rows.txt: no row with index $index" >&2; exit 2; }
-    CFG=$SWEEP/configs/$ROW.cfg
-    RUN=$SWEEP/runs/$ROW
+# table3_row ROW: the stages of one row, then its result file; returns 1
+# on a failed stage (after recording it in the result file)
+table3_row() {
+    ROW=$1 CFG=$SWEEP/configs/$1.cfg RUN=$SWEEP/runs/$1
     mkdir -p "$RUN" "$SWEEP/results"
-    [ -f "$SWEEP/sweep.env" ] && . "$SWEEP/sweep.env"
     table3_overrides "$CFG"
-    PARAMS="" DEV_PPL="" HYP="" REF="" TRAIN_WALL="" CKPT="" FAIL_MSG=""
-    echo "table3: row $ROW (index $index) job ${SLURM_JOB_ID:-local} restart ${SLURM_RESTART_COUNT:-0}" \
+    PARAMS="" DEV_PPL="" TRAIN_WALL="" DECODE_WALL="" CKPT="" AVG="" FAIL_MSG="" HYPSETS=()
+    echo "table3: row $ROW job ${SLURM_JOB_ID:-local} restart ${SLURM_RESTART_COUNT:-0}" \
          "on ${SLURM_JOB_NODELIST:-$(hostname -s)}: $CFG ${OVR[*]}"
     local stage
-    for stage in params train checkpoint eval bleu; do
+    for stage in params train checkpoint eval average bleu; do
         if ! "stage_$stage"; then
             echo "error: table3 row $ROW: $FAIL_MSG" >&2
             stage_result failed || echo "error: $SWEEP/results/$ROW.h5: could not record the failure" >&2
-            exit 1
+            return 1
         fi
     done
-    stage_result "done" || { echo "error: $SWEEP/results/$ROW.h5: cannot write the row result" >&2; exit 1; }
+    stage_result "done" || { echo "error: $SWEEP/results/$ROW.h5: cannot write the row result" >&2; return 1; }
     echo "table3: row $ROW done: $SWEEP/results/$ROW.h5"
+}
+
+# row_verdict ROW: the verdict row_result.py recorded from the row's curves
+# (healthy, diverged, stuck, unstable; docs/results.md) and its reason
+row_verdict() {
+    "$(table3_python)" "$TRANSFORMER_HOME/analysis/row_result.py" --verdict "$SWEEP/results/$1.h5"
+}
+
+# row_status ROW: the status recorded in ROW's result file (done, failed,
+# pending), nothing without one
+row_status() {
+    [ -f "$SWEEP/results/$1.h5" ] || return 0
+    "$(table3_python)" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r").attrs["status"])' \
+        "$SWEEP/results/$1.h5" 2>/dev/null
+}
+
+# row_finished ROW: ROW has a result file of status done, or its curve
+# failed and its rerun has one; a sweep run again (another session, another
+# allocation) skips it: results are kept, checkpoints need not be
+row_finished() {
+    [ "${TABLE3_REDO:-0}" = 1 ] && return 1
+    [ -f "$SWEEP/results/$1.h5" ] || return 1
+    case $(row_verdict "$1") in
+        diverged* | stuck* | unstable*) [ "$(row_status "$1-rerun")" = done ] ;;
+        *) [ "$(row_status "$1")" = done ] ;;
+    esac
+}
+
+# rerun_config ROW: SWEEP/configs/ROW-rerun.cfg, ROW with the next seed
+rerun_config() {
+    local seed
+    seed=$(cfg_get "$SWEEP/configs/$1.cfg" seed)
+    { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$SWEEP/configs/$1.cfg"
+      echo "# rerun of $1 with the next seed: its first run's curve failed (docs/results.md)"
+      echo "row = $1-rerun"
+      echo "seed = $(( ${seed:-1} + 1 ))"; } > "$SWEEP/configs/$1-rerun.cfg"
+}
+
+# table3_element SWEEP INDEX: run row INDEX (0-based line of SWEEP/rows.txt).
+# A row whose curve failed (diverged, also when training stopped on a
+# non-finite loss; stuck; unstable: docs/results.md) is run once more with
+# the next seed as row ROW-rerun, by policy; both results are kept and shown.
+# Exits 1 if the row failed otherwise, or its rerun failed too.
+table3_element() {
+    SWEEP=$(cd "$1" && pwd); local index=$2 row verdict rc
+    row=$(sed -n "$((index + 1))p" "$SWEEP/rows.txt")
+    [ -n "$row" ] || { echo "error: $SWEEP/rows.txt: no row with index $index" >&2; exit 2; }
+    [ -f "$SWEEP/sweep.env" ] && . "$SWEEP/sweep.env"
+    if row_finished "$row"; then
+        echo "table3: row $row: finished earlier ($SWEEP/results/$row.h5; TABLE3_REDO=1 runs it again)"
+        return 0
+    fi
+    table3_row "$row"; rc=$?
+    # no verdict where no curve was logged (a row that failed before training)
+    verdict=$(row_verdict "$row" 2>/dev/null) && echo "table3: row $row: $verdict"
+    case $verdict in
+        diverged* | stuck* | unstable*) ;;
+        *) [ "$rc" -eq 0 ] || exit 1; return 0 ;;
+    esac
+    case $row in *-rerun) exit 1 ;; esac
+    if [ "${TABLE3_RERUN:-1}" != 1 ]; then
+        echo "error: table3 row $row: its curve failed: $verdict (TABLE3_RERUN=0: no rerun)" >&2; exit 1
+    fi
+    echo "table3: row $row failed its curve check: rerun with the next seed as $row-rerun"
+    rerun_config "$row"
+    table3_row "$row-rerun" || exit 1
+    verdict=$(row_verdict "$row-rerun") || exit 1
+    echo "table3: row $row-rerun: $verdict"
+    case $verdict in
+        healthy*) return 0 ;;
+        *) echo "error: table3 row $row: its curve failed, and so did its rerun's: $verdict" >&2; exit 1 ;;
+    esac
 }
 
 # table3_prepare SWEEP [ROW ...]: on first use, freeze TABLE3_DIR/*.cfg into
@@ -283,7 +411,7 @@ table3_prepare() {
         fi
         mkdir -p "$SWEEP/configs"
         cp "${cfgs[@]}" "$SWEEP/configs/"
-        table3_seed_rows
+        table3_seed_rows "$dir"
         for c in "$SWEEP"/configs/*.cfg; do basename "$c" .cfg; done > "$SWEEP/rows.txt.tmp"
         {
             echo "# overrides of this sweep (written $(date -u +%FT%TZ); read by every element)"
@@ -322,15 +450,33 @@ table3_check_vars() {
 # table3_seed_rows: SEEDS=N adds rows base-seed2 .. base-seedN to
 # SWEEP/configs: base with seed = 2 .. N (the seed of data order, dropout and
 # initialisation), for the seed-to-seed spread that the other rows' differences
-# from base are read against (docs/results-multi30k.md)
+# from base are read against (docs/results-multi30k.md).  A file seeds.txt
+# beside the row configs ("ROW N" lines) does the same for any row: the rows
+# whose expected effect is small need more seeds to be told apart from base.
 table3_seed_rows() {
-    local base=$SWEEP/configs/base.cfg s
-    [ "${SEEDS:-1}" -gt 1 ] || return 0
-    for ((s = 2; s <= SEEDS; s++)); do
-        { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$base"
-          echo "# SEEDS=$SEEDS: base with another seed"
-          echo "row = base-seed$s"
-          echo "seed = $s"; } > "$SWEEP/configs/base-seed$s.cfg"
+    local dir=$1 row n line=0
+    [ "${SEEDS:-1}" -gt 1 ] && seed_rows base "$SEEDS"
+    [ -f "$dir/seeds.txt" ] || return 0
+    while read -r row n; do
+        line=$((line + 1))
+        case $row in ""|"#"*) continue ;; esac
+        case $n in
+            [1-9] | 10) ;;
+            *) echo "error: $dir/seeds.txt:$line: expected 'ROW N' with N from 1 to 10, got '$row $n'" >&2; exit 2 ;;
+        esac
+        [ -f "$SWEEP/configs/$row.cfg" ] || { echo "error: $dir/seeds.txt:$line: no row config $row.cfg" >&2; exit 2; }
+        seed_rows "$row" "$n"
+    done < "$dir/seeds.txt"
+}
+
+# seed_rows ROW N: ROW-seed2 .. ROW-seedN, ROW with seed = 2 .. N
+seed_rows() {
+    local s
+    for ((s = 2; s <= $2; s++)); do
+        { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$SWEEP/configs/$1.cfg"
+          echo "# seed $s of $1 (of $2)"
+          echo "row = $1-seed$s"
+          echo "seed = $s"; } > "$SWEEP/configs/$1-seed$s.cfg"
     done
 }
 

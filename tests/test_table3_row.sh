@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One Table 3 row end to end on real text (a small Multi30k subset), as the
+# sweep runs it (jobs/table3-stages.sh, docs/results.md):
+#   1. a healthy row: trained, dev and every held-out split translated with
+#      the final checkpoint and the average of the last 5, all stored in its
+#      result file with their BLEU, the compute (tokens seen = the metrics
+#      log's sum, threads) and the learning-rate rule; verdict healthy;
+#   2. a planted stuck row (a learning rate too small to leave the start):
+#      verdict stuck, rerun once by policy with the next seed as ROW-rerun,
+#      both results kept, the element failing since the rerun is stuck too;
+#   3. run again, the finished row is skipped (its result file is enough).
+. "$(dirname "$0")/lib.sh"
+need_multi30k
+# KEEP_DIR=DIR keeps the sweep there for a look
+W=${KEEP_DIR:-$(mktemp -d)}; [ -n "${KEEP_DIR:-}" ] || trap 'rm -rf "$W"' EXIT
+cd "$TOP" || fail "$TOP"
+unset STEPS WARMUP MAX_TOKENS UPDATE_FREQ DATA SHRINK SEEDS EXTRA BATCH_TOKENS TABLE3_REDO TABLE3_RERUN
+export TRANSFORMER_HOME=$TOP LOCAL_RANKS=1 OMP_NUM_THREADS=1
+PY=$(. jobs/table3-stages.sh; table3_python)
+
+# a small dataset: 3000 training pairs, 40 dev, 30 of each test set
+for s in train:3000 val:40 test2016:30 test2017:30; do
+    for l in en de; do head -n "${s#*:}" "$M/${s%%:*}.$l" > "$W/${s%%:*}.$l"; done
+done
+"$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/val.en" "$W/val.de" \
+    --split test2016 "$W/test2016.en" "$W/test2016.de" --split test2017 "$W/test2017.en" "$W/test2017.de" \
+    vocab_size=500 max_len=64 > "$W/prepare.log" 2>&1 || fail "prepare: $(tail -2 "$W/prepare.log")"
+mkdir -p "$W/configs"
+row_cfg() {   # row_cfg NAME LR_PEAK STEPS
+    printf '%s\n' "row = $1" n_layers=1 d_model=64 d_ff=128 n_heads=4 d_k=16 d_v=16 vocab_size=500 max_len=64 \
+        "data = $W/d.h5" "lr_peak = $2" warmup=30 "train_steps = $3" max_tokens=600 log_steps=10 eval_steps=20 \
+        ckpt_steps=10 keep_ckpts=5 threads=1 dropout=0 beam=2 seed=1 > "$W/configs/$1.cfg"
+}
+# (measured: ok's dev NLL falls 1.3 nats below the unigram NLL by 40% of its
+# 300 steps, the verdict's margin being 1.0; stuck's stays above it)
+row_cfg ok 1e-2 300
+row_cfg stuck 1e-7 100
+TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw" ok stuck > "$W/sweep.log" 2>&1 &&
+    fail "the sweep succeeded although its stuck row's rerun is stuck too: $(tail -3 "$W/sweep.log")"
+[ -f "$W/sw/results/ok.h5" ] || { cat "$W/sweep.log"; fail "no result file for row ok"; }
+
+"$PY" - "$W/sw" <<'PY' || fail "result files: see above"
+import sys, h5py, numpy as np
+sw = sys.argv[1]
+r = h5py.File(f"{sw}/results/ok.h5", "r")
+a = r.attrs
+assert a["status"] == "done", a["status"]
+assert str(a["verdict"]) == "healthy", (a["verdict"], a["verdict_reason"])
+n = {"dev": 40, "test2016": 30, "test2017": 30}
+for name in ("dev.final", "test2016.final", "test2016.avg5", "test2017.final", "test2017.avg5"):
+    h = r[f"hyps/{name}"]
+    assert h.attrs["lines"] == n[name.split(".")[0]], (name, h.attrs["lines"])
+    assert np.isfinite(a[f"bleu_{name}"]), name
+m = h5py.File(f"{sw}/runs/ok/metrics.h5", "r")
+assert a["tokens_seen"] == m["train/tokens"][:].sum() > 0, (a["tokens_seen"], m["train/tokens"][:].sum())
+assert str(a["threads"]) == "1" and "lr_peak 1e-2" in str(a["lr_rule"]), (a["threads"], a["lr_rule"])
+assert "nrefs:1" in str(a["bleu_signature"]), a["bleu_signature"]
+for row in ("stuck", "stuck-rerun"):
+    s = h5py.File(f"{sw}/results/{row}.h5", "r").attrs
+    assert str(s["verdict"]) == "stuck", (row, s["verdict"], s["verdict_reason"])
+cfg = open(f"{sw}/configs/stuck-rerun.cfg").read()
+assert "seed = 2" in cfg and "row = stuck-rerun" in cfg, cfg
+print("ok")
+PY
+grep -q "row stuck failed its curve check: rerun with the next seed as stuck-rerun" "$W/sw/logs/local_1.out" ||
+    fail "no rerun line: $(grep table3 "$W/sw/logs/local_1.out" | tail -3)"
+grep -q "^error: table3 row stuck: failed (exit 1): its curve failed, and so did its rerun's: stuck" "$W/sweep.log" ||
+    fail "the sweep's error line does not say why: $(grep error "$W/sweep.log")"
+ok "row ok: healthy, dev + test2016/test2017 (final, avg5) translated and stored, tokens and rule recorded"
+ok "row stuck: verdict stuck, rerun with seed 2 as stuck-rerun (stuck too), the element failed"
+
+TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw" ok > "$W/again.log" 2>&1 ||
+    fail "run again: $(tail -3 "$W/again.log")"
+grep -q "row ok: finished earlier" "$W/sw/logs/local_0.out" || fail "row ok was not skipped: $(tail -3 "$W/sw/logs/local_0.out")"
+ok "a finished row is skipped when the sweep runs again"
