@@ -100,17 +100,23 @@ static void declare_gemm(CudaImpl *I, const char *op, const char *call, int M, i
     declare_shape(M, N, K, batch, dtype_size(g.a.dtype));
 }
 
+/* one cublasGemmEx on operands gemm_ops prepared, declared as part of op */
+static void gemm_call(CudaImpl *I, const char *op_name, const GemmOps &g, int tA, int tB, int M, int N, int K,
+                      float alpha, int lda, int ldb, float beta, int ldc)
+{
+    /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
+    declare_gemm(I, op_name, "cublasGemmEx", M, N, K, 1, g, beta);
+    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
+                     &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+}
+
 static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha, Act A, int lda, Act B, int ldb,
                       float beta, Act C, int ldc)
 {
-    CudaImpl *I = IMPL(be);
     if (M <= 0 || N <= 0) return;
     GemmOps g = gemm_ops(be, A, tA ? span(K, M, lda) : span(M, K, lda), B, tB ? span(N, K, ldb) : span(K, N, ldb), C,
                          span(M, N, ldc), beta);
-    /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
-    declare_gemm(I, "gemm", "cublasGemmEx", M, N, K, 1, g, beta);
-    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
-                     &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+    gemm_call(IMPL(be), "gemm", g, tA, tB, M, N, K, alpha, lda, ldb, beta, ldc);
     gemm_done(be, g);
 }
 
