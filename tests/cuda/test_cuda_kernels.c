@@ -1131,13 +1131,24 @@ static void test_lt_strict(void)
     lt_buf = gpu->alloc(gpu, 4096);
     lt_aux = gpu->alloc(gpu, 4096);
     lt_ws = gpu->alloc(gpu, (1 << 20) + 256);
-    setenv("CUDA_EMU_STRICT_LT_HEURISTIC", "0", 1);   /* no seeded refusals but where tested */
+    /* each rule on whatever CUDA_EMU_STRICT says; no seeded refusals but
+     * where tested; the caller's settings back afterwards */
+    static const char *rules[4] = { "CUDA_EMU_STRICT_LT_REDUCTION", "CUDA_EMU_STRICT_LT_ALIGN",
+                                    "CUDA_EMU_STRICT_LT_WORKSPACE", "CUDA_EMU_STRICT_LT_HEURISTIC" };
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(rules[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        setenv(rules[i], i < 3 ? "1" : "0", 1);
+    }
     test_lt_reduction_workspace();
     test_lt_align();
     test_lt_heuristic();
-    unsetenv("CUDA_EMU_STRICT_LT_HEURISTIC");
-    unsetenv("CUDA_EMU_STRICT_LT_ALIGN");
-    unsetenv("CUDA_EMU_STRICT_LT_REDUCTION");
+    for (int i = 0; i < 4; i++) {
+        if (saved[i]) setenv(rules[i], saved[i], 1);
+        else unsetenv(rules[i]);
+        free(saved[i]);
+    }
     gpu->sync(gpu);
     gpu->free(gpu, lt_buf);
     gpu->free(gpu, lt_aux);
