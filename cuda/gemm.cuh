@@ -188,18 +188,24 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
 /* gemm_scratch slots beyond A, B, C */
 #define GS_BIAS 3    /* a bias vector converted to D's type */
 #define GS_LT_WS 4   /* cuBLASLt workspace */
-#define LT_WS_BYTES ((size_t)4 << 20)
+/* "NVIDIA Hopper Architecture: 32 MiB" is the workspace the cuBLAS docs
+ * recommend (cublasSetWorkspace); the heuristic may pick split-K or
+ * stream-K algorithms up to this much, and the buffer grows to the
+ * largest workspaceSize a plan asks for, not to the maximum */
+#define LT_WS_BYTES ((size_t)32 << 20)
 
 /* The cuBLASLt handle and its one matmul preference: the workspace it may
- * use, and no split-K reduction in the output type (the counterpart of
- * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION on the cuBLAS handle:
- * a bf16 D is still accumulated in fp32 throughout) */
+ * use, and split-K partials reduced only in the compute type (fp32): not
+ * OUTPUT_TYPE, and not INPLACE, which reduces "using the output buffer (and
+ * output data type)" (cublasLt.h), bf16/fp16 partial sums that can
+ * overflow fp16 (the counterpart of the cuBLAS handle's
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) */
 static void lt_create(CudaImpl *I)
 {
     CKB(cublasLtCreate(&I->lt));
     CKB(cublasLtMatmulPreferenceCreate(&I->lt_pref));
     uint64_t ws = LT_WS_BYTES;
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     CKB(cublasLtMatmulPreferenceSetAttribute(I->lt_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     CKB(cublasLtMatmulPreferenceSetAttribute(I->lt_pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
 }
@@ -266,7 +272,7 @@ static void lt_matmul(Backend *be, const GemmOps &g, int tA, int m, int n, int k
     int found = 0;
     CKB(cublasLtMatmulAlgoGetHeuristic(I->lt, d, la, lb, lc, lc, I->lt_pref, 1, &h, &found));
     if (found < 1) die(1, "cublasLt: no algorithm for a %dx%dx%d GEMM with epilogue %d", m, n, k, (int)e.epi);
-    void *ws = h.workspaceSize ? gemm_scratch(be, GS_LT_WS, LT_WS_BYTES) : NULL;
+    void *ws = h.workspaceSize ? gemm_scratch(be, GS_LT_WS, h.workspaceSize) : NULL;
     float one = 1.0f, zero = 0.0f;
     CKB(cublasLtMatmul(I->lt, d, &one, g.a.data, la, g.b.data, lb, &zero, g.c.data, lc, g.c.data, lc, &h.algo, ws,
                        h.workspaceSize, I->stream));
