@@ -1254,6 +1254,81 @@ static void test_lowp_ops(const char *prec)
     order_name = save_order;
 }
 
+/* a 16-bit precision's tolerances and a fresh backend of it (cuBLASLt
+ * plans are cached per backend); NULL where it is not available */
+static Backend *lt_backend(const char *prec)
+{
+    int fp16 = !strcmp(prec, "fp16");
+    U = fp16 ? 1.0 / 2048 : 1.0 / 256;
+    lp_round = fp16 ? fp16_round : bf16_round;
+    return strcmp(prec, "fp32") ? lowp_backend(prec) : backend_cuda_create("fp32", NULL, 0);
+}
+
+/* Bias vectors at any 4-byte offset, as packed parameters put them: one
+ * plan for the shape, made with the bias 16-byte aligned, then the bias
+ * one element past (LT_ALIGN: a plan run on it is a misuse); the weights
+ * and bias one parameter block (16-bit: their shadow).  No seeded
+ * refusals, so that the plan exists. */
+static void test_lt_bias_offsets(const char *prec)
+{
+    Backend *save = gpu;
+    const char *save_order = order_name;
+    if (!(gpu = lt_backend(prec))) {
+        gpu = save;
+        return;
+    }
+    char on[96], name[96];
+    snprintf(on, sizeof on, "%s, %s", save_order, prec);
+    order_name = on;
+    const char *h = getenv("CUDA_EMU_STRICT_LT_HEURISTIC");
+    char *saved = h ? strdup(h) : NULL;
+    setenv("CUDA_EMU_STRICT_LT_HEURISTIC", "0", 1);
+    int rows = 33, in = 16, out = 17, fp32 = !strcmp(prec, "fp32");
+    size_t nW = (size_t)out * in;   /* a multiple of 8: the bias starts 16-byte aligned, in any type */
+    Pair P = pair_bf(nW + out + 8, 0.2f, 0), X = pair_bf((size_t)rows * in, 1, 1), Y = pair_bf((size_t)rows * out, 1, 1);
+    gpu->set_params(gpu, F(P.g), nW + out + 8);
+    for (int off = 0; off < 2; off++) {
+        cpu->linear_bias_forward(cpu, Y.c, X.c, P.c, F(P.c) + nW + off, rows, in, out, 1, NULL);
+        gpu->linear_bias_forward(gpu, Y.g, X.g, P.g, F(P.g) + nW + off, rows, in, out, 1, NULL);
+        snprintf(name, sizeof name, "linear_bias_forward, bias %s", off ? "one element past 16 bytes" : "aligned");
+        if (fp32) compare(name, Y, FP32);
+        else compare(name, Y, BF_OUT);
+    }
+    pair_free(P); pair_free(X); pair_free(Y);
+    if (saved) setenv("CUDA_EMU_STRICT_LT_HEURISTIC", saved, 1);
+    else unsetenv("CUDA_EMU_STRICT_LT_HEURISTIC");
+    free(saved);
+    gpu->destroy(gpu);
+    gpu = save;
+    order_name = save_order;
+}
+
+/* The fused feed-forward ops where cuBLASLt has no algorithm
+ * (CUDA_EMU_LT_NO_EPILOGUE): every epilogue refused; the forward's only,
+ * so that its mask is not written and the backward must not read it;
+ * DRELU's only, the backward unfused after a fused forward.  fp32, bf16
+ * and fp16 against the CPU within the fused ops' tolerances. */
+static void test_lt_fallbacks(void)
+{
+    static const char *modes[] = { "1", "forward", "drelu" }, *precs[] = { "fp32", "bf16", "fp16" };
+    Backend *save = gpu;
+    const char *save_order = order_name;
+    char on[96];
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 3; p++) {
+            setenv("CUDA_EMU_LT_NO_EPILOGUE", modes[m], 1);
+            if (!(gpu = lt_backend(precs[p]))) continue;
+            snprintf(on, sizeof on, "%s, %s, no epilogue %s", save_order, precs[p], modes[m]);
+            order_name = on;
+            if (p == 0) test_linear_bias();
+            else test_bf16_linear_bias();
+            gpu->destroy(gpu);
+        }
+    unsetenv("CUDA_EMU_LT_NO_EPILOGUE");
+    gpu = save;
+    order_name = save_order;
+}
+
 int main(void)
 {
     cpu = backend_cpu_create(1);
@@ -1307,6 +1382,7 @@ int main(void)
     test_cublas_types();
     test_cublaslt_args();
     test_lt_strict();
+    if (cuda_emu_set_order) test_lt_fallbacks();   /* (a real cuBLASLt has its own algorithms) */
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
         set_order(orders[o]);
