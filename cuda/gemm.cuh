@@ -519,6 +519,25 @@ static size_t cuda_relu_mask_bytes(Backend *be, int rows, int cols)
 /* the bytes of it that a matmul writes or reads (the padding is not) */
 static double mask_traffic(int rows, int cols) { return (double)((cols + 7) / 8) * rows; }
 
+/* the bias of a cuBLASLt epilogue: n elements in D's type t (the weights'
+ * shadow, or converted) at a 16-byte boundary, as the epilogue reads it in
+ * 16-byte vectors.  Parameters are packed without padding (checkpoints
+ * and the CPU share the layout), so a bias after a tensor whose size is
+ * not a multiple of 4 floats (8 16-bit elements), e.g. d_ff = 50, is not
+ * aligned: it is copied (converted) into scratch, a few hundred bytes
+ * next to the GEMM; the Transformer's own sizes (multiples of 8) never
+ * need it. */
+static Act lt_bias(Backend *be, const float *bias, int n, DType t)
+{
+    Act b = as_narrow(be, act_f32((float *)bias), n, t, GS_BIAS);
+    if (((uintptr_t)b.data & 15) == 0) return b;
+    Act s = { gemm_scratch(be, GS_BIAS, (size_t)n * dtype_size(t) + 2), t };
+    if (t == DT_F32) copy_async(IMPL(be), "linear_bias_forward", s.data, bias, (size_t)n * sizeof(float),
+                                cudaMemcpyDeviceToDevice);
+    else convert(be, s, act_f32((float *)bias), n);
+    return s;
+}
+
 /* linear_bias_forward without cuBLASLt: the GEMM (operands g) into an
  * fp32 product, then k_bias_store rounds once into Y (in place by
  * k_bias_forward for an fp32 Y) */
@@ -562,7 +581,7 @@ static void cuda_linear_bias_forward(Backend *be, Act Y, Act X, Act W, const flo
     CudaImpl *I = IMPL(be);
     if (rows <= 0 || out <= 0) return;
     GemmOps g = gemm_ops(be, X, (long)rows * in, W, (long)out * in, Y, (long)rows * out, 0.0f);
-    Act b = as_narrow(be, act_f32((float *)bias), out, g.c.dtype, GS_BIAS);
+    Act b = lt_bias(be, bias, out, g.c.dtype);
     mask = relu ? mask : NULL;
     cublasLtEpilogue_t epi = !relu ? CUBLASLT_EPILOGUE_BIAS : mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
                                                                    : CUBLASLT_EPILOGUE_RELU_BIAS;

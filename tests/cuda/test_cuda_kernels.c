@@ -1383,6 +1383,7 @@ int main(void)
     test_cublaslt_args();
     test_lt_strict();
     if (cuda_emu_set_order) test_lt_fallbacks();   /* (a real cuBLASLt has its own algorithms) */
+    for (int p = 0; p < 3; p++) test_lt_bias_offsets((const char *[]){ "fp32", "bf16", "fp16" }[p]);
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
         set_order(orders[o]);
