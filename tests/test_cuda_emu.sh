@@ -35,6 +35,10 @@ for mode_ar in 1:nccl forward:mpi; do
         || fail "2-rank training step with CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} differs from CPU: $out"
 done
 ok "2-rank training step without cuBLASLt epilogues (all, forward only) = CPU"
+# the unfused path declares the costs of what it runs (docs/gpu-model.md)
+out=$(CUDA_EMU_LT_NO_EPILOGUE=1 "$TOP/bin/tests/test_cuda_costs" 2>&1) \
+    || fail "declared costs without cuBLASLt epilogues differ from the counted ones: $(echo "$out" | grep FAIL | head -3)"
+ok "declared costs without cuBLASLt epilogues = counted (fp32, bf16, fp16)"
 
 # a short `train` on 2 ranks, device=cuda (emulated) against device=cpu:
 # the losses of every step, and the checkpoint and attention maps the run

@@ -188,7 +188,8 @@ static cublasStatus_t check(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasL
  * sizes and configurations" and the heuristic returns NOT_SUPPORTED "if no
  * heuristic function available" (cublasLt.h): a seeded fraction of distinct
  * plans (CUDA_EMU_LT_REFUSE percent, default 25, seed CUDA_EMU_SEED) gets
- * NOT_SUPPORTED or no result, so that a caller's fallback runs.  Apart from
+ * NOT_SUPPORTED or no result, so that a caller's fallback runs (not in a
+ * dry run, whose cost log prices the fused path a GPU has).  Apart from
  * strict, CUDA_EMU_LT_NO_EPILOGUE=1 refuses every plan with an epilogue,
  * =forward those that write D from a bias (BIAS, RELU_BIAS, RELU_AUX_BIAS),
  * =drelu those with DRELU.
@@ -240,7 +241,8 @@ static int refused(const Desc &x, const Layout *const l[4], const Pref &p, int *
 {
     bool refuse = no_epilogue(x.epi);
     uint64_t h = plan_hash(x, l, p);
-    if (!refuse && cuda_emu::strict("LT_HEURISTIC")) refuse = (h >> 8) % 100 < env_ull("CUDA_EMU_LT_REFUSE", 25);
+    /* (not in a dry run: the cost model prices the GPU's fused path) */
+    if (!refuse && !cuda_emu::dry_run && cuda_emu::strict("LT_HEURISTIC")) refuse = (h >> 8) % 100 < env_ull("CUDA_EMU_LT_REFUSE", 25);
     if (!refuse) return -1;
     *count = 0;
     return h & 1 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
