@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <map>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -112,6 +113,10 @@ struct CudaImpl {
     /* cuBLASLt for the GEMMs with a fused bias / ReLU epilogue (gemm.cuh) */
     cublasLtHandle_t lt;
     cublasLtMatmulPreference_t lt_pref;
+    /* its plans by shape, types, epilogue and alignment (gemm.cuh LtPlan),
+     * and whether the last forward into each ReLU mask wrote it (fused) */
+    std::map<std::vector<int64_t>, struct LtPlan *> lt_plans;
+    std::unordered_map<const void *, bool> lt_mask_written;
     int *flag;                           /* any_nonfinite's result on the device */
 };
 

@@ -22,6 +22,7 @@ static void cuda_destroy(Backend *be)
     if (I->flag) cudaFree(I->flag);
     for (int k = 0; k < 5; k++)
         if (I->gscratch[k]) cudaFree(I->gscratch[k]);
+    lt_plans_destroy(I);
     cublasLtMatmulPreferenceDestroy(I->lt_pref);
     cublasLtDestroy(I->lt);
     /* activation buffers the caller did not free */

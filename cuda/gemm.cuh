@@ -100,17 +100,23 @@ static void declare_gemm(CudaImpl *I, const char *op, const char *call, int M, i
     declare_shape(M, N, K, batch, dtype_size(g.a.dtype));
 }
 
+/* one cublasGemmEx on operands gemm_ops prepared, declared as part of op */
+static void gemm_call(CudaImpl *I, const char *op_name, const GemmOps &g, int tA, int tB, int M, int N, int K,
+                      float alpha, int lda, int ldb, float beta, int ldc)
+{
+    /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
+    declare_gemm(I, op_name, "cublasGemmEx", M, N, K, 1, g, beta);
+    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
+                     &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+}
+
 static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha, Act A, int lda, Act B, int ldb,
                       float beta, Act C, int ldc)
 {
-    CudaImpl *I = IMPL(be);
     if (M <= 0 || N <= 0) return;
     GemmOps g = gemm_ops(be, A, tA ? span(K, M, lda) : span(M, K, lda), B, tB ? span(N, K, ldb) : span(K, N, ldb), C,
                          span(M, N, ldc), beta);
-    /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
-    declare_gemm(I, "gemm", "cublasGemmEx", M, N, K, 1, g, beta);
-    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
-                     &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+    gemm_call(IMPL(be), "gemm", g, tA, tB, M, N, K, alpha, lda, ldb, beta, ldc);
     gemm_done(be, g);
 }
 
@@ -180,20 +186,26 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
 /* ------------------------------------------------- GEMM + bias epilogue */
 
 /* gemm_scratch slots beyond A, B, C */
-#define GS_BIAS 3    /* a bias vector converted to D's type */
+#define GS_BIAS 3    /* a bias vector converted to D's type, or realigned */
 #define GS_LT_WS 4   /* cuBLASLt workspace */
-#define LT_WS_BYTES ((size_t)4 << 20)
+/* "NVIDIA Hopper Architecture: 32 MiB" is the workspace the cuBLAS docs
+ * recommend (cublasSetWorkspace); the heuristic may pick split-K or
+ * stream-K algorithms up to this much, and the buffer grows to the
+ * largest workspaceSize a plan asks for, not to the maximum */
+#define LT_WS_BYTES ((size_t)32 << 20)
 
 /* The cuBLASLt handle and its one matmul preference: the workspace it may
- * use, and no split-K reduction in the output type (the counterpart of
- * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION on the cuBLAS handle:
- * a bf16 D is still accumulated in fp32 throughout) */
+ * use, and split-K partials reduced only in the compute type (fp32): not
+ * OUTPUT_TYPE, and not INPLACE, which reduces "using the output buffer (and
+ * output data type)" (cublasLt.h), bf16/fp16 partial sums that can
+ * overflow fp16 (the counterpart of the cuBLAS handle's
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) */
 static void lt_create(CudaImpl *I)
 {
     CKB(cublasLtCreate(&I->lt));
     CKB(cublasLtMatmulPreferenceCreate(&I->lt_pref));
     uint64_t ws = LT_WS_BYTES;
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     CKB(cublasLtMatmulPreferenceSetAttribute(I->lt_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     CKB(cublasLtMatmulPreferenceSetAttribute(I->lt_pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
 }
@@ -220,54 +232,98 @@ struct LtEpilogue {
     int64_t aux_ld;
 };
 
-static cublasLtMatmulDesc_t lt_desc(cublasComputeType_t ct, int tA, const LtEpilogue &e)
+/* A cuBLASLt plan: the descriptors and the heuristic's algorithm for one
+ * shape, types, transposition, epilogue and operand alignment, made once
+ * per backend instead of a heuristic query and descriptor create/destroy
+ * on every GEMM.  ok = false: cuBLASLt has no algorithm for it (the
+ * heuristic answered NOT_SUPPORTED or found none: cuBLASLt "does not
+ * guarantee the support of all possible sizes and configurations"), and
+ * the caller runs the unfused GEMM and bias/ReLU kernels instead. */
+struct LtPlan {
+    bool ok;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulHeuristicResult_t h;
+};
+
+/* the epilogue's vectors on the plan's descriptor (they change per call) */
+static void lt_set_vectors(cublasLtMatmulDesc_t d, const LtEpilogue &e)
 {
-    cublasLtMatmulDesc_t d;
-    int32_t ta = tA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    uint32_t epi = e.epi;
-    CKB(cublasLtMatmulDescCreate(&d, ct, CUDA_R_32F));
-    CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (e.bias.data)
         CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias.data, sizeof e.bias.data));
     if (e.aux) {
         CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
         CKB(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld, sizeof e.aux_ld));
     }
-    return d;
 }
 
-/* column-major D[m, n] = epilogue(op(A) B), A stored k x m (tA) or m x k
- * with ld lda, B k x n (ldb), D with ld m.  Descriptors per call: a few
- * microseconds of host time next to GEMMs of tens to hundreds. */
-static void lt_matmul(Backend *be, const GemmOps &g, int tA, int m, int n, int k, int lda, int ldb,
-                      const LtEpilogue &e)
+/* a new plan for column-major D[m, n] = epilogue(op(A) B) (lt_plan) */
+static LtPlan *lt_plan_new(CudaImpl *I, const GemmOps &g, int tA, int m, int n, int k, int lda, int ldb,
+                           const LtEpilogue &e, const uint32_t align[4])
+{
+    LtPlan *p = new LtPlan();
+    int32_t ta = tA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint32_t epi = e.epi;
+    CKB(cublasLtMatmulDescCreate(&p->desc, g.ct, CUDA_R_32F));
+    CKB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    lt_set_vectors(p->desc, e);
+    CKB(cublasLtMatrixLayoutCreate(&p->la, dtype(g.a), tA ? k : m, tA ? m : k, lda));
+    CKB(cublasLtMatrixLayoutCreate(&p->lb, dtype(g.b), k, n, ldb));
+    CKB(cublasLtMatrixLayoutCreate(&p->lc, dtype(g.c), m, n, m));
+    for (int i = 0; i < 4; i++)
+        CKB(cublasLtMatmulPreferenceSetAttribute(
+            I->lt_pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+            &align[i], sizeof align[i]));
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(I->lt, p->desc, p->la, p->lb, p->lc, p->lc, I->lt_pref, 1,
+                                                      &p->h, &found);
+    if (s != CUBLAS_STATUS_NOT_SUPPORTED) CKB(s);
+    p->ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    return p;
+}
+
+/* the plan of column-major D[m, n] = epilogue(op(A) B), A stored k x m
+ * (tA) or m x k with ld lda, B k x n (ldb), D with ld m; made on first use
+ * (the key: everything the heuristic's choice depends on but the
+ * pointers), with e's vectors set on its descriptor */
+static LtPlan *lt_plan(CudaImpl *I, const GemmOps &g, int tA, int m, int n, int k, int lda, int ldb,
+                       const LtEpilogue &e)
+{
+    uint32_t al[4] = { lt_align(g.a.data), lt_align(g.b.data), lt_align(g.c.data), lt_align(g.c.data) };
+    std::vector<int64_t> key = { m, n, k, lda, ldb, tA, dtype(g.a), dtype(g.b), dtype(g.c), g.ct, e.epi,
+                                 al[0], al[1], al[2] };
+    auto it = I->lt_plans.find(key);
+    if (it != I->lt_plans.end()) {
+        lt_set_vectors(it->second->desc, e);
+        return it->second;
+    }
+    return I->lt_plans[key] = lt_plan_new(I, g, tA, m, n, k, lda, ldb, e, al);
+}
+
+static void lt_plans_destroy(CudaImpl *I)
+{
+    for (auto &kv : I->lt_plans) {
+        LtPlan *p = kv.second;
+        cublasLtMatrixLayoutDestroy(p->lc);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatmulDescDestroy(p->desc);
+        delete p;
+    }
+    I->lt_plans.clear();
+}
+
+/* the plan's matmul on g's operands (cuBLASLt's A, B and D), with the
+ * workspace its algorithm asks for (cudaMalloc: 256-byte aligned) */
+static void lt_run(Backend *be, const LtPlan *p, const GemmOps &g)
 {
     CudaImpl *I = IMPL(be);
-    cublasLtMatmulDesc_t d = lt_desc(g.ct, tA, e);
-    cublasLtMatrixLayout_t la, lb, lc;
-    CKB(cublasLtMatrixLayoutCreate(&la, dtype(g.a), tA ? k : m, tA ? m : k, lda));
-    CKB(cublasLtMatrixLayoutCreate(&lb, dtype(g.b), k, n, ldb));
-    CKB(cublasLtMatrixLayoutCreate(&lc, dtype(g.c), m, n, m));
-    const void *ptr[4] = { g.a.data, g.b.data, g.c.data, g.c.data };
-    for (int i = 0; i < 4; i++) {
-        uint32_t al = lt_align(ptr[i]);
-        CKB(cublasLtMatmulPreferenceSetAttribute(
-            I->lt_pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &al,
-            sizeof al));
-    }
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    CKB(cublasLtMatmulAlgoGetHeuristic(I->lt, d, la, lb, lc, lc, I->lt_pref, 1, &h, &found));
-    if (found < 1) die(1, "cublasLt: no algorithm for a %dx%dx%d GEMM with epilogue %d", m, n, k, (int)e.epi);
-    void *ws = h.workspaceSize ? gemm_scratch(be, GS_LT_WS, LT_WS_BYTES) : NULL;
+    size_t wsz = p->h.workspaceSize;
+    void *ws = wsz ? gemm_scratch(be, GS_LT_WS, wsz) : NULL;
     float one = 1.0f, zero = 0.0f;
-    CKB(cublasLtMatmul(I->lt, d, &one, g.a.data, la, g.b.data, lb, &zero, g.c.data, lc, g.c.data, lc, &h.algo, ws,
-                       h.workspaceSize, I->stream));
-    CKB(cublasLtMatrixLayoutDestroy(lc));
-    CKB(cublasLtMatrixLayoutDestroy(lb));
-    CKB(cublasLtMatrixLayoutDestroy(la));
-    CKB(cublasLtMatmulDescDestroy(d));
+    CKB(cublasLtMatmul(I->lt, p->desc, &one, g.a.data, p->la, g.b.data, p->lb, &zero, g.c.data, p->lc, g.c.data,
+                       p->lc, &p->h.algo, ws, wsz, I->stream));
 }
 
 /* ------------------------------------------------------------------ bias */
@@ -292,6 +348,19 @@ static void cuda_bias_forward(Backend *be, Act Y, const float *bias, int rows, i
         LAUNCH(k_bias_forward<T>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<T>(Y), bias, n, cols, relu);
     });
     CKL();
+}
+
+/* Y = bias (+ ReLU) applied to the fp32 product acc and rounded once into
+ * Y's type: the unfused stand-in for a cuBLASLt bias epilogue (which works
+ * on the fp32 accumulator), equal to it where a 16-bit Y would otherwise
+ * be rounded twice (after the GEMM, after the bias) */
+template <typename T>
+static __global__ void k_bias_store(T *Y, const float *acc, const float *bias, long n, int cols, int relu)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float v = ld(acc, i) + ld(bias, i % cols);
+        st(Y, i, relu ? (v > 0.0f ? v : 0.0f) : v);
+    }
 }
 
 /* dY = 0 where the ReLU was off (Y <= 0).  In 16-byte packs when dY and Y
@@ -450,6 +519,51 @@ static size_t cuda_relu_mask_bytes(Backend *be, int rows, int cols)
 /* the bytes of it that a matmul writes or reads (the padding is not) */
 static double mask_traffic(int rows, int cols) { return (double)((cols + 7) / 8) * rows; }
 
+/* the bias of a cuBLASLt epilogue: n elements in D's type t (the weights'
+ * shadow, or converted) at a 16-byte boundary, as the epilogue reads it in
+ * 16-byte vectors.  Parameters are packed without padding (checkpoints
+ * and the CPU share the layout), so a bias after a tensor whose size is
+ * not a multiple of 4 floats (8 16-bit elements), e.g. d_ff = 50, is not
+ * aligned: it is copied (converted) into scratch, a few hundred bytes
+ * next to the GEMM; the Transformer's own sizes (multiples of 8) never
+ * need it. */
+static Act lt_bias(Backend *be, const float *bias, int n, DType t)
+{
+    Act b = as_narrow(be, act_f32((float *)bias), n, t, GS_BIAS);
+    if (((uintptr_t)b.data & 15) == 0) return b;
+    Act s = { gemm_scratch(be, GS_BIAS, (size_t)n * dtype_size(t) + 2), t };
+    if (t == DT_F32) copy_async(IMPL(be), "linear_bias_forward", s.data, bias, (size_t)n * sizeof(float),
+                                cudaMemcpyDeviceToDevice);
+    else convert(be, s, act_f32((float *)bias), n);
+    return s;
+}
+
+/* linear_bias_forward without cuBLASLt: the GEMM (operands g) into an
+ * fp32 product, then k_bias_store rounds once into Y (in place by
+ * k_bias_forward for an fp32 Y) */
+static void linear_bias_unfused(Backend *be, GemmOps g, Act Y, const float *bias, int rows, int in, int out,
+                                int relu)
+{
+    CudaImpl *I = IMPL(be);
+    long n = (long)rows * out;
+    if (Y.dtype == DT_F32) {
+        gemm_call(I, "linear_bias_forward", g, 0, 1, rows, out, in, 1.0f, in, in, 0.0f, out);
+        return cuda_bias_forward(be, Y, bias, rows, out, relu);
+    }
+    if (g.c.dtype != DT_F32) g.c = Act{ gemm_scratch(be, 2, n * sizeof(float) + 4), DT_F32 };
+    gemm_call(I, "linear_bias_forward", g, 0, 1, rows, out, in, 1.0f, in, in, 0.0f, out);
+    dispatch(Y.dtype, [&](auto z) {
+        using T = decltype(z);
+        if constexpr (!std::is_same<T, float>::value) {   /* (not compiled for fp32: never launched) */
+            DECLARE_KERNEL(k_bias_store<T>, "linear_bias_forward", sizeof(float) + sizeof(T),
+                           n * sizeof(float) + out * sizeof(float), n * sizeof(T), (relu ? 2 : 1) * n);
+            LAUNCH(k_bias_store<T>, nblocks(n, 256), 256, 0, I->stream, tp<T>(Y), tp<float>(g.c), bias, n, out,
+                   relu);
+        }
+    });
+    CKL();
+}
+
 /* Y = X W^T + bias (relu: then max(0, .), eq. 2) as one cuBLASLt matmul
  * with the BIAS or RELU_BIAS epilogue: the bias and ReLU are applied to the
  * fp32 accumulator before the one rounding to Y's type, and Y is written
@@ -457,24 +571,39 @@ static double mask_traffic(int rows, int cols) { return (double)((cols + 7) / 8)
  * a mask, RELU_AUX_BIAS also writes the ReLU bit-mask for the backward's
  * DRELU.  Column-major, as cuda_gemm: Y^T[out, rows] = W X^T with W the
  * stored [in, out] matrix transposed.  A bf16/fp16 Y takes the bias in its
- * own type (the shadow of the fp32 master bias, as for the weights). */
+ * own type (the shadow of the fp32 master bias, as for the weights).
+ * Where cuBLASLt has no algorithm (lt_plan), the unfused GEMM and
+ * k_bias_forward, and the mask is not written: lt_mask_written tells the
+ * backward which of the two ran. */
 static void cuda_linear_bias_forward(Backend *be, Act Y, Act X, Act W, const float *bias, int rows, int in, int out,
                                      int relu, void *mask)
 {
     CudaImpl *I = IMPL(be);
     if (rows <= 0 || out <= 0) return;
     GemmOps g = gemm_ops(be, X, (long)rows * in, W, (long)out * in, Y, (long)rows * out, 0.0f);
-    Act b = as_narrow(be, act_f32((float *)bias), out, g.c.dtype, GS_BIAS);
+    Act b = lt_bias(be, bias, out, g.c.dtype);
     mask = relu ? mask : NULL;
-    declare_gemm(I, "linear_bias_forward", "cublasLtMatmul", rows, out, in, 1, g, 0.0f,
-                 (double)out * dtype_size(b.dtype), mask ? mask_traffic(rows, out) : 0);
     cublasLtEpilogue_t epi = !relu ? CUBLASLT_EPILOGUE_BIAS : mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
                                                                    : CUBLASLT_EPILOGUE_RELU_BIAS;
     LtEpilogue e = { epi, b, mask, mask_ld(out) };
     std::swap(g.a, g.b);   /* cuBLASLt's A is W, its B is X */
-    lt_matmul(be, g, 1, out, rows, in, in, in, e);
+    const LtPlan *p = lt_plan(I, g, 1, out, rows, in, in, in, e);
+    if (p->ok) {
+        declare_gemm(I, "linear_bias_forward", "cublasLtMatmul", rows, out, in, 1, g, 0.0f,
+                     (double)out * dtype_size(b.dtype), mask ? mask_traffic(rows, out) : 0);
+        lt_run(be, p, g);
+    }
     std::swap(g.a, g.b);
-    gemm_done(be, g);
+    if (mask) I->lt_mask_written[mask] = p->ok;
+    if (p->ok) gemm_done(be, g);
+    else linear_bias_unfused(be, g, Y, bias, rows, in, out, relu);
+}
+
+/* whether the last forward into mask wrote it (its fused matmul ran) */
+static bool lt_mask_written(CudaImpl *I, const void *mask)
+{
+    auto it = I->lt_mask_written.find(mask);
+    return it != I->lt_mask_written.end() && it->second;
 }
 
 /* dX = (dY W) where the forward's ReLU was on, dbias += column sums of dX.
@@ -484,23 +613,32 @@ static void cuda_linear_bias_forward(Backend *be, Act Y, Act X, Act W, const flo
  * gradient, but it writes it (it does not add into the gradient that
  * micro-batches accumulate), in dX's type (bf16: not the fp32 of the
  * master gradient) and in an order of its own: the deterministic fp32
- * column sums stay.  Without a mask (none kept) the unfused pair. */
+ * column sums stay.  Without a mask (none kept, or the forward fell back
+ * and did not write it) or without a DRELU algorithm: the unfused pair. */
 static void cuda_linear_relu_backward(Backend *be, Act dX, float *dbias, Act dY, Act W, Act X, const void *mask,
                                       int rows, int in, int out)
 {
     CudaImpl *I = IMPL(be);
     if (rows <= 0 || in <= 0) return;
-    if (!mask) {
-        cuda_gemm(be, 0, 0, rows, in, out, 1.0f, dY, out, W, in, 0.0f, dX, in);
-        cuda_bias_backward(be, dX, dbias, X, rows, in, 1);
+    GemmOps g = gemm_ops(be, dY, (long)rows * out, W, (long)out * in, dX, (long)rows * in, 0.0f);
+    const LtPlan *p = NULL;
+    if (mask && lt_mask_written(I, mask)) {
+        LtEpilogue e = { CUBLASLT_EPILOGUE_DRELU, act_none(), (void *)mask, mask_ld(in) };
+        std::swap(g.a, g.b);   /* column-major dX^T[in, rows] = W^T dY^T: A is W as stored, B is dY */
+        p = lt_plan(I, g, 0, in, rows, out, in, out, e);
+        if (p->ok) {
+            declare_gemm(I, "linear_relu_backward", "cublasLtMatmul", rows, in, out, 1, g, 0.0f,
+                         mask_traffic(rows, in));
+            lt_run(be, p, g);
+        }
+        std::swap(g.a, g.b);
+    }
+    if (p && p->ok) {
+        gemm_done(be, g);
+        colsums(be, dX, act_none(), NULL, NULL, rows, in, NULL, dbias);
         return;
     }
-    GemmOps g = gemm_ops(be, dY, (long)rows * out, W, (long)out * in, dX, (long)rows * in, 0.0f);
-    declare_gemm(I, "linear_relu_backward", "cublasLtMatmul", rows, in, out, 1, g, 0.0f, mask_traffic(rows, in));
-    LtEpilogue e = { CUBLASLT_EPILOGUE_DRELU, act_none(), (void *)mask, mask_ld(in) };
-    std::swap(g.a, g.b);   /* column-major dX^T[in, rows] = W^T dY^T: A is W as stored, B is dY */
-    lt_matmul(be, g, 0, in, rows, out, in, out, e);
-    std::swap(g.a, g.b);
+    gemm_call(I, "linear_relu_backward", g, 0, 0, rows, in, out, 1.0f, out, in, 0.0f, in);
     gemm_done(be, g);
-    colsums(be, dX, act_none(), NULL, NULL, rows, in, NULL, dbias);
+    cuda_bias_backward(be, dX, dbias, X, rows, in, 1);
 }

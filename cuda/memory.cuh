@@ -319,6 +319,7 @@ static void cuda_free(Backend *be, void *p)
         be->act_bytes -= it->second;
         I->act_size.erase(it);
     }
+    I->lt_mask_written.erase(p);   /* a later buffer at this address has no mask yet */
     CK(cudaFree(p));
 }
 

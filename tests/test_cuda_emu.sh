@@ -24,6 +24,22 @@ out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP") && echo "$out" | grep -q "ok  
     || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
 ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
 
+# cuBLASLt without an algorithm for the fused feed-forward epilogues
+# (cuda/emu/cublaslt_emu.cc): every one refused, NCCL; the forward's only
+# (its ReLU mask never written: the backward must not read it), MPI
+# fallback.  fp32, bf16 and fp16 each; the model's d_ff = 50 also puts
+# biases off 16-byte boundaries (LT_ALIGN)
+for mode_ar in 1:nccl forward:mpi; do
+    out=$(mpirun -np 2 -x CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} "$STEP" allreduce=${mode_ar#*:}) \
+        && echo "$out" | grep -q "ok   ranks 2" \
+        || fail "2-rank training step with CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} differs from CPU: $out"
+done
+ok "2-rank training step without cuBLASLt epilogues (all, forward only) = CPU"
+# the unfused path declares the costs of what it runs (docs/gpu-model.md)
+out=$(CUDA_EMU_LT_NO_EPILOGUE=1 "$TOP/bin/tests/test_cuda_costs" 2>&1) \
+    || fail "declared costs without cuBLASLt epilogues differ from the counted ones: $(echo "$out" | grep FAIL | head -3)"
+ok "declared costs without cuBLASLt epilogues = counted (fp32, bf16, fp16)"
+
 # a short `train` on 2 ranks, device=cuda (emulated) against device=cpu:
 # the losses of every step, and the checkpoint and attention maps the run
 # writes from device memory

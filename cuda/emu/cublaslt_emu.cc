@@ -183,6 +183,84 @@ static cublasStatus_t check(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasL
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Strict rules (cuda_emu::strict, docs/testing.md).
+ * LT_HEURISTIC: cuBLASLt "does not guarantee the support of all possible
+ * sizes and configurations" and the heuristic returns NOT_SUPPORTED "if no
+ * heuristic function available" (cublasLt.h): a seeded fraction of distinct
+ * plans (CUDA_EMU_LT_REFUSE percent, default 25, seed CUDA_EMU_SEED) gets
+ * NOT_SUPPORTED or no result, so that a caller's fallback runs (not in a
+ * dry run, whose cost log prices the fused path a GPU has).  Apart from
+ * strict, CUDA_EMU_LT_NO_EPILOGUE=1 refuses every plan with an epilogue,
+ * =forward those that write D from a bias (BIAS, RELU_BIAS, RELU_AUX_BIAS),
+ * =drelu those with DRELU.
+ * LT_ALIGN: the bias and ReLU-mask vectors are read and written in 16-byte
+ * vectors: a pointer less aligned has no algorithm, and a matmul run on one
+ * (a plan reused for another pointer) is a misuse.
+ * LT_REDUCTION: INPLACE split-K reduces "using the output buffer (and
+ * output data type)" (cublasLt.h), so for a 16-bit D it is as reduced in
+ * precision as OUTPUT_TYPE: a preference allowing it is a misuse.
+ * LT_WORKSPACE: the workspace of a matmul is at least its algorithm's
+ * workspaceSize, in device memory, 256-byte aligned. */
+static uint64_t fnv(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
+static unsigned long long env_ull(const char *name, unsigned long long dflt)
+{
+    const char *s = getenv(name);
+    return s && *s ? strtoull(s, nullptr, 10) : dflt;
+}
+
+/* a hash of everything that defines a plan except the pointers */
+static uint64_t plan_hash(const Desc &x, const Layout *const l[4], const Pref &p)
+{
+    uint64_t h = fnv(0xcbf29ce484222325ull, env_ull("CUDA_EMU_SEED", 1));
+    for (uint64_t v : { (uint64_t)x.ct, (uint64_t)x.ta, (uint64_t)x.tb, (uint64_t)x.epi, (uint64_t)x.bias_type })
+        h = fnv(h, v);
+    for (int i = 0; i < 4; i++) {
+        h = fnv(fnv(fnv(fnv(h, (uint64_t)l[i]->type), l[i]->rows), l[i]->cols), (uint64_t)l[i]->ld);
+        h = fnv(h, p.align[i]);
+    }
+    return h;
+}
+
+/* LT_HEURISTIC and CUDA_EMU_LT_NO_EPILOGUE: NOT_SUPPORTED, or SUCCESS with
+ * *count = 0 (both are documented answers), for a refused plan; -1 if not */
+static bool no_epilogue(uint32_t epi)
+{
+    const char *s = getenv("CUDA_EMU_LT_NO_EPILOGUE");
+    if (!s || !*s || !strcmp(s, "0") || epi == CUBLASLT_EPILOGUE_DEFAULT) return false;
+    if (!strcmp(s, "forward")) return has_bias(epi);
+    if (!strcmp(s, "drelu")) return is_drelu(epi);
+    return true;
+}
+
+static int refused(const Desc &x, const Layout *const l[4], const Pref &p, int *count)
+{
+    bool refuse = no_epilogue(x.epi);
+    uint64_t h = plan_hash(x, l, p);
+    /* (not in a dry run: the cost model prices the GPU's fused path) */
+    if (!refuse && !cuda_emu::dry_run && cuda_emu::strict("LT_HEURISTIC")) refuse = (h >> 8) % 100 < env_ull("CUDA_EMU_LT_REFUSE", 25);
+    if (!refuse) return -1;
+    *count = 0;
+    return h & 1 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
+}
+
+static bool misaligned16(const void *p) { return ((uintptr_t)p & 15) != 0; }
+
+/* LT_ALIGN: the epilogue vectors an algorithm reads or writes */
+static bool vectors_misaligned(const Desc &x)
+{
+    return cuda_emu::strict("LT_ALIGN")
+        && ((has_bias(x.epi) && misaligned16(x.bias)) || (has_aux(x.epi) && misaligned16(x.aux)));
+}
+
+/* the workspace the emulated algorithm asks for: up to 1 MiB of what the
+ * preference allows, so that a caller must pass one */
+static uint64_t algo_workspace(const Pref &p) { return std::min<uint64_t>(p.workspace, 1u << 20) / 256 * 256; }
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref,
@@ -194,12 +272,21 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (is16(L(d)->type) && (P(pref)->reduction & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE))
         cuda_emu::fail("cublasLtMatmulAlgoGetHeuristic: 16-bit D with a preference that allows "
                        "CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: split-K partials may be reduced in 16 bits");
+    if (is16(L(d)->type) && (P(pref)->reduction & CUBLASLT_REDUCTION_SCHEME_INPLACE) && cuda_emu::strict("LT_REDUCTION"))
+        cuda_emu::fail("cublasLtMatmulAlgoGetHeuristic: 16-bit D with a preference that allows "
+                       "CUBLASLT_REDUCTION_SCHEME_INPLACE: split-K partials reduced in the output type (cublasLt.h)");
+    const Layout *l[4] = { L(a), L(b), L(c), L(d) };
+    int r = refused(*D(dd), l, *P(pref), count);
+    if (r >= 0) return (cublasStatus_t)r;
+    if (vectors_misaligned(*D(dd))) return CUBLAS_STATUS_NOT_SUPPORTED;
     std::memset(&results[0], 0, sizeof results[0]);
     /* the algorithm may assume the preference's alignments (cublasLt.h:
      * "exclude algorithms that can not work with matrix A that is not as
      * strictly aligned as they need"): cublasLtMatmul checks them */
     results[0].algo.data[0] = ALGO_TAG;
     for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = P(pref)->align[i];
+    results[0].workspaceSize = algo_workspace(*P(pref));
+    results[0].algo.data[5] = results[0].workspaceSize;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     *count = 1;
@@ -260,6 +347,23 @@ static void check_alignment(const cublasLtMatmulAlgo_t *algo, const void *const 
                            name[i], p[i], (unsigned long long)algo->data[1 + i], name[i]);
 }
 
+/* LT_ALIGN and LT_WORKSPACE at the matmul */
+static void check_strict(const Desc &x, const cublasLtMatmulAlgo_t *algo, const void *ws, size_t ws_bytes)
+{
+    if (vectors_misaligned(x))
+        cuda_emu::fail("cublasLtMatmul: epilogue %u with bias %p / ReLU mask %p not 16-byte aligned: its algorithm "
+                       "reads them in 16-byte vectors", x.epi, x.bias, x.aux);
+    if (!algo || !cuda_emu::strict("LT_WORKSPACE")) return;
+    size_t need = (size_t)algo->data[5];
+    if (ws_bytes < need)
+        cuda_emu::fail("cublasLtMatmul: workspace of %zu bytes for an algorithm that needs %zu (workspaceSize)",
+                       ws_bytes, need);
+    if ((uintptr_t)ws % 256)
+        cuda_emu::fail("cublasLtMatmul: workspace %p not 256-byte aligned", ws);
+    if (ws_bytes && !cuda_emu::is_device_range(ws, ws_bytes))
+        cuda_emu::fail("cublasLtMatmul: workspace %p (+%zu bytes) is not inside one device allocation", ws, ws_bytes);
+}
+
 /* every operand inside one device allocation */
 static void check_operands(const Desc &x, const Layout &A, const void *a, const Layout &B, const void *b,
                            const Layout &C, const void *c, const Layout &Dl, void *d)
@@ -279,7 +383,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
                               const void *c, cublasLtMatrixLayout_t cd, void *d, cublasLtMatrixLayout_t ddl,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws_bytes, cudaStream_t stream)
 {
-    (void)workspace, (void)ws_bytes, (void)stream;
+    (void)stream;
     cublasStatus_t s = check(h, dd, ad, bd, cd, ddl);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (!alpha || !beta || (algo && algo->data[0] != ALGO_TAG)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -293,6 +397,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     }
     const void *ptrs[4] = { a, b, c, d };
     if (algo) check_alignment(algo, ptrs);
+    check_strict(x, algo, workspace, ws_bytes);
     check_operands(x, A, a, B, b, C, c, Dl, d);
     float al = *(const float *)alpha, be = *(const float *)beta;
     /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ops.h"
 
@@ -915,6 +917,244 @@ static void test_cublaslt_args(void)
     cublasLtDestroy(h);
 }
 
+/* ---------------------------------------- cuBLASLt under strict rules */
+
+/* f() in a forked child with stderr captured: want != NULL expects the
+ * emulator's misuse exit (99) with want in its message */
+static void expect_emu_error(const char *what, void (*f)(void), const char *want)
+{
+    int fd[2];
+    if (pipe(fd)) { perror("pipe"); exit(1); }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        f();
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof msg - 1 && (r = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0) n += (size_t)r;
+    msg[n] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1, ok = code == 99 && strstr(msg, want);
+    char *nl = strchr(msg, '\n');
+    if (nl) *nl = 0;
+    checks++;
+    failures += !ok;
+    printf("%s %s: exit %d: %s\n", ok ? "ok  " : "FAIL", what, code, msg);
+}
+
+/* one 4x4x4 heuristic query (and matmul) with a planted defect in one place */
+typedef struct {
+    cudaDataType t;          /* A, B, C and D */
+    uint32_t epi, reduction;
+    int ld;                  /* of every layout (4 if 0): distinct plans */
+    int bias_off, aux_off;   /* bytes past 16-byte boundaries, at the heuristic */
+    int bias_moved;          /* bytes the bias moves between heuristic and matmul */
+    int ws_off, ws_short;    /* workspace address offset; bytes below workspaceSize */
+} LtStrict;
+
+static char *lt_buf, *lt_aux, *lt_ws;   /* device memory of the cases */
+static LtStrict lt_case;                /* the case a forked child runs */
+
+static cublasStatus_t lt_strict(const LtStrict *c, int run, int *found)
+{
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t l;
+    cublasLtMatmulPreference_t p;
+    cublasLtMatmulHeuristicResult_t res;
+    int32_t tA = CUBLAS_OP_T;
+    int64_t aux_ld = 128, ld = c->ld ? c->ld : 4;
+    uint64_t ws = 1 << 20;
+    void *bias = lt_buf + 1024 + c->bias_off, *aux = lt_aux + c->aux_off;
+    float one = 1.0f, zero = 0.0f;
+    cublasLtCreate(&h);
+    cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+    cublasLtMatrixLayoutCreate(&l, c->t, 4, 4, ld);
+    cublasLtMatmulPreferenceCreate(&p);
+    cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &c->reduction,
+                                         sizeof c->reduction);
+    *found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, d, l, l, l, l, p, 1, &res, found);
+    if (st == CUBLAS_STATUS_SUCCESS && *found && run) {
+        bias = (char *)bias + c->bias_moved;
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        st = cublasLtMatmul(h, d, &one, lt_buf, l, lt_buf, l, &zero, lt_buf + 2048, l, lt_buf + 2048, l, &res.algo,
+                            lt_ws + c->ws_off, res.workspaceSize - c->ws_short, 0);
+        gpu->sync(gpu);
+    }
+    cublasLtMatmulPreferenceDestroy(p);
+    cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(d);
+    cublasLtDestroy(h);
+    return st;
+}
+
+static void lt_child(void)
+{
+    int found;
+    lt_strict(&lt_case, 1, &found);
+}
+
+/* a case run in this process: its status and whether an algorithm was found */
+static void lt_expect(const char *what, const LtStrict *c, int run, cublasStatus_t want, int want_found)
+{
+    int found;
+    cublasStatus_t st = lt_strict(c, run, &found);
+    int ok = st == want && (st != CUBLAS_STATUS_SUCCESS || !found == !want_found);
+    checks++;
+    failures += !ok;
+    printf("%s cuBLASLt %s: %s, %d found\n", ok ? "ok  " : "FAIL", what, cublasGetStatusString(st), found);
+}
+
+/* whether plan c is refused (NOT_SUPPORTED or nothing found) */
+static int lt_refused(const LtStrict *c)
+{
+    int found;
+    return lt_strict(c, 0, &found) != CUBLAS_STATUS_SUCCESS || !found;
+}
+
+#define EB CUBLASLT_EPILOGUE_BIAS
+#define RED_C CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+#define RED_IC (CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+
+/* LT_REDUCTION: INPLACE reduces in D's type; LT_WORKSPACE */
+static void test_lt_reduction_workspace(void)
+{
+    LtStrict ok16 = { CUDA_R_16BF, EB, RED_C, 0, 0, 0, 0, 0, 0 };
+    lt_expect("bf16 D, reduction COMPUTE_TYPE only", &ok16, 1, CUBLAS_STATUS_SUCCESS, 1);
+    lt_case = (LtStrict){ CUDA_R_16BF, EB, RED_IC, 0, 0, 0, 0, 0, 0 };
+    expect_emu_error("LT_REDUCTION: bf16 D, reduction mask with INPLACE", lt_child, "REDUCTION_SCHEME_INPLACE");
+    lt_case.t = CUDA_R_16F;
+    expect_emu_error("LT_REDUCTION: fp16 D, reduction mask with INPLACE", lt_child, "REDUCTION_SCHEME_INPLACE");
+    LtStrict f32 = { CUDA_R_32F, EB, RED_IC, 0, 0, 0, 0, 0, 0 };
+    lt_expect("fp32 D, reduction mask with INPLACE", &f32, 0, CUBLAS_STATUS_SUCCESS, 1);
+    setenv("CUDA_EMU_STRICT_LT_REDUCTION", "0", 1);
+    lt_case.t = CUDA_R_16BF;
+    lt_expect("bf16 D with INPLACE, LT_REDUCTION off", &lt_case, 0, CUBLAS_STATUS_SUCCESS, 1);
+    setenv("CUDA_EMU_STRICT_LT_REDUCTION", "1", 1);
+    LtStrict ws = { CUDA_R_32F, EB, RED_C, 0, 0, 0, 0, 0, 0 };
+    lt_expect("workspace of workspaceSize, 256-byte aligned", &ws, 1, CUBLAS_STATUS_SUCCESS, 1);
+    lt_case = ws;
+    lt_case.ws_short = 256;
+    expect_emu_error("LT_WORKSPACE: workspace below workspaceSize", lt_child, "workspace of");
+    lt_case = ws;
+    lt_case.ws_off = 128;
+    expect_emu_error("LT_WORKSPACE: workspace not 256-byte aligned", lt_child, "not 256-byte aligned");
+}
+
+/* LT_ALIGN: bias and ReLU mask 16-byte aligned */
+static void test_lt_align(void)
+{
+    uint32_t aux_epi = CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    LtStrict c = { CUDA_R_32F, EB, RED_C, 0, 16, 0, 0, 0, 0 };
+    lt_expect("bias at a 16-byte boundary", &c, 1, CUBLAS_STATUS_SUCCESS, 1);
+    c.bias_off = 8;
+    lt_expect("LT_ALIGN: bias 8 bytes past one (no algorithm)", &c, 0, CUBLAS_STATUS_NOT_SUPPORTED, 0);
+    c = (LtStrict){ CUDA_R_32F, aux_epi, RED_C, 0, 0, 4, 0, 0, 0 };
+    lt_expect("LT_ALIGN: ReLU mask 4 bytes past one (no algorithm)", &c, 0, CUBLAS_STATUS_NOT_SUPPORTED, 0);
+    lt_case = (LtStrict){ CUDA_R_16BF, EB, RED_C, 0, 0, 0, 8, 0, 0 };
+    expect_emu_error("LT_ALIGN: a plan run with a bias 8 bytes off", lt_child, "not 16-byte aligned");
+    setenv("CUDA_EMU_STRICT_LT_ALIGN", "0", 1);
+    c.aux_off = 4;
+    lt_expect("ReLU mask 4 bytes off, LT_ALIGN off", &c, 1, CUBLAS_STATUS_SUCCESS, 1);
+    setenv("CUDA_EMU_STRICT_LT_ALIGN", "1", 1);
+}
+
+/* LT_HEURISTIC: a seeded fraction of distinct plans refused, the same
+ * ones each time; CUDA_EMU_LT_NO_EPILOGUE refuses epilogues by kind */
+static void test_lt_heuristic(void)
+{
+    int n = 40, refused[2] = { 0, 0 }, same = 1, seed2 = 0;
+    setenv("CUDA_EMU_STRICT_LT_HEURISTIC", "1", 1);
+    for (int i = 0; i < n; i++) {
+        LtStrict c = { CUDA_R_32F, EB, RED_C, 4 + i, 0, 0, 0, 0, 0 };
+        int a = lt_refused(&c), b = lt_refused(&c);
+        setenv("CUDA_EMU_SEED", "2", 1);
+        seed2 += lt_refused(&c);
+        unsetenv("CUDA_EMU_SEED");
+        refused[0] += a;
+        same = same && a == b;
+    }
+    int ok = refused[0] > 0 && refused[0] < n && same;
+    checks++;
+    failures += !ok;
+    printf("%s LT_HEURISTIC: %d of %d distinct plans refused (seed 2: %d), the same on a second query\n",
+           ok ? "ok  " : "FAIL", refused[0], n, seed2);
+    setenv("CUDA_EMU_STRICT_LT_HEURISTIC", "0", 1);
+    for (int i = 0; i < n; i++) {
+        LtStrict c = { CUDA_R_32F, EB, RED_C, 4 + i, 0, 0, 0, 0, 0 };
+        refused[1] += lt_refused(&c);
+    }
+    checks++;
+    failures += refused[1] != 0;
+    printf("%s LT_HEURISTIC off: %d of %d refused\n", refused[1] ? "FAIL" : "ok  ", refused[1], n);
+    static const struct { const char *mode; int bias, drelu; } modes[] = {
+        { "1", 1, 1 }, { "forward", 1, 0 }, { "drelu", 0, 1 }, { "0", 0, 0 } };
+    for (int m = 0; m < 4; m++) {
+        setenv("CUDA_EMU_LT_NO_EPILOGUE", modes[m].mode, 1);
+        LtStrict b = { CUDA_R_32F, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, RED_C, 0, 0, 0, 0, 0, 0 };
+        LtStrict d = { CUDA_R_32F, CUBLASLT_EPILOGUE_DRELU, RED_C, 0, 0, 0, 0, 0, 0 };
+        int rb = lt_refused(&b), rd = lt_refused(&d);
+        ok = rb == modes[m].bias && rd == modes[m].drelu;
+        checks++;
+        failures += !ok;
+        printf("%s CUDA_EMU_LT_NO_EPILOGUE=%s: RELU_AUX_BIAS %s, DRELU %s\n", ok ? "ok  " : "FAIL", modes[m].mode,
+               rb ? "refused" : "planned", rd ? "refused" : "planned");
+    }
+    unsetenv("CUDA_EMU_LT_NO_EPILOGUE");
+}
+
+#undef EB
+#undef RED_C
+#undef RED_IC
+
+/* the strict cuBLASLt rules (emulator only), each on its own */
+static void test_lt_strict(void)
+{
+    if (!cuda_emu_set_order) return;
+    lt_buf = gpu->alloc(gpu, 4096);
+    lt_aux = gpu->alloc(gpu, 4096);
+    lt_ws = gpu->alloc(gpu, (1 << 20) + 256);
+    /* each rule on whatever CUDA_EMU_STRICT says; no seeded refusals but
+     * where tested; the caller's settings back afterwards */
+    static const char *rules[4] = { "CUDA_EMU_STRICT_LT_REDUCTION", "CUDA_EMU_STRICT_LT_ALIGN",
+                                    "CUDA_EMU_STRICT_LT_WORKSPACE", "CUDA_EMU_STRICT_LT_HEURISTIC" };
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(rules[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        setenv(rules[i], i < 3 ? "1" : "0", 1);
+    }
+    test_lt_reduction_workspace();
+    test_lt_align();
+    test_lt_heuristic();
+    for (int i = 0; i < 4; i++) {
+        if (saved[i]) setenv(rules[i], saved[i], 1);
+        else unsetenv(rules[i]);
+        free(saved[i]);
+    }
+    gpu->sync(gpu);
+    gpu->free(gpu, lt_buf);
+    gpu->free(gpu, lt_aux);
+    gpu->free(gpu, lt_ws);
+}
+
 /* what only fp16 needs: stores past 65504 become inf (no saturation that
  * would hide an overflow from the loss scaler), masked attention logits
  * are never read (huge values there change nothing), and any_nonfinite
@@ -1014,6 +1254,81 @@ static void test_lowp_ops(const char *prec)
     order_name = save_order;
 }
 
+/* a 16-bit precision's tolerances and a fresh backend of it (cuBLASLt
+ * plans are cached per backend); NULL where it is not available */
+static Backend *lt_backend(const char *prec)
+{
+    int fp16 = !strcmp(prec, "fp16");
+    U = fp16 ? 1.0 / 2048 : 1.0 / 256;
+    lp_round = fp16 ? fp16_round : bf16_round;
+    return strcmp(prec, "fp32") ? lowp_backend(prec) : backend_cuda_create("fp32", NULL, 0);
+}
+
+/* Bias vectors at any 4-byte offset, as packed parameters put them: one
+ * plan for the shape, made with the bias 16-byte aligned, then the bias
+ * one element past (LT_ALIGN: a plan run on it is a misuse); the weights
+ * and bias one parameter block (16-bit: their shadow).  No seeded
+ * refusals, so that the plan exists. */
+static void test_lt_bias_offsets(const char *prec)
+{
+    Backend *save = gpu;
+    const char *save_order = order_name;
+    if (!(gpu = lt_backend(prec))) {
+        gpu = save;
+        return;
+    }
+    char on[96], name[96];
+    snprintf(on, sizeof on, "%s, %s", save_order, prec);
+    order_name = on;
+    const char *h = getenv("CUDA_EMU_STRICT_LT_HEURISTIC");
+    char *saved = h ? strdup(h) : NULL;
+    setenv("CUDA_EMU_STRICT_LT_HEURISTIC", "0", 1);
+    int rows = 33, in = 16, out = 17, fp32 = !strcmp(prec, "fp32");
+    size_t nW = (size_t)out * in;   /* a multiple of 8: the bias starts 16-byte aligned, in any type */
+    Pair P = pair_bf(nW + out + 8, 0.2f, 0), X = pair_bf((size_t)rows * in, 1, 1), Y = pair_bf((size_t)rows * out, 1, 1);
+    gpu->set_params(gpu, F(P.g), nW + out + 8);
+    for (int off = 0; off < 2; off++) {
+        cpu->linear_bias_forward(cpu, Y.c, X.c, P.c, F(P.c) + nW + off, rows, in, out, 1, NULL);
+        gpu->linear_bias_forward(gpu, Y.g, X.g, P.g, F(P.g) + nW + off, rows, in, out, 1, NULL);
+        snprintf(name, sizeof name, "linear_bias_forward, bias %s", off ? "one element past 16 bytes" : "aligned");
+        if (fp32) compare(name, Y, FP32);
+        else compare(name, Y, BF_OUT);
+    }
+    pair_free(P); pair_free(X); pair_free(Y);
+    if (saved) setenv("CUDA_EMU_STRICT_LT_HEURISTIC", saved, 1);
+    else unsetenv("CUDA_EMU_STRICT_LT_HEURISTIC");
+    free(saved);
+    gpu->destroy(gpu);
+    gpu = save;
+    order_name = save_order;
+}
+
+/* The fused feed-forward ops where cuBLASLt has no algorithm
+ * (CUDA_EMU_LT_NO_EPILOGUE): every epilogue refused; the forward's only,
+ * so that its mask is not written and the backward must not read it;
+ * DRELU's only, the backward unfused after a fused forward.  fp32, bf16
+ * and fp16 against the CPU within the fused ops' tolerances. */
+static void test_lt_fallbacks(void)
+{
+    static const char *modes[] = { "1", "forward", "drelu" }, *precs[] = { "fp32", "bf16", "fp16" };
+    Backend *save = gpu;
+    const char *save_order = order_name;
+    char on[96];
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 3; p++) {
+            setenv("CUDA_EMU_LT_NO_EPILOGUE", modes[m], 1);
+            if (!(gpu = lt_backend(precs[p]))) continue;
+            snprintf(on, sizeof on, "%s, %s, no epilogue %s", save_order, precs[p], modes[m]);
+            order_name = on;
+            if (p == 0) test_linear_bias();
+            else test_bf16_linear_bias();
+            gpu->destroy(gpu);
+        }
+    unsetenv("CUDA_EMU_LT_NO_EPILOGUE");
+    gpu = save;
+    order_name = save_order;
+}
+
 int main(void)
 {
     cpu = backend_cpu_create(1);
@@ -1066,6 +1381,9 @@ int main(void)
     test_gemm_lowp("bf16", 2e-2, 2e-2);
     test_cublas_types();
     test_cublaslt_args();
+    test_lt_strict();
+    if (cuda_emu_set_order) test_lt_fallbacks();   /* (a real cuBLASLt has its own algorithms) */
+    for (int p = 0; p < 3; p++) test_lt_bias_offsets((const char *[]){ "fp32", "bf16", "fp16" }[p]);
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
         set_order(orders[o]);
