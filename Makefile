@@ -96,6 +96,8 @@ EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
 EMU_TSAN_OBJ := $(EMU_SRC:%=build/emu-tsan/%.o)
 EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
+# the host code test_cuda_kernels runs on both backends
+KERNEL_TEST_OBJ := build/ops_cpu.o build/util.o build/attention.o
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfail_shim.so
@@ -144,12 +146,12 @@ build/emu-tsan/%.o: cuda/emu/%.cc | build/emu-tsan
 build/emu/backend.o: src/backend.c | build/emu
 	$(call say,CC,$< (emulated CUDA))$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
-bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
-bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
