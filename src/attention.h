@@ -10,6 +10,9 @@
 /* B sentences, h heads, key and value widths d_k and d_v */
 typedef struct { int B, h, dk, dv; } AttnShape;
 
+/* 1/sqrt(d_k) of eq. 1, applied as the score GEMM's alpha */
+float attention_scale(int dk);
+
 /* ctx[b, t, head*d_v ..] = softmax(Q K^T / sqrt(d_k)) V, with Q, K, V stored
  * with row strides ldq, ldkv; P keeps the weights for backward */
 void attention_core_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act Vv, int ldkv,

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "ops.h"
 
 #include <cublas_v2.h>   /* the type-combination checks of test_cublas_types */
@@ -968,6 +969,65 @@ static void test_fp16_range(void)
     gpu->free(gpu, gg);
 }
 
+/* host data (16-bit exact) as a 16-bit activation on the GPU, fp32 on the CPU */
+static Pair pair_act(const float *h, size_t n)
+{
+    Pair p = { act_f32(cpu->alloc(cpu, 4 * n)), gpu->alloc_act(gpu, n), n };
+    cpu->upload_act(cpu, p.c, h, n);
+    gpu->upload_act(gpu, p.g, h, n);
+    return p;
+}
+
+/* fp16 attention scores past 65504 before the 1/sqrt(d_k) scale, not after
+ * it (issue 29, defect 6): Q K^T is stored scaled (alpha of the score GEMM),
+ * so softmax(Q K^T / sqrt(d_k)) is finite wherever the scaled scores are.
+ * d_k = 64: a query's first 32 entries are +-q (q = 45..55), the keys'
+ * +-50 with the same signs and their last 32 entries (where the queries
+ * are 0) random: every score of a row is q * 50 * 32 = 72000..88000
+ * unscaled, 9000..11000 scaled, exact integers on both backends, so the
+ * weights are uniform over the valid keys on both.  dQ's first 32
+ * columns are K's +-50 times sum_k dS = 0: the fp16 rounding of dS leaves
+ * about 50 U |dS| sqrt(Tk) there; their tolerance (0.1 of the largest
+ * |dQ|) covers that (measured: worst err/tol 0.19). */
+static void test_fp16_attention_scale(void)
+{
+    AttnShape sh = { 2, 2, 64, 16 };
+    int Tq = 5, Tk = 7, hk = sh.h * sh.dk, w2 = hk + sh.h * sh.dv;
+    int32_t klen[2] = { 7, 4 };
+    int32_t *kc = dev_copy(cpu, klen, sizeof klen), *kg = dev_copy(gpu, klen, sizeof klen);
+    size_t nq = (size_t)sh.B * Tq * hk, nkv = (size_t)sh.B * Tk * w2, nP = (size_t)sh.B * sh.h * Tq * Tk;
+    size_t nctx = (size_t)sh.B * Tq * sh.h * sh.dv;
+    float *q = calloc(nq, sizeof(float)), *kv = rand_host(nkv, 1);
+    float sign[64];
+    for (int d = 0; d < 32; d++) sign[d] = frand() < 0 ? -1.0f : 1.0f;
+    for (size_t r = 0; r < (size_t)sh.B * Tq; r++)
+        for (int c = 0; c < hk; c++)
+            if (c % sh.dk < 32) q[r * hk + c] = (float)(45 + (int)(r * 7 + c) % 11) * sign[c % sh.dk];
+    for (size_t r = 0; r < (size_t)sh.B * Tk; r++)
+        for (int c = 0; c < w2; c++) {
+            float *e = &kv[r * w2 + c];
+            *e = c < hk && c % sh.dk < 32 ? 50.0f * sign[c % sh.dk] : lp_round(*e);
+        }
+    Pair Q = pair_act(q, nq), KV = pair_act(kv, nkv), P = pair_bf(nP, 1, 1), dP = pair_bf(nP, 1, 1);
+    Pair ctx = pair_bf(nctx, 1, 1), dctx = pair_bf(nctx, 1, 1), dQ = pair_bf(nq, 1, 1), dKV = pair_bf(nkv, 1, 1);
+    attention_core_forward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, ctx.c, Tq, Tk, kc, 0);
+    attention_core_forward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, ctx.g, Tq, Tk, kg, 0);
+    compare("fp16 attention, unscaled scores 88000: P", P, BF_OUT);
+    compare("fp16 attention, unscaled scores 88000: ctx", ctx, BF_OUT);
+    attention_core_backward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, dP.c, dctx.c, dQ.c, dKV.c,
+                            act_at(dKV.c, hk), Tq, Tk);
+    attention_core_backward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, dP.g, dctx.g, dQ.g, dKV.g,
+                            act_at(dKV.g, hk), Tq, Tk);
+    compare("fp16 attention backward: dQ", dQ, 2 * U, 0.1);
+    compare("fp16 attention backward: dK, dV", dKV, 4 * U, 1e-3);
+    cpu->free(cpu, kc);
+    gpu->free(gpu, kg);
+    free(q);
+    free(kv);
+    pair_free(Q); pair_free(KV); pair_free(P); pair_free(dP);
+    pair_free(ctx); pair_free(dctx); pair_free(dQ); pair_free(dKV);
+}
+
 /* precision=bf16 and tf32 need compute capability 8.0: on an emulated V100
  * (CUDA_EMU_CC=70) backend creation refuses them, fp16 and fp32 run */
 static void test_compute_capability(void)
@@ -1009,6 +1069,7 @@ static void test_lowp_ops(const char *prec)
     test_bf16_residual_ln_embed();
     test_bf16_memory();
     if (fp16) test_fp16_range();
+    if (fp16) test_fp16_attention_scale();
     gpu->destroy(gpu);
     gpu = save;
     order_name = save_order;
