@@ -741,6 +741,12 @@ extern "C" int cuda_emu_set_order(const char *spec)
 
 extern "C" long cuda_emu_launches(void) { return E.launches; }
 
+/* test_cuda_kernels lowers the backend's grid cap to a few blocks, so that
+ * its sizes exceed the grids and every capped kernel must loop */
+static long grid_cap_blocks;
+extern "C" void cuda_emu_set_grid_cap(long blocks) { grid_cap_blocks = blocks; }
+long cuda_emu::grid_cap(long cap) { return grid_cap_blocks > 0 && grid_cap_blocks < cap ? grid_cap_blocks : cap; }
+
 extern "C" void cuda_emu_count_bytes(int on) { counting = on != 0; }
 extern "C" void cuda_emu_dry_run(int on) { dry_run = on != 0; }
 

@@ -74,6 +74,9 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
  * switched alone with CUDA_EMU_STRICT_<RULE>=0|1, e.g.
  * CUDA_EMU_STRICT_QUERY=0, for the test that shows what it catches */
 bool strict(const char *rule);
+/* the grid cap of the backend's elementwise launches (cuda/common.cuh
+ * nblocks): cap, or the lower one set by cuda_emu_set_grid_cap */
+long grid_cap(long cap);
 /* throws nothing: reports a misuse and exits 99 */
 [[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* is [p, p+bytes) inside one cudaMalloc'd allocation? */
