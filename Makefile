@@ -50,8 +50,12 @@ else
 NVCC_ARCH := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 endif
+# the list for the backend's start-up message and the emulator's rule CC
+# (cuda/emu/emu.cc): '_' for spaces, which nvcc's -D would split on
+empty :=
+CUDA_ARCH_DEF := -DCUDA_ARCH_LIST=\"$(subst $(empty) $(empty),_,$(strip $(CUDA_ARCH)))\"
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) $(CUDA_ARCH_DEF) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
 CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
@@ -83,7 +87,7 @@ endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
-EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
+EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
                 $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -147,11 +151,11 @@ build/emu/backend.o: src/backend.c | build/emu
 	$(call say,CC,$< (emulated CUDA))$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
 bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) $(SAN) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
 bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
@@ -202,6 +206,11 @@ build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/e
 	$(Q)mkdir -p $@
 
 tests: $(TEST_BIN)
+
+# the compute capabilities the CUDA code is built for (tests/test_fp16_learn.sh)
+.PHONY: print-cuda-arch
+print-cuda-arch:
+	@echo $(CUDA_ARCH)
 
 test: all $(TEST_BIN)
 	$(Q)tests/run_all.sh

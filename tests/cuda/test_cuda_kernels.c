@@ -1033,22 +1033,89 @@ static void test_fp16_attention_scale(void)
     pair_free(ctx); pair_free(dctx); pair_free(dQ); pair_free(dKV);
 }
 
-/* precision=bf16 and tf32 need compute capability 8.0: on an emulated V100
- * (CUDA_EMU_CC=70) backend creation refuses them, fp16 and fp32 run */
+/* The build's kernel list (Makefile CUDA_ARCH, '_' for spaces): a GPU runs
+ * SASS of its major version with a minor at most its own, or the PTX of
+ * the last entry if that is not newer (emulator rule CC, cuda/emu/emu.cc) */
+#ifndef CUDA_ARCH_LIST
+#define CUDA_ARCH_LIST "70_80_90"
+#endif
+static int build_has_sass(int cc)
+{
+    const char *list = CUDA_ARCH_LIST;
+    char want[8];
+    snprintf(want, sizeof want, "%d", cc);
+    for (const char *p = list; (p = strstr(p, want)); p++)
+        if ((p == list || p[-1] == '_') && (p[2] == '_' || !p[2])) return 1;
+    return 0;
+}
+
+/* precision=bf16 and tf32 need compute capability 8.0: on an emulated T4
+ * (CUDA_EMU_CC=75) backend creation refuses them, fp16 and fp32 run; on
+ * an emulated V100 (70) the same where the build has sm_70, and every
+ * precision is refused where it has not (CUDA 13's nvcc: CUDA_ARCH = 75
+ * 80 90); on a 6.0 (no build has sm_60) always every precision */
 static void test_compute_capability(void)
 {
     if (!cuda_emu_set_order) return;   /* the real GPU's own capability */
-    setenv("CUDA_EMU_CC", "70", 1);
-    static const struct { const char *prec; int ok; } cases[] = { { "bf16", 0 }, { "tf32", 0 }, { "fp16", 1 }, { "fp32", 1 } };
-    for (int i = 0; i < 4; i++) {
-        Backend *b = backend_cuda_create(cases[i].prec, NULL, 0);
-        checks++;
-        failures += !b != !cases[i].ok;
-        printf("%s sm_70: precision=%s %s\n", !b == !cases[i].ok ? "ok  " : "FAIL", cases[i].prec,
-               b ? "accepted" : "refused");
-        if (b) b->destroy(b);
+    static const char *precs[] = { "bf16", "tf32", "fp16", "fp32" };
+    static const char *ccs[] = { "75", "70", "60" };
+    int has70 = build_has_sass(70);
+    setenv("CUDA_EMU_STRICT_CC", "1", 1);
+    for (int c = 0; c < 3; c++) {
+        setenv("CUDA_EMU_CC", ccs[c], 1);
+        int runs = c == 0 || (c == 1 && has70);
+        for (int i = 0; i < 4; i++) {
+            int want = runs && i >= 2;
+            Backend *b = backend_cuda_create(precs[i], NULL, 0);
+            checks++;
+            failures += !b != !want;
+            printf("%s sm_%s (build: %s): precision=%s %s\n", !b == !want ? "ok  " : "FAIL", ccs[c], CUDA_ARCH_LIST,
+                   precs[i], b ? "accepted" : "refused");
+            if (b) b->destroy(b);
+        }
     }
     unsetenv("CUDA_EMU_CC");
+    unsetenv("CUDA_EMU_STRICT_CC");
+}
+
+/* Rule CC where the backend does not refuse first (a planted misuse): bf16
+ * operands in cublasGemmEx and cublasLtMatmul on an emulated 7.5 fail
+ * (ARCH_MISMATCH, NOT_SUPPORTED), fp16 runs; with the rule off bf16 runs */
+static void test_cc_library_refusal(void)
+{
+    if (!cuda_emu_set_order) return;
+    cublasHandle_t h;
+    cublasLtHandle_t lt;
+    cublasCreate(&h);
+    cublasSetMathMode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    cublasLtCreate(&lt);
+    void *A = gpu->alloc(gpu, 4 * 64), *aux = gpu->alloc(gpu, 4 * 128 / 8);
+    float one = 1.0f, zero = 0.0f;
+    setenv("CUDA_EMU_CC", "75", 1);
+    for (int rule = 1; rule >= 0; rule--) {
+        setenv("CUDA_EMU_STRICT_CC", rule ? "1" : "0", 1);
+        for (int bf = 1; bf >= 0; bf--) {
+            cudaDataType t = bf ? CUDA_R_16BF : CUDA_R_16F;
+            cublasStatus_t want = bf && rule ? CUBLAS_STATUS_ARCH_MISMATCH : CUBLAS_STATUS_SUCCESS;
+            cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, t, 4, A, t, 4, &zero, A, t,
+                                             4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            LtCase c = { "", t, t, t, t, 4, 4, 0, 1, CUBLASLT_EPILOGUE_BIAS, (int32_t)t, 0,
+                         bf && rule ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS };
+            cublasStatus_t lst = lt_try(lt, &c, A, aux);
+            int ok = st == want && lst == c.want;
+            checks++;
+            failures += !ok;
+            printf("%s sm_75, rule CC %s: %s cublasGemmEx %s, cublasLtMatmul %s\n", ok ? "ok  " : "FAIL",
+                   rule ? "on" : "off", bf ? "bf16" : "fp16", cublasGetStatusString(st), cublasGetStatusString(lst));
+        }
+    }
+    unsetenv("CUDA_EMU_CC");
+    unsetenv("CUDA_EMU_STRICT_CC");
+    gpu->sync(gpu);
+    gpu->free(gpu, A);
+    gpu->free(gpu, aux);
+    cublasLtDestroy(lt);
+    cublasDestroy(h);
 }
 
 static void test_lowp_ops(const char *prec)
@@ -1140,6 +1207,7 @@ int main(void)
         test_lowp_ops("fp16");
     }
     test_compute_capability();
+    test_cc_library_refusal();
     set_order("forward");
     gpu->destroy(gpu);
     cpu->destroy(cpu);
