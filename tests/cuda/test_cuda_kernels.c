@@ -1149,6 +1149,14 @@ static void test_lowp_ops(const char *prec)
 
 int main(void)
 {
+#ifdef CUDA_TEST_FMA
+    /* test_cuda_kernels_fma: the emulated kernels contracted into FMA as
+     * nvcc does by default (Makefile EMU_FMA_FLAGS: -mfma) */
+    if (!__builtin_cpu_supports("fma")) {
+        printf("skipped: this CPU has no FMA instructions (test_cuda_kernels_fma's kernels use them)\n");
+        return 77;
+    }
+#endif
     if (cuda_emu_set_grid_cap) cuda_emu_set_grid_cap(2);
     cpu = backend_cpu_create(1);
     gpu = backend_cuda_create("fp32", NULL, 0);
