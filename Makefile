@@ -50,8 +50,12 @@ else
 NVCC_ARCH := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 endif
+# the list for the backend's start-up message and the emulator's rule CC
+# (cuda/emu/emu.cc): '_' for spaces, which nvcc's -D would split on
+empty :=
+CUDA_ARCH_DEF := -DCUDA_ARCH_LIST=\"$(subst $(empty) $(empty),_,$(strip $(CUDA_ARCH)))\"
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
+NVCCFLAGS += -std=c++17 $(NVCC_ARCH) $(CUDA_ARCH_DEF) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
 CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
@@ -83,9 +87,22 @@ endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
-EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
+EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
                 $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# nvcc contracts a*b+c into one FMA by default (--fmad=true); g++ for x86-64
+# without -mfma does not.  The *_fma test binaries build the emulated
+# kernels (cuda/ops_cuda.cu, with its host code) contracted as nvcc would,
+# so that "CUDA equals the CPU" is tested against what a GPU computes;
+# `make EMU_FMA=1` builds the ordinary emulated binaries so as well.  They
+# run only where this CPU has FMA (elsewhere the tests skip them in one line).
+EMU_FMA_FLAGS := -mfma -ffp-contract=fast
+EMU_KERNEL_FLAGS := $(if $(filter 1,$(EMU_FMA)),$(EMU_FMA_FLAGS))
+# rebuild the emulated kernels when EMU_FMA changes
+EMU_STAMP := build/emu/kernel-flags
+ifneq ($(EMU_HAVE),)
+$(shell mkdir -p build/emu; echo '$(EMU_KERNEL_FLAGS)' | cmp -s - $(EMU_STAMP) || echo '$(EMU_KERNEL_FLAGS)' > $(EMU_STAMP))
+endif
 
 SRC      := $(wildcard src/*.c)
 OBJ      := $(SRC:src/%.c=build/%.o)
@@ -94,8 +111,12 @@ EMU_SRC  := emu cublas_emu cublaslt_emu nccl_emu ops_cuda
 EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
 EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
 EMU_TSAN_OBJ := $(EMU_SRC:%=build/emu-tsan/%.o)
+EMU_FMA_OBJ := $(filter-out build/emu/ops_cuda.o,$(EMU_OBJ)) build/emu-fma/ops_cuda.o
 EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)
+EMU_FMA_LIBOBJ := $(filter-out build/emu/ops_cuda.o,$(EMU_LIBOBJ)) build/emu-fma/ops_cuda.o
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
+# the host code test_cuda_kernels runs on both backends
+KERNEL_TEST_OBJ := build/ops_cpu.o build/util.o build/attention.o
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfail_shim.so
@@ -103,6 +124,7 @@ ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model
+TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
 .PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench gpu-model fuzz
@@ -129,8 +151,10 @@ cuda-resources: cuda/ops_cuda.cu $(CUDA_DEPS) | build/cuda
 	$(Q)rm -f build/cuda/resources.o
 	$(call say,GEN,cuda/resource-usage.txt)cuda/resource_usage.sh table build/cuda/ptxas.log > cuda/resource-usage.txt
 
-build/emu/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu
-	$(call say,CXX,$< (emulated))g++ -x c++ $(EMU_CXXFLAGS) -c $< -o $@
+build/emu/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) $(EMU_STAMP) | build/emu
+	$(call say,CXX,$< (emulated))g++ -x c++ $(EMU_CXXFLAGS) $(EMU_KERNEL_FLAGS) -c $< -o $@
+build/emu-fma/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-fma
+	$(call say,CXX,$< (emulated, fma))g++ -x c++ $(EMU_CXXFLAGS) $(EMU_FMA_FLAGS) -c $< -o $@
 build/emu/%.o: cuda/emu/%.cc | build/emu
 	$(call say,CXX,$<)g++ $(EMU_CXXFLAGS) -c $< -o $@
 build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-asan
@@ -144,12 +168,18 @@ build/emu-tsan/%.o: cuda/emu/%.cc | build/emu-tsan
 build/emu/backend.o: src/backend.c | build/emu
 	$(call say,CC,$< (emulated CUDA))$(CC) $(CFLAGS) -DHAVE_CUDA -c $< -o $@
 
-bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) $(SAN) -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
-bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< build/ops_cpu.o build/util.o $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_asan: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) $(SAN) -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_ASAN_OBJ) -o $@ $(LDFLAGS) $(SAN) $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_tsan: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) -fsanitize=thread -DCUDA_TEST_TSAN -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_TSAN_OBJ) -o $@ $(LDFLAGS) -fsanitize=thread $(EMU_LDLIBS)
+bin/tests/test_cuda_kernels_fma: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OBJ) $(EMU_FMA_OBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) -DCUDA_TEST_FMA -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_FMA_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/emu-step-fma: tests/cuda/test_cuda_step.c $(EMU_FMA_LIBOBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_FMA_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/emu-transformer-fma: build/main.o $(EMU_FMA_LIBOBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
@@ -201,10 +231,15 @@ gpu-accept:
 gpu-plan:
 	$(Q)tests/gpu/accept.sh --plan
 
-build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/fuzz:
+build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz:
 	$(Q)mkdir -p $@
 
 tests: $(TEST_BIN)
+
+# the compute capabilities the CUDA code is built for (tests/test_fp16_learn.sh)
+.PHONY: print-cuda-arch
+print-cuda-arch:
+	@echo $(CUDA_ARCH)
 
 test: all $(TEST_BIN)
 	$(Q)tests/run_all.sh
@@ -247,7 +282,7 @@ clean:
 venv:
 	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
 
--include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d)
+-include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d) build/emu-fma/ops_cuda.d
 
 bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
 	$(call say,LINK,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)

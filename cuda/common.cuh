@@ -122,10 +122,17 @@ struct CudaImpl {
 
 static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }
 
+/* the grid of an elementwise kernel over n elements: capped, so every
+ * kernel launched with it must be a grid-stride loop.  The emulator can
+ * lower the cap (cuda_emu_set_grid_cap: test_cuda_kernels) so that a kernel
+ * that is not one misses elements at the tests' sizes. */
 static unsigned nblocks(long n, int threads)
 {
-    long b = (n + threads - 1) / threads;
-    if (b > 65535L * 16) b = 65535L * 16;   /* kernels are grid-stride loops */
+    long b = (n + threads - 1) / threads, cap = 65535L * 16;
+#ifdef CUDA_EMULATION
+    cap = cuda_emu::grid_cap(cap);
+#endif
+    if (b > cap) b = cap;
     return (unsigned)(b > 0 ? b : 1);
 }
 

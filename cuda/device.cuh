@@ -132,6 +132,43 @@ static int precision_supported(int dev, int prec, const char *precision)
     return 1;
 }
 
+/* A GPU runs a kernel only from the build's SASS for its major version
+ * (minor at most its own) or from PTX not newer than it (CUDA C++
+ * Programming Guide, "Binary Compatibility"); CUDA 13's nvcc has no sm_70,
+ * so on a V100 every launch fails with cudaErrorNoKernelImageForDevice.
+ * One empty launch at start-up says so in one line, instead of the first
+ * op's check failing.  0 after the message. */
+#ifndef CUDA_ARCH_LIST
+#define CUDA_ARCH_LIST "?"
+#endif
+static __global__ void k_probe(int unused) { (void)unused; }
+
+static int kernels_run(int dev)
+{
+    DECLARE_KERNEL(k_probe, "probe", 0, 0, 0, 0);
+    LAUNCH(k_probe, 1, 1, 0, 0, 0);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) return 1;
+    cudaGetLastError();
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(prop.name, sizeof prop.name, "?");
+        prop.major = prop.minor = 0;
+    }
+    char arch[64];
+    snprintf(arch, sizeof arch, "%s", CUDA_ARCH_LIST);
+    for (char *c = arch; *c; c++) if (*c == '_') *c = ' ';
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction)
+        fprintf(stderr, "error: device=cuda: GPU %d (%s) is compute capability %d.%d, and this build has no kernel "
+                        "for it (CUDA_ARCH = %s): rebuild with make CUDA_ARCH=%d%d (CUDA 13's nvcc builds 75 and newer)\n",
+                dev, prop.name, prop.major, prop.minor, arch, prop.major, prop.minor);
+    else fprintf(stderr, "error: device=cuda: GPU %d (%s): a first empty kernel fails: %s\n", dev, prop.name,
+                 cudaGetErrorString(e));
+    return 0;
+}
+
 extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
 {
     int n = 0;
@@ -163,7 +200,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
         return NULL;
     }
-    if (!precision_supported(dev, prec, precision)) return NULL;
+    if (!kernels_run(dev) || !precision_supported(dev, prec, precision)) return NULL;
     CudaImpl *I = new CudaImpl();
     I->device = dev;
     I->precision = prec;

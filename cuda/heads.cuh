@@ -6,14 +6,16 @@
 
 #include "memory.cuh"
 
-/* out[r, h*dv + j] = gate[h] * ctx[r, h*dv + j]; one thread per element */
+/* out[r, h*dv + j] = gate[h] * ctx[r, h*dv + j]; a grid-stride loop, as
+ * nblocks caps the grid (issue 29: the elements past the cap were left
+ * unwritten) */
 template <typename T>
 static __global__ void k_head_gate_forward(T *out, const T *ctx, const float *gate, long n, int nh, int dv)
 {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int h = (int)((i / dv) % nh);
-    st(out, i, ld(gate, h) * ld(ctx, i));
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        int h = (int)((i / dv) % nh);
+        st(out, i, ld(gate, h) * ld(ctx, i));
+    }
 }
 
 static void cuda_head_gate_forward(Backend *be, Act out, Act ctx, const float *gate, int rows, int nh, int dv)

@@ -1,6 +1,7 @@
 /* Beam search with incremental decoding over the op interface (decode.h
  * states the search rules).  Section numbers refer to Vaswani et al. 2017. */
 #include "decode.h"
+#include "attention.h"
 #include "head_mask.h"
 
 #include <math.h>
@@ -178,7 +179,7 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
     int K = d->K, ns = d->n_sent, n = ns * K, S = d->S, T = d->T;
     int h = c->n_heads, dk = c->d_k, dv = c->d_v, hk = h * dk, hv = h * dv, w2 = hk + hv;
     int dm = c->d_model, dff = c->d_ff, V = c->vocab_size;
-    float scale = 1.0f / sqrtf((float)dk);
+    float scale = attention_scale(dk);   /* the score GEMMs' alpha, as in training */
     DropoutKey nokey = { 0, 0, 0 };
     if (t >= T) die(1, "decode: step %d beyond the %d cached positions", t, T);
 
@@ -197,9 +198,9 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
         be->gemm(be, 0, 1, n, hk, dm, 1.0f, x, dm, W(L->self_attn.Wq), dm, 0.0f, d->q, hk);
         be->gemm(be, 0, 1, n, w2, dm, 1.0f, x, dm, W(L->self_attn.Wk), dm, 0.0f, act_at(kv, (size_t)t * w2), (int)sh);
         int tk = t + 1;
-        be->gemm_batched(be, 0, 1, 1, tk, dk, 1.0f, d->q, hk, hk, dk, kv, w2, sh, dk, 0.0f, d->P, tk,
+        be->gemm_batched(be, 0, 1, 1, tk, dk, scale, d->q, hk, hk, dk, kv, w2, sh, dk, 0.0f, d->P, tk,
                          (long)h * tk, tk, n, h);
-        be->softmax_forward(be, d->P, d->d_self_len, scale, n, h, 1, tk, 1, t);
+        be->softmax_forward(be, d->P, d->d_self_len, 1.0f, n, h, 1, tk, 1, t);
         be->gemm_batched(be, 0, 0, 1, dv, tk, 1.0f, d->P, tk, (long)h * tk, tk, act_at(kv, hk), w2, sh, dv, 0.0f,
                          d->ctx, hv, hv, dv, n, h);
         model_attn_output(m, HEAD_DEC_SELF, l, d->ctx, d->ctx, L->self_attn.Wo, d->sub, n);
@@ -209,9 +210,9 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
          * K-row query block against that sentence's cached keys/values */
         Act ckv = d->cross_kv[l];
         be->gemm(be, 0, 1, n, hk, dm, 1.0f, d->x1, dm, W(L->cross_attn.Wq), dm, 0.0f, d->q, hk);
-        be->gemm_batched(be, 0, 1, K, S, dk, 1.0f, d->q, hk, (long)K * hk, dk, ckv, w2, (long)S * w2, dk, 0.0f,
+        be->gemm_batched(be, 0, 1, K, S, dk, scale, d->q, hk, (long)K * hk, dk, ckv, w2, (long)S * w2, dk, 0.0f,
                          d->P2, S, (long)h * K * S, (long)K * S, ns, h);
-        be->softmax_forward(be, d->P2, d->d_src_len, scale, ns, h, K, S, 0, 0);
+        be->softmax_forward(be, d->P2, d->d_src_len, 1.0f, ns, h, K, S, 0, 0);
         be->gemm_batched(be, 0, 0, K, dv, S, 1.0f, d->P2, S, (long)h * K * S, (long)K * S, act_at(ckv, hk), w2,
                          (long)S * w2, dv, 0.0f, d->ctx, hv, (long)K * hv, dv, ns, h);
         model_attn_output(m, HEAD_CROSS, l, d->ctx, d->ctx, L->cross_attn.Wo, d->sub, n);

@@ -1,6 +1,7 @@
 /* The Transformer, forward and backward, over the op interface.
  * Equation and section numbers refer to Vaswani et al. (2017). */
 #include "model.h"
+#include "attention.h"
 #include "head_mask.h"
 
 #include <math.h>
@@ -431,43 +432,11 @@ static DropoutKey drop_key(const Model *m, uint32_t step, uint32_t site)
 
 /* ------------------------------------------------------------- attention */
 
-/* Multi-head attention core (eq. 1 and section 3.2.2) over projected Q, K, V
- * stored with row strides ldq, ldkv: ctx[b, t, head*d_v ..] = softmax(Q K^T
- * / sqrt(d_k)) V.  P keeps the weights for backward. */
-static void attention_core_forward(Model *m, Act Q, int ldq, Act K, Act Vv, int ldkv,
-                                   Act P, Act ctx, int Tq, int Tk, const int32_t *key_len, int causal)
+/* Multi-head attention core: attention.c, for the model's sizes */
+static AttnShape attn_shape(const Model *m)
 {
-    Backend *be = m->be;
-    const Config *c = &m->cfg;
-    int B = m->B, h = c->n_heads, dk = c->d_k, dv = c->d_v, hv = h * dv;
-    be->gemm_batched(be, 0, 1, Tq, Tk, dk, 1.0f, Q, ldq, (long)Tq * ldq, dk, K, ldkv, (long)Tk * ldkv, dk,
-                     0.0f, P, Tk, (long)h * Tq * Tk, (long)Tq * Tk, B, h);
-    be->softmax_forward(be, P, key_len, 1.0f / sqrtf((float)dk), B, h, Tq, Tk, causal, 0);
-    be->gemm_batched(be, 0, 0, Tq, dv, Tk, 1.0f, P, Tk, (long)h * Tq * Tk, (long)Tq * Tk, Vv, ldkv,
-                     (long)Tk * ldkv, dv, 0.0f, ctx, hv, (long)Tq * hv, dv, B, h);
-}
-
-/* Backward of attention_core_forward: from dctx, write dQ, dK, dV (with the
- * same strides as Q, K, V).  Uses m->g_P as scratch. */
-static void attention_core_backward(Model *m, Act Q, int ldq, Act K, Act Vv, int ldkv,
-                                    Act P, Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk)
-{
-    Backend *be = m->be;
-    const Config *c = &m->cfg;
-    int B = m->B, h = c->n_heads, dk = c->d_k, dv = c->d_v, hv = h * dv;
-    long sP = (long)h * Tq * Tk, sPi = (long)Tq * Tk;
-    Act dP = m->g_P;
-    /* dP = dctx V^T ; dV = P^T dctx */
-    be->gemm_batched(be, 0, 1, Tq, Tk, dv, 1.0f, dctx, hv, (long)Tq * hv, dv, Vv, ldkv, (long)Tk * ldkv, dv,
-                     0.0f, dP, Tk, sP, sPi, B, h);
-    be->gemm_batched(be, 1, 0, Tk, dv, Tq, 1.0f, P, Tk, sP, sPi, dctx, hv, (long)Tq * hv, dv,
-                     0.0f, dV, ldkv, (long)Tk * ldkv, dv, B, h);
-    be->softmax_backward(be, dP, P, 1.0f / sqrtf((float)dk), B, h, Tq, Tk);
-    /* dQ = dS K ; dK = dS^T Q */
-    be->gemm_batched(be, 0, 0, Tq, dk, Tk, 1.0f, dP, Tk, sP, sPi, K, ldkv, (long)Tk * ldkv, dk,
-                     0.0f, dQ, ldq, (long)Tq * ldq, dk, B, h);
-    be->gemm_batched(be, 1, 0, Tk, dk, Tq, 1.0f, dP, Tk, sP, sPi, Q, ldq, (long)Tq * ldq, dk,
-                     0.0f, dK, ldkv, (long)Tk * ldkv, dk, B, h);
+    AttnShape s = { m->B, m->cfg.n_heads, m->cfg.d_k, m->cfg.d_v };
+    return s;
 }
 
 /* --------------------------------------------------------------- layers */
@@ -555,7 +524,7 @@ static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *
     const Config *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
     be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, W(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
-    attention_core_forward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
+    attention_core_forward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
                            causal);
     attn_output_forward(m, gate, a->ctx, m->g_ctx, L->self_attn.Wo, m->g_sub, rows);
     be->residual_ln_forward(be, a->x1, a->r1, a->m1, a->s1, x, m->g_sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
@@ -572,8 +541,8 @@ static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs 
                              a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
     attn_output_backward(m, gate, dgate, a->ctx, L->self_attn.Wo, rows);
     Act dqkv = m->g_big;
-    attention_core_backward(m, a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, m->g_ctx,
-                            dqkv, act_at(dqkv, hk), act_at(dqkv, 2 * hk), T, T);
+    attention_core_backward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3,
+                            a->P, m->g_P, m->g_ctx, dqkv, act_at(dqkv, hk), act_at(dqkv, 2 * hk), T, T);
     be->gemm(be, 1, 0, w3, d, rows, 1.0f, dqkv, w3, x, d, 1.0f, GW(L->self_attn.Wq), d);
     be->gemm(be, 0, 0, rows, d, w3, 1.0f, dqkv, w3, W(L->self_attn.Wq), d, 1.0f, m->g_x, d);
 }
@@ -588,7 +557,7 @@ static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs 
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
     be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, W(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
     be->gemm(be, 0, 1, ns, w2, d, 1.0f, enc_out, d, W(L->cross_attn.Wk), d, 0.0f, a->kv2, w2);
-    attention_core_forward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
+    attention_core_forward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
     attn_output_forward(m, gate, a->ctx2, m->g_ctx, L->cross_attn.Wo, m->g_sub, nt);
     be->residual_ln_forward(be, a->x2, a->r2, a->m2, a->s2, a->x1, m->g_sub, PRM(L->ln2.gamma), PRM(L->ln2.beta),
                             nt, d, c->ln_eps, p, key, m->d_sent_id, T);
@@ -605,8 +574,8 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
                              a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
     attn_output_backward(m, gate, dgate, a->ctx2, L->cross_attn.Wo, nt);
     Act dkv = m->g_big, dq = act_at(m->g_big, (size_t)ns * w2);
-    attention_core_backward(m, a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_ctx, dq, dkv, act_at(dkv, hk),
-                            T, S);
+    attention_core_backward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_P,
+                            m->g_ctx, dq, dkv, act_at(dkv, hk), T, S);
     be->gemm(be, 1, 0, hk, d, nt, 1.0f, dq, hk, a->x1, d, 1.0f, GW(L->cross_attn.Wq), d);
     be->gemm(be, 0, 0, nt, d, hk, 1.0f, dq, hk, W(L->cross_attn.Wq), d, 1.0f, m->g_x, d);
     be->gemm(be, 1, 0, w2, d, ns, 1.0f, dkv, w2, enc_out, d, 1.0f, GW(L->cross_attn.Wk), d);

@@ -3,7 +3,8 @@
 # with 2 MPI ranks against the CPU backend (tests/cuda/test_cuda_step.c), a
 # short `transformer train device=cuda` run whose losses must match
 # device=cpu, the same with precision=bf16 and an 80-step bf16 run, and
-# device=cuda without a GPU failing with one error line.
+# device=cuda without a GPU failing with one error line.  The 2-rank step
+# and the 8-step run also with the kernels contracted into FMA as nvcc does.
 set -u
 . "$(dirname "$0")/lib.sh"
 EMU=$TOP/bin/tests/emu-transformer
@@ -23,6 +24,17 @@ out=$(mpirun -np 2 "$STEP" allreduce=mpi) && echo "$out" | grep -q "ok   ranks 2
 out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
 ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
+# the same with the emulated kernels contracted into FMA as nvcc's default
+# --fmad=true emits them (Makefile EMU_FMA_FLAGS; measured: the same worst
+# errors within 10%, e.g. fp32 gradients 1.37e-06 vs 1.45e-06)
+HAVE_FMA=$(grep -m1 -ow fma /proc/cpuinfo)
+if [ -n "$HAVE_FMA" ]; then
+    out=$(mpirun -np 2 "$TOP/bin/tests/emu-step-fma" 2>&1) \
+        || fail "2-rank training step, kernels with FMA: CUDA (emulated) differs from CPU: $(echo "$out" | grep -v '^ok' | head -5)"
+    ok "2-rank training step with FMA-contracted kernels: CUDA (emulated) = CPU"
+else
+    echo "skip: this CPU has no FMA: the 2-rank step with FMA-contracted kernels (emu-step-fma) is not run"
+fi
 
 # cuBLASLt without an algorithm for the fused feed-forward epilogues
 # (cuda/emu/cublaslt_emu.cc): every one refused, NCCL; the forward's only
@@ -70,6 +82,15 @@ echo "$out_gpu" | grep -q "backend cuda" || fail "device=cuda did not use the CU
 # 8 step lines and the dev line
 same_losses "$out_cpu" "$out_gpu" cuda 9 2e-4 || fail "losses of device=cuda (emulated) differ from device=cpu"
 ok "8 training steps on 2 ranks: device=cuda (emulated) losses = device=cpu"
+# the same 8 steps with FMA-contracted kernels (measured: every printed
+# loss equal to device=cpu's, where the build without FMA differs in the
+# 7th digit at step 3: 3.301155 vs 3.301156)
+if [ -n "$HAVE_FMA" ]; then
+    out_fma=$(mpirun -np 2 "$TOP/bin/tests/emu-transformer-fma" train $args device=cuda run_dir=$W/fma 2>&1) \
+        || fail "device=cuda (emulated, FMA) run failed: $out_fma"
+    same_losses "$out_cpu" "$out_fma" cuda-fma 9 2e-4 || fail "losses of device=cuda with FMA-contracted kernels differ from device=cpu"
+    ok "8 training steps on 2 ranks: device=cuda (emulated, FMA-contracted kernels) losses = device=cpu"
+fi
 # (the files' root attributes hold the config text, device= included, and timings)
 for fo in ckpt_00000008.h5:/params ckpt_00000008.h5:/adam_m ckpt_00000008.h5:/adam_v \
           attention_probe.h5:/step_00000004/sentences attention_probe.h5:/step_00000008/sentences; do

@@ -70,6 +70,7 @@ const char *cublasGetStatusString(cublasStatus_t s)
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
     case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
     default: return "CUBLAS_STATUS_(emulated error)";
     }
 }
@@ -90,6 +91,7 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
     bool nA = ta == CUBLAS_OP_N, nB = tb == CUBLAS_OP_N;
     if (lda < imax1(nA ? m : k) || ldb < imax1(nB ? k : n) || ldc < imax1(m)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!types_supported(At, Bt, Ct, ct)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (cuda_emu::cc_refuses_types(At, Bt, Ct)) return CUBLAS_STATUS_ARCH_MISMATCH;
     /* the emulator accumulates in fp32 throughout; cuBLAS may reduce (split-K
      * partials) in a bf16 C's type unless the handle forbids it */
     if (is16(Ct) && !(h->math & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))

@@ -175,6 +175,7 @@ static cublasStatus_t check(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasL
     if (!types_supported(A.type, B.type, Dl.type, x.ct) || C.type != Dl.type || x.scale != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (has_bias(x.epi) && x.bias_type != -1 && x.bias_type != (int32_t)Dl.type) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (cuda_emu::cc_refuses_types(A.type, B.type, Dl.type)) return CUBLAS_STATUS_NOT_SUPPORTED;
     uint32_t e = x.epi;
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_RELU && e != CUBLASLT_EPILOGUE_BIAS
         && e != CUBLASLT_EPILOGUE_RELU_BIAS && e != CUBLASLT_EPILOGUE_RELU_AUX && e != CUBLASLT_EPILOGUE_RELU_AUX_BIAS

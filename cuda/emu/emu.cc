@@ -664,6 +664,39 @@ static void report_launch(const char *name)
     rd_all = wr_all = 0;
 }
 
+/* Rule CC.  A GPU runs a kernel from the build's SASS for its major
+ * version with a minor at most its own, or JIT-compiles the PTX of the
+ * build's last architecture if that is not newer than the GPU (CUDA C++
+ * Programming Guide, "Binary Compatibility" and "PTX Compatibility");
+ * otherwise the launch fails with cudaErrorNoKernelImageForDevice.  The
+ * build's list: the Makefile's CUDA_ARCH ("75 80 90" with CUDA 13's nvcc,
+ * which has no sm_70), passed as CUDA_ARCH_LIST with '_' for spaces. */
+#ifndef CUDA_ARCH_LIST
+#define CUDA_ARCH_LIST "70_80_90"
+#endif
+static bool build_runs_on(int cc)
+{
+    std::string list = CUDA_ARCH_LIST;
+    if (list == "native") return true;   /* built for the build machine's GPU */
+    int last = 0;
+    for (size_t i = 0; i < list.size();) {
+        size_t j = list.find_first_of("_ ", i);
+        if (j == std::string::npos) j = list.size();
+        int a = atoi(list.substr(i, j - i).c_str());
+        if (a / 10 == cc / 10 && a % 10 <= cc % 10) return true;
+        if (a) last = a;
+        i = j + 1;
+    }
+    return last && cc >= last;
+}
+static bool kernel_image_for_device(const char *name)
+{
+    (void)name;
+    if (!strict("CC") || build_runs_on(device_cc())) return true;
+    E.last_error = cudaErrorNoKernelImageForDevice;
+    return false;
+}
+
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             const std::function<void()> &body, const char *file, int line)
 {
@@ -687,6 +720,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
         E.smem_cap = smem + 2 * RED;
         E.smem_buf = (unsigned char *)aligned_alloc(64, (E.smem_cap + 63) & ~(size_t)63);
     }
+    if (!kernel_image_for_device(name)) return;
     E.smem_size = smem;
     E.grid = grid;
     E.block = block;
@@ -740,6 +774,12 @@ extern "C" int cuda_emu_set_order(const char *spec)
 }
 
 extern "C" long cuda_emu_launches(void) { return E.launches; }
+
+/* test_cuda_kernels lowers the backend's grid cap to a few blocks, so that
+ * its sizes exceed the grids and every capped kernel must loop */
+static long grid_cap_blocks;
+extern "C" void cuda_emu_set_grid_cap(long blocks) { grid_cap_blocks = blocks; }
+long cuda_emu::grid_cap(long cap) { return grid_cap_blocks > 0 && grid_cap_blocks < cap ? grid_cap_blocks : cap; }
 
 extern "C" void cuda_emu_count_bytes(int on) { counting = on != 0; }
 extern "C" void cuda_emu_dry_run(int on) { dry_run = on != 0; }
@@ -938,6 +978,24 @@ cudaError_t cudaSetDevice(int d)
 }
 cudaError_t cudaGetDevice(int *d) { *d = cur_device; return cudaSuccess; }
 
+int cuda_emu::device_cc()
+{
+    const char *cc = getenv("CUDA_EMU_CC");
+    int v = cc && *cc ? atoi(cc) : 90;
+    if (v < 10 || v > 199) fail("CUDA_EMU_CC=%s: expected a compute capability such as 70, 80 or 90", cc);
+    return v;
+}
+
+/* Rule CC: bf16 storage in a cuBLAS or cuBLASLt call before compute
+ * capability 8.0 (no bf16 tensor cores; cuBLAS answers ARCH_MISMATCH or
+ * NOT_SUPPORTED, or runs it without tensor cores, depending on its version:
+ * the backend must not rely on either, and refuses bf16 there itself) */
+bool cuda_emu::cc_refuses_types(cudaDataType a, cudaDataType b, cudaDataType c)
+{
+    bool bf16 = a == CUDA_R_16BF || b == CUDA_R_16BF || c == CUDA_R_16BF;
+    return bf16 && strict("CC") && device_cc() < 80;
+}
+
 /* emulated device d is the d-th entry of CUDA_VISIBLE_DEVICES where set (a
  * process bound to one GPU, as Slurm's --gpus-per-task=1 does, sees it as
  * device 0), else GPU d: "emu-ENTRY" stands for its UUID */
@@ -959,9 +1017,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d)
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "emulated GPU %s", entry.c_str());
     snprintf(prop->uuid.bytes, sizeof prop->uuid.bytes, "emu-%s", entry.c_str());
-    const char *cc = getenv("CUDA_EMU_CC");
-    int v = cc && *cc ? atoi(cc) : 90;
-    if (v < 10 || v > 199) fail("CUDA_EMU_CC=%s: expected a compute capability such as 70, 80 or 90", cc);
+    int v = device_cc();
     prop->major = v / 10;
     prop->minor = v % 10;
     return cudaSuccess;
@@ -983,6 +1039,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     default: return "emulated CUDA error";
     }
 }

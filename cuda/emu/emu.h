@@ -21,7 +21,10 @@
  *   fails with cudaErrorMemoryAllocation; cudaMemGetInfo reports total =
  *   CUDA_EMU_MEMORY, else 80 GiB, and free = total less the bytes
  *   cudaMalloc'd now, exactly: no rounding, no context); CUDA_EMU_CC=70 a device of
- *   compute capability 7.0 (default 90: 9.0) in cudaGetDeviceProperties.
+ *   compute capability 7.0 (default 90: 9.0) in cudaGetDeviceProperties;
+ *   under rule CC a launch fails with cudaErrorNoKernelImageForDevice where
+ *   the build (Makefile CUDA_ARCH) has no kernel for that capability, and
+ *   bf16 operands in cuBLAS(Lt) before 8.0 are refused.
  * - Streams run in order, so a race between streams cannot happen here; a
  *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
  *   stream exists, which races on a GPU, is reported as a misuse.
@@ -74,6 +77,15 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
  * switched alone with CUDA_EMU_STRICT_<RULE>=0|1, e.g.
  * CUDA_EMU_STRICT_QUERY=0, for the test that shows what it catches */
 bool strict(const char *rule);
+/* compute capability of the emulated device (CUDA_EMU_CC, default 90) */
+int device_cc();
+/* rule CC: the library calls and launches a real GPU of compute capability
+ * device_cc() refuses (docs/testing.md): true where a cuBLAS(Lt) call of
+ * these types must fail */
+bool cc_refuses_types(cudaDataType a, cudaDataType b, cudaDataType c);
+/* the grid cap of the backend's elementwise launches (cuda/common.cuh
+ * nblocks): cap, or the lower one set by cuda_emu_set_grid_cap */
+long grid_cap(long cap);
 /* throws nothing: reports a misuse and exits 99 */
 [[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* is [p, p+bytes) inside one cudaMalloc'd allocation? */

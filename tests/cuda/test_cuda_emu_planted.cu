@@ -6,12 +6,14 @@
  *  - a shuffle reading a lane outside its mask;
  *  - a lane of a shuffle's mask that never arrives;
  *  - threads reaching different barriers; a thread exiting while others
- *    wait at a barrier.
+ *    wait at a barrier;
+ *  - a launch on a GPU the build has no kernel image for (rule CC).
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -130,6 +132,38 @@ static int race_mode(int with_barrier)
     return 0;
 }
 
+/* Rule CC: a kernel launched on an emulated GPU the build has no code for
+ * (CUDA_ARCH_LIST: SASS of the same major with a minor at most the GPU's,
+ * or PTX of the last entry not newer than it) fails with
+ * cudaErrorNoKernelImageForDevice and runs nothing.  6.0: no build has
+ * it; 7.0: none built by CUDA 13's nvcc (75 80 90); 9.0 always runs. */
+#ifndef CUDA_ARCH_LIST
+#define CUDA_ARCH_LIST "70_80_90"
+#endif
+static void check_kernel_image(int *d)
+{
+    int has70 = strncmp(CUDA_ARCH_LIST, "70", 2) == 0 || strstr(CUDA_ARCH_LIST, "_70") != NULL;
+    static const struct { const char *cc, *rule; int runs; } cases[] = {
+        { "60", "1", 0 }, { "70", "1", -1 }, { "90", "1", 1 }, { "60", "0", 1 },
+    };
+    for (int i = 0; i < 4; i++) {
+        int want = cases[i].runs < 0 ? has70 : cases[i].runs, h[32];
+        setenv("CUDA_EMU_CC", cases[i].cc, 1);
+        setenv("CUDA_EMU_STRICT_CC", cases[i].rule, 1);
+        cudaMemset(d, 0, 32 * sizeof(int));
+        LAUNCH(k_shfl_ok, 1, 32, 0, 0, d);
+        cudaError_t e = cudaGetLastError();
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        int ran = h[0] != 0;
+        char w[160];
+        snprintf(w, sizeof w, "sm_%s, build %s, rule CC %s: launch %s (%s)", cases[i].cc, CUDA_ARCH_LIST,
+                 cases[i].rule[0] == '1' ? "on" : "off", ran ? "ran" : "refused", cudaGetErrorString(e));
+        check(want ? ran && e == cudaSuccess : !ran && e == cudaErrorNoKernelImageForDevice, w);
+    }
+    unsetenv("CUDA_EMU_CC");
+    unsetenv("CUDA_EMU_STRICT_CC");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
@@ -171,6 +205,7 @@ int main(int argc, char **argv)
     expect_caught("threads at different barriers", run_divergent, d, "different barriers");
     expect_caught("thread exits while others wait at a barrier", run_early, d, "exited while");
     expect_caught("full mask in a partial warp", run_partial_warp, d, "does not exist");
+    check_kernel_image(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
