@@ -752,7 +752,7 @@ extern "C" int cuda_emu_set_backend(const char *name)
     return 0;
 }
 
-bool strict(const char *rule)
+bool cuda_emu::strict(const char *rule)
 {
     char name[96];
     snprintf(name, sizeof name, "CUDA_EMU_STRICT_%s", rule);
