@@ -22,6 +22,9 @@
  *   CUDA_EMU_MEMORY, else 80 GiB, and free = total less the bytes
  *   cudaMalloc'd now, exactly: no rounding, no context); CUDA_EMU_CC=70 a device of
  *   compute capability 7.0 (default 90: 9.0) in cudaGetDeviceProperties.
+ *   Under CUDA_EMU_STRICT_DEVMEM the processes on one device (by UUID)
+ *   share its memory, in 2 MiB pages plus a 500 MiB context each (both
+ *   scaled down with CUDA_EMU_MEMORY), counted in /dev/shm (emu.cc).
  * - Streams run in order, so a race between streams cannot happen here; a
  *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
  *   stream exists, which races on a GPU, is reported as a misuse.

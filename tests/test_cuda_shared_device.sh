@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Ranks that share one emulated GPU (CUDA_EMU_DEVICES=1, allowed by
+# TRANSFORMER_SHARE_GPU=1) under the strict emulator:
+# - DEVMEM: the processes on one device share its memory: two ranks that
+#   each fit alone run out of it together; a process killed without
+#   cleaning up holds nothing; the accounting file goes with the last one;
+# - NCCL_SAMEDEV: the emulated ncclCommInitRank refuses two ranks of one
+#   communicator on one device, as NCCL does;
+# - max_tokens=0 divides the device among the ranks that share it: the
+#   two budgets together fit it (each rank reading all of it took ~2/3 of
+#   3 GiB, 4/3 of the device together);
+# - allreduce=auto takes the MPI fallback there, saying why; allreduce=nccl
+#   is refused with one line.
+set -u
+. "$(dirname "$0")/lib.sh"
+EMU=$TOP/bin/tests/emu-transformer
+INIT=$TOP/bin/tests/emu-nccl-init
+if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
+    echo "skip: no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"; exit 0
+fi
+[ -x "$EMU" ] && [ -x "$INIT" ] || fail "emulator binaries missing (make tests; needs the CUDA headers)"
+export OMP_NUM_THREADS=1 CUDA_EMU_DEVICES=1 CUDA_EMU_STRICT=${CUDA_EMU_STRICT:-1}
+# this test's accounting files (/dev/shm/cuda-emu-SESSION-UUID), apart from any other run's
+export CUDA_EMU_SESSION=test-shared-device-$$
+W=$(mktemp -d); trap 'rm -rf "$W"; rm -f /dev/shm/cuda-emu-$CUDA_EMU_SESSION-*' EXIT
+SHM=/dev/shm/cuda-emu-$CUDA_EMU_SESSION-emu-0
+args="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 max_len=14 synth_train=40 synth_dev=8 warmup=10
+      threads=1 log_steps=1 ckpt_minutes=0 train_steps=1 device=cuda"
+two=(mpirun -np 2 -x TRANSFORMER_SHARE_GPU=1)
+
+# DEVMEM: 1 MB holds one rank's run (~0.7 MB), not two
+"${two[@]}" -x CUDA_EMU_MEMORY=1000000 -x CUDA_EMU_STRICT_DEVMEM=0 "$EMU" train $args max_tokens=160 allreduce=mpi \
+    run_dir=$W/apart > $W/apart.log 2>&1 || fail "2 ranks with a 1 MB device each (DEVMEM off): $(tail -3 $W/apart.log)"
+expect_error 1 "error: .*out of device memory" \
+    "${two[@]}" -x CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 allreduce=mpi run_dir=$W/together
+ok "DEVMEM: 2 ranks that each fit a 1 MB device alone do not fit it together"
+# a process killed at step 2 (its activations made) leaves its slot; the next one ignores it and
+# the last one out removes the file
+rm -f $SHM
+# (in a subshell that says nothing about the kill)
+(TRANSFORMER_FAIL_AT=0:2:KILL CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 train_steps=3 \
+    run_dir=$W/killed > $W/killed.log 2>&1; exit $?) 2>/dev/null && fail "TRANSFORMER_FAIL_AT=0:2:KILL: the run exited 0"
+[ -s $SHM ] || fail "the killed process left no accounting file $SHM"
+CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 run_dir=$W/after > $W/after.log 2>&1 \
+    || fail "a run after a killed one on the same 1 MB device: $(tail -3 $W/after.log)"
+[ -e $SHM ] && fail "the accounting file $SHM outlived the last process"
+ok "DEVMEM: a killed process's bytes are not counted; the file goes with the last process"
+
+true
