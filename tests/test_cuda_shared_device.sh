@@ -46,4 +46,11 @@ CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 run_dir=$W/after > $W/
 [ -e $SHM ] && fail "the accounting file $SHM outlived the last process"
 ok "DEVMEM: a killed process's bytes are not counted; the file goes with the last process"
 
+# NCCL_SAMEDEV: two ranks on device 0 (exit 3: ncclInvalidUsage)
+mpirun -np 2 "$INIT" 0 > $W/init.log 2>&1; rc=$?
+[ $rc = 3 ] && grep -q "ncclCommInitRank: invalid usage" $W/init.log || fail "NCCL_SAMEDEV: exit $rc: $(cat $W/init.log)"
+mpirun -np 2 -x CUDA_EMU_STRICT_NCCL_SAMEDEV=0 "$INIT" 0 > $W/init.log 2>&1 || fail "NCCL_SAMEDEV=0: $(cat $W/init.log)"
+mpirun -np 2 -x CUDA_EMU_DEVICES=2 "$INIT" > $W/init.log 2>&1 || fail "2 ranks on 2 devices: $(cat $W/init.log)"
+ok "NCCL_SAMEDEV: ncclCommInitRank refuses 2 ranks on one device (ncclInvalidUsage), takes 2 devices"
+
 true
