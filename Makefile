@@ -54,7 +54,7 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
-CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
+CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h src/device_peers.h $(wildcard cuda/*.cuh)
 # mpi.h for nvcc and the emulator (g++): Open MPI's --showme, MPICH's -compile_info
 MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null || $(CC) -compile_info 2>/dev/null)) \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX

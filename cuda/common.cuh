@@ -31,6 +31,7 @@
 extern "C" {
 #include "../src/ops.h"
 #include "../src/util.h"
+#include "../src/device_peers.h"
 }
 
 #define CK(call)                                                                                      \

@@ -53,4 +53,21 @@ mpirun -np 2 -x CUDA_EMU_STRICT_NCCL_SAMEDEV=0 "$INIT" 0 > $W/init.log 2>&1 || f
 mpirun -np 2 -x CUDA_EMU_DEVICES=2 "$INIT" > $W/init.log 2>&1 || fail "2 ranks on 2 devices: $(cat $W/init.log)"
 ok "NCCL_SAMEDEV: ncclCommInitRank refuses 2 ranks on one device (ncclInvalidUsage), takes 2 devices"
 
+# max_tokens=0 on a 3 GiB device that 2 ranks share: each budgets half of
+# the free memory, so the two budgets fit the device together
+CAP=3221225472
+"${two[@]}" -x CUDA_EMU_MEMORY=$CAP "$EMU" train $args max_tokens=0 allreduce=mpi run_dir=$W/auto > $W/auto.log 2>&1 \
+    || fail "max_tokens=0, 2 ranks on one device: $(tail -3 $W/auto.log)"
+python3 - $W/auto.log $CAP 14 <<'PY' || fail "max_tokens=0, 2 ranks on one device: overcommitted: $(grep '^max_tokens' $W/auto.log)"
+import re, sys
+log, cap, L = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+m = re.search(r"^max_tokens: (\d+) from free device memory \(([0-9.e+-]+) GiB free, ([0-9.e+-]+) MiB per sentence", log, re.M)
+n, per = int(m.group(1)), float(m.group(3)) * 2**20
+both = 2 * (n // L) * per
+print("2 ranks x", n // L, "sentences x", per, "bytes =", both, "of", cap)
+assert both <= cap, (both, cap)
+assert "1/2 of the" in m.string[m.start():m.string.index("\n", m.start())]
+PY
+ok "max_tokens=0, 2 ranks on one 3 GiB device: $(sed -n 's/^max_tokens: \([0-9]*\) .*/\1/p' $W/auto.log) tokens each, both budgets fit"
+
 true
