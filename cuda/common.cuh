@@ -78,6 +78,7 @@ struct CudaImpl {
     MPI_Comm comm;
     int nranks;
     bool want_nccl;   /* key allreduce=nccl (the default) */
+    bool need_nccl;   /* allreduce=nccl given explicitly: no fallback */
     bool use_nccl;
     cudaStream_t comm_stream;
     cudaEvent_t ev_ready, ev_done;

@@ -180,6 +180,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     I->precision = prec;
     I->act_dtype = prec == PREC_BF16 ? DT_BF16 : prec == PREC_FP16 ? DT_F16 : DT_F32;
     I->want_nccl = !allreduce || strcmp(allreduce, "mpi");
+    I->need_nccl = allreduce && !strcmp(allreduce, "nccl");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
      * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F;
      * fp16: those few stay plain fp32, which every GPU from sm_70 runs) */

@@ -70,4 +70,13 @@ assert "1/2 of the" in m.string[m.start():m.string.index("\n", m.start())]
 PY
 ok "max_tokens=0, 2 ranks on one 3 GiB device: $(sed -n 's/^max_tokens: \([0-9]*\) .*/\1/p' $W/auto.log) tokens each, both budgets fit"
 
+# allreduce=auto: the MPI fallback, said at start-up; allreduce=nccl: one line
+out=$("${two[@]}" "$EMU" train $args max_tokens=160 run_dir=$W/ar 2>&1) || fail "allreduce=auto, shared device: $out"
+echo "$out" | grep -q "^allreduce path: mpi on host copies (ranks share a GPU, which NCCL does not support)" \
+    || fail "allreduce=auto, shared device: no 'allreduce path: mpi ...' line: $out"
+ok "allreduce=auto with 2 ranks on one GPU: $(echo "$out" | grep '^allreduce path')"
+expect_error 1 "^error: device=cuda: allreduce=nccl, but ranks 0 and 1 share GPU 0, which NCCL does not support" \
+    "${two[@]}" "$EMU" train $args max_tokens=160 allreduce=nccl run_dir=$W/nccl
+n=$("${two[@]}" "$EMU" train $args max_tokens=160 allreduce=nccl run_dir=$W/nccl 2>&1 >/dev/null | grep -c '^error:')
+[ "$n" -eq 1 ] || fail "allreduce=nccl with a shared GPU: $n error lines, expected 1"
 true
