@@ -41,10 +41,15 @@ rm -f $SHM
 (TRANSFORMER_FAIL_AT=0:2:KILL CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 train_steps=3 \
     run_dir=$W/killed > $W/killed.log 2>&1; exit $?) 2>/dev/null && fail "TRANSFORMER_FAIL_AT=0:2:KILL: the run exited 0"
 [ -s $SHM ] || fail "the killed process left no accounting file $SHM"
+# (and a file of another run whose processes all died is swept away)
+OLD=/dev/shm/cuda-emu-$CUDA_EMU_SESSION-old-emu-0
+python3 -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<qQ", int(sys.argv[2]), 1 << 20) + bytes(16 * 63))' \
+    $OLD "$(sh -c 'echo $$')"
 CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 run_dir=$W/after > $W/after.log 2>&1 \
     || fail "a run after a killed one on the same 1 MB device: $(tail -3 $W/after.log)"
 [ -e $SHM ] && fail "the accounting file $SHM outlived the last process"
-ok "DEVMEM: a killed process's bytes are not counted; the file goes with the last process"
+[ -e $OLD ] && fail "the accounting file $OLD of dead processes was not swept"
+ok "DEVMEM: a killed process's bytes are not counted; the file goes with the last process; dead runs' files are swept"
 
 # NCCL_SAMEDEV: two ranks on device 0 (exit 3: ncclInvalidUsage)
 mpirun -np 2 "$INIT" 0 > $W/init.log 2>&1; rc=$?

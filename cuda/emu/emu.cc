@@ -23,11 +23,13 @@
 #include <vector>
 
 #include <cerrno>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -874,13 +876,58 @@ static void dev_leave_all()
         DevSlot s[DEV_SLOTS];
         flock(d.fd, LOCK_EX);
         dev_read(d, s);
-        s[d.slot] = DevSlot{ 0, 0 };
+        if (s[d.slot].pid == (int64_t)getpid()) s[d.slot] = DevSlot{ 0, 0 };   /* not a forked child's */
         dev_write(d, s);
-        if (dev_used(s) == 0) unlink(d.path.c_str());
+        bool last = true;
+        for (int i = 0; i < DEV_SLOTS; i++)
+            if (pid_alive(s[i].pid)) last = false;
+        if (last) unlink(d.path.c_str());   /* under the lock: see dev_open */
         flock(d.fd, LOCK_UN);
         close(d.fd);
         d.fd = -1;
     }
+}
+
+/* open and lock the file; one that the last process out removed between
+ * our open and our lock (it unlinks under the lock) is opened again */
+static void dev_open(DevShare &d)
+{
+    for (;;) {
+        d.fd = open(d.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (d.fd < 0) fail("%s: cannot open: %s", d.path.c_str(), strerror(errno));
+        flock(d.fd, LOCK_EX);
+        struct stat a, b;
+        if (fstat(d.fd, &a) == 0 && stat(d.path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            return;
+        close(d.fd);
+    }
+}
+
+/* files that only dead processes hold (runs killed or aborted: MPI_Abort
+ * runs no atexit) are removed by the next process, so that /dev/shm does
+ * not fill up over many test runs */
+static void dev_sweep()
+{
+    DIR *dir = opendir("/dev/shm");
+    if (!dir) return;
+    while (struct dirent *e = readdir(dir)) {
+        if (strncmp(e->d_name, "cuda-emu-", 9)) continue;
+        DevShare d;
+        d.path = std::string("/dev/shm/") + e->d_name;
+        if ((d.fd = open(d.path.c_str(), O_RDWR | O_CLOEXEC)) < 0) continue;
+        DevSlot s[DEV_SLOTS];
+        flock(d.fd, LOCK_EX);
+        dev_read(d, s);
+        bool dead = true;
+        for (int i = 0; i < DEV_SLOTS; i++)
+            if (pid_alive(s[i].pid)) dead = false;
+        struct stat a, b;   /* still the file of that name (see dev_open) */
+        if (dead && fstat(d.fd, &a) == 0 && stat(d.path.c_str(), &b) == 0 && a.st_ino == b.st_ino)
+            unlink(d.path.c_str());
+        flock(d.fd, LOCK_UN);
+        close(d.fd);
+    }
+    closedir(dir);
 }
 
 /* this process's slot on device dev, made on first use with the context's
@@ -889,11 +936,12 @@ static DevShare &dev_share(int dev)
 {
     DevShare &d = dev_shares[dev];
     if (d.fd >= 0) return d;
+    static bool swept;
+    if (!swept) dev_sweep();
+    swept = true;
     d.path = dev_file(dev);
-    d.fd = open(d.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (d.fd < 0) fail("%s: cannot open: %s", d.path.c_str(), strerror(errno));
+    dev_open(d);
     DevSlot s[DEV_SLOTS];
-    flock(d.fd, LOCK_EX);
     dev_read(d, s);
     for (int i = 0; i < DEV_SLOTS && d.slot < 0; i++)
         if (!pid_alive(s[i].pid)) d.slot = i;
