@@ -58,7 +58,7 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_ARCH) $(CUDA_ARCH_DEF) -Werror all-warnings \
              -Xptxas -v,-warn-spills,-warn-lmem-usage,-warn-double-usage \
              -Xcompiler -Wall,-Wextra -Icuda
-CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h $(wildcard cuda/*.cuh)
+CUDA_DEPS := cuda/cuda_compat.h cuda/cost.h src/ops.h src/philox.h src/util.h src/device_peers.h $(wildcard cuda/*.cuh)
 # mpi.h for nvcc and the emulator (g++): Open MPI's --showme, MPICH's -compile_info
 MPI_INC  := $(filter -I%,$(shell $(CC) --showme:compile 2>/dev/null || $(CC) -compile_info 2>/dev/null)) \
             -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
@@ -123,7 +123,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfa
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
-            bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model
+            bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model \
+            bin/tests/emu-nccl-init
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
@@ -186,6 +187,8 @@ bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/e
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
+bin/tests/emu-nccl-init: tests/cuda/emu_nccl_init.c build/emu/emu.o build/emu/nccl_emu.o | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $< build/emu/emu.o build/emu/nccl_emu.o -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests

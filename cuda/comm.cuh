@@ -74,6 +74,27 @@ static int cuda_allreduce_progress(Backend *be)
     return done && I->n_posted == I->n_staged;
 }
 
+/* Do some ranks of I->comm share a GPU (TRANSFORMER_SHARE_GPU=1)?  NCCL
+ * does not support two ranks of one communicator on one device ("may lead
+ * to hangs", its user guide; since 2.5 ncclCommInitRank refuses it with
+ * ncclInvalidUsage, "Duplicate GPU detected"): allreduce=auto then takes
+ * the MPI fallback, and allreduce=nccl ends the job with one line, from
+ * the higher rank of the first pair (the others wait for the abort).
+ * Collective over I->comm. */
+static bool nccl_shared_gpu(CudaImpl *I, int rank)
+{
+    cudaDeviceProp prop;
+    bool known = cudaGetDeviceProperties(&prop, I->device) == cudaSuccess;
+    if (!known) cudaGetLastError();   /* unknown: compared with nobody */
+    DevicePeers p = device_peers(I->comm, known ? (const unsigned char *)prop.uuid.bytes : NULL, NULL);
+    if (!p.any_shared || !I->need_nccl) return p.any_shared;
+    if (p.first_other >= 0 && p.first_other < rank)
+        die(1, "device=cuda: allreduce=nccl, but ranks %d and %d share GPU %d, which NCCL does not support: use "
+               "allreduce=mpi (or auto), or one rank per GPU", p.first_other, rank, I->device);
+    MPI_Barrier(I->comm);
+    die(1, "device=cuda: allreduce=nccl with ranks sharing a GPU");   /* not reached */
+}
+
 /* NCCL on its own stream (so that the sums overlap the rest of backward),
  * its unique id broadcast over MPI.  allreduce=mpi (or the older switch
  * TRANSFORMER_NCCL=0), or a build without NCCL, sums through MPI on host
@@ -87,11 +108,14 @@ static void cuda_allreduce_init(Backend *be, const void *mpi_comm)
     MPI_Comm_rank(I->comm, &rank);
     const char *env = getenv("TRANSFORMER_NCCL");
     I->use_nccl = USE_NCCL && I->want_nccl && !(env && !strcmp(env, "0"));
+    bool shared = I->use_nccl && nccl_shared_gpu(I, rank);
+    I->use_nccl = I->use_nccl && !shared;
     /* the path, said once at start-up (train prints it) */
     be->allreduce_path = I->use_nccl ? "nccl (device buffers, own stream)"
                        : !USE_NCCL ? "mpi on host copies (this build has no NCCL)"
                        : !I->want_nccl ? "mpi on host copies (allreduce=mpi)"
-                                       : "mpi on host copies (TRANSFORMER_NCCL=0)";
+                       : shared ? "mpi on host copies (ranks share a GPU, which NCCL does not support)"
+                                : "mpi on host copies (TRANSFORMER_NCCL=0)";
     CK(cudaStreamCreateWithFlags(&I->comm_stream, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&I->ev_ready, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&I->ev_done, cudaEventDisableTiming));

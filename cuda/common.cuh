@@ -32,6 +32,7 @@
 extern "C" {
 #include "../src/ops.h"
 #include "../src/util.h"
+#include "../src/device_peers.h"
 }
 
 #define CK(call)                                                                                      \
@@ -78,6 +79,7 @@ struct CudaImpl {
     MPI_Comm comm;
     int nranks;
     bool want_nccl;   /* key allreduce=nccl (the default) */
+    bool need_nccl;   /* allreduce=nccl given explicitly: no fallback */
     bool use_nccl;
     cudaStream_t comm_stream;
     cudaEvent_t ev_ready, ev_done;

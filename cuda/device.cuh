@@ -59,6 +59,18 @@ static size_t cuda_device_free(Backend *be)
     return free_b;
 }
 
+/* the UUID of the rank's device (ops.h device_uuid) */
+static int cuda_device_uuid(Backend *be, unsigned char uuid[16])
+{
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, IMPL(be)->device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    memcpy(uuid, prop.uuid.bytes, 16);
+    return 0;
+}
+
 /* One rank per GPU: the node-local rank picks the device where every rank
  * sees all n GPUs of the node; where each sees only its own (Slurm
  * --gpus-per-task=1: n = 1), device 0.  More node-local ranks than visible
@@ -206,6 +218,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     I->precision = prec;
     I->act_dtype = prec == PREC_BF16 ? DT_BF16 : prec == PREC_FP16 ? DT_F16 : DT_F32;
     I->want_nccl = !allreduce || strcmp(allreduce, "mpi");
+    I->need_nccl = allreduce && !strcmp(allreduce, "nccl");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
      * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F;
      * fp16: those few stay plain fp32, which every GPU from sm_70 runs) */
@@ -231,6 +244,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->set_params = cuda_set_params;
     be->free = cuda_free;
     be->device_free = cuda_device_free;
+    be->device_uuid = cuda_device_uuid;
     be->upload = cuda_upload;
     be->download = cuda_download;
     be->zero = cuda_zero;

@@ -1,6 +1,7 @@
 /* max_tokens = 0: the micro-batch size from free device memory
  * (auto_tokens.h). */
 #include "auto_tokens.h"
+#include "device_peers.h"
 
 #include <stdio.h>
 
@@ -57,7 +58,9 @@ static long fit_sentences(const Model *m, long long avail, long long per, int L)
     return avail > 0 ? (long)(avail / (per + row * L)) : 0;
 }
 
-int auto_tokens_measure(Model *m, TokenBudget *tb)
+/* the measurement; the budget is 1/sharers of the free memory, headroom
+ * included (each rank keeps its own for what it allocates later) */
+static int measure(Model *m, TokenBudget *tb, int sharers)
 {
     Backend *be = m->be;
     int L = m->cfg.max_len;
@@ -78,21 +81,50 @@ int auto_tokens_measure(Model *m, TokenBudget *tb)
     per -= logits_bytes(m, 2LL * L) - logits_bytes(m, L);
     if (per < 1) per = 1;
     long long fixed = f0 - f1 - per - logits_bytes(m, L);
-    tb->free_bytes = (size_t)f0;
+    tb->device_free = (size_t)f0;
+    tb->sharers = sharers;
+    tb->free_bytes = (size_t)f0 / (size_t)sharers;
     tb->per_sentence = (size_t)per;
     tb->fixed = fixed > 0 ? (size_t)fixed : 0;
     tb->headroom = headroom(tb->free_bytes);
-    long B = fit_sentences(m, f0 - (long long)tb->headroom - (long long)tb->fixed, per, L);
+    long B = fit_sentences(m, (long long)tb->free_bytes - (long long)tb->headroom - (long long)tb->fixed, per, L);
     if (B > MAX_TOKENS_LIMIT / L) B = MAX_TOKENS_LIMIT / L;
     tb->sentences = B > 0 ? round_sentences(B) : 0;
     return 0;
+}
+
+int auto_tokens_measure(Model *m, TokenBudget *tb) { return measure(m, tb, 1); }
+
+/* Ranks that share a device (TRANSFORMER_SHARE_GPU=1) share its free
+ * memory: each reading all of it would budget nearly all of it, k times
+ * over.  They take turns, and each budgets 1/k of what it reads.  Turns,
+ * because a measurement takes the device-wide free memory before and after
+ * its own reservations: another rank reserving or releasing meanwhile would
+ * pass for this rank's bytes per sentence.  The first barrier waits for
+ * every rank on the device to hold its model, so that each reads the same
+ * free memory, what the k models (and contexts) left; a rank that measured
+ * has released its reservations before the next one starts.  0, or -1 as
+ * auto_tokens_measure.  Collective over D->comm. */
+static int measure_shared(Model *m, TokenBudget *tb, Dist *D)
+{
+    unsigned char uuid[16];
+    int known = m->be->device_uuid && m->be->device_uuid(m->be, uuid) == 0, rc = -1;
+    MPI_Comm dev;
+    DevicePeers p = device_peers(D->comm, known ? uuid : NULL, &dev);
+    MPI_Barrier(dev);
+    for (int turn = 0; turn < p.count; turn++) {
+        if (turn == p.index) rc = measure(m, tb, p.count);
+        MPI_Barrier(dev);
+    }
+    MPI_Comm_free(&dev);
+    return rc;
 }
 
 int auto_tokens_resolve(Model *m, Dist *D)
 {
     TokenBudget tb = {0};
     int L = m->cfg.max_len;
-    int ok = auto_tokens_measure(m, &tb) == 0;
+    int ok = measure_shared(m, &tb, D) == 0;
     long mine = ok ? tb.sentences * L : 0, tokens;
     MPI_Allreduce(&mine, &tokens, 1, MPI_LONG, MPI_MIN, D->comm);
     if (D->rank != 0) return (int)tokens;
@@ -104,6 +136,10 @@ int auto_tokens_resolve(Model *m, Dist *D)
                 "fit the free device memory of every rank (rank 0: %.3g MiB free, %.3g MiB kept free): use a smaller "
                 "model or max_len\n", L, (double)tb.per_sentence / MIB, (double)tb.free_bytes / MIB,
                 (double)tb.headroom / MIB);
+    else if (tb.sharers > 1)
+        printf("max_tokens: %ld from free device memory (%.3g GiB free, %.3g MiB per sentence of max_len tokens; "
+               "1/%d of the %.3g GiB free on the GPU that %d ranks share)\n", tokens, (double)tb.free_bytes / GIB,
+               (double)tb.per_sentence / MIB, tb.sharers, (double)tb.device_free / GIB, tb.sharers);
     else
         printf("max_tokens: %ld from free device memory (%.3g GiB free, %.3g MiB per sentence of max_len tokens)\n",
                tokens, (double)tb.free_bytes / GIB, (double)tb.per_sentence / MIB);

@@ -13,7 +13,9 @@
  * model_logits_rows target rows, which grows with the first sentences
  * only, so they are counted apart, once.  B is what fits the free memory less a headroom, rounded
  * down to 4 significant bits, so that free memory a few MiB either way
- * does not change it; max_tokens = B x max_len, the least over the ranks. */
+ * does not change it; max_tokens = B x max_len, the least over the ranks.
+ * Ranks on one device (same UUID) measure it in turn and divide its free
+ * memory among them (auto_tokens.c measure_shared). */
 #ifndef AUTO_TOKENS_H
 #define AUTO_TOKENS_H
 
@@ -23,7 +25,9 @@
 #include "model.h"
 
 typedef struct {
-    size_t free_bytes;     /* free device memory before any activation */
+    size_t device_free;    /* free device memory before any activation */
+    int sharers;           /* ranks that share the device (auto_tokens_measure: 1) */
+    size_t free_bytes;     /* this rank's part of it: device_free / sharers */
     size_t per_sentence;   /* activation bytes per sentence of max_len tokens, less the logits */
     size_t fixed;          /* bytes of a reservation that do not grow with it */
     size_t headroom;       /* kept free for what is allocated later */

@@ -84,6 +84,10 @@ struct Backend {
     /* Optional (NULL where unknown, the CPU backend): free device memory
      * in bytes now (CUDA: cudaMemGetInfo), for max_tokens = 0 */
     size_t (*device_free)(Backend *be);
+    /* Optional: the device's UUID (CUDA: cudaDeviceProp.uuid), so that the
+     * ranks sharing one device find each other (device_peers.h); 0, or -1
+     * where unknown */
+    int (*device_uuid)(Backend *be, unsigned char uuid[16]);
     void (*upload)(Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(Backend *be, void *host_dst, const void *src, size_t bytes);
     void (*zero)(Backend *be, void *p, size_t bytes);

@@ -22,8 +22,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include <cerrno>
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -809,8 +815,9 @@ static cudaError_t set_err(cudaError_t e)
     return e;
 }
 
-/* CUDA_EMU_MEMORY=BYTES plays a device of that capacity (default: no limit):
- * a cudaMalloc past it fails with cudaErrorMemoryAllocation */
+/* CUDA_EMU_MEMORY=BYTES plays a device of that capacity (default: no limit,
+ * or 80 GiB under CUDA_EMU_STRICT_DEVMEM): a cudaMalloc past it fails with
+ * cudaErrorMemoryAllocation */
 static size_t device_capacity()
 {
     static size_t cap = [] {
@@ -820,15 +827,222 @@ static size_t device_capacity()
     return cap;
 }
 
+/* ------------------------------------ device memory shared by processes */
+
+/* CUDA_EMU_STRICT_DEVMEM: the processes that use one device share its
+ * memory, as on a GPU, where cudaMemGetInfo reports the device's free
+ * memory with every process's allocations and CUDA context taken off, and
+ * cudaMalloc fails when the device is full, whoever filled it.  Each
+ * process holds a slot (pid, bytes) in a small file per device UUID under
+ * /dev/shm, locked with flock; a slot whose pid is gone (a rank killed, or
+ * one that ended through fail()'s _exit) counts nothing, and the last
+ * process to leave removes the file.  The file name carries a run token
+ * (CUDA_EMU_SESSION, else mpirun's job id, else the parent's pid) so that
+ * test runs side by side do not see each other's devices. */
+struct DevSlot {
+    int64_t pid;
+    uint64_t bytes;
+};
+static const int DEV_SLOTS = 64;
+struct DevShare {
+    int fd = -1, slot = -1;
+    std::string path;
+};
+static std::map<int, DevShare> dev_shares;   /* per device ordinal */
+static std::map<uintptr_t, std::pair<int, size_t>> dev_charged;   /* allocation -> (device, bytes charged) */
+
+/* an 80 GiB device (an H100) where CUDA_EMU_MEMORY is not set */
+static const size_t H100_BYTES = (size_t)80 << 30;
+static size_t reported_capacity() { return device_capacity() == SIZE_MAX ? H100_BYTES : device_capacity(); }
+
+/* What a process costs the device beyond its bytes: allocations in 2 MiB
+ * pages (the driver's large-page granularity) and a context of 500 MiB
+ * (primary context with lazy loading: ~300 MiB per PyTorch's ptrblck,
+ * pytorch#107667; 555 MiB on a 188-SM Blackwell, llama.cpp#23604; it grows
+ * with the SM count, H100: 132).  On a device of CUDA_EMU_MEMORY bytes
+ * (the tests' toy devices of a few MB) both shrink with it, an H100 scaled
+ * down: a page at least 256 bytes, cudaMalloc's alignment. */
+static size_t scaled(size_t h100_value)
+{
+    double f = (double)reported_capacity() / (double)H100_BYTES;
+    return (size_t)((double)h100_value * (f < 1 ? f : 1));
+}
+static size_t dev_page()
+{
+    size_t want = scaled((size_t)2 << 20), g = 256;
+    while (g < want) g *= 2;
+    return g;
+}
+static size_t dev_context_bytes() { return scaled((size_t)500 << 20); }
+
+static std::string dev_file(int dev)
+{
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) fail("device %d has no properties", dev);
+    std::string uuid(prop.uuid.bytes, strnlen(prop.uuid.bytes, sizeof prop.uuid.bytes)), tok;
+    if (const char *s = getenv("CUDA_EMU_SESSION")) tok = s;
+    else if (const char *j = getenv("OMPI_MCA_ess_base_jobid")) tok = std::string("job") + j;
+    else tok = "ppid" + std::to_string((long)getppid());
+    for (char &c : tok) if (c == '/') c = '_';
+    return "/dev/shm/cuda-emu-" + tok + "-" + uuid;
+}
+
+static void dev_read(const DevShare &d, DevSlot *s)
+{
+    memset(s, 0, sizeof(DevSlot) * DEV_SLOTS);
+    if (pread(d.fd, s, sizeof(DevSlot) * DEV_SLOTS, 0) < 0) fail("%s: cannot read: %s", d.path.c_str(), strerror(errno));
+}
+static void dev_write(const DevShare &d, const DevSlot *s)
+{
+    if (pwrite(d.fd, s, sizeof(DevSlot) * DEV_SLOTS, 0) != (ssize_t)(sizeof(DevSlot) * DEV_SLOTS))
+        fail("%s: cannot write: %s", d.path.c_str(), strerror(errno));
+}
+static bool pid_alive(int64_t pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
+
+/* bytes of the device held by the live processes (lock held) */
+static uint64_t dev_used(const DevSlot *s)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < DEV_SLOTS; i++)
+        if (pid_alive(s[i].pid)) sum += s[i].bytes;
+    return sum;
+}
+
+static void dev_leave_all()
+{
+    for (auto &kv : dev_shares) {
+        DevShare &d = kv.second;
+        if (d.fd < 0) continue;
+        DevSlot s[DEV_SLOTS];
+        flock(d.fd, LOCK_EX);
+        dev_read(d, s);
+        if (s[d.slot].pid == (int64_t)getpid()) s[d.slot] = DevSlot{ 0, 0 };   /* not a forked child's */
+        dev_write(d, s);
+        bool last = true;
+        for (int i = 0; i < DEV_SLOTS; i++)
+            if (pid_alive(s[i].pid)) last = false;
+        if (last) unlink(d.path.c_str());   /* under the lock: see dev_open */
+        flock(d.fd, LOCK_UN);
+        close(d.fd);
+        d.fd = -1;
+    }
+}
+
+/* open and lock the file; one that the last process out removed between
+ * our open and our lock (it unlinks under the lock) is opened again */
+static void dev_open(DevShare &d)
+{
+    for (;;) {
+        d.fd = open(d.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (d.fd < 0) fail("%s: cannot open: %s", d.path.c_str(), strerror(errno));
+        flock(d.fd, LOCK_EX);
+        struct stat a, b;
+        if (fstat(d.fd, &a) == 0 && stat(d.path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            return;
+        close(d.fd);
+    }
+}
+
+/* files that only dead processes hold (runs killed or aborted: MPI_Abort
+ * runs no atexit) are removed by the next process, so that /dev/shm does
+ * not fill up over many test runs */
+static void dev_sweep()
+{
+    DIR *dir = opendir("/dev/shm");
+    if (!dir) return;
+    while (struct dirent *e = readdir(dir)) {
+        if (strncmp(e->d_name, "cuda-emu-", 9)) continue;
+        DevShare d;
+        d.path = std::string("/dev/shm/") + e->d_name;
+        if ((d.fd = open(d.path.c_str(), O_RDWR | O_CLOEXEC)) < 0) continue;
+        DevSlot s[DEV_SLOTS];
+        flock(d.fd, LOCK_EX);
+        dev_read(d, s);
+        bool dead = true;
+        for (int i = 0; i < DEV_SLOTS; i++)
+            if (pid_alive(s[i].pid)) dead = false;
+        struct stat a, b;   /* still the file of that name (see dev_open) */
+        if (dead && fstat(d.fd, &a) == 0 && stat(d.path.c_str(), &b) == 0 && a.st_ino == b.st_ino)
+            unlink(d.path.c_str());
+        flock(d.fd, LOCK_UN);
+        close(d.fd);
+    }
+    closedir(dir);
+}
+
+/* this process's slot on device dev, made on first use with the context's
+ * bytes (a context exists once a process allocates or asks for free memory) */
+static DevShare &dev_share(int dev)
+{
+    DevShare &d = dev_shares[dev];
+    if (d.fd >= 0) return d;
+    static bool swept;
+    if (!swept) dev_sweep();
+    swept = true;
+    d.path = dev_file(dev);
+    dev_open(d);
+    DevSlot s[DEV_SLOTS];
+    dev_read(d, s);
+    for (int i = 0; i < DEV_SLOTS && d.slot < 0; i++)
+        if (!pid_alive(s[i].pid)) d.slot = i;
+    if (d.slot < 0) fail("%s: more than %d processes on one device", d.path.c_str(), DEV_SLOTS);
+    s[d.slot] = DevSlot{ (int64_t)getpid(), dev_context_bytes() };
+    dev_write(d, s);
+    flock(d.fd, LOCK_UN);
+    static bool registered;
+    if (!registered) registered = atexit(dev_leave_all) == 0;
+    return d;
+}
+
+/* add delta bytes to this process's slot on device dev; false (nothing
+ * added) if the device's live processes would then hold more than its
+ * capacity.  *free_b, if given: what the device has left. */
+static bool dev_charge(int dev, int64_t delta, size_t *free_b)
+{
+    DevShare &d = dev_share(dev);
+    DevSlot s[DEV_SLOTS];
+    flock(d.fd, LOCK_EX);
+    dev_read(d, s);
+    uint64_t used = dev_used(s), cap = reported_capacity();
+    bool ok = delta <= 0 || used + (uint64_t)delta <= cap;
+    if (ok) {
+        s[d.slot].bytes += delta;
+        used += delta;
+        dev_write(d, s);
+    }
+    flock(d.fd, LOCK_UN);
+    if (free_b) *free_b = used < cap ? cap - used : 0;
+    return ok;
+}
+
+/* a cudaMalloc of size bytes charged to the current device, in pages */
+static bool dev_charge_alloc(size_t size, int *dev, size_t *charged)
+{
+    size_t page = dev_page();
+    *charged = (size + page - 1) / page * page;
+    cudaGetDevice(dev);
+    return dev_charge(*dev, (int64_t)*charged, nullptr);
+}
+
+/* ------------------------------------------------------ memory functions */
+
 cudaError_t cudaMalloc(void **p, size_t size)
 {
     if (!p) return set_err(cudaErrorInvalidValue);
-    if (size > device_capacity() - E.dev_bytes) return set_err(cudaErrorMemoryAllocation);
+    bool shared = strict("DEVMEM");
+    int dev = 0;
+    size_t charged = 0;
+    if (shared ? !dev_charge_alloc(size, &dev, &charged) : size > device_capacity() - E.dev_bytes)
+        return set_err(cudaErrorMemoryAllocation);
     /* exactly `size` bytes (256-aligned like the GPU), so that ASan sees
      * an access past the end even where the GPU's rounding would hide it */
     size_t n = size ? size : 1;
     void *q = NULL;
-    if (posix_memalign(&q, 256, n)) return set_err(cudaErrorMemoryAllocation);
+    if (posix_memalign(&q, 256, n)) {
+        if (shared) dev_charge(dev, -(int64_t)charged, nullptr);
+        return set_err(cudaErrorMemoryAllocation);
+    }
+    if (shared) dev_charged[(uintptr_t)q] = std::make_pair(dev, charged);
     if (!dry_run) memset(q, 0xFF, n);   /* like the GPU: fresh memory is not zero */
     E.allocs[(uintptr_t)q] = size;
     E.dev_bytes += size;
@@ -836,14 +1050,19 @@ cudaError_t cudaMalloc(void **p, size_t size)
     return cudaSuccess;
 }
 
-/* total: CUDA_EMU_MEMORY, else 80 GiB (an H100's; cudaMalloc itself is
- * then unlimited); free: total less the bytes cudaMalloc'd now, exactly */
+/* total: CUDA_EMU_MEMORY, else 80 GiB (an H100's); free: under
+ * CUDA_EMU_STRICT_DEVMEM what every process on the device left (above),
+ * else total less the bytes this process cudaMalloc'd now, exactly (and
+ * without CUDA_EMU_MEMORY cudaMalloc itself is then unlimited) */
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
     if (!free_b || !total) return set_err(cudaErrorInvalidValue);
-    size_t cap = device_capacity() == SIZE_MAX ? (size_t)80 << 30 : device_capacity();
+    size_t cap = reported_capacity();
     *total = cap;
-    *free_b = cap > E.dev_bytes ? cap - E.dev_bytes : 0;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (strict("DEVMEM")) dev_charge(dev, 0, free_b);   /* every process's bytes and context */
+    else *free_b = cap > E.dev_bytes ? cap - E.dev_bytes : 0;
     return cudaSuccess;
 }
 
@@ -854,6 +1073,11 @@ cudaError_t cudaFree(void *p)
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
     E.dev_bytes -= it->second;
     E.allocs.erase(it);
+    auto c = dev_charged.find((uintptr_t)p);
+    if (c != dev_charged.end()) {   /* given back to the device it came from */
+        dev_charge(c->second.first, -(int64_t)c->second.second, nullptr);
+        dev_charged.erase(c);
+    }
     free(p);
     return cudaSuccess;
 }

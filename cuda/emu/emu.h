@@ -25,6 +25,9 @@
  *   under rule CC a launch fails with cudaErrorNoKernelImageForDevice where
  *   the build (Makefile CUDA_ARCH) has no kernel for that capability, and
  *   bf16 operands in cuBLAS(Lt) before 8.0 are refused.
+ *   Under CUDA_EMU_STRICT_DEVMEM the processes on one device (by UUID)
+ *   share its memory, in 2 MiB pages plus a 500 MiB context each (both
+ *   scaled down with CUDA_EMU_MEMORY), counted in /dev/shm (emu.cc).
  * - Streams run in order, so a race between streams cannot happen here; a
  *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
  *   stream exists, which races on a GPU, is reported as a misuse.

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 
 struct ncclComm {
     int nranks, rank;
@@ -36,6 +37,38 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
+/* CUDA_EMU_STRICT_NCCL_SAMEDEV: two ranks of one communicator on one device
+ * (the same host and device UUID) are refused as NCCL 2.5 and later do:
+ * ncclInvalidUsage, and with NCCL_DEBUG=WARN the line "Duplicate GPU
+ * detected : rank R and rank S both on CUDA device ..." (NVIDIA/nccl#418:
+ * the topology search cannot work with it).  NCCL's user guide: using one
+ * device as several ranks of a communicator "is not supported and may lead
+ * to hangs".  Collective over MPI_COMM_WORLD, as ncclCommInitRank is. */
+static ncclResult_t check_duplicate_gpu(int rank, int nranks)
+{
+    struct Key {
+        char host[64];
+        char uuid[16];
+    } me, *all = new Key[nranks];
+    memset(&me, 0, sizeof me);
+    gethostname(me.host, sizeof me.host - 1);
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaGetDevice(&dev);
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) cuda_emu::fail("ncclCommInitRank: device %d has no properties", dev);
+    memcpy(me.uuid, prop.uuid.bytes, sizeof me.uuid);
+    MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, MPI_COMM_WORLD);
+    int other = -1;
+    for (int r = 0; r < nranks && other < 0; r++)
+        if (r != rank && !memcmp(&all[r], &me, sizeof me)) other = r;
+    delete[] all;
+    if (other < 0) return ncclSuccess;
+    if (getenv("NCCL_DEBUG"))
+        fprintf(stderr, "%s: NCCL WARN Duplicate GPU detected : rank %d and rank %d both on CUDA device %.16s\n",
+                me.host, rank, other, me.uuid);
+    return ncclInvalidUsage;
+}
+
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 {
     if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
@@ -46,6 +79,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     if (size != nranks || me != rank)
         cuda_emu::fail("ncclCommInitRank(nranks %d, rank %d) on MPI rank %d of %d", nranks, rank, me, size);
+    if (cuda_emu::strict("NCCL_SAMEDEV")) {
+        ncclResult_t r = check_duplicate_gpu(rank, nranks);
+        if (r != ncclSuccess) return r;
+    }
     *comm = new ncclComm{ nranks, rank, 0, ncclSuccess };
     return ncclSuccess;
 }
@@ -81,6 +118,7 @@ const char *ncclGetErrorString(ncclResult_t r)
 {
     switch (r) {
     case ncclSuccess: return "no error";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error (emulated)";
     default: return "emulated NCCL error";
     }
