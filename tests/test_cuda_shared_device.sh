@@ -28,25 +28,26 @@ args="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 max_len=14 synth_trai
       threads=1 log_steps=1 ckpt_minutes=0 train_steps=1 device=cuda"
 two=(mpirun -np 2 -x TRANSFORMER_SHARE_GPU=1)
 
-# DEVMEM: 1 MB holds one rank's run (~0.7 MB), not two
-"${two[@]}" -x CUDA_EMU_MEMORY=1000000 -x CUDA_EMU_STRICT_DEVMEM=0 "$EMU" train $args max_tokens=160 allreduce=mpi \
-    run_dir=$W/apart > $W/apart.log 2>&1 || fail "2 ranks with a 1 MB device each (DEVMEM off): $(tail -3 $W/apart.log)"
-expect_error 1 "error: .*out of device memory" \
-    "${two[@]}" -x CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 allreduce=mpi run_dir=$W/together
-ok "DEVMEM: 2 ranks that each fit a 1 MB device alone do not fit it together"
+# DEVMEM: 3 MB holds one rank's run (2.0-2.25 MB, 1 MiB of it the cuBLASLt
+# workspace the emulated heuristic asks for), not two
+"${two[@]}" -x CUDA_EMU_MEMORY=3000000 -x CUDA_EMU_STRICT_DEVMEM=0 "$EMU" train $args max_tokens=160 allreduce=mpi \
+    run_dir=$W/apart > $W/apart.log 2>&1 || fail "2 ranks with a 3 MB device each (DEVMEM off): $(tail -3 $W/apart.log)"
+expect_error 1 "error: .*out of .*memory" \
+    "${two[@]}" -x CUDA_EMU_MEMORY=3000000 "$EMU" train $args max_tokens=160 allreduce=mpi run_dir=$W/together
+ok "DEVMEM: 2 ranks that each fit a 3 MB device alone do not fit it together"
 # a process killed at step 2 (its activations made) leaves its slot; the next one ignores it and
 # the last one out removes the file
 rm -f $SHM
 # (in a subshell that says nothing about the kill)
-(TRANSFORMER_FAIL_AT=0:2:KILL CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 train_steps=3 \
+(TRANSFORMER_FAIL_AT=0:2:KILL CUDA_EMU_MEMORY=3000000 "$EMU" train $args max_tokens=160 train_steps=3 \
     run_dir=$W/killed > $W/killed.log 2>&1; exit $?) 2>/dev/null && fail "TRANSFORMER_FAIL_AT=0:2:KILL: the run exited 0"
 [ -s $SHM ] || fail "the killed process left no accounting file $SHM"
 # (and a file of another run whose processes all died is swept away)
 OLD=/dev/shm/cuda-emu-$CUDA_EMU_SESSION-old-emu-0
 python3 -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<qQ", int(sys.argv[2]), 1 << 20) + bytes(16 * 63))' \
     $OLD "$(sh -c 'echo $$')"
-CUDA_EMU_MEMORY=1000000 "$EMU" train $args max_tokens=160 run_dir=$W/after > $W/after.log 2>&1 \
-    || fail "a run after a killed one on the same 1 MB device: $(tail -3 $W/after.log)"
+CUDA_EMU_MEMORY=3000000 "$EMU" train $args max_tokens=160 run_dir=$W/after > $W/after.log 2>&1 \
+    || fail "a run after a killed one on the same 3 MB device: $(tail -3 $W/after.log)"
 [ -e $SHM ] && fail "the accounting file $SHM outlived the last process"
 [ -e $OLD ] && fail "the accounting file $OLD of dead processes was not swept"
 ok "DEVMEM: a killed process's bytes are not counted; the file goes with the last process; dead runs' files are swept"
