@@ -102,15 +102,6 @@ void param_table_free(ParamTable *pt)
     memset(pt, 0, sizeof *pt);
 }
 
-size_t model_param_count(const Config *c)
-{
-    ParamTable pt;
-    param_table_build(&pt, c);
-    size_t n = pt.total;
-    param_table_free(&pt);
-    return n;
-}
-
 void param_init_host(const ParamTable *pt, const Config *c, float *host)
 {
     for (int ti = 0; ti < pt->n; ti++) {

@@ -136,8 +136,6 @@ void model_track_gate_grads(Model *m);
  * ctx [rows, h*d_v], with the gates of (kind, layer) if the model has gates;
  * scratch holds the gated ctx (may be ctx itself: gated in place) */
 void model_attn_output(Model *m, int kind, int layer, Act ctx, Act scratch, size_t Wo, Act out, int rows);
-/* exact parameter count of a config */
-size_t model_param_count(const Config *c);
 /* rows (target tokens) of one chunk of the pre-softmax projection and
  * cross-entropy for a batch of nt target tokens: at most nt, at most
  * logits_chunk, or (logits_chunk = 0) as many as keep the [rows, V] logits

@@ -8,7 +8,7 @@
 #include "loss_scale.h"
 #include "model.h"
 
-/* Everything a training run holds; checkpoint.c saves and restores it. */
+/* Everything a training run holds; resume.c saves and restores it (through checkpoint.c). */
 typedef struct {
     Config cfg;
     Dist dist;
