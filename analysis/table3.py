@@ -359,6 +359,7 @@ def run_cells(r):
     flops = f"{flops / 1e15:.3g}" if flops is not None and math.isfinite(flops) else "–"
 
     tr = f"{r.get('threads') or '?'} × {r.get('ranks') or '?'}" if r.get("threads") or r.get("ranks") else "–"
+    seed = r.get("cfg", {}).get("seed") or seed  # the config's seed (a rerun has the next one)
     return [r["row"], f"{seed}{' (rerun)' if rerun else ''}", run_label(r), fmt_num(nll(r), 3),
             str(r.get("train_steps") or "–"), num("tokens_seen", 1e6), num("epochs"), flops,
             num("wall_seconds", 60, 1), num("eval_seconds", 60, 1), r.get("device") or "–", tr]

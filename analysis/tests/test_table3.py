@@ -101,7 +101,7 @@ def test_values_are_the_c_programs(sweep):
         assert r["dev_bleu"] == ("" if sacre is None else str(sacre))
         assert r["dev_bleu_tok"] == ("" if tok is None else str(tok))
         if t["metrics"]:  # 20 steps of a tiny model: still on the plateau, and the verdict says so
-            assert r["verdict"] == "stuck" and "below the first dev NLL" in r["verdict_reason"]
+            assert r["verdict"] == "stuck" and "the first dev NLL" in r["verdict_reason"]
             assert float(r["tokens_seen"]) > 0  # (no matrix_params: TINY has no vocab_size key)
     # the three trained rows differ (different architectures, different PPL)
     ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
@@ -367,7 +367,8 @@ PLANTED = {  # row -> (dev NLL curve, training loss curve or None, expected verd
             "diverged", "non-finite training loss at step 650"),
     "blowup": (lambda s: _healthy(s) if s <= 600 else min(9.5, _healthy(600) + (s - 600) * 0.02),
                lambda s: _healthy(s) + 0.6 if s <= 600 else 7.5, "diverged", "above its minimum"),
-    "stuck": (lambda s: max(PLATEAU, 6.0 - s / 200), None, "stuck", "below the unigram NLL 5.940"),
+    "stuck": (lambda s: max(PLATEAU, 6.0 - s / 200), None, "stuck", "only 0.69 nats below the unigram NLL 5.940"),
+    "above": (lambda s: 6.5, None, "stuck", "0.56 nats above the unigram NLL 5.940"),
     "late": (lambda s: PLATEAU if s < 600 else max(4.1, PLATEAU - (s - 600) / 300), None, "stuck", "step 500"),
     "spike": (lambda s: _healthy(s) + (0.3 if s == 1000 else 0.15 if s > 1000 else 0),
               lambda s: _healthy(s) + 0.6 + (0.4 if 950 <= s <= 1050 else 0), "unstable", "step 1000"),
@@ -572,6 +573,7 @@ def test_protocol_failed_run_and_its_rerun(protocol_sweep):
     assert compare["C3 ✗"]["Δ NLL vs base [95% CI]"].endswith("†") and "† one healthy seed" in md
     names = list(runs)
     assert names[names.index("C3") + 1] == "C3-rerun" and runs["C3"]["verdict"] == "diverged"
+    assert (runs["C3"]["seed"], runs["C3-rerun"]["seed"]) == ("1", "2 (rerun)")  # the configs' seeds
     assert names[:3] == ["base", "base-seed2", "base-seed3"]
     assert runs["D4"]["device"] == "cpu" and float(runs["D4"]["tokens ×10⁶"]) == pytest.approx(6000 * 360 / 1e6)
     assert md.count("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:") == 1
