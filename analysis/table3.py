@@ -593,7 +593,7 @@ def plot_curves(runs, prefix):
             label = None if key in labelled else row if not is_failed(r) else f"{r['row']} ({run_label(r)})"
             labelled.add(key)
             drawn |= _draw_run(ax, r, colors[rows.index(row) % len(colors)], label)
-        ax.set_title(g if g in ("base", "big") else f"({g})")
+        ax.set_title(f"({g})" if len(g) == 1 else g)  # the paper's groups (A)..(E)
         if drawn:
             ax.legend(frameon=False, fontsize=6)
         else:
