@@ -37,7 +37,7 @@ import numpy as np
 
 import stats
 from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
-from compare import PAPER_EQUIV_NATS, is_failed, mean_bleu, nll, split_run, summarize
+from compare import PAPER_EQUIV_NATS, base_spread_note, is_failed, mean_bleu, nll, split_run, summarize
 from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result
 
 # Table 3 hyperparameter columns: (config key, Markdown header, LaTeX header, kind)
@@ -389,6 +389,9 @@ def overall_note(overall, summaries):
            f"with both: {fmt_num(rho, 2)}. Agreement with the paper's direction: {a['yes']} yes, "
            f"{a['sign']} same sign but not significant, {a['no (n.s.)']} opposite sign but not significant, "
            f"{a['no']} no.\n")
+    spread = base_spread_note(overall["base"])
+    if spread:
+        out += "\n" + spread + "\n"
     if any(s["pooled"] for s in summaries):
         out += ("\n† one healthy seed: the interval takes the row's seed spread to be base's (Welch's "
                 "interval needs two seeds on each side).\n")

@@ -578,6 +578,7 @@ def test_protocol_failed_run_and_its_rerun(protocol_sweep):
     assert runs["D4"]["device"] == "cpu" and float(runs["D4"]["tokens ×10⁶"]) == pytest.approx(6000 * 360 / 1e6)
     assert md.count("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:") == 1
     assert "fixed peak 1e-3" in md and "1000 resamples" in md
+    assert "Base: 3 healthy seeds, dev NLL s.d. 0.015 nats, range 0.030 nats: within the protocol's tolerance" in md
     assert_figure(str(top / "table3"))
 
 
@@ -614,6 +615,7 @@ def test_version_1_sweep_still_tabulates(tmp_path):
     assert rows["base"]["n_used"] == "3" and rows["A1"]["pooled"] == "1"
     assert float(rows["base"]["mean_nll"]) == pytest.approx(statistics.mean(map(math.log, (26.34, 27.58, 62.85))))
     assert rows["A1"]["paper_dir"] == "up" and rows["A1"]["ours_dir"] == "≈"  # base's spread swamps it
+    assert "range 0.870 nats: OUTSIDE the protocol's tolerance" in (sweep / "table3.md").read_text()
     out = io.StringIO()
     with redirect_stdout(out):
         cli("row_result.py", "--verdict", sweep / "results" / "base.h5")
