@@ -197,6 +197,29 @@ def sweep_overrides(env, cfg, origin="config"):
     return ovr
 
 
+def judge_from_run_dir(r, sweep):
+    """A result file without curves (format 1) whose run directory is still
+    there: its curves and verdict from SWEEP/runs/<run>/metrics.h5, judged
+    as row_result.py would have (the plateau from the config's dataset)."""
+    from row_result import compute_attrs, data_path, dataset_facts, from_metrics, verdict_of
+
+    m = os.path.join(sweep, "runs", r["row"], "metrics.h5")
+    if r["curves"] or r["verdict"] or r["status"] == "pending" or not os.path.isfile(m):
+        return
+    try:
+        got, curves = from_metrics(m)
+    except AnalysisError:
+        return
+    data = data_path(r["cfg"], None)
+    uni = dataset_facts(data).get("unigram_nll") if data else None
+    for k, v in compute_attrs(r["cfg"], {}, got, data)[0].items():  # tokens, epochs, FLOPs where missing
+        if k in ("tokens_seen", "epochs", "train_flops") and not math.isfinite(r.get(k, math.nan)):
+            r[k] = v
+    r["curves"] = curves
+    r["verdict"], why = verdict_of(curves, r["cfg"], uni, r["message"])
+    r["verdict_reason"] = f"{why} (judged by table3.py from runs/{r['row']}/metrics.h5)"
+
+
 def load_rows(sweep, configs_dir):
     """All rows: dict name -> record with hyper (all keys), numbers and status.
     A row without a result gets its config with the sweep's overrides."""
@@ -223,6 +246,7 @@ def load_rows(sweep, configs_dir):
     for p in sorted(glob.glob(os.path.join(res_dir, "*.h5"))):
         r = read_result(p)
         r["source"] = p
+        judge_from_run_dir(r, sweep)
         for k in ("paper_ppl", "paper_bleu", "paper_params_m"):  # the stored config's, if the attribute is NaN
             if not math.isfinite(r[k]):
                 r[k] = cfg_float(r["cfg"], k)

@@ -613,6 +613,16 @@ def test_version_1_sweep_still_tabulates(tmp_path):
     with open(sweep / "table3-rows.csv") as f:
         rows = {r["row"]: r for r in csv.DictReader(l for l in f if not l.startswith("#"))}
     assert rows["base"]["n_used"] == "3" and rows["A1"]["pooled"] == "1"
+    # its run directories are still there: table3.py judges the curves itself
+    write_metrics(sweep / "runs" / "base-seed3" / "metrics.h5", PLANTED["late"][0])
+    write_metrics(sweep / "runs" / "base" / "metrics.h5", _healthy)
+    cli("table3.py", sweep, "--configs", tmp_path, "--out", tmp_path / "judged")
+    with open(tmp_path / "judged.csv") as f:
+        runs = {r["row"]: r for r in csv.DictReader(f)}
+    assert (runs["base"]["verdict"], runs["base-seed3"]["verdict"], runs["A1"]["verdict"]) == ("healthy", "stuck", "")
+    assert "judged by table3.py from runs/base-seed3/metrics.h5" in runs["base-seed3"]["verdict_reason"]
+    assert float(runs["base"]["tokens_seen"]) == pytest.approx(24 * 6000 * 15) and runs["A1"]["tokens_seen"] == ""
+    assert f"{math.log(62.85):.3f} ✗stuck" in (tmp_path / "judged.md").read_text()
     assert float(rows["base"]["mean_nll"]) == pytest.approx(statistics.mean(map(math.log, (26.34, 27.58, 62.85))))
     assert rows["A1"]["paper_dir"] == "up" and rows["A1"]["ours_dir"] == "≈"  # base's spread swamps it
     assert "range 0.870 nats: OUTSIDE the protocol's tolerance" in (sweep / "table3.md").read_text()
