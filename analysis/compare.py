@@ -17,6 +17,9 @@ FAILED = ("diverged", "stuck", "unstable")
 # the paper's single runs do not settle it (E and A3 are "≈" in the paper's text)
 PAPER_EQUIV_NATS = 0.04
 EQUIV_ROWS = ("E", "A3")
+# base's healthy seeds should end within this range of each other (issue 30's
+# pilot criterion); the table says whether they do
+BASE_TOLERANCE_NATS = 0.05
 BOOTSTRAP_SETS = ("test2016.avg5", "test2016.final")  # the first both runs have
 RUN_NAME = re.compile(r"(?P<row>.+?)(?:-seed(?P<seed>\d+))?(?P<rerun>-rerun)?")
 
@@ -177,3 +180,14 @@ def summarize(runs, order):
                "n_ranked": len(ranked), "base": base,
                "agree": {k: sum(s["agree"] == k for s in others) for k in ("yes", "sign", "no", "no (n.s.)")}}
     return rows, overall
+
+
+def base_spread_note(base):
+    """One line on base's seeds: their s.d. and range against BASE_TOLERANCE_NATS."""
+    if base is None or base["n"] < 2:
+        return ""
+    v = np.asarray(base["nlls"])
+    span = float(v.max() - v.min())
+    verdict = "within" if span <= BASE_TOLERANCE_NATS else "OUTSIDE"
+    return (f"Base: {base['n']} healthy seeds, dev NLL s.d. {v.std(ddof=1):.3f} nats, range {span:.3f} nats: "
+            f"{verdict} the protocol's tolerance of {BASE_TOLERANCE_NATS} nats.")

@@ -37,7 +37,7 @@ import numpy as np
 
 import stats
 from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
-from compare import PAPER_EQUIV_NATS, is_failed, mean_bleu, nll, split_run, summarize
+from compare import PAPER_EQUIV_NATS, base_spread_note, is_failed, mean_bleu, nll, split_run, summarize
 from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result
 
 # Table 3 hyperparameter columns: (config key, Markdown header, LaTeX header, kind)
@@ -197,6 +197,29 @@ def sweep_overrides(env, cfg, origin="config"):
     return ovr
 
 
+def judge_from_run_dir(r, sweep):
+    """A result file without curves (format 1) whose run directory is still
+    there: its curves and verdict from SWEEP/runs/<run>/metrics.h5, judged
+    as row_result.py would have (the plateau from the config's dataset)."""
+    from row_result import compute_attrs, data_path, dataset_facts, from_metrics, verdict_of
+
+    m = os.path.join(sweep, "runs", r["row"], "metrics.h5")
+    if r["curves"] or r["verdict"] or r["status"] == "pending" or not os.path.isfile(m):
+        return
+    try:
+        got, curves = from_metrics(m)
+    except AnalysisError:
+        return
+    data = data_path(r["cfg"], None)
+    uni = dataset_facts(data).get("unigram_nll") if data else None
+    for k, v in compute_attrs(r["cfg"], {}, got, data)[0].items():  # tokens, epochs, FLOPs where missing
+        if k in ("tokens_seen", "epochs", "train_flops") and not math.isfinite(r.get(k, math.nan)):
+            r[k] = v
+    r["curves"] = curves
+    r["verdict"], why = verdict_of(curves, r["cfg"], uni, r["message"])
+    r["verdict_reason"] = f"{why} (judged by table3.py from runs/{r['row']}/metrics.h5)"
+
+
 def load_rows(sweep, configs_dir):
     """All rows: dict name -> record with hyper (all keys), numbers and status.
     A row without a result gets its config with the sweep's overrides."""
@@ -223,6 +246,7 @@ def load_rows(sweep, configs_dir):
     for p in sorted(glob.glob(os.path.join(res_dir, "*.h5"))):
         r = read_result(p)
         r["source"] = p
+        judge_from_run_dir(r, sweep)
         for k in ("paper_ppl", "paper_bleu", "paper_params_m"):  # the stored config's, if the attribute is NaN
             if not math.isfinite(r[k]):
                 r[k] = cfg_float(r["cfg"], k)
@@ -359,6 +383,7 @@ def run_cells(r):
     flops = f"{flops / 1e15:.3g}" if flops is not None and math.isfinite(flops) else "–"
 
     tr = f"{r.get('threads') or '?'} × {r.get('ranks') or '?'}" if r.get("threads") or r.get("ranks") else "–"
+    seed = r.get("cfg", {}).get("seed") or seed  # the config's seed (a rerun has the next one)
     return [r["row"], f"{seed}{' (rerun)' if rerun else ''}", run_label(r), fmt_num(nll(r), 3),
             str(r.get("train_steps") or "–"), num("tokens_seen", 1e6), num("epochs"), flops,
             num("wall_seconds", 60, 1), num("eval_seconds", 60, 1), r.get("device") or "–", tr]
@@ -388,6 +413,9 @@ def overall_note(overall, summaries):
            f"with both: {fmt_num(rho, 2)}. Agreement with the paper's direction: {a['yes']} yes, "
            f"{a['sign']} same sign but not significant, {a['no (n.s.)']} opposite sign but not significant, "
            f"{a['no']} no.\n")
+    spread = base_spread_note(overall["base"])
+    if spread:
+        out += "\n" + spread + "\n"
     if any(s["pooled"] for s in summaries):
         out += ("\n† one healthy seed: the interval takes the row's seed spread to be base's (Welch's "
                 "interval needs two seeds on each side).\n")
@@ -592,7 +620,7 @@ def plot_curves(runs, prefix):
             label = None if key in labelled else row if not is_failed(r) else f"{r['row']} ({run_label(r)})"
             labelled.add(key)
             drawn |= _draw_run(ax, r, colors[rows.index(row) % len(colors)], label)
-        ax.set_title(g if g in ("base", "big") else f"({g})")
+        ax.set_title(f"({g})" if len(g) == 1 else g)  # the paper's groups (A)..(E)
         if drawn:
             ax.legend(frameon=False, fontsize=6)
         else:

@@ -93,8 +93,10 @@ def stuck(c, total, unigram_nll):
     i = at[0]
     ref, what = plateau_reference(c, unigram_nll)
     if nll[i] > ref - STUCK_NATS_BELOW_PLATEAU:
-        return (f"dev NLL {nll[i]:.3f} at step {int(steps[i])} ({steps[i] / total:.0%} of the run) is only "
-                f"{ref - nll[i]:.2f} nats below {what} {ref:.3f} (< {STUCK_NATS_BELOW_PLATEAU})")
+        gap = ref - nll[i]
+        where = f"only {gap:.2f} nats below" if gap >= 0 else f"{-gap:.2f} nats above"
+        return (f"dev NLL {nll[i]:.3f} at step {int(steps[i])} ({steps[i] / total:.0%} of the run) is {where} "
+                f"{what} {ref:.3f} (stuck: less than {STUCK_NATS_BELOW_PLATEAU} below)")
     return None
 
 

@@ -101,7 +101,7 @@ def test_values_are_the_c_programs(sweep):
         assert r["dev_bleu"] == ("" if sacre is None else str(sacre))
         assert r["dev_bleu_tok"] == ("" if tok is None else str(tok))
         if t["metrics"]:  # 20 steps of a tiny model: still on the plateau, and the verdict says so
-            assert r["verdict"] == "stuck" and "below the first dev NLL" in r["verdict_reason"]
+            assert r["verdict"] == "stuck" and "the first dev NLL" in r["verdict_reason"]
             assert float(r["tokens_seen"]) > 0  # (no matrix_params: TINY has no vocab_size key)
     # the three trained rows differ (different architectures, different PPL)
     ppls = [float(r["dev_ppl"]) for r in read_csv(top) if r["status"] == "done"]
@@ -367,7 +367,8 @@ PLANTED = {  # row -> (dev NLL curve, training loss curve or None, expected verd
             "diverged", "non-finite training loss at step 650"),
     "blowup": (lambda s: _healthy(s) if s <= 600 else min(9.5, _healthy(600) + (s - 600) * 0.02),
                lambda s: _healthy(s) + 0.6 if s <= 600 else 7.5, "diverged", "above its minimum"),
-    "stuck": (lambda s: max(PLATEAU, 6.0 - s / 200), None, "stuck", "below the unigram NLL 5.940"),
+    "stuck": (lambda s: max(PLATEAU, 6.0 - s / 200), None, "stuck", "only 0.69 nats below the unigram NLL 5.940"),
+    "above": (lambda s: 6.5, None, "stuck", "0.56 nats above the unigram NLL 5.940"),
     "late": (lambda s: PLATEAU if s < 600 else max(4.1, PLATEAU - (s - 600) / 300), None, "stuck", "step 500"),
     "spike": (lambda s: _healthy(s) + (0.3 if s == 1000 else 0.15 if s > 1000 else 0),
               lambda s: _healthy(s) + 0.6 + (0.4 if 950 <= s <= 1050 else 0), "unstable", "step 1000"),
@@ -572,10 +573,12 @@ def test_protocol_failed_run_and_its_rerun(protocol_sweep):
     assert compare["C3 ✗"]["Δ NLL vs base [95% CI]"].endswith("†") and "† one healthy seed" in md
     names = list(runs)
     assert names[names.index("C3") + 1] == "C3-rerun" and runs["C3"]["verdict"] == "diverged"
+    assert (runs["C3"]["seed"], runs["C3-rerun"]["seed"]) == ("1", "2 (rerun)")  # the configs' seeds
     assert names[:3] == ["base", "base-seed2", "base-seed3"]
     assert runs["D4"]["device"] == "cpu" and float(runs["D4"]["tokens ×10⁶"]) == pytest.approx(6000 * 360 / 1e6)
     assert md.count("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:") == 1
     assert "fixed peak 1e-3" in md and "1000 resamples" in md
+    assert "Base: 3 healthy seeds, dev NLL s.d. 0.015 nats, range 0.030 nats: within the protocol's tolerance" in md
     assert_figure(str(top / "table3"))
 
 
@@ -610,8 +613,19 @@ def test_version_1_sweep_still_tabulates(tmp_path):
     with open(sweep / "table3-rows.csv") as f:
         rows = {r["row"]: r for r in csv.DictReader(l for l in f if not l.startswith("#"))}
     assert rows["base"]["n_used"] == "3" and rows["A1"]["pooled"] == "1"
+    # its run directories are still there: table3.py judges the curves itself
+    write_metrics(sweep / "runs" / "base-seed3" / "metrics.h5", PLANTED["late"][0])
+    write_metrics(sweep / "runs" / "base" / "metrics.h5", _healthy)
+    cli("table3.py", sweep, "--configs", tmp_path, "--out", tmp_path / "judged")
+    with open(tmp_path / "judged.csv") as f:
+        runs = {r["row"]: r for r in csv.DictReader(f)}
+    assert (runs["base"]["verdict"], runs["base-seed3"]["verdict"], runs["A1"]["verdict"]) == ("healthy", "stuck", "")
+    assert "judged by table3.py from runs/base-seed3/metrics.h5" in runs["base-seed3"]["verdict_reason"]
+    assert float(runs["base"]["tokens_seen"]) == pytest.approx(24 * 6000 * 15) and runs["A1"]["tokens_seen"] == ""
+    assert f"{math.log(62.85):.3f} ✗stuck" in (tmp_path / "judged.md").read_text()
     assert float(rows["base"]["mean_nll"]) == pytest.approx(statistics.mean(map(math.log, (26.34, 27.58, 62.85))))
     assert rows["A1"]["paper_dir"] == "up" and rows["A1"]["ours_dir"] == "≈"  # base's spread swamps it
+    assert "range 0.870 nats: OUTSIDE the protocol's tolerance" in (sweep / "table3.md").read_text()
     out = io.StringIO()
     with redirect_stdout(out):
         cli("row_result.py", "--verdict", sweep / "results" / "base.h5")
