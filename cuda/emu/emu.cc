@@ -695,11 +695,21 @@ static bool build_runs_on(int cc)
     }
     return last && cc >= last;
 }
+/* the last error is per host thread, as in the CUDA runtime: a not-ready
+ * query on gradsync's progress thread is not the main thread's error */
+static thread_local cudaError_t last_error = cudaSuccess;
+
+static cudaError_t set_err(cudaError_t e)
+{
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
 static bool kernel_image_for_device(const char *name)
 {
     (void)name;
     if (!strict("CC") || build_runs_on(device_cc())) return true;
-    E.last_error = cudaErrorNoKernelImageForDevice;
+    set_err(cudaErrorNoKernelImageForDevice);
     return false;
 }
 
@@ -809,15 +819,6 @@ bool cuda_emu::strict(const char *rule)
 
 /* ------------------------------------------------------------- runtime */
 
-/* the last error is per host thread, as in the CUDA runtime: a not-ready
- * query on gradsync's progress thread is not the main thread's error */
-static thread_local cudaError_t last_error = cudaSuccess;
-
-static cudaError_t set_err(cudaError_t e)
-{
-    if (e != cudaSuccess) last_error = e;
-    return e;
-}
 
 /* CUDA_EMU_MEMORY=BYTES plays a device of that capacity (default: no limit,
  * or 80 GiB under CUDA_EMU_STRICT_DEVMEM): a cudaMalloc past it fails with
