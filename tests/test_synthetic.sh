@@ -9,7 +9,11 @@ trap 'rm -rf "$tmp"' EXIT
 t0=$(date +%s)
 # one thread: the layers are tiny, and on shared, oversubscribed cores
 # OpenMP teams of 2 spend most of their time in barriers
-"$BIN" train --config "$TOP/input/synthetic-test.cfg" threads=1 run_dir="$tmp/run" > "$tmp/log" 2>&1
+# 2400 steps, not the config's 800: at 800 the exact match of seeds 1-6
+# ranged 0.51-1.00, and a rounding change (the 1/sqrt(d_k) scale moved
+# into the score GEMM) took seed 1 from 0.965 to 0.875; at 2400 all 16
+# runs measured (seeds 1-8, before and after that change) ended >= 0.99
+"$BIN" train --config "$TOP/input/synthetic-test.cfg" threads=1 train_steps=2400 run_dir="$tmp/run" > "$tmp/log" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] || { cat "$tmp/log"; fail "train exited $rc"; }
 cat "$tmp/log"
