@@ -34,6 +34,10 @@ UNSTABLE_DEV_NATS = 0.1
 # minimum in the same window; a dev rise while the training loss keeps
 # falling is overfitting, which a healthy run may show (reported in the reason)
 UNSTABLE_TRAIN_NATS = 0.1
+# stuck and unstable judge a curve, which needs two points: a run with
+# one dev evaluation (a smoke test of a few steps, e.g. the Slurm tests'
+# sweeps, evaluated only at its end) is 'unknown' unless it diverged
+MIN_DEV_EVALS = 2
 
 
 def smooth(y, k=TRAIN_SMOOTH):
@@ -133,6 +137,9 @@ def verdict(curves, unigram_nll=None, total_steps=None):
         return "diverged", why
     if not len(c["dev_nll"]):
         return "unknown", "no dev evaluation logged"
+    evals = len(np.unique(c["dev_step"]))
+    if evals < MIN_DEV_EVALS:
+        return "unknown", f"too short to judge: {evals} dev evaluation(s), fewer than {MIN_DEV_EVALS}"
     last = max(c["dev_step"].max(), c["train_step"].max() if len(c["train_step"]) else 0)
     total = float(total_steps or last)
     why = stuck(c, total, unigram_nll)

@@ -630,3 +630,18 @@ def test_version_1_sweep_still_tabulates(tmp_path):
     with redirect_stdout(out):
         cli("row_result.py", "--verdict", sweep / "results" / "base.h5")
     assert out.getvalue().startswith("unknown ")
+
+
+def test_one_dev_evaluation_is_too_short_to_judge():
+    """A smoke test evaluated once, at its end, on the plateau: unknown (no
+    rerun), unless it diverged; with a second evaluation it is judged."""
+    import numpy as np
+    import verdict as V
+
+    one = {"train_step": [1, 2, 3], "train_loss": [6.3, 6.2, 6.1], "dev_step": [3], "dev_nll": [6.1],
+           "dev_loss": [6.3]}
+    assert V.verdict(one, unigram_nll=4.74)[0] == "unknown"
+    two = dict(one, dev_step=[2, 3], dev_nll=[6.2, 6.1], dev_loss=[6.4, 6.3])
+    assert V.verdict(two, unigram_nll=4.74)[0] == "stuck"
+    bad = dict(one, dev_nll=[np.nan])
+    assert V.verdict(bad, unigram_nll=4.74)[0] == "diverged"
