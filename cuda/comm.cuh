@@ -63,9 +63,7 @@ static int cuda_allreduce_progress(Backend *be)
     if (current != I->device) CK(cudaSetDevice(current = I->device));
     while (I->n_posted < I->n_staged) {
         CudaImpl::Staged &s = I->staged[I->n_posted];
-        cudaError_t q = cudaEventQuery(s.copied);
-        if (q == cudaErrorNotReady) break;
-        CK(q);
+        if (!event_ready(s.copied)) break;
         MPI_Iallreduce(MPI_IN_PLACE, s.host, (int)s.n, MPI_FLOAT, MPI_SUM, I->comm, &I->reqs[I->n_posted]);
         I->n_posted++;
     }
@@ -160,14 +158,12 @@ static void cuda_allreduce_wait(Backend *be)
          * communication backward did not hide (nothing else is queued);
          * polling NCCL's asynchronous error meanwhile: an allreduce that
          * failed may never complete */
-        cudaError_t q;
         double t0 = now_seconds();
-        while ((q = cudaEventQuery(I->ev_done)) == cudaErrorNotReady) {
+        while (!event_ready(I->ev_done)) {
             nccl_check_async(I);
             watchdog_check(t0, be->allreduce_timeout_s, comm_rank(I), "the NCCL gradient allreduce");
             sched_yield();
         }
-        CK(q);
         nccl_check_async(I);
         return;
     }

@@ -45,6 +45,21 @@ extern "C" {
     } while (0)
 #define CKL() CK(cudaGetLastError())
 
+/* Has the work before e completed?  A query answers cudaErrorNotReady while
+ * it runs, and the runtime also keeps that answer as the thread's last
+ * error: cleared here, or the next CKL() would take it for a failed launch
+ * (PyTorch's CUDAEvent::query does the same).  Any other error is fatal. */
+static bool event_ready(cudaEvent_t e)
+{
+    cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    CK(q);
+    return true;
+}
+
 enum { PREC_FP32, PREC_TF32, PREC_BF16, PREC_FP16 };
 
 struct CudaImpl {

@@ -13,6 +13,7 @@
 #pragma weak cuda_cost_shape
 
 #include <algorithm>
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -90,7 +91,6 @@ struct Emu {
     std::map<uintptr_t, size_t> allocs;
     size_t dev_bytes = 0;   /* their sum, against CUDA_EMU_MEMORY */
     long nonblocking_streams = 0;   /* created and not destroyed */
-    cudaError_t last_error = cudaSuccess;
     long launches = 0;
 };
 static Emu E;
@@ -752,7 +752,7 @@ extern "C" int cuda_emu_set_backend(const char *name)
     return 0;
 }
 
-bool strict(const char *rule)
+bool cuda_emu::strict(const char *rule)
 {
     char name[96];
     snprintf(name, sizeof name, "CUDA_EMU_STRICT_%s", rule);
@@ -763,9 +763,13 @@ bool strict(const char *rule)
 
 /* ------------------------------------------------------------- runtime */
 
+/* the last error is per host thread, as in the CUDA runtime: a not-ready
+ * query on gradsync's progress thread is not the main thread's error */
+static thread_local cudaError_t last_error = cudaSuccess;
+
 static cudaError_t set_err(cudaError_t e)
 {
-    if (e != cudaSuccess) E.last_error = e;
+    if (e != cudaSuccess) last_error = e;
     return e;
 }
 
@@ -915,7 +919,35 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; 
 cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
+/* Rule QUERY: a GPU answers a query cudaErrorNotReady while the work is
+ * running, and the runtime keeps that answer as the thread's last error
+ * (PyTorch's CUDAEvent::query clears it with cudaGetLastError(), pytorch
+ * PR #18584): here a seeded fraction of the queries (CUDA_EMU_SEED) answer
+ * not ready even when the work is done, so that a caller which does not
+ * clear it fails at its next launch check */
+static unsigned long long splitmix(unsigned long long z)
+{
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static bool query_not_ready()
+{
+    if (!strict("QUERY")) return false;
+    static std::atomic<unsigned long long> calls{ 0 };
+    static const unsigned long long seed = [] {
+        const char *s = getenv("CUDA_EMU_SEED");
+        return s && *s ? strtoull(s, nullptr, 10) : 1ULL;
+    }();
+    return (splitmix(seed * 0x9E3779B97F4A7C15ULL + calls.fetch_add(1)) & 3) != 0;   /* three queries in four */
+}
+
+static cudaError_t query_answer() { return query_not_ready() ? set_err(cudaErrorNotReady) : cudaSuccess; }
+
+cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return query_answer(); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { (void)s; return query_answer(); }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 cudaError_t cudaGetDeviceCount(int *n)
@@ -969,11 +1001,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d)
 
 cudaError_t cudaGetLastError(void)
 {
-    cudaError_t e = E.last_error;
-    E.last_error = cudaSuccess;
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
     return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return E.last_error; }
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
 const char *cudaGetErrorString(cudaError_t e)
 {
@@ -983,6 +1015,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
     default: return "emulated CUDA error";
     }
 }

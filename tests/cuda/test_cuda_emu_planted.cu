@@ -6,12 +6,16 @@
  *  - a shuffle reading a lane outside its mask;
  *  - a lane of a shuffle's mask that never arrives;
  *  - threads reaching different barriers; a thread exiting while others
- *    wait at a barrier.
+ *    wait at a barrier;
+ *  - rule QUERY: an event poll that does not clear the not-ready answer,
+ *    then a CKL()-style cudaGetLastError() check after the next launch.
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -130,6 +134,60 @@ static int race_mode(int with_barrier)
     return 0;
 }
 
+/* polls e until ready, without clearing the not-ready answers; how many */
+static int poll_uncleared(cudaEvent_t e)
+{
+    int not_ready = 0;
+    for (int i = 0; i < 1000 && cudaEventQuery(e) == cudaErrorNotReady; i++) not_ready++;
+    return not_ready;
+}
+
+static void *poll_thread(void *e)
+{
+    poll_uncleared((cudaEvent_t)e);
+    return NULL;
+}
+
+/* rule QUERY: cudaEventQuery answers not ready for a seeded share of the
+ * calls and keeps it as the calling thread's last error, as the runtime
+ * does; a poller must clear it (the backend's event_ready) */
+static void query_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_QUERY", "1", 1);
+    cudaStream_t s;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    (void)cudaGetLastError();
+    int n = 0;
+    for (int i = 0; i < 20 && n == 0; i++) {   /* (the answer is seeded: some polls see ready at once) */
+        LAUNCH(k_shfl_ok, 1, 32, 0, s, d);
+        cudaEventRecord(e, s);
+        n = poll_uncleared(e);
+    }
+    LAUNCH(k_shfl_ok, 1, 32, 0, s, d);
+    check(n > 0 && cudaGetLastError() == cudaErrorNotReady,
+          "QUERY: an uncleared not-ready poll fails the next launch's cudaGetLastError() check");
+    n = 0;
+    for (int i = 0; i < 20 && n == 0; i++) {
+        cudaEventRecord(e, s);
+        while (cudaEventQuery(e) == cudaErrorNotReady) n++, (void)cudaGetLastError();
+    }
+    LAUNCH(k_shfl_ok, 1, 32, 0, s, d);
+    check(n > 0 && cudaGetLastError() == cudaSuccess, "QUERY: a poll that clears each not-ready leaves no error");
+    /* the last error is per host thread */
+    cudaEventRecord(e, s);
+    pthread_t th;
+    pthread_create(&th, NULL, poll_thread, (void *)e);
+    pthread_join(th, NULL);
+    check(cudaGetLastError() == cudaSuccess, "QUERY: another thread's not-ready poll is not this thread's error");
+    setenv("CUDA_EMU_STRICT_QUERY", "0", 1);
+    cudaDeviceSynchronize();
+    check(poll_uncleared(e) == 0, "QUERY off: a finished event is ready at once");
+    cudaEventDestroy(e);
+    cudaStreamDestroy(s);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
@@ -171,6 +229,7 @@ int main(int argc, char **argv)
     expect_caught("threads at different barriers", run_divergent, d, "different barriers");
     expect_caught("thread exits while others wait at a barrier", run_early, d, "exited while");
     expect_caught("full mask in a partial warp", run_partial_warp, d, "does not exist");
+    query_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
