@@ -279,7 +279,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
                               const void *c, cublasLtMatrixLayout_t cd, void *d, cublasLtMatrixLayout_t ddl,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws_bytes, cudaStream_t stream)
 {
-    (void)workspace, (void)ws_bytes, (void)stream;
+    (void)workspace, (void)ws_bytes;
     cublasStatus_t s = check(h, dd, ad, bd, cd, ddl);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (!alpha || !beta || (algo && algo->data[0] != ALGO_TAG)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -294,21 +294,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     const void *ptrs[4] = { a, b, c, d };
     if (algo) check_alignment(algo, ptrs);
     check_operands(x, A, a, B, b, C, c, Dl, d);
+    /* the scalars are read now (host pointer mode), the descriptors copied
+     * (the caller may destroy them), the matrices read when the stream gets
+     * to the call */
     float al = *(const float *)alpha, be = *(const float *)beta;
-    /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
-    std::vector<float> acc(extent(m, n, (int)Dl.ld), 0.0f), ra, rb, rc;
-    if (be != 0.0f) {
-        widen(rc, c, C.type, extent(m, n, (int)C.ld));
-        for (int j = 0; j < n; j++)
-            for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
-    }
-    /* no handle math mode in cuBLASLt: the compute type alone says TF32 */
-    if (k > 0)
-        sgemm_widened(x.ta == CUBLAS_OP_N, x.tb == CUBLAS_OP_N, m, n, k, al, a, A.type, (int)A.ld,
-                      extent((int)A.rows, (int)A.cols, (int)A.ld), b, B.type, (int)B.ld,
-                      extent((int)B.rows, (int)B.cols, (int)B.ld), input_drop_bits(x.ct, false), 1.0f, acc.data(),
-                      (int)Dl.ld, ra, rb);
-    epilogue_store(x, Dl, acc, d);
-    if (cuda_emu::counting) count(x, A, a, B, b, C, c, be != 0.0f, Dl, d);
+    cuda_emu::enqueue(stream, [=, x = x, A = A, B = B, C = C, Dl = Dl] {
+        /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
+        std::vector<float> acc(extent(m, n, (int)Dl.ld), 0.0f), ra, rb, rc;
+        if (be != 0.0f) {
+            widen(rc, c, C.type, extent(m, n, (int)C.ld));
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
+        }
+        /* no handle math mode in cuBLASLt: the compute type alone says TF32 */
+        if (k > 0)
+            sgemm_widened(x.ta == CUBLAS_OP_N, x.tb == CUBLAS_OP_N, m, n, k, al, a, A.type, (int)A.ld,
+                          extent((int)A.rows, (int)A.cols, (int)A.ld), b, B.type, (int)B.ld,
+                          extent((int)B.rows, (int)B.cols, (int)B.ld), input_drop_bits(x.ct, false), 1.0f, acc.data(),
+                          (int)Dl.ld, ra, rb);
+        epilogue_store(x, Dl, acc, d);
+        if (cuda_emu::counting) count(x, A, a, B, b, C, c, be != 0.0f, Dl, d);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

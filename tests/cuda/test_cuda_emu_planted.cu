@@ -8,7 +8,9 @@
  *  - threads reaching different barriers; a thread exiting while others
  *    wait at a barrier;
  *  - rule QUERY: an event poll that does not clear the not-ready answer,
- *    then a CKL()-style cudaGetLastError() check after the next launch.
+ *    then a CKL()-style cudaGetLastError() check after the next launch;
+ *  - rule STREAMS: a kernel on one stream reading what a kernel on another
+ *    stream writes, without an event between them.
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -188,6 +190,60 @@ static void query_rule(int *d)
     cudaStreamDestroy(s);
 }
 
+static __global__ void k_fill(int *p, int v) { p[threadIdx.x] = v; }
+static __global__ void k_copy(int *dst, const int *src) { dst[threadIdx.x] = src[threadIdx.x]; }
+
+/* rounds of: stream a fills d[0..32) with the round's number, stream b
+ * copies it to d[32..64) (after an event of a's fill, or not), the host
+ * reads b's copy; how many rounds read a wrong value */
+static int producer_consumer(int *d, int with_event)
+{
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    int wrong = 0, h[32];
+    for (int round = 1; round <= 20; round++) {
+        LAUNCH(k_fill, 1, 32, 0, a, d, round);
+        if (with_event) {
+            cudaEventRecord(e, a);
+            cudaStreamWaitEvent(b, e, 0);
+        }
+        LAUNCH(k_copy, 1, 32, 0, b, d + 32, (const int *)d);
+        cudaMemcpyAsync(h, d + 32, sizeof h, cudaMemcpyDeviceToHost, b);   /* pageable: returns when done */
+        int bad = 0;
+        for (int t = 0; t < 32; t++) bad |= h[t] != round;
+        wrong += bad;
+        cudaDeviceSynchronize();
+    }
+    cudaEventDestroy(e);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    return wrong;
+}
+
+/* rule STREAMS: queued work runs where the program synchronises, in a
+ * seeded order that keeps stream order and event waits */
+static void streams_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    cudaStream_t a;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    int before = d[0];   /* (emulated device memory is host memory) */
+    LAUNCH(k_fill, 1, 32, 0, a, d, before + 1);
+    int queued = d[0] == before;
+    cudaStreamSynchronize(a);
+    check(queued && d[0] == before + 1, "STREAMS: a launch runs at the stream's synchronisation, not at the call");
+    cudaStreamDestroy(a);
+    int wrong = producer_consumer(d, 0);
+    printf("     no event between the streams: %d of 20 rounds read a stale value\n", wrong);
+    check(wrong > 0, "STREAMS: a read on one stream of another stream's write without an event gives wrong values");
+    check(producer_consumer(d, 1) == 0, "STREAMS: with an event between them every round is right");
+    setenv("CUDA_EMU_STRICT_STREAMS", "0", 1);
+    check(producer_consumer(d, 0) == 0, "STREAMS off: work runs at the call, the missing event goes unseen");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
@@ -230,6 +286,7 @@ int main(int argc, char **argv)
     expect_caught("thread exits while others wait at a barrier", run_early, d, "exited while");
     expect_caught("full mask in a partial warp", run_partial_warp, d, "does not exist");
     query_rule(d);
+    streams_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
