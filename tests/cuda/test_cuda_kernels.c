@@ -796,6 +796,9 @@ static void test_cublas_types(void)
     printf("%s cublasSetMathMode(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): %s\n",
            ms == CUBLAS_STATUS_SUCCESS ? "ok  " : "FAIL", cublasGetStatusString(ms));
     void *A = gpu->alloc(gpu, 4 * 64), *B = gpu->alloc(gpu, 4 * 64), *C = gpu->alloc(gpu, 4 * 64);
+    /* the handle has no stream: the legacy default stream, which does not
+     * wait for the backend's non-blocking stream that zeroes the buffers */
+    gpu->sync(gpu);
     float one = 1.0f, zero = 0.0f;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, cases[i].a, 4, B, cases[i].b,
@@ -892,6 +895,7 @@ static void test_cublaslt_args(void)
     cublasLtHandle_t h;
     cublasLtCreate(&h);
     void *buf = gpu->alloc(gpu, 4 * 64), *aux = gpu->alloc(gpu, 4 * 128 / 8);
+    gpu->sync(gpu);   /* (stream 0 does not wait for the zeroing on the backend's stream) */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cublasStatus_t st = lt_try(h, &cases[i], buf, aux);
         checks++;
