@@ -104,7 +104,7 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
      * handle's stream gets to the call */
     float al = *(const float *)alpha, be = *(const float *)beta;
     int mb = math_base(h);
-    cuda_emu::enqueue(h->stream, [=] {
+    cuda_emu::enqueue(h->stream, fn, [=] {
         Runs reads, writes;
         size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
         int drop = input_drop_bits(ct, mb == CUBLAS_TF32_TENSOR_OP_MATH);
@@ -120,6 +120,13 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
                 check_mem(b, eB * zB, fn, "B");
             }
             check_mem(c, eC * zC, fn, "C");
+            if (cuda_emu::tracking) {
+                if (k > 0) {
+                    cuda_emu::access(a, eA * zA, false);
+                    cuda_emu::access(b, eB * zB, false);
+                }
+                cuda_emu::access(c, eC * zC, true);
+            }
             if (cuda_emu::counting) {
                 if (k > 0) {
                     reads.add(a, nA ? m : k, nA ? k : m, lda, zA);

@@ -274,6 +274,20 @@ static void check_operands(const Desc &x, const Layout &A, const void *a, const 
     if (has_aux(x.epi)) check_mem(x.aux, mask, fn, "ReLU mask (aux)");
 }
 
+/* the operands' ranges, for the emulator's race check (rule RACE) */
+static void track(const Desc &x, const Layout &A, const void *a, const Layout &B, const void *b, const Layout &C,
+                  const void *c, const Layout &Dl, void *d)
+{
+    cuda_emu::access(a, extent((int)A.rows, (int)A.cols, (int)A.ld) * elem_size(A.type), false);
+    cuda_emu::access(b, extent((int)B.rows, (int)B.cols, (int)B.ld) * elem_size(B.type), false);
+    cuda_emu::access(c, extent((int)C.rows, (int)C.cols, (int)C.ld) * elem_size(C.type), false);
+    cuda_emu::access(d, extent((int)Dl.rows, (int)Dl.cols, (int)Dl.ld) * elem_size(Dl.type), true);
+    if (has_bias(x.epi)) cuda_emu::access(x.bias, (size_t)Dl.rows * elem_size(Dl.type), false);
+    if (has_aux(x.epi))
+        cuda_emu::access(x.aux, extent((int)mask_col_bytes(Dl.rows), (int)Dl.cols, (int)(x.aux_ld / 8)),
+                         x.epi == CUBLASLT_EPILOGUE_RELU_AUX || x.epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS);
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const void *alpha, const void *a,
                               cublasLtMatrixLayout_t ad, const void *b, cublasLtMatrixLayout_t bd, const void *beta,
                               const void *c, cublasLtMatrixLayout_t cd, void *d, cublasLtMatrixLayout_t ddl,
@@ -298,7 +312,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
      * (the caller may destroy them), the matrices read when the stream gets
      * to the call */
     float al = *(const float *)alpha, be = *(const float *)beta;
-    cuda_emu::enqueue(stream, [=, x = x, A = A, B = B, C = C, Dl = Dl] {
+    cuda_emu::enqueue(stream, "cublasLtMatmul", [=, x = x, A = A, B = B, C = C, Dl = Dl] {
+        if (cuda_emu::tracking) track(x, A, a, B, b, C, c, Dl, d);
         /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
         std::vector<float> acc(extent(m, n, (int)Dl.ld), 0.0f), ra, rb, rc;
         if (be != 0.0f) {

@@ -635,9 +635,13 @@ struct Touch {
 static std::unordered_map<uintptr_t, Touch> touched;
 static double rd_all, wr_all;
 
+void access(const void *p, size_t n, bool write);
+
 void seen(const void *p, size_t n, bool write)
 {
     if (!cur) return;   /* host code using the same ld()/st() helpers */
+    if (tracking) access(p, n, write);
+    if (!counting) return;
     Touch &t = touched[(uintptr_t)p];
     if (n > t.size) t.size = (uint32_t)n;
     if (write) {
@@ -726,7 +730,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     E.kname = "";
     if (cuda_cost_shape) cuda_cost_shape(name, (double)grid.x * grid.y * grid.z, (double)nt);
     E.launches++;
-    enqueue(stream, [=, body = std::move(body)] { run_launch(name, grid, block, smem, body, file, line); });
+    enqueue(stream, name, [=, body = std::move(body)] { run_launch(name, grid, block, smem, body, file, line); });
 }
 
 /* ------------------------------------------------------------- streams */
@@ -745,11 +749,13 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
  * run), every operation runs at once. */
 
 struct Stream;
+typedef std::map<int, long> Clock;   /* stream id -> its operations known to have run (rule RACE) */
 /* a position in a stream (cudaEventRecord): done once the work queued
  * before it has run */
 struct Mark {
     Stream *s;
     bool done;
+    Clock vc;
 };
 struct Op {
     std::function<void()> run;    /* the work (or its start); empty for a record or a wait */
@@ -757,10 +763,15 @@ struct Op {
     std::shared_ptr<Mark> mark;   /* cudaEventRecord: done when this runs */
     std::function<bool()> poll;   /* started work (a collective): finished yet? */
     bool started;
+    const char *what;
+    Clock host;                   /* the host's clock at the call */
 };
 struct Stream {
     std::deque<Op> q;
     bool nonblocking;
+    int id;                       /* for messages: 0 the legacy stream, then 1, 2, ... */
+    long seq;                     /* operations started */
+    Clock vc;
 };
 struct Event {
     std::shared_ptr<Mark> last;   /* the latest record; null before the first */
@@ -773,6 +784,9 @@ static struct {
     bool have_owner = false;
     pthread_t owner;             /* the thread that queues work runs it (on its fibers) */
     std::map<uintptr_t, size_t> pinned;   /* cudaMallocHost'd: start -> size */
+    Stream legacy{ {}, false, 0, 0, {} };  /* the legacy default stream, for clocks */
+    int streams_made = 0;
+    Clock host;                  /* what the host has synchronised with */
 } Q;
 
 static unsigned long long emu_seed()
@@ -782,6 +796,103 @@ static unsigned long long emu_seed()
         return s && *s ? strtoull(s, nullptr, 10) : 1ULL;
     }();
     return v;
+}
+
+/* Rule RACE (with STREAMS): each queued operation's device accesses (the
+ * kernels' through ld()/st() of memory.cuh, the byte ranges of copies,
+ * memsets, GEMMs and collectives), as one byte range per allocation, read
+ * or written, are checked against those of other streams' operations: an
+ * overlap where one of the two writes, without an event (or a host
+ * synchronisation before the later call) ordering them, is a race on a
+ * GPU.  Vector clocks: a stream's counts every stream's operations known to
+ * have run before its own; a record copies it into its mark, a wait joins
+ * the mark's, a host synchronisation joins it into the host's, which each
+ * later call carries. */
+static void clock_join(Clock &a, const Clock &b)
+{
+    for (const auto &kv : b)
+        if (a[kv.first] < kv.second) a[kv.first] = kv.second;
+}
+static long clock_of(const Clock &c, int sid)
+{
+    auto it = c.find(sid);
+    return it == c.end() ? 0 : it->second;
+}
+
+/* one range of an operation in one allocation */
+struct Range {
+    uintptr_t alloc, lo, hi;
+    bool write;
+    int sid;   /* its stream (ids are never reused) */
+    long seq;
+    const char *what;
+};
+static struct {
+    bool on;                  /* tracking the running operation */
+    Stream *s;                /* its stream */
+    long seq;
+    const char *what;
+    std::vector<Range> ranges;                           /* its accesses */
+    uintptr_t a_lo = 1, a_hi = 0;                        /* the allocation of the last access */
+    std::unordered_map<uintptr_t, std::vector<Range>> hist;   /* by allocation: earlier operations' */
+} R;
+bool tracking;
+
+void access(const void *p, size_t n, bool write)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (a < R.a_lo || a + n > R.a_hi) {
+        auto it = E.allocs.upper_bound(a);
+        if (it == E.allocs.begin()) return;
+        --it;
+        if (a < it->first || a + n > it->first + it->second) return;   /* not device memory */
+        R.a_lo = it->first;
+        R.a_hi = it->first + it->second;
+    }
+    for (Range &r : R.ranges)
+        if (r.alloc == R.a_lo && r.write == write) {
+            r.lo = std::min(r.lo, a);
+            r.hi = std::max(r.hi, a + n);
+            return;
+        }
+    R.ranges.push_back(Range{ R.a_lo, a, a + n, write, R.s->id, R.seq, R.what });
+}
+
+/* an entry no stream can race with any more: every stream's clock has it */
+static bool settled(const Range &h)
+{
+    for (Stream *s : Q.all)
+        if (s->id != h.sid && clock_of(s->vc, h.sid) < h.seq) return false;
+    return Q.legacy.id == h.sid || clock_of(Q.legacy.vc, h.sid) >= h.seq;
+}
+
+/* the running operation's ranges against the history, then into it */
+static void check_ranges()
+{
+    const Clock &vc = R.s->vc;
+    for (const Range &r : R.ranges) {
+        std::vector<Range> &h = R.hist[r.alloc];
+        for (const Range &o : h) {
+            if (o.sid == r.sid || !(o.write || r.write) || o.hi <= r.lo || r.hi <= o.lo) continue;
+            if (clock_of(vc, o.sid) >= o.seq) continue;
+            fail("race: %s on stream %d %s device memory [%p, +%zu) that %s on stream %d %s, without an event "
+                 "between them (cudaEventRecord + cudaStreamWaitEvent)", r.what, r.sid,
+                 r.write ? "writes" : "reads", (void *)std::max(r.lo, o.lo),
+                 (size_t)(std::min(r.hi, o.hi) - std::max(r.lo, o.lo)), o.what, o.sid,
+                 o.write ? "wrote" : "read");
+        }
+        h.erase(std::remove_if(h.begin(), h.end(), [](const Range &o) { return settled(o); }), h.end());
+        h.push_back(r);
+    }
+    R.ranges.clear();
+}
+
+/* an allocation freed: its history goes with it */
+static void forget(uintptr_t alloc)
+{
+    R.hist.erase(alloc);
+    R.a_lo = 1;
+    R.a_hi = 0;
 }
 
 static bool deferring() { return !dry_run && !counting && strict("STREAMS"); }
@@ -802,15 +913,37 @@ static bool needed(const std::vector<Stream *> &need, Stream *s)
     return std::find(need.begin(), need.end(), s) != need.end();
 }
 
-/* starts the operation, or polls it once started: true once it is done */
-static bool advance(Op &op)
+/* the clock of an operation of s starting now */
+static void tick(Stream *s, const Op &op)
+{
+    s->vc[s->id] = ++s->seq;
+    clock_join(s->vc, op.host);
+    if (op.wait) clock_join(s->vc, op.wait->vc);
+    if (!s->nonblocking && s != &Q.legacy) clock_join(s->vc, Q.legacy.vc);   /* legacy stream semantics */
+}
+
+/* starts an operation of s, or polls it once started: true once it is done */
+static bool advance(Stream *s, Op &op)
 {
     if (!op.started) {
         op.started = true;
-        if (op.run) op.run();
+        tick(s, op);
+        if (op.run) {
+            R.on = tracking = deferring() && strict("RACE") && !use_pthreads;
+            R.s = s;
+            R.seq = s->seq;
+            R.what = op.what;
+            op.run();
+            tracking = false;
+            if (R.on) check_ranges();
+            R.on = false;
+        }
     }
     if (op.poll && !op.poll()) return false;
-    if (op.mark) op.mark->done = true;
+    if (op.mark) {
+        op.mark->vc = s->vc;
+        op.mark->done = true;
+    }
     return true;
 }
 
@@ -835,17 +968,20 @@ static void step(std::vector<Stream *> need)
                 cand.push_back(s);
     if (cand.empty()) fail("deadlock: queued work waits for an event that nothing queued completes");
     Stream *s = cand[Q.rng() % cand.size()];
-    if (advance(s->q.front())) s->q.pop_front();
+    if (advance(s, s->q.front())) s->q.pop_front();
 }
 
+/* runs work until done(); the host then knows what `need` ran */
 static void run_until(const std::function<bool()> &done, const std::vector<Stream *> &need)
 {
     while (!done()) step(need);
+    for (Stream *s : need) clock_join(Q.host, s->vc);
 }
 static void drain(Stream *s) { run_until([s] { return s->q.empty(); }, { s }); }
 static void drain_mark(const std::shared_ptr<Mark> &m)
 {
     if (m && !m->done) run_until([&m] { return m->done; }, { m->s });
+    if (m) clock_join(Q.host, m->vc);
 }
 static bool empty(const std::vector<Stream *> &v)
 {
@@ -868,6 +1004,7 @@ static void submit(cudaStream_t h, Op op)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    op.host = Q.host;
     if (s && deferring()) {
         if (!Q.have_owner) {
             Q.have_owner = true;
@@ -877,15 +1014,21 @@ static void submit(cudaStream_t h, Op op)
         s->q.push_back(std::move(op));
         return;
     }
-    if (s) drain(s);
-    else drain_blocking();
+    if (s) {
+        drain(s);
+    } else {
+        drain_blocking();
+        s = &Q.legacy;
+        for (Stream *b : Q.all)
+            if (!b->nonblocking) clock_join(s->vc, b->vc);
+    }
     drain_mark(op.wait);
-    while (!advance(op)) {}
+    while (!advance(s, op)) {}
 }
 
-void enqueue(cudaStream_t h, std::function<void()> work, std::function<bool()> poll)
+void enqueue(cudaStream_t h, const char *what, std::function<void()> work, std::function<bool()> poll)
 {
-    submit(h, Op{ std::move(work), nullptr, nullptr, std::move(poll), false });
+    submit(h, Op{ std::move(work), nullptr, nullptr, std::move(poll), false, what, {} });
 }
 
 /* the device's queued work, before a call that synchronises it */
@@ -1014,6 +1157,7 @@ cudaError_t cudaFree(void *p)
     auto it = E.allocs.find((uintptr_t)p);
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
     E.dev_bytes -= it->second;
+    forget(it->first);
     E.allocs.erase(it);
     free(p);
     return cudaSuccess;
@@ -1069,6 +1213,16 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     return cudaSuccess;
 }
 
+/* a queued copy, its device ranges seen by rule RACE */
+static void copy_run(void *dst, const void *src, size_t n)
+{
+    if (tracking) {
+        access(src, n, false);
+        access(dst, n, true);
+    }
+    memmove(dst, src, n);
+}
+
 /* A copy from pageable host memory is staged by the driver before the call
  * returns, one into pageable memory returns once it is done; only pinned
  * memory (cudaMallocHost) is copied when the stream gets there (CUDA
@@ -1082,14 +1236,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     if (dry_run && kind != cudaMemcpyDeviceToHost) return cudaSuccess;
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
-        enqueue(s, [dst, staged, n] { memcpy(dst, staged->data(), n); });
+        enqueue(s, "cudaMemcpyAsync", [dst, staged, n] { copy_run(dst, staged->data(), n); });
     } else if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n)) {
         std::lock_guard<std::recursive_mutex> g(Q.mu);
-        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false });
-        submit(s, Op{ [dst, src, n] { memmove(dst, src, n); }, nullptr, m, nullptr, false });
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
+        submit(s, Op{ [dst, src, n] { copy_run(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
         drain_mark(m);
     } else {
-        enqueue(s, [dst, src, n] { memmove(dst, src, n); });
+        enqueue(s, "cudaMemcpyAsync", [dst, src, n] { copy_run(dst, src, n); });
     }
     return cudaSuccess;
 }
@@ -1114,7 +1268,11 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
     report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
     if (!n) return cudaSuccess;
     check_memset(p, n, "cudaMemsetAsync");
-    if (!dry_run) enqueue(s, [p, v, n] { memset(p, v, n); });
+    if (!dry_run)
+        enqueue(s, "cudaMemsetAsync", [p, v, n] {
+            if (tracking) access(p, n, true);
+            memset(p, v, n);
+        });
     return cudaSuccess;
 }
 
@@ -1123,7 +1281,7 @@ static cudaError_t new_stream(cudaStream_t *h, bool nonblocking)
 {
     if (!h) return set_err(cudaErrorInvalidValue);
     std::lock_guard<std::recursive_mutex> g(Q.mu);
-    Stream *s = new Stream{ {}, nonblocking };
+    Stream *s = new Stream{ {}, nonblocking, ++Q.streams_made, 0, Q.host };
     Q.all.push_back(s);
     if (nonblocking) E.nonblocking_streams++;
     *h = (cudaStream_t)s;
@@ -1165,7 +1323,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
     (void)f;
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     std::shared_ptr<Mark> m = event_of(e)->last;   /* the latest record now, as CUDA takes it */
-    if (m) submit(s, Op{ nullptr, m, nullptr, nullptr, false });
+    if (m) submit(s, Op{ nullptr, m, nullptr, nullptr, false, "cudaStreamWaitEvent", {} });
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e)
@@ -1185,9 +1343,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
-    auto m = std::make_shared<Mark>(Mark{ stream_of(h), false });
+    auto m = std::make_shared<Mark>(Mark{ stream_of(h), false, {} });
     event_of(e)->last = m;
-    submit(h, Op{ nullptr, nullptr, m, nullptr, false });
+    submit(h, Op{ nullptr, nullptr, m, nullptr, false, "cudaEventRecord", {} });
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
@@ -1235,6 +1393,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         if (is_owner()) step({ m->s });
         if (!m->done) return set_err(cudaErrorNotReady);
     }
+    if (m) clock_join(Q.host, m->vc);
     return query_answer();
 }
 cudaError_t cudaStreamQuery(cudaStream_t h)
@@ -1245,6 +1404,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
         if (is_owner()) step({ s });
         if (!s->q.empty()) return set_err(cudaErrorNotReady);
     }
+    if (s) clock_join(Q.host, s->vc);
     return query_answer();
 }
 

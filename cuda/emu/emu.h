@@ -25,7 +25,9 @@
  * - Under rule STREAMS (CUDA_EMU_STRICT) each created stream's work is
  *   queued and run where the program synchronises, in a seeded order that
  *   keeps stream order and cudaStreamWaitEvent (emu.cc); otherwise work
- *   runs at the call.  A cudaMemcpy or cudaMemset (legacy default stream)
+ *   runs at the call.  Rule RACE then checks the byte ranges each
+ *   operation reads and writes against other streams' (vector clocks):
+ *   an overlap with a write and no event between them is reported.  A cudaMemcpy or cudaMemset (legacy default stream)
  *   while a non-blocking stream exists, which races on a GPU, is reported
  *   as a misuse.
  * - For the GPU cost model (cuda/cost.h): cuda_emu_count_bytes(1) counts
@@ -74,7 +76,11 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
 /* work as the next operation of stream s: queued under rule STREAMS
  * (emu.cc), else run now; with poll, work only starts it (an NCCL
  * collective), and it is done once poll() answers true */
-void enqueue(cudaStream_t s, std::function<void()> work, std::function<bool()> poll = nullptr);
+void enqueue(cudaStream_t s, const char *what, std::function<void()> work, std::function<bool()> poll = nullptr);
+/* rule RACE (emu.cc): while tracking, the running operation's accesses to
+ * device memory, n bytes at p (any other memory is ignored) */
+extern bool tracking;
+void access(const void *p, size_t n, bool write);
 /* CUDA_EMU_STRICT=1 (the default in `make test`) turns on every rule under
  * which the emulator fails where a real GPU, driver or library would, but a
  * lenient emulator would not (docs/testing.md lists them); each rule can be
@@ -146,7 +152,7 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
 #define EMU_SEEN(p, n, write)                                 \
     do {                                                      \
-        if (cuda_emu::counting) cuda_emu::seen((p), (n), (write)); \
+        if (cuda_emu::counting || cuda_emu::tracking) cuda_emu::seen((p), (n), (write)); \
     } while (0)
 
 /* device intrinsics on the host (IEEE versions: the emulator checks logic,

@@ -76,8 +76,12 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
     MPI_Comm mc = comm->mpi;
     cuda_emu::enqueue(
-        stream,
+        stream, "ncclAllReduce",
         [=] {
+            if (cuda_emu::tracking) {
+                cuda_emu::access(send, count * 4, false);
+                cuda_emu::access(recv, count * 4, true);
+            }
             MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, mc, req.get());
         },
         [req] {

@@ -10,7 +10,8 @@
  *  - rule QUERY: an event poll that does not clear the not-ready answer,
  *    then a CKL()-style cudaGetLastError() check after the next launch;
  *  - rule STREAMS: a kernel on one stream reading what a kernel on another
- *    stream writes, without an event between them.
+ *    stream writes, without an event between them: stale values, and under
+ *    rule RACE a reported race (also for a memset and a copy).
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -223,6 +224,65 @@ static int producer_consumer(int *d, int with_event)
     return wrong;
 }
 
+/* the same with their accesses reported, as memory.cuh's ld()/st() do */
+static __global__ void k_fill_seen(int *p, int v)
+{
+    EMU_SEEN(p + threadIdx.x, sizeof(int), true);
+    p[threadIdx.x] = v;
+}
+static __global__ void k_copy_seen(int *dst, const int *src)
+{
+    EMU_SEEN(src + threadIdx.x, sizeof(int), false);
+    EMU_SEEN(dst + threadIdx.x, sizeof(int), true);
+    dst[threadIdx.x] = src[threadIdx.x];
+}
+
+/* 0: no ordering; 1: an event; 2: the host waits for stream a first */
+static void two_streams(int *d, int order)
+{
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    LAUNCH(k_fill_seen, 1, 32, 0, a, d, 5);
+    cudaEventRecord(e, a);
+    if (order == 1) cudaStreamWaitEvent(b, e, 0);
+    if (order == 2) cudaStreamSynchronize(a);
+    LAUNCH(k_copy_seen, 1, 32, 0, b, d + 32, (const int *)d);
+    cudaDeviceSynchronize();
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+}
+static void race_kernels(int *d) { two_streams(d, 0); }
+static void race_copies(int *d)
+{
+    cudaStream_t a, b;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaMemsetAsync(d, 0, 64 * sizeof(int), a);
+    cudaMemcpyAsync(d + 64, d + 16, 16 * sizeof(int), cudaMemcpyDeviceToDevice, b);
+    cudaDeviceSynchronize();
+}
+
+/* rule RACE: accesses of two streams to the same memory, one a write,
+ * without an event or a host synchronisation between them */
+static void race_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    setenv("CUDA_EMU_STRICT_RACE", "1", 1);
+    expect_caught("RACE: a kernel reads another stream's output without an event", race_kernels, d,
+                  "without an event between them");
+    expect_caught("RACE: a copy reads what a memset on another stream writes", race_copies, d,
+                  "race: cudaMem");
+    int h[32];
+    two_streams(d, 1);
+    memcpy(h, d + 32, sizeof h);   /* (emulated device memory is host memory) */
+    check(h[0] == 5 && h[31] == 5, "RACE: with the event no race, and the copy reads the fill");
+    two_streams(d, 2);
+    check(1, "RACE: a host synchronisation between the streams orders them too");
+}
+
 /* rule STREAMS: queued work runs where the program synchronises, in a
  * seeded order that keeps stream order and event waits */
 static void streams_rule(int *d)
@@ -287,6 +347,7 @@ int main(int argc, char **argv)
     expect_caught("full mask in a partial warp", run_partial_warp, d, "does not exist");
     query_rule(d);
     streams_rule(d);
+    race_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
