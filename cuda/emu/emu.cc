@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <time.h>
 #include <sys/mman.h>
@@ -39,6 +40,8 @@
 #else
 #define EMU_ASAN 0
 #endif
+
+static void release_guards();   /* rule PINNED, below */
 
 namespace cuda_emu {
 
@@ -976,12 +979,14 @@ static void run_until(const std::function<bool()> &done, const std::vector<Strea
 {
     while (!done()) step(need);
     for (Stream *s : need) clock_join(Q.host, s->vc);
+    release_guards();
 }
 static void drain(Stream *s) { run_until([s] { return s->q.empty(); }, { s }); }
 static void drain_mark(const std::shared_ptr<Mark> &m)
 {
     if (m && !m->done) run_until([&m] { return m->done; }, { m->s });
     if (m) clock_join(Q.host, m->vc);
+    release_guards();
 }
 static bool empty(const std::vector<Stream *> &v)
 {
@@ -1166,8 +1171,9 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
     if (!p) return set_err(cudaErrorInvalidValue);
-    *p = malloc(size ? size : 1);
-    if (!*p) return set_err(cudaErrorMemoryAllocation);
+    /* whole pages, for rule PINNED's guards */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (posix_memalign(p, page, ((size ? size : 1) + page - 1) / page * page)) return set_err(cudaErrorMemoryAllocation);
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Q.pinned[(uintptr_t)*p] = size ? size : 1;
     return cudaSuccess;
@@ -1223,6 +1229,71 @@ static void copy_run(void *dst, const void *src, size_t n)
     memmove(dst, src, n);
 }
 
+/* Rule PINNED (with STREAMS): a copy into pinned memory lands when its
+ * stream gets there, so the host may read the buffer only after it waited
+ * for the copy (an event or stream synchronisation).  The buffer's pages
+ * are inaccessible from the call until the host's clock has the copy: a
+ * premature host access faults and is reported. */
+struct Guard {
+    uintptr_t lo, hi;          /* whole pages */
+    std::shared_ptr<Mark> m;   /* after the copy */
+};
+static std::vector<Guard> guards;
+
+static void protect_all()
+{
+    for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_NONE);
+}
+
+static void on_segv(int sig, siginfo_t *si, void *)
+{
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (const Guard &g : guards)
+        if (a >= g.lo && a < g.hi)
+            fail("host access to pinned memory %p before waiting for the cudaMemcpyAsync into it (an event or stream "
+                 "synchronisation after the copy)", si->si_addr);
+    signal(sig, SIG_DFL);   /* not ours: fault again, as without the rule */
+}
+
+/* pages of [p, p+n) guarded until the host knows m done */
+static void guard(void *p, size_t n, const std::shared_ptr<Mark> &m)
+{
+    static bool installed = [] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, nullptr);
+        return true;
+    }();
+    (void)installed;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+    guards.push_back(Guard{ a & ~(page - 1), (a + n + page - 1) & ~(page - 1), m });
+    protect_all();
+}
+
+/* the guards of copies the host has waited for are lifted */
+static void release_guards()
+{
+    if (guards.empty()) return;
+    size_t before = guards.size();
+    auto known = [](const Guard &g) {
+        return g.m->done && clock_of(Q.host, g.m->s->id) >= clock_of(g.m->vc, g.m->s->id);
+    };
+    for (const Guard &g : guards)
+        if (known(g)) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ | PROT_WRITE);
+    guards.erase(std::remove_if(guards.begin(), guards.end(), known), guards.end());
+    if (guards.size() != before) protect_all();
+}
+
+/* the copy itself writes through the guard */
+static void copy_into_guarded(void *dst, const void *src, size_t n)
+{
+    for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ | PROT_WRITE);
+    copy_run(dst, src, n);
+    protect_all();
+}
+
 /* A copy from pageable host memory is staged by the driver before the call
  * returns, one into pageable memory returns once it is done; only pinned
  * memory (cudaMallocHost) is copied when the stream gets there (CUDA
@@ -1242,6 +1313,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
         auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
         submit(s, Op{ [dst, src, n] { copy_run(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
         drain_mark(m);
+    } else if (kind == cudaMemcpyDeviceToHost && stream_of(s) && deferring() && strict("PINNED")) {
+        std::lock_guard<std::recursive_mutex> g(Q.mu);
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
+        submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
+        guard(dst, n, m);
     } else {
         enqueue(s, "cudaMemcpyAsync", [dst, src, n] { copy_run(dst, src, n); });
     }
@@ -1394,6 +1470,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         if (!m->done) return set_err(cudaErrorNotReady);
     }
     if (m) clock_join(Q.host, m->vc);
+    release_guards();
     return query_answer();
 }
 cudaError_t cudaStreamQuery(cudaStream_t h)
@@ -1405,6 +1482,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
         if (!s->q.empty()) return set_err(cudaErrorNotReady);
     }
     if (s) clock_join(Q.host, s->vc);
+    release_guards();
     return query_answer();
 }
 

@@ -27,7 +27,8 @@
  *   keeps stream order and cudaStreamWaitEvent (emu.cc); otherwise work
  *   runs at the call.  Rule RACE then checks the byte ranges each
  *   operation reads and writes against other streams' (vector clocks):
- *   an overlap with a write and no event between them is reported.  A cudaMemcpy or cudaMemset (legacy default stream)
+ *   an overlap with a write and no event between them is reported; rule
+ *   PINNED guards a pinned buffer a copy writes until the host waited.  A cudaMemcpy or cudaMemset (legacy default stream)
  *   while a non-blocking stream exists, which races on a GPU, is reported
  *   as a misuse.
  * - For the GPU cost model (cuda/cost.h): cuda_emu_count_bytes(1) counts

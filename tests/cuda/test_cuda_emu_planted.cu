@@ -11,7 +11,9 @@
  *    then a CKL()-style cudaGetLastError() check after the next launch;
  *  - rule STREAMS: a kernel on one stream reading what a kernel on another
  *    stream writes, without an event between them: stale values, and under
- *    rule RACE a reported race (also for a memset and a copy).
+ *    rule RACE a reported race (also for a memset and a copy);
+ *  - rule PINNED: the host reading a pinned buffer before it waited for
+ *    the copy into it.
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -283,6 +285,34 @@ static void race_rule(int *d)
     check(1, "RACE: a host synchronisation between the streams orders them too");
 }
 
+/* a download into pinned memory on a stream, read by the host after
+ * waiting for the stream, or (early) before */
+static int pinned_read(int *d, int early)
+{
+    cudaStream_t a;
+    int *h = NULL;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaMallocHost((void **)&h, 32 * sizeof(int));
+    LAUNCH(k_fill, 1, 32, 0, a, d, 7);
+    cudaMemcpyAsync(h, d, 32 * sizeof(int), cudaMemcpyDeviceToHost, a);
+    if (!early) cudaStreamSynchronize(a);
+    int v = *(volatile int *)h;
+    cudaFreeHost(h);
+    cudaStreamDestroy(a);
+    return v;
+}
+static void pinned_early(int *d) { pinned_read(d, 1); }
+
+/* rule PINNED */
+static void pinned_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    setenv("CUDA_EMU_STRICT_PINNED", "1", 1);
+    expect_caught("PINNED: the host reads a pinned download before waiting for it", pinned_early, d,
+                  "host access to pinned memory");
+    check(pinned_read(d, 0) == 7, "PINNED: after cudaStreamSynchronize the host reads the download");
+}
+
 /* rule STREAMS: queued work runs where the program synchronises, in a
  * seeded order that keeps stream order and event waits */
 static void streams_rule(int *d)
@@ -348,6 +378,7 @@ int main(int argc, char **argv)
     query_rule(d);
     streams_rule(d);
     race_rule(d);
+    pinned_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
