@@ -102,47 +102,59 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
         cuda_emu::report(fn, 0, 0, 0, 0);
         return CUBLAS_STATUS_SUCCESS;
     }
+    /* the scalars are read now (host pointer mode), the matrices when the
+     * handle's stream gets to the call */
     float al = *(const float *)alpha, be = *(const float *)beta;
-    Runs reads, writes;
-    size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
-    int drop = input_drop_bits(ct, math_base(h) == CUBLAS_TF32_TENSOR_OP_MATH);
-    size_t zA = elem_size(At), zB = elem_size(Bt), zC = elem_size(Ct);
-    std::vector<float> ra, rb, rc;
-    for (int i = 0; i < batch; i++) {
-        /* matrix i: from the pointer arrays (cublasGemmBatchedEx) or strided */
-        const char *a = Ap ? (const char *)Ap[i] : (const char *)A + i * sA * zA;
-        const char *b = Bp ? (const char *)Bp[i] : (const char *)B + i * sB * zB;
-        char *c = Cp ? (char *)Cp[i] : (char *)C + i * sC * zC;
-        if (k > 0) {
-            check_mem(a, eA * zA, fn, "A");
-            check_mem(b, eB * zB, fn, "B");
-        }
-        check_mem(c, eC * zC, fn, "C");
-        if (cuda_emu::counting) {
+    int mb = math_base(h);
+    cuda_emu::enqueue(h->stream, fn, [=] {
+        Runs reads, writes;
+        size_t eA = extent(nA ? m : k, nA ? k : m, lda), eB = extent(nB ? k : n, nB ? n : k, ldb), eC = extent(m, n, ldc);
+        int drop = input_drop_bits(ct, mb == CUBLAS_TF32_TENSOR_OP_MATH);
+        size_t zA = elem_size(At), zB = elem_size(Bt), zC = elem_size(Ct);
+        std::vector<float> ra, rb, rc;
+        for (int i = 0; i < batch; i++) {
+            /* matrix i: from the pointer arrays (cublasGemmBatchedEx) or strided */
+            const char *a = Ap ? (const char *)Ap[i] : (const char *)A + i * sA * zA;
+            const char *b = Bp ? (const char *)Bp[i] : (const char *)B + i * sB * zB;
+            char *c = Cp ? (char *)Cp[i] : (char *)C + i * sC * zC;
             if (k > 0) {
-                reads.add(a, nA ? m : k, nA ? k : m, lda, zA);
-                reads.add(b, nB ? k : n, nB ? n : k, ldb, zB);
+                check_mem(a, eA * zA, fn, "A");
+                check_mem(b, eB * zB, fn, "B");
             }
-            if (be != 0.0f) reads.add(c, m, n, ldc, zC);
-            writes.add(c, m, n, ldc, zC);
+            check_mem(c, eC * zC, fn, "C");
+            if (cuda_emu::tracking) {
+                if (k > 0) {
+                    cuda_emu::access(a, eA * zA, false);
+                    cuda_emu::access(b, eB * zB, false);
+                }
+                cuda_emu::access(c, eC * zC, true);
+            }
+            if (cuda_emu::counting) {
+                if (k > 0) {
+                    reads.add(a, nA ? m : k, nA ? k : m, lda, zA);
+                    reads.add(b, nB ? k : n, nB ? n : k, ldb, zB);
+                }
+                if (be != 0.0f) reads.add(c, m, n, ldc, zC);
+                writes.add(c, m, n, ldc, zC);
+            }
+            /* C in fp32: in place, or a widened copy of a 16-bit C */
+            float *cf = (float *)c;
+            if (is16(Ct)) {
+                widen(rc, c, Ct, eC);
+                cf = rc.data();
+            }
+            if (k == 0) {   /* C = beta*C (cuBLAS does not read A, B) */
+                for (int j = 0; j < n; j++)
+                    for (int r = 0; r < m; r++) cf[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * cf[(size_t)j * ldc + r];
+            } else {
+                sgemm_widened(nA, nB, m, n, k, al, a, At, lda, eA, b, Bt, ldb, eB, drop, be, cf, ldc, ra, rb);
+            }
+            /* only the m x n entries: the gaps of ldc stay untouched */
+            for (int j = 0; j < n && is16(Ct); j++)
+                for (int r = 0; r < m; r++) store_as(c, Ct, (size_t)j * ldc + r, cf[(size_t)j * ldc + r]);
         }
-        /* C in fp32: in place, or a widened copy of a 16-bit C */
-        float *cf = (float *)c;
-        if (is16(Ct)) {
-            widen(rc, c, Ct, eC);
-            cf = rc.data();
-        }
-        if (k == 0) {   /* C = beta*C (cuBLAS does not read A, B) */
-            for (int j = 0; j < n; j++)
-                for (int r = 0; r < m; r++) cf[(size_t)j * ldc + r] = be == 0.0f ? 0.0f : be * cf[(size_t)j * ldc + r];
-        } else {
-            sgemm_widened(nA, nB, m, n, k, al, a, At, lda, eA, b, Bt, ldb, eB, drop, be, cf, ldc, ra, rb);
-        }
-        /* only the m x n entries: the gaps of ldc stay untouched */
-        for (int j = 0; j < n && is16(Ct); j++)
-            for (int r = 0; r < m; r++) store_as(c, Ct, (size_t)j * ldc + r, cf[(size_t)j * ldc + r]);
-    }
-    if (cuda_emu::counting) cuda_emu::report(fn, reads.distinct(), writes.distinct(), reads.all, writes.all);
+        if (cuda_emu::counting) cuda_emu::report(fn, reads.distinct(), writes.distinct(), reads.all, writes.all);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -379,12 +379,25 @@ static void check_operands(const Desc &x, const Layout &A, const void *a, const 
     if (has_aux(x.epi)) check_mem(x.aux, mask, fn, "ReLU mask (aux)");
 }
 
+/* the operands' ranges, for the emulator's race check (rule RACE) */
+static void track(const Desc &x, const Layout &A, const void *a, const Layout &B, const void *b, const Layout &C,
+                  const void *c, const Layout &Dl, void *d)
+{
+    cuda_emu::access(a, extent((int)A.rows, (int)A.cols, (int)A.ld) * elem_size(A.type), false);
+    cuda_emu::access(b, extent((int)B.rows, (int)B.cols, (int)B.ld) * elem_size(B.type), false);
+    cuda_emu::access(c, extent((int)C.rows, (int)C.cols, (int)C.ld) * elem_size(C.type), false);
+    cuda_emu::access(d, extent((int)Dl.rows, (int)Dl.cols, (int)Dl.ld) * elem_size(Dl.type), true);
+    if (has_bias(x.epi)) cuda_emu::access(x.bias, (size_t)Dl.rows * elem_size(Dl.type), false);
+    if (has_aux(x.epi))
+        cuda_emu::access(x.aux, extent((int)mask_col_bytes(Dl.rows), (int)Dl.cols, (int)(x.aux_ld / 8)),
+                         x.epi == CUBLASLT_EPILOGUE_RELU_AUX || x.epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS);
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const void *alpha, const void *a,
                               cublasLtMatrixLayout_t ad, const void *b, cublasLtMatrixLayout_t bd, const void *beta,
                               const void *c, cublasLtMatrixLayout_t cd, void *d, cublasLtMatrixLayout_t ddl,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws_bytes, cudaStream_t stream)
 {
-    (void)stream;
     cublasStatus_t s = check(h, dd, ad, bd, cd, ddl);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (!alpha || !beta || (algo && algo->data[0] != ALGO_TAG)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -400,21 +413,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     if (algo) check_alignment(algo, ptrs);
     check_strict(x, algo, workspace, ws_bytes);
     check_operands(x, A, a, B, b, C, c, Dl, d);
+    /* the scalars are read now (host pointer mode), the descriptors copied
+     * (the caller may destroy them), the matrices read when the stream gets
+     * to the call */
     float al = *(const float *)alpha, be = *(const float *)beta;
-    /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
-    std::vector<float> acc(extent(m, n, (int)Dl.ld), 0.0f), ra, rb, rc;
-    if (be != 0.0f) {
-        widen(rc, c, C.type, extent(m, n, (int)C.ld));
-        for (int j = 0; j < n; j++)
-            for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
-    }
-    /* no handle math mode in cuBLASLt: the compute type alone says TF32 */
-    if (k > 0)
-        sgemm_widened(x.ta == CUBLAS_OP_N, x.tb == CUBLAS_OP_N, m, n, k, al, a, A.type, (int)A.ld,
-                      extent((int)A.rows, (int)A.cols, (int)A.ld), b, B.type, (int)B.ld,
-                      extent((int)B.rows, (int)B.cols, (int)B.ld), input_drop_bits(x.ct, false), 1.0f, acc.data(),
-                      (int)Dl.ld, ra, rb);
-    epilogue_store(x, Dl, acc, d);
-    if (cuda_emu::counting) count(x, A, a, B, b, C, c, be != 0.0f, Dl, d);
+    cuda_emu::enqueue(stream, "cublasLtMatmul", [=, x = x, A = A, B = B, C = C, Dl = Dl] {
+        if (cuda_emu::tracking) track(x, A, a, B, b, C, c, Dl, d);
+        /* the accumulator, laid out like D: beta * C, then + alpha op(A) op(B) */
+        std::vector<float> acc(extent(m, n, (int)Dl.ld), 0.0f), ra, rb, rc;
+        if (be != 0.0f) {
+            widen(rc, c, C.type, extent(m, n, (int)C.ld));
+            for (int j = 0; j < n; j++)
+                for (int r = 0; r < m; r++) acc[(size_t)j * Dl.ld + r] = be * rc[(size_t)j * C.ld + r];
+        }
+        /* no handle math mode in cuBLASLt: the compute type alone says TF32 */
+        if (k > 0)
+            sgemm_widened(x.ta == CUBLAS_OP_N, x.tb == CUBLAS_OP_N, m, n, k, al, a, A.type, (int)A.ld,
+                          extent((int)A.rows, (int)A.cols, (int)A.ld), b, B.type, (int)B.ld,
+                          extent((int)B.rows, (int)B.cols, (int)B.ld), input_drop_bits(x.ct, false), 1.0f, acc.data(),
+                          (int)Dl.ld, ra, rb);
+        epilogue_store(x, Dl, acc, d);
+        if (cuda_emu::counting) count(x, A, a, B, b, C, c, be != 0.0f, Dl, d);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

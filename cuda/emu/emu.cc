@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +30,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
+#include <setjmp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -42,6 +45,8 @@
 #else
 #define EMU_ASAN 0
 #endif
+
+static void release_guards();   /* rule PINNED, below */
 
 namespace cuda_emu {
 
@@ -638,9 +643,13 @@ struct Touch {
 static std::unordered_map<uintptr_t, Touch> touched;
 static double rd_all, wr_all;
 
+void access(const void *p, size_t n, bool write);
+
 void seen(const void *p, size_t n, bool write)
 {
     if (!cur) return;   /* host code using the same ld()/st() helpers */
+    if (tracking) access(p, n, write);
+    if (!counting) return;
     Touch &t = touched[(uintptr_t)p];
     if (n > t.size) t.size = (uint32_t)n;
     if (write) {
@@ -713,10 +722,48 @@ static bool kernel_image_for_device(const char *name)
     return false;
 }
 
-void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            const std::function<void()> &body, const char *file, int line)
+/* a kernel's blocks, when its stream gets to it */
+static void run_launch(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body,
+                       const char *file, int line)
 {
-    (void)stream;
+    E.kname = name;
+    E.kfile = file;
+    E.kline = line;
+    E.bidx = make_uint3(0, 0, 0);
+    unsigned long nt = (unsigned long)block.x * block.y * block.z;
+    while (E.pool.size() < nt) E.pool.push_back(new_fiber((int)E.pool.size()));
+    if (E.smem_cap < smem + 2 * RED) {
+        free(E.smem_buf);
+        E.smem_cap = smem + 2 * RED;
+        E.smem_buf = (unsigned char *)aligned_alloc(64, (E.smem_cap + 63) & ~(size_t)63);
+    }
+    E.smem_size = smem;
+    E.grid = grid;
+    E.block = block;
+    E.body = &body;
+    if (dry_run) {
+        report(name, 0, 0, 0, 0);
+    } else if (use_pthreads) {
+        pt_launch(nt);
+    } else {
+        for (unsigned z = 0; z < grid.z; z++)
+            for (unsigned y = 0; y < grid.y; y++)
+                for (unsigned x = 0; x < grid.x; x++) {
+                    E.bidx = make_uint3(x, y, z);
+                    run_block((int)nt);
+                }
+        if (counting) report_launch(name);
+    }
+    E.body = nullptr;
+    E.kname = "";
+}
+
+/* the launch's checks now (a GPU refuses a bad configuration at the
+ * launch), its blocks as the next work of `stream` (by value: the
+ * arguments were converted at the call) */
+void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body,
+            const char *file, int line)
+{
     if (cur_fiber || cur) fail("kernel %s launched from inside a kernel", name);
     init_order();
     init_backend();
@@ -730,43 +777,329 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu)
         fail("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
     if (smem > 48 * 1024) fail("%zu bytes of dynamic shared memory exceed the default limit of 48 KiB", smem);
-    while (E.pool.size() < nt) E.pool.push_back(new_fiber((int)E.pool.size()));
-    if (E.smem_cap < smem + 2 * RED) {
-        free(E.smem_buf);
-        E.smem_cap = smem + 2 * RED;
-        E.smem_buf = (unsigned char *)aligned_alloc(64, (E.smem_cap + 63) & ~(size_t)63);
-    }
-    if (!kernel_image_for_device(name)) return;
-    E.smem_size = smem;
-    E.grid = grid;
-    E.block = block;
-    E.body = &body;
     if (counting && use_pthreads) fail("byte counting needs the fiber backend");
-    if (cuda_cost_shape) cuda_cost_shape(name, (double)grid.x * grid.y * grid.z, (double)nt);
-    if (dry_run) {
-        E.body = nullptr;
-        E.kname = "";
-        E.launches++;
-        report(name, 0, 0, 0, 0);
-        return;
-    }
-    if (use_pthreads) {
-        pt_launch(nt);
-        E.body = nullptr;
-        E.kname = "";
-        E.launches++;
-        return;
-    }
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                E.bidx = make_uint3(x, y, z);
-                run_block((int)nt);
-            }
-    E.body = nullptr;
     E.kname = "";
+    if (!kernel_image_for_device(name)) return;
+    if (cuda_cost_shape) cuda_cost_shape(name, (double)grid.x * grid.y * grid.z, (double)nt);
     E.launches++;
-    if (counting) report_launch(name);
+    enqueue(stream, name, [=, body = std::move(body)] { run_launch(name, grid, block, smem, body, file, line); });
+}
+
+/* ------------------------------------------------------------- streams */
+
+/* Rule STREAMS: the work of a stream the program created (kernels, copies,
+ * memsets, cuBLAS and cuBLASLt calls, NCCL collectives) is queued, not run,
+ * and runs where the program synchronises (stream, event and device
+ * synchronisation, a synchronous copy or memset, cudaFree, cudaFreeHost,
+ * one operation per query of unfinished work), one operation at a time in
+ * an order drawn from CUDA_EMU_SEED that keeps each stream's order and its
+ * cudaStreamWaitEvent waits: an order a GPU may run them in.  A missing
+ * wait then shows as work run too early or too late: wrong numbers.  The
+ * legacy default stream (stream 0, a cuBLAS handle without a stream) runs
+ * its work at once, after the blocking streams' queued work, which it
+ * waits for.  Without the rule, and in the cost modes (byte counting, dry
+ * run), every operation runs at once. */
+
+struct Stream;
+typedef std::map<int, long> Clock;   /* stream id -> its operations known to have run (rule RACE) */
+/* a position in a stream (cudaEventRecord): done once the work queued
+ * before it has run */
+struct Mark {
+    Stream *s;
+    bool done;
+    Clock vc;
+};
+struct Op {
+    std::function<void()> run;    /* the work (or its start); empty for a record or a wait */
+    std::shared_ptr<Mark> wait;   /* cudaStreamWaitEvent: runs once this is done */
+    std::shared_ptr<Mark> mark;   /* cudaEventRecord: done when this runs */
+    std::function<bool()> poll;   /* started work (a collective): finished yet? */
+    bool started;
+    const char *what;
+    Clock host;                   /* the host's clock at the call */
+};
+struct Stream {
+    std::deque<Op> q;
+    bool nonblocking;
+    int id;                       /* for messages: 0 the legacy stream, then 1, 2, ... */
+    long seq;                     /* operations started */
+    Clock vc;
+};
+struct Event {
+    std::shared_ptr<Mark> last;   /* the latest record; null before the first */
+};
+
+static struct {
+    std::recursive_mutex mu;     /* gradsync's progress thread queries events */
+    std::vector<Stream *> all;   /* created and not destroyed */
+    std::mt19937_64 rng;
+    bool have_owner = false;
+    pthread_t owner;             /* the thread that queues work runs it (on its fibers) */
+    std::map<uintptr_t, size_t> pinned;   /* cudaMallocHost'd: start -> size */
+    Stream legacy{ {}, false, 0, 0, {} };  /* the legacy default stream, for clocks */
+    int streams_made = 0;
+    Clock host;                  /* what the host has synchronised with */
+} Q;
+
+static unsigned long long emu_seed()
+{
+    static const unsigned long long v = [] {
+        const char *s = getenv("CUDA_EMU_SEED");
+        return s && *s ? strtoull(s, nullptr, 10) : 1ULL;
+    }();
+    return v;
+}
+
+/* Rule RACE (with STREAMS): each queued operation's device accesses (the
+ * kernels' through ld()/st() of memory.cuh, the byte ranges of copies,
+ * memsets, GEMMs and collectives), as one byte range per allocation, read
+ * or written, are checked against those of other streams' operations: an
+ * overlap where one of the two writes, without an event (or a host
+ * synchronisation before the later call) ordering them, is a race on a
+ * GPU.  Vector clocks: a stream's counts every stream's operations known to
+ * have run before its own; a record copies it into its mark, a wait joins
+ * the mark's, a host synchronisation joins it into the host's, which each
+ * later call carries. */
+static void clock_join(Clock &a, const Clock &b)
+{
+    for (const auto &kv : b)
+        if (a[kv.first] < kv.second) a[kv.first] = kv.second;
+}
+static long clock_of(const Clock &c, int sid)
+{
+    auto it = c.find(sid);
+    return it == c.end() ? 0 : it->second;
+}
+
+/* one range of an operation in one allocation */
+struct Range {
+    uintptr_t alloc, lo, hi;
+    bool write;
+    int sid;   /* its stream (ids are never reused) */
+    long seq;
+    const char *what;
+};
+static struct {
+    bool on;                  /* tracking the running operation */
+    Stream *s;                /* its stream */
+    long seq;
+    const char *what;
+    std::vector<Range> ranges;                           /* its accesses */
+    uintptr_t a_lo = 1, a_hi = 0;                        /* the allocation of the last access */
+    std::unordered_map<uintptr_t, std::vector<Range>> hist;   /* by allocation: earlier operations' */
+} R;
+bool tracking;
+
+void access(const void *p, size_t n, bool write)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (a < R.a_lo || a + n > R.a_hi) {
+        auto it = E.allocs.upper_bound(a);
+        if (it == E.allocs.begin()) return;
+        --it;
+        if (a < it->first || a + n > it->first + it->second) return;   /* not device memory */
+        R.a_lo = it->first;
+        R.a_hi = it->first + it->second;
+    }
+    for (Range &r : R.ranges)
+        if (r.alloc == R.a_lo && r.write == write) {
+            r.lo = std::min(r.lo, a);
+            r.hi = std::max(r.hi, a + n);
+            return;
+        }
+    R.ranges.push_back(Range{ R.a_lo, a, a + n, write, R.s->id, R.seq, R.what });
+}
+
+/* an entry no stream can race with any more: every stream's clock has it */
+static bool settled(const Range &h)
+{
+    for (Stream *s : Q.all)
+        if (s->id != h.sid && clock_of(s->vc, h.sid) < h.seq) return false;
+    return Q.legacy.id == h.sid || clock_of(Q.legacy.vc, h.sid) >= h.seq;
+}
+
+/* the running operation's ranges against the history, then into it */
+static void check_ranges()
+{
+    const Clock &vc = R.s->vc;
+    for (const Range &r : R.ranges) {
+        std::vector<Range> &h = R.hist[r.alloc];
+        for (const Range &o : h) {
+            if (o.sid == r.sid || !(o.write || r.write) || o.hi <= r.lo || r.hi <= o.lo) continue;
+            if (clock_of(vc, o.sid) >= o.seq) continue;
+            fail("race: %s on stream %d %s device memory [%p, +%zu) that %s on stream %d %s, without an event "
+                 "between them (cudaEventRecord + cudaStreamWaitEvent)", r.what, r.sid,
+                 r.write ? "writes" : "reads", (void *)std::max(r.lo, o.lo),
+                 (size_t)(std::min(r.hi, o.hi) - std::max(r.lo, o.lo)), o.what, o.sid,
+                 o.write ? "wrote" : "read");
+        }
+        h.erase(std::remove_if(h.begin(), h.end(), [](const Range &o) { return settled(o); }), h.end());
+        h.push_back(r);
+    }
+    R.ranges.clear();
+}
+
+/* an allocation freed: its history goes with it */
+static void forget(uintptr_t alloc)
+{
+    R.hist.erase(alloc);
+    R.a_lo = 1;
+    R.a_hi = 0;
+}
+
+static bool deferring() { return !dry_run && !counting && strict("STREAMS"); }
+
+static Stream *stream_of(cudaStream_t h)
+{
+    if (h == nullptr || h == cudaStreamLegacy || h == cudaStreamPerThread) return nullptr;
+    Stream *s = (Stream *)h;
+    if (std::find(Q.all.begin(), Q.all.end(), s) == Q.all.end())
+        fail("stream %p was not created by cudaStreamCreate, or is destroyed", (void *)h);
+    return s;
+}
+
+static bool is_owner() { return !Q.have_owner || pthread_equal(Q.owner, pthread_self()); }
+static bool may_run(const Op &op) { return !op.wait || op.wait->done; }
+static bool needed(const std::vector<Stream *> &need, Stream *s)
+{
+    return std::find(need.begin(), need.end(), s) != need.end();
+}
+
+/* the clock of an operation of s starting now */
+static void tick(Stream *s, const Op &op)
+{
+    s->vc[s->id] = ++s->seq;
+    clock_join(s->vc, op.host);
+    if (op.wait) clock_join(s->vc, op.wait->vc);
+    if (!s->nonblocking && s != &Q.legacy) clock_join(s->vc, Q.legacy.vc);   /* legacy stream semantics */
+}
+
+/* starts an operation of s, or polls it once started: true once it is done */
+static bool advance(Stream *s, Op &op)
+{
+    if (!op.started) {
+        op.started = true;
+        tick(s, op);
+        if (op.run) {
+            R.on = tracking = deferring() && strict("RACE") && !use_pthreads;
+            R.s = s;
+            R.seq = s->seq;
+            R.what = op.what;
+            op.run();
+            tracking = false;
+            if (R.on) check_ranges();
+            R.on = false;
+        }
+    }
+    if (op.poll && !op.poll()) return false;
+    if (op.mark) {
+        op.mark->vc = s->vc;
+        op.mark->done = true;
+    }
+    return true;
+}
+
+/* advances one queued operation: the head of a stream in `need` (grown by
+ * the streams their heads wait for) or, one step in two, of any other
+ * stream */
+static void step(std::vector<Stream *> need)
+{
+    if (!is_owner()) fail("a host thread synchronises with work that another thread queued (not emulated)");
+    for (size_t i = 0; i < need.size(); i++) {
+        Stream *s = need[i];
+        if (s->q.empty() || may_run(s->q.front())) continue;
+        Stream *t = s->q.front().wait->s;
+        if (t && !needed(need, t)) need.push_back(t);
+    }
+    std::vector<Stream *> cand;
+    for (Stream *s : need)
+        if (!s->q.empty() && may_run(s->q.front())) cand.push_back(s);
+    if (Q.rng() & 1)
+        for (Stream *s : Q.all)
+            if (!needed(need, s) && !s->q.empty() && may_run(s->q.front()))
+                cand.push_back(s);
+    if (cand.empty()) fail("deadlock: queued work waits for an event that nothing queued completes");
+    Stream *s = cand[Q.rng() % cand.size()];
+    if (advance(s, s->q.front())) s->q.pop_front();
+}
+
+/* runs work until done(); the host then knows what `need` ran */
+static void run_until(const std::function<bool()> &done, const std::vector<Stream *> &need)
+{
+    while (!done()) step(need);
+    for (Stream *s : need) clock_join(Q.host, s->vc);
+    release_guards();
+}
+static void drain(Stream *s) { run_until([s] { return s->q.empty(); }, { s }); }
+static void drain_mark(const std::shared_ptr<Mark> &m)
+{
+    if (m && !m->done) run_until([&m] { return m->done; }, { m->s });
+    if (m) clock_join(Q.host, m->vc);
+    release_guards();
+}
+static bool empty(const std::vector<Stream *> &v)
+{
+    for (Stream *s : v)
+        if (!s->q.empty()) return false;
+    return true;
+}
+static void drain_all() { run_until([] { return empty(Q.all); }, Q.all); }
+/* what the legacy default stream waits for */
+static void drain_blocking()
+{
+    std::vector<Stream *> b;
+    for (Stream *s : Q.all)
+        if (!s->nonblocking) b.push_back(s);
+    run_until([&b] { return empty(b); }, b);
+}
+
+/* op as the next work of stream h: queued, or run now (above) */
+static void submit(cudaStream_t h, Op op)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    op.host = Q.host;
+    if (s && deferring()) {
+        if (!Q.have_owner) {
+            Q.have_owner = true;
+            Q.owner = pthread_self();
+            Q.rng.seed(emu_seed());
+        }
+        s->q.push_back(std::move(op));
+        return;
+    }
+    if (s) {
+        drain(s);
+    } else {
+        drain_blocking();
+        s = &Q.legacy;
+        for (Stream *b : Q.all)
+            if (!b->nonblocking) clock_join(s->vc, b->vc);
+    }
+    drain_mark(op.wait);
+    while (!advance(s, op)) {}
+}
+
+void enqueue(cudaStream_t h, const char *what, std::function<void()> work, std::function<bool()> poll)
+{
+    submit(h, Op{ std::move(work), nullptr, nullptr, std::move(poll), false, what, {} });
+}
+
+/* the device's queued work, before a call that synchronises it */
+static void device_sync()
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    drain_all();
+}
+
+static bool is_pinned(const void *p, size_t n)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    uintptr_t a = (uintptr_t)p;
+    auto it = Q.pinned.upper_bound(a);
+    if (it == Q.pinned.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
 }
 
 bool is_device_range(const void *p, size_t bytes)
@@ -797,8 +1130,17 @@ static long grid_cap_blocks;
 extern "C" void cuda_emu_set_grid_cap(long blocks) { grid_cap_blocks = blocks; }
 long cuda_emu::grid_cap(long cap) { return grid_cap_blocks > 0 && grid_cap_blocks < cap ? grid_cap_blocks : cap; }
 
-extern "C" void cuda_emu_count_bytes(int on) { counting = on != 0; }
-extern "C" void cuda_emu_dry_run(int on) { dry_run = on != 0; }
+/* (the work queued so far runs first, under the mode it was queued in) */
+extern "C" void cuda_emu_count_bytes(int on)
+{
+    device_sync();
+    counting = on != 0;
+}
+extern "C" void cuda_emu_dry_run(int on)
+{
+    device_sync();
+    dry_run = on != 0;
+}
 
 /* "fibers" (default) or "pthread" (for ThreadSanitizer) */
 extern "C" int cuda_emu_set_backend(const char *name)
@@ -1071,12 +1413,15 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
     return cudaSuccess;
 }
 
+/* cudaFree and cudaFreeHost synchronise the device */
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
+    device_sync();
     auto it = E.allocs.find((uintptr_t)p);
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
     E.dev_bytes -= it->second;
+    forget(it->first);
     E.allocs.erase(it);
     auto c = dev_charged.find((uintptr_t)p);
     if (c != dev_charged.end()) {   /* given back to the device it came from */
@@ -1090,12 +1435,20 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
     if (!p) return set_err(cudaErrorInvalidValue);
-    *p = malloc(size ? size : 1);
-    return *p ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
+    /* whole pages, for rule PINNED's guards */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (posix_memalign(p, page, ((size ? size : 1) + page - 1) / page * page)) return set_err(cudaErrorMemoryAllocation);
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Q.pinned[(uintptr_t)*p] = size ? size : 1;
+    return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
+    if (!p) return cudaSuccess;
+    device_sync();
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    if (!Q.pinned.erase((uintptr_t)p)) fail("cudaFreeHost(%p): not a pointer returned by cudaMallocHost", p);
     free(p);
     return cudaSuccess;
 }
@@ -1125,65 +1478,228 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     check_legacy_stream("cudaMemcpy");
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpy");
+    device_sync();
     memmove(dst, src, n);
     return cudaSuccess;
 }
 
+/* a queued copy, its device ranges seen by rule RACE */
+static void copy_run(void *dst, const void *src, size_t n)
+{
+    if (tracking) {
+        access(src, n, false);
+        access(dst, n, true);
+    }
+    memmove(dst, src, n);
+}
+
+/* Rule PINNED (with STREAMS): a copy into pinned memory lands when its
+ * stream gets there, so the host may read the buffer only after it waited
+ * for the copy (an event or stream synchronisation).  The buffer's pages
+ * are inaccessible from the call until the host's clock has the copy: a
+ * premature host access faults and is reported. */
+struct Guard {
+    uintptr_t lo, hi;          /* whole pages */
+    std::shared_ptr<Mark> m;   /* after the copy */
+};
+static std::vector<Guard> guards;
+
+static void protect_all()
+{
+    for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_NONE);
+}
+
+static void on_segv(int sig, siginfo_t *si, void *)
+{
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (const Guard &g : guards)
+        if (a >= g.lo && a < g.hi)
+            fail("host access to pinned memory %p before waiting for the cudaMemcpyAsync into it (an event or stream "
+                 "synchronisation after the copy)", si->si_addr);
+    signal(sig, SIG_DFL);   /* not ours: fault again, as without the rule */
+}
+
+/* pages of [p, p+n) guarded until the host knows m done */
+static void guard(void *p, size_t n, const std::shared_ptr<Mark> &m)
+{
+    static bool installed = [] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, nullptr);
+        return true;
+    }();
+    (void)installed;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+    guards.push_back(Guard{ a & ~(page - 1), (a + n + page - 1) & ~(page - 1), m });
+    protect_all();
+}
+
+/* the guards of copies the host has waited for are lifted */
+static void release_guards()
+{
+    if (guards.empty()) return;
+    size_t before = guards.size();
+    auto known = [](const Guard &g) {
+        return g.m->done && clock_of(Q.host, g.m->s->id) >= clock_of(g.m->vc, g.m->s->id);
+    };
+    for (const Guard &g : guards)
+        if (known(g)) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ | PROT_WRITE);
+    guards.erase(std::remove_if(guards.begin(), guards.end(), known), guards.end());
+    if (guards.size() != before) protect_all();
+}
+
+/* the copy itself writes through the guard */
+static void copy_into_guarded(void *dst, const void *src, size_t n)
+{
+    for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ | PROT_WRITE);
+    copy_run(dst, src, n);
+    protect_all();
+}
+
+/* A copy from pageable host memory is staged by the driver before the call
+ * returns, one into pageable memory returns once it is done; only pinned
+ * memory (cudaMallocHost) is copied when the stream gets there (CUDA
+ * runtime API, "API synchronization behavior") */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s)
 {
-    (void)s;
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpyAsync");
     double dn = (double)n, rd = kind == cudaMemcpyHostToDevice ? 0 : dn, wr = kind == cudaMemcpyDeviceToHost ? 0 : dn;
     report("cudaMemcpyAsync", rd, wr, rd, wr);
-    if (!dry_run || kind == cudaMemcpyDeviceToHost) memmove(dst, src, n);
+    if (dry_run && kind != cudaMemcpyDeviceToHost) return cudaSuccess;
+    if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        enqueue(s, "cudaMemcpyAsync", [dst, staged, n] { copy_run(dst, staged->data(), n); });
+    } else if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n)) {
+        std::lock_guard<std::recursive_mutex> g(Q.mu);
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
+        submit(s, Op{ [dst, src, n] { copy_run(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
+        drain_mark(m);
+    } else if (kind == cudaMemcpyDeviceToHost && stream_of(s) && deferring() && strict("PINNED")) {
+        std::lock_guard<std::recursive_mutex> g(Q.mu);
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
+        submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
+        guard(dst, n, m);
+    } else {
+        enqueue(s, "cudaMemcpyAsync", [dst, src, n] { copy_run(dst, src, n); });
+    }
     return cudaSuccess;
 }
 
-static cudaError_t memset_dev(void *p, int v, size_t n, const char *what)
+static void check_memset(void *p, size_t n, const char *what)
 {
-    if (!n) return cudaSuccess;
     if (!is_device_range(p, n)) fail("%s: %p (+%zu bytes) is not device memory", what, p, n);
-    if (!dry_run) memset(p, v, n);
-    return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
     check_legacy_stream("cudaMemset");
-    return memset_dev(p, v, n, "cudaMemset");
+    if (!n) return cudaSuccess;
+    check_memset(p, n, "cudaMemset");
+    device_sync();
+    if (!dry_run) memset(p, v, n);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
-    (void)s;
     report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
-    return memset_dev(p, v, n, "cudaMemsetAsync");
+    if (!n) return cudaSuccess;
+    check_memset(p, n, "cudaMemsetAsync");
+    if (!dry_run)
+        enqueue(s, "cudaMemsetAsync", [p, v, n] {
+            if (tracking) access(p, n, true);
+            memset(p, v, n);
+        });
+    return cudaSuccess;
 }
 
-/* streams and events: the emulator runs everything synchronously */
-static int stream_tag[2];   /* the handles of blocking and non-blocking streams */
-cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)&stream_tag[0]; return cudaSuccess; }
+/* streams and events: queued work (rule STREAMS, above) */
+static cudaError_t new_stream(cudaStream_t *h, bool nonblocking)
+{
+    if (!h) return set_err(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = new Stream{ {}, nonblocking, ++Q.streams_made, 0, Q.host };
+    Q.all.push_back(s);
+    if (nonblocking) E.nonblocking_streams++;
+    *h = (cudaStream_t)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return new_stream(s, false); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int f)
 {
-    if (!(f & cudaStreamNonBlocking)) return cudaStreamCreate(s);
-    E.nonblocking_streams++;
-    *s = (cudaStream_t)&stream_tag[1];
-    return cudaSuccess;
+    return new_stream(s, (f & cudaStreamNonBlocking) != 0);
 }
-cudaError_t cudaStreamDestroy(cudaStream_t s)
+/* (a GPU finishes a destroyed stream's work: here it runs first) */
+cudaError_t cudaStreamDestroy(cudaStream_t h)
 {
-    if (s == (cudaStream_t)&stream_tag[1] && E.nonblocking_streams > 0) E.nonblocking_streams--;
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    drain(s);
+    if (s->nonblocking) E.nonblocking_streams--;
+    Q.all.erase(std::find(Q.all.begin(), Q.all.end(), s));
+    delete s;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) { (void)s; (void)e; (void)f; return cudaSuccess; }
-static int event_tag;
-cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (cudaEvent_t)&event_tag; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t h)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (s) drain(s);
+    else drain_blocking();
+    return cudaSuccess;
+}
+
+static Event *event_of(cudaEvent_t e)
+{
+    if (!e) fail("a null cudaEvent_t");
+    return (Event *)e;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f)
+{
+    (void)f;
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    std::shared_ptr<Mark> m = event_of(e)->last;   /* the latest record now, as CUDA takes it */
+    if (m) submit(s, Op{ nullptr, m, nullptr, nullptr, false, "cudaStreamWaitEvent", {} });
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    if (!e) return set_err(cudaErrorInvalidValue);
+    *e = (cudaEvent_t) new Event();
+    return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaSuccess; }
+/* (a record still queued keeps its mark) */
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    delete event_of(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    auto m = std::make_shared<Mark>(Mark{ stream_of(h), false, {} });
+    event_of(e)->last = m;
+    submit(h, Op{ nullptr, nullptr, m, nullptr, false, "cudaEventRecord", {} });
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    drain_mark(event_of(e)->last);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void)
+{
+    device_sync();
+    return cudaSuccess;
+}
+
 /* Rule QUERY: a GPU answers a query cudaErrorNotReady while the work is
  * running, and the runtime keeps that answer as the thread's last error
  * (PyTorch's CUDAEvent::query clears it with cudaGetLastError(), pytorch
@@ -1202,18 +1718,37 @@ static bool query_not_ready()
 {
     if (!strict("QUERY")) return false;
     static std::atomic<unsigned long long> calls{ 0 };
-    static const unsigned long long seed = [] {
-        const char *s = getenv("CUDA_EMU_SEED");
-        return s && *s ? strtoull(s, nullptr, 10) : 1ULL;
-    }();
-    return (splitmix(seed * 0x9E3779B97F4A7C15ULL + calls.fetch_add(1)) & 3) != 0;   /* three queries in four */
+    return (splitmix(emu_seed() * 0x9E3779B97F4A7C15ULL + calls.fetch_add(1)) & 3) != 0;   /* three queries in four */
 }
 
 static cudaError_t query_answer() { return query_not_ready() ? set_err(cudaErrorNotReady) : cudaSuccess; }
 
-cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return query_answer(); }
-cudaError_t cudaStreamQuery(cudaStream_t s) { (void)s; return query_answer(); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+/* unfinished work: one operation runs (if the querying thread queued the
+ * work), and the answer is not ready while some is left */
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    std::shared_ptr<Mark> m = event_of(e)->last;
+    if (m && !m->done) {
+        if (is_owner()) step({ m->s });
+        if (!m->done) return set_err(cudaErrorNotReady);
+    }
+    if (m) clock_join(Q.host, m->vc);
+    release_guards();
+    return query_answer();
+}
+cudaError_t cudaStreamQuery(cudaStream_t h)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (s && !s->q.empty()) {
+        if (is_owner()) step({ s });
+        if (!s->q.empty()) return set_err(cudaErrorNotReady);
+    }
+    if (s) clock_join(Q.host, s->vc);
+    release_guards();
+    return query_answer();
+}
 
 cudaError_t cudaGetDeviceCount(int *n)
 {

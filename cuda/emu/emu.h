@@ -28,9 +28,15 @@
  *   Under CUDA_EMU_STRICT_DEVMEM the processes on one device (by UUID)
  *   share its memory, in 2 MiB pages plus a 500 MiB context each (both
  *   scaled down with CUDA_EMU_MEMORY), counted in /dev/shm (emu.cc).
- * - Streams run in order, so a race between streams cannot happen here; a
- *   cudaMemcpy or cudaMemset (legacy default stream) while a non-blocking
- *   stream exists, which races on a GPU, is reported as a misuse.
+ * - Under rule STREAMS (CUDA_EMU_STRICT) each created stream's work is
+ *   queued and run where the program synchronises, in a seeded order that
+ *   keeps stream order and cudaStreamWaitEvent (emu.cc); otherwise work
+ *   runs at the call.  Rule RACE then checks the byte ranges each
+ *   operation reads and writes against other streams' (vector clocks):
+ *   an overlap with a write and no event between them is reported; rule
+ *   PINNED guards a pinned buffer a copy writes until the host waited.
+ *   A cudaMemcpy or cudaMemset (legacy default stream) while a
+ *   non-blocking stream exists, which races on a GPU, is a misuse.
  * - For the GPU cost model (cuda/cost.h): cuda_emu_count_bytes(1) counts
  *   the bytes every launch loads and stores through ld()/st() (memory.cuh)
  *   and every GEMM and copy moves, and reports them to cuda_cost_seen;
@@ -72,8 +78,16 @@ enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC
 void syncthreads(const char *file, int line);
 uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
 void *dynamic_shared();
-void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            const std::function<void()> &body, const char *file, int line);
+void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body,
+            const char *file, int line);
+/* work as the next operation of stream s: queued under rule STREAMS
+ * (emu.cc), else run now; with poll, work only starts it (an NCCL
+ * collective), and it is done once poll() answers true */
+void enqueue(cudaStream_t s, const char *what, std::function<void()> work, std::function<bool()> poll = nullptr);
+/* rule RACE (emu.cc): while tracking, the running operation's accesses to
+ * device memory, n bytes at p (any other memory is ignored) */
+extern bool tracking;
+void access(const void *p, size_t n, bool write);
 /* CUDA_EMU_STRICT=1 (the default in `make test`) turns on every rule under
  * which the emulator fails where a real GPU, driver or library would, but a
  * lenient emulator would not (docs/testing.md lists them); each rule can be
@@ -121,13 +135,14 @@ inline int all_at(const char *f, int l, unsigned m, int p) { return (int)warp_op
 inline void syncwarp_at(const char *f, int l, unsigned m = 0xffffffffu) { warp_op(OP_SYNC, m, 0, 0, 32, f, l); }
 
 /* a launch converts its arguments to the kernel's parameter types once (as
- * the CUDA runtime does); every thread then gets its own copy */
+ * the CUDA runtime does) and keeps them by value until its stream runs it;
+ * every thread then gets its own copy */
 template <class... P, class... A>
 inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           const char *file, int line, void (*k)(P...), A &&...a)
 {
     std::tuple<P...> args(std::forward<A>(a)...);
-    launch(name, grid, block, smem, stream, [&]() { std::apply(k, args); }, file, line);
+    launch(name, grid, block, smem, stream, [k, args]() { std::apply(k, args); }, file, line);
 }
 
 } // namespace cuda_emu
@@ -153,7 +168,7 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
 #define EMU_SEEN(p, n, write)                                 \
     do {                                                      \
-        if (cuda_emu::counting) cuda_emu::seen((p), (n), (write)); \
+        if (cuda_emu::counting || cuda_emu::tracking) cuda_emu::seen((p), (n), (write)); \
     } while (0)
 
 /* device intrinsics on the host (IEEE versions: the emulator checks logic,

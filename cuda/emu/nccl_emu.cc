@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
+#include <memory>
 
 struct ncclComm {
     int nranks, rank;
+    MPI_Comm mpi;   /* a duplicate of MPI_COMM_WORLD: the collectives' own channel */
     long allreduces;   /* calls so far */
     ncclResult_t async_error;
 };
@@ -83,12 +85,15 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
         ncclResult_t r = check_duplicate_gpu(rank, nranks);
         if (r != ncclSuccess) return r;
     }
-    *comm = new ncclComm{ nranks, rank, 0, ncclSuccess };
+    MPI_Comm mc;
+    MPI_Comm_dup(MPI_COMM_WORLD, &mc);
+    *comm = new ncclComm{ nranks, rank, mc, 0, ncclSuccess };
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
+    if (comm) MPI_Comm_free(&comm->mpi);
     delete comm;
     return ncclSuccess;
 }
@@ -96,12 +101,31 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     if (!comm) return ncclInvalidArgument;
     if (dt != ncclFloat32 || op != ncclSum) return ncclInvalidArgument;   /* all the backend uses */
     if (!cuda_emu::is_device_range(recv, count * 4) || !cuda_emu::is_device_range(send, count * 4))
         cuda_emu::fail("ncclAllReduce: buffer %p (+%zu floats) is not device memory", recv, count);
-    MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    /* started when the stream gets there and complete some time later
+     * (rule STREAMS), as NCCL's kernels: the caller must wait for the
+     * stream before it reads the sums.  A nonblocking MPI sum on the
+     * communicator's own MPI communicator, so that it progresses while the
+     * host sits in its own MPI calls, as NCCL's kernels do on a GPU */
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    MPI_Comm mc = comm->mpi;
+    cuda_emu::enqueue(
+        stream, "ncclAllReduce",
+        [=] {
+            if (cuda_emu::tracking) {
+                cuda_emu::access(send, count * 4, false);
+                cuda_emu::access(recv, count * 4, true);
+            }
+            MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM, mc, req.get());
+        },
+        [req] {
+            int done = 0;
+            MPI_Test(req.get(), &done, MPI_STATUS_IGNORE);
+            return done != 0;
+        });
     long n = async_error_after();
     if (n > 0 && ++comm->allreduces >= n) comm->async_error = ncclRemoteError;
     return ncclSuccess;

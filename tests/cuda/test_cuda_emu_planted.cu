@@ -7,9 +7,14 @@
  *  - a lane of a shuffle's mask that never arrives;
  *  - threads reaching different barriers; a thread exiting while others
  *    wait at a barrier;
- *  - a launch on a GPU the build has no kernel image for (rule CC).
+ *  - a launch on a GPU the build has no kernel image for (rule CC);
  *  - rule QUERY: an event poll that does not clear the not-ready answer,
- *    then a CKL()-style cudaGetLastError() check after the next launch.
+ *    then a CKL()-style cudaGetLastError() check after the next launch;
+ *  - rule STREAMS: a kernel on one stream reading what a kernel on another
+ *    stream writes, without an event between them: stale values, and under
+ *    rule RACE a reported race (also for a memset and a copy);
+ *  - rule PINNED: the host reading a pinned buffer before it waited for
+ *    the copy into it.
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -221,6 +226,147 @@ static void query_rule(int *d)
     cudaStreamDestroy(s);
 }
 
+static __global__ void k_fill(int *p, int v) { p[threadIdx.x] = v; }
+static __global__ void k_copy(int *dst, const int *src) { dst[threadIdx.x] = src[threadIdx.x]; }
+
+/* rounds of: stream a fills d[0..32) with the round's number, stream b
+ * copies it to d[32..64) (after an event of a's fill, or not), the host
+ * reads b's copy; how many rounds read a wrong value */
+static int producer_consumer(int *d, int with_event)
+{
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    int wrong = 0, h[32];
+    for (int round = 1; round <= 20; round++) {
+        LAUNCH(k_fill, 1, 32, 0, a, d, round);
+        if (with_event) {
+            cudaEventRecord(e, a);
+            cudaStreamWaitEvent(b, e, 0);
+        }
+        LAUNCH(k_copy, 1, 32, 0, b, d + 32, (const int *)d);
+        cudaMemcpyAsync(h, d + 32, sizeof h, cudaMemcpyDeviceToHost, b);   /* pageable: returns when done */
+        int bad = 0;
+        for (int t = 0; t < 32; t++) bad |= h[t] != round;
+        wrong += bad;
+        cudaDeviceSynchronize();
+    }
+    cudaEventDestroy(e);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    return wrong;
+}
+
+/* the same with their accesses reported, as memory.cuh's ld()/st() do */
+static __global__ void k_fill_seen(int *p, int v)
+{
+    EMU_SEEN(p + threadIdx.x, sizeof(int), true);
+    p[threadIdx.x] = v;
+}
+static __global__ void k_copy_seen(int *dst, const int *src)
+{
+    EMU_SEEN(src + threadIdx.x, sizeof(int), false);
+    EMU_SEEN(dst + threadIdx.x, sizeof(int), true);
+    dst[threadIdx.x] = src[threadIdx.x];
+}
+
+/* 0: no ordering; 1: an event; 2: the host waits for stream a first */
+static void two_streams(int *d, int order)
+{
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    LAUNCH(k_fill_seen, 1, 32, 0, a, d, 5);
+    cudaEventRecord(e, a);
+    if (order == 1) cudaStreamWaitEvent(b, e, 0);
+    if (order == 2) cudaStreamSynchronize(a);
+    LAUNCH(k_copy_seen, 1, 32, 0, b, d + 32, (const int *)d);
+    cudaDeviceSynchronize();
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+}
+static void race_kernels(int *d) { two_streams(d, 0); }
+static void race_copies(int *d)
+{
+    cudaStream_t a, b;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    cudaMemsetAsync(d, 0, 64 * sizeof(int), a);
+    cudaMemcpyAsync(d + 64, d + 16, 16 * sizeof(int), cudaMemcpyDeviceToDevice, b);
+    cudaDeviceSynchronize();
+}
+
+/* rule RACE: accesses of two streams to the same memory, one a write,
+ * without an event or a host synchronisation between them */
+static void race_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    setenv("CUDA_EMU_STRICT_RACE", "1", 1);
+    expect_caught("RACE: a kernel reads another stream's output without an event", race_kernels, d,
+                  "without an event between them");
+    expect_caught("RACE: a copy reads what a memset on another stream writes", race_copies, d,
+                  "race: cudaMem");
+    int h[32];
+    two_streams(d, 1);
+    memcpy(h, d + 32, sizeof h);   /* (emulated device memory is host memory) */
+    check(h[0] == 5 && h[31] == 5, "RACE: with the event no race, and the copy reads the fill");
+    two_streams(d, 2);
+    check(1, "RACE: a host synchronisation between the streams orders them too");
+}
+
+/* a download into pinned memory on a stream, read by the host after
+ * waiting for the stream, or (early) before */
+static int pinned_read(int *d, int early)
+{
+    cudaStream_t a;
+    int *h = NULL;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaMallocHost((void **)&h, 32 * sizeof(int));
+    LAUNCH(k_fill, 1, 32, 0, a, d, 7);
+    cudaMemcpyAsync(h, d, 32 * sizeof(int), cudaMemcpyDeviceToHost, a);
+    if (!early) cudaStreamSynchronize(a);
+    int v = *(volatile int *)h;
+    cudaFreeHost(h);
+    cudaStreamDestroy(a);
+    return v;
+}
+static void pinned_early(int *d) { pinned_read(d, 1); }
+
+/* rule PINNED */
+static void pinned_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    setenv("CUDA_EMU_STRICT_PINNED", "1", 1);
+    expect_caught("PINNED: the host reads a pinned download before waiting for it", pinned_early, d,
+                  "host access to pinned memory");
+    check(pinned_read(d, 0) == 7, "PINNED: after cudaStreamSynchronize the host reads the download");
+}
+
+/* rule STREAMS: queued work runs where the program synchronises, in a
+ * seeded order that keeps stream order and event waits */
+static void streams_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    cudaStream_t a;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    int before = d[0];   /* (emulated device memory is host memory) */
+    LAUNCH(k_fill, 1, 32, 0, a, d, before + 1);
+    int queued = d[0] == before;
+    cudaStreamSynchronize(a);
+    check(queued && d[0] == before + 1, "STREAMS: a launch runs at the stream's synchronisation, not at the call");
+    cudaStreamDestroy(a);
+    int wrong = producer_consumer(d, 0);
+    printf("     no event between the streams: %d of 20 rounds read a stale value\n", wrong);
+    check(wrong > 0, "STREAMS: a read on one stream of another stream's write without an event gives wrong values");
+    check(producer_consumer(d, 1) == 0, "STREAMS: with an event between them every round is right");
+    setenv("CUDA_EMU_STRICT_STREAMS", "0", 1);
+    check(producer_consumer(d, 0) == 0, "STREAMS off: work runs at the call, the missing event goes unseen");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
@@ -264,6 +410,9 @@ int main(int argc, char **argv)
     expect_caught("full mask in a partial warp", run_partial_warp, d, "does not exist");
     check_kernel_image(d);
     query_rule(d);
+    streams_rule(d);
+    race_rule(d);
+    pinned_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;

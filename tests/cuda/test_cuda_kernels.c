@@ -804,6 +804,9 @@ static void test_cublas_types(void)
     printf("%s cublasSetMathMode(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): %s\n",
            ms == CUBLAS_STATUS_SUCCESS ? "ok  " : "FAIL", cublasGetStatusString(ms));
     void *A = gpu->alloc(gpu, 4 * 64), *B = gpu->alloc(gpu, 4 * 64), *C = gpu->alloc(gpu, 4 * 64);
+    /* the handle has no stream: the legacy default stream, which does not
+     * wait for the backend's non-blocking stream that zeroes the buffers */
+    gpu->sync(gpu);
     float one = 1.0f, zero = 0.0f;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, cases[i].a, 4, B, cases[i].b,
@@ -900,6 +903,7 @@ static void test_cublaslt_args(void)
     cublasLtHandle_t h;
     cublasLtCreate(&h);
     void *buf = gpu->alloc(gpu, 4 * 64), *aux = gpu->alloc(gpu, 4 * 128 / 8);
+    gpu->sync(gpu);   /* (stream 0 does not wait for the zeroing on the backend's stream) */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cublasStatus_t st = lt_try(h, &cases[i], buf, aux);
         checks++;
@@ -1137,6 +1141,9 @@ static void test_lt_strict(void)
     lt_buf = gpu->alloc(gpu, 4096);
     lt_aux = gpu->alloc(gpu, 4096);
     lt_ws = gpu->alloc(gpu, (1 << 20) + 256);
+    /* the cases call cuBLASLt on the legacy stream: the backend's stream
+     * must have zeroed the buffers first (rule RACE) */
+    gpu->sync(gpu);
     /* each rule on whatever CUDA_EMU_STRICT says; no seeded refusals but
      * where tested; the caller's settings back afterwards */
     static const char *rules[4] = { "CUDA_EMU_STRICT_LT_REDUCTION", "CUDA_EMU_STRICT_LT_ALIGN",
@@ -1330,6 +1337,7 @@ static void test_cc_library_refusal(void)
     cublasSetMathMode(h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     cublasLtCreate(&lt);
     void *A = gpu->alloc(gpu, 4 * 64), *aux = gpu->alloc(gpu, 4 * 128 / 8);
+    gpu->sync(gpu);   /* zeroed on the backend's stream; the calls below are on the legacy one */
     float one = 1.0f, zero = 0.0f;
     setenv("CUDA_EMU_CC", "75", 1);
     for (int rule = 1; rule >= 0; rule--) {
