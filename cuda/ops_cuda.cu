@@ -15,7 +15,11 @@
  *   with a fixed shape, so results are deterministic run to run; no kernel
  *   uses atomics.  Dropout masks come from the same Philox counter as the
  *   CPU (philox.h), so both backends drop exactly the same elements.
- * - All work is issued on one stream; upload/download synchronise it.
+ * - Compute runs on one non-blocking stream (I->stream); the gradient
+ *   allreduce runs on a second one (I->comm_stream), ordered after each
+ *   bucket's gradients by an event (comm.cuh); uploads and downloads
+ *   synchronise the compute stream.  The emulator's strict rules STREAMS
+ *   and RACE check that ordering (docs/testing.md).
  *
  * The file also compiles with g++ -DCUDA_EMULATION against cuda/emu/, which
  * runs the kernels on the CPU in the tests.
@@ -24,12 +28,14 @@
  * train_gpt2.cu includes the headers of llmc/), so that the static helpers stay
  * private to the backend and one ptxas log covers every kernel:
  *   common.cuh   headers, error checks, backend state, block reductions
- *   memory.cuh   memory and precision (bf16 storage, weight shadow)
+ *   memory.cuh   memory and precision (bf16 storage, weight shadow); it
+ *                includes cost.cuh, the declared costs of the GPU cost model
  *   gemm.cuh     GEMMs, bias epilogue, column sums
  *   softmax.cuh  attention softmax, log-softmax
  *   norm.cuh     residual + dropout + LayerNorm
  *   embed.cuh    embeddings and positional encodings
  *   xent.cuh     label-smoothed cross-entropy
+ *   heads.cuh    head gates (head importance, masked heads)
  *   adam.cuh     optimizer
  *   comm.cuh     gradient allreduce (NCCL, MPI fallback)
  *   device.cuh   device selection, backend creation and teardown */
