@@ -12,7 +12,7 @@ make test
 # assert properties that hold under any of them (tests/blas_alt_kernel.sh).
 # (the tests whose verdict holds a trained model to a margin; those that
 # compare two computations made here, resume or 1 vs N ranks, run once)
-TRAINING_TESTS="test_decode test_synthetic test_data_learn test_translate test_ckpt_errors test_fp16_learn"
+TRAINING_TESTS="test_decode test_synthetic test_data_learn test_translate test_ckpt_errors test_fp16_learn test_table3_row"
 if alt=$(bash tests/blas_alt_kernel.sh); then
     echo "check: the training tests again with OPENBLAS_CORETYPE=$alt (default here: $(bin/tests/blas_core))"
     OPENBLAS_CORETYPE=$alt TESTS="$TRAINING_TESTS" make test
