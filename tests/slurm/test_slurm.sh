@@ -113,7 +113,7 @@ for row in rows:
     if has_translate:
         bleu = float(a["dev_bleu"])
         if not (math.isfinite(bleu) and bleu >= 0): bad.append(f"{row}: dev_bleu {bleu}")
-        if sum(1 for _ in open(f"{sweep}/runs/{row}/dev.hyp")) != 40: bad.append(f"{row}: dev.hyp is not 40 lines")
+        if sum(1 for _ in open(f"{sweep}/runs/{row}/dev.final.hyp")) != 40: bad.append(f"{row}: dev.final.hyp is not 40 lines")
 for b in bad: print("  " + b)
 sys.exit(1 if bad else 0)
 PY
