@@ -118,7 +118,7 @@ def row_summary(name, runs):
             "failed": [r for r in runs if is_failed(r)], "paper_ppl": runs[0].get("paper_ppl", math.nan),
             "d_nll": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan, "pooled": False,
             "paper_d": math.nan, "paper_dir": "–", "ours_dir": "–", "agree": "–", "equiv": math.nan,
-            "d_bleu": math.nan, "bleu_lo": math.nan, "bleu_hi": math.nan, "bleu_p": math.nan, "bleu_set": ""}
+            "len_ratio": math.nan, "bp": math.nan, "d_bleu": math.nan, "bleu_lo": math.nan, "bleu_hi": math.nan, "bleu_p": math.nan, "bleu_set": ""}
 
 
 def nll_comparison(s, base):
@@ -150,8 +150,30 @@ def bootstrap_pair(a, b):
     return None, None
 
 
+def length_ratio(runs):
+    """(hypothesis/reference length ratio, sacreBLEU brevity penalty) on each
+    run's first set of BOOTSTRAP_SETS, means over the runs that have one (NaN
+    if none).  BLEU can move by length alone: BP = exp(1 - 1/ratio) below 1."""
+    from bleu import sentence_stats
+    from row_result import read_hyp_set
+
+    ratios = []
+    for r in runs:
+        name = next((n for n in BOOTSTRAP_SETS if n in r.get("hyp_sets", ())), None)
+        if name:
+            hyp, ref = read_hyp_set(r["path"], name)
+            if hyp and len(hyp) == len(ref):
+                t = sentence_stats(hyp, [ref]).sum(axis=0)
+                ratios.append(t[0] / t[1])
+    if not ratios:
+        return math.nan, math.nan
+    bp = [1.0 if x >= 1 else math.exp(1 - 1 / x) for x in ratios]
+    return float(np.mean(ratios)), float(np.mean(bp))
+
+
 def bleu_comparison(s, base):
     """BLEU of the row's first used run against base's first used run."""
+    s["len_ratio"], s["bp"] = length_ratio(s["used"])
     if not s["used"] or not base["used"]:
         return
     name, b = bootstrap_pair(s["used"][0], base["used"][0])
@@ -169,6 +191,7 @@ def summarize(runs, order):
     base = next((s for s in rows if s["row"] == "base"), None)
     others = [s for s in rows if s is not base]
     if base is not None:
+        base["len_ratio"], base["bp"] = length_ratio(base["used"])
         for s in others:
             nll_comparison(s, base)
             bleu_comparison(s, base)

@@ -357,11 +357,12 @@ def compare_cells(s):
 
 
 HELD_OUT = ("dev.final", "test2016.final", "test2016.avg5", "test2017.final", "test2017.avg5")
-BLEU_COLS = list(HELD_OUT) + ["Δ BLEU vs base [95% CI]", "on", "p", "p Holm"]
+BLEU_COLS = list(HELD_OUT) + ["len ratio", "BP", "Δ BLEU vs base [95% CI]", "on", "p", "p Holm"]
 
 
 def bleu_cells(s):
     cells = [fmt_num(mean_bleu(s["used"], k), 1) for k in HELD_OUT]
+    cells += [fmt_num(s.get("len_ratio", math.nan), 3), fmt_num(s.get("bp", math.nan), 3)]
     if s["row"] == "base":
         return cells + ["(reference)", "", "", ""]
     return cells + [_interval(s["d_bleu"], s["bleu_lo"], s["bleu_hi"], 2), s["bleu_set"] or "–",
@@ -489,7 +490,8 @@ def runs_table(runs):
 def to_markdown(runs, summaries, overall, env=None):
     out = "Rows against base (dev set, log space):\n\n" + compare_table(summaries) + overall_note(overall, summaries)
     out += ("\nHeld-out BLEU (sacreBLEU 13a, mean over the healthy seeds; final checkpoint and the average "
-            "of the last 5), Δ against base by paired bootstrap:\n\n")
+            "of the last 5); length ratio (hypothesis/reference tokens) and brevity penalty BP on "
+            "the bootstrap's set; Δ against base by paired bootstrap:\n\n")
     out += md_table(["row"] + BLEU_COLS, [[s["row"]] + bleu_cells(s) for s in summaries])
     out += "\nRuns (verdict and compute):\n\n" + runs_table(runs)
     return out + protocol_note(runs, summaries, env)
@@ -528,7 +530,7 @@ def to_csv(runs):
 
 ROW_CSV = ["row", "n_runs", "n_used", "mean_nll", "nlls", "d_nll", "lo", "hi", "p", "p_holm", "pooled",
            "paper_ppl", "paper_d", "paper_dir", "ours_dir", "agree", "equiv", "bleu_set", "d_bleu", "bleu_lo",
-           "bleu_hi", "bleu_p", "bleu_p_holm"] + [f"bleu_{k}" for k in HELD_OUT]
+           "bleu_hi", "bleu_p", "bleu_p_holm", "len_ratio", "bp"] + [f"bleu_{k}" for k in HELD_OUT]
 
 
 def to_rows_csv(summaries, overall):

@@ -645,3 +645,25 @@ def test_one_dev_evaluation_is_too_short_to_judge():
     assert V.verdict(two, unigram_nll=4.74)[0] == "stuck"
     bad = dict(one, dev_nll=[np.nan])
     assert V.verdict(bad, unigram_nll=4.74)[0] == "diverged"
+
+
+def test_length_ratio_and_brevity_penalty(tmp_path):
+    """A run whose hypotheses drop the last word of each reference: the
+    ratio is (words - 1)/words summed over the sentences, its BP
+    exp(1 - 1/ratio), by hand; a run equal to the references has 1 and 1."""
+    from compare import length_ratio
+    from row_result import read_result
+
+    refs = ["ein mann läuft im park", "eine frau sitzt auf dem stuhl", "der hund"]
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "short.txt").write_text("\n".join(r.rsplit(" ", 1)[0] for r in refs) + "\n")
+    runs = []
+    for name, hyp in (("same", "ref.txt"), ("short", "short.txt")):
+        cli("row_result.py", "--out", tmp_path / f"{name}.h5", "--row", name, "--dev-ppl", "5",
+            "--hyp-set", "test2016.final", tmp_path / hyp, tmp_path / "ref.txt")
+        runs.append(read_result(str(tmp_path / f"{name}.h5")))
+    assert length_ratio(runs[:1]) == pytest.approx((1.0, 1.0))
+    ratio = (4 + 5 + 1) / (5 + 6 + 2)
+    assert length_ratio(runs[1:]) == pytest.approx((ratio, math.exp(1 - 1 / ratio)))
+    assert length_ratio(runs) == pytest.approx(((1 + ratio) / 2, (1 + math.exp(1 - 1 / ratio)) / 2))
+    assert all(math.isnan(x) for x in length_ratio([{"hyp_sets": []}]))
