@@ -2,11 +2,18 @@
  *
  * For every head of every layer and kind (encoder self-attention, decoder
  * self-attention, encoder-decoder attention) it measures, over a split:
- * - importance I_h = mean over batches of |dL/dxi_h|, the gradient of the
- *   batch's NLL per target token with respect to the head's gate xi_h
+ * - importance I_h = mean over sentences of |dL_s/dxi_h|, the gradient of
+ *   sentence s's NLL per target token with respect to the head's gate xi_h
  *   (Michel, Levy and Neubig 2019, eq. 2; gates at 1, dropout off, no label
  *   smoothing), and the same normalised per layer by its l2 norm (their
- *   section 4.1);
+ *   section 4.1).  The absolute value is taken per sentence, a true
+ *   per-example gradient: a batch's gradient sums signed per-sentence
+ *   gradients, which cancel near an optimum (--per batch keeps that older
+ *   score).  Per token would not be a gradient of one loss: the decoder's
+ *   gate at position t acts on the losses of t and every later position.
+ *   Estimated by default on a seeded sample of 5000 training pairs (their
+ *   section 4.1 uses training data), never on the split the pruning
+ *   curves are scored on (analysis/prune_heads.py refuses that);
  * - confidence: the mean over query positions of the largest attention
  *   weight (Voita et al. 2019, section 4.1);
  * - the fraction of query positions whose largest weight falls on the
@@ -26,6 +33,7 @@
 #include "eval.h"
 #include "h5io.h"
 #include "head_mask.h"
+#include "philox.h"
 #include "train.h"
 #include "util.h"
 
@@ -40,7 +48,14 @@ typedef struct {
     const char *ckpt, *data, *split, *out;
     char **over;   /* key=value overrides */
     int n_over;
+    int per_sentence;   /* --per sentence (1, default) or batch (0) */
+    long sample;        /* --sample N: a seeded sample of N pairs; 0: all */
 } HeadsArgs;
+
+/* Michel et al. estimate on training data; 5000 sentences put the standard
+ * error of a head's mean |dL_s/dxi| at about 1.4% of its per-sentence
+ * spread (1/sqrt(5000)), well below the spread between heads */
+enum { HEADS_DEFAULT_SAMPLE = 5000 };
 
 typedef struct {
     HeadsArgs a;
@@ -57,17 +72,40 @@ typedef struct {
 
 static void heads_help(void)
 {
-    printf("usage: transformer heads --checkpoint CKPT --data DATA.h5|synthetic [--split dev]\n"
-           "                         --output HEADS.h5 [key=value ...]\n\n"
+    printf("usage: transformer heads --checkpoint CKPT --data DATA.h5|synthetic [--split train]\n"
+           "                         [--sample 5000] [--per sentence|batch] --output HEADS.h5\n"
+           "                         [key=value ...]\n\n"
            "Writes, per kind (enc, dec_self, cross), layer and head: importance (mean over the\n"
-           "split's batches of |dL/dxi_h|, L the reference NLL per target token, xi_h the head's\n"
-           "gate; Michel et al. 2019), importance normalised per layer, confidence (mean largest\n"
+           "sentences of |dL_s/dxi_h|, L_s a sentence's reference NLL per target token, xi_h the\n"
+           "head's gate; Michel et al. 2019; --per batch: over batches, the older score), on a\n"
+           "seeded sample of --sample pairs of the split (0: all; default 5000 of train),\n"
+           "importance normalised per layer, confidence (mean largest\n"
            "attention weight) and the fractions of query positions attending most to the\n"
            "previous, next and same position (Voita et al. 2019).  Dropout off.  Under mpirun\n"
            "the batches are split over the ranks; the file does not depend on their number.\n"
            "key=value may set non-architecture keys (threads, max_tokens, mask_heads;\n"
            "max_tokens=0 with device=cuda: from the free device memory).\n"
            "Pruning curves: analysis/prune_heads.py HEADS.h5 (docs/attention.md).\n");
+}
+
+/* --per VALUE and --sample VALUE; 0, or 2 after one line */
+static int heads_parse_unit(HeadsArgs *a, const char *opt, const char *v)
+{
+    if (!strcmp(opt, "--per")) {
+        if (strcmp(v, "sentence") && strcmp(v, "batch")) {
+            fprintf(stderr, "error: heads: --per '%s' is not sentence or batch\n", v);
+            return 2;
+        }
+        a->per_sentence = !strcmp(v, "sentence");
+        return 0;
+    }
+    char *end;
+    a->sample = strtol(v, &end, 10);
+    if (*v == '\0' || *end || a->sample < 0) {
+        fprintf(stderr, "error: heads: --sample '%s' is not a number of pairs >= 0\n", v);
+        return 2;
+    }
+    return 0;
 }
 
 static int heads_parse(HeadsArgs *a, int argc, char **argv)
@@ -77,17 +115,44 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
         const char *o = argv[i];
         const char **dst = !strcmp(o, "--checkpoint") ? &a->ckpt : !strcmp(o, "--data") ? &a->data
                          : !strcmp(o, "--split") ? &a->split : !strcmp(o, "--output") ? &a->out : NULL;
-        if (dst) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: heads: %s needs a value\n", o); return 2; }
-            *dst = argv[++i];
-        } else if (o[0] != '-' && strchr(o, '=')) a->over[a->n_over++] = argv[i];
+        int unit = !strcmp(o, "--per") || !strcmp(o, "--sample");
+        if ((dst || unit) && i + 1 >= argc) { fprintf(stderr, "error: heads: %s needs a value\n", o); return 2; }
+        if (dst) *dst = argv[++i];
+        else if (unit) { if (heads_parse_unit(a, o, argv[++i])) return 2; }
+        else if (o[0] != '-' && strchr(o, '=')) a->over[a->n_over++] = argv[i];
         else { fprintf(stderr, "error: heads: unknown argument '%s' (see 'transformer heads --help')\n", o); return 2; }
     }
     if (!a->ckpt || !a->data || !a->out) {
         fprintf(stderr, "error: heads: --checkpoint, --data and --output are required\n");
         return 2;
     }
+    if (a->sample > 0 && !a->per_sentence) {
+        fprintf(stderr, "error: heads: --sample needs --per sentence (a sample of pairs, one per batch)\n");
+        return 2;
+    }
+    if (a->sample < 0) a->sample = a->per_sentence ? HEADS_DEFAULT_SAMPLE : 0;
     return 0;
+}
+
+/* one pair per batch, in the plan's order; with sample > 0 a sample of that
+ * many pairs, drawn by a Fisher-Yates shuffle keyed by the seed (Philox),
+ * so the sample does not depend on the number of ranks */
+static void plan_sentences(BatchPlan *p, long sample, uint64_t seed)
+{
+    int n = p->start[p->n_batches];
+    if (sample > 0 && sample < n) {
+        uint32_t k0 = (uint32_t)seed ^ 0x4EAD5u, k1 = (uint32_t)(seed >> 32);
+        for (int i = n - 1; i > 0; i--) {
+            philox_ctr ctr = {{ (uint32_t)i, 0, 11, 0 }};
+            int j = (int)(philox4x32(ctr, k0, k1).v[0] % (uint32_t)(i + 1));
+            int t = p->idx[i]; p->idx[i] = p->idx[j]; p->idx[j] = t;
+        }
+        n = (int)sample;
+    }
+    p->start = xrealloc(p->start, sizeof(int) * ((size_t)n + 1));
+    for (int k = 0; k <= n; k++) p->start[k] = k;
+    p->n_batches = n;
+    p->perm = xrealloc(p->perm, sizeof(int) * (size_t)n);
 }
 
 /* every rank alike: the model with gate gradients on, and the split's
@@ -104,6 +169,7 @@ static int heads_load(Heads *h)
         fprintf(stderr, "error: %s: split '%s' has no pair that fits max_len=%d\n", h->a.data, h->a.split, c->max_len);
         return 2;
     }
+    if (h->a.per_sentence) plan_sentences(&h->plan, h->a.sample, c->seed);
     h->n_heads_total = HEAD_KINDS * c->n_layers * c->n_heads;
     h->width = h->n_heads_total * N_STATS + N_BATCH_STATS;
     h->per_batch = xcalloc((size_t)h->plan.n_batches * h->width, sizeof(double));
@@ -239,6 +305,8 @@ static int write_attrs(hid_t f, const Heads *h, double nll, double tokens)
     bad |= h5io_attr_i64(f, "checkpoint_step", h->st.step);
     bad |= h5io_attr_str(f, "data", h->a.data);
     bad |= h5io_attr_str(f, "split", h->a.split);
+    bad |= h5io_attr_str(f, "importance_per", h->a.per_sentence ? "sentence" : "batch");
+    bad |= h5io_attr_i64(f, "sample", h->a.sample);
     bad |= h5io_attr_str(f, "config", text);
     bad |= h5io_attr_str(f, "mask_heads", h->r->model.cfg.mask_heads);
     bad |= h5io_attr_i64(f, "n_layers", c->n_layers);
@@ -285,8 +353,8 @@ static int heads_write(const Heads *h)
         return 2;
     }
     double mean = tokens > 0 ? nll / tokens : 0;
-    printf("heads: %s %d batches, %.0f target tokens, nll %.4f ppl %.3f; %d layers x %d heads x 3 kinds -> %s\n",
-           h->a.split, h->plan.n_batches, tokens, mean, exp(mean), c->n_layers, c->n_heads, h->a.out);
+    printf("heads: %s %d %s, %.0f target tokens, nll %.4f ppl %.3f; %d layers x %d heads x 3 kinds -> %s\n",
+           h->a.split, h->plan.n_batches, h->a.per_sentence ? "sentences" : "batches", tokens, mean, exp(mean), c->n_layers, c->n_heads, h->a.out);
     return 0;
 }
 
@@ -306,7 +374,7 @@ int cmd_heads(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { heads_help(); return 0; }
-    Heads h = { .a = { .split = "dev" }, .r = xcalloc(1, sizeof(TrainRun)) };
+    Heads h = { .a = { .split = "train", .per_sentence = 1, .sample = -1 }, .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);
     int rc = heads_parse(&h.a, argc, argv);

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Head importance and head masking (issue #23):
-# - `transformer heads` writes the same file with 1, 2 and 3 ranks (h5diff);
+# - `transformer heads` writes the same file with 1, 2 and 3 ranks (h5diff),
+#   per sentence (the default) and per batch, and with a sample of pairs;
+# - planted heads: a head whose W^O columns are zero has importance exactly
+#   0 and is pruned first; the one head left in a layer whose others are
+#   zeroed has all of that layer's normalised importance;
 # - its NLL, computed through the gates (at 1), is eval's to the printed digit;
 # - its confidence and previous/next/self fractions equal those computed
 #   with NumPy from `transformer attention` maps of every dev sentence, and
@@ -22,17 +26,66 @@ C=$W/run/ckpt_00000060.h5
 [ -f $C ] || fail "no final checkpoint"
 
 # --- the file, for any number of ranks
-$BIN heads --checkpoint $C --data synthetic --output $W/h1.h5 threads=1 max_tokens=64 > $W/h1.out || fail "heads (1 rank)"
+H=(heads --checkpoint $C --data synthetic --split dev threads=1 max_tokens=64)
+$BIN "${H[@]}" --output $W/h1.h5 > $W/h1.out || fail "heads (1 rank)"
 for np in 2 3; do
-    mpirun -np $np $BIN heads --checkpoint $C --data synthetic --output $W/h$np.h5 threads=1 max_tokens=64 > /dev/null \
-        || fail "heads ($np ranks)"
+    mpirun -np $np $BIN "${H[@]}" --output $W/h$np.h5 > /dev/null || fail "heads ($np ranks)"
     h5diff $W/h1.h5 $W/h$np.h5 > $W/diff.txt || fail "1-rank and $np-rank files differ: $(head -5 $W/diff.txt)"
 done
-ok "heads: 1-, 2- and 3-rank files identical (h5diff), $(grep -o '[0-9]* batches' $W/h1.out)"
+grep -q ' 24 sentences,' $W/h1.out || fail "heads --split dev: not one batch per dev sentence: $(cat $W/h1.out)"
+$BIN "${H[@]}" --per batch --output $W/b1.h5 > $W/b1.out || fail "heads --per batch"
+mpirun -np 2 $BIN "${H[@]}" --per batch --output $W/b2.h5 > /dev/null || fail "heads --per batch (2 ranks)"
+h5diff $W/b1.h5 $W/b2.h5 > $W/diff.txt || fail "--per batch: 1-rank and 2-rank files differ: $(head -5 $W/diff.txt)"
+ok "heads: 1-, 2- and 3-rank files identical (h5diff), $(grep -o '[0-9]* sentences' $W/h1.out); per batch too ($(grep -o '[0-9]* batches' $W/b1.out))"
+$BIN heads --checkpoint $C --data synthetic --output $W/s1.h5 --sample 25 threads=1 > $W/s1.out || fail "heads --sample 25"
+mpirun -np 2 $BIN heads --checkpoint $C --data synthetic --output $W/s2.h5 --sample 25 threads=1 > /dev/null ||
+    fail "heads --sample 25 (2 ranks)"
+h5diff $W/s1.h5 $W/s2.h5 > $W/diff.txt || fail "--sample: 1-rank and 2-rank files differ: $(head -5 $W/diff.txt)"
+grep -q '^heads: train 25 sentences,' $W/s1.out || fail "heads --sample 25 (default split train): $(cat $W/s1.out)"
+ok "heads --sample 25: 25 training sentences, the same sample on 1 and 2 ranks"
 nll=$($BIN eval --checkpoint $C --data synthetic threads=1 max_tokens=64 | field '^eval dev' nll)
-got=$(awk '{ for (i = 1; i < NF; i++) if ($i == "nll") print $(i + 1) }' $W/h1.out)
-[ -n "$nll" ] && [ "$got" = "$nll" ] || fail "heads nll $got, eval nll $nll"
-ok "heads nll $got (through gates at 1) = eval's"
+for f in h1 b1; do
+    got=$(awk '{ for (i = 1; i < NF; i++) if ($i == "nll") print $(i + 1) }' $W/$f.out)
+    [ -n "$nll" ] && [ "$got" = "$nll" ] || fail "heads ($f) nll $got, eval nll $nll"
+done
+ok "heads nll $got (through gates at 1, per sentence and per batch) = eval's"
+
+# --- planted heads: encoder layer 0 head 1 gets zero W^O columns (its output
+# cannot reach the loss: importance exactly 0, pruned first); in
+# cross-attention layer 1 every head but 2 is zeroed (head 2 alone carries
+# the layer: all of its normalised importance)
+$PY - $C $W/planted.h5 <<'PY' || fail "planting heads"
+import sys, shutil
+import h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+dv = 8
+with h5py.File(sys.argv[2], "r+") as f:
+    for name, heads in (("encoder/layer_00/self_attention/W_o", [1]),
+                        ("decoder/layer_01/cross_attention/W_o", [0, 1, 3])):
+        w = f["params/" + name]
+        x = w[()]
+        for h in heads:
+            x[:, h * dv:(h + 1) * dv] = 0
+        w[...] = x
+        del w.attrs["checksum"]   # a file without it still reads (docs/checkpoint.md)
+PY
+$BIN heads --checkpoint $W/planted.h5 --data synthetic --sample 200 --output $W/planted_heads.h5 threads=1 > /dev/null ||
+    fail "heads on the planted checkpoint"
+res=$($PY - $W/planted_heads.h5 <<'PY'
+import sys
+import h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+enc, cross = f["enc"]["importance"][()], f["cross"]["importance_norm"][()]
+assert enc[0, 1] == 0 and (np.delete(enc[0], 1) > 0).all(), enc[0]
+assert cross[1, 2] == 1 and (np.delete(cross[1], 2) == 0).all(), cross[1]
+imp = np.stack([f[k]["importance_norm"][()] for k in ("enc", "dec_self", "cross")])
+order = [tuple(int(x) for x in np.unravel_index(i, imp.shape)) for i in np.argsort(imp.reshape(-1), kind="stable")]
+assert set(order[:4]) == {(0, 0, 1), (2, 1, 0), (2, 1, 1), (2, 1, 3)}, order[:4]
+assert order[-1] == (2, 1, 2) or imp[2, 1, 2] == imp.max(), order[-1]
+print("ok")
+PY
+) || fail "planted heads: $res"
+ok "planted heads: zeroed enc:0:1 has importance 0 and is pruned among the first 4; cross:1:2 alone carries its layer (norm 1)"
 
 # --- statistics against the attention maps of every dev sentence
 $BIN attention --checkpoint $C --data synthetic --split dev --sentences 0-23 --output $W/maps.h5 > /dev/null || fail "attention"
@@ -67,7 +120,7 @@ ok "confidence, frac_prev/next/self = NumPy over the attention maps (max diff ${
 
 # --- the CUDA backend (emulated) against the CPU
 if [ -x $TOP/bin/tests/emu-transformer ]; then
-    OMP_NUM_THREADS=1 $TOP/bin/tests/emu-transformer heads --checkpoint $C --data synthetic --output $W/hc.h5 \
+    OMP_NUM_THREADS=1 $TOP/bin/tests/emu-transformer heads --checkpoint $C --data synthetic --split dev --output $W/hc.h5 \
         threads=1 max_tokens=64 device=cuda > /dev/null || fail "heads device=cuda (emulated)"
     res=$($PY - $W/h1.h5 $W/hc.h5 <<'PY'
 import sys
@@ -124,21 +177,40 @@ ok "mpirun -np 2 heads, unknown split: one error line ($(echo "$err" | grep '^er
 
 # --- pruning curves and figures
 if [ -x $TOP/.venv/bin/python ]; then
-    cp $W/h1.h5 $W/p.h5
-    $TOP/.venv/bin/python $TOP/analysis/prune_heads.py $W/p.h5 --bin $BIN --levels 4 --random-orders 1 --single \
+    PRUNE=($TOP/.venv/bin/python $TOP/analysis/prune_heads.py)
+    cp $W/h1.h5 $W/in_sample.h5
+    expect_error 2 "importance was estimated on split 'dev', the split the curves would be scored on" \
+        "${PRUNE[@]}" $W/in_sample.h5 --bin $BIN --levels 2 --random-orders 0 threads=1
+    cp $W/s1.h5 $W/p.h5   # importance from 25 training sentences; the curves on dev
+    "${PRUNE[@]}" $W/p.h5 --bin $BIN --levels 5 --random-orders 1 --single --per-kind --min-per-layer 1 \
         --beam 1 threads=1 > $W/prune.out 2>&1 || fail "prune_heads.py: $(tail -2 $W/prune.out)"
     # a second order (raw importance) joins the file without replacing the first
-    $TOP/.venv/bin/python $TOP/analysis/prune_heads.py $W/p.h5 --bin $BIN --levels 2 --random-orders 0 --score raw \
+    "${PRUNE[@]}" $W/p.h5 --bin $BIN --levels 2 --random-orders 0 --score raw \
         --beam 1 threads=1 > $W/prune2.out 2>&1 || fail "prune_heads.py --score raw: $(tail -2 $W/prune2.out)"
     res=$($PY - $W/p.h5 "$(awk -v n=$nll 'BEGIN { printf "%.3f", exp(n) }')" <<'PY'
 import sys
 import h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")
 c = f["prune/importance"]
-assert list(c["n_pruned"][()]) == [0, 6, 12, 18], c["n_pruned"][()]
+# 24 heads at 0, 20, 40, 60, 80%: 0, 5, 10, 14, 19 -> 18, all but one head in each of the 6 layers
+assert list(c["n_pruned"][()]) == [0, 5, 10, 14, 18], c["n_pruned"][()]
 assert abs(c["ppl"][0] - float(sys.argv[2])) < 2e-3 * float(sys.argv[2]), (c["ppl"][0], sys.argv[2])
-assert c["order"].shape == (24, 3) and len({tuple(r) for r in c["order"][()]}) == 24
-assert f["prune/random_0/ppl"].shape == (4,) and f["single/bleu"].shape == (3, 2, 4)
+order = [tuple(r) for r in c["order"][()]]
+assert len(order) == 18 and len(set(order)) == 18
+left = {(k, l): 4 for k in range(3) for l in range(2)}
+for k, l, h in order:
+    left[(k, l)] -= 1
+assert min(left.values()) == 1, left
+for kind in ("enc", "dec_self", "cross"):
+    ck = f[f"prune/importance_{kind}"]
+    assert list(ck["n_pruned"][()]) == [0, 2, 3, 5, 6], (kind, ck["n_pruned"][()])
+    assert {r[0] for r in ck["order"][()]} == {("enc", "dec_self", "cross").index(kind)}
+    assert ck.attrs["kind"] == kind and ck.attrs["split"] == "dev" and ck.attrs["min_per_layer"] == 1
+# Δ BLEU against the unpruned model: 0 at level 0 (p = 1), the interval around the estimate
+assert c["d_bleu"][0] == 0 and c["d_bleu_p"][0] == 1
+assert (c["d_bleu_lo"][()] <= c["d_bleu"][()] + 1e-9).all() and (c["d_bleu"][()] <= c["d_bleu_hi"][()] + 1e-9).all()
+assert np.allclose(c["sacrebleu"][()] - c["sacrebleu"][0], c["d_bleu"][()])
+assert f["prune/random_0/ppl"].shape == (5,) and f["single/bleu"].shape == (3, 2, 4)
 assert (f["single/ppl"][()] > 0).all()
 assert list(f["prune/importance_raw/n_pruned"][()]) == [0, 12]
 print("ok")
@@ -148,6 +220,6 @@ PY
     for f in h_importance.png h_importance.pdf h_pruning.png h_pruning.pdf h_table.md h_table.csv; do
         [ -s $W/figs/$f ] || fail "heads.py wrote no $f"
     done
-    ok "prune_heads.py: 4 levels x (importance + random), 24 single heads, level 0 = eval PPL; heads.py figures"
+    ok "prune_heads.py: importance from train, curves on dev; 5 levels, per kind, min 1 head per layer, Δ BLEU by bootstrap; heads.py figures"
 fi
 echo "test_heads: all checks passed"
