@@ -38,6 +38,8 @@ def load(path):
             raise AnalysisError(path, f"missing dataset {e}") from None
         d["attrs"] = {k: attr_str(f, k) for k in ("checkpoint", "split", "data")}
         d["curves"] = {name: {k: g[k][()] for k in g} for name, g in f["prune"].items()} if "prune" in f else {}
+        d["curve_split"] = "/".join(sorted({str(g.attrs.get("split", "")) for g in f["prune"].values()} - {""})
+                                    ) if "prune" in f else ""
         d["single"] = {k: f["single"][k][()] for k in ("bleu", "ppl")} if "single" in f else None
     return d
 
@@ -81,14 +83,18 @@ def curve(d, prefix, path):
     plt = pyplot()
     fig, (ax_b, ax_p) = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
     rand = [c for n, c in sorted(d["curves"].items()) if n.startswith("random_")]
-    for ax, key, label in ((ax_b, "bleu", "dev BLEU (tokenised)"), (ax_p, "ppl", "dev perplexity")):
+    split = d["curve_split"] or "dev"
+    for ax, key, label in ((ax_b, "bleu", f"{split} BLEU (tokenised)"), (ax_p, "ppl", f"{split} perplexity")):
         if rand:
             x = rand[0]["fraction"] * 100
             ys = np.stack([c[key] for c in rand])
             ax.fill_between(x, ys.min(0), ys.max(0), color="tab:gray", alpha=0.25, lw=0)
             ax.plot(x, ys.mean(0), "o--", color="tab:gray", ms=3, label=f"random order (mean, range of {len(rand)})")
         for name, color, what in (("importance", "tab:blue", "normalised per layer"),
-                                  ("importance_raw", "tab:orange", "raw")):
+                                  ("importance_raw", "tab:orange", "raw"),
+                                  ("importance_enc", "tab:green", "encoder self only, % of its heads"),
+                                  ("importance_dec_self", "tab:red", "decoder self only, % of its heads"),
+                                  ("importance_cross", "tab:purple", "enc-dec only, % of its heads")):
             if name in d["curves"]:
                 c = d["curves"][name]
                 ax.plot(c["fraction"] * 100, c[key], "o-", color=color, ms=4,

@@ -72,3 +72,49 @@ def test_prune_needs_the_checkpoint(tmp_path):
 def test_mask_spec_groups_heads_by_layer():
     assert P.mask_spec([(2, 1, 3), (0, 0, 1), (2, 1, 0)]) == "enc:0:1,cross:1:0+3"
     assert P.mask_spec([]) == ""
+
+
+def _seed_file(path, d_bleu, d_lo):
+    """a heads file with prune_heads.py's curves: importance with the given
+    Δ BLEU and interval ends, a per-kind curve and a random one"""
+    make_file(path, curves=False)
+    with h5py.File(path, "a") as f:
+        for name, d, lo in (("importance", d_bleu, d_lo), ("importance_cross", d_bleu, d_lo),
+                            ("random_0", [0, -3, -6, -9, -12], [0, -4, -7, -10, -13])):
+            c = f.create_group(f"prune/{name}")
+            c["fraction"] = np.arange(5) / 5
+            c["n_pruned"] = np.arange(5) * 4
+            c["sacrebleu"] = 30 + np.asarray(d, float)
+            c["d_bleu"], c["d_bleu_lo"] = np.asarray(d, float), np.asarray(lo, float)
+            c["d_bleu_hi"] = np.asarray(d, float) + 1
+            c.attrs["split"] = "test2016"
+    return path
+
+
+def test_seeds_safe_fraction_by_hand(tmp_path):
+    import heads_seeds as S
+
+    # estimate: -1.5 at 60% breaks the run, the later -0.2 does not count
+    a = _seed_file(tmp_path / "a.h5", [0, -0.5, -0.9, -1.5, -0.2], [0, -0.8, -1.2, -2, -1])
+    b = _seed_file(tmp_path / "b.h5", [0, -0.2, -0.4, -0.8, -2.0], [0, -0.5, -0.9, -1.4, -3])
+    curves, split = S.load_curves(str(a))
+    assert split == "test2016"
+    assert S.safe_fraction(curves["importance"], "d_bleu") == 0.4
+    assert S.safe_fraction(curves["importance"], "d_bleu_lo") == 0.2
+    cli("heads_seeds.py", a, b, "--out", tmp_path / "s", "--label", "seed1", "seed2")
+    assert_figure(str(tmp_path / "s_seeds"))
+    md = (tmp_path / "s_seeds.md").read_text()
+    assert "| importance order, all heads | 40% / 20% | 60% / 40% | 50% / 30% |" in md
+    assert "| encoder-decoder only | 40% / 20% | 60% / 40% | 50% / 30% |" in md
+    assert "on test2016" in md
+
+
+def test_seeds_refuses_files_without_curves_or_other_levels(tmp_path):
+    bare = make_file(tmp_path / "bare.h5", curves=False)
+    assert "no pruning curves" in cli_error("heads_seeds.py", bare, "--out", tmp_path / "x")
+    a = _seed_file(tmp_path / "a.h5", [0, -1, -2, -3, -4], [0, -1, -2, -3, -4])
+    b = _seed_file(tmp_path / "b.h5", [0, -1, -2, -3, -4], [0, -1, -2, -3, -4])
+    with h5py.File(b, "a") as f:
+        del f["prune/importance/fraction"]
+        f["prune/importance/fraction"] = np.arange(5) / 4
+    assert "other levels" in cli_error("heads_seeds.py", a, b, "--out", tmp_path / "x")
