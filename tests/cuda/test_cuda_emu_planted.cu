@@ -286,6 +286,7 @@ static void two_streams(int *d, int order)
     if (order == 2) cudaStreamSynchronize(a);
     LAUNCH(k_copy_seen, 1, 32, 0, b, d + 32, (const int *)d);
     cudaDeviceSynchronize();
+    cudaEventDestroy(e);
     cudaStreamDestroy(a);
     cudaStreamDestroy(b);
 }
