@@ -50,6 +50,7 @@ typedef struct {
     int n_over;
     int per_sentence;   /* --per sentence (1, default) or batch (0) */
     long sample;        /* --sample N: a seeded sample of N pairs; 0: all */
+    long sample_seed;   /* --sample-seed S: the same sample for every model */
 } HeadsArgs;
 
 /* Michel et al. estimate on training data; 5000 sentences put the standard
@@ -73,12 +74,14 @@ typedef struct {
 static void heads_help(void)
 {
     printf("usage: transformer heads --checkpoint CKPT --data DATA.h5|synthetic [--split train]\n"
-           "                         [--sample 5000] [--per sentence|batch] --output HEADS.h5\n"
+           "                         [--sample 5000] [--sample-seed 1] [--per sentence|batch]\n"
+           "                         --output HEADS.h5\n"
            "                         [key=value ...]\n\n"
            "Writes, per kind (enc, dec_self, cross), layer and head: importance (mean over the\n"
            "sentences of |dL_s/dxi_h|, L_s a sentence's reference NLL per target token, xi_h the\n"
            "head's gate; Michel et al. 2019; --per batch: over batches, the older score), on a\n"
-           "seeded sample of --sample pairs of the split (0: all; default 5000 of train),\n"
+           "sample of --sample pairs of the split (0: all; default 5000 of train; the same\n"
+           "pairs for every model of the same data, drawn by --sample-seed),\n"
            "importance normalised per layer, confidence (mean largest\n"
            "attention weight) and the fractions of query positions attending most to the\n"
            "previous, next and same position (Voita et al. 2019).  Dropout off.  Under mpirun\n"
@@ -88,7 +91,7 @@ static void heads_help(void)
            "Pruning curves: analysis/prune_heads.py HEADS.h5 (docs/attention.md).\n");
 }
 
-/* --per VALUE and --sample VALUE; 0, or 2 after one line */
+/* --per VALUE, --sample VALUE and --sample-seed VALUE; 0, or 2 after one line */
 static int heads_parse_unit(HeadsArgs *a, const char *opt, const char *v)
 {
     if (!strcmp(opt, "--per")) {
@@ -100,11 +103,12 @@ static int heads_parse_unit(HeadsArgs *a, const char *opt, const char *v)
         return 0;
     }
     char *end;
-    a->sample = strtol(v, &end, 10);
-    if (*v == '\0' || *end || a->sample < 0) {
-        fprintf(stderr, "error: heads: --sample '%s' is not a number of pairs >= 0\n", v);
+    long n = strtol(v, &end, 10);
+    if (*v == '\0' || *end || n < 0) {
+        fprintf(stderr, "error: heads: %s '%s' is not a number >= 0\n", opt, v);
         return 2;
     }
+    *(!strcmp(opt, "--sample") ? &a->sample : &a->sample_seed) = n;
     return 0;
 }
 
@@ -115,7 +119,7 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
         const char *o = argv[i];
         const char **dst = !strcmp(o, "--checkpoint") ? &a->ckpt : !strcmp(o, "--data") ? &a->data
                          : !strcmp(o, "--split") ? &a->split : !strcmp(o, "--output") ? &a->out : NULL;
-        int unit = !strcmp(o, "--per") || !strcmp(o, "--sample");
+        int unit = !strcmp(o, "--per") || !strcmp(o, "--sample") || !strcmp(o, "--sample-seed");
         if ((dst || unit) && i + 1 >= argc) { fprintf(stderr, "error: heads: %s needs a value\n", o); return 2; }
         if (dst) *dst = argv[++i];
         else if (unit) { if (heads_parse_unit(a, o, argv[++i])) return 2; }
@@ -169,7 +173,7 @@ static int heads_load(Heads *h)
         fprintf(stderr, "error: %s: split '%s' has no pair that fits max_len=%d\n", h->a.data, h->a.split, c->max_len);
         return 2;
     }
-    if (h->a.per_sentence) plan_sentences(&h->plan, h->a.sample, c->seed);
+    if (h->a.per_sentence) plan_sentences(&h->plan, h->a.sample, (uint64_t)h->a.sample_seed);
     h->n_heads_total = HEAD_KINDS * c->n_layers * c->n_heads;
     h->width = h->n_heads_total * N_STATS + N_BATCH_STATS;
     h->per_batch = xcalloc((size_t)h->plan.n_batches * h->width, sizeof(double));
@@ -307,6 +311,7 @@ static int write_attrs(hid_t f, const Heads *h, double nll, double tokens)
     bad |= h5io_attr_str(f, "split", h->a.split);
     bad |= h5io_attr_str(f, "importance_per", h->a.per_sentence ? "sentence" : "batch");
     bad |= h5io_attr_i64(f, "sample", h->a.sample);
+    bad |= h5io_attr_i64(f, "sample_seed", h->a.sample_seed);
     bad |= h5io_attr_str(f, "config", text);
     bad |= h5io_attr_str(f, "mask_heads", h->r->model.cfg.mask_heads);
     bad |= h5io_attr_i64(f, "n_layers", c->n_layers);
@@ -374,7 +379,7 @@ int cmd_heads(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { heads_help(); return 0; }
-    Heads h = { .a = { .split = "train", .per_sentence = 1, .sample = -1 }, .r = xcalloc(1, sizeof(TrainRun)) };
+    Heads h = { .a = { .split = "train", .per_sentence = 1, .sample = -1, .sample_seed = 1 }, .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);
     int rc = heads_parse(&h.a, argc, argv);

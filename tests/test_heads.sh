@@ -42,7 +42,14 @@ mpirun -np 2 $BIN heads --checkpoint $C --data synthetic --output $W/s2.h5 --sam
     fail "heads --sample 25 (2 ranks)"
 h5diff $W/s1.h5 $W/s2.h5 > $W/diff.txt || fail "--sample: 1-rank and 2-rank files differ: $(head -5 $W/diff.txt)"
 grep -q '^heads: train 25 sentences,' $W/s1.out || fail "heads --sample 25 (default split train): $(cat $W/s1.out)"
-ok "heads --sample 25: 25 training sentences, the same sample on 1 and 2 ranks"
+$BIN heads --checkpoint $C --data synthetic --output $W/s3.h5 --sample 25 --sample-seed 2 threads=1 > /dev/null ||
+    fail "heads --sample-seed 2"
+! h5diff -q $W/s1.h5 $W/s3.h5 /enc/importance /enc/importance > /dev/null || fail "--sample-seed 2 drew the same sample"
+expect_error 2 "heads: --sample-seed 'x' is not a number >= 0" $BIN heads --checkpoint $C --data synthetic \
+    --output $W/x.h5 --sample-seed x
+expect_error 2 "heads: --sample needs --per sentence" $BIN heads --checkpoint $C --data synthetic \
+    --output $W/x.h5 --per batch --sample 5
+ok "heads --sample 25: 25 training sentences, the same sample on 1 and 2 ranks, another with --sample-seed 2"
 nll=$($BIN eval --checkpoint $C --data synthetic threads=1 max_tokens=64 | field '^eval dev' nll)
 for f in h1 b1; do
     got=$(awk '{ for (i = 1; i < NF; i++) if ($i == "nll") print $(i + 1) }' $W/$f.out)
