@@ -155,7 +155,7 @@ def write_tokenizer(out, pieces, spm, cfg, args):
     write_json(os.path.join(out, "tokenizer_config.json"), {
         "tokenizer_class": "MarianTokenizer", "source_lang": args.source_lang, "target_lang": args.target_lang,
         "unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>",
-        "model_max_length": int(cfg["max_len"]) - 1, "separate_vocabs": False, "sp_model_kwargs": {}})
+        "model_max_length": int(cfg["max_len"]), "separate_vocabs": False, "sp_model_kwargs": {}})
     write_json(os.path.join(out, "special_tokens_map.json"),
                {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
 
