@@ -161,7 +161,7 @@ def write_tokenizer(out, pieces, spm, cfg, args):
 
 
 def export(args):
-    from safetensors.numpy import save_file
+    save_file = hm.safetensors_numpy().save_file
 
     cfg, text, attrs, params = read_checkpoint(args.checkpoint)
     check_architecture(args.checkpoint, cfg)

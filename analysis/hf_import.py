@@ -85,7 +85,7 @@ def foreign_config(c):
 
 
 def load_tensors(d, n_layers, d_model, V):
-    from safetensors.numpy import load_file
+    load_file = hm.safetensors_numpy().load_file
 
     path = os.path.join(d, "model.safetensors")
     if not os.path.isfile(path):

@@ -17,6 +17,18 @@ MARIAN_LN_EPS = 1e-5
 EXTRA_KEY = "transformer_checkpoint"
 
 
+def safetensors_numpy():
+    """safetensors' numpy API, or the one-line error saying where it is."""
+    from common import AnalysisError
+
+    try:
+        import safetensors.numpy
+    except ImportError:
+        raise AnalysisError("safetensors", "not installed: run this with .venv-hf/bin/python "
+                            "(bash tests/install-deps.sh or make venv-hf; docs/hf-export.md)") from None
+    return safetensors.numpy
+
+
 def model_dim_permutation(d):
     """perm[m] = our dimension that is Marian's dimension m.
 

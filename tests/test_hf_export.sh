@@ -123,4 +123,9 @@ cp -r "$W/hf" "$W/hf_swish"
 sed -i 's/"activation_function": "relu"/"activation_function": "swish"/' "$W/hf_swish/config.json"
 expect_error 2 "^error: .*activation_function 'swish'" "$PY" analysis/hf_import.py "$W/hf_swish" "$W/swish.h5"
 [ ! -e "$W/swish.h5" ] || fail "a refused import left $W/swish.h5"
+# run with the analysis venv (no safetensors): one line saying which venv
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c "import safetensors" 2>/dev/null; then
+    expect_error 2 "^error: safetensors: not installed: run this with .venv-hf" \
+        .venv/bin/python analysis/hf_export.py "$CK" "$W/d.h5" "$W/hf_novenv"
+fi
 echo "ok: test_hf_export"
