@@ -84,7 +84,7 @@ def foreign_config(c):
     return "".join(f"{k} = {v}\n" for k, v in keys.items())
 
 
-def load_tensors(d, n_layers, d_model, V):
+def load_tensors(d, cfg):
     load_file = hm.safetensors_numpy().load_file
 
     path = os.path.join(d, "model.safetensors")
@@ -97,17 +97,18 @@ def load_tensors(d, n_layers, d_model, V):
     for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
         if name in t and E is not None and not np.array_equal(t[name], E):
             refuse(d, f"{name} differs from model.shared.weight (untied embeddings)")
-    for name in hm.marian_zero_biases(n_layers) + ["final_logits_bias"]:
+    for name in hm.marian_zero_biases(int(cfg["n_layers"])) + ["final_logits_bias"]:
         if name in t and np.any(t[name] != 0):
             refuse(d, f"{name} is not zero (our attention and output layer have no biases)")
-    perm = hm.model_dim_permutation(d_model)
+    perm = hm.model_dim_permutation(int(cfg["d_model"]))
     params = {}
-    for ours, hf, how in hm.tensor_map(n_layers):
+    for ours, hf, how in hm.tensor_map(int(cfg["n_layers"])):
         if hf not in t:
             raise AnalysisError(path, f"lacks {hf}")
+        want = hm.expected_shape(ours, cfg)
+        if tuple(t[hf].shape) != want:
+            raise AnalysisError(path, f"{hf} has shape {list(t[hf].shape)}, config.json says {list(want)}")
         params[ours] = hm.from_marian(np.asarray(t[hf], dtype=np.float32), how, perm)
-    if params["shared_embedding"].shape != (V, d_model):
-        raise AnalysisError(path, f"embedding {params['shared_embedding'].shape}, config says {(V, d_model)}")
     return params
 
 
@@ -201,7 +202,7 @@ def do_import(args):
     N, dm, V = int(cfg["n_layers"]), int(cfg["d_model"]), int(cfg["vocab_size"])
     if (N, dm, V) != (c["encoder_layers"], c["d_model"], c["vocab_size"]):
         raise AnalysisError(d, "config.json and its transformer_checkpoint entry disagree")
-    params = load_tensors(d, N, dm, V)
+    params = load_tensors(d, cfg)
     pieces = vocab_pieces(d, V)
     attrs = dict(extra["attrs"]) if extra else {}
     attrs.update({"format": "transformer-checkpoint", "format_version": 1})

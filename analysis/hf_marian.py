@@ -76,6 +76,15 @@ def tensor_map(n_layers):
     return m
 
 
+def expected_shape(name, cfg):
+    """The shape of our tensor `name` under config cfg (docs/checkpoint.md)."""
+    d, dff, V = int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["vocab_size"])
+    hk, hv = int(cfg["n_heads"]) * int(cfg["d_k"]), int(cfg["n_heads"]) * int(cfg["d_v"])
+    leaf = name.rsplit("/", 1)[-1]
+    return {"shared_embedding": (V, d), "W_q": (hk, d), "W_k": (hk, d), "W_v": (hv, d), "W_o": (d, hv),
+            "gamma": (d,), "beta": (d,), "W_1": (dff, d), "b_1": (dff,), "W_2": (d, dff), "b_2": (d,)}[leaf]
+
+
 def marian_zero_biases(n_layers):
     """Marian's attention biases (q/k/v/out_proj.bias): our attention has none
     (section 3.2.2), so they are exported as zeros; the output bias

@@ -119,6 +119,19 @@ expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \
     "$PY" analysis/hf_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowb"
 [ "$("$PY" analysis/hf_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowb" 2>&1 | wc -l)" -eq 1 ] \
     || fail "row B refusal is not one line"
+"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 positional=learned train_steps=1 threads=1 run_dir="$W/rowe" \
+    >"$W/rowe.log" 2>&1 || fail "train row E: $(tail -2 "$W/rowe.log")"
+expect_error 2 "^error: .*positional = learned: MarianMT's positions are fixed sinusoids" \
+    "$PY" analysis/hf_export.py "$(ls "$W"/rowe/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowe"
+cp -r "$W/hf" "$W/hf_wide"   # a config that does not fit the tensors
+sed -i 's/"encoder_ffn_dim": 64/"encoder_ffn_dim": 128/; s/"decoder_ffn_dim": 64/"decoder_ffn_dim": 128/' \
+    "$W/hf_wide/config.json"
+"$PY" - "$W/hf_wide/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); del c["transformer_checkpoint"]; json.dump(c, open(sys.argv[1], "w"))
+EOF
+expect_error 2 "^error: .*fc1.weight has shape \[64, 32\], config.json says \[128, 32\]" \
+    "$PY" analysis/hf_import.py "$W/hf_wide" "$W/wide.h5"
 cp -r "$W/hf" "$W/hf_swish"
 sed -i 's/"activation_function": "relu"/"activation_function": "swish"/' "$W/hf_swish/config.json"
 expect_error 2 "^error: .*activation_function 'swish'" "$PY" analysis/hf_import.py "$W/hf_swish" "$W/swish.h5"
