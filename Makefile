@@ -128,7 +128,7 @@ TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tes
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
-.PHONY: all test test-slurm bench clean venv cuda-resources gpu-test gpu-bench gpu-model fuzz
+.PHONY: all test test-slurm bench clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
 all: bin/transformer
 
 build/%.o: src/%.c | build
@@ -284,6 +284,11 @@ clean:
 # Python environment of analysis/ (pinned in analysis/requirements.txt)
 venv:
 	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
+
+# the Hugging Face export/import (docs/hf-export.md): torch from Debian's
+# python3-torch (apt), the rest pinned in analysis/requirements-hf.txt
+venv-hf:
+	/usr/bin/python3 -m venv --system-site-packages .venv-hf && .venv-hf/bin/pip install -r analysis/requirements-hf.txt
 
 -include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d) build/emu-fma/ops_cuda.d
 

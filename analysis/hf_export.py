@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Export a checkpoint to a Hugging Face Transformers MarianMT directory.
+
+    .venv-hf/bin/python analysis/hf_export.py CKPT.h5 DATA.h5 OUT_DIR
+
+writes OUT_DIR/{config.json, model.safetensors, generation_config.json,
+source.spm, target.spm, vocab.json, tokenizer_config.json,
+special_tokens_map.json}, which MarianMTModel.from_pretrained(OUT_DIR) and
+MarianTokenizer.from_pretrained(OUT_DIR) load offline.  DATA.h5 is the
+dataset the model was trained on: it holds the SentencePiece model and the
+vocabulary (the checkpoint holds only their fingerprint, vocab_hash).
+docs/hf-export.md has the mapping and what differs."""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import AnalysisError, attr_str, main_wrapper, open_h5  # noqa: E402
+import hf_marian as hm  # noqa: E402
+
+
+def read_checkpoint(path):
+    """(config dict, config text, {attr: value}, {name: array}) of one of our checkpoints."""
+    with open_h5(path) as f:
+        if attr_str(f, "format") != "transformer-checkpoint":
+            raise AnalysisError(path, "not a transformer checkpoint (no format=\"transformer-checkpoint\" attribute)")
+        text = attr_str(f, "config", "")
+        cfg = dict(l.split(" = ", 1) for l in text.splitlines() if " = " in l)
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        params = {}
+        f["params"].visititems(lambda n, o: params.__setitem__(n, o[()]) if hasattr(o, "shape") else None)
+    return cfg, text, attrs, params
+
+
+def read_vocab(path):
+    """(pieces, SentencePiece model bytes, dataset file) of a dataset (docs/dataset.md)."""
+    with open_h5(path) as f:
+        if attr_str(f, "format") != "transformer-dataset":
+            raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
+        pieces = [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in f["vocab/pieces"][:]]
+        spm = f["vocab/spm_model"][:].tobytes()
+        lengths = None
+        for split in ("dev", "train"):
+            if f"splits/{split}/tgt_offsets" in f:
+                lengths = np.diff(f[f"splits/{split}/tgt_offsets"][:]) + 1   # + EOS
+                break
+    return pieces, spm, lengths
+
+
+def check_architecture(path, cfg):
+    """Refuse what MarianMT cannot express, in one line."""
+    d, h = int(cfg["d_model"]), int(cfg["n_heads"])
+    for key in ("d_k", "d_v"):
+        if int(cfg[key]) * h != d:
+            raise AnalysisError(path, f"{key} = {cfg[key]} with n_heads = {h} is not d_model/n_heads = {d}/{h}: "
+                                f"MarianMT's attention has head_dim = d_model/heads (Table 3 rows B cannot be exported)")
+    if cfg.get("positional", "sinusoid") != "sinusoid":
+        raise AnalysisError(path, f"positional = {cfg['positional']}: MarianMT's positions are fixed sinusoids "
+                            f"(row E cannot be exported)")
+
+
+def hf_length_penalty(alpha, lengths):
+    """HF's beam score is logP / |Y|^lp, ours logP / ((5+|Y|)/6)^alpha (GNMT).
+    They cannot be equal; lp = alpha * L/(5+L) gives both the same slope
+    d log(penalty) / d log|Y| at |Y| = L, the mean reference length (EOS
+    included) of the dev split: near that length they rank alike."""
+    if alpha == 0 or lengths is None or len(lengths) == 0:
+        return alpha, None
+    L = float(np.mean(lengths))
+    return round(alpha * L / (5.0 + L), 4), L
+
+
+def marian_config(cfg, text, attrs, vocab_size):
+    N, d = int(cfg["n_layers"]), int(cfg["d_model"])
+    positions = 2 * int(cfg["max_len"])   # sinusoids extrapolate: the decoder runs to 2 x max_len (docs/translate.md)
+    extra = {"config": text, "ln_eps": float(cfg.get("ln_eps", 1e-6)),
+             "attrs": {k: (int(v) if isinstance(v, (np.integer,)) else float(v) if isinstance(v, np.floating) else v)
+                       for k, v in attrs.items() if k not in ("config",)}}
+    return {
+        "architectures": ["MarianMTModel"], "model_type": "marian",
+        "vocab_size": vocab_size, "decoder_vocab_size": vocab_size, "d_model": d,
+        "encoder_layers": N, "decoder_layers": N,
+        "encoder_attention_heads": int(cfg["n_heads"]), "decoder_attention_heads": int(cfg["n_heads"]),
+        "encoder_ffn_dim": int(cfg["d_ff"]), "decoder_ffn_dim": int(cfg["d_ff"]),
+        "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
+        "activation_function": "relu", "max_position_embeddings": positions, "scale_embedding": True,
+        "dropout": float(cfg.get("dropout", 0.1)), "attention_dropout": 0.0, "activation_dropout": 0.0,
+        "init_std": 0.02, "use_cache": True, "is_encoder_decoder": True,
+        "pad_token_id": hm.PAD, "eos_token_id": hm.EOS, "decoder_start_token_id": hm.BOS,
+        "forced_eos_token_id": hm.EOS, "bos_token_id": hm.BOS,
+        "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
+        "torch_dtype": "float32", hm.EXTRA_KEY: extra,
+    }
+
+
+def max_output(cfg, src_tokens):
+    """decode_max_out of src/decode.c: output tokens before the final EOS."""
+    return min(src_tokens + int(cfg.get("max_len_a", 50)), 2 * int(cfg["max_len"]) - 1)
+
+
+def generation_config(cfg, lengths):
+    alpha = round(float(cfg.get("len_alpha", 0.6)), 6)   # stored as float32 text
+    lp, L = hf_length_penalty(alpha, lengths)
+    g = {
+        "decoder_start_token_id": hm.BOS, "eos_token_id": hm.EOS, "pad_token_id": hm.PAD,
+        # ours allows only EOS at the maximum length L (src/decode.c): HF's
+        # forced EOS at max_length - 1, with max_new_tokens = L + 1
+        "forced_eos_token_id": hm.EOS,
+        # ours extends by every token but PAD and BOS (docs/translate.md)
+        "bad_words_ids": [[hm.PAD], [hm.BOS]],
+        "num_beams": int(cfg.get("beam", 4)), "length_penalty": lp,
+        # "never": stop only when no live hypothesis can win, like our exact
+        # early termination
+        "early_stopping": "never",
+        # ours: source length + max_len_a per sentence (+ EOS); HF has one
+        # limit: that of the longest source the model takes
+        "max_new_tokens": max_output(cfg, int(cfg["max_len"]) - 1) + 1,
+        "num_return_sequences": 1,
+    }
+    return g, alpha, L
+
+
+def tensors(cfg, params, path):
+    N, d, V = int(cfg["n_layers"]), int(cfg["d_model"]), int(cfg["vocab_size"])
+    perm = hm.model_dim_permutation(d)
+    out = {}
+    for ours, hf, how in hm.tensor_map(N):
+        if ours not in params:
+            raise AnalysisError(path, f"checkpoint lacks params/{ours}")
+        out[hf] = hm.to_marian(params[ours].astype(np.float32), how, perm)
+    # the tied copies Marian's state dict also names (tie_word_embeddings)
+    for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
+        out[name] = out["model.shared.weight"].copy()
+    for name in hm.marian_zero_biases(N):
+        out[name] = np.zeros(d, np.float32)
+    out["final_logits_bias"] = np.zeros((1, V), np.float32)
+    return out
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def write_tokenizer(out, pieces, spm, cfg, args):
+    for name in ("source.spm", "target.spm"):   # one shared vocabulary (section 5.1)
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(spm)
+    write_json(os.path.join(out, "vocab.json"), {p: i for i, p in enumerate(pieces)})
+    write_json(os.path.join(out, "tokenizer_config.json"), {
+        "tokenizer_class": "MarianTokenizer", "source_lang": args.source_lang, "target_lang": args.target_lang,
+        "unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>",
+        "model_max_length": int(cfg["max_len"]), "separate_vocabs": False, "sp_model_kwargs": {}})
+    write_json(os.path.join(out, "special_tokens_map.json"),
+               {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
+
+
+def export(args):
+    save_file = hm.safetensors_numpy().save_file
+
+    cfg, text, attrs, params = read_checkpoint(args.checkpoint)
+    check_architecture(args.checkpoint, cfg)
+    pieces, spm, lengths = read_vocab(args.data)
+    V = int(cfg["vocab_size"])
+    if len(pieces) != V:
+        raise AnalysisError(args.data, f"vocabulary of {len(pieces)} pieces, the checkpoint's model has {V}")
+    if "vocab_hash" in attrs and int(attrs["vocab_hash"]) != hm.vocab_hash(pieces):
+        raise AnalysisError(args.data, "its vocabulary is not the checkpoint's (vocab_hash differs)")
+    for piece, i in hm.SPECIAL.items():
+        if pieces[i] != piece:
+            raise AnalysisError(args.data, f"piece {i} is {pieces[i]!r}, expected {piece!r}")
+    if os.path.exists(args.out_dir) and os.listdir(args.out_dir):
+        raise AnalysisError(args.out_dir, "exists and is not empty")
+    os.makedirs(args.out_dir, exist_ok=True)
+    save_file(tensors(cfg, params, args.checkpoint), os.path.join(args.out_dir, "model.safetensors"),
+              metadata={"format": "pt"})
+    write_json(os.path.join(args.out_dir, "config.json"), marian_config(cfg, text, attrs, V))
+    gen, alpha, L = generation_config(cfg, lengths)
+    write_json(os.path.join(args.out_dir, "generation_config.json"), gen)
+    write_tokenizer(args.out_dir, pieces, spm, cfg, args)
+    eps = float(cfg.get("ln_eps", 1e-6))
+    print(f"hf_export: {args.out_dir}: MarianMT, {int(cfg['n_layers'])} layers, d_model {cfg['d_model']}, "
+          f"vocab {V}; beam {gen['num_beams']}, length_penalty {gen['length_penalty']} (ours: GNMT alpha {alpha}"
+          + (f", matched at |Y| = {L:.1f}" if L else "") + ")")
+    if abs(eps - hm.MARIAN_LN_EPS) > 1e-6 * hm.MARIAN_LN_EPS:
+        print(f"hf_export: note: LayerNorm eps is {eps:g} here, {hm.MARIAN_LN_EPS:g} in Marian (not configurable): "
+              f"logits differ slightly (docs/hf-export.md)")
+    return 0
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint", help="our checkpoint (docs/checkpoint.md)")
+    ap.add_argument("data", help="the dataset the model was trained on: its SentencePiece model and vocabulary")
+    ap.add_argument("out_dir", help="the Hugging Face directory to write (new or empty)")
+    ap.add_argument("--source-lang", default="en")
+    ap.add_argument("--target-lang", default="de")
+    return export(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main_wrapper(main)

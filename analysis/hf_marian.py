@@ -1,0 +1,156 @@
+"""The mapping between our checkpoints (docs/checkpoint.md) and Hugging Face's
+MarianMT (docs/hf-export.md), shared by hf_export.py and hf_import.py.
+
+Only numpy, h5py and safetensors: neither direction needs torch, which only
+the equivalence test (tests/test_hf_export.sh) loads."""
+
+import numpy as np
+
+# token ids of every dataset (docs/dataset.md, TOK_* of src/batch.h)
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIAL = {"<pad>": PAD, "<s>": BOS, "</s>": EOS, "<unk>": UNK}
+# Marian's LayerNorms are torch.nn.LayerNorm(d_model) with its default eps;
+# MarianConfig has no key for it
+MARIAN_LN_EPS = 1e-5
+# a key of config.json that transformers keeps as an attribute and ignores:
+# what the export knew and Marian's config cannot say (import restores it)
+EXTRA_KEY = "transformer_checkpoint"
+
+
+def safetensors_numpy():
+    """safetensors' numpy API, or the one-line error saying where it is."""
+    from common import AnalysisError
+
+    try:
+        import safetensors.numpy
+    except ImportError:
+        raise AnalysisError("safetensors", "not installed: run this with .venv-hf/bin/python "
+                            "(bash tests/install-deps.sh or make venv-hf; docs/hf-export.md)") from None
+    return safetensors.numpy
+
+
+def model_dim_permutation(d):
+    """perm[m] = our dimension that is Marian's dimension m.
+
+    Our sinusoids put sin on even and cos on odd dimensions (section 3.5,
+    src/model.c positional_sinusoids); Marian's put all sines first and all
+    cosines second (MarianSinusoidalPositionalEmbedding), same frequencies.
+    So Marian's vector is ours taken at [0, 2, 4, ..., 1, 3, 5, ...]."""
+    return np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
+
+
+def layer_names(n_layers):
+    """(our prefix, Marian prefix, [(our sub-layer, Marian sub-layer, kind)]) per layer."""
+    enc = [("self_attention", "self_attn", "attn"), ("self_attention_norm", "self_attn_layer_norm", "norm"),
+           ("ffn", None, "ffn"), ("ffn_norm", "final_layer_norm", "norm")]
+    dec = [("self_attention", "self_attn", "attn"), ("self_attention_norm", "self_attn_layer_norm", "norm"),
+           ("cross_attention", "encoder_attn", "attn"), ("cross_attention_norm", "encoder_attn_layer_norm", "norm"),
+           ("ffn", None, "ffn"), ("ffn_norm", "final_layer_norm", "norm")]
+    out = []
+    for side, subs in (("encoder", enc), ("decoder", dec)):
+        for l in range(n_layers):
+            out.append((f"{side}/layer_{l:02d}", f"model.{side}.layers.{l}", subs))
+    return out
+
+
+def tensor_map(n_layers):
+    """[(our name, Marian name, how)]: how says which axes carry d_model.
+    'in' = columns (inputs of y = x W^T), 'out' = rows, 'vec' = a d_model
+    vector, 'emb' = embedding columns; biases Marian has and we do not are
+    listed by marian_zero_biases()."""
+    m = [("shared_embedding", "model.shared.weight", "emb")]
+    for ours, hf, subs in layer_names(n_layers):
+        for o_sub, h_sub, kind in subs:
+            if kind == "attn":
+                for w, p in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj")):
+                    m.append((f"{ours}/{o_sub}/{w}", f"{hf}.{h_sub}.{p}.weight", "in"))
+                m.append((f"{ours}/{o_sub}/W_o", f"{hf}.{h_sub}.out_proj.weight", "out"))
+            elif kind == "norm":
+                m.append((f"{ours}/{o_sub}/gamma", f"{hf}.{h_sub}.weight", "vec"))
+                m.append((f"{ours}/{o_sub}/beta", f"{hf}.{h_sub}.bias", "vec"))
+            else:
+                m.append((f"{ours}/{o_sub}/W_1", f"{hf}.fc1.weight", "in"))
+                m.append((f"{ours}/{o_sub}/b_1", f"{hf}.fc1.bias", "none"))
+                m.append((f"{ours}/{o_sub}/W_2", f"{hf}.fc2.weight", "out"))
+                m.append((f"{ours}/{o_sub}/b_2", f"{hf}.fc2.bias", "vec"))
+    return m
+
+
+def expected_shape(name, cfg):
+    """The shape of our tensor `name` under config cfg (docs/checkpoint.md)."""
+    d, dff, V = int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["vocab_size"])
+    hk, hv = int(cfg["n_heads"]) * int(cfg["d_k"]), int(cfg["n_heads"]) * int(cfg["d_v"])
+    leaf = name.rsplit("/", 1)[-1]
+    return {"shared_embedding": (V, d), "W_q": (hk, d), "W_k": (hk, d), "W_v": (hv, d), "W_o": (d, hv),
+            "gamma": (d,), "beta": (d,), "W_1": (dff, d), "b_1": (dff,), "W_2": (d, dff), "b_2": (d,)}[leaf]
+
+
+def marian_zero_biases(n_layers):
+    """Marian's attention biases (q/k/v/out_proj.bias): our attention has none
+    (section 3.2.2), so they are exported as zeros; the output bias
+    final_logits_bias [1, V] likewise (our pre-softmax layer is E alone)."""
+    names = []
+    for _, hf, subs in layer_names(n_layers):
+        for _, h_sub, kind in subs:
+            if kind == "attn":
+                names += [f"{hf}.{h_sub}.{p}.bias" for p in ("q_proj", "k_proj", "v_proj", "out_proj")]
+    return names
+
+
+def to_marian(w, how, perm):
+    """Our tensor -> Marian's (a permutation: exact, no arithmetic)."""
+    if how in ("in", "emb"):
+        return np.ascontiguousarray(w[:, perm])
+    if how == "out":
+        return np.ascontiguousarray(w[perm, :])
+    if how == "vec":
+        return np.ascontiguousarray(w[perm])
+    return np.ascontiguousarray(w)
+
+
+def from_marian(w, how, perm):
+    """Marian's tensor -> ours (the inverse permutation)."""
+    return to_marian(w, how, np.argsort(perm))
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & 0xFFFFFFFFFFFFFFFF
+
+
+def checksum64(data):
+    """checksum64 of src/util.c over bytes (the per-tensor 'checksum' attribute)."""
+    M = 0xFFFFFFFFFFFFFFFF
+    P1, P2, P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+    n = len(data)
+    lanes = [(P1 + P2) & M, P2, 0, (-P1) & M]
+    nw = n // 32
+    if nw:
+        # four independent lanes over 64-bit words, vectorised with numpy
+        # (uint64 arithmetic wraps modulo 2^64 as in C)
+        w = np.frombuffer(data, dtype="<u8", count=nw * 4).reshape(nw, 4)
+        a = np.array(lanes, dtype=np.uint64)
+        p1, p2 = np.uint64(P1), np.uint64(P2)
+        with np.errstate(over="ignore"):
+            for row in w:
+                x = a + row * p2
+                a = ((x << np.uint64(31)) | (x >> np.uint64(33))) * p1
+        lanes = [int(v) for v in a]
+    h = (_rotl(lanes[0], 1) + _rotl(lanes[1], 7) + _rotl(lanes[2], 12) + _rotl(lanes[3], 18) + n) & M
+    for b in data[nw * 32:]:
+        h = (_rotl(h ^ ((b * P3) & M), 11) * P1) & M
+    h ^= h >> 33
+    h = (h * P2) & M
+    h ^= h >> 29
+    h = (h * P3) & M
+    h ^= h >> 32
+    return h
+
+
+def vocab_hash(pieces):
+    """dataset_vocab_hash of src/dataset.c: FNV-1a 64 over the int32 vocab
+    size, then every piece with its NUL, in id order."""
+    h = 1469598103934665603
+    data = len(pieces).to_bytes(4, "little") + b"".join(p.encode("utf-8") + b"\0" for p in pieces)
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h

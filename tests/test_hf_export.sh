@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Export to Hugging Face MarianMT and import back (analysis/hf_export.py,
+# analysis/hf_import.py, docs/hf-export.md), offline.  A tiny model is trained
+# on a generated word-for-word task (no data files needed) with ln_eps = 1e-5,
+# Marian's; tests/hf_check.py loads the export with MarianMTModel and
+# MarianTokenizer and checks: the tokenizer's ids, the teacher-forced NLL of
+# every sentence against `eval`, greedy and beam-4 (alpha 0) outputs against
+# `translate`.  Then import(export(ckpt)) has the checkpoint's parameters
+# bitwise (and config), and `eval` of it prints the same line; d_k != d_model/h
+# and a swish Marian model are one-line errors.  Needs .venv-hf
+# (tests/install-deps.sh).
+set -u
+. "$(dirname "$0")/lib.sh"
+cd "$TOP"
+PY=$TOP/.venv-hf/bin/python
+[ -x "$PY" ] || skip "no .venv-hf (bash tests/install-deps.sh creates it)"
+W=$(mktemp -d /tmp/test_hf_export.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMP_NUM_THREADS=1
+
+# a word-for-word "translation" with a 16-word vocabulary: learnt well enough
+# in 300 steps that the decoder ends its outputs with EOS
+"$PY" - "$W" <<'EOF'
+import random, sys
+w, r = sys.argv[1], random.Random(7)
+en = "a the man woman dog cat sees eats big small red blue house tree runs sleeps".split()
+de = "ein der Mann Frau Hund Katze sieht isst gross klein rot blau Haus Baum rennt schlaeft".split()
+def write(name, n):
+    with open(f"{w}/{name}.en", "w") as s, open(f"{w}/{name}.de", "w") as t:
+        for _ in range(n):
+            idx = [r.randrange(len(en)) for _ in range(r.randint(3, 7))]
+            s.write(" ".join(en[i] for i in idx) + ".\n"); t.write(" ".join(de[i] for i in idx) + ".\n")
+write("train", 1500); write("dev", 16)
+EOF
+# every dev pair also as a split of its own: `eval` of it is that sentence's NLL
+splits=()
+for k in $(seq 0 7); do
+    sed -n "$((k + 1))p" "$W/dev.en" >"$W/s$k.en"; sed -n "$((k + 1))p" "$W/dev.de" >"$W/s$k.de"
+    splits+=(--split "s$k" "$W/s$k.en" "$W/s$k.de")
+done
+cp "$W/dev.en" "$W/dev.src"
+"$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/dev.en" "$W/dev.de" \
+    "${splits[@]}" vocab_size=330 max_len=24 --jobs 1 >"$W/prep.log" 2>&1 || fail "prepare: $(tail -2 "$W/prep.log")"
+ARCH="vocab_size=330 max_len=24 n_layers=2 d_model=32 d_ff=64 n_heads=4 max_tokens=512 warmup=60 lr_factor=1"
+"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 train_steps=300 dropout=0 threads=1 ln_eps=1e-5 \
+    run_dir="$W/run" >"$W/train.log" 2>&1 || fail "train: $(tail -2 "$W/train.log")"
+CK=$(ls "$W"/run/ckpt_*.h5 | tail -1)
+
+# ours: NLL per sentence, greedy and beam outputs
+for s in dev $(seq -f 's%g' 0 7); do
+    "$BIN" eval --checkpoint "$CK" --data "$W/d.h5" --split "$s" threads=1 >"$W/eval_$s.txt" 2>&1 \
+        || fail "eval $s: $(cat "$W/eval_$s.txt")"
+done
+translate_dev() { "$BIN" translate --checkpoint "$CK" --data "$W/d.h5" --split dev --output "$W/$1" max_len_a=5 threads=1 \
+    "${@:2}" >"$W/$1.log" 2>&1 || fail "translate $*: $(tail -2 "$W/$1.log")"; }
+translate_dev greedy.txt beam=1 len_alpha=0
+translate_dev beam.txt beam=4 len_alpha=0
+translate_dev beam06.txt beam=4 len_alpha=0.6
+
+"$PY" analysis/hf_export.py "$CK" "$W/d.h5" "$W/hf" >"$W/export.log" 2>&1 || fail "export: $(cat "$W/export.log")"
+ok "$(head -1 "$W/export.log")"
+for f in config.json model.safetensors generation_config.json source.spm target.spm vocab.json tokenizer_config.json; do
+    [ -s "$W/hf/$f" ] || fail "export wrote no $f"
+done
+"$PY" tests/hf_check.py "$W/hf" "$W/d.h5" "$W" 2>"$W/check.err" | tee "$W/check.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "hf_check (above; stderr: $(grep -v -i warn "$W/check.err" | tail -3))"
+
+# import(export(ckpt)) == ckpt: every parameter bitwise, the config, and eval
+"$PY" analysis/hf_import.py "$W/hf" "$W/back.h5" >"$W/import.log" 2>&1 || fail "import: $(cat "$W/import.log")"
+"$PY" - "$CK" "$W/back.h5" <<'EOF' || fail "round trip differs"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a["params"].visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+other = []
+b["params"].visititems(lambda n, o: other.append(n) if isinstance(o, h5py.Dataset) else None)
+assert sorted(names) == sorted(other), "parameter names differ"
+for n in names:
+    x, y = a["params"][n], b["params"][n]
+    assert x.shape == y.shape and x.dtype == y.dtype, n
+    assert x[()].tobytes() == y[()].tobytes(), f"{n} differs"
+    assert int(x.attrs["checksum"]) == int(y.attrs["checksum"]), f"{n}: checksum differs"
+for k in ("config", "step", "seed", "vocab_hash", "param_count"):
+    assert a.attrs[k] == b.attrs[k], k
+print(f"ok: import(export(ckpt)): {len(names)} parameter tensors bitwise equal, checksums, config, step, vocab_hash")
+EOF
+"$BIN" eval --checkpoint "$W/back.h5" --data "$W/d.h5" --split dev threads=1 >"$W/eval_back.txt" 2>&1 \
+    || fail "eval of the imported checkpoint: $(cat "$W/eval_back.txt")"
+[ "$(grep '^eval' "$W/eval_back.txt")" = "$(grep '^eval' "$W/eval_dev.txt")" ] \
+    || fail "eval differs: $(grep '^eval' "$W/eval_back.txt") vs $(grep '^eval' "$W/eval_dev.txt")"
+ok "eval of the imported checkpoint: $(grep '^eval' "$W/eval_back.txt")"
+
+# a Marian model trained elsewhere (config.json without our entry): the
+# architecture and ln_eps 1e-5 from Marian's config, the vocabulary and
+# SentencePiece model into a dataset file for `translate --input`
+cp -r "$W/hf" "$W/hf_foreign"
+"$PY" - "$W/hf_foreign/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); del c["transformer_checkpoint"]; json.dump(c, open(sys.argv[1], "w"))
+EOF
+"$PY" analysis/hf_import.py "$W/hf_foreign" "$W/foreign.h5" --data-out "$W/vocab.h5" >"$W/import2.log" 2>&1 \
+    || fail "foreign import: $(cat "$W/import2.log")"
+"$BIN" eval --checkpoint "$W/foreign.h5" --data "$W/d.h5" --split dev threads=1 >"$W/eval_foreign.txt" 2>&1 \
+    || fail "eval of the foreign import: $(cat "$W/eval_foreign.txt")"
+[ "$(field '^eval' nll "$W/eval_foreign.txt")" = "$(field '^eval' nll "$W/eval_dev.txt")" ] \
+    || fail "foreign import: $(grep '^eval' "$W/eval_foreign.txt") vs $(grep '^eval' "$W/eval_dev.txt")"
+for c in "$CK d.h5" "$W/foreign.h5 vocab.h5"; do
+    set -- $c
+    "$BIN" translate --checkpoint "$1" --data "$W/$2" --input "$W/dev.en" --output "$W/in_$2.txt" threads=1 \
+        >"$W/in_$2.log" 2>&1 || fail "translate --input with $2: $(tail -2 "$W/in_$2.log")"
+done
+cmp -s "$W/in_d.h5.txt" "$W/in_vocab.h5.txt" || fail "translate --input: the foreign import differs"
+ok "foreign import (Marian config only): eval nll $(field '^eval' nll "$W/eval_foreign.txt"), translate --input with its vocabulary file = the original's"
+
+# what Marian cannot express, and what this model does not have: one line each
+"$BIN" train data="$W/d.h5" $ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
+    || fail "train row B: $(tail -2 "$W/rowb.log")"
+expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \
+    "$PY" analysis/hf_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowb"
+[ "$("$PY" analysis/hf_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowb" 2>&1 | wc -l)" -eq 1 ] \
+    || fail "row B refusal is not one line"
+"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 positional=learned train_steps=1 threads=1 run_dir="$W/rowe" \
+    >"$W/rowe.log" 2>&1 || fail "train row E: $(tail -2 "$W/rowe.log")"
+expect_error 2 "^error: .*positional = learned: MarianMT's positions are fixed sinusoids" \
+    "$PY" analysis/hf_export.py "$(ls "$W"/rowe/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowe"
+cp -r "$W/hf" "$W/hf_wide"   # a config that does not fit the tensors
+sed -i 's/"encoder_ffn_dim": 64/"encoder_ffn_dim": 128/; s/"decoder_ffn_dim": 64/"decoder_ffn_dim": 128/' \
+    "$W/hf_wide/config.json"
+"$PY" - "$W/hf_wide/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); del c["transformer_checkpoint"]; json.dump(c, open(sys.argv[1], "w"))
+EOF
+expect_error 2 "^error: .*fc1.weight has shape \[64, 32\], config.json says \[128, 32\]" \
+    "$PY" analysis/hf_import.py "$W/hf_wide" "$W/wide.h5"
+cp -r "$W/hf" "$W/hf_swish"
+sed -i 's/"activation_function": "relu"/"activation_function": "swish"/' "$W/hf_swish/config.json"
+expect_error 2 "^error: .*activation_function 'swish'" "$PY" analysis/hf_import.py "$W/hf_swish" "$W/swish.h5"
+[ ! -e "$W/swish.h5" ] || fail "a refused import left $W/swish.h5"
+# run with the analysis venv (no safetensors): one line saying which venv
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c "import safetensors" 2>/dev/null; then
+    expect_error 2 "^error: safetensors: not installed: run this with .venv-hf" \
+        .venv/bin/python analysis/hf_export.py "$CK" "$W/d.h5" "$W/hf_novenv"
+fi
+echo "ok: test_hf_export"
