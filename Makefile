@@ -193,7 +193,8 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c
+GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c \
+                tests/gpu/call_timing.c
 bin/tests/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 
@@ -209,9 +210,12 @@ bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 
 # real-GPU runs (need nvcc and a GPU): the op and step tests built against
 # the real backend, and the throughput benchmark
-GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak
+GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak bin/gpu/gpu_model
 bin/gpu/test_cuda_%: tests/cuda/test_cuda_%.c $(LIBOBJ) | bin/gpu
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+# the cost model's driver on the real backend: --time-calls on a GPU
+bin/gpu/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(LIBOBJ) | bin/gpu
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
 	$(call say,LINK,$@)$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
 gpu-test: all $(GPU_BIN)

@@ -17,11 +17,108 @@
 #include "common.cuh"
 #include "cost.h"
 
+#include <stdint.h>
+#include <time.h>
+
 static std::vector<CostCall> cost_calls;
 static bool cost_on;
 
+/* Per-call timing (cuda_cost_time, docs/gpu-model.md section 7): while it
+ * and the log are on, each declared call i on the compute stream gets a
+ * CUDA event recorded on that stream at its declaration, just before the
+ * call is queued, and one at the next declaration (or when the log stops),
+ * just after it: every call of the backend is declared, so nothing else is
+ * queued between them.  The host time of call i runs from its start record
+ * to the next declaration, the event calls themselves left out: the host
+ * cost of the call and of the host code up to the next one, which is what
+ * the model's host timeline charges.  Syncs and calls on the communication
+ * stream get no events (measured 0).  Events are reused step after step;
+ * cuda_cost_times reads them after synchronising the stream (CUDA Runtime
+ * API: cudaEventElapsedTime answers cudaErrorNotReady before). */
+typedef struct {
+    cudaEvent_t start, end;
+    double host0, host_s;   /* host clock at the start record; host seconds */
+    bool timed;             /* events recorded */
+} CallTime;
+static std::vector<CallTime> cost_times;
+static bool time_on;
+static size_t time_open = SIZE_MAX;   /* the call whose end event is not yet recorded */
+static cudaStream_t cost_stream;      /* the compute stream of the last backend created */
+
+static double host_now()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the end of the open call: its host time, its end event */
+static void time_close()
+{
+    if (time_open == SIZE_MAX) return;
+    CallTime &t = cost_times[time_open];
+    t.host_s = host_now() - t.host0;
+    if (t.timed) CK(cudaEventRecord(t.end, cost_stream));
+    time_open = SIZE_MAX;
+}
+
+/* the start of call i (just declared) */
+static void time_start(size_t i, CostKind kind)
+{
+    while (cost_times.size() <= i) {
+        CallTime t = {};
+        CK(cudaEventCreate(&t.start));
+        CK(cudaEventCreate(&t.end));
+        cost_times.push_back(t);
+    }
+    CallTime &t = cost_times[i];
+    t.timed = kind != COST_SYNC && kind != COST_COMM;
+    t.host_s = 0;
+    if (t.timed) CK(cudaEventRecord(t.start, cost_stream));
+    t.host0 = host_now();
+    time_open = i;
+}
+
+extern "C" void cuda_cost_time(int on)
+{
+    if (on && !cost_stream) die(1, "cost model: per-call timing before a CUDA backend was created");
+    if (!on) time_close();
+    time_on = on != 0;
+}
+
+/* the timing of the calls logged so far: device and host microseconds */
+extern "C" size_t cuda_cost_times(double *dev_us, double *host_us, size_t max)
+{
+    time_close();
+    if (cost_stream) CK(cudaStreamSynchronize(cost_stream));   /* before any elapsed time is read */
+    size_t n = cost_calls.size() < max ? cost_calls.size() : max;
+    for (size_t i = 0; i < n; i++) {
+        float ms = 0;
+        if (i < cost_times.size() && cost_times[i].timed) CK(cudaEventElapsedTime(&ms, cost_times[i].start, cost_times[i].end));
+        dev_us[i] = 1e3 * ms;
+        host_us[i] = i < cost_times.size() ? 1e6 * cost_times[i].host_s : 0;
+    }
+    return n;
+}
+
+/* the backend whose stream the events are on is destroyed */
+static void cost_time_release(cudaStream_t s)
+{
+    if (!s || s != cost_stream) return;
+    cudaStreamSynchronize(s);
+    for (CallTime &t : cost_times) {
+        cudaEventDestroy(t.start);
+        cudaEventDestroy(t.end);
+    }
+    cost_times.clear();
+    time_on = false;
+    time_open = SIZE_MAX;
+    cost_stream = NULL;
+}
+
 extern "C" void cuda_cost_log(int on)
 {
+    if (!on && time_on) time_close();
     cost_on = on != 0;
     if (cost_on) cost_calls.clear();
 }
@@ -59,7 +156,9 @@ static void declare(const char *op, const char *call, CostKind kind, double rd, 
                     double flop, TensorCore tc)
 {
     if (!cost_on) return;
+    if (time_on) time_close();
     cost_calls.push_back(CostCall{ op, call, kind, rd, wr, flop_tc, flop, tc, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1 });
+    if (time_on) time_start(cost_calls.size() - 1, kind);
 }
 
 /* the shape of the GEMM just declared */

@@ -22,8 +22,6 @@
 #include "gpu_model.h"
 #include "util.h"
 
-#define TIMING_HEADER "index,op,call,kind,m,n,k,batch,measured_us,host_us"
-
 /* the model's per-call timing: device (with the wait before it) and host */
 static void predict(const Achieved *a, const CostCall *calls, size_t n, double *dev, double *host)
 {
