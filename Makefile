@@ -124,7 +124,7 @@ ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model \
-            bin/tests/emu-nccl-init
+            bin/tests/emu-nccl-init bin/tests/gemm_peak
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
@@ -183,6 +183,9 @@ bin/tests/emu-transformer-fma: build/main.o $(EMU_FMA_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
+# gemm_peak on the emulator (its plumbing, at a small n: tests/test_gpu_kit.sh)
+bin/tests/gemm_peak: tests/gpu/gemm_peak.cu build/emu/emu.o build/emu/cublas_emu.o | bin/tests
+	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o build/emu/cublas_emu.o -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
@@ -194,7 +197,7 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c \
-                tests/gpu/call_timing.c
+                tests/gpu/call_timing.c tests/gpu/gemm_sweep.c
 bin/tests/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 

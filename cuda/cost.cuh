@@ -44,6 +44,10 @@ static std::vector<CallTime> cost_times;
 static bool time_on;
 static size_t time_open = SIZE_MAX;   /* the call whose end event is not yet recorded */
 static cudaStream_t cost_stream;      /* the compute stream of the last backend created */
+/* the GEMM sweep's (cuda_cost_sweep, below) */
+static int sweep_reps;
+static std::vector<double> sweep_ms;       /* per logged call: median ms of its repeats, -1 if none */
+static std::vector<cudaEvent_t> sweep_ev;
 
 static double host_now()
 {
@@ -111,9 +115,70 @@ static void cost_time_release(cudaStream_t s)
         cudaEventDestroy(t.end);
     }
     cost_times.clear();
+    for (cudaEvent_t e : sweep_ev) cudaEventDestroy(e);
+    sweep_ev.clear();
+    sweep_reps = 0;
     time_on = false;
     time_open = SIZE_MAX;
     cost_stream = NULL;
+}
+
+/* GEMM sweep (cuda_cost_sweep; gpu_model --gemm-sweep, docs/gpu-model.md
+ * section 7): while it and the log are on, each cuBLAS/cuBLASLt call of
+ * the backend (GEMM_CALL) runs once as usual and then `sweep_reps` times
+ * more, back to back, each between two CUDA events on the compute stream:
+ * the backend's own call with its types, transposes, leading dimensions,
+ * epilogue and workspace, on the step's data (random weights and
+ * tokens).  The call's time is the median of the repeats.  A repeat of a
+ * GEMM with beta != 0 accumulates again: a swept step's results are not
+ * a training step's (the sweep measures time only). */
+
+static int cmp_float(const void *x, const void *y)
+{
+    float a = *(const float *)x, b = *(const float *)y;
+    return a < b ? -1 : a > b;
+}
+
+template <typename F> static void sweep_repeat(F &&call)
+{
+    while (sweep_ev.size() < (size_t)sweep_reps + 1) {
+        cudaEvent_t e;
+        CK(cudaEventCreate(&e));
+        sweep_ev.push_back(e);
+    }
+    CK(cudaEventRecord(sweep_ev[0], cost_stream));
+    for (int r = 0; r < sweep_reps; r++) {
+        call();
+        CK(cudaEventRecord(sweep_ev[r + 1], cost_stream));
+    }
+    CK(cudaStreamSynchronize(cost_stream));   /* before the elapsed times are read */
+    std::vector<float> ms(sweep_reps);
+    for (int r = 0; r < sweep_reps; r++) CK(cudaEventElapsedTime(&ms[r], sweep_ev[r], sweep_ev[r + 1]));
+    qsort(ms.data(), ms.size(), sizeof(float), cmp_float);
+    int h = sweep_reps / 2;
+    sweep_ms.resize(cost_calls.size(), -1);
+    sweep_ms[cost_calls.size() - 1] = sweep_reps % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h]);
+}
+
+/* a cuBLAS or cuBLASLt call of the backend, repeated while sweeping */
+#define GEMM_CALL(call)                                                                                     \
+    do {                                                                                                    \
+        call;                                                                                               \
+        if (sweep_reps > 0 && cost_on) sweep_repeat([&] { call; });                                         \
+    } while (0)
+
+extern "C" void cuda_cost_sweep(int reps)
+{
+    if (reps > 0 && !cost_stream) die(1, "cost model: a GEMM sweep before a CUDA backend was created");
+    sweep_reps = reps > 0 ? reps : 0;
+    if (sweep_reps) sweep_ms.clear();
+}
+
+extern "C" size_t cuda_cost_sweep_ms(double *ms, size_t max)
+{
+    size_t n = cost_calls.size() < max ? cost_calls.size() : max;
+    for (size_t i = 0; i < n; i++) ms[i] = i < sweep_ms.size() ? sweep_ms[i] : -1;
+    return n;
 }
 
 extern "C" void cuda_cost_log(int on)

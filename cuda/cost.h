@@ -56,6 +56,12 @@ void cuda_cost_time(int on);
  * first); at most max of them, the count returned */
 size_t cuda_cost_times(double *dev_us, double *host_us, size_t max);
 
+/* GEMM sweep while the log is on: each cuBLAS/cuBLASLt call repeated reps
+ * times more, each repeat timed (0: off); the median ms of each logged
+ * call's repeats (-1: not a GEMM), at most max of them, the count returned */
+void cuda_cost_sweep(int reps);
+size_t cuda_cost_sweep_ms(double *ms, size_t max);
+
 /* emulator side: the launch or cuBLAS call that just ran was seen moving
  * these bytes (defined by the backend; weak in the emulator, which also
  * runs without it) */

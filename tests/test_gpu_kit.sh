@@ -13,6 +13,17 @@
 #   quarter of them in a real run, as cuBLASLt may on a GPU, so that run's
 #   own trace (--write-trace beside --time-calls) is what --fit joins, and
 #   the test checks both.
+# - the GEMM sweep (tests/gpu/gemm_sweep.sh, gpu_model --gemm-sweep): at
+#   the paper's batch, its rows are exactly the GEMM shape classes of the
+#   base and big steps' dry-run traces (op, call, m x n x k x batch, with
+#   their call counts), 44 in all, each with a time, TFLOP/s and the
+#   model's prediction; and a real (not dry) swept step of a small model
+#   runs under the strict emulator.
+# - gemm_peak (bin/tests/gemm_peak: the emulator's build, n = 64): three
+#   constant-data lines as before and three random-data lines tagged
+#   `random`, --constant / --random alone, gpu_bench.sh's parse taking
+#   the constant bf16 line and the random one beside it, a bad argument
+#   refused with one line.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -63,3 +74,49 @@ print("%d rows = the trace's %d, same op/call/kind/shape in order; %d timed call
 PY
     ok "$prec: $(cat $W/join.txt); the real step's trace = the dry run's; --fit joins it, and the run's own trace under cuBLASLt refusals"
 done
+
+# the GEMM sweep covers every GEMM shape class of base and big
+bash tests/gpu/gemm_sweep.sh $M $W/sweep.csv 2 > $W/sweep.txt || fail "gemm_sweep.sh: $(tail -2 $W/sweep.txt)"
+for m in base big; do
+    $M --model $m --batch 610 --len 41 precision=bf16 --write-trace $W/$m.trace.csv > /dev/null || fail "$m: --write-trace"
+done
+python3 - $W/sweep.csv $W/base.trace.csv $W/big.trace.csv <<'PY' > $W/cover.txt || fail "the sweep does not cover the GEMM shapes: $(cat $W/cover.txt)"
+import collections, csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+want = collections.Counter()
+for model, path in (("base", sys.argv[2]), ("big", sys.argv[3])):
+    for r in csv.DictReader(open(path)):
+        if r["kind"] == "gemm":
+            want[(model, r["op"], r["call"], r["m"], r["n"], r["k"], r["batch"])] += 1
+got = collections.Counter()
+for r in rows:
+    key = (r["model"], r["op"], r["call"], r["m"], r["n"], r["k"], r["batch"])
+    assert key not in got, ("a class twice", key)
+    got[key] = int(r["calls"])
+    assert r["dtype"] == "bf16" and int(r["reps"]) == 2, r
+    assert float(r["ms"]) >= 0 and float(r["predicted_ms"]) > 0 and float(r["predicted_tflops"]) > 0, r
+missing, extra = set(want) - set(got), set(got) - set(want)
+assert not missing and not extra, ("missing", sorted(missing), "extra", sorted(extra))
+assert got == want, [(k, got[k], want[k]) for k in want if got[k] != want[k]]
+print("%d classes (base %d, big %d) = the traces' GEMM shape classes, %d calls" % (len(rows),
+      sum(k[0] == "base" for k in got), sum(k[0] == "big" for k in got), sum(got.values())))
+PY
+ok "gemm sweep: $(cat $W/cover.txt)"
+SMALL="--model base --batch 4 --len 9 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 vocab_size=100 precision=bf16"
+# shellcheck disable=SC2086
+$M $SMALL --gemm-sweep $W/small.csv --reps 3 --real > $W/small.txt || fail "a real swept step: $(tail -2 $W/small.txt)"
+ok "a real swept step of a small model, strict emulator: $(tail -1 $W/small.txt | sed 's/: .*//'), $(($(wc -l < $W/small.csv) - 1)) classes"
+
+# gemm_peak: constant and random data
+P=$TOP/bin/tests/gemm_peak
+[ -x "$P" ] || fail "bin/tests/gemm_peak not built"
+$P 64 > $W/peak.txt || fail "gemm_peak 64"
+[ "$(grep -c ' random$' $W/peak.txt)" = 3 ] && [ "$(grep -vc ' random$' $W/peak.txt)" = 3 ] ||
+    fail "gemm_peak: expected 3 constant and 3 random lines: $(cat $W/peak.txt)"
+[ "$($P 64 --constant | grep -c random)" = 0 ] && [ "$($P 64 --random | grep -vc random)" = 0 ] ||
+    fail "gemm_peak --constant / --random"
+c=$(awk '$2 == "bf16" && $7 != "random" {print $6}' $W/peak.txt) r=$(awk '$2 == "bf16" && $7 == "random" {print $6}' $W/peak.txt)
+[ "$(wc -w <<< "$c $r")" = 2 ] || fail "gpu_bench.sh's parse of gemm_peak: '$c' '$r'"
+$P 64 --bogus > /dev/null 2> $W/err.txt && fail "gemm_peak --bogus accepted"
+[ "$(wc -l < $W/err.txt)" = 1 ] && grep -q '^error: ' $W/err.txt || fail "gemm_peak --bogus: $(cat $W/err.txt)"
+ok "gemm_peak: constant and random data, 3 lines each; gpu_bench's parse: bf16 constant $c, random $r (emulator)"

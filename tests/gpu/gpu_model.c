@@ -6,6 +6,7 @@
  *                       [--range [--calibration TRACE TOK/S]]
  *                       [--write-timing CSV | --fit CSV] [key=value ...]
  *   bin/tests/gpu_model ... --run-steps N [--time-calls CSV [--write-trace CSV]]
+ *   bin/tests/gpu_model ... --gemm-sweep CSV [--reps R] [--real]
  *
  * Runs one training step of the CUDA backend (as train.c's step: zero the
  * gradients, forward and backward of one batch, Adam, sync) under the
@@ -24,7 +25,8 @@
  * setting's sensitivity and the range (model_range.c); --write-timing
  * writes the per-call timing CSV the model predicts, --fit refits the
  * settings to a measured one (fit.c); --run-steps runs N real steps and
- * --time-calls times each call of them (call_timing.c).  It
+ * --time-calls times each call of them (call_timing.c); --gemm-sweep times
+ * each GEMM class of the step (gemm_sweep.c).  It
  * also prints the max_tokens that max_tokens = 0 would pick on the
  * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
 #include <math.h>
@@ -250,12 +252,15 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         else if (!strcmp(argv[i], "--write-timing") && i + 1 < argc) a->write_timing = argv[++i];
         else if (!strcmp(argv[i], "--time-calls") && i + 1 < argc) a->time_calls = argv[++i];
         else if (!strcmp(argv[i], "--run-steps") && i + 1 < argc) a->run_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemm-sweep") && i + 1 < argc) a->gemm_sweep = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) a->reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--real")) a->real = 1;
     char cfg[256];
     snprintf(cfg, sizeof cfg, "input/table3/%s.cfg", a->model);
     if (config_load_file(c, cfg)) exit(2);
     for (int i = 1; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
-        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range")) continue;
+        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range") || !strcmp(argv[i], "--real")) continue;
         if (!strcmp(argv[i], "--calibration")) { i += 2; continue; }
         if (argv[i][0] == '-') { i += i + 1 < argc; continue; }
         if (!eq) die(2, "gpu-model: '%s': expected key=value or an option", argv[i]);
@@ -275,6 +280,10 @@ int main(int argc, char **argv)
     Config c;
     Args a;
     parse(argc, argv, &c, &a);
+    if (a.gemm_sweep) {
+        gemm_sweep(&c, &a);
+        return 0;
+    }
     if (a.run_steps > 0 || a.time_calls) {
         run_steps(&c, &a);
         return 0;

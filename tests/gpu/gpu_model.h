@@ -17,6 +17,9 @@ typedef struct {
     const char *cal_trace;            /* --calibration TRACE TOK/S, for --range */
     const char *time_calls;           /* --time-calls CSV: per-call timing of real steps (call_timing.c) */
     int run_steps;                    /* --run-steps N: N real steps after a warm-up (call_timing.c) */
+    const char *gemm_sweep;           /* --gemm-sweep CSV: each GEMM class timed (gemm_sweep.c) */
+    int reps;                         /* --reps R: its repeats per call */
+    int real;                         /* --real: the emulator runs the swept step for real, not dry */
     int B, L, by_call, range;
     double measured, cal_measured;
     Achieved ach;                     /* ACHIEVED with key=value overrides */
@@ -50,6 +53,8 @@ void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed);
 void train_step(Model *m, const Batch *b, int step);
 /* --run-steps N [--time-calls CSV]: real steps, timed per call or not */
 void run_steps(const Config *c, const Args *a);
+/* --gemm-sweep CSV [--reps R]: every GEMM class of the step, timed */
+void gemm_sweep(const Config *c, const Args *a);
 
 /* the names of CostKind and TensorCore in a trace */
 extern const char *const KIND[];
