@@ -24,6 +24,11 @@
 #   `random`, --constant / --random alone, gpu_bench.sh's parse taking
 #   the constant bf16 line and the random one beside it, a bad argument
 #   refused with one line.
+# - tests/gpu/gpu_clocks.sh with a fake nvidia-smi on PATH: the query
+#   loop runs with the issue's fields every 200 ms while the command runs
+#   and is stopped after it; the CSV has its samples; the summary finds the
+#   planted clock dip; the command's output and exit status pass through;
+#   without nvidia-smi, one line and the command alone.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -120,3 +125,37 @@ c=$(awk '$2 == "bf16" && $7 != "random" {print $6}' $W/peak.txt) r=$(awk '$2 == 
 $P 64 --bogus > /dev/null 2> $W/err.txt && fail "gemm_peak --bogus accepted"
 [ "$(wc -l < $W/err.txt)" = 1 ] && grep -q '^error: ' $W/err.txt || fail "gemm_peak --bogus: $(cat $W/err.txt)"
 ok "gemm_peak: constant and random data, 3 lines each; gpu_bench's parse: bf16 constant $c, random $r (emulator)"
+
+# clocks and power around a command, with a fake nvidia-smi
+mkdir -p $W/fake
+cat > $W/fake/nvidia-smi <<'SH'
+#!/bin/sh
+echo "$$ $*" > "$FAKE_SMI_LOG"
+echo "clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, utilization.gpu [%]"
+i=0
+while :; do
+    i=$((i + 1)); sm=1980; [ $i = 2 ] && sm=1410
+    echo "$sm MHz, 2619 MHz, 650.5 W, $((60 + i % 3)), 98 %"
+    sleep 0.05
+done
+SH
+chmod +x $W/fake/nvidia-smi
+export FAKE_SMI_LOG=$W/smi.log
+PATH=$W/fake:$PATH bash tests/gpu/gpu_clocks.sh $W/clocks.csv sh -c 'echo ran; sleep 0.8; exit 3' > $W/clk.out 2> $W/clk.err
+rc=$?
+[ $rc = 3 ] && [ "$(cat $W/clk.out)" = ran ] || fail "gpu_clocks.sh: exit $rc, output $(cat $W/clk.out)"
+read -r pid args < $W/smi.log
+[ "$args" = "--query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu --format=csv -lms 200" ] ||
+    fail "gpu_clocks.sh ran nvidia-smi $args"
+sleep 0.1
+! kill -0 "$pid" 2> /dev/null || { kill "$pid"; fail "gpu_clocks.sh left nvidia-smi ($pid) running"; }
+samples=$(($(wc -l < $W/clocks.csv) - 1))
+[ $samples -ge 3 ] || fail "gpu_clocks.sh: $samples samples in 0.8 s"
+grep -q "^gpu_clocks: $samples samples: SM clock median 1980 MHz, min 1410; power median 650.5 W, max 650.5; temperature max 62 C$" $W/clk.err ||
+    fail "gpu_clocks.sh summary: $(cat $W/clk.err)"
+mkdir -p $W/nosmi && ln -sf "$(command -v sh)" $W/nosmi/sh
+PATH=$W/nosmi "$(command -v bash)" tests/gpu/gpu_clocks.sh $W/none.csv sh -c 'exit 4' 2> $W/none.err
+rc=$?
+[ $rc = 4 ] && [ "$(wc -l < $W/none.err)" = 1 ] && grep -q 'no nvidia-smi' $W/none.err && [ ! -e $W/none.csv ] ||
+    fail "gpu_clocks.sh without nvidia-smi: exit $rc, $(cat $W/none.err)"
+ok "gpu_clocks.sh: fake nvidia-smi queried as the issue asks, stopped after the command (exit 3 passed on); $(cat $W/clk.err)"
