@@ -29,6 +29,11 @@
 #   and is stopped after it; the CSV has its samples; the summary finds the
 #   planted clock dip; the command's output and exit status pass through;
 #   without nvidia-smi, one line and the command alone.
+# - tests/gpu/torch_train_strong.py --cpu-smoke under /usr/bin/python3
+#   (Debian's python3-torch; skipped in one line without it): the strong
+#   model's attention path computes the reference model's logits, and 3
+#   bf16 steps run with finite losses; without a GPU the full run refuses
+#   in one line.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -159,3 +164,19 @@ rc=$?
 [ $rc = 4 ] && [ "$(wc -l < $W/none.err)" = 1 ] && grep -q 'no nvidia-smi' $W/none.err && [ ! -e $W/none.csv ] ||
     fail "gpu_clocks.sh without nvidia-smi: exit $rc, $(cat $W/none.err)"
 ok "gpu_clocks.sh: fake nvidia-smi queried as the issue asks, stopped after the command (exit 3 passed on); $(cat $W/clk.err)"
+
+# the strong PyTorch baseline, its CPU smoke mode
+if /usr/bin/python3 -c "import torch" 2> /dev/null; then
+    timeout 60 /usr/bin/python3 tests/gpu/torch_train_strong.py --cpu-smoke > $W/torch.txt 2>&1 ||
+        fail "torch_train_strong.py --cpu-smoke: $(tail -3 $W/torch.txt)"
+    grep -q '^equal: strong vs reference logits' $W/torch.txt && grep -q '^torch-strong smoke tok/s [0-9.]* ms/step' $W/torch.txt ||
+        fail "torch_train_strong.py --cpu-smoke: $(cat $W/torch.txt)"
+    if ! /usr/bin/python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2> /dev/null; then
+        /usr/bin/python3 tests/gpu/torch_train_strong.py --model base > /dev/null 2> $W/torch.err &&
+            fail "torch_train_strong.py ran without a GPU"
+        [ "$(wc -l < $W/torch.err)" = 1 ] && grep -q '^error: ' $W/torch.err || fail "without a GPU: $(cat $W/torch.err)"
+    fi
+    ok "torch_train_strong.py --cpu-smoke: $(head -1 $W/torch.txt); $(tail -1 $W/torch.txt | cut -c1-60)..."
+else
+    echo "note: /usr/bin/python3 has no torch: torch_train_strong.py --cpu-smoke not run"
+fi
