@@ -234,12 +234,15 @@ gpu-model: bin/tests/gpu_model
 # at most 9 minutes: call 1 (build, the multi-rank step vs the CPU, speed)
 # unless CALL=N; STAGE=train,mpi runs stages by name; it builds by itself.
 # gpu-plan prints the calls, their budgets and the device tool's arguments.
-.PHONY: gpu-accept gpu-plan
+.PHONY: gpu-accept gpu-plan gpu-kit-plan
 GPU_ACCEPT_OUT ?= out/gpu-accept
 gpu-accept:
 	$(Q)CALL='$(CALL)' tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
 gpu-plan:
 	$(Q)tests/gpu/accept.sh --plan
+# the measurement kit's device calls (issue 32, docs/gpu-accept.md "The kit")
+gpu-kit-plan:
+	$(Q)bash tests/gpu/kit.sh --plan
 
 build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz:
 	$(Q)mkdir -p $@

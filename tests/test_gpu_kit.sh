@@ -34,6 +34,13 @@
 #   model's attention path computes the reference model's logits, and 3
 #   bf16 steps run with finite losses; without a GPU the full run refuses
 #   in one line.
+# - tests/gpu/kit.sh (make gpu-kit-plan): the plan has at most 3 calls,
+#   each at most 540 s, 2000 characters and 8 files, 1500 s in all, and
+#   docs/gpu-accept.md gives its commands; an over-budget plan is refused;
+#   the timing and sweep stages run end to end on the emulator (stub
+#   nvidia-smi, small model): kit.md with PASS lines and the fit, kit.tgz
+#   with the CSVs and the clock log; a stage past its budget fails, saying
+#   so; a bad CALL is refused in one line.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -180,3 +187,44 @@ if /usr/bin/python3 -c "import torch" 2> /dev/null; then
 else
     echo "note: /usr/bin/python3 has no torch: torch_train_strong.py --cpu-smoke not run"
 fi
+
+# the kit's plan and its calls
+bash tests/gpu/kit.sh --plan > $W/plan.txt || fail "kit.sh --plan: $(cat $W/plan.txt)"
+python3 - $W/plan.txt docs/gpu-accept.md <<'PY' > $W/plancheck.txt || fail "the kit's plan: $(cat $W/plancheck.txt)"
+import json, re, sys
+plan, doc = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+calls = re.findall(r"^call (\d+): (\d+) s = .*\((\d+) files\)$", plan, re.M)
+runs = re.findall(r"^  run (\{.*\})$", plan, re.M)
+assert 1 <= len(calls) <= 3 and len(runs) == len(calls), (calls, runs)
+assert all(int(t) <= 540 and int(f) <= 8 for _, t, f in calls), calls
+assert sum(int(t) for _, t, _ in calls) <= 1500, calls
+for r in runs:
+    a = json.loads(r)
+    assert len(a["command"]) <= 2000 and a["timeout_s"] <= 600 and len(a["carry"]) <= 8, a
+    assert r in doc, ("docs/gpu-accept.md does not give", r)
+print("%d calls, %s s, each <= 540 s and <= 8 files, commands in docs/gpu-accept.md" % (len(calls), "+".join(t for _, t, _ in calls)))
+PY
+KIT_BUDGET_compile=900 bash tests/gpu/kit.sh --plan > /dev/null 2> $W/planerr.txt && fail "a 900 s compile stage was accepted"
+grep -q '^error: gpu-kit: plan: call 2 takes up to' $W/planerr.txt || fail "over-budget plan: $(cat $W/planerr.txt)"
+CALL=7 bash tests/gpu/kit.sh $W/x > /dev/null 2> $W/callerr.txt && fail "CALL=7 accepted"
+[ "$(wc -l < $W/callerr.txt)" = 1 ] || fail "CALL=7: $(cat $W/callerr.txt)"
+cat > $W/fake/nvidia-smi <<'SH'
+#!/bin/sh
+case "$*" in
+*-lms*) echo "clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], temperature.gpu, utilization.gpu [%]"
+        while :; do echo "1980 MHz, 2619 MHz, 650.5 W, 61, 98 %"; sleep 0.05; done ;;
+*) echo "NVIDIA H100 80GB HBM3 (stub), 1980 MHz" ;;
+esac
+SH
+export KIT_WORK=$W/kitwork KIT_GPU_MODEL=$M KIT_GEMM_PEAK=$P KIT_PEAK_N=64 KIT_REPS=2
+export KIT_MODEL_ARGS="--batch 4 --len 9 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 vocab_size=100 precision=bf16"
+PATH=$W/fake:$PATH STAGE=timing,sweep bash tests/gpu/kit.sh $W/kitout > $W/kit.txt 2>&1 || fail "kit.sh timing,sweep: $(cat $W/kit.txt; cat $W/kitout/kit.md)"
+[ "$(grep -c '^- PASS' $W/kitout/kit.md)" = 8 ] && ! grep -q '^- FAIL' $W/kitout/kit.md &&
+    grep -q '^step: measured' $W/kitout/kit.md && grep -q '^gpu_clocks: [0-9]* samples' $W/kitout/kit.md ||
+    fail "kit.md: $(cat $W/kitout/kit.md)"
+for f in time_base.csv trace_base.csv fit_base.txt time_big.csv sweep.csv peak.txt clocks.csv; do
+    tar tzf $W/kitout/kit.tgz | grep -qx "./$f" || fail "kit.tgz has no $f"
+done
+PATH=$W/fake:$PATH KIT_BUDGET_sweep=1 STAGE=sweep bash tests/gpu/kit.sh $W/kitout2 > /dev/null 2>&1 && fail "a stage past its budget passed"
+grep -q '^- FAIL sweep: stopped at its budget of 1 s' $W/kitout2/kit.md || fail "budget: $(cat $W/kitout2/kit.md)"
+ok "kit.sh: plan $(cat $W/plancheck.txt); over-budget plan refused; timing and sweep end to end on the emulator (8 PASS, the fit, 7 files in kit.tgz); a stage past its budget fails"

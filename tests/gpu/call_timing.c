@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_model.h"
 #include "util.h"
@@ -74,6 +75,13 @@ static void write_call_times(const char *path, const CostCall *c, size_t n, int 
     if (fclose(f)) die(1, "%s: write failed", path);
 }
 
+static double host_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* FNV-1a of the parameters' bytes */
 static unsigned long long params_hash(Model *m)
 {
@@ -97,6 +105,7 @@ void run_steps(const Config *c, const Args *a)
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
     train_step(&m, &b, 1);   /* warm-up: buffers grown, plans made */
+    double t0 = host_seconds();
     CostCall *first = NULL;
     size_t n = 0;
     double *dev = NULL, *host = NULL;
@@ -114,13 +123,15 @@ void run_steps(const Config *c, const Args *a)
         }
         first = take_step(first, &n, s, dev + (size_t)s * n, host + (size_t)s * n);
     }
+    double per_step = (host_seconds() - t0) / steps;   /* each step ends in a sync */
     if (a->time_calls) {
         write_call_times(a->time_calls, first, n, steps, dev, host);
         if (a->write_trace) write_trace(a->write_trace, first, n);
         printf("time-calls: %zu calls per step, the median of %d timed steps: %s\n", n, steps, a->time_calls);
     }
-    printf("run-steps: %s, %d steps of %d x %d after a warm-up; parameters fnv1a %016llx\n", a->model, steps, a->B,
-           a->L, params_hash(&m));
+    printf("run-steps: %s, %d steps of %d x %d after a warm-up; %.3f ms/step, %.0f tok/s (wall clock%s); parameters "
+           "fnv1a %016llx\n", a->model, steps, a->B, a->L, 1e3 * per_step, a->B * a->L / per_step,
+           a->time_calls ? ", with the timing's events" : "", params_hash(&m));
     free(first), free(dev), free(host);
     batch_free(&b);
     model_free(&m);
