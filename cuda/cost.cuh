@@ -208,8 +208,8 @@ extern "C" void cuda_cost_seen(const char *call, double rd, double wr, double rd
     c->seen_wr_all = wr_all;
 }
 
-/* the emulator reports each launch's grid and block before it runs (a GPU
- * build logs no shapes: the model runs under the emulator) */
+/* each launch's grid and block, before it runs: from the emulator, and
+ * from LAUNCH in a GPU build (cuda/cuda_compat.h) */
 extern "C" void cuda_cost_shape(const char *call, double blocks, double threads)
 {
     if (!cost_on || cost_calls.empty() || strcmp(cost_calls.back().call, call) != 0) return;   /* cuda_cost_seen complains */

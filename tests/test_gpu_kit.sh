@@ -6,7 +6,8 @@
 #   with the same op, call, kind and shape; timed calls have a device time,
 #   syncs none; the real step's trace is the dry run's byte for byte; the
 #   parameters after the steps are bitwise those of the same steps without
-#   timing; gpu_model --fit joins the CSV; all under the strict emulator
+#   timing; gpu_model --fit joins the CSV, and says so when a trace's
+#   kernels lack grid shapes (priced otherwise); all under the strict emulator
 #   (rule ELAPSED: the events are read after the stream's synchronisation).
 #   The join with the dry run holds where cuBLASLt takes every fused plan
 #   (the dry run assumes it does); rule LT_HEURISTIC refuses a seeded
@@ -90,6 +91,11 @@ print("%d rows = the trace's %d, same op/call/kind/shape in order; %d timed call
       % (len(t), len(tr), timed))
 PY
     ok "$prec: $(cat $W/join.txt); the real step's trace = the dry run's; --fit joins it, and the run's own trace under cuBLASLt refusals"
+    grep -q '^note: .* no grid shape' $W/fit.txt && fail "$prec: --fit says a shaped trace has no grid shapes"
+    # shellcheck disable=SC2086
+    awk -F, 'BEGIN { OFS = "," } NR > 1 && $3 == "kernel" { $14 = 0; $15 = 0 } { print }' $W/dry.csv > $W/unshaped.csv
+    $M $SMALL --trace $W/unshaped.csv --fit $W/t.csv | grep -q '^note: [0-9]* kernel calls of the trace have no grid shape' ||
+        fail "$prec: --fit is silent on a trace without kernel grid shapes"
 done
 
 # the GEMM sweep covers every GEMM shape class of base and big
