@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU measurement kit (issue 32, docs/gpu-accept.md "The kit"), on the
 # CUDA emulator (its times are the emulator's, not a GPU's: the plumbing):
-# - per-call timing (gpu_model --run-steps N --time-calls CSV): the CSV has
+# - per-call timing (gpu_model --run-steps N --time-calls CSV), bf16, fp32
+#   and fp16: the CSV has
 #   one row per call of the dry-run trace of the same config, in order,
 #   with the same op, call, kind and shape; timed calls have a device time,
 #   syncs none; the real step's trace is the dry run's byte for byte; the
@@ -49,8 +50,8 @@ M=$TOP/bin/tests/gpu_model
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 cd "$TOP" || fail "cd $TOP"
 
-# a small model, bf16 and fp32 storage (fp32 takes the plain cuBLAS path)
-for prec in bf16 fp32; do
+# a small model, bf16, fp32 and fp16 storage (fp32 takes the plain cuBLAS path; fp16 its loss-scale check)
+for prec in bf16 fp32 fp16; do
     SMALL="--model base --batch 4 --len 9 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 vocab_size=100 precision=$prec"
     # shellcheck disable=SC2086
     {
