@@ -124,7 +124,7 @@ ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model \
-            bin/tests/emu-nccl-init
+            bin/tests/emu-nccl-init bin/tests/gemm_peak
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
@@ -183,6 +183,9 @@ bin/tests/emu-transformer-fma: build/main.o $(EMU_FMA_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
+# gemm_peak on the emulator (its plumbing, at a small n: tests/test_gpu_kit.sh)
+bin/tests/gemm_peak: tests/gpu/gemm_peak.cu build/emu/emu.o build/emu/cublas_emu.o | bin/tests
+	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o build/emu/cublas_emu.o -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
@@ -193,7 +196,8 @@ bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c
+GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c \
+                tests/gpu/call_timing.c tests/gpu/gemm_sweep.c
 bin/tests/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 
@@ -209,9 +213,12 @@ bin/tests/%: tests/%.c $(LIBOBJ) | bin/tests
 
 # real-GPU runs (need nvcc and a GPU): the op and step tests built against
 # the real backend, and the throughput benchmark
-GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak
+GPU_BIN := bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak bin/gpu/gpu_model
 bin/gpu/test_cuda_%: tests/cuda/test_cuda_%.c $(LIBOBJ) | bin/gpu
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc -I$(CUDA_HOME)/include $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
+# the cost model's driver on the real backend: --time-calls on a GPU
+bin/gpu/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(LIBOBJ) | bin/gpu
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
 	$(call say,LINK,$@)$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
 gpu-test: all $(GPU_BIN)
@@ -227,12 +234,15 @@ gpu-model: bin/tests/gpu_model
 # at most 9 minutes: call 1 (build, the multi-rank step vs the CPU, speed)
 # unless CALL=N; STAGE=train,mpi runs stages by name; it builds by itself.
 # gpu-plan prints the calls, their budgets and the device tool's arguments.
-.PHONY: gpu-accept gpu-plan
+.PHONY: gpu-accept gpu-plan gpu-kit-plan
 GPU_ACCEPT_OUT ?= out/gpu-accept
 gpu-accept:
 	$(Q)CALL='$(CALL)' tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
 gpu-plan:
 	$(Q)tests/gpu/accept.sh --plan
+# the measurement kit's device calls (issue 32, docs/gpu-accept.md "The kit")
+gpu-kit-plan:
+	$(Q)bash tests/gpu/kit.sh --plan
 
 build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz:
 	$(Q)mkdir -p $@

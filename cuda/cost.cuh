@@ -17,11 +17,173 @@
 #include "common.cuh"
 #include "cost.h"
 
+#include <stdint.h>
+#include <time.h>
+
 static std::vector<CostCall> cost_calls;
 static bool cost_on;
 
+/* Per-call timing (cuda_cost_time, docs/gpu-model.md section 7): while it
+ * and the log are on, each declared call i on the compute stream gets a
+ * CUDA event recorded on that stream at its declaration, just before the
+ * call is queued, and one at the next declaration (or when the log stops),
+ * just after it: every call of the backend is declared, so nothing else is
+ * queued between them.  The host time of call i runs from its start record
+ * to the next declaration, the event calls themselves left out: the host
+ * cost of the call and of the host code up to the next one, which is what
+ * the model's host timeline charges.  Syncs and calls on the communication
+ * stream get no events (measured 0).  Events are reused step after step;
+ * cuda_cost_times reads them after synchronising the stream (CUDA Runtime
+ * API: cudaEventElapsedTime answers cudaErrorNotReady before). */
+typedef struct {
+    cudaEvent_t start, end;
+    double host0, host_s;   /* host clock at the start record; host seconds */
+    bool timed;             /* events recorded */
+} CallTime;
+static std::vector<CallTime> cost_times;
+static bool time_on;
+static size_t time_open = SIZE_MAX;   /* the call whose end event is not yet recorded */
+static cudaStream_t cost_stream;      /* the compute stream of the last backend created */
+/* the GEMM sweep's (cuda_cost_sweep, below) */
+static int sweep_reps;
+static std::vector<double> sweep_ms;       /* per logged call: median ms of its repeats, -1 if none */
+static std::vector<cudaEvent_t> sweep_ev;
+
+static double host_now()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the end of the open call: its host time, its end event */
+static void time_close()
+{
+    if (time_open == SIZE_MAX) return;
+    CallTime &t = cost_times[time_open];
+    t.host_s = host_now() - t.host0;
+    if (t.timed) CK(cudaEventRecord(t.end, cost_stream));
+    time_open = SIZE_MAX;
+}
+
+/* the start of call i (just declared) */
+static void time_start(size_t i, CostKind kind)
+{
+    while (cost_times.size() <= i) {
+        CallTime t = {};
+        CK(cudaEventCreate(&t.start));
+        CK(cudaEventCreate(&t.end));
+        cost_times.push_back(t);
+    }
+    CallTime &t = cost_times[i];
+    t.timed = kind != COST_SYNC && kind != COST_COMM;
+    t.host_s = 0;
+    if (t.timed) CK(cudaEventRecord(t.start, cost_stream));
+    t.host0 = host_now();
+    time_open = i;
+}
+
+extern "C" void cuda_cost_time(int on)
+{
+    if (on && !cost_stream) die(1, "cost model: per-call timing before a CUDA backend was created");
+    if (!on) time_close();
+    time_on = on != 0;
+}
+
+/* the timing of the calls logged so far: device and host microseconds */
+extern "C" size_t cuda_cost_times(double *dev_us, double *host_us, size_t max)
+{
+    time_close();
+    if (cost_stream) CK(cudaStreamSynchronize(cost_stream));   /* before any elapsed time is read */
+    size_t n = cost_calls.size() < max ? cost_calls.size() : max;
+    for (size_t i = 0; i < n; i++) {
+        float ms = 0;
+        if (i < cost_times.size() && cost_times[i].timed) CK(cudaEventElapsedTime(&ms, cost_times[i].start, cost_times[i].end));
+        dev_us[i] = 1e3 * ms;
+        host_us[i] = i < cost_times.size() ? 1e6 * cost_times[i].host_s : 0;
+    }
+    return n;
+}
+
+/* the backend whose stream the events are on is destroyed */
+static void cost_time_release(cudaStream_t s)
+{
+    if (!s || s != cost_stream) return;
+    cudaStreamSynchronize(s);
+    for (CallTime &t : cost_times) {
+        cudaEventDestroy(t.start);
+        cudaEventDestroy(t.end);
+    }
+    cost_times.clear();
+    for (cudaEvent_t e : sweep_ev) cudaEventDestroy(e);
+    sweep_ev.clear();
+    sweep_reps = 0;
+    time_on = false;
+    time_open = SIZE_MAX;
+    cost_stream = NULL;
+}
+
+/* GEMM sweep (cuda_cost_sweep; gpu_model --gemm-sweep, docs/gpu-model.md
+ * section 7): while it and the log are on, each cuBLAS/cuBLASLt call of
+ * the backend (GEMM_CALL) runs once as usual and then `sweep_reps` times
+ * more, back to back, each between two CUDA events on the compute stream:
+ * the backend's own call with its types, transposes, leading dimensions,
+ * epilogue and workspace, on the step's data (random weights and
+ * tokens).  The call's time is the median of the repeats.  A repeat of a
+ * GEMM with beta != 0 accumulates again: a swept step's results are not
+ * a training step's (the sweep measures time only). */
+
+static int cmp_float(const void *x, const void *y)
+{
+    float a = *(const float *)x, b = *(const float *)y;
+    return a < b ? -1 : a > b;
+}
+
+template <typename F> static void sweep_repeat(F &&call)
+{
+    while (sweep_ev.size() < (size_t)sweep_reps + 1) {
+        cudaEvent_t e;
+        CK(cudaEventCreate(&e));
+        sweep_ev.push_back(e);
+    }
+    CK(cudaEventRecord(sweep_ev[0], cost_stream));
+    for (int r = 0; r < sweep_reps; r++) {
+        call();
+        CK(cudaEventRecord(sweep_ev[r + 1], cost_stream));
+    }
+    CK(cudaStreamSynchronize(cost_stream));   /* before the elapsed times are read */
+    std::vector<float> ms(sweep_reps);
+    for (int r = 0; r < sweep_reps; r++) CK(cudaEventElapsedTime(&ms[r], sweep_ev[r], sweep_ev[r + 1]));
+    qsort(ms.data(), ms.size(), sizeof(float), cmp_float);
+    int h = sweep_reps / 2;
+    sweep_ms.resize(cost_calls.size(), -1);
+    sweep_ms[cost_calls.size() - 1] = sweep_reps % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h]);
+}
+
+/* a cuBLAS or cuBLASLt call of the backend, repeated while sweeping */
+#define GEMM_CALL(call)                                                                                     \
+    do {                                                                                                    \
+        call;                                                                                               \
+        if (sweep_reps > 0 && cost_on) sweep_repeat([&] { call; });                                         \
+    } while (0)
+
+extern "C" void cuda_cost_sweep(int reps)
+{
+    if (reps > 0 && !cost_stream) die(1, "cost model: a GEMM sweep before a CUDA backend was created");
+    sweep_reps = reps > 0 ? reps : 0;
+    if (sweep_reps) sweep_ms.clear();
+}
+
+extern "C" size_t cuda_cost_sweep_ms(double *ms, size_t max)
+{
+    size_t n = cost_calls.size() < max ? cost_calls.size() : max;
+    for (size_t i = 0; i < n; i++) ms[i] = i < sweep_ms.size() ? sweep_ms[i] : -1;
+    return n;
+}
+
 extern "C" void cuda_cost_log(int on)
 {
+    if (!on && time_on) time_close();
     cost_on = on != 0;
     if (cost_on) cost_calls.clear();
 }
@@ -46,8 +208,8 @@ extern "C" void cuda_cost_seen(const char *call, double rd, double wr, double rd
     c->seen_wr_all = wr_all;
 }
 
-/* the emulator reports each launch's grid and block before it runs (a GPU
- * build logs no shapes: the model runs under the emulator) */
+/* each launch's grid and block, before it runs: from the emulator, and
+ * from LAUNCH in a GPU build (cuda/cuda_compat.h) */
 extern "C" void cuda_cost_shape(const char *call, double blocks, double threads)
 {
     if (!cost_on || cost_calls.empty() || strcmp(cost_calls.back().call, call) != 0) return;   /* cuda_cost_seen complains */
@@ -59,7 +221,9 @@ static void declare(const char *op, const char *call, CostKind kind, double rd, 
                     double flop, TensorCore tc)
 {
     if (!cost_on) return;
+    if (time_on) time_close();
     cost_calls.push_back(CostCall{ op, call, kind, rd, wr, flop_tc, flop, tc, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1 });
+    if (time_on) time_start(cost_calls.size() - 1, kind);
 }
 
 /* the shape of the GEMM just declared */

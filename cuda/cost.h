@@ -48,6 +48,20 @@ void cuda_cost_log(int on);
 /* the calls logged so far; valid until the next cuda_cost_log */
 size_t cuda_cost_calls(const CostCall **calls);
 
+/* per-call timing while the log is on (1) or not (0): CUDA events around
+ * every declared call on the compute stream of the last backend created,
+ * and the host time of each (cuda/cost.cuh) */
+void cuda_cost_time(int on);
+/* the logged calls' device and host microseconds (synchronises the stream
+ * first); at most max of them, the count returned */
+size_t cuda_cost_times(double *dev_us, double *host_us, size_t max);
+
+/* GEMM sweep while the log is on: each cuBLAS/cuBLASLt call repeated reps
+ * times more, each repeat timed (0: off); the median ms of each logged
+ * call's repeats (-1: not a GEMM), at most max of them, the count returned */
+void cuda_cost_sweep(int reps);
+size_t cuda_cost_sweep_ms(double *ms, size_t max);
+
 /* emulator side: the launch or cuBLAS call that just ran was seen moving
  * these bytes (defined by the backend; weak in the emulator, which also
  * runs without it) */

@@ -25,8 +25,18 @@
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
 
-#define LAUNCH(kernel, grid, block, smem, stream, ...) \
-    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+/* the launch's grid and block go to the cost log (cuda/cost.cuh; a no-op
+ * unless it is on), so that a step logged on a GPU (gpu_model
+ * --time-calls --write-trace) has the shapes the model prices kernels by,
+ * as one logged under the emulator does */
+extern "C" void cuda_cost_shape(const char *call, double blocks, double threads);
+#define LAUNCH(kernel, grid, block, smem, stream, ...)                                      \
+    do {                                                                                  \
+        dim3 launch_grid_(grid), launch_block_(block);                                    \
+        cuda_cost_shape(#kernel, (double)launch_grid_.x * launch_grid_.y * launch_grid_.z, \
+                        (double)launch_block_.x * launch_block_.y * launch_block_.z);     \
+        kernel<<<launch_grid_, launch_block_, (smem), (stream)>>>(__VA_ARGS__);           \
+    } while (0)
 #define DYNAMIC_SHARED(T, name)                                  \
     extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
     T *name = reinterpret_cast<T *>(cuda_dyn_smem_)

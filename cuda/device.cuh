@@ -41,6 +41,7 @@ static void cuda_destroy(Backend *be)
         cudaStreamDestroy(I->comm_stream);
     }
     cublasDestroy(I->blas);
+    cost_time_release(I->stream);
     cudaStreamDestroy(I->stream);
     delete I;
     free(be);
@@ -226,6 +227,8 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
                : prec == PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                    : CUBLAS_COMPUTE_32F;
     CK(cudaStreamCreateWithFlags(&I->stream, cudaStreamNonBlocking));
+    cost_time_release(cost_stream);   /* a backend's timing events go with it: one backend is timed */
+    cost_stream = I->stream;
     for (int k = 0; k < 2; k++) CK(cudaEventCreateWithFlags(&I->seg_copied[k], cudaEventDisableTiming));
     CKB(cublasCreate(&I->blas));
     CKB(cublasSetStream(I->blas, I->stream));

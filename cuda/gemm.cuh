@@ -106,8 +106,8 @@ static void gemm_call(CudaImpl *I, const char *op_name, const GemmOps &g, int tA
 {
     /* row-major C[M,N] = column-major C^T[N,M] = op(B)^T op(A)^T */
     declare_gemm(I, op_name, "cublasGemmEx", M, N, K, 1, g, beta);
-    CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
-                     &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT));
+    GEMM_CALL(CKB(cublasGemmEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, dtype(g.b), ldb, g.a.data, dtype(g.a), lda,
+                               &beta, g.c.data, dtype(g.c), ldc, g.ct, CUBLAS_GEMM_DEFAULT)));
 }
 
 static void cuda_gemm(Backend *be, int tA, int tB, int M, int N, int K, float alpha, Act A, int lda, Act B, int ldb,
@@ -156,12 +156,12 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
     long n = (long)n_outer * n_inner;
     if (n_outer == 1 || (sAo == n_inner * sAi && sBo == n_inner * sBi && sCo == n_inner * sCi)) {
         declare_gemm(I, "gemm_batched", "cublasGemmStridedBatchedEx", M, N, K, n, g, beta);
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBi, g.a.data, ta,
-                                       lda, sAi, &beta, g.c.data, tc, ldc, sCi, (int)n, g.ct, CUBLAS_GEMM_DEFAULT));
+        GEMM_CALL(CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBi, g.a.data, ta,
+                                                 lda, sAi, &beta, g.c.data, tc, ldc, sCi, (int)n, g.ct, CUBLAS_GEMM_DEFAULT)));
     } else if (n_inner == 1) {
         declare_gemm(I, "gemm_batched", "cublasGemmStridedBatchedEx", M, N, K, n_outer, g, beta);
-        CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBo, g.a.data, ta,
-                                       lda, sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT));
+        GEMM_CALL(CKB(cublasGemmStridedBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, g.b.data, tb, ldb, sBo, g.a.data, ta,
+                                                 lda, sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT)));
     } else {
         if ((size_t)(3 * n) > I->gptrs_cap) {
             stream_sync(I, "gemm_batched");   /* the old arrays may still be read */
@@ -176,9 +176,9 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
                sAo, sAi, sBo, sBi, sCo, sCi, n_inner, n);
         CKL();
         declare_gemm(I, "gemm_batched", "cublasGemmBatchedEx", M, N, K, n, g, beta);
-        CKB(cublasGemmBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, (const void *const *)(I->gptrs + n), tb, ldb,
-                                (const void *const *)I->gptrs, ta, lda, &beta, I->gptrs + 2 * n, tc, ldc, (int)n, g.ct,
-                                CUBLAS_GEMM_DEFAULT));
+        GEMM_CALL(CKB(cublasGemmBatchedEx(I->blas, op(tB), op(tA), N, M, K, &alpha, (const void *const *)(I->gptrs + n), tb, ldb,
+                                          (const void *const *)I->gptrs, ta, lda, &beta, I->gptrs + 2 * n, tc, ldc, (int)n, g.ct,
+                                          CUBLAS_GEMM_DEFAULT)));
     }
     gemm_done(be, g);
 }
@@ -322,8 +322,8 @@ static void lt_run(Backend *be, const LtPlan *p, const GemmOps &g)
     size_t wsz = p->h.workspaceSize;
     void *ws = wsz ? gemm_scratch(be, GS_LT_WS, wsz) : NULL;
     float one = 1.0f, zero = 0.0f;
-    CKB(cublasLtMatmul(I->lt, p->desc, &one, g.a.data, p->la, g.b.data, p->lb, &zero, g.c.data, p->lc, g.c.data,
-                       p->lc, &p->h.algo, ws, wsz, I->stream));
+    GEMM_CALL(CKB(cublasLtMatmul(I->lt, p->desc, &one, g.a.data, p->la, g.b.data, p->lb, &zero, g.c.data, p->lc, g.c.data,
+                                 p->lc, &p->h.algo, ws, wsz, I->stream)));
 }
 
 /* ------------------------------------------------------------------ bias */

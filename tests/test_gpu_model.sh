@@ -16,7 +16,11 @@
 #   call instead of 8, GEMM fixed cost 512 instead of 256, 16-bit overlap
 #   0.5 instead of 1), leaves the others where they were, and its residuals
 #   are then near zero; a CSV that does not join the step is refused with
-#   one line.
+#   one line;
+# - a GEMM shape class planted 25% slower in that CSV (the FFN's
+#   25010x2048x512, 24 calls) is the one --fit flags: the only class whose
+#   residual under the common rate is beyond 10% (the model too fast), and
+#   the lowest own tile rate by a margin.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -101,6 +105,30 @@ print("hbm_frac %(hbm_frac)g, host_gemm_s %(host_gemm_s)g, k_fixed %(k_fixed)g, 
       "step %.3f ms measured, %.3f after the fit, %.3f before" % (meas, a, b))
 PY
 ok "--fit: $(cat $W/fitted.txt)"
+
+# one GEMM shape class planted 25% slower (device time only) is flagged
+$M --model base --batch 610 --len 41 precision=bf16 --write-timing $W/model.csv > /dev/null || fail "--write-timing"
+awk -F, 'BEGIN { OFS = "," } NR > 1 && $4 == "gemm" && $5 == 25010 && $6 == 2048 && $7 == 512 { $9 = sprintf("%.4f", 1.25 * $9) } { print }' \
+    $W/model.csv > $W/slow.csv
+$M --model base --trace $W/trace.csv --fit $W/slow.csv precision=bf16 > $W/fit_slow.txt || fail "--fit slow.csv"
+python3 - "$W/fit_slow.txt" <<'PY' > $W/flagged.txt || fail "--fit did not flag the planted GEMM shape class: $(cat $W/flagged.txt)"
+import re, sys
+out = open(sys.argv[1]).read()
+shapes = out[out.index("GEMM shape classes"):]
+rows = re.findall(r"^  (\d+x\d+x\d+(?:x\d+)?), 2B +\d+ +[\d.]+ +[\d.]+ +([-+][\d.]+)% +[\d.]+ +own tc_frac = ([\d.]+)", shapes, re.M)
+assert len(rows) >= 15, rows
+planted = "25010x2048x512"
+res = {s: float(r) for s, r, _ in rows}
+own = {s: float(o) for s, _, o in rows}
+assert res[planted] < -10, ("the planted class's residual", res[planted])
+others = {s: r for s, r in res.items() if s != planted}
+assert all(abs(r) < 10 for r in others.values()), ("another class beyond 10%", others)
+low = sorted(own.values())
+assert own[planted] == low[0] and low[1] - low[0] > 0.05, ("the planted class's own rate is not the lowest by 0.05", own)
+print("%s: residual %+.1f%% under the common rate (others within %.1f%%), own tc_frac %.3f (next lowest %.3f)"
+      % (planted, res[planted], max(abs(r) for r in others.values()), own[planted], low[1]))
+PY
+ok "--fit flags a GEMM shape class planted 25% slower: $(cat $W/flagged.txt)"
 
 # the fitted: line, passed back as key=value, prices the step as measured
 fitted=$(sed -n 's/^fitted: //p' $W/fit.txt)

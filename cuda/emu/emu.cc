@@ -801,6 +801,13 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
  * run), every operation runs at once. */
 
 struct Stream;
+/* the host's monotonic clock in milliseconds (the emulator's event times) */
+static double mono_ms()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
 typedef std::map<int, long> Clock;   /* stream id -> its operations known to have run (rule RACE) */
 /* a position in a stream (cudaEventRecord): done once the work queued
  * before it has run */
@@ -808,6 +815,7 @@ struct Mark {
     Stream *s;
     bool done;
     Clock vc;
+    double ms;   /* when it was done (host monotonic clock), for cudaEventElapsedTime */
 };
 struct Op {
     std::function<void()> run;    /* the work (or its start); empty for a record or a wait */
@@ -827,6 +835,7 @@ struct Stream {
 };
 struct Event {
     std::shared_ptr<Mark> last;   /* the latest record; null before the first */
+    bool timing = true;           /* not cudaEventDisableTiming */
 };
 
 static struct {
@@ -995,6 +1004,7 @@ static bool advance(Stream *s, Op &op)
     if (op.mark) {
         op.mark->vc = s->vc;
         op.mark->done = true;
+        op.mark->ms = mono_ms();
     }
     return true;
 }
@@ -1574,12 +1584,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
         enqueue(s, "cudaMemcpyAsync", [dst, staged, n] { copy_run(dst, staged->data(), n); });
     } else if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n)) {
         std::lock_guard<std::recursive_mutex> g(Q.mu);
-        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {}, 0 });
         submit(s, Op{ [dst, src, n] { copy_run(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
         drain_mark(m);
     } else if (kind == cudaMemcpyDeviceToHost && stream_of(s) && deferring() && strict("PINNED")) {
         std::lock_guard<std::recursive_mutex> g(Q.mu);
-        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {} });
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {}, 0 });
         submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
         guard(dst, n, m);
     } else {
@@ -1672,7 +1682,12 @@ cudaError_t cudaEventCreate(cudaEvent_t *e)
     *e = (cudaEvent_t) new Event();
     return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; return cudaEventCreate(e); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f)
+{
+    cudaError_t r = cudaEventCreate(e);
+    if (r == cudaSuccess) ((Event *)*e)->timing = !(f & cudaEventDisableTiming);
+    return r;
+}
 /* (a record still queued keeps its mark) */
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
@@ -1683,7 +1698,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
-    auto m = std::make_shared<Mark>(Mark{ stream_of(h), false, {} });
+    auto m = std::make_shared<Mark>(Mark{ stream_of(h), false, {}, 0 });
     event_of(e)->last = m;
     submit(h, Op{ nullptr, nullptr, m, nullptr, false, "cudaEventRecord", {} });
     return cudaSuccess;
@@ -1694,6 +1709,31 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
     drain_mark(event_of(e)->last);
     return cudaSuccess;
 }
+/* The time between two completed records.  As on a GPU (CUDA Runtime API,
+ * cudaEventElapsedTime): an event never recorded or made with
+ * cudaEventDisableTiming is cudaErrorInvalidResourceHandle, one whose work
+ * has not run cudaErrorNotReady.  Rule ELAPSED: the host must have waited
+ * for both records (event or stream synchronisation, or a ready query)
+ * before it reads them; a read that relies on the work having run by
+ * chance answers cudaErrorNotReady on a GPU whenever the device is behind. */
+static bool host_waited(const Mark &m)
+{
+    return !m.s || clock_of(Q.host, m.s->id) >= clock_of(m.vc, m.s->id);
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Event *a = event_of(start), *b = event_of(end);
+    if (!ms) return set_err(cudaErrorInvalidValue);
+    if (!a->last || !b->last || !a->timing || !b->timing) return set_err(cudaErrorInvalidResourceHandle);
+    if (!a->last->done || !b->last->done) return set_err(cudaErrorNotReady);
+    if (strict("ELAPSED") && (!host_waited(*a->last) || !host_waited(*b->last)))
+        fail("cudaEventElapsedTime of an event the host has not waited for (synchronise first: on a GPU the "
+             "answer may be cudaErrorNotReady)");
+    *ms = (float)(b->last->ms - a->last->ms);
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize(void)
 {
     device_sync();

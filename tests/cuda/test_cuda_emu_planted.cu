@@ -14,7 +14,10 @@
  *    stream writes, without an event between them: stale values, and under
  *    rule RACE a reported race (also for a memset and a copy);
  *  - rule PINNED: the host reading a pinned buffer before it waited for
- *    the copy into it.
+ *    the copy into it;
+ *  - rule ELAPSED: cudaEventElapsedTime of events the host has not waited
+ *    for (the per-call timing mode of cuda/cost.cuh reads them after a
+ *    stream synchronisation).
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -347,6 +350,55 @@ static void pinned_rule(int *d)
     check(pinned_read(d, 0) == 7, "PINNED: after cudaStreamSynchronize the host reads the download");
 }
 
+/* two events around a launch on a stream, read with or without waiting
+ * for the second first: the answer of cudaEventElapsedTime */
+static cudaError_t elapsed(int *d, int wait, float *ms)
+{
+    cudaStream_t a;
+    cudaEvent_t e0, e1;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, a);
+    LAUNCH(k_fill, 1, 32, 0, a, d, 3);
+    cudaEventRecord(e1, a);
+    if (wait) cudaEventSynchronize(e1);
+    cudaError_t r = cudaEventElapsedTime(ms, e0, e1);
+    cudaGetLastError();
+    cudaStreamSynchronize(a);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(a);
+    return r;
+}
+static void elapsed_unwaited(int *d)
+{
+    float ms;
+    elapsed(d, 0, &ms);
+}
+
+/* rule ELAPSED; and the answers a GPU gives: not ready while queued, an
+ * invalid handle for an event made without timing */
+static void elapsed_rule(int *d)
+{
+    float ms = -1;
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    check(elapsed(d, 0, &ms) == cudaErrorNotReady, "ELAPSED: queued work: cudaErrorNotReady, as on a GPU");
+    check(elapsed(d, 1, &ms) == cudaSuccess && ms >= 0, "ELAPSED: after cudaEventSynchronize: the time");
+    setenv("CUDA_EMU_STRICT_STREAMS", "0", 1);   /* the work runs at the call: done, but not waited for */
+    setenv("CUDA_EMU_STRICT_ELAPSED", "1", 1);
+    expect_caught("ELAPSED: the host reads events it has not waited for", elapsed_unwaited, d,
+                  "has not waited for");
+    cudaEvent_t e;
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    cudaEventRecord(e, 0);
+    cudaEventSynchronize(e);
+    check(cudaEventElapsedTime(&ms, e, e) == cudaErrorInvalidResourceHandle,
+          "ELAPSED: an event made with cudaEventDisableTiming: cudaErrorInvalidResourceHandle");
+    cudaGetLastError();
+    cudaEventDestroy(e);
+}
+
 /* rule STREAMS: queued work runs where the program synchronises, in a
  * seeded order that keeps stream order and event waits */
 static void streams_rule(int *d)
@@ -414,6 +466,7 @@ int main(int argc, char **argv)
     streams_rule(d);
     race_rule(d);
     pinned_rule(d);
+    elapsed_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;

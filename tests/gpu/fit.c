@@ -22,8 +22,6 @@
 #include "gpu_model.h"
 #include "util.h"
 
-#define TIMING_HEADER "index,op,call,kind,m,n,k,batch,measured_us,host_us"
-
 /* the model's per-call timing: device (with the wait before it) and host */
 static void predict(const Achieved *a, const CostCall *calls, size_t n, double *dev, double *host)
 {
@@ -341,6 +339,11 @@ void fit_report(const char *path, const Achieved *a0, const CostCall *calls, siz
     fit_kernels(&r, &a, in);
     fit_gemms(&r, &a, in);
     printf("fit: %s, %zu calls joined with the step; H100-SXM\n", path, n);
+    size_t unshaped = 0;
+    for (size_t i = 0; i < n; i++) unshaped += calls[i].kind == COST_KERNEL && calls[i].blocks <= 0;
+    if (unshaped)   /* a trace logged on a GPU before LAUNCH reported shapes there */
+        printf("note: %zu kernel calls of the trace have no grid shape: priced without the bound of the loads in "
+               "flight (roofline.c)\n", unshaped);
     printf("before, the model's settings:\n");
     report_classes(calls, n, meas, host, a0, rate);
     printf("after the fit:\n");

@@ -31,9 +31,13 @@ peak_mem() {
     awk -v b="$base" 'BEGIN {m = 0} {if ($1 - b > m) m = $1 - b} END {print m}' "$f.samples" >"$f"
     return $rc
 }
-peak=$(bin/gpu/gemm_peak | tee /dev/stderr | awk '/bf16/ {print $6}')
+# the constant-data peak (gpu-bench's MFU since 122cb66) and, beside it,
+# the random-data one (issue 32: the peak a training step can reach)
+bin/gpu/gemm_peak | tee /dev/stderr > "$W/peak.txt"
+peak=$(awk '$2 == "bf16" && $7 != "random" {print $6}' "$W/peak.txt")
+peak_random=$(awk '$2 == "bf16" && $7 == "random" {print $6}' "$W/peak.txt")
 [ -n "$peak" ] || fail "gpu-bench: bin/gpu/gemm_peak measured no bf16 peak"
-echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); measured bf16 GEMM peak $peak TFLOP/s"
+echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); measured bf16 GEMM peak $peak TFLOP/s on constant data, ${peak_random:-?} on random data"
 have_torch=1
 $TORCH_PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || { have_torch=0; echo "(no PyTorch with CUDA for $TORCH_PY: ours only)"; }
 

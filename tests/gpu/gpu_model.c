@@ -5,6 +5,8 @@
  *                       [--trace CSV | --write-trace CSV] [--measured TOK/S] [--by-call]
  *                       [--range [--calibration TRACE TOK/S]]
  *                       [--write-timing CSV | --fit CSV] [key=value ...]
+ *   bin/tests/gpu_model ... --run-steps N [--time-calls CSV [--write-trace CSV]]
+ *   bin/tests/gpu_model ... --gemm-sweep CSV [--reps R] [--real]
  *
  * Runs one training step of the CUDA backend (as train.c's step: zero the
  * gradients, forward and backward of one batch, Adam, sync) under the
@@ -22,7 +24,9 @@
  * roofline.c, e.g. hbm_frac=0.7).  --range prints the floor, each guessed
  * setting's sensitivity and the range (model_range.c); --write-timing
  * writes the per-call timing CSV the model predicts, --fit refits the
- * settings to a measured one (fit.c).  It
+ * settings to a measured one (fit.c); --run-steps runs N real steps and
+ * --time-calls times each call of them (call_timing.c); --gemm-sweep times
+ * each GEMM class of the step (gemm_sweep.c).  It
  * also prints the max_tokens that max_tokens = 0 would pick on the
  * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
 #include <math.h>
@@ -40,13 +44,14 @@
 #include "roofline.h"
 #include "util.h"
 
-Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
-
+/* the emulator's dry run; absent from a GPU build (bin/gpu/gpu_model),
+ * which logs a real step */
+#pragma weak cuda_emu_dry_run
 
 /* ------------------------------------------------------------ the step */
 
 /* B pairs of L-1 random tokens each side (EOS and BOS make L) */
-static void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
+void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
 {
     int *lens = xmalloc(sizeof(int) * B), *idx = xmalloc(sizeof(int) * B);
     for (int i = 0; i < B; i++) lens[i] = L - 1, idx[i] = i;
@@ -65,7 +70,7 @@ static void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
 }
 
 /* train.c's step without the communication and the checks (one rank) */
-static void train_step(Model *m, const Batch *b, int step)
+void train_step(Model *m, const Batch *b, int step)
 {
     Backend *be = m->be;
     be->zero(be, m->grads, sizeof(float) * m->pt.total);
@@ -89,7 +94,7 @@ static void report_auto_tokens(Model *m)
 /* the calls of one logged step, copied out of the backend's log */
 static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act_bytes)
 {
-    cuda_emu_dry_run(1);
+    if (cuda_emu_dry_run) cuda_emu_dry_run(1);
     Backend *be = backend_cuda_create(c->precision, "nccl", 0);
     if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
     Model m;
@@ -245,12 +250,17 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         else if (!strcmp(argv[i], "--calibration") && i + 2 < argc) a->cal_trace = argv[++i], a->cal_measured = atof(argv[++i]);
         else if (!strcmp(argv[i], "--fit") && i + 1 < argc) a->fit = argv[++i];
         else if (!strcmp(argv[i], "--write-timing") && i + 1 < argc) a->write_timing = argv[++i];
+        else if (!strcmp(argv[i], "--time-calls") && i + 1 < argc) a->time_calls = argv[++i];
+        else if (!strcmp(argv[i], "--run-steps") && i + 1 < argc) a->run_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemm-sweep") && i + 1 < argc) a->gemm_sweep = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) a->reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--real")) a->real = 1;
     char cfg[256];
     snprintf(cfg, sizeof cfg, "input/table3/%s.cfg", a->model);
     if (config_load_file(c, cfg)) exit(2);
     for (int i = 1; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
-        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range")) continue;
+        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range") || !strcmp(argv[i], "--real")) continue;
         if (!strcmp(argv[i], "--calibration")) { i += 2; continue; }
         if (argv[i][0] == '-') { i += i + 1 < argc; continue; }
         if (!eq) die(2, "gpu-model: '%s': expected key=value or an option", argv[i]);
@@ -270,6 +280,14 @@ int main(int argc, char **argv)
     Config c;
     Args a;
     parse(argc, argv, &c, &a);
+    if (a.gemm_sweep) {
+        gemm_sweep(&c, &a);
+        return 0;
+    }
+    if (a.run_steps > 0 || a.time_calls) {
+        run_steps(&c, &a);
+        return 0;
+    }
     size_t n, act = 0;
     CostCall *calls = a.trace ? read_trace(a.trace, &n) : log_step(&c, &a, &n, &act);
     if (a.write_trace) write_trace(a.write_trace, calls, n);

@@ -6,13 +6,20 @@
 #include <stddef.h>
 
 #include "../../cuda/cost.h"
+#include "batch.h"
 #include "config.h"
+#include "model.h"
 #include "roofline.h"
 
 typedef struct {
     const char *model, *trace, *write_trace;
     const char *fit, *write_timing;   /* per-call timing CSVs (fit.c) */
     const char *cal_trace;            /* --calibration TRACE TOK/S, for --range */
+    const char *time_calls;           /* --time-calls CSV: per-call timing of real steps (call_timing.c) */
+    int run_steps;                    /* --run-steps N: N real steps after a warm-up (call_timing.c) */
+    const char *gemm_sweep;           /* --gemm-sweep CSV: each GEMM class timed (gemm_sweep.c) */
+    int reps;                         /* --reps R: its repeats per call */
+    int real;                         /* --real: the emulator runs the swept step for real, not dry */
     int B, L, by_call, range;
     double measured, cal_measured;
     Achieved ach;                     /* ACHIEVED with key=value overrides */
@@ -36,7 +43,18 @@ void report_range(const Config *c, const Args *a, const CostCall *calls, size_t 
 /* --write-timing: the per-call timing CSV the model predicts; --fit: refit
  * the guessed settings to a measured one (docs/gpu-model.md) */
 void write_timing(const char *path, const Achieved *a, const CostCall *calls, size_t n);
+/* the header of a per-call timing CSV */
+#define TIMING_HEADER "index,op,call,kind,m,n,k,batch,measured_us,host_us"
 void fit_report(const char *path, const Achieved *a, const CostCall *calls, size_t n);
+
+Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
+/* B pairs of L-1 random tokens each side; train.c's step on one rank */
+void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed);
+void train_step(Model *m, const Batch *b, int step);
+/* --run-steps N [--time-calls CSV]: real steps, timed per call or not */
+void run_steps(const Config *c, const Args *a);
+/* --gemm-sweep CSV [--reps R]: every GEMM class of the step, timed */
+void gemm_sweep(const Config *c, const Args *a);
 
 /* the names of CostKind and TensorCore in a trace */
 extern const char *const KIND[];

@@ -98,7 +98,7 @@ can_build() {
         pkg-config --exists hdf5-openmpi 2>/dev/null
 }
 
-GPU_BIN=(bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak)
+GPU_BIN=(bin/gpu/test_cuda_kernels bin/gpu/test_cuda_step bin/gpu/gemm_peak bin/gpu/gpu_model)   # gpu_model: tests/gpu/kit.sh
 # ensure_built [FILE...]: the binaries a stage needs (default: bin/transformer)
 # in place: built for this GPU's architecture alone where this machine builds
 # (a no-op when they are), else unpacked from the carried pack

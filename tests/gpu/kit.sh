@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# The GPU measurement kit of issue 32 (docs/gpu-accept.md, "The kit"): one
+# short GPU run turned into per-call truth, in at most three device calls
+# that share the machine with make gpu-accept's stages.
+#
+#   tests/gpu/kit.sh --plan            the calls, checked (make gpu-kit-plan)
+#   CALL=N tests/gpu/kit.sh OUTDIR     call N: its gpu-accept stages
+#                                      (tests/gpu/accept.sh into OUTDIR/accept),
+#                                      then its kit stages under the clock and
+#                                      power log (tests/gpu/gpu_clocks.sh)
+#   STAGE=timing,sweep tests/gpu/kit.sh OUTDIR    kit stages by name only
+#
+# Kit stages (budgets below; each under `timeout`):
+#   timing   base and big at the paper's batch: ours untimed (ms/step,
+#            tok/s), then per-call timing (gpu_model --time-calls, with its
+#            own trace) and the refit (gpu_model --fit) per class of call
+#   sweep    the GEMM shape sweep of base and big (tests/gpu/gemm_sweep.sh,
+#            median of KIT_REPS=20) and gemm_peak on constant and random data
+#   torch    the strong PyTorch baseline (tests/gpu/torch_train_strong.py),
+#            eager, base and big, at the same batch: ratios to ours
+#   compile  the same with torch.compile
+# Results: OUTDIR/kit.md (one PASS/FAIL line per check and the figures) and
+# OUTDIR/kit.tgz (every CSV and log, the clock log among them): with
+# gpu-accept's files at most 8 per call.
+#
+# Environment (tests): KIT_GPU_MODEL, KIT_GEMM_PEAK (the emulator's builds
+# in place of bin/gpu/...), KIT_MODEL_ARGS (default --batch 610 --len 41
+# precision=bf16), KIT_MODELS (base big), KIT_PEAK_N, KIT_REPS, KIT_WORK
+# (scratch, default build/gpu-kit), KIT_NO_ACCEPT=1 (skip the gpu-accept
+# stages), KIT_BUDGET_<stage> (one budget, s), TORCH_PY.
+set -uo pipefail
+TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$TOP" || exit 2
+err() { echo "error: gpu-kit: $*" >&2; }
+
+# ------------------------------------------------------------------ the plan
+CALL_LIMIT=540        # s: a call's worst case, inside the 600 s of one command
+PLAN_LIMIT=1500       # s: all calls (the issue: 25 minutes)
+CMD_LIMIT=2000        # characters of one device command
+CALL_FILES=8          # files a call brings back
+KIT_OVERHEAD=10       # s of a call's kit part outside its stages (kit.md, kit.tgz)
+KIT_STAGES="timing sweep torch compile"
+declare -A KIT_BUDGET=(
+    [timing]=100      # per model: ~15 s CUDA start and init, 10 + 6 steps of 25-65 ms, the fit ~1 s
+    [sweep]=90        # 327 GEMM calls x 21 per model (~1 s of GPU), gemm_peak 6 x 8192^3 sets + host RNG ~10 s
+    [torch]=110       # per model: PyTorch import + 15 eager steps, ~30-40 s
+    [compile]=330     # per model: ours 10 steps ~15 s (for the ratio), torch.compile ~60-120 s, then 15 steps
+)
+declare -A KIT_WHAT=(
+    [timing]="ours untimed; per-call CUDA-event timing joined with the step's trace; --fit per class of call"
+    [sweep]="every GEMM shape class of base and big through the backend's own call, median of 20; gemm_peak constant and random"
+    [torch]="strong PyTorch (SDPA, bf16 logits, fused Adam) eager, base and big, same tokens per step: ratio to ours"
+    [compile]="the strong PyTorch baseline under torch.compile, base and big: ratio to ours"
+)
+# the calls in order of value: gpu-accept's stages first (build, and the
+# GPU's training step against the CPU before trusting any speed), then the
+# kit's; the last call is gpu-accept's bench at 300 x 41, the batch of the
+# 122cb66 calibration points
+PLAN_ACCEPT=("build step" "build" "build bench")
+PLAN_KIT=("timing sweep torch" "compile" "")
+PLAN_CARRY='["build/gpu-pack.tgz"]'
+plan_command() { echo "CALL=$1 bash tests/gpu/kit.sh \"\$OUT\""; }
+
+kit_budget() {
+    local v="KIT_BUDGET_$1"
+    echo "${!v:-${KIT_BUDGET[$1]:-0}}"
+}
+accept_budget() {  # STAGE: gpu-accept's budget of it, from its plan
+    (. "$TOP/tests/gpu/accept/plan.sh" && stage_budget "$1")
+}
+accept_overhead() { (. "$TOP/tests/gpu/accept/plan.sh" && echo "$CALL_OVERHEAD"); }
+
+call_budget() {  # N: the worst case of call N
+    local s t=0
+    if [ -n "${PLAN_ACCEPT[$(($1 - 1))]}" ]; then
+        t=$(accept_overhead)
+        for s in ${PLAN_ACCEPT[$(($1 - 1))]}; do t=$((t + $(accept_budget "$s"))); done
+    fi
+    if [ -n "${PLAN_KIT[$(($1 - 1))]}" ]; then
+        t=$((t + KIT_OVERHEAD))
+        for s in ${PLAN_KIT[$(($1 - 1))]}; do t=$((t + $(kit_budget "$s"))); done
+    fi
+    echo "$t"
+}
+
+call_files() {  # N: gpu-accept's stage files, summary.md, logs.tgz; kit.md, kit.tgz
+    local a k n=0
+    read -r -a a <<<"${PLAN_ACCEPT[$(($1 - 1))]}"
+    read -r -a k <<<"${PLAN_KIT[$(($1 - 1))]}"
+    [ ${#a[@]} -gt 0 ] && n=$((${#a[@]} + 2))
+    [ ${#k[@]} -gt 0 ] && n=$((n + 2))
+    echo "$n"
+}
+
+plan_check() {
+    local n s t c total=0 bad=0 seen=" "
+    [ ${#PLAN_ACCEPT[@]} -le 3 ] || { err "plan: ${#PLAN_ACCEPT[@]} calls, over 3"; bad=1; }
+    for n in $(seq 1 ${#PLAN_ACCEPT[@]}); do
+        t=$(call_budget "$n")
+        total=$((total + t))
+        [ "$t" -le "$CALL_LIMIT" ] || { err "plan: call $n takes up to ${t} s, over ${CALL_LIMIT} s"; bad=1; }
+        c=$(plan_command "$n")
+        [ ${#c} -le "$CMD_LIMIT" ] || { err "plan: call $n's command has ${#c} characters, over $CMD_LIMIT"; bad=1; }
+        [ "$(call_files "$n")" -le "$CALL_FILES" ] || { err "plan: call $n brings back $(call_files "$n") files, over $CALL_FILES"; bad=1; }
+        for s in ${PLAN_KIT[$((n - 1))]}; do
+            declare -F "stage_$s" >/dev/null || { err "plan: call $n: no kit stage '$s'"; bad=1; }
+            seen="$seen$s "
+        done
+    done
+    [ "$total" -le "$PLAN_LIMIT" ] || { err "plan: the calls take up to ${total} s, over ${PLAN_LIMIT} s"; bad=1; }
+    for s in $KIT_STAGES; do
+        [[ "$seen" == *" $s "* ]] || { err "plan: kit stage $s is in no call"; bad=1; }
+    done
+    return $bad
+}
+
+plan_print() {
+    local n s total=0
+    for n in $(seq 1 ${#PLAN_ACCEPT[@]}); do total=$((total + $(call_budget "$n"))); done
+    echo "make gpu-kit-plan: ${#PLAN_ACCEPT[@]} device calls, ${total} s at most (limits: ${CALL_LIMIT} s a call, ${PLAN_LIMIT} s in all)"
+    echo "Before call 1, here (no GPU): tests/gpu/accept.sh --pack  (build/gpu-pack.tgz, bin/gpu/gpu_model in it)"
+    echo "A session has 15 minutes of device time, the machine's start included: make call 1 first; a call may need a session of its own."
+    for n in $(seq 1 ${#PLAN_ACCEPT[@]}); do
+        echo
+        printf 'call %d: %d s =' "$n" "$(call_budget "$n")"
+        [ -n "${PLAN_ACCEPT[$((n - 1))]}" ] && printf ' gpu-accept %s' "$(tr ' ' ,<<<"${PLAN_ACCEPT[$((n - 1))]}")"
+        [ -n "${PLAN_KIT[$((n - 1))]}" ] && printf ' + kit %s' "$(tr ' ' ,<<<"${PLAN_KIT[$((n - 1))]}")"
+        printf ' (%d files)\n' "$(call_files "$n")"
+        for s in ${PLAN_ACCEPT[$((n - 1))]}; do printf '  %-8s %4d s  gpu-accept stage (docs/gpu-accept.md)\n' "$s" "$(accept_budget "$s")"; done
+        for s in ${PLAN_KIT[$((n - 1))]}; do printf '  %-8s %4d s  %s\n' "$s" "$(kit_budget "$s")" "${KIT_WHAT[$s]}"; done
+        printf '  run {"command": "%s", "carry": %s, "timeout_s": 600}\n' "$(plan_command "$n" | sed 's/"/\\"/g')" "$PLAN_CARRY"
+    done
+}
+
+# ------------------------------------------------------------------ stages
+GM=${KIT_GPU_MODEL:-bin/gpu/gpu_model}
+PEAK=${KIT_GEMM_PEAK:-bin/gpu/gemm_peak}
+TORCH_PY=${TORCH_PY:-python3}
+read -r -a MODEL_ARGS <<<"${KIT_MODEL_ARGS:---batch 610 --len 41 precision=bf16}"
+MODELS=${KIT_MODELS:-base big}
+W=${KIT_WORK:-$TOP/build/gpu-kit}
+
+check() {  # WHAT CMD...: PASS/FAIL line to the report, the output to the log
+    local what=$1 rc=0
+    shift
+    echo "\$ $*" >>"$W/kit.log"
+    "$@" >>"$W/kit.log" 2>&1 || rc=$?
+    if [ $rc -eq 0 ]; then echo "- PASS $what" >>"$W/report.md"; else echo "- FAIL $what (exit $rc)" >>"$W/report.md"; fi
+    return $rc
+}
+report() { printf '%s\n' "$@" >>"$W/report.md"; }
+
+stage_timing() {
+    local m ok=0
+    for m in $MODELS; do
+        check "$m: ours, 10 untimed steps" "$GM" --model "$m" "${MODEL_ARGS[@]}" --run-steps 10 &&
+            report "  $(grep "^run-steps: $m" "$W/kit.log" | tail -1)" || ok=1
+        check "$m: per-call timing, 5 steps" "$GM" --model "$m" "${MODEL_ARGS[@]}" --run-steps 5 \
+            --time-calls "$W/time_$m.csv" --write-trace "$W/trace_$m.csv" || { ok=1; continue; }
+        check "$m: --fit to the per-call timing" bash -c "'$GM' --model $m --trace '$W/trace_$m.csv' --fit '$W/time_$m.csv' \
+            ${MODEL_ARGS[*]} > '$W/fit_$m.txt'" || { ok=1; continue; }
+        report '```' "$(sed -n '/^after the fit:/,/^step:/p' "$W/fit_$m.txt")" '```'
+    done
+    return $ok
+}
+
+stage_sweep() {
+    local ok=0
+    check "GEMM shape sweep, base and big, median of ${KIT_REPS:-20}" \
+        bash tests/gpu/gemm_sweep.sh "$GM" "$W/sweep.csv" "${KIT_REPS:-20}" || ok=1
+    [ -f "$W/sweep.csv" ] && report '```' "$(python3 - "$W/sweep.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+rows.sort(key=lambda r: -float(r["ms"]) * int(r["calls"]))
+print("model op call m x n x k x batch: calls, measured ms, TFLOP/s, predicted ms, measured/predicted (by time per step)")
+for r in rows[:12]:
+    ratio = float(r["ms"]) / float(r["predicted_ms"]) if float(r["predicted_ms"]) > 0 else 0
+    print("%s %s %s %sx%sx%sx%s: %s, %s, %s, %s, %.2f" % (r["model"], r["op"], r["call"], r["m"], r["n"], r["k"], r["batch"],
+          r["calls"], r["ms"], r["tflops"], r["predicted_ms"], ratio))
+PY
+)" '```'
+    check "gemm_peak, constant and random data" bash -c "'$PEAK' ${KIT_PEAK_N:-8192} > '$W/peak.txt'" &&
+        report '```' "$(cat "$W/peak.txt")" '```' || ok=1
+    return $ok
+}
+
+torch_runs() {  # eager|compile
+    local m ok=0 extra=() ours theirs
+    [ "$1" = compile ] && extra=(--compile)
+    for m in $MODELS; do
+        check "$m: strong PyTorch ($1)" bash -c "'$TORCH_PY' tests/gpu/torch_train_strong.py --model $m ${extra[*]} \
+            --batch ${KIT_TORCH_BATCH:-610} --len ${KIT_TORCH_LEN:-41} > '$W/torch_${1}_$m.txt'" || { ok=1; continue; }
+        theirs=$(awk '/^torch-strong/ {print $4}' "$W/torch_${1}_$m.txt")
+        grep -q "^run-steps: $m.*(wall clock)" "$W/kit.log" ||
+            check "$m: ours, 10 untimed steps (for the ratio)" "$GM" --model "$m" "${MODEL_ARGS[@]}" --run-steps 10
+        ours=$(grep "^run-steps: $m" "$W/kit.log" | grep -v events | tail -1 | sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p')
+        report "  $(grep '^torch-strong' "$W/torch_${1}_$m.txt")"
+        [ -n "$ours" ] && [ -n "$theirs" ] && report "  $m: ours / PyTorch $1 = $(python3 -c "print('%.2f' % ($ours / $theirs))")"
+    done
+    return $ok
+}
+stage_torch() { torch_runs eager; }
+stage_compile() { torch_runs compile; }
+
+# run_stages STAGE...: each under its budget, into $W/report.md
+run_stages() {
+    local s t0 rc all=0
+    for s; do
+        declare -F "stage_$s" >/dev/null || { err "no kit stage '$s' (stages: $KIT_STAGES)"; return 2; }
+    done
+    for s; do
+        report "" "## $s (budget $(kit_budget "$s") s)"
+        t0=$SECONDS
+        # (a stage in a subshell under its budget; its report lines stay)
+        KIT_STAGE_FN=stage_$s timeout "$(kit_budget "$s")" bash -c ". '$TOP/tests/gpu/kit.sh' --source && \$KIT_STAGE_FN"
+        rc=$?
+        [ $rc -eq 124 ] && report "- FAIL $s: stopped at its budget of $(kit_budget "$s") s"
+        report "- stage time: $((SECONDS - t0)) s; $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
+        [ $rc -eq 0 ] || all=1
+    done
+    return $all
+}
+
+# kit OUTDIR STAGE...: the stages under the clock log, then kit.md, kit.tgz
+kit() {
+    local out=$1 rc
+    shift
+    rm -rf "$W" && mkdir -p "$W" "$out" || return 2
+    : >"$W/report.md"
+    bash tests/gpu/gpu_clocks.sh "$W/clocks.csv" bash "$TOP/tests/gpu/kit.sh" --stages "$@" 2>"$W/clocks.txt"
+    rc=$?
+    {
+        echo "# gpu-kit: $*"
+        echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || cat build/gpu-libs/COMMIT 2>/dev/null || echo unknown);" \
+             "GPU $(nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1 || echo none)"
+        grep -v '^$' "$W/clocks.txt" | tail -2
+        cat "$W/report.md"
+        echo; echo "## the end of the log"; echo '```'; tail -15 "$W/kit.log"; echo '```'
+    } >"$out/kit.md"
+    tar czf "$out/kit.tgz" -C "$W" . 2>/dev/null
+    echo "gpu-kit: $([ $rc -eq 0 ] && echo PASS || echo FAIL): $out/kit.md, $out/kit.tgz"
+    return $rc
+}
+
+libs_here() {  # the bundled libraries of --pack, where no build happened here
+    if [ -d build/gpu-libs ] && ! { command -v nvcc && command -v mpicc; } >/dev/null 2>&1; then
+        export LD_LIBRARY_PATH="$TOP/build/gpu-libs:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+}
+
+case "${1:-}" in
+--source) return 0 2>/dev/null || exit 0 ;;
+--plan)
+    plan_check || exit 1
+    plan_print
+    exit 0 ;;
+--stages)
+    shift
+    mkdir -p "$W"
+    libs_here
+    run_stages "$@"
+    exit ;;
+""|-*) err "usage: tests/gpu/kit.sh --plan | [CALL=N | STAGE=$(tr ' ' ,<<<"$KIT_STAGES")] tests/gpu/kit.sh OUTDIR"; exit 2 ;;
+esac
+OUT=$1
+if [ -n "${STAGE:-}" ]; then
+    read -r -a stages <<<"$(tr ',' ' ' <<<"$STAGE")"
+    kit "$OUT" "${stages[@]}"
+    exit
+fi
+n=${CALL:-1}
+[[ "$n" =~ ^[1-9]$ ]] && [ "$n" -le ${#PLAN_ACCEPT[@]} ] || { err "CALL=$n: the plan has calls 1..${#PLAN_ACCEPT[@]}"; exit 2; }
+rc=0
+if [ -n "${PLAN_ACCEPT[$((n - 1))]}" ] && [ -z "${KIT_NO_ACCEPT:-}" ]; then
+    STAGE=$(tr ' ' , <<<"${PLAN_ACCEPT[$((n - 1))]}") bash tests/gpu/accept.sh "$OUT/accept" || rc=1
+fi
+if [ -n "${PLAN_KIT[$((n - 1))]}" ]; then
+    read -r -a stages <<<"${PLAN_KIT[$((n - 1))]}"
+    kit "$OUT" "${stages[@]}" || rc=1
+fi
+exit $rc
