@@ -64,14 +64,32 @@ static __device__ __forceinline__ int fa_keys(const int32_t *key_len, int b, int
     return n > Tk ? Tk : n < 0 ? 0 : n;
 }
 
+/* Staging loads FA_DEEP elements per thread before storing any, so that
+ * each thread keeps FA_DEEP independent loads in flight (the declared
+ * per-thread bytes of cost.cuh): a loop striding by blockDim issues one
+ * load at a time, and the stores into shared memory between them keep
+ * the compiler from hoisting the next loads (it cannot tell that the
+ * global and shared pointers do not alias) */
+#define FA_DEEP 4
+
 /* rows [0, nr) x cols [0, nc) of a strided matrix into shared memory with
  * row stride ss; rows past nr (up to rows) are zero-filled */
 template <typename T>
 static __device__ __forceinline__ void fa_stage(float *s, int ss, const T *g, long ldg, int rows, int nr, int nc)
 {
-    for (int i = threadIdx.x; i < rows * nc; i += blockDim.x) {
-        int r = i / nc, c = i % nc;
-        s[r * ss + c] = r < nr ? ld(g, r * ldg + c) : 0.0f;
+    int n = rows * nc;
+    for (int i0 = threadIdx.x; i0 < n; i0 += FA_DEEP * blockDim.x) {
+        float v[FA_DEEP];
+UNROLL
+        for (int u = 0; u < FA_DEEP; u++) {
+            int i = i0 + u * blockDim.x, r = i / nc, c = i % nc;
+            v[u] = i < n && r < nr ? ld(g, r * ldg + c) : 0.0f;
+        }
+UNROLL
+        for (int u = 0; u < FA_DEEP; u++) {
+            int i = i0 + u * blockDim.x;
+            if (i < n) s[i / nc * ss + i % nc] = v[u];
+        }
     }
 }
 
@@ -237,9 +255,19 @@ UNROLL
 template <typename T>
 static __device__ __forceinline__ void fa_stage_t(float *s, const T *g, int Tk, int nr, int nk)
 {
-    for (int i = threadIdx.x; i < FA_QC * nk; i += blockDim.x) {
-        int q = i / nk, k = i % nk;
-        s[k * FA_QC + q] = q < nr ? ld(g, (long)q * Tk + k) : 0.0f;
+    int n = FA_QC * nk;
+    for (int i0 = threadIdx.x; i0 < n; i0 += FA_DEEP * blockDim.x) {
+        float v[FA_DEEP];
+UNROLL
+        for (int u = 0; u < FA_DEEP; u++) {
+            int i = i0 + u * blockDim.x, q = i / nk, k = i % nk;
+            v[u] = i < n && q < nr ? ld(g, (long)q * Tk + k) : 0.0f;
+        }
+UNROLL
+        for (int u = 0; u < FA_DEEP; u++) {
+            int i = i0 + u * blockDim.x;
+            if (i < n) s[i % nk * FA_QC + i / nk] = v[u];
+        }
     }
 }
 
@@ -321,7 +349,7 @@ static int cuda_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act 
     dispatch(Q.dtype, [&](auto z) {
         using T = decltype(z);
         double bh = (double)s.B * s.h, e = sizeof(T);
-        DECLARE_KERNEL(k_attention_forward<T>, "attention_forward", e,
+        DECLARE_KERNEL(k_attention_forward<T>, "attention_forward", FA_DEEP * e,
                        bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e + s.B * sizeof(int32_t),
                        bh * Tq * ((double)Tk + s.dv) * e, bh * Tq * Tk * (2.0 * (s.dk + s.dv) + 6));
         LAUNCH(k_attention_forward<T>, dim3(s.B * s.h, (Tq + FA_QT - 1) / FA_QT), FA_THREADS,
@@ -341,14 +369,14 @@ static int cuda_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act
         using T = decltype(z);
         double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk;
         float scale = attention_scale(s.dk);
-        DECLARE_KERNEL(k_attention_backward_dq<T>, "attention_backward", e,
+        DECLARE_KERNEL(k_attention_backward_dq<T>, "attention_backward", FA_DEEP * e,
                        bh * (Tq * s.dv + qk + (double)Tk * (s.dk + s.dv)) * e, bh * (qk + (double)Tq * s.dk) * e,
                        bh * qk * (2.0 * (s.dk + s.dv) + 4));
         LAUNCH(k_attention_backward_dq<T>, dim3(s.B * s.h, (Tq + FA_QT - 1) / FA_QT), FA_THREADS,
                fa_rows_smem(s.dv, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(K), tp<T>(V), ldkv, tp<T>(P), tp<T>(dP),
                tp<T>(dctx), tp<T>(dQ), ldq, scale, s.h, s.dk, s.dv, Tq, Tk);
         CKL();
-        DECLARE_KERNEL(k_attention_backward_dkv<T>, "attention_backward", e,
+        DECLARE_KERNEL(k_attention_backward_dkv<T>, "attention_backward", FA_DEEP * e,
                        bh * (2 * qk + (double)Tq * (s.dk + s.dv)) * e, bh * Tk * (double)(s.dk + s.dv) * e,
                        bh * qk * 2.0 * (s.dk + s.dv));
         LAUNCH(k_attention_backward_dkv<T>, dim3(s.B * s.h, (Tk + FA_KB - 1) / FA_KB), FA_THREADS,
