@@ -46,7 +46,7 @@ print((6*mm + att) / 1e12, 6*mm / 1e12, att / 1e12)")"
     # GEMMs declare the rest, the kernels the attention products on the CUDA
     # cores and their softmax, +10 FLOPs per score and head over the
     # products' 12 d_k (within 5%; 3% for the table's 3 decimals)
-    out=$($M --model $1 precision=bf16)
+    out=$(TRANSFORMER_ATTENTION=fused $M --model $1 precision=bf16)
     got=$(awk '/^total/ {print $4}' <<< "$out")
     att=$(awk '/^attention_(forward|backward) / {s += $5} END {print s}' <<< "$out")
     python3 -c "import sys; g, w = $got, $want_mm; sys.exit(abs(g - w) > 1e-3 * w)" ||

@@ -1383,8 +1383,9 @@ static void test_fused_attention(int lowp)
  * columns are K's +-50 times sum_k dS = 0: the fp16 rounding of dS leaves
  * about 50 U |dS| sqrt(Tk) there; their tolerance (0.1 of the largest
  * |dQ|) covers that (measured: worst err/tol 0.19). */
-static void test_fp16_attention_scale(void)
+static void fp16_attention_scale_on(const char *path)
 {
+    char name[96];
     AttnShape sh = { 2, 2, 64, 16 };
     int Tq = 5, Tk = 7, hk = sh.h * sh.dk, w2 = hk + sh.h * sh.dv;
     int32_t klen[2] = { 7, 4 };
@@ -1406,20 +1407,40 @@ static void test_fp16_attention_scale(void)
     Pair ctx = pair_bf(nctx, 1, 1), dctx = pair_bf(nctx, 1, 1), dQ = pair_bf(nq, 1, 1), dKV = pair_bf(nkv, 1, 1);
     attention_core_forward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, ctx.c, Tq, Tk, kc, 0);
     attention_core_forward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, ctx.g, Tq, Tk, kg, 0);
-    compare("fp16 attention, unscaled scores 88000: P", P, BF_OUT);
-    compare("fp16 attention, unscaled scores 88000: ctx", ctx, BF_OUT);
+    snprintf(name, sizeof name, "fp16 attention (%s), unscaled scores 88000: P", path);
+    compare(name, P, BF_OUT);
+    snprintf(name, sizeof name, "fp16 attention (%s), unscaled scores 88000: ctx", path);
+    compare(name, ctx, BF_OUT);
     attention_core_backward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, dP.c, dctx.c, dQ.c, dKV.c,
                             act_at(dKV.c, hk), Tq, Tk);
     attention_core_backward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, dP.g, dctx.g, dQ.g, dKV.g,
                             act_at(dKV.g, hk), Tq, Tk);
-    compare("fp16 attention backward: dQ", dQ, 2 * U, 0.1);
-    compare("fp16 attention backward: dK, dV", dKV, 4 * U, 1e-3);
+    snprintf(name, sizeof name, "fp16 attention backward (%s): dQ", path);
+    compare(name, dQ, 2 * U, 0.1);
+    snprintf(name, sizeof name, "fp16 attention backward (%s): dK, dV", path);
+    compare(name, dKV, 4 * U, 1e-3);
     cpu->free(cpu, kc);
     gpu->free(gpu, kg);
     free(q);
     free(kv);
     pair_free(Q); pair_free(KV); pair_free(P); pair_free(dP);
     pair_free(ctx); pair_free(dctx); pair_free(dQ); pair_free(dKV);
+}
+
+/* on both attention paths: the fused kernels (fp32 scores, never stored)
+ * and, their hooks taken away, attention.c's scaled score GEMM */
+static void test_fp16_attention_scale(void)
+{
+    fp16_attention_scale_on("fused");
+    int (*fwd)(Backend *, AttnShape, Act, int, Act, Act, int, Act, Act, int, int, const int32_t *, int) =
+        gpu->attention_forward;
+    int (*bwd)(Backend *, AttnShape, Act, int, Act, Act, int, Act, Act, Act, Act, Act, Act, int, int) =
+        gpu->attention_backward;
+    gpu->attention_forward = NULL;
+    gpu->attention_backward = NULL;
+    fp16_attention_scale_on("GEMM path");
+    gpu->attention_forward = fwd;
+    gpu->attention_backward = bwd;
 }
 
 /* The build's kernel list (Makefile CUDA_ARCH, '_' for spaces): a GPU runs
@@ -1624,6 +1645,9 @@ int main(void)
     }
 #endif
     if (cuda_emu_set_grid_cap) cuda_emu_set_grid_cap(2);
+    /* the fused attention kernels, whatever the default (test_fused_attention
+     * calls their hooks; the GEMM path's ops are tested on their own) */
+    setenv("TRANSFORMER_ATTENTION", "fused", 1);
     cpu = backend_cpu_create(1);
     gpu = backend_cuda_create("fp32", NULL, 0);
     if (!cpu || !gpu) return 1;
