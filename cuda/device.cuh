@@ -207,6 +207,14 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32, bf16 or fp16\n", precision);
         return NULL;
     }
+    /* TRANSFORMER_ATTENTION=gemm keeps attention.c's batched GEMMs and
+     * separate softmax (the path before cuda/attention.cuh), to compare */
+    const char *attn = getenv("TRANSFORMER_ATTENTION");
+    if (attn && *attn && strcmp(attn, "fused") && strcmp(attn, "gemm")) {
+        fprintf(stderr, "error: device=cuda: TRANSFORMER_ATTENTION '%s' is not fused or gemm\n", attn);
+        return NULL;
+    }
+    bool fused_attention = !attn || strcmp(attn, "gemm");
     int dev = pick_device(local_rank, n);
     if (dev < 0) return NULL;
     if ((e = cudaSetDevice(dev)) != cudaSuccess) {
@@ -266,6 +274,8 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     be->bias_backward = cuda_bias_backward;
     be->softmax_forward = cuda_softmax_forward;
     be->softmax_backward = cuda_softmax_backward;
+    be->attention_forward = fused_attention ? cuda_attention_forward : NULL;
+    be->attention_backward = fused_attention ? cuda_attention_backward : NULL;
     be->residual_ln_forward = cuda_residual_ln_forward;
     be->residual_ln_backward = cuda_residual_ln_backward;
     be->embed_forward = cuda_embed_forward;

@@ -32,6 +32,7 @@
  *                includes cost.cuh, the declared costs of the GPU cost model
  *   gemm.cuh     GEMMs, bias epilogue, column sums
  *   softmax.cuh  attention softmax, log-softmax
+ *   attention.cuh  the fused attention core (scores, masks, softmax, P V)
  *   norm.cuh     residual + dropout + LayerNorm
  *   embed.cuh    embeddings and positional encodings
  *   xent.cuh     label-smoothed cross-entropy
@@ -44,6 +45,7 @@
 #include "memory.cuh"
 #include "gemm.cuh"
 #include "softmax.cuh"
+#include "attention.cuh"
 #include "norm.cuh"
 #include "embed.cuh"
 #include "xent.cuh"

@@ -8,6 +8,8 @@ float attention_scale(int dk) { return 1.0f / sqrtf((float)dk); }
 void attention_core_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act Vv, int ldkv,
                             Act P, Act ctx, int Tq, int Tk, const int32_t *key_len, int causal)
 {
+    if (be->attention_forward && be->attention_forward(be, s, Q, ldq, K, Vv, ldkv, P, ctx, Tq, Tk, key_len, causal))
+        return;
     int B = s.B, h = s.h, dk = s.dk, dv = s.dv, hv = h * dv;
     /* scaled as the GEMM stores the scores (alpha), not in the softmax:
      * 16-bit scores then overflow only where softmax's own argument would
@@ -22,6 +24,8 @@ void attention_core_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act
 void attention_core_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act Vv, int ldkv,
                              Act P, Act dP, Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk)
 {
+    if (be->attention_backward && be->attention_backward(be, s, Q, ldq, K, Vv, ldkv, P, dP, dctx, dQ, dK, dV, Tq, Tk))
+        return;
     int B = s.B, h = s.h, dk = s.dk, dv = s.dv, hv = h * dv;
     long sP = (long)h * Tq * Tk, sPi = (long)Tq * Tk;
     /* dP = dctx V^T ; dV = P^T dctx */

@@ -7,8 +7,7 @@
 
 #include "ops.h"
 
-/* B sentences, h heads, key and value widths d_k and d_v */
-typedef struct { int B, h, dk, dv; } AttnShape;
+/* AttnShape (B sentences, h heads, d_k, d_v) is declared in ops.h */
 
 /* 1/sqrt(d_k) of eq. 1, applied as the score GEMM's alpha */
 float attention_scale(int dk);

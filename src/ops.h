@@ -29,6 +29,10 @@
 
 typedef struct Backend Backend;
 
+/* attention over B sentences, h heads, key and value widths d_k and d_v
+ * (attention.h) */
+typedef struct { int B, h, dk, dv; } AttnShape;
+
 /* element type of an activation's storage: fp32, bf16 (CUDA
  * precision=bf16: fp32's exponent range with an 8-bit mantissa, half the
  * bytes) or fp16 (CUDA precision=fp16: an 11-bit significand but a range
@@ -137,6 +141,17 @@ struct Backend {
     /* dbias += column sums of dY; with relu, first dY *= (Y > 0) in place
      * (Y unused without relu: act_none()) */
     void (*bias_backward)(Backend *be, Act dY, float *dbias, Act Y, int rows, int cols, int relu);
+
+    /* Optional (NULL: none): the multi-head attention core of attention.c
+     * (attention_core_forward / _backward, same arguments and results) in
+     * fused kernels (CUDA: cuda/attention.cuh).  Each returns 1 when it ran,
+     * or 0, having done nothing, where the shape or the element types are
+     * beyond the kernels' limits: the caller then runs the GEMM and
+     * softmax sequence. */
+    int (*attention_forward)(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act ctx,
+                             int Tq, int Tk, const int32_t *key_len, int causal);
+    int (*attention_backward)(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act dP,
+                              Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk);
 
     /* Attention weights, in place over S [n_batch, n_heads, Tq, Tk]:
      * P = softmax(scale*S) over keys k < key_len[b] (and k <= q + q_offset if

@@ -36,6 +36,24 @@ else
     echo "skip: this CPU has no FMA: the 2-rank step with FMA-contracted kernels (emu-step-fma) is not run"
 fi
 
+# the attention core: the fused kernels (cuda/attention.cuh, the default)
+# with TRANSFORMER_ATTENTION=fused, the batched GEMMs and separate softmax
+# with =gemm: each step equals the CPU's (fp32, bf16, fp16), each runs
+# what it names (the step's declared calls) with its declared costs
+out=$(mpirun -np 2 -x TRANSFORMER_ATTENTION=gemm "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+    || fail "2-rank training step with TRANSFORMER_ATTENTION=gemm differs from CPU: $out"
+out=$(mpirun -np 2 -x TRANSFORMER_ATTENTION=fused "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+    || fail "2-rank training step with TRANSFORMER_ATTENTION=fused differs from CPU: $out"
+out=$(TRANSFORMER_ATTENTION=fused "$TOP/bin/tests/test_cuda_costs" 2>&1) && echo "$out" | grep -q " attention_forward .* calls" \
+    && echo "$out" | grep -q " attention_backward .* calls" && ! echo "$out" | grep -q " softmax_forward .* calls" \
+    || fail "the training step does not run the fused attention kernels: $out"
+out=$(TRANSFORMER_ATTENTION=gemm "$TOP/bin/tests/test_cuda_costs" 2>&1) && echo "$out" | grep -q " softmax_forward .* calls" \
+    && ! echo "$out" | grep -q " attention_forward .* calls" \
+    || fail "TRANSFORMER_ATTENTION=gemm: not the GEMM path, or its declared costs differ from the counted ones: $out"
+expect_error 2 "error: device=cuda: TRANSFORMER_ATTENTION 'flash' is not fused or gemm" \
+    env TRANSFORMER_ATTENTION=flash "$EMU" train device=cuda train_steps=1
+ok "training step: TRANSFORMER_ATTENTION=fused the fused kernels, =gemm the GEMM path, both = CPU"
+
 # cuBLASLt without an algorithm for the fused feed-forward epilogues
 # (cuda/emu/cublaslt_emu.cc): every one refused, NCCL; the forward's only
 # (its ReLU mask never written: the backward must not read it), MPI

@@ -1230,6 +1230,148 @@ static Pair pair_act(const float *h, size_t n)
     return p;
 }
 
+/* The fused attention core (cuda/attention.cuh, issue 32) through its
+ * Backend hooks, which must take every shape here (return 1), against the
+ * CPU's attention_core_forward/_backward (batched GEMMs and softmax in
+ * fp32).  The shapes: lengths that are no multiple of the kernels' tiles
+ * (16 queries, 32 and 16 keys), d_k != d_v, both at the limit of 128,
+ * Tk at the limit of 256 keys, a sentence with no valid key (every row
+ * masked: P and ctx exact 0), padding masks, and the decoder's causal mask
+ * over Q, K, V interleaved in one buffer as the model stores them (so a
+ * stray write into a neighbour's columns shows up; the cross-attention
+ * case has row strides with unused columns, which must stay untouched).
+ * In 16-bit storage the inputs are exact in the 16-bit type (pair_bf). */
+typedef struct {
+    const char *what;
+    AttnShape s;
+    int Tq, Tk, causal, self;
+    int32_t klen[3];
+} FaCase;
+
+/* every element that is exactly 0 on the CPU (masked: ops.h) is exactly 0
+ * on the GPU */
+static void fa_masked_zero(const char *what, Pair p)
+{
+    float *a = malloc(4 * p.n), *b = malloc(4 * p.n);
+    cpu->download_act(cpu, a, p.c, p.n);
+    gpu->download_act(gpu, b, p.g, p.n);
+    size_t bad = 0, zeros = 0;
+    for (size_t i = 0; i < p.n; i++)
+        if (a[i] == 0.0f) {
+            zeros++;
+            bad += b[i] != 0.0f;
+        }
+    checks++;
+    if (bad || !zeros) {
+        failures++;
+        printf("FAIL [%s] %s: %zu of %zu masked entries not exactly 0\n", order_name, what, bad, zeros);
+    } else {
+        printf("ok   [%s] %-44s %zu masked entries exactly 0\n", order_name, what, zeros);
+    }
+    free(a);
+    free(b);
+}
+
+/* Tolerances.  fp32: only the order of fp32 sums differs (FP32; measured
+ * worst err/tol 0.16 for ctx, under 0.1 elsewhere).  16-bit: the scores,
+ * P and ctx stay fp32 in the kernel and are rounded once when stored
+ * (BF_OUT: 2 U relative; measured up to 0.49, the half-U rounding);
+ * backward runs on the GPU's rounded P on both sides (sync_pair), so
+ * dV = P^T dctx is again one rounding; dQ and dK are sums over keys
+ * (queries) of dS rounded to 16 bits, each term off by up to U/2 of
+ * itself, which after the cancellation in the sum is relative to the
+ * largest |dQ| (|dK|), not to each element: atol 4 U of it (measured:
+ * worst err/tol 0.13, bf16 and fp16). */
+static void fa_case(const FaCase *fc, int lowp)
+{
+    AttnShape s = fc->s;
+    int hk = s.h * s.dk, hv = s.h * s.dv, Tq = fc->Tq, Tk = fc->Tk;
+    int ldq = fc->self ? 2 * hk + hv : hk + 3, ldkv = fc->self ? ldq : hk + hv + 1;
+    size_t nq = (size_t)s.B * Tq * ldq, nkv = fc->self ? 0 : (size_t)s.B * Tk * ldkv;
+    size_t nP = (size_t)s.B * s.h * Tq * Tk, nctx = (size_t)s.B * Tq * hv;
+    int32_t *kc = dev_copy(cpu, fc->klen, sizeof(int32_t) * s.B), *kg = dev_copy(gpu, fc->klen, sizeof(int32_t) * s.B);
+    Pair Q = batched_pair(nq, lowp), KV = fc->self ? Q : batched_pair(nkv, lowp);
+    Pair P = batched_pair(nP, lowp), ctx = batched_pair(nctx, lowp), dctx = batched_pair(nctx, lowp);
+    Pair dP = batched_pair(nP, lowp), dQ = batched_pair(nq, lowp), dKV = fc->self ? dQ : batched_pair(nkv, lowp);
+    size_t ko = fc->self ? hk : 0, vo = ko + hk;
+    char name[128];
+    attention_core_forward(cpu, s, Q.c, ldq, act_at(KV.c, ko), act_at(KV.c, vo), ldkv, P.c, ctx.c, Tq, Tk, kc,
+                           fc->causal);
+    int took = gpu->attention_forward &&
+               gpu->attention_forward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, P.g, ctx.g, Tq, Tk,
+                                      kg, fc->causal);
+    checks++;
+    if (!took) {
+        failures++;
+        printf("FAIL [%s] fused attention %s: the fused kernels did not take it\n", order_name, fc->what);
+    }
+    snprintf(name, sizeof name, "fused attention %s: P", fc->what);
+    if (lowp) compare(name, P, BF_OUT); else compare(name, P, FP32);
+    fa_masked_zero(name, P);
+    snprintf(name, sizeof name, "fused attention %s: ctx", fc->what);
+    if (lowp) compare(name, ctx, BF_OUT); else compare(name, ctx, FP32);
+    if (lowp) sync_pair(P);
+    attention_core_backward(cpu, s, Q.c, ldq, act_at(KV.c, ko), act_at(KV.c, vo), ldkv, P.c, dP.c, dctx.c, dQ.c,
+                            act_at(dKV.c, ko), act_at(dKV.c, vo), Tq, Tk);
+    took = gpu->attention_backward &&
+           gpu->attention_backward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, P.g, dP.g, dctx.g, dQ.g,
+                                   act_at(dKV.g, ko), act_at(dKV.g, vo), Tq, Tk);
+    checks++;
+    if (!took) {
+        failures++;
+        printf("FAIL [%s] fused attention backward %s: the fused kernels did not take it\n", order_name, fc->what);
+    }
+    snprintf(name, sizeof name, "fused attention backward %s: dQ%s", fc->what, fc->self ? ", dK, dV" : "");
+    if (lowp) compare(name, dQ, 2 * U, 4 * U); else compare(name, dQ, FP32);
+    if (!fc->self) {
+        snprintf(name, sizeof name, "fused attention backward %s: dK, dV", fc->what);
+        if (lowp) compare(name, dKV, 2 * U, 4 * U); else compare(name, dKV, FP32);
+    }
+    cpu->free(cpu, kc);
+    gpu->free(gpu, kg);
+    pair_free(Q); pair_free(P); pair_free(ctx); pair_free(dctx); pair_free(dP); pair_free(dQ);
+    if (!fc->self) { pair_free(KV); pair_free(dKV); }
+}
+
+/* beyond the kernels' limits the hooks decline (0, nothing done) and
+ * attention.c's GEMM path gives the result */
+static void fa_beyond_limits(void)
+{
+    AttnShape wide = { 1, 1, 130, 4 }, narrow = { 1, 1, 4, 4 };
+    int32_t klen = 257;
+    int32_t *kg = dev_copy(gpu, &klen, sizeof klen);
+    Pair Q = batched_pair((size_t)3 * 130, 0), K = batched_pair((size_t)257 * 130, 0);
+    Pair P = batched_pair((size_t)3 * 257, 0), ctx = batched_pair(3 * 4, 0);
+    int have = gpu->attention_forward != NULL;
+    int took_d = have && gpu->attention_forward(gpu, wide, Q.g, 130, K.g, K.g, 130, P.g, ctx.g, 3, 5, kg, 0);
+    int took_t = have && gpu->attention_forward(gpu, narrow, Q.g, 4, K.g, K.g, 4, P.g, ctx.g, 3, 257, kg, 0);
+    checks++;
+    if (!have) {
+        failures++;
+        printf("FAIL [%s] no fused attention hooks\n", order_name);
+    } else if (took_d || took_t) {
+        failures++;
+        printf("FAIL [%s] fused attention took d_k 130 (%d) or 257 keys (%d), beyond its limits\n", order_name, took_d,
+               took_t);
+    } else {
+        printf("ok   [%s] fused attention declines d_k 130 and 257 keys (GEMM path)\n", order_name);
+    }
+    gpu->free(gpu, kg);
+    pair_free(Q); pair_free(K); pair_free(P); pair_free(ctx);
+}
+
+static void test_fused_attention(int lowp)
+{
+    static const FaCase cases[] = {
+        { "cross 37x45 d_k 7 d_v 11", { 3, 2, 7, 11 }, 37, 45, 0, 0, { 45, 20, 0 } },
+        { "self causal 35 d_k 9 d_v 5", { 2, 3, 9, 5 }, 35, 35, 1, 1, { 35, 17 } },
+        { "d_k = d_v = 128 (limit)", { 1, 2, 128, 128 }, 18, 40, 0, 0, { 33 } },
+        { "256 keys (limit), d_k 16 d_v 24", { 1, 1, 16, 24 }, 17, 256, 0, 0, { 250 } },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fa_case(&cases[i], lowp);
+    if (!lowp) fa_beyond_limits();
+}
+
 /* fp16 attention scores past 65504 before the 1/sqrt(d_k) scale, not after
  * it (issue 29, defect 6): Q K^T is stored scaled (alpha of the score GEMM),
  * so softmax(Q K^T / sqrt(d_k)) is finite wherever the scaled scores are.
@@ -1241,8 +1383,9 @@ static Pair pair_act(const float *h, size_t n)
  * columns are K's +-50 times sum_k dS = 0: the fp16 rounding of dS leaves
  * about 50 U |dS| sqrt(Tk) there; their tolerance (0.1 of the largest
  * |dQ|) covers that (measured: worst err/tol 0.19). */
-static void test_fp16_attention_scale(void)
+static void fp16_attention_scale_on(const char *path)
 {
+    char name[96];
     AttnShape sh = { 2, 2, 64, 16 };
     int Tq = 5, Tk = 7, hk = sh.h * sh.dk, w2 = hk + sh.h * sh.dv;
     int32_t klen[2] = { 7, 4 };
@@ -1264,20 +1407,40 @@ static void test_fp16_attention_scale(void)
     Pair ctx = pair_bf(nctx, 1, 1), dctx = pair_bf(nctx, 1, 1), dQ = pair_bf(nq, 1, 1), dKV = pair_bf(nkv, 1, 1);
     attention_core_forward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, ctx.c, Tq, Tk, kc, 0);
     attention_core_forward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, ctx.g, Tq, Tk, kg, 0);
-    compare("fp16 attention, unscaled scores 88000: P", P, BF_OUT);
-    compare("fp16 attention, unscaled scores 88000: ctx", ctx, BF_OUT);
+    snprintf(name, sizeof name, "fp16 attention (%s), unscaled scores 88000: P", path);
+    compare(name, P, BF_OUT);
+    snprintf(name, sizeof name, "fp16 attention (%s), unscaled scores 88000: ctx", path);
+    compare(name, ctx, BF_OUT);
     attention_core_backward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, dP.c, dctx.c, dQ.c, dKV.c,
                             act_at(dKV.c, hk), Tq, Tk);
     attention_core_backward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, dP.g, dctx.g, dQ.g, dKV.g,
                             act_at(dKV.g, hk), Tq, Tk);
-    compare("fp16 attention backward: dQ", dQ, 2 * U, 0.1);
-    compare("fp16 attention backward: dK, dV", dKV, 4 * U, 1e-3);
+    snprintf(name, sizeof name, "fp16 attention backward (%s): dQ", path);
+    compare(name, dQ, 2 * U, 0.1);
+    snprintf(name, sizeof name, "fp16 attention backward (%s): dK, dV", path);
+    compare(name, dKV, 4 * U, 1e-3);
     cpu->free(cpu, kc);
     gpu->free(gpu, kg);
     free(q);
     free(kv);
     pair_free(Q); pair_free(KV); pair_free(P); pair_free(dP);
     pair_free(ctx); pair_free(dctx); pair_free(dQ); pair_free(dKV);
+}
+
+/* on both attention paths: the fused kernels (fp32 scores, never stored)
+ * and, their hooks taken away, attention.c's scaled score GEMM */
+static void test_fp16_attention_scale(void)
+{
+    fp16_attention_scale_on("fused");
+    int (*fwd)(Backend *, AttnShape, Act, int, Act, Act, int, Act, Act, int, int, const int32_t *, int) =
+        gpu->attention_forward;
+    int (*bwd)(Backend *, AttnShape, Act, int, Act, Act, int, Act, Act, Act, Act, Act, Act, int, int) =
+        gpu->attention_backward;
+    gpu->attention_forward = NULL;
+    gpu->attention_backward = NULL;
+    fp16_attention_scale_on("GEMM path");
+    gpu->attention_forward = fwd;
+    gpu->attention_backward = bwd;
 }
 
 /* The build's kernel list (Makefile CUDA_ARCH, '_' for spaces): a GPU runs
@@ -1390,6 +1553,7 @@ static void test_lowp_ops(const char *prec)
     test_bf16_memory();
     if (fp16) test_fp16_range();
     if (fp16) test_fp16_attention_scale();
+    test_fused_attention(1);
     gpu->destroy(gpu);
     gpu = save;
     order_name = save_order;
@@ -1481,6 +1645,9 @@ int main(void)
     }
 #endif
     if (cuda_emu_set_grid_cap) cuda_emu_set_grid_cap(2);
+    /* the fused attention kernels, whatever the default (test_fused_attention
+     * calls their hooks; the GEMM path's ops are tested on their own) */
+    setenv("TRANSFORMER_ATTENTION", "fused", 1);
     cpu = backend_cpu_create(1);
     gpu = backend_cuda_create("fp32", NULL, 0);
     if (!cpu || !gpu) return 1;
@@ -1525,6 +1692,7 @@ int main(void)
         test_embed();
         test_xent();
         test_adam_logsoftmax();
+        test_fused_attention(0);
     }
     set_order("forward");
     test_gemm_lowp("tf32", 3e-3, 3e-3);
