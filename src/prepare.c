@@ -39,6 +39,7 @@ typedef struct {
     long long sentence_size;
     int byte_fallback;
     int jobs;
+    int id_bits;        /* --id-bits: 16, 32, or 0 (the narrowest that fits) */
 } PrepOpts;
 
 /* ---------- command line ---------- */
@@ -49,7 +50,7 @@ static int prep_extra(void *ctx, int argc, char **argv, int *i)
     const char *a = argv[*i];
     int need = !strcmp(a, "--split") ? 3
              : (!strcmp(a, "--out") || !strcmp(a, "--character-coverage") || !strcmp(a, "--sentences")
-                || !strcmp(a, "--byte-fallback") || !strcmp(a, "--jobs")) ? 1 : 0;
+                || !strcmp(a, "--byte-fallback") || !strcmp(a, "--jobs") || !strcmp(a, "--id-bits")) ? 1 : 0;
     if (!need) return 0;
     if (*i + need >= argc) {
         fprintf(stderr, "error: prepare: %s needs %d argument%s (see 'transformer prepare --help')\n", a, need,
@@ -73,6 +74,10 @@ static int prep_extra(void *ctx, int argc, char **argv, int *i)
         if (*end || x < 0) { fprintf(stderr, "error: prepare: %s '%s' must be a non-negative integer\n", a, v); return 2; }
         if (!strcmp(a, "--sentences")) o->sentence_size = x;
         else if (!strcmp(a, "--jobs")) o->jobs = (int)x;
+        else if (!strcmp(a, "--id-bits")) {
+            if (x != 16 && x != 32) { fprintf(stderr, "error: prepare: --id-bits '%s' must be 16 or 32\n", v); return 2; }
+            o->id_bits = (int)x;
+        }
         else o->byte_fallback = x != 0;
     }
     *i += need;
@@ -83,7 +88,8 @@ static void prepare_help(void)
 {
     printf("usage: transformer prepare --out DATA.h5 --split NAME SRC TGT [--split NAME SRC TGT ...]\n"
            "                           [--character-coverage X] [--sentences N] [--byte-fallback 0|1]\n"
-           "                           [--jobs N] [--config FILE] [vocab_size=N] [max_len=N] [seed=N]\n\n"
+           "                           [--jobs N] [--id-bits 16|32] [--config FILE] [vocab_size=N] [max_len=N]\n"
+           "                           [seed=N]\n\n"
            "Validates the parallel text files (UTF-8, one sentence per line, equal line counts),\n"
            "learns one shared BPE vocabulary of vocab_size pieces with spm_train on the 'train'\n"
            "split (both sides), encodes every split with spm_encode, drops training pairs that\n"
@@ -92,7 +98,8 @@ static void prepare_help(void)
            "  --character-coverage X  spm_train character coverage (default 1.0)\n"
            "  --sentences N           spm_train samples at most N lines (default 0: all)\n"
            "  --byte-fallback 0|1     unseen characters become UTF-8 byte pieces, not <unk> (default 1)\n"
-           "  --jobs N                spm_encode processes at once (default: cores)\n");
+           "  --jobs N                spm_encode processes at once (default: cores)\n"
+           "  --id-bits 16|32         width of the stored ids (default: 16 when vocab_size <= 65536)\n");
 }
 
 /* ---------- validation ---------- */
@@ -322,6 +329,10 @@ static int prepare_parse(Prepare *p, int argc, char **argv)
     }
     if (!has_train) { fprintf(stderr, "error: prepare: no '--split train SRC TGT' given\n"); return 2; }
     if (o->jobs < 1) o->jobs = 1;
+    if (o->id_bits == 16 && p->cfg.vocab_size > 65536) {
+        fprintf(stderr, "error: prepare: --id-bits 16 cannot hold the ids of vocab_size=%d\n", p->cfg.vocab_size);
+        return 2;
+    }
     p->nf = o->n_args;
     return 0;
 }
@@ -626,8 +637,11 @@ static int write_dataset(Prepare *p, int argc, char **argv, double t0)
     p->dw.spm_options = p->spm_cmd;
     p->dw.command = p->command;
     p->dw.max_len = p->cfg.max_len;
+    p->dw.id_bits = p->o.id_bits;
     int rc = dataset_write(p->o.out, &p->dw);
-    if (!rc) printf("prepare: wrote %s (vocab %d) in %.1fs\n", p->o.out, p->cfg.vocab_size, now_seconds() - t0);
+    if (!rc)
+        printf("prepare: wrote %s (vocab %d, %d-bit ids) in %.1fs\n", p->o.out, p->cfg.vocab_size,
+               dataset_id_bits(p->cfg.vocab_size, p->o.id_bits), now_seconds() - t0);
     return rc;
 }
 

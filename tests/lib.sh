@@ -44,3 +44,30 @@ expect_error() {
     echo "$err" | grep -q -- "$pat" || fail "'$*': stderr lacks '$pat': $err"
     ok "'$*' -> exit $rc: $(echo "$err" | head -1)"
 }
+# ids FILE DSET: the ids of an id array of a dataset file, one a line,
+# whatever their stored width (uint16 or int32, docs/dataset.md)
+ids() {
+    local bin t
+    bin=$(mktemp)
+    h5dump -d "$2" -b LE -o "$bin" "$1" >/dev/null || { rm -f "$bin"; return 1; }
+    t=d4; h5dump -H -d "$2" "$1" | grep -q H5T_STD_U16LE && t=u2
+    od -An -v -t $t -w${t#?} "$bin" | tr -d ' '
+    rm -f "$bin"
+}
+# text_corpus N SEED OUT_SRC OUT_TGT: N generated sentence pairs (words of a
+# few hundred kinds, 3-20 words a side) for tests that need a corpus without
+# downloads; the target is the source reversed with its words renamed
+text_corpus() {
+    awk -v n="$1" -v seed="$2" -v src="$3" -v tgt="$4" 'BEGIN {
+        srand(seed)
+        for (i = 0; i < n; i++) {
+            k = 3 + int(rand() * 18); s = ""; t = ""
+            for (j = 0; j < k; j++) {
+                w = int(300 * rand() * rand())
+                s = s (j ? " " : "") "w" w
+                t = "v" (w * 7 % 300) (j ? " " : "") t
+            }
+            print s > src; print t > tgt
+        }
+    }'
+}
