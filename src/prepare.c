@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +100,8 @@ static void prepare_help(void)
            "  --character-coverage X  spm_train character coverage (default 1.0)\n"
            "  --sentences N           spm_train samples at most N lines (default 0: all)\n"
            "  --byte-fallback 0|1     unseen characters become UTF-8 byte pieces, not <unk> (default 1)\n"
-           "  --jobs N                spm_encode processes at once (default: cores)\n"
+           "  --jobs N                workers: each file is encoded in N pieces, N spm_encode\n"
+           "                          processes at once; the output does not depend on N (default: cores)\n"
            "  --id-bits 16|32         width of the stored ids (default: 16 when vocab_size <= 65536)\n");
 }
 
@@ -109,6 +112,9 @@ typedef struct {
     size_t len;
     long long lines;
     char sha[65];
+    int n_cut;           /* pieces encoded apart (cut_text) */
+    long long *cut;      /* [n_cut+1] byte offsets of the pieces, at line starts */
+    long long *cut_lines;/* [n_cut] lines of each piece */
 } TextFile;
 
 /* first byte offset of invalid UTF-8 in s[0..n) (or n): rejects overlong
@@ -180,6 +186,33 @@ static int read_text(const char *path, TextFile *t)
         i = e + 1;
     }
     return 0;
+}
+
+/* Cut t into at most pieces byte ranges of about equal size that start at
+ * line starts, so that spm_encode can encode them at the same time; each
+ * line is encoded alone, so the ids do not depend on the cuts. */
+static void cut_text(TextFile *t, int pieces)
+{
+    t->cut = xmalloc(sizeof(long long) * (pieces + 1));
+    t->cut_lines = xmalloc(sizeof(long long) * pieces);
+    t->n_cut = 0;
+    size_t at = 0;
+    for (int j = 1; j <= pieces && at < t->len; j++) {
+        size_t end = j == pieces ? t->len : (size_t)((double)t->len * j / pieces);
+        if (end < at) end = at;
+        if (end < t->len) {   /* to the end of the line that holds byte end - 1 */
+            const char *nl = end > at ? memchr(t->data + end - 1, '\n', t->len - (end - 1)) : NULL;
+            end = nl ? (size_t)(nl - t->data) + 1 : (end > at ? t->len : at);
+        }
+        if (end == at) continue;
+        long long lines = 0;
+        for (const char *q = t->data + at, *e = t->data + end; (q = memchr(q, '\n', (size_t)(e - q))) != NULL; q++) lines++;
+        if (end == t->len && t->data[t->len - 1] != '\n') lines++;   /* a last line without '\n' */
+        t->cut[t->n_cut] = (long long)at;
+        t->cut_lines[t->n_cut++] = lines;
+        at = end;
+    }
+    t->cut[t->n_cut] = (long long)t->len;
 }
 
 /* ---------- running the SentencePiece tools ---------- */
@@ -311,6 +344,9 @@ static void prepare_cleanup(Prepare *p)
     free(p->dw.splits);
     dataset_vocab_free(&p->dw.vocab);
     free(p->spm_cmd); free(p->command);
+    for (int i = 0; i < p->nf && p->src && p->tgt; i++) {
+        free(p->src[i].cut); free(p->src[i].cut_lines); free(p->tgt[i].cut); free(p->tgt[i].cut_lines);
+    }
     free(p->src); free(p->tgt); free(p->o.args);
 }
 
@@ -363,6 +399,7 @@ static int validate_inputs(Prepare *p)
             }
         }
     }
+    for (int i = 0; i < nf && !rc; i++) { cut_text(&src[i], p->o.jobs); cut_text(&tgt[i], p->o.jobs); }
     for (int i = 0; i < nf; i++) { free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL; }
     return rc;
 }
@@ -492,43 +529,141 @@ static const char *encode_input(const Prepare *p, int k)
     return k % 2 ? p->o.args[k / 2].tgt : p->o.args[k / 2].src;
 }
 
-/* 4. encode every file (up to jobs spm_encode processes at a time) into work/K.ids */
+/* the text of input file k: the source (even k) or target (odd k) of --split k/2 */
+static const TextFile *encode_text(const Prepare *p, int k)
+{
+    return k % 2 ? &p->tgt[k / 2] : &p->src[k / 2];
+}
+
+/* one spm_encode run: piece c (cut_text) of input file k, fed through a
+ * pipe by a thread of ours (spm_encode reads its stdin to the end) */
+typedef struct {
+    int k, c;
+    pid_t pid;
+    pthread_t feeder;
+    int fd_in, fd_pipe;    /* the input file and the pipe's write end: the feeder's */
+    long long from, len;   /* the byte range of the piece */
+    int err;               /* errno of a failed read or write (EPIPE: spm_encode stopped) */
+} EncodeJob;
+
+static void *feed_piece(void *arg)
+{
+    EncodeJob *j = arg;
+    char buf[1 << 16];
+    for (long long done = 0; done < j->len && !j->err;) {
+        size_t want = j->len - done < (long long)sizeof buf ? (size_t)(j->len - done) : sizeof buf;
+        ssize_t r = pread(j->fd_in, buf, want, (off_t)(j->from + done));
+        if (r <= 0) { j->err = r < 0 ? errno : EIO; break; }
+        for (ssize_t w = 0; w < r && !j->err;) {
+            ssize_t x = write(j->fd_pipe, buf + w, (size_t)(r - w));
+            if (x < 0 && errno != EINTR) j->err = errno;
+            if (x > 0) w += x;
+        }
+        done += r;
+    }
+    close(j->fd_pipe);
+    close(j->fd_in);
+    return NULL;
+}
+
+/* spawn argv with stdin from fd (a pipe's read end) and stdout/stderr to files */
+static pid_t spawn_piped(char *const argv[], int fd, const char *out, const char *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) {
+        fprintf(stderr, "error: %s: cannot run: %s%s\n", argv[0], strerror(rc),
+                rc == ENOENT ? " (install the Debian package 'sentencepiece')" : "");
+        return -1;
+    }
+    return pid;
+}
+
+/* start spm_encode on piece j->c of file j->k into work/K.C.ids; 0 or -1 */
+static int start_piece(const Prepare *p, EncodeJob *j, char *model)
+{
+    const TextFile *t = encode_text(p, j->k);
+    const char *in = encode_input(p, j->k);
+    char outp[4200], errp[4200];
+    snprintf(outp, sizeof outp, "%s/%d.%d.ids", p->work, j->k, j->c);
+    snprintf(errp, sizeof errp, "%s/%d.%d.log", p->work, j->k, j->c);
+    j->from = t->cut[j->c];
+    j->len = t->cut[j->c + 1] - j->from;
+    int fds[2];
+    j->fd_in = open(in, O_RDONLY | O_CLOEXEC);
+    if (j->fd_in < 0 || pipe2(fds, O_CLOEXEC)) {
+        fprintf(stderr, "error: %s: cannot open for spm_encode: %s\n", in, strerror(errno));
+        if (j->fd_in >= 0) close(j->fd_in);
+        return -1;
+    }
+    char *av[] = { "spm_encode", model, "--output_format=id", NULL };
+    j->pid = spawn_piped(av, fds[0], outp, errp);
+    close(fds[0]);
+    j->fd_pipe = fds[1];
+    if (j->pid <= 0 || pthread_create(&j->feeder, NULL, feed_piece, j)) {
+        close(fds[1]); close(j->fd_in);
+        if (j->pid > 0) wait_ok(j->pid);
+        return -1;
+    }
+    return 0;
+}
+
+/* a piece's spm_encode exited with status st: join its feeder; 0 or 1 */
+static int finish_piece(const Prepare *p, EncodeJob *j, int st)
+{
+    pthread_join(j->feeder, NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", encode_input(p, j->k),
+                WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return 1;
+    }
+    if (j->err) {
+        fprintf(stderr, "error: %s: feeding spm_encode failed: %s\n", encode_input(p, j->k), strerror(j->err));
+        return 1;
+    }
+    return 0;
+}
+
+/* 4. encode every piece of every file (cut_text: --jobs pieces a file), up
+ * to jobs spm_encode processes at a time, into work/K.C.ids */
 static int encode_files(Prepare *p)
 {
     double ts = now_seconds();
     char model[4200];
     snprintf(model, sizeof model, "--model=%s/spm.model", p->work);
-    int nproc = 2 * p->nf, running = 0, next = 0, failed = 0;
-    pid_t *pids = xcalloc(nproc, sizeof(pid_t));
-    while (next < nproc || running > 0) {
-        if (next < nproc && running < p->o.jobs && !failed) {
-            char outp[4200], errp[4200];
-            snprintf(outp, sizeof outp, "%s/%d.ids", p->work, next);
-            snprintf(errp, sizeof errp, "%s/%d.log", p->work, next);
-            char *av[] = { "spm_encode", model, "--output_format=id", NULL };
-            pids[next] = spawn(av, encode_input(p, next), outp, errp);
-            if (pids[next] <= 0) failed = 1;
+    int n = 0, running = 0, next = 0, failed = 0;
+    for (int k = 0; k < 2 * p->nf; k++) n += encode_text(p, k)->n_cut;
+    EncodeJob *jobs = xcalloc(n ? n : 1, sizeof *jobs);
+    for (int k = 0, q = 0; k < 2 * p->nf; k++)
+        for (int c = 0; c < encode_text(p, k)->n_cut; c++, q++) { jobs[q].k = k; jobs[q].c = c; }
+    struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+    sigaction(SIGPIPE, &ign, &old);   /* a dead spm_encode is an error, not our death */
+    while (next < n || running > 0) {
+        if (next < n && running < p->o.jobs && !failed) {
+            if (start_piece(p, &jobs[next++], model)) failed = 1;
             else running++;
-            next++;
             continue;
         }
         if (running == 0) break;
         int st;
         pid_t w = wait(&st);
         if (w < 0) { if (errno == EINTR) continue; break; }
-        for (int k = 0; k < nproc; k++)
-            if (pids[k] == w) {
+        for (int q = 0; q < next; q++)
+            if (jobs[q].pid == w) {
                 running--;
-                if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-                    if (!failed) fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", encode_input(p, k),
-                                         WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-                    failed = 1;
-                }
+                failed |= finish_piece(p, &jobs[q], st);
             }
     }
-    free(pids);
-    if (failed || next < nproc) return 2;
-    printf("prepare: spm_encode: %d files in %.1fs\n", nproc, now_seconds() - ts);
+    sigaction(SIGPIPE, &old, NULL);
+    free(jobs);
+    if (failed || next < n) return 2;
+    printf("prepare: spm_encode: %d files in %d pieces in %.1fs\n", 2 * p->nf, n, now_seconds() - ts);
     return 0;
 }
 
@@ -599,10 +734,14 @@ static int load_split(Prepare *p, DatasetSplit *s)
     for (int i = 0; i < p->nf && !rc; i++) {
         if (strcmp(p->o.args[i].name, s->name)) continue;
         char path[4200];
-        snprintf(path, sizeof path, "%s/%d.ids", p->work, 2 * i);
-        rc = parse_ids(path, p->src[i].lines, p->cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
-        snprintf(path, sizeof path, "%s/%d.ids", p->work, 2 * i + 1);
-        if (!rc) rc = parse_ids(path, p->tgt[i].lines, p->cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
+        for (int c = 0; c < p->src[i].n_cut && !rc; c++) {   /* the pieces in order */
+            snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, 2 * i, c);
+            rc = parse_ids(path, p->src[i].cut_lines[c], p->cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
+        }
+        for (int c = 0; c < p->tgt[i].n_cut && !rc; c++) {
+            snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, 2 * i + 1, c);
+            rc = parse_ids(path, p->tgt[i].cut_lines[c], p->cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
+        }
         s->n_lines += p->src[i].lines;
     }
     if (rc) { free(soff); free(toff); free(stok); free(ttok); return rc; }
