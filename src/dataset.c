@@ -260,7 +260,7 @@ int dataset_write(const char *path, const DatasetWrite *d)
 /* ---------- reading ---------- */
 
 /* the datasets that input/prepare.sh NAME makes, by default as data/NAME.h5 */
-static const char *const PREPARE_NAMES[] = { "multi30k", "wmt14", "wmt14-offline" };
+static const char *const PREPARE_NAMES[] = { "multi30k", "wmt14", "wmt14-offline", "wmt14-enfr" };
 
 /* how to make a missing dataset file: input/prepare.sh NAME when its file
  * name is NAME.h5 of a known dataset (with the path as OUT, and an empty
