@@ -17,7 +17,7 @@ void batch_free(Batch *b)
 void corpus_free(Corpus *c)
 {
     void *arrays[6] = { c->src_off, c->tgt_off, c->src_tok, c->tgt_tok, c->src_tok16, c->tgt_tok16 };
-    const char *lo = c->map, *hi = lo + c->map_len;
+    const char *lo = c->map, *hi = c->map ? lo + c->map_len : NULL;
     for (int k = 0; k < 6; k++)
         if (!c->map || (const char *)arrays[k] < lo || (const char *)arrays[k] >= hi) free(arrays[k]);
     if (c->map) munmap(c->map, c->map_len);
