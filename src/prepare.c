@@ -723,36 +723,75 @@ static int filter_pairs(const Prepare *p, DatasetSplit *s)
     return 0;
 }
 
-/* 5b. one split's token ids from its files' spm_encode output, then filtered */
+/* the ids of one spm_encode piece (work/K.C.ids), parsed apart */
+typedef struct {
+    int k, c;
+    int64_t *off;          /* [n+1] from 0 */
+    int32_t *tok;
+    long long n, ntok, cap;
+    int rc;
+} PieceIds;
+
+/* append piece q to one side's arrays (offsets shifted) and free it: the
+ * arrays grow by realloc, so the pieces and the split are not held twice */
+static void append_piece(PieceIds *q, int64_t **off, int32_t **tok, long long *n, long long *ntok)
+{
+    *off = xrealloc(*off, sizeof(int64_t) * (*n + q->n + 1));
+    for (long long i = 1; i <= q->n; i++) (*off)[*n + i] = *ntok + q->off[i];
+    *tok = xrealloc(*tok, sizeof(int32_t) * (*ntok + q->ntok + 1));
+    if (q->ntok) memcpy(*tok + *ntok, q->tok, sizeof(int32_t) * q->ntok);
+    *n += q->n;
+    *ntok += q->ntok;
+    free(q->off); free(q->tok);
+    q->off = NULL; q->tok = NULL;
+}
+
+/* the pieces of split s's files, sources before targets, in file order */
+static PieceIds *split_pieces(const Prepare *p, const DatasetSplit *s, int *np)
+{
+    int n = 0;
+    PieceIds *q = xcalloc(2 * p->nf * (p->o.jobs + 1), sizeof *q);
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < p->nf; i++) {
+            if (strcmp(p->o.args[i].name, s->name)) continue;
+            for (int c = 0; c < encode_text(p, 2 * i + side)->n_cut; c++) { q[n].k = 2 * i + side; q[n++].c = c; }
+        }
+    *np = n;
+    return q;
+}
+
+/* 5b. one split's token ids from its files' spm_encode output (the pieces
+ * parsed by --jobs threads at once, then joined in order), then filtered */
 static int load_split(Prepare *p, DatasetSplit *s)
 {
-    int64_t *soff = xmalloc(sizeof(int64_t)), *toff = xmalloc(sizeof(int64_t));
-    int32_t *stok = NULL, *ttok = NULL;
-    long long ns = 0, nt = 0, ls = 0, lt = 0, cs = 0, ct = 0;
-    int rc = 0;
-    soff[0] = toff[0] = 0;
-    for (int i = 0; i < p->nf && !rc; i++) {
-        if (strcmp(p->o.args[i].name, s->name)) continue;
+    int np, rc = 0;
+    PieceIds *q = split_pieces(p, s, &np);
+    #pragma omp parallel for schedule(dynamic) num_threads(p->o.jobs)
+    for (int j = 0; j < np; j++) {
         char path[4200];
-        for (int c = 0; c < p->src[i].n_cut && !rc; c++) {   /* the pieces in order */
-            snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, 2 * i, c);
-            rc = parse_ids(path, p->src[i].cut_lines[c], p->cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
-        }
-        for (int c = 0; c < p->tgt[i].n_cut && !rc; c++) {
-            snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, 2 * i + 1, c);
-            rc = parse_ids(path, p->tgt[i].cut_lines[c], p->cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
-        }
-        s->n_lines += p->src[i].lines;
+        snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, q[j].k, q[j].c);
+        q[j].off = xcalloc(1, sizeof(int64_t));
+        q[j].rc = parse_ids(path, encode_text(p, q[j].k)->cut_lines[q[j].c], p->cfg.vocab_size, &q[j].off, &q[j].tok,
+                            &q[j].n, &q[j].ntok, &q[j].cap);
     }
-    if (rc) { free(soff); free(toff); free(stok); free(ttok); return rc; }
-    if (ns > INT32_MAX) {
+    int64_t *off[2] = { xcalloc(1, sizeof(int64_t)), xcalloc(1, sizeof(int64_t)) };
+    int32_t *tok[2] = { NULL, NULL };
+    long long n[2] = { 0, 0 }, ntok[2] = { 0, 0 };
+    for (int j = 0; j < np; j++) {
+        if (!rc) rc = q[j].rc;
+        if (!rc) append_piece(&q[j], &off[q[j].k % 2], &tok[q[j].k % 2], &n[q[j].k % 2], &ntok[q[j].k % 2]);
+        free(q[j].off); free(q[j].tok);
+    }
+    free(q);
+    for (int i = 0; i < p->nf; i++) if (!strcmp(p->o.args[i].name, s->name)) s->n_lines += p->src[i].lines;
+    if (!rc && n[0] > INT32_MAX) {
         fprintf(stderr, "error: %s: split '%s' has too many pairs\n", p->o.out, s->name);
-        free(soff); free(toff); free(stok); free(ttok);
-        return 2;
+        rc = 2;
     }
+    if (rc) { free(off[0]); free(off[1]); free(tok[0]); free(tok[1]); return rc; }
     Corpus *c = &s->corpus;
-    c->n = (int)ns;
-    c->src_off = soff; c->tgt_off = toff; c->src_tok = stok; c->tgt_tok = ttok;
+    c->n = (int)n[0];
+    c->src_off = off[0]; c->tgt_off = off[1]; c->src_tok = tok[0]; c->tgt_tok = tok[1];
     return filter_pairs(p, s);
 }
 
