@@ -373,8 +373,9 @@ static int prepare_parse(Prepare *p, int argc, char **argv)
     return 0;
 }
 
-/* 1. validate every file; collect provenance (the texts are only needed
- * for validation and hashing, so they are freed here) */
+/* 1. validate every file; collect provenance and the pieces to encode
+ * apart (the texts are only needed for that, so each pair is freed as
+ * soon as it is done) */
 static int validate_inputs(Prepare *p)
 {
     const SplitArg *args = p->o.args;
@@ -398,9 +399,10 @@ static int validate_inputs(Prepare *p)
                 rc = 2;
             }
         }
+        /* one pair of texts in memory at a time (WMT14 En-Fr's are ~10 GB in all) */
+        if (!rc) { cut_text(&src[i], p->o.jobs); cut_text(&tgt[i], p->o.jobs); }
+        free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL;
     }
-    for (int i = 0; i < nf && !rc; i++) { cut_text(&src[i], p->o.jobs); cut_text(&tgt[i], p->o.jobs); }
-    for (int i = 0; i < nf; i++) { free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL; }
     return rc;
 }
 

@@ -42,3 +42,24 @@ done
 n=$(h5dump -a /splits/train/n_pairs "$W/j3.h5" | awk '/\(0\)/ { print $2 }')
 [ "$n" = 4999 ] || fail "train has $n pairs, expected 4999"
 ok "--jobs 1, 2 and 3 write the same ids, offsets and vocabulary ($n training pairs; 3 workers: $(grep -o 'in [0-9]* pieces' "$W/p3.log"))"
+
+# ---- validation holds one pair of texts at a time: prepare with 12
+# training pairs of one 2 x 8 MB corpus (the same files 12 times) against
+# 1, each stopped after validation by a vocabulary spm_train refuses: the
+# peak RSS grows by less than 2 pairs' text (all texts held at once: ~11)
+[ -x /usr/bin/time ] || skip "no /usr/bin/time"
+GEN=$TOP/bin/tests/gen_corpus
+[ -x "$GEN" ] || fail "$GEN: not built (make tests)"
+"$GEN" text 40000 5 "$W/big.en" "$W/big.xx" || fail "gen_corpus"
+mb=$(( ($(stat -c %s "$W/big.en") + $(stat -c %s "$W/big.xx")) / 1048576 ))
+peak() {   # peak RSS in MB of prepare on N copies of the pair
+    local S=() i
+    for i in $(seq "$1"); do S+=(--split train "$W/big.en" "$W/big.xx"); done
+    /usr/bin/time -f %M -o "$W/rss" "$BIN" prepare --out "$W/big.h5" --jobs 1 --sentences 200 vocab_size=900000 "${S[@]}" \
+        >"$W/big.log" 2>&1 && fail "prepare with vocab_size=900000 succeeded"
+    grep -q "vocab_size=900000 cannot be supported" "$W/big.log" || fail "unexpected failure: $(tail -2 "$W/big.log")"
+    echo $(( $(tail -1 "$W/rss") / 1024 ))
+}
+r1=$(peak 1) r6=$(peak 12)
+[ $((r6 - r1)) -lt $((2 * mb)) ] || fail "validating 12 x $mb MB of text took $((r6 - r1)) MB more than 1 x: the texts are held together"
+ok "validating 12 x $mb MB of text: peak RSS $r6 MB, $((r6 - r1)) MB more than for 1 x (less than 2 x $mb MB)"
