@@ -121,12 +121,15 @@ static int write_split(hid_t splits, const DatasetSplit *s, int id_bits)
     hid_t g = H5Gcreate2(splits, s->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) return 1;
     const Corpus *c = &s->corpus;
-    hid_t id_type = id_bits == 16 ? H5T_STD_U16LE : H5T_STD_I32LE;   /* HDF5 narrows the int32 ids */
+    hid_t id_type = id_bits == 16 ? H5T_STD_U16LE : H5T_STD_I32LE;   /* HDF5 converts int32 ids */
     int rc = 0;
     rc |= write_flat(g, "src_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->src_off, (size_t)c->n + 1);
     rc |= write_flat(g, "tgt_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->tgt_off, (size_t)c->n + 1);
-    rc |= write_flat(g, "src_ids", id_type, H5T_NATIVE_INT32, c->src_tok, (size_t)c->src_off[c->n]);
-    rc |= write_flat(g, "tgt_ids", id_type, H5T_NATIVE_INT32, c->tgt_tok, (size_t)c->tgt_off[c->n]);
+    /* the corpus's ids are int32, or uint16 (prepare, for a 16-bit file) */
+    rc |= write_flat(g, "src_ids", id_type, c->src_tok ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT16,
+                     c->src_tok ? (const void *)c->src_tok : (const void *)c->src_tok16, (size_t)c->src_off[c->n]);
+    rc |= write_flat(g, "tgt_ids", id_type, c->tgt_tok ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT16,
+                     c->tgt_tok ? (const void *)c->tgt_tok : (const void *)c->tgt_tok16, (size_t)c->tgt_off[c->n]);
     rc |= attr_i64(g, "n_pairs", c->n);
     rc |= attr_i64(g, "n_input_pairs", s->n_lines);
     rc |= attr_i64(g, "n_dropped", s->n_dropped);

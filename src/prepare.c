@@ -279,9 +279,10 @@ static char *slurp(const char *path, size_t *len)
 }
 
 /* parse spm_encode --output_format=id output: one line of ids per input
- * line; appends to the growing token array */
-static int parse_ids(const char *path, long long expect_lines, int vocab, int64_t **off, int32_t **tok, long long *n,
-                     long long *ntok, long long *cap_tok)
+ * line; appends to the growing token array, of int32 or (elem 2) of
+ * uint16 ids: the width the dataset stores, so that prepare holds no more */
+static int parse_ids(const char *path, long long expect_lines, int vocab, int64_t **off, void **tok, size_t elem,
+                     long long *n, long long *ntok, long long *cap_tok)
 {
     size_t len;
     char *buf = slurp(path, &len);
@@ -297,8 +298,9 @@ static int parse_ids(const char *path, long long expect_lines, int vocab, int64_
             char *e;
             long v = strtol(p, &e, 10);
             if (e == p || v < 0 || v >= vocab) { free(buf); fprintf(stderr, "error: %s: bad id output at line %lld\n", path, lines + 1); return 2; }
-            if (*ntok == *cap_tok) { *cap_tok = *cap_tok * 2 + 1024; *tok = xrealloc(*tok, sizeof(int32_t) * *cap_tok); }
-            (*tok)[(*ntok)++] = (int32_t)v;
+            if (*ntok == *cap_tok) { *cap_tok = *cap_tok * 2 + 1024; *tok = xrealloc(*tok, elem * *cap_tok); }
+            if (elem == 2) ((uint16_t *)*tok)[(*ntok)++] = (uint16_t)v;
+            else ((int32_t *)*tok)[(*ntok)++] = (int32_t)v;
             p = e;
             while (p < nl && *p == ' ') p++;
         }
@@ -707,8 +709,13 @@ static int filter_pairs(const Prepare *p, DatasetSplit *s)
         int fits = a + 1 <= max_len && b + 1 <= max_len;
         if (!fits) over++;
         if (filter && !fits) continue;
-        memmove(c->src_tok + ms, c->src_tok + soff[i], sizeof(int32_t) * a);
-        memmove(c->tgt_tok + mt, c->tgt_tok + toff[i], sizeof(int32_t) * b);
+        if (c->src_tok16) {   /* the ids as the dataset stores them (load_split) */
+            memmove(c->src_tok16 + ms, c->src_tok16 + soff[i], sizeof(uint16_t) * a);
+            memmove(c->tgt_tok16 + mt, c->tgt_tok16 + toff[i], sizeof(uint16_t) * b);
+        } else {
+            memmove(c->src_tok + ms, c->src_tok + soff[i], sizeof(int32_t) * a);
+            memmove(c->tgt_tok + mt, c->tgt_tok + toff[i], sizeof(int32_t) * b);
+        }
         soff[m] = ms; toff[m] = mt;   /* safe: m <= i and soff[i] read above */
         ms += a; mt += b; m++;
     }
@@ -729,19 +736,19 @@ static int filter_pairs(const Prepare *p, DatasetSplit *s)
 typedef struct {
     int k, c;
     int64_t *off;          /* [n+1] from 0 */
-    int32_t *tok;
+    void *tok;             /* int32 or uint16 ids (parse_ids) */
     long long n, ntok, cap;
     int rc;
 } PieceIds;
 
 /* append piece q to one side's arrays (offsets shifted) and free it: the
  * arrays grow by realloc, so the pieces and the split are not held twice */
-static void append_piece(PieceIds *q, int64_t **off, int32_t **tok, long long *n, long long *ntok)
+static void append_piece(PieceIds *q, size_t elem, int64_t **off, void **tok, long long *n, long long *ntok)
 {
     *off = xrealloc(*off, sizeof(int64_t) * (*n + q->n + 1));
     for (long long i = 1; i <= q->n; i++) (*off)[*n + i] = *ntok + q->off[i];
-    *tok = xrealloc(*tok, sizeof(int32_t) * (*ntok + q->ntok + 1));
-    if (q->ntok) memcpy(*tok + *ntok, q->tok, sizeof(int32_t) * q->ntok);
+    *tok = xrealloc(*tok, elem * (*ntok + q->ntok + 1));
+    if (q->ntok) memcpy((char *)*tok + elem * *ntok, q->tok, elem * q->ntok);
     *n += q->n;
     *ntok += q->ntok;
     free(q->off); free(q->tok);
@@ -767,6 +774,7 @@ static PieceIds *split_pieces(const Prepare *p, const DatasetSplit *s, int *np)
 static int load_split(Prepare *p, DatasetSplit *s)
 {
     int np, rc = 0;
+    size_t elem = dataset_id_bits(p->cfg.vocab_size, p->o.id_bits) == 16 ? 2 : 4;
     PieceIds *q = split_pieces(p, s, &np);
     #pragma omp parallel for schedule(dynamic) num_threads(p->o.jobs)
     for (int j = 0; j < np; j++) {
@@ -774,14 +782,14 @@ static int load_split(Prepare *p, DatasetSplit *s)
         snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, q[j].k, q[j].c);
         q[j].off = xcalloc(1, sizeof(int64_t));
         q[j].rc = parse_ids(path, encode_text(p, q[j].k)->cut_lines[q[j].c], p->cfg.vocab_size, &q[j].off, &q[j].tok,
-                            &q[j].n, &q[j].ntok, &q[j].cap);
+                            elem, &q[j].n, &q[j].ntok, &q[j].cap);
     }
     int64_t *off[2] = { xcalloc(1, sizeof(int64_t)), xcalloc(1, sizeof(int64_t)) };
-    int32_t *tok[2] = { NULL, NULL };
+    void *tok[2] = { NULL, NULL };
     long long n[2] = { 0, 0 }, ntok[2] = { 0, 0 };
     for (int j = 0; j < np; j++) {
         if (!rc) rc = q[j].rc;
-        if (!rc) append_piece(&q[j], &off[q[j].k % 2], &tok[q[j].k % 2], &n[q[j].k % 2], &ntok[q[j].k % 2]);
+        if (!rc) append_piece(&q[j], elem, &off[q[j].k % 2], &tok[q[j].k % 2], &n[q[j].k % 2], &ntok[q[j].k % 2]);
         free(q[j].off); free(q[j].tok);
     }
     free(q);
@@ -793,7 +801,9 @@ static int load_split(Prepare *p, DatasetSplit *s)
     if (rc) { free(off[0]); free(off[1]); free(tok[0]); free(tok[1]); return rc; }
     Corpus *c = &s->corpus;
     c->n = (int)n[0];
-    c->src_off = off[0]; c->tgt_off = off[1]; c->src_tok = tok[0]; c->tgt_tok = tok[1];
+    c->src_off = off[0]; c->tgt_off = off[1];
+    if (elem == 2) { c->src_tok16 = tok[0]; c->tgt_tok16 = tok[1]; }
+    else { c->src_tok = tok[0]; c->tgt_tok = tok[1]; }
     return filter_pairs(p, s);
 }
 
