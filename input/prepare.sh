@@ -3,19 +3,24 @@
 # binarize with `transformer prepare`.
 #
 #   input/prepare.sh NAME [ROOT] [OUT]
-#     NAME  multi30k | wmt14 | wmt14-offline
+#     NAME  multi30k | wmt14 | wmt14-offline | wmt14-enfr
 #     ROOT  data root holding the dataset folders (default ../shared/data):
 #             multi30k: ROOT/multi30k            (train, val -> dev, test2016, test2017)
 #             wmt14:    ROOT/wmt14-train (Europarl v7, Common Crawl, News Commentary v9)
 #                       + ROOT/wmt14 (dev newstest2013, test newstest2014)
 #             wmt14-offline: ROOT/newstest-extra + ROOT/tatoeba-manythings (train)
 #                       + ROOT/wmt14 (dev newstest2013, test newstest2014)
+#             wmt14-enfr: ROOT/wmt14-enfr-train (Europarl v7, Common Crawl, News
+#                       Commentary v9, UN, Gigaword fr-en; ~3.5 GB, fetched only
+#                       by 'fetch wmt14-enfr-train') + ROOT/wmt14-enfr (dev
+#                       newstest2012+2013, test newstest2014); vocabulary 32000
 #     OUT   dataset file (default data/NAME.h5)
 #   A missing folder is downloaded from the URLs in input/datasets.manifest and
 #   every file is checked against its sha256 there (the folder appears only
 #   when complete).  Environment: VOCAB (shared BPE vocabulary size), MAX_LEN
 #   (positions incl. BOS/EOS; longer training pairs are dropped), SENTENCES
-#   (spm_train sample size), MANIFEST, TRANSFORMER (the binary).
+#   (spm_train sample size), JOBS (prepare's workers, default: cores),
+#   MANIFEST, TRANSFORMER (the binary).
 #   `input/prepare.sh fetch FOLDER [ROOT]` only fetches one folder.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,6 +63,9 @@ fetch() {
                     gzip -dc "$tmp.gz" >"$tmp" 2>/dev/null || die "$url: not a gzip file"; rm -f "$tmp.gz" ;;
             untar:*) local src="$part/${url#local:}"
                      tar -xzOf "$src" "${how#untar:}" >"$tmp" 2>/dev/null || die "$src: has no member ${how#untar:}" ;;
+            untargz:*) local src="$part/${url#local:}"
+                       { tar -xOf "$src" "${how#untargz:}" | gzip -dc >"$tmp"; } 2>/dev/null \
+                           || die "$src: has no gzip member ${how#untargz:}" ;;
             unzip:*) local src="$part/${url#local:}"
                      unzip -p "$src" "${how#unzip:}" >"$tmp" 2>/dev/null || die "$src: has no member ${how#unzip:}" ;;
             zipcol:*) local spec=${how#zipcol:} src="$part/${url#local:}"
@@ -79,7 +87,7 @@ fetch() {
     trap - EXIT
 }
 
-[ $# -ge 1 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 name=$1
 if [ "$name" = fetch ]; then
     [ $# -ge 2 ] || die "usage: input/prepare.sh fetch FOLDER [ROOT]"
@@ -114,11 +122,26 @@ case $name in
             args+=(--split train "$f" "${f%.en}.de")
         done
         args+=(--split train "$root/tatoeba-manythings/tatoeba.en" "$root/tatoeba-manythings/tatoeba.de") ;;
-    *) die "$name: unknown dataset (multi30k, wmt14, wmt14-offline)" ;;
+    wmt14-enfr)
+        # 3.5 GB: never downloaded behind the user's back
+        t=$root/wmt14-enfr-train
+        [ -d "$t" ] || die "$t: missing (fetch it with: input/prepare.sh fetch wmt14-enfr-train $root; about 3.5 GB from statmt.org)"
+        fetch wmt14-enfr "$root"
+        vocab=${VOCAB:-32000}
+        for c in europarl-v7.fr-en commoncrawl.fr-en news-commentary-v9.fr-en undoc.2000.fr-en giga-fren.release2.fixed; do
+            args+=(--split train "$t/$c.en" "$t/$c.fr")
+        done
+        w=$root/wmt14-enfr
+        args+=(--split dev "$w/newstest2012.en" "$w/newstest2012.fr" --split dev "$w/newstest2013.en" "$w/newstest2013.fr"
+               --split test "$w/newstest2014.en" "$w/newstest2014.fr")
+        # ~40M pairs: the 32000 word-pieces are learned from a 4M-line sample
+        args+=(--sentences "${SENTENCES:-4000000}") ;;
+    *) die "$name: unknown dataset (multi30k, wmt14, wmt14-offline, wmt14-enfr)" ;;
 esac
-if [ "$name" != multi30k ]; then
+case $name in wmt14|wmt14-offline)
     w=$root/wmt14
-    args+=(--split dev "$w/newstest2013.en" "$w/newstest2013.de" --split test "$w/newstest2014.en" "$w/newstest2014.de")
-fi
+    args+=(--split dev "$w/newstest2013.en" "$w/newstest2013.de" --split test "$w/newstest2014.en" "$w/newstest2014.de") ;;
+esac
+[ -n "${JOBS:-}" ] && args+=(--jobs "$JOBS")
 [ -x "$TRANSFORMER" ] || die "$TRANSFORMER: not built (run make)"
 exec "$TRANSFORMER" prepare --out "$out" "${args[@]}" vocab_size="$vocab" max_len="$max_len"

@@ -16,11 +16,14 @@ common_opts=(--chdir="$TRANSFORMER_HOME" --export=ALL)
 
 # mem_request CONFIG [key=value ...]: the --mem option for a training job of
 # CONFIG on GPUS_PER_NODE ranks per node (MEM_PER_NODE=auto), in MB with a
-# 25% margin: each rank holds the dataset (its file size, twice: ids and the
-# batcher's copies) and ~4 GiB of libraries, CUDA context and pinned
-# buffers; rank 0 also ~24 bytes per parameter (host copies of params, Adam
-# m and v, and the checkpoint's in-memory HDF5 image).  Nothing if the
-# estimate cannot be made.
+# 25% margin: the node holds the dataset once (its file size: train maps
+# the training split and the ranks share the pages, docs/dataset.md); each
+# rank its batch plan (24 bytes a pair: under a fifth of the file's bytes
+# per pair) and ~4 GiB of libraries, CUDA context and pinned buffers; rank
+# 0 also ~24 bytes per parameter (host copies of params, Adam m and v, and
+# the checkpoint's in-memory HDF5 image).  A file of the older layout (ids
+# deflated, so not mappable; h5dump says CHUNKED) is read by every rank:
+# twice its size per rank.  Nothing if the estimate cannot be made.
 mem_request() {
     case ${MEM_PER_NODE:-} in auto) ;; "") return 0 ;; *) echo "--mem=$MEM_PER_NODE"; return 0 ;; esac
     local params data bytes=0
@@ -31,7 +34,12 @@ mem_request() {
     for o in "${@:2}"; do case $o in data=*) data=${o#data=} ;; esac; done
     case $data in /*) ;; *) data=$TRANSFORMER_HOME/$data ;; esac   # jobs run in TRANSFORMER_HOME
     [ -f "$data" ] && bytes=$(stat -c %s "$data")
-    echo "--mem=$(( (GPUS_PER_NODE * (2 * bytes + (4 << 30)) + 24 * params) * 5 / 4 / (1 << 20) + 1 ))M"
+    local node=$bytes rank=$((bytes / 5))
+    if [ "$bytes" -gt 0 ] && command -v h5dump >/dev/null &&
+       h5dump -p -H -d /splits/train/src_ids "$data" 2>/dev/null | grep -q CHUNKED; then
+        node=0; rank=$((2 * bytes))
+    fi
+    echo "--mem=$(( (node + GPUS_PER_NODE * (rank + (4 << 30)) + 24 * params) * 5 / 4 / (1 << 20) + 1 ))M"
 }
 
 SBATCH_OPTS=("${common_opts[@]}" --nodes="$NODES" --ntasks-per-node="$GPUS_PER_NODE"

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "util.h"
 
@@ -15,8 +16,19 @@ void batch_free(Batch *b)
 
 void corpus_free(Corpus *c)
 {
-    free(c->src_off); free(c->tgt_off); free(c->src_tok); free(c->tgt_tok);
+    void *arrays[6] = { c->src_off, c->tgt_off, c->src_tok, c->tgt_tok, c->src_tok16, c->tgt_tok16 };
+    const char *lo = c->map, *hi = c->map ? lo + c->map_len : NULL;
+    for (int k = 0; k < 6; k++)
+        if (!c->map || (const char *)arrays[k] < lo || (const char *)arrays[k] >= hi) free(arrays[k]);
+    if (c->map) munmap(c->map, c->map_len);
     memset(c, 0, sizeof *c);
+}
+
+/* n ids of one side from position at, widened to 32 bits */
+static void copy_ids(int32_t *dst, const int32_t *w, const uint16_t *h, int64_t at, int n)
+{
+    if (w) memcpy(dst, w + at, sizeof(int32_t) * n);
+    else for (int k = 0; k < n; k++) dst[k] = h[at + k];
 }
 
 void batch_build(Batch *b, const Corpus *c, const int *idx, int n, int max_len)
@@ -50,13 +62,12 @@ void batch_build(Batch *b, const Corpus *c, const int *idx, int n, int max_len)
         int ls = corpus_src_len(c, i), lt = corpus_tgt_len(c, i);
         if (ls > max_len - 1) ls = max_len - 1;
         if (lt > max_len - 1) lt = max_len - 1;
-        const int32_t *xs = c->src_tok + c->src_off[i], *ys = c->tgt_tok + c->tgt_off[i];
         int32_t *s = b->src + (size_t)k * S, *ti = b->tgt_in + (size_t)k * T, *to = b->tgt_out + (size_t)k * T;
-        memcpy(s, xs, sizeof(int32_t) * ls);
+        copy_ids(s, c->src_tok, c->src_tok16, c->src_off[i], ls);
         s[ls] = TOK_EOS;
         ti[0] = TOK_BOS;
-        memcpy(ti + 1, ys, sizeof(int32_t) * lt);
-        memcpy(to, ys, sizeof(int32_t) * lt);
+        copy_ids(ti + 1, c->tgt_tok, c->tgt_tok16, c->tgt_off[i], lt);
+        memcpy(to, ti + 1, sizeof(int32_t) * lt);
         to[lt] = TOK_EOS;
         b->src_len[k] = ls + 1;
         b->tgt_len[k] = lt + 1;

@@ -4,6 +4,7 @@
 #ifndef BATCH_H
 #define BATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum { TOK_PAD = 0, TOK_BOS = 1, TOK_EOS = 2, TOK_UNK = 3, TOK_FIRST_SYMBOL = 4 };
@@ -21,15 +22,26 @@ typedef struct Batch {
 } Batch;
 
 /* A parallel corpus in memory: pair i has source tokens
- * src_tok[src_off[i] .. src_off[i+1]) (no BOS/EOS), likewise target. */
+ * src_tok[src_off[i] .. src_off[i+1]) (no BOS/EOS), likewise target.
+ * The ids of a side are 32-bit (src_tok) or, from a 16-bit dataset read by
+ * dataset_map(), 16-bit (src_tok16, src_tok NULL): batch_build widens only
+ * the pairs it takes (corpus_src_id).  Arrays that lie inside map (a
+ * read-only mapping of the dataset file, shared by every process on the
+ * node through the page cache) are not freed but unmapped. */
 typedef struct Corpus {
     int n;
     int64_t *src_off, *tgt_off;   /* [n+1] */
     int32_t *src_tok, *tgt_tok;
+    uint16_t *src_tok16, *tgt_tok16;
+    void *map;                    /* mmap of the dataset file, or NULL */
+    size_t map_len;
 } Corpus;
 
 static inline int corpus_src_len(const Corpus *c, int i) { return (int)(c->src_off[i + 1] - c->src_off[i]); }
 static inline int corpus_tgt_len(const Corpus *c, int i) { return (int)(c->tgt_off[i + 1] - c->tgt_off[i]); }
+/* id k of the concatenated source (target) ids, whatever their width */
+static inline int32_t corpus_src_id(const Corpus *c, int64_t k) { return c->src_tok ? c->src_tok[k] : c->src_tok16[k]; }
+static inline int32_t corpus_tgt_id(const Corpus *c, int64_t k) { return c->tgt_tok ? c->tgt_tok[k] : c->tgt_tok16[k]; }
 
 void batch_free(Batch *b);
 /* Fill b with pairs idx[0..n) of c (reallocating as needed).  Sequences longer

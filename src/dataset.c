@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,18 +90,46 @@ static int write_1d(hid_t loc, const char *name, hid_t file_type, hid_t mem_type
     return rc;
 }
 
+/* 1-D dataset stored contiguous and uncompressed, so that a reader can map
+ * it from the file (dataset_map); the file's alignment (dataset_write) puts
+ * every such array of 4 KiB or more on a page boundary */
+static int write_flat(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data, size_t n)
+{
+    hsize_t dim = n;
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);   /* an address even when empty */
+    hid_t ds = H5Dcreate2(loc, name, file_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    int rc = ds < 0 || (n > 0 && H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0);
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    return rc;
+}
+
 /* ---------- writing ---------- */
 
-static int write_split(hid_t splits, const DatasetSplit *s)
+int dataset_id_bits(int vocab_size, int requested)
+{
+    if (requested) return requested;
+    return vocab_size <= 65536 ? 16 : 32;   /* ids 0 .. vocab_size-1 */
+}
+
+static int write_split(hid_t splits, const DatasetSplit *s, int id_bits)
 {
     hid_t g = H5Gcreate2(splits, s->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) return 1;
     const Corpus *c = &s->corpus;
+    hid_t id_type = id_bits == 16 ? H5T_STD_U16LE : H5T_STD_I32LE;   /* HDF5 converts int32 ids */
     int rc = 0;
-    rc |= write_1d(g, "src_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->src_off, (size_t)c->n + 1);
-    rc |= write_1d(g, "tgt_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->tgt_off, (size_t)c->n + 1);
-    rc |= write_1d(g, "src_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, c->src_tok, (size_t)c->src_off[c->n]);
-    rc |= write_1d(g, "tgt_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, c->tgt_tok, (size_t)c->tgt_off[c->n]);
+    rc |= write_flat(g, "src_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->src_off, (size_t)c->n + 1);
+    rc |= write_flat(g, "tgt_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, c->tgt_off, (size_t)c->n + 1);
+    /* the corpus's ids are int32, or uint16 (prepare, for a 16-bit file) */
+    rc |= write_flat(g, "src_ids", id_type, c->src_tok ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT16,
+                     c->src_tok ? (const void *)c->src_tok : (const void *)c->src_tok16, (size_t)c->src_off[c->n]);
+    rc |= write_flat(g, "tgt_ids", id_type, c->tgt_tok ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT16,
+                     c->tgt_tok ? (const void *)c->tgt_tok : (const void *)c->tgt_tok16, (size_t)c->tgt_off[c->n]);
     rc |= attr_i64(g, "n_pairs", c->n);
     rc |= attr_i64(g, "n_input_pairs", s->n_lines);
     rc |= attr_i64(g, "n_dropped", s->n_dropped);
@@ -136,6 +165,7 @@ static int write_root_attrs(hid_t f, const DatasetWrite *d)
     rc |= attr_str(f, "format", DATASET_FORMAT);
     rc |= attr_i64(f, "format_version", DATASET_FORMAT_VERSION);
     rc |= attr_i64(f, "vocab_size", d->vocab.vocab_size);
+    rc |= attr_i64(f, "id_bits", dataset_id_bits(d->vocab.vocab_size, d->id_bits));
     rc |= attr_i64(f, "max_len", d->max_len);
     rc |= attr_str(f, "spm_options", d->spm_options);
     rc |= attr_str(f, "command", d->command);
@@ -166,7 +196,7 @@ static int write_groups(hid_t f, const DatasetWrite *d)
     if (sg >= 0) {
         const char **names = xmalloc(sizeof(char *) * (d->n_splits ? d->n_splits : 1));
         for (int i = 0; i < d->n_splits; i++) {
-            rc |= write_split(sg, &d->splits[i]);
+            rc |= write_split(sg, &d->splits[i], dataset_id_bits(d->vocab.vocab_size, d->id_bits));
             names[i] = d->splits[i].name;
         }
         rc |= attr_strs(f, "split_names", names, d->n_splits);
@@ -186,7 +216,19 @@ int dataset_write(const char *path, const DatasetWrite *d)
     ErrSave es;
     quiet_on(&es);
     int rc = 1;
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    int bits = dataset_id_bits(d->vocab.vocab_size, d->id_bits);
+    if ((bits != 16 && bits != 32) || (bits == 16 && d->vocab.vocab_size > 65536)) {
+        quiet_off(&es);
+        fprintf(stderr, "error: %s: ids of a vocabulary of %d cannot be stored in %d bits\n", path,
+                d->vocab.vocab_size, bits);
+        return 2;
+    }
+    /* objects of 4 KiB or more start on a page: the id and offset arrays
+     * can be mapped in place (dataset_map) */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_alignment(fapl, 4096, 4096);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
     if (f < 0) {
         quiet_off(&es);
         fprintf(stderr, "error: %s: cannot create (%s)\n", tmp, strerror(errno ? errno : EIO));
@@ -221,7 +263,7 @@ int dataset_write(const char *path, const DatasetWrite *d)
 /* ---------- reading ---------- */
 
 /* the datasets that input/prepare.sh NAME makes, by default as data/NAME.h5 */
-static const char *const PREPARE_NAMES[] = { "multi30k", "wmt14", "wmt14-offline" };
+static const char *const PREPARE_NAMES[] = { "multi30k", "wmt14", "wmt14-offline", "wmt14-enfr" };
 
 /* how to make a missing dataset file: input/prepare.sh NAME when its file
  * name is NAME.h5 of a known dataset (with the path as OUT, and an empty
@@ -481,4 +523,143 @@ void dataset_vocab_free(DatasetVocab *v)
     free(v->pieces);
     free(v->spm_model);
     memset(v, 0, sizeof *v);
+}
+
+/* ---------- mapping the training split (dataset_map) ---------- */
+
+/* the split group of f and its vocab_size and n_pairs, or the reason not */
+static const char *open_split(hid_t f, const char *split, long long *vocab, long long *n, hid_t *g)
+{
+    char gname[512];
+    snprintf(gname, sizeof gname, "splits/%s", split);
+    *g = -1;
+    if (read_i64_attr(f, "vocab_size", vocab)) return "missing vocab_size attribute";
+    if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
+        return "no such split";
+    if ((*g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || read_i64_attr(*g, "n_pairs", n) || *n < 0 || *n > INT32_MAX)
+        return "split has no valid n_pairs attribute";
+    return NULL;
+}
+
+/* the whole file mapped read-only and shared (the page cache holds one copy
+ * per node), or NULL where arrays cannot be used in place: a host that is
+ * not little-endian (the file's types are LE), a file with a user block
+ * (dataset addresses are then relative to it), mmap failing */
+static void *map_file(hid_t f, const char *path, size_t *len)
+{
+    const uint16_t one = 1;
+    hid_t fcpl = H5Fget_create_plist(f);
+    hsize_t ub = 1;
+    if (fcpl >= 0) { H5Pget_userblock(fcpl, &ub); H5Pclose(fcpl); }
+    if (*(const unsigned char *)&one != 1 || ub != 0) return NULL;
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);   /* the mapping keeps the file (even if it is replaced) */
+    if (p == MAP_FAILED) return NULL;
+    *len = (size_t)st.st_size;
+    return p;
+}
+
+/* 1 if the 1-D dataset name of g holds unsigned 16-bit integers */
+static int is_u16(hid_t g, const char *name)
+{
+    if (H5Lexists(g, name, H5P_DEFAULT) <= 0) return 0;
+    hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
+    if (ds < 0) return 0;
+    hid_t t = H5Dget_type(ds);
+    int r = H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == 2 && H5Tget_sign(t) == H5T_SGN_NONE;
+    H5Tclose(t);
+    H5Dclose(ds);
+    return r;
+}
+
+/* the array name of g (n_expect elements, or any when < 0; count in *n) in
+ * place in the mapping when it is stored there contiguous, unfiltered, of
+ * exactly file_type and aligned for elem; else read into private memory */
+static void *map_or_read(hid_t g, const char *name, hid_t file_type, hid_t mem_type, size_t elem, long long n_expect,
+                         long long *n, const Corpus *c)
+{
+    if (H5Lexists(g, name, H5P_DEFAULT) <= 0) return NULL;
+    hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
+    if (ds < 0) return NULL;
+    void *p = NULL;
+    hid_t dcpl = H5Dget_create_plist(ds), t = H5Dget_type(ds), sp = H5Dget_space(ds);
+    hsize_t dim = 0;
+    haddr_t at = H5Dget_offset(ds);
+    int flat = c->map && dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 &&
+               H5Tequal(t, file_type) > 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
+               H5Sget_simple_extent_dims(sp, &dim, NULL) == 1 && dim > 0 && (n_expect < 0 || (long long)dim == n_expect) &&
+               at != HADDR_UNDEF && at % elem == 0 && at <= c->map_len && dim * elem <= c->map_len - at;
+    if (flat) {
+        p = (char *)c->map + at;
+        if (n) *n = (long long)dim;
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Tclose(t); H5Sclose(sp);
+    H5Dclose(ds);
+    return p ? p : read_1d(g, name, mem_type, elem, n_expect, n);
+}
+
+/* every id of one side within [TOK_FIRST_SYMBOL - 1, vocab) */
+static int ids_ok(const int32_t *w, const uint16_t *h, long long n, long long vocab)
+{
+    if (w) {
+        for (long long i = 0; i < n; i++)
+            if (w[i] < TOK_FIRST_SYMBOL - 1 || w[i] >= vocab) return 0;
+    } else {
+        for (long long i = 0; i < n; i++)
+            if (h[i] < TOK_FIRST_SYMBOL - 1 || h[i] >= vocab) return 0;
+    }
+    return 1;
+}
+
+/* the offsets and ids of split group g (n pairs) into out, then checked */
+static const char *map_split(hid_t g, long long n, long long vocab, Corpus *out)
+{
+    long long ns = 0, nt = 0;
+    out->n = (int)n;
+    out->src_off = map_or_read(g, "src_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, 8, n + 1, NULL, out);
+    out->tgt_off = map_or_read(g, "tgt_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, 8, n + 1, NULL, out);
+    if (is_u16(g, "src_ids")) out->src_tok16 = map_or_read(g, "src_ids", H5T_STD_U16LE, H5T_NATIVE_UINT16, 2, -1, &ns, out);
+    else out->src_tok = map_or_read(g, "src_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, -1, &ns, out);
+    if (is_u16(g, "tgt_ids")) out->tgt_tok16 = map_or_read(g, "tgt_ids", H5T_STD_U16LE, H5T_NATIVE_UINT16, 2, -1, &nt, out);
+    else out->tgt_tok = map_or_read(g, "tgt_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, -1, &nt, out);
+    if (!out->src_off || !out->tgt_off || !(out->src_tok || out->src_tok16) || !(out->tgt_tok || out->tgt_tok16))
+        return "cannot read the split's ids/offsets (corrupt file?)";
+    if (check_offsets(out->src_off, out->n, ns) || check_offsets(out->tgt_off, out->n, nt))
+        return "offsets do not match the ids (corrupt file)";
+    if (!ids_ok(out->src_tok, out->src_tok16, ns, vocab)) return "source id out of vocabulary range";
+    if (!ids_ok(out->tgt_tok, out->tgt_tok16, nt, vocab)) return "target id out of vocabulary range";
+    return NULL;
+}
+
+int dataset_map(const char *path, const char *split, Corpus *out)
+{
+    memset(out, 0, sizeof *out);
+    ErrSave es;
+    quiet_on(&es);
+    hid_t f = open_ours(path);
+    if (f < 0) { quiet_off(&es); return 2; }
+    long long vocab = 0, n = 0;
+    hid_t g = -1;
+    const char *why = open_split(f, split, &vocab, &n, &g);
+    if (!why) {
+        out->map = map_file(f, path, &out->map_len);
+        why = map_split(g, n, vocab, out);
+    }
+    if (g >= 0) H5Gclose(g);
+    H5Fclose(f);
+    quiet_off(&es);
+    if (why) {
+        if (!strcmp(why, "no such split"))
+            fprintf(stderr, "error: %s: dataset has no split '%s'\n", path, split);
+        else
+            fprintf(stderr, "error: %s: split '%s': %s\n", path, split, why);
+        corpus_free(out);
+        return 2;
+    }
+    return 0;
 }

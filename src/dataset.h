@@ -18,6 +18,15 @@
  * prints one line "error: PATH: ..." on stderr and returns 2 (missing file,
  * truncated or foreign HDF5 file, unknown split, inconsistent offsets). */
 int dataset_load(const char *path, const char *split, Corpus *out);
+/* Like dataset_load, for the big training split: the offsets and ids are
+ * mapped read-only from the file where it stores them contiguous and
+ * uncompressed (prepare writes them so), so that every process of a node
+ * shares one copy in the page cache; 16-bit ids stay 16-bit (src_tok16).
+ * Arrays that cannot be mapped (an older, compressed file; a host that is
+ * not little-endian) are read into private memory, 16-bit ones still
+ * narrow.  corpus_free() unmaps.  Why a mapping and not an MPI shared
+ * window: docs/dataset.md. */
+int dataset_map(const char *path, const char *split, Corpus *out);
 
 typedef struct {
     int vocab_size;
@@ -63,7 +72,12 @@ typedef struct {
     const char *spm_options;    /* spm_train command line */
     const char *command;        /* the prepare command line */
     int max_len;
+    int id_bits;                /* 16 or 32; 0: 16 when vocab_size <= 65536 */
 } DatasetWrite;
+
+/* the width ids are stored with: requested (16 or 32), or for 0 the
+ * narrowest that holds every id of the vocabulary */
+int dataset_id_bits(int vocab_size, int requested);
 
 /* Write d to path via a temporary file in the same directory, fsync and
  * rename: path appears only when complete.  0, or one-line error and 2. */

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,7 @@ typedef struct {
     long long sentence_size;
     int byte_fallback;
     int jobs;
+    int id_bits;        /* --id-bits: 16, 32, or 0 (the narrowest that fits) */
 } PrepOpts;
 
 /* ---------- command line ---------- */
@@ -49,7 +52,7 @@ static int prep_extra(void *ctx, int argc, char **argv, int *i)
     const char *a = argv[*i];
     int need = !strcmp(a, "--split") ? 3
              : (!strcmp(a, "--out") || !strcmp(a, "--character-coverage") || !strcmp(a, "--sentences")
-                || !strcmp(a, "--byte-fallback") || !strcmp(a, "--jobs")) ? 1 : 0;
+                || !strcmp(a, "--byte-fallback") || !strcmp(a, "--jobs") || !strcmp(a, "--id-bits")) ? 1 : 0;
     if (!need) return 0;
     if (*i + need >= argc) {
         fprintf(stderr, "error: prepare: %s needs %d argument%s (see 'transformer prepare --help')\n", a, need,
@@ -73,6 +76,10 @@ static int prep_extra(void *ctx, int argc, char **argv, int *i)
         if (*end || x < 0) { fprintf(stderr, "error: prepare: %s '%s' must be a non-negative integer\n", a, v); return 2; }
         if (!strcmp(a, "--sentences")) o->sentence_size = x;
         else if (!strcmp(a, "--jobs")) o->jobs = (int)x;
+        else if (!strcmp(a, "--id-bits")) {
+            if (x != 16 && x != 32) { fprintf(stderr, "error: prepare: --id-bits '%s' must be 16 or 32\n", v); return 2; }
+            o->id_bits = (int)x;
+        }
         else o->byte_fallback = x != 0;
     }
     *i += need;
@@ -83,7 +90,8 @@ static void prepare_help(void)
 {
     printf("usage: transformer prepare --out DATA.h5 --split NAME SRC TGT [--split NAME SRC TGT ...]\n"
            "                           [--character-coverage X] [--sentences N] [--byte-fallback 0|1]\n"
-           "                           [--jobs N] [--config FILE] [vocab_size=N] [max_len=N] [seed=N]\n\n"
+           "                           [--jobs N] [--id-bits 16|32] [--config FILE] [vocab_size=N] [max_len=N]\n"
+           "                           [seed=N]\n\n"
            "Validates the parallel text files (UTF-8, one sentence per line, equal line counts),\n"
            "learns one shared BPE vocabulary of vocab_size pieces with spm_train on the 'train'\n"
            "split (both sides), encodes every split with spm_encode, drops training pairs that\n"
@@ -92,7 +100,9 @@ static void prepare_help(void)
            "  --character-coverage X  spm_train character coverage (default 1.0)\n"
            "  --sentences N           spm_train samples at most N lines (default 0: all)\n"
            "  --byte-fallback 0|1     unseen characters become UTF-8 byte pieces, not <unk> (default 1)\n"
-           "  --jobs N                spm_encode processes at once (default: cores)\n");
+           "  --jobs N                workers: each file is encoded in N pieces, N spm_encode\n"
+           "                          processes at once; the output does not depend on N (default: cores)\n"
+           "  --id-bits 16|32         width of the stored ids (default: 16 when vocab_size <= 65536)\n");
 }
 
 /* ---------- validation ---------- */
@@ -102,6 +112,9 @@ typedef struct {
     size_t len;
     long long lines;
     char sha[65];
+    int n_cut;           /* pieces encoded apart (cut_text) */
+    long long *cut;      /* [n_cut+1] byte offsets of the pieces, at line starts */
+    long long *cut_lines;/* [n_cut] lines of each piece */
 } TextFile;
 
 /* first byte offset of invalid UTF-8 in s[0..n) (or n): rejects overlong
@@ -175,6 +188,33 @@ static int read_text(const char *path, TextFile *t)
     return 0;
 }
 
+/* Cut t into at most pieces byte ranges of about equal size that start at
+ * line starts, so that spm_encode can encode them at the same time; each
+ * line is encoded alone, so the ids do not depend on the cuts. */
+static void cut_text(TextFile *t, int pieces)
+{
+    t->cut = xmalloc(sizeof(long long) * (pieces + 1));
+    t->cut_lines = xmalloc(sizeof(long long) * pieces);
+    t->n_cut = 0;
+    size_t at = 0;
+    for (int j = 1; j <= pieces && at < t->len; j++) {
+        size_t end = j == pieces ? t->len : (size_t)((double)t->len * j / pieces);
+        if (end < at) end = at;
+        if (end < t->len) {   /* to the end of the line that holds byte end - 1 */
+            const char *nl = end > at ? memchr(t->data + end - 1, '\n', t->len - (end - 1)) : NULL;
+            end = nl ? (size_t)(nl - t->data) + 1 : (end > at ? t->len : at);
+        }
+        if (end == at) continue;
+        long long lines = 0;
+        for (const char *q = t->data + at, *e = t->data + end; (q = memchr(q, '\n', (size_t)(e - q))) != NULL; q++) lines++;
+        if (end == t->len && t->data[t->len - 1] != '\n') lines++;   /* a last line without '\n' */
+        t->cut[t->n_cut] = (long long)at;
+        t->cut_lines[t->n_cut++] = lines;
+        at = end;
+    }
+    t->cut[t->n_cut] = (long long)t->len;
+}
+
 /* ---------- running the SentencePiece tools ---------- */
 
 /* spawn argv with stdin/stdout/stderr redirected to files (NULL: inherit) */
@@ -239,9 +279,10 @@ static char *slurp(const char *path, size_t *len)
 }
 
 /* parse spm_encode --output_format=id output: one line of ids per input
- * line; appends to the growing token array */
-static int parse_ids(const char *path, long long expect_lines, int vocab, int64_t **off, int32_t **tok, long long *n,
-                     long long *ntok, long long *cap_tok)
+ * line; appends to the growing token array, of int32 or (elem 2) of
+ * uint16 ids: the width the dataset stores, so that prepare holds no more */
+static int parse_ids(const char *path, long long expect_lines, int vocab, int64_t **off, void **tok, size_t elem,
+                     long long *n, long long *ntok, long long *cap_tok)
 {
     size_t len;
     char *buf = slurp(path, &len);
@@ -257,8 +298,9 @@ static int parse_ids(const char *path, long long expect_lines, int vocab, int64_
             char *e;
             long v = strtol(p, &e, 10);
             if (e == p || v < 0 || v >= vocab) { free(buf); fprintf(stderr, "error: %s: bad id output at line %lld\n", path, lines + 1); return 2; }
-            if (*ntok == *cap_tok) { *cap_tok = *cap_tok * 2 + 1024; *tok = xrealloc(*tok, sizeof(int32_t) * *cap_tok); }
-            (*tok)[(*ntok)++] = (int32_t)v;
+            if (*ntok == *cap_tok) { *cap_tok = *cap_tok * 2 + 1024; *tok = xrealloc(*tok, elem * *cap_tok); }
+            if (elem == 2) ((uint16_t *)*tok)[(*ntok)++] = (uint16_t)v;
+            else ((int32_t *)*tok)[(*ntok)++] = (int32_t)v;
             p = e;
             while (p < nl && *p == ' ') p++;
         }
@@ -304,6 +346,9 @@ static void prepare_cleanup(Prepare *p)
     free(p->dw.splits);
     dataset_vocab_free(&p->dw.vocab);
     free(p->spm_cmd); free(p->command);
+    for (int i = 0; i < p->nf && p->src && p->tgt; i++) {
+        free(p->src[i].cut); free(p->src[i].cut_lines); free(p->tgt[i].cut); free(p->tgt[i].cut_lines);
+    }
     free(p->src); free(p->tgt); free(p->o.args);
 }
 
@@ -322,12 +367,17 @@ static int prepare_parse(Prepare *p, int argc, char **argv)
     }
     if (!has_train) { fprintf(stderr, "error: prepare: no '--split train SRC TGT' given\n"); return 2; }
     if (o->jobs < 1) o->jobs = 1;
+    if (o->id_bits == 16 && p->cfg.vocab_size > 65536) {
+        fprintf(stderr, "error: prepare: --id-bits 16 cannot hold the ids of vocab_size=%d\n", p->cfg.vocab_size);
+        return 2;
+    }
     p->nf = o->n_args;
     return 0;
 }
 
-/* 1. validate every file; collect provenance (the texts are only needed
- * for validation and hashing, so they are freed here) */
+/* 1. validate every file; collect provenance and the pieces to encode
+ * apart (the texts are only needed for that, so each pair is freed as
+ * soon as it is done) */
 static int validate_inputs(Prepare *p)
 {
     const SplitArg *args = p->o.args;
@@ -351,8 +401,10 @@ static int validate_inputs(Prepare *p)
                 rc = 2;
             }
         }
+        /* one pair of texts in memory at a time (WMT14 En-Fr's are ~10 GB in all) */
+        if (!rc) { cut_text(&src[i], p->o.jobs); cut_text(&tgt[i], p->o.jobs); }
+        free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL;
     }
-    for (int i = 0; i < nf; i++) { free(src[i].data); free(tgt[i].data); src[i].data = tgt[i].data = NULL; }
     return rc;
 }
 
@@ -481,43 +533,141 @@ static const char *encode_input(const Prepare *p, int k)
     return k % 2 ? p->o.args[k / 2].tgt : p->o.args[k / 2].src;
 }
 
-/* 4. encode every file (up to jobs spm_encode processes at a time) into work/K.ids */
+/* the text of input file k: the source (even k) or target (odd k) of --split k/2 */
+static const TextFile *encode_text(const Prepare *p, int k)
+{
+    return k % 2 ? &p->tgt[k / 2] : &p->src[k / 2];
+}
+
+/* one spm_encode run: piece c (cut_text) of input file k, fed through a
+ * pipe by a thread of ours (spm_encode reads its stdin to the end) */
+typedef struct {
+    int k, c;
+    pid_t pid;
+    pthread_t feeder;
+    int fd_in, fd_pipe;    /* the input file and the pipe's write end: the feeder's */
+    long long from, len;   /* the byte range of the piece */
+    int err;               /* errno of a failed read or write (EPIPE: spm_encode stopped) */
+} EncodeJob;
+
+static void *feed_piece(void *arg)
+{
+    EncodeJob *j = arg;
+    char buf[1 << 16];
+    for (long long done = 0; done < j->len && !j->err;) {
+        size_t want = j->len - done < (long long)sizeof buf ? (size_t)(j->len - done) : sizeof buf;
+        ssize_t r = pread(j->fd_in, buf, want, (off_t)(j->from + done));
+        if (r <= 0) { j->err = r < 0 ? errno : EIO; break; }
+        for (ssize_t w = 0; w < r && !j->err;) {
+            ssize_t x = write(j->fd_pipe, buf + w, (size_t)(r - w));
+            if (x < 0 && errno != EINTR) j->err = errno;
+            if (x > 0) w += x;
+        }
+        done += r;
+    }
+    close(j->fd_pipe);
+    close(j->fd_in);
+    return NULL;
+}
+
+/* spawn argv with stdin from fd (a pipe's read end) and stdout/stderr to files */
+static pid_t spawn_piped(char *const argv[], int fd, const char *out, const char *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) {
+        fprintf(stderr, "error: %s: cannot run: %s%s\n", argv[0], strerror(rc),
+                rc == ENOENT ? " (install the Debian package 'sentencepiece')" : "");
+        return -1;
+    }
+    return pid;
+}
+
+/* start spm_encode on piece j->c of file j->k into work/K.C.ids; 0 or -1 */
+static int start_piece(const Prepare *p, EncodeJob *j, char *model)
+{
+    const TextFile *t = encode_text(p, j->k);
+    const char *in = encode_input(p, j->k);
+    char outp[4200], errp[4200];
+    snprintf(outp, sizeof outp, "%s/%d.%d.ids", p->work, j->k, j->c);
+    snprintf(errp, sizeof errp, "%s/%d.%d.log", p->work, j->k, j->c);
+    j->from = t->cut[j->c];
+    j->len = t->cut[j->c + 1] - j->from;
+    int fds[2];
+    j->fd_in = open(in, O_RDONLY | O_CLOEXEC);
+    if (j->fd_in < 0 || pipe2(fds, O_CLOEXEC)) {
+        fprintf(stderr, "error: %s: cannot open for spm_encode: %s\n", in, strerror(errno));
+        if (j->fd_in >= 0) close(j->fd_in);
+        return -1;
+    }
+    char *av[] = { "spm_encode", model, "--output_format=id", NULL };
+    j->pid = spawn_piped(av, fds[0], outp, errp);
+    close(fds[0]);
+    j->fd_pipe = fds[1];
+    if (j->pid <= 0 || pthread_create(&j->feeder, NULL, feed_piece, j)) {
+        close(fds[1]); close(j->fd_in);
+        if (j->pid > 0) wait_ok(j->pid);
+        return -1;
+    }
+    return 0;
+}
+
+/* a piece's spm_encode exited with status st: join its feeder; 0 or 1 */
+static int finish_piece(const Prepare *p, EncodeJob *j, int st)
+{
+    pthread_join(j->feeder, NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", encode_input(p, j->k),
+                WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return 1;
+    }
+    if (j->err) {
+        fprintf(stderr, "error: %s: feeding spm_encode failed: %s\n", encode_input(p, j->k), strerror(j->err));
+        return 1;
+    }
+    return 0;
+}
+
+/* 4. encode every piece of every file (cut_text: --jobs pieces a file), up
+ * to jobs spm_encode processes at a time, into work/K.C.ids */
 static int encode_files(Prepare *p)
 {
     double ts = now_seconds();
     char model[4200];
     snprintf(model, sizeof model, "--model=%s/spm.model", p->work);
-    int nproc = 2 * p->nf, running = 0, next = 0, failed = 0;
-    pid_t *pids = xcalloc(nproc, sizeof(pid_t));
-    while (next < nproc || running > 0) {
-        if (next < nproc && running < p->o.jobs && !failed) {
-            char outp[4200], errp[4200];
-            snprintf(outp, sizeof outp, "%s/%d.ids", p->work, next);
-            snprintf(errp, sizeof errp, "%s/%d.log", p->work, next);
-            char *av[] = { "spm_encode", model, "--output_format=id", NULL };
-            pids[next] = spawn(av, encode_input(p, next), outp, errp);
-            if (pids[next] <= 0) failed = 1;
+    int n = 0, running = 0, next = 0, failed = 0;
+    for (int k = 0; k < 2 * p->nf; k++) n += encode_text(p, k)->n_cut;
+    EncodeJob *jobs = xcalloc(n ? n : 1, sizeof *jobs);
+    for (int k = 0, q = 0; k < 2 * p->nf; k++)
+        for (int c = 0; c < encode_text(p, k)->n_cut; c++, q++) { jobs[q].k = k; jobs[q].c = c; }
+    struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+    sigaction(SIGPIPE, &ign, &old);   /* a dead spm_encode is an error, not our death */
+    while (next < n || running > 0) {
+        if (next < n && running < p->o.jobs && !failed) {
+            if (start_piece(p, &jobs[next++], model)) failed = 1;
             else running++;
-            next++;
             continue;
         }
         if (running == 0) break;
         int st;
         pid_t w = wait(&st);
         if (w < 0) { if (errno == EINTR) continue; break; }
-        for (int k = 0; k < nproc; k++)
-            if (pids[k] == w) {
+        for (int q = 0; q < next; q++)
+            if (jobs[q].pid == w) {
                 running--;
-                if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-                    if (!failed) fprintf(stderr, "error: %s: spm_encode failed (exit %d)\n", encode_input(p, k),
-                                         WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-                    failed = 1;
-                }
+                failed |= finish_piece(p, &jobs[q], st);
             }
     }
-    free(pids);
-    if (failed || next < nproc) return 2;
-    printf("prepare: spm_encode: %d files in %.1fs\n", nproc, now_seconds() - ts);
+    sigaction(SIGPIPE, &old, NULL);
+    free(jobs);
+    if (failed || next < n) return 2;
+    printf("prepare: spm_encode: %d files in %d pieces in %.1fs\n", 2 * p->nf, n, now_seconds() - ts);
     return 0;
 }
 
@@ -559,8 +709,13 @@ static int filter_pairs(const Prepare *p, DatasetSplit *s)
         int fits = a + 1 <= max_len && b + 1 <= max_len;
         if (!fits) over++;
         if (filter && !fits) continue;
-        memmove(c->src_tok + ms, c->src_tok + soff[i], sizeof(int32_t) * a);
-        memmove(c->tgt_tok + mt, c->tgt_tok + toff[i], sizeof(int32_t) * b);
+        if (c->src_tok16) {   /* the ids as the dataset stores them (load_split) */
+            memmove(c->src_tok16 + ms, c->src_tok16 + soff[i], sizeof(uint16_t) * a);
+            memmove(c->tgt_tok16 + mt, c->tgt_tok16 + toff[i], sizeof(uint16_t) * b);
+        } else {
+            memmove(c->src_tok + ms, c->src_tok + soff[i], sizeof(int32_t) * a);
+            memmove(c->tgt_tok + mt, c->tgt_tok + toff[i], sizeof(int32_t) * b);
+        }
         soff[m] = ms; toff[m] = mt;   /* safe: m <= i and soff[i] read above */
         ms += a; mt += b; m++;
     }
@@ -577,32 +732,78 @@ static int filter_pairs(const Prepare *p, DatasetSplit *s)
     return 0;
 }
 
-/* 5b. one split's token ids from its files' spm_encode output, then filtered */
+/* the ids of one spm_encode piece (work/K.C.ids), parsed apart */
+typedef struct {
+    int k, c;
+    int64_t *off;          /* [n+1] from 0 */
+    void *tok;             /* int32 or uint16 ids (parse_ids) */
+    long long n, ntok, cap;
+    int rc;
+} PieceIds;
+
+/* append piece q to one side's arrays (offsets shifted) and free it: the
+ * arrays grow by realloc, so the pieces and the split are not held twice */
+static void append_piece(PieceIds *q, size_t elem, int64_t **off, void **tok, long long *n, long long *ntok)
+{
+    *off = xrealloc(*off, sizeof(int64_t) * (*n + q->n + 1));
+    for (long long i = 1; i <= q->n; i++) (*off)[*n + i] = *ntok + q->off[i];
+    *tok = xrealloc(*tok, elem * (*ntok + q->ntok + 1));
+    if (q->ntok) memcpy((char *)*tok + elem * *ntok, q->tok, elem * q->ntok);
+    *n += q->n;
+    *ntok += q->ntok;
+    free(q->off); free(q->tok);
+    q->off = NULL; q->tok = NULL;
+}
+
+/* the pieces of split s's files, sources before targets, in file order */
+static PieceIds *split_pieces(const Prepare *p, const DatasetSplit *s, int *np)
+{
+    int n = 0;
+    PieceIds *q = xcalloc(2 * p->nf * (p->o.jobs + 1), sizeof *q);
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < p->nf; i++) {
+            if (strcmp(p->o.args[i].name, s->name)) continue;
+            for (int c = 0; c < encode_text(p, 2 * i + side)->n_cut; c++) { q[n].k = 2 * i + side; q[n++].c = c; }
+        }
+    *np = n;
+    return q;
+}
+
+/* 5b. one split's token ids from its files' spm_encode output (the pieces
+ * parsed by --jobs threads at once, then joined in order), then filtered */
 static int load_split(Prepare *p, DatasetSplit *s)
 {
-    int64_t *soff = xmalloc(sizeof(int64_t)), *toff = xmalloc(sizeof(int64_t));
-    int32_t *stok = NULL, *ttok = NULL;
-    long long ns = 0, nt = 0, ls = 0, lt = 0, cs = 0, ct = 0;
-    int rc = 0;
-    soff[0] = toff[0] = 0;
-    for (int i = 0; i < p->nf && !rc; i++) {
-        if (strcmp(p->o.args[i].name, s->name)) continue;
+    int np, rc = 0;
+    size_t elem = dataset_id_bits(p->cfg.vocab_size, p->o.id_bits) == 16 ? 2 : 4;
+    PieceIds *q = split_pieces(p, s, &np);
+    #pragma omp parallel for schedule(dynamic) num_threads(p->o.jobs)
+    for (int j = 0; j < np; j++) {
         char path[4200];
-        snprintf(path, sizeof path, "%s/%d.ids", p->work, 2 * i);
-        rc = parse_ids(path, p->src[i].lines, p->cfg.vocab_size, &soff, &stok, &ns, &ls, &cs);
-        snprintf(path, sizeof path, "%s/%d.ids", p->work, 2 * i + 1);
-        if (!rc) rc = parse_ids(path, p->tgt[i].lines, p->cfg.vocab_size, &toff, &ttok, &nt, &lt, &ct);
-        s->n_lines += p->src[i].lines;
+        snprintf(path, sizeof path, "%s/%d.%d.ids", p->work, q[j].k, q[j].c);
+        q[j].off = xcalloc(1, sizeof(int64_t));
+        q[j].rc = parse_ids(path, encode_text(p, q[j].k)->cut_lines[q[j].c], p->cfg.vocab_size, &q[j].off, &q[j].tok,
+                            elem, &q[j].n, &q[j].ntok, &q[j].cap);
     }
-    if (rc) { free(soff); free(toff); free(stok); free(ttok); return rc; }
-    if (ns > INT32_MAX) {
+    int64_t *off[2] = { xcalloc(1, sizeof(int64_t)), xcalloc(1, sizeof(int64_t)) };
+    void *tok[2] = { NULL, NULL };
+    long long n[2] = { 0, 0 }, ntok[2] = { 0, 0 };
+    for (int j = 0; j < np; j++) {
+        if (!rc) rc = q[j].rc;
+        if (!rc) append_piece(&q[j], elem, &off[q[j].k % 2], &tok[q[j].k % 2], &n[q[j].k % 2], &ntok[q[j].k % 2]);
+        free(q[j].off); free(q[j].tok);
+    }
+    free(q);
+    for (int i = 0; i < p->nf; i++) if (!strcmp(p->o.args[i].name, s->name)) s->n_lines += p->src[i].lines;
+    if (!rc && n[0] > INT32_MAX) {
         fprintf(stderr, "error: %s: split '%s' has too many pairs\n", p->o.out, s->name);
-        free(soff); free(toff); free(stok); free(ttok);
-        return 2;
+        rc = 2;
     }
+    if (rc) { free(off[0]); free(off[1]); free(tok[0]); free(tok[1]); return rc; }
     Corpus *c = &s->corpus;
-    c->n = (int)ns;
-    c->src_off = soff; c->tgt_off = toff; c->src_tok = stok; c->tgt_tok = ttok;
+    c->n = (int)n[0];
+    c->src_off = off[0]; c->tgt_off = off[1];
+    if (elem == 2) { c->src_tok16 = tok[0]; c->tgt_tok16 = tok[1]; }
+    else { c->src_tok = tok[0]; c->tgt_tok = tok[1]; }
     return filter_pairs(p, s);
 }
 
@@ -626,8 +827,11 @@ static int write_dataset(Prepare *p, int argc, char **argv, double t0)
     p->dw.spm_options = p->spm_cmd;
     p->dw.command = p->command;
     p->dw.max_len = p->cfg.max_len;
+    p->dw.id_bits = p->o.id_bits;
     int rc = dataset_write(p->o.out, &p->dw);
-    if (!rc) printf("prepare: wrote %s (vocab %d) in %.1fs\n", p->o.out, p->cfg.vocab_size, now_seconds() - t0);
+    if (!rc)
+        printf("prepare: wrote %s (vocab %d, %d-bit ids) in %.1fs\n", p->o.out, p->cfg.vocab_size,
+               dataset_id_bits(p->cfg.vocab_size, p->o.id_bits), now_seconds() - t0);
     return rc;
 }
 

@@ -88,7 +88,8 @@ static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
                 c->data, v, c->vocab_size, v);
         return 2;
     }
-    if (dataset_load(c->data, "train", train) || dataset_load(c->data, "dev", dev)) return 2;
+    /* the training split mapped: one copy per node (dataset_map) */
+    if (dataset_map(c->data, "train", train) || dataset_load(c->data, "dev", dev)) return 2;
     return 0;
 }
 

@@ -44,3 +44,66 @@ expect_error() {
     echo "$err" | grep -q -- "$pat" || fail "'$*': stderr lacks '$pat': $err"
     ok "'$*' -> exit $rc: $(echo "$err" | head -1)"
 }
+# ids FILE DSET: the ids of an id array of a dataset file, one a line,
+# whatever their stored width (uint16 or int32, docs/dataset.md)
+ids() {
+    local bin t
+    bin=$(mktemp)
+    h5dump -d "$2" -b LE -o "$bin" "$1" >/dev/null || { rm -f "$bin"; return 1; }
+    t=d4; h5dump -H -d "$2" "$1" | grep -q H5T_STD_U16LE && t=u2
+    od -An -v -t $t -w${t#?} "$bin" | tr -d ' '
+    rm -f "$bin"
+}
+# text_corpus N SEED OUT_SRC OUT_TGT: N generated sentence pairs (words of a
+# few hundred kinds, 3-20 words a side) for tests that need a corpus without
+# downloads; the target is the source reversed with its words renamed
+text_corpus() {
+    awk -v n="$1" -v seed="$2" -v src="$3" -v tgt="$4" 'BEGIN {
+        srand(seed)
+        for (i = 0; i < n; i++) {
+            k = 3 + int(rand() * 18); s = ""; t = ""
+            for (j = 0; j < k; j++) {
+                w = int(300 * rand() * rand())
+                s = s (j ? " " : "") "w" w
+                t = "v" (w * 7 % 300) (j ? " " : "") t
+            }
+            print s > src; print t > tgt
+        }
+    }'
+}
+# node_memory NP LOG FILE ARGS...: runs `mpirun -np NP $BIN ARGS...`
+# (output to LOG) and prints "NODE RANK_HWM RANK" in kB, sampled every
+# 20 ms: NODE is the peak over the run of the sum over its ranks of their
+# anonymous memory (heap, private copies) and their proportional share
+# (Pss) of the pages of FILE they map: pages of FILE shared by k ranks
+# count 1/k in each, so the sum is what the node holds for the data.
+# Shared libraries are left out: their Pss depends on every other process
+# of the machine that maps them.  RANK_HWM is the largest VmHWM of a rank
+# (shared pages count in full there), RANK the largest single-rank term.
+# Exit status: the run's.
+node_memory() {
+    local np=$1 log=$2 file=$3 node=0 hwm=0 rmax=0 s h p v mp tag rc
+    shift 3
+    file=$(readlink -f "$file")
+    tag="node_memory.$$.$RANDOM"
+    mpirun -np "$np" -x "NODE_MEMORY_TAG=$tag" "$BIN" "$@" >"$log" 2>&1 &
+    mp=$!
+    while kill -0 "$mp" 2>/dev/null; do
+        s=0
+        for p in $(pgrep -x transformer); do
+            grep -qz "^NODE_MEMORY_TAG=$tag\$" /proc/"$p"/environ 2>/dev/null || continue
+            v=$(awk -v f="$file" '/^[0-9a-f]+-[0-9a-f]+ / { path = $6 }
+                                  /^Anonymous:/ { a += $2 } /^Pss:/ && path == f { m += $2 }
+                                  END { print a + m }' /proc/"$p"/smaps 2>/dev/null)
+            h=$(awk '/^VmHWM:/ { print $2 }' /proc/"$p"/status 2>/dev/null)
+            s=$((s + ${v:-0}))
+            [ "${h:-0}" -gt "$hwm" ] && hwm=$h
+            [ "${v:-0}" -gt "$rmax" ] && rmax=$v
+        done
+        [ "$s" -gt "$node" ] && node=$s
+        sleep 0.02
+    done
+    wait "$mp"; rc=$?
+    echo "$node $hwm $rmax"
+    return $rc
+}

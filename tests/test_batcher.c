@@ -21,6 +21,7 @@ static int failures;
  * (mostly 5-40 tokens, a few up to 120) */
 static void make_corpus(Corpus *c, int n, uint64_t seed)
 {
+    memset(c, 0, sizeof *c);
     c->n = n;
     c->src_off = malloc(sizeof(int64_t) * (n + 1));
     c->tgt_off = malloc(sizeof(int64_t) * (n + 1));

@@ -45,6 +45,7 @@ for i in $(seq 50); do curl -fs "http://127.0.0.1:$port/" >/dev/null && break; s
 
 sed -e "s|https://raw.githubusercontent.com/multi30k/dataset/[0-9a-f]*/data/task1/raw|file://$W/mirror/m30k|" \
     -e "s|https://raw.githubusercontent.com/Helsinki-NLP/OPUS-MT-testsets/[0-9a-f]*/testsets/en-de|http://127.0.0.1:$port/opus|" \
+    -e "s|https://raw.githubusercontent.com/Helsinki-NLP/OPUS-MT-testsets/[0-9a-f]*/testsets/en-fr|http://127.0.0.1:$port/opus-fr|" \
     -e "s|https://raw.githubusercontent.com/rioyshky/translation/[0-9a-f]*/deu-eng.zip|http://127.0.0.1:$port/tat/deu-eng.zip|" \
     -e "s|b7688f84f99fa33c17397c14d8bd9cef1fdeb2ee0bf50074767023aee8926e28|$(sha "$W/mirror/tat/deu-eng.zip")|" \
     -e "s|http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz|file://$W/mirror/statmt/eu.tgz|" \

@@ -16,7 +16,6 @@ V=2000
     vocab_size=$V max_len=64 || fail "prepare"
 
 # unigram baseline from the dataset's target ids
-ids() { h5dump -d "$2" -b LE -o "$W/x.bin" "$1" >/dev/null && od -An -v -t d4 -w4 "$W/x.bin" | tr -d ' '; }
 ids "$W/m.h5" /splits/train/tgt_ids >"$W/train.ids"
 ids "$W/m.h5" /splits/dev/tgt_ids >"$W/dev.ids"
 n_train=$(h5dump -a /splits/train/n_pairs "$W/m.h5" | awk '/\(0\)/ {print $2}')

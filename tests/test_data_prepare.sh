@@ -27,9 +27,8 @@ ok "prepare wrote $W/d.h5"
 # ---- round trip of the dev split with the model bytes from the file
 dump() { h5dump -d "$2" -b LE -o "$W/$3" "$1" >/dev/null || fail "h5dump $2"; }
 dump "$W/d.h5" /vocab/spm_model spm.model
-dump "$W/d.h5" /splits/dev/src_ids ids.bin
 dump "$W/d.h5" /splits/dev/src_offsets off.bin
-od -An -v -t d4 -w4 "$W/ids.bin" | tr -d ' ' >"$W/ids.txt"
+ids "$W/d.h5" /splits/dev/src_ids >"$W/ids.txt" || fail "h5dump /splits/dev/src_ids"
 od -An -v -t d8 -w8 "$W/off.bin" | tr -d ' ' >"$W/off.txt"
 # offsets -> one line of ids per sentence
 awk 'NR==FNR { id[NR-1]=$1; next } FNR>1 { line=""; for (k=prev; k<$1; k++) line = line (k>prev?" ":"") id[k]; print line } { prev=$1 }' \

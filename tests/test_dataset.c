@@ -2,6 +2,10 @@
  * - SHA-256 against the FIPS 180-4 test vectors (empty, "abc", the 448-bit
  *   message, one million 'a' fed in odd-sized pieces);
  * - dataset_write -> dataset_load / dataset_load_vocab round trip, exact;
+ * - 16-bit ids (vocab <= 65536), 32-bit ids (--id-bits 32) and a file of
+ *   the old layout (chunked, deflated int32) read the same through
+ *   dataset_load (widened) and dataset_map (mapped in place where stored
+ *   flat, 16-bit ids kept narrow);
  * - errors (return 2, file left alone): unknown split, missing file, a file
  *   cut short, offsets that do not match the ids, ids out of vocabulary;
  * - dataset_write leaves no temporary file and replaces atomically. */
@@ -70,6 +74,106 @@ static int same(const Corpus *a, const Corpus *b)
         && !memcmp(a->src_tok, b->src_tok, 4 * a->src_off[a->n]) && !memcmp(a->tgt_tok, b->tgt_tok, 4 * a->tgt_off[a->n]);
 }
 
+/* a and b hold the same pairs, whatever the width or place of their ids */
+static int same_ids(const Corpus *a, const Corpus *b)
+{
+    if (a->n != b->n || memcmp(a->src_off, b->src_off, 8 * (a->n + 1)) || memcmp(a->tgt_off, b->tgt_off, 8 * (a->n + 1)))
+        return 0;
+    for (int64_t k = 0; k < a->src_off[a->n]; k++) if (corpus_src_id(a, k) != corpus_src_id(b, k)) return 0;
+    for (int64_t k = 0; k < a->tgt_off[a->n]; k++) if (corpus_tgt_id(a, k) != corpus_tgt_id(b, k)) return 0;
+    return 1;
+}
+
+/* every array of c lies in its file mapping (shared, not a private copy) */
+static int all_mapped(const Corpus *c)
+{
+    const void *arr[4] = { c->src_off, c->tgt_off, c->src_tok ? (void *)c->src_tok : (void *)c->src_tok16,
+                           c->tgt_tok ? (void *)c->tgt_tok : (void *)c->tgt_tok16 };
+    for (int k = 0; k < 4; k++)
+        if (!c->map || (const char *)arr[k] < (const char *)c->map || (const char *)arr[k] >= (const char *)c->map + c->map_len)
+            return 0;
+    return 1;
+}
+
+/* a dataset as format version 1 wrote it before 16-bit ids: int32 ids and
+ * int64 offsets chunked and deflated (they cannot be mapped), no id_bits */
+static void write_old_file(const char *path, const Corpus *c, int V)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t st = H5Tcopy(H5T_C_S1), sc = H5Screate(H5S_SCALAR);
+    H5Tset_size(st, H5T_VARIABLE);
+    const char *fmt = DATASET_FORMAT;
+    long long one = 1, v = V, n = c->n;
+    hid_t a = H5Acreate2(f, "format", st, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, st, &fmt); H5Aclose(a);
+    a = H5Acreate2(f, "format_version", H5T_STD_I64LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_LLONG, &one); H5Aclose(a);
+    a = H5Acreate2(f, "vocab_size", H5T_STD_I64LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_LLONG, &v); H5Aclose(a);
+    hid_t s = H5Gcreate2(f, "splits", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(s, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    a = H5Acreate2(g, "n_pairs", H5T_STD_I64LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_LLONG, &n); H5Aclose(a);
+    const char *names[4] = { "src_offsets", "tgt_offsets", "src_ids", "tgt_ids" };
+    const void *data[4] = { c->src_off, c->tgt_off, c->src_tok, c->tgt_tok };
+    hsize_t dims[4] = { (hsize_t)n + 1, (hsize_t)n + 1, (hsize_t)c->src_off[n], (hsize_t)c->tgt_off[n] };
+    for (int k = 0; k < 4; k++) {
+        hid_t sp = H5Screate_simple(1, &dims[k], NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 1, &dims[k]); H5Pset_shuffle(dcpl); H5Pset_deflate(dcpl, 1);
+        hid_t ft = k < 2 ? H5T_STD_I64LE : H5T_STD_I32LE, mt = k < 2 ? H5T_NATIVE_INT64 : H5T_NATIVE_INT32;
+        hid_t d = H5Dcreate2(g, names[k], ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data[k]);
+        H5Dclose(d); H5Pclose(dcpl); H5Sclose(sp);
+    }
+    H5Gclose(g); H5Gclose(s); H5Sclose(sc); H5Tclose(st); H5Fclose(f);
+}
+
+/* the type of a stored id array: 16 (uint16 LE), 32 (int32 LE) or 0 */
+static int stored_bits(const char *path, const char *dset)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, dset, H5P_DEFAULT), t = H5Dget_type(d);
+    int bits = H5Tequal(t, H5T_STD_U16LE) > 0 ? 16 : H5Tequal(t, H5T_STD_I32LE) > 0 ? 32 : 0;
+    H5Tclose(t); H5Dclose(d); H5Fclose(f);
+    return bits;
+}
+
+/* 16-bit and 32-bit files of the same corpus, and a file of the old
+ * layout: dataset_load widens, dataset_map keeps 16-bit ids narrow and maps
+ * what the file stores flat; every way gives the same pairs */
+static void test_widths(const char *dir, DatasetWrite *dw, const Corpus *ref)
+{
+    char p16[256], p32[256], pold[256];
+    snprintf(p16, sizeof p16, "%s/w16.h5", dir);
+    snprintf(p32, sizeof p32, "%s/w32.h5", dir);
+    snprintf(pold, sizeof pold, "%s/old.h5", dir);
+    Corpus c;
+    dw->id_bits = 0;
+    CHECK(dataset_write(p16, dw) == 0 && stored_bits(p16, "/splits/train/src_ids") == 16, "vocab 500: 16-bit ids");
+    CHECK(dataset_map(p16, "train", &c) == 0 && c.src_tok16 && c.tgt_tok16 && !c.src_tok && all_mapped(&c)
+          && same_ids(&c, ref), "16-bit file: mapped in place, narrow, same pairs");
+    corpus_free(&c);
+    CHECK(dataset_load(p16, "train", &c) == 0 && c.src_tok && same_ids(&c, ref), "16-bit file: dataset_load widens");
+    corpus_free(&c);
+    dw->id_bits = 32;
+    CHECK(dataset_write(p32, dw) == 0 && stored_bits(p32, "/splits/train/tgt_ids") == 32, "--id-bits 32");
+    CHECK(dataset_map(p32, "train", &c) == 0 && c.src_tok && all_mapped(&c) && same_ids(&c, ref), "32-bit file mapped");
+    corpus_free(&c);
+    dw->id_bits = 0;
+    write_old_file(pold, ref, dw->vocab.vocab_size);
+    CHECK(dataset_map(pold, "train", &c) == 0 && c.src_tok && !all_mapped(&c) && same_ids(&c, ref),
+          "old (chunked, deflated, 32-bit) file: read privately, same pairs");
+    corpus_free(&c);
+    CHECK(dataset_load(pold, "train", &c) == 0 && same_ids(&c, ref), "old file: dataset_load");
+    corpus_free(&c);
+    printf("(expected error lines follow)\n");
+    fflush(stdout);
+    dw->vocab.vocab_size = 70000;
+    dw->id_bits = 16;
+    CHECK(dataset_write(p16, dw) == 2, "16-bit ids of a 70000 vocabulary accepted");
+    dw->vocab.vocab_size = 500;
+    dw->id_bits = 0;
+}
+
 /* overwrite one element of an int64 dataset in place */
 static void poke(const char *path, const char *dset, long idx, long long v)
 {
@@ -124,6 +228,7 @@ int main(void)
           && v.spm_model_len == sizeof model && !memcmp(v.spm_model, model, sizeof model), "vocab round trip");
     dataset_vocab_free(&v);
     CHECK(dataset_vocab_size(path) == V, "vocab size");
+    test_widths(dir, &dw, &sp[0].corpus);
 
     /* errors */
     printf("(expected error lines follow)\n");
@@ -143,6 +248,11 @@ int main(void)
     system(cmd);
     poke(bad, "/splits/dev/tgt_ids", 3, V);
     CHECK(dataset_load(bad, "dev", &c) == 2, "id out of vocabulary accepted");
+    CHECK(dataset_map(bad, "dev", &c) == 2, "dataset_map: id out of vocabulary accepted");
+    system(cmd);
+    poke(bad, "/splits/train/tgt_offsets", 7, 1000000);
+    CHECK(dataset_map(bad, "train", &c) == 2, "dataset_map: bad offsets accepted");
+    CHECK(dataset_map(bad, "nope", &c) == 2, "dataset_map: unknown split");
 
     /* atomic replace: writing again over an existing file gives the new content */
     sp[1].corpus.tgt_tok[0] = 4 + (sp[1].corpus.tgt_tok[0] + 1) % (V - 5);

@@ -1,4 +1,4 @@
-/* Data-loader cost per training step, measured alone: dataset_load of the
+/* Data-loader cost per training step, measured alone: dataset_map of the
  * train split (once), then for STEPS steps what train.c does per micro-batch:
  * batchplan_global + batch_build.  Prints "load_s X per_step_us Y batches B".
  * Built and run by tests/bench/bench_data.sh. */
@@ -16,7 +16,7 @@ int main(int argc, char **argv)
     int max_tokens = atoi(argv[2]), max_len = atoi(argv[3]), steps = atoi(argv[4]);
     double t0 = now_seconds();
     Corpus c;
-    if (dataset_load(argv[1], "train", &c)) return 2;
+    if (dataset_map(argv[1], "train", &c)) return 2;
     double t_load = now_seconds() - t0;
     BatchPlan bp;
     t0 = now_seconds();
