@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "average.h"
 #include "checkpoint.h"
 #include "util.h"
 

@@ -23,10 +23,10 @@
 #include <string.h>
 
 #include "checkpoint.h"
-#include "eval.h"
 #include "h5io.h"
 #include "head_mask.h"
-#include "train.h"
+#include "inference.h"
+#include "run.h"
 #include "util.h"
 
 /* per head and batch: |dL/dxi|, then sums over query positions of the

@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "config.h"
 #include "dataset.h"
 #include "sha256.h"
-#include "train.h"
 #include "util.h"
 
 extern char **environ;

@@ -11,49 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dataset.h"
 #include "attention_maps.h"
+#include "cli.h"
+#include "dataset.h"
 #include "auto_tokens.h"
 #include "greedy.h"
 #include "resume.h"
+#include "run.h"
 #include "synthetic.h"
 #include "util.h"
-
-int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
-                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
-{
-    config_defaults(c);
-    const char *file = NULL;
-    for (int i = first; i < argc; i++)
-        if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: %s: --config needs a file name\n", cmd); return 2; }
-            if (file) { fprintf(stderr, "error: %s: --config given twice (%s, %s)\n", cmd, file, argv[i + 1]); return 2; }
-            file = argv[++i];
-        }
-    if (file && config_load_file(c, file)) return 2;
-    for (int i = first; i < argc; i++) {
-        char *a = argv[i];
-        if (!strcmp(a, "--config")) { i++; continue; }
-        if (extra) {
-            int rc = extra(ctx, argc, argv, &i);
-            if (rc == 1) continue;      /* consumed */
-            if (rc > 1) return rc;
-        }
-        char *eq = strchr(a, '=');
-        if (a[0] != '-' && eq) {
-            char key[128];
-            size_t kl = (size_t)(eq - a);
-            if (kl >= sizeof key) kl = sizeof key - 1;
-            memcpy(key, a, kl);
-            key[kl] = '\0';
-            if (config_set(c, "command line", 0, key, eq + 1)) return 2;
-            continue;
-        }
-        fprintf(stderr, "error: %s: unknown argument '%s' (see '%s --help')\n", cmd, a, cmd);
-        return 2;
-    }
-    return config_validate(c, file ? file : "command line");
-}
 
 /* parse_config_args on every rank, its errors printed once: by rank 0, or
  * (an MPMD launch with other arguments) by the first rank that fails.
@@ -107,29 +73,6 @@ static void load_corpora(TrainRun *r)
     MPI_Bcast(&rc, 1, MPI_INT, 0, r->dist.comm);
     if (rc) { dist_finalize(&r->dist); exit(2); }
     if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
-}
-
-EvalStats evaluate(TrainRun *r, const Corpus *c)
-{
-    BatchPlan bp;
-    double sums[3] = {0, 0, 0}, tot[3];
-    if (batchplan_build(&bp, c, r->cfg.max_tokens, r->cfg.max_len, r->cfg.seed) == 0) {
-        Batch b = {0};
-        for (int k = r->dist.rank; k < bp.n_batches; k += r->dist.size) {
-            batch_build(&b, c, bp.idx + bp.start[k], bp.start[k + 1] - bp.start[k], r->cfg.max_len);
-            LossStats st = model_forward_backward(&r->model, &b, 0, 0, 0, NULL, NULL);
-            sums[0] += st.loss_sum; sums[1] += st.nll_sum; sums[2] += st.n_tokens;
-        }
-        batch_free(&b);
-        batchplan_free(&bp);
-    }
-    MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, r->dist.comm);
-    EvalStats e = { 0, 0, 0, (long)tot[2] };
-    e.loss_ls = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
-    e.nll = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
-    /* per-wordpiece perplexity from the unsmoothed NLL (Table 3, PPL) */
-    e.ppl = tot[2] > 0 ? exp(e.nll) : 0.0;
-    return e;
 }
 
 /* a dev line of the log: "dev step N" or "dev final", then the figures
@@ -614,29 +557,4 @@ int cmd_train(int argc, char **argv)
     if (rc) return train_end(&t, rc);
     open_inputs(&t);
     return train_end(&t, publish_outputs(&t, train_loop(&t)));
-}
-
-static void params_help(void)
-{
-    printf("usage: transformer params [--config FILE] [key=value ...]\n\n"
-           "Prints the exact parameter count on a line 'params <N>', then a breakdown.\n");
-}
-
-int cmd_params(int argc, char **argv)
-{
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { params_help(); return 0; }
-    Config c;
-    if (parse_config_args(&c, argc, argv, 2, "params", NULL, NULL)) return 2;
-    ParamTable pt;
-    param_table_build(&pt, &c);
-    printf("params %zu\n", pt.total);
-    size_t emb = (size_t)c.vocab_size * c.d_model, pos = pt.has_pos ? (size_t)c.max_len * c.d_model : 0;
-    size_t enc = pt.emb_begin - pt.enc_begin, dec = pt.enc_begin;
-    printf("  shared_embedding     %12zu  (vocab %d x d_model %d)\n", emb, c.vocab_size, c.d_model);
-    if (pos) printf("  positional_embedding %12zu  (max_len %d x d_model %d)\n", pos, c.max_len, c.d_model);
-    printf("  encoder              %12zu  (%d layers x %zu)\n", enc, c.n_layers, enc / c.n_layers);
-    printf("  decoder              %12zu  (%d layers x %zu)\n", dec, c.n_layers, dec / c.n_layers);
-    param_table_free(&pt);
-    return 0;
 }

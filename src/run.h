@@ -1,0 +1,40 @@
+/* The state of a training run (also what eval and heads hold), and the
+ * evaluation of a corpus: loss and perplexity summed over the ranks. */
+#ifndef RUN_H
+#define RUN_H
+
+#include "batch.h"
+#include "batcher.h"
+#include "config.h"
+#include "dist.h"
+#include "loss_scale.h"
+#include "model.h"
+
+/* Everything a training run holds; resume.c saves and restores it (through checkpoint.c). */
+typedef struct {
+    Config cfg;
+    Dist dist;
+    Backend *be;
+    Model model;
+    Corpus train, dev;
+    BatchPlan plan;
+    GradSync sync;
+    LossScaler scaler;      /* fp16: dynamic loss scaling (off: factor 1) */
+    int step;               /* completed optimiser steps */
+    double elapsed;         /* training wall time, summed over resumes */
+    uint64_t vocab_hash;    /* rank 0: the dataset's vocabulary fingerprint (0: synthetic) */
+} TrainRun;
+
+/* the figures of an evaluation, per target token (EOS included), under the
+ * names every log line prints them with */
+typedef struct {
+    double loss_ls;   /* label-smoothed loss: what training minimises (section 5.4) */
+    double nll;       /* unsmoothed negative log-likelihood */
+    double ppl;       /* per-wordpiece perplexity exp(nll): Table 3's PPL */
+    long tokens;      /* target tokens */
+} EvalStats;
+
+/* loss_ls, nll and ppl of c without dropout, summed over all ranks */
+EvalStats evaluate(TrainRun *r, const Corpus *c);
+
+#endif
