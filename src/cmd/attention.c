@@ -1,6 +1,6 @@
 /* `transformer attention`: the attention maps of chosen sentences of a
  * checkpoint to HDF5 (attention_maps.h, docs/attention.md). */
-#include "attention_cmd.h"
+#include "attention.h"
 
 #include <errno.h>
 #include <hdf5.h>

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "attention_cmd.h"
+#include "attention.h"
 #include "average.h"
 #include "eval.h"
 #include "heads.h"
