@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "corpus.h"
 #include "dist.h"
 #include "h5io.h"
 #include "greedy.h"
@@ -211,7 +212,7 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int
     hdf5_lock();   /* the dataset's vocabulary is read with HDF5 too */
 #ifdef HAVE_DATASET
     DatasetVocab dv = {0};
-    if (strcmp(m->cfg.data, "synthetic") && dataset_load_vocab(m->cfg.data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
+    if (!corpus_is_synthetic(m->cfg.data) && dataset_load_vocab(m->cfg.data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
         pieces = dv.pieces;
 #endif
     vocab_build(&v, m->cfg.vocab_size, pieces);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "corpus.h"
 #include "dataset.h"
 #include "h5io.h"
 #include "util.h"
@@ -304,7 +305,7 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
 
 int checkpoint_check_vocab(const char *ckpt_path, const CkptState *st, const char *data_path)
 {
-    if (!st->vocab_hash || !strcmp(data_path, "synthetic")) return 0;
+    if (!st->vocab_hash || corpus_is_synthetic(data_path)) return 0;
     uint64_t h;
     if (dataset_vocab_hash_of(data_path, &h)) return 2;
     if (h == st->vocab_hash) return 0;

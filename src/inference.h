@@ -1,24 +1,48 @@
-/* Opening a checkpoint for inference: its config with the command line's
- * overrides, the backend and the model, and the corpus to run it on. */
+/* A checkpoint opened for inference, one way for every command that runs
+ * one (eval, heads, translate, attention): its config with the command
+ * line's settings, the data's vocabulary checked against it, the backend
+ * and the model with its head masks. */
 #ifndef INFERENCE_H
 #define INFERENCE_H
 
 #include "checkpoint.h"
-#include "run.h"
+#include "dataset.h"
+#include "dist.h"
 
-/* A checkpoint opened for evaluation (`transformer eval`, `heads`):
- * - rank 0: the checkpoint's config with key=value overrides (an
- *   architecture key is refused naming cmd), validated; a dataset (not
- *   "synthetic") must have the checkpoint's vocabulary;
- * - every rank, with the same r->cfg: the backend it names and the
- *   checkpoint's model, keeping r->cfg's evaluation keys (max_tokens,
- *   mask_heads; max_tokens = 0 is resolved from the free device memory,
- *   collectively, auto_tokens.h);
- * - a split of a dataset file or of the synthetic task.
- * Each returns 0, or 2 after a one-line error. */
-int eval_read_config(const char *cmd, const char *ckpt, const char *data, char *const *over, int n_over, Config *c,
-                     CkptState *st);
-int eval_open_model(TrainRun *r, const char *ckpt);
-int eval_load_split(const char *data, const char *split, const Config *c, Corpus *corp);
+typedef struct {
+    const char *cmd;        /* names the command in errors */
+    const char *ckpt;
+    const char *data;       /* a dataset file or "synthetic" */
+    char *const *over;      /* KEY=VALUE words: non-architecture keys */
+    int n_over;
+    /* the backend keys (device, precision, allreduce, threads) from the
+     * command line and the defaults, not from the checkpoint's config
+     * (translate, attention); else from the checkpoint (eval, heads) */
+    int backend_from_command_line;
+    int auto_tokens;        /* max_tokens = 0: from the free device memory (collective) */
+} InferenceArgs;
+
+/* The checkpoint's config (and state) with the settings of a->over (an
+ * architecture key is refused: it comes from the checkpoint), validated,
+ * and the vocabulary of a->data checked (inference_check_vocab; voc, if
+ * not NULL, gets the dataset's).  0, or 2 after a one-line error. */
+int inference_read_config(const InferenceArgs *a, Config *c, CkptState *st, DatasetVocab *voc);
+
+/* The data's vocabulary is the one the checkpoint was trained with: for
+ * "synthetic", a checkpoint of the synthetic task; for a dataset, as many
+ * pieces, the same fingerprint, and for an older checkpoint without one
+ * the same pieces as its training data where that file is at hand.  voc,
+ * if not NULL, gets the dataset's vocabulary.  0, or 2 after one line. */
+int inference_check_vocab(const InferenceArgs *a, const Config *c, const CkptState *st, DatasetVocab *voc);
+
+/* OpenMP threads of a rank: c->threads, else the node's cores shared by its ranks */
+int inference_threads(const Config *c, const Dist *D);
+
+/* Every rank, with the c of inference_read_config: the backend c names,
+ * the checkpoint's model with c's head masks, and c's decoding and batch
+ * keys (max_tokens, beam, len_alpha, max_len_a) in the model's config;
+ * max_tokens = 0 resolved if a->auto_tokens.  *be is set once created
+ * (destroy it on error too).  0, or 2 after a one-line error. */
+int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend **be);
 
 #endif

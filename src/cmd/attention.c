@@ -12,17 +12,12 @@
 
 #include "attention_maps.h"
 #include "checkpoint.h"
+#include "cli.h"
+#include "corpus.h"
 #include "dist.h"
 #include "h5io.h"
-#include "synthetic.h"
+#include "inference.h"
 #include "util.h"
-
-#if defined(__has_include)
-#if __has_include("dataset.h")
-#include "dataset.h"
-#define HAVE_DATASET 1
-#endif
-#endif
 
 static void attention_help(void)
 {
@@ -88,36 +83,9 @@ static int parse_list(const char *s, int64_t **out, int64_t *dup)
 
 typedef struct {
     const char *ckpt, *data, *split, *list, *out;
-    const char *mask_heads;   /* mask_heads=LIST, or NULL */
+    char *mask_heads;         /* the word mask_heads=LIST, or NULL */
     int greedy;
 } AttnArgs;
-
-static int load_data(const AttnArgs *a, const Config *cfg, const CkptState *st, Corpus *c, Vocab *v)
-{
-    if (!strcmp(a->data, "synthetic")) {
-        if (synthetic_load_split(c, cfg, a->split)) return 2;
-        vocab_build(v, cfg->vocab_size, NULL);
-        return 0;
-    }
-#ifdef HAVE_DATASET
-    if (checkpoint_check_vocab(a->ckpt, st, a->data)) return 2;
-    if (dataset_load(a->data, a->split, c)) return 2;
-    DatasetVocab dv;
-    if (dataset_load_vocab(a->data, &dv)) return 2;
-    if (dv.vocab_size != cfg->vocab_size) {
-        fprintf(stderr, "error: %s: vocabulary of %d pieces, the checkpoint's model has vocab_size %d\n", a->data,
-                dv.vocab_size, cfg->vocab_size);
-        dataset_vocab_free(&dv);
-        return 2;
-    }
-    vocab_build(v, cfg->vocab_size, dv.pieces);
-    dataset_vocab_free(&dv);
-    return 0;
-#else
-    fprintf(stderr, "error: %s: dataset files are not supported by this build yet (use --data synthetic)\n", a->data);
-    return 2;
-#endif
-}
 
 /* broadcast the greedy hypotheses of sentence k from its owner */
 static void share_greedy(Sent *s, int k, int owner, const Config *c, MPI_Comm comm, int rank)
@@ -139,6 +107,8 @@ typedef struct {
     Model m;
     Backend *be;
     CkptState st;
+    DatasetVocab dv;   /* of a dataset file, have_dv */
+    int have_dv;
     Corpus c;
     Vocab v;
     int64_t *idx;      /* the --sentences indices */
@@ -153,8 +123,9 @@ static void attention_free(Attention *at)
     free(at->idx);
     if (at->v.name) vocab_free(&at->v);
     corpus_free(&at->c);
+    if (at->have_dv) dataset_vocab_free(&at->dv);
     model_free(&at->m);
-    at->be->destroy(at->be);
+    if (at->be) at->be->destroy(at->be);
 }
 
 /* --sentences: valid, distinct indices of pairs of the split */
@@ -165,7 +136,8 @@ static int select_sentences(const AttnArgs *a, Attention *at)
     if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", a->list, MAX_SENTENCES); return 2; }
     if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", a->list, (long long)dup); return 2; }
     if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); return 2; }
-    if (load_data(a, &at->cfg, &at->st, &at->c, &at->v)) return 2;
+    if (corpus_open(a->data, a->split, &at->cfg, &at->c)) return 2;
+    vocab_build(&at->v, at->cfg.vocab_size, at->have_dv ? at->dv.pieces : NULL);
     for (int k = 0; k < n; k++)
         if (at->idx[k] >= at->c.n) {
             fprintf(stderr, "error: --sentences: index %lld is past the %d pairs of split '%s'\n",
@@ -259,13 +231,19 @@ static int write_maps(const AttnArgs *a, const Attention *at)
 static int attention_main(const AttnArgs *a, Dist *D)
 {
     Attention at = {0};
-    /* one thread: the maps do not depend on how many ranks share the cores */
-    at.be = backend_create("cpu", "fp32", NULL, 1, D->local_rank);
-    if (!at.be) return 2;
-    if (checkpoint_open_model(a->ckpt, &at.cfg, &at.st, &at.m, at.be)) { at.be->destroy(at.be); return 2; }
+    char *over[1] = { a->mask_heads };
+    InferenceArgs ia = { .cmd = "attention", .ckpt = a->ckpt, .data = a->data, .over = over,
+                         .n_over = a->mask_heads != NULL, .backend_from_command_line = 1 };
+    int synth = corpus_is_synthetic(a->data);
+    if (inference_read_config(&ia, &at.cfg, &at.st, synth ? NULL : &at.dv)) return 2;
+    at.have_dv = !synth;
+    /* fp32 on the CPU, one thread: the maps do not depend on the device or
+     * on how many ranks share the cores */
+    snprintf(at.cfg.device, sizeof at.cfg.device, "cpu");
+    snprintf(at.cfg.precision, sizeof at.cfg.precision, "fp32");
+    at.cfg.threads = 1;
     int rc = 2;
-    if ((!a->mask_heads || model_mask_heads(&at.m, a->mask_heads, "command line") == 0) &&
-        select_sentences(a, &at) == 0) {
+    if (inference_open(&ia, D, &at.cfg, &at.m, &at.be) == 0 && select_sentences(a, &at) == 0) {
         compute_maps(a, &at, D);
         gather_maps(&at, D, a->greedy);
         int bad = D->rank == 0 ? write_maps(a, &at) : 0;
@@ -279,11 +257,11 @@ static int attention_main(const AttnArgs *a, Dist *D)
 int cmd_attention(int argc, char **argv)
 {
     AttnArgs a = { NULL, "synthetic", "dev", NULL, NULL, NULL, 0 };
+    if (cli_wants_help(argc, argv)) { attention_help(); return 0; }
     for (int i = 2; i < argc; i++) {
         const char *o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { attention_help(); return 0; }
         if (!strcmp(o, "--greedy")) { a.greedy = 1; continue; }
-        if (!strncmp(o, "mask_heads=", 11)) { a.mask_heads = o + 11; continue; }
+        if (!strncmp(o, "mask_heads=", 11)) { a.mask_heads = argv[i]; continue; }
         const char **dst = !strcmp(o, "--checkpoint") ? &a.ckpt : !strcmp(o, "--data") ? &a.data
                          : !strcmp(o, "--split") ? &a.split : !strcmp(o, "--sentences") ? &a.list
                          : !strcmp(o, "--output") ? &a.out : NULL;

@@ -11,16 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
+#include "corpus.h"
 #include "inference.h"
 #include "run.h"
 #include "util.h"
-
-#if defined(__has_include)
-#if __has_include("checkpoint.h")
-#include "checkpoint.h"
-#define HAVE_CHECKPOINT 1
-#endif
-#endif
 
 static void eval_help(void)
 {
@@ -36,7 +31,6 @@ static void eval_help(void)
            "evaluates with those heads masked (docs/attention.md).\n");
 }
 
-#ifdef HAVE_CHECKPOINT
 /* everything cmd_eval holds; eval_end is its one exit */
 typedef struct {
     TrainRun *r;
@@ -68,7 +62,7 @@ static int eval_parse(Eval *e, int argc, char **argv)
             if (!strcmp(a, "--checkpoint")) e->ckpt = argv[++i];
             else if (!strcmp(a, "--data")) e->data = argv[++i];
             else e->split = argv[++i];
-        } else if (a[0] != '-' && strchr(a, '=')) e->over[e->n_over++] = argv[i];
+        } else if (cli_is_setting(a)) e->over[e->n_over++] = argv[i];
         else { fprintf(stderr, "error: eval: unknown argument '%s' (see 'transformer eval --help')\n", a); return 2; }
     }
     if (!e->ckpt || !e->data) { fprintf(stderr, "error: eval: --checkpoint and --data are required\n"); return 2; }
@@ -103,36 +97,28 @@ static int evaluate_split(Eval *e)
     }
     return 0;
 }
-#endif
 
 int cmd_eval(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_help(); return 0; }
-    }
-#ifndef HAVE_CHECKPOINT
-    fprintf(stderr, "error: eval: this build has no HDF5 checkpoint support (src/checkpoint.h); "
-                    "train reports dev loss/PPL every eval_steps\n");
-    return 2;
-#else
+    if (cli_wants_help(argc, argv)) { eval_help(); return 0; }
     Eval e = { .r = xcalloc(1, sizeof(TrainRun)), .split = "dev" };
     dist_init(&e.r->dist, &argc, &argv);
     dist_install_abort(&e.r->dist);
     int rc = eval_parse(&e, argc, argv);
-    if (!rc && e.r->dist.rank == 0) rc = eval_read_config("eval", e.ckpt, e.data, e.over, e.n_over, &e.r->cfg, &e.st);
+    InferenceArgs ia = { .cmd = "eval", .ckpt = e.ckpt, .data = e.data, .over = e.over, .n_over = e.n_over,
+                         .auto_tokens = 1 };
+    if (!rc && e.r->dist.rank == 0) rc = inference_read_config(&ia, &e.r->cfg, &e.st, NULL);
     MPI_Bcast(&rc, 1, MPI_INT, 0, e.r->dist.comm);
     if (rc) return eval_end(&e, 2);
     /* rank 0's config on every rank; a failure past this point on one rank
      * takes the job down */
     MPI_Bcast(&e.r->cfg, sizeof e.r->cfg, MPI_BYTE, 0, e.r->dist.comm);
-    rc = eval_open_model(e.r, e.ckpt);
+    rc = inference_open(&ia, &e.r->dist, &e.r->cfg, &e.r->model, &e.r->be);
     e.have_model = e.r->be != NULL;
-    if (rc || eval_load_split(e.data, e.split, &e.r->cfg, &e.corp)) {
+    if (rc || corpus_open(e.data, e.split, &e.r->cfg, &e.corp)) {
         if (util_abort_hook) util_abort_hook(2);
         return 2;
     }
     e.have_corp = 1;
     return eval_end(&e, evaluate_split(&e));
-#endif
 }

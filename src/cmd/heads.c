@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "cli.h"
+#include "corpus.h"
 #include "h5io.h"
 #include "head_mask.h"
 #include "inference.h"
@@ -80,7 +82,7 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
         if (dst) {
             if (i + 1 >= argc) { fprintf(stderr, "error: heads: %s needs a value\n", o); return 2; }
             *dst = argv[++i];
-        } else if (o[0] != '-' && strchr(o, '=')) a->over[a->n_over++] = argv[i];
+        } else if (cli_is_setting(o)) a->over[a->n_over++] = argv[i];
         else { fprintf(stderr, "error: heads: unknown argument '%s' (see 'transformer heads --help')\n", o); return 2; }
     }
     if (!a->ckpt || !a->data || !a->out) {
@@ -92,11 +94,12 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
 
 /* every rank alike: the model with gate gradients on, and the split's
  * batches; 2 after a one-line error */
-static int heads_load(Heads *h)
+static int heads_load(Heads *h, const InferenceArgs *ia)
 {
     TrainRun *r = h->r;
     const Config *c = &r->cfg;
-    if (eval_open_model(r, h->a.ckpt) || eval_load_split(h->a.data, h->a.split, c, &h->corp)) return 2;
+    if (inference_open(ia, &r->dist, &r->cfg, &r->model, &r->be) || corpus_open(h->a.data, h->a.split, c, &h->corp))
+        return 2;
     /* L is the NLL of the reference: no label smoothing in its gradient */
     r->model.cfg.label_smoothing = 0.0f;
     model_track_gate_grads(&r->model);
@@ -113,12 +116,12 @@ static int heads_load(Heads *h)
 
 /* rank 0's config on every rank, then heads_load; its errors (the same on
  * every rank: a missing split, a bad mask) are printed once, by rank 0 */
-static int heads_open(Heads *h)
+static int heads_open(Heads *h, const InferenceArgs *ia)
 {
     Dist *D = &h->r->dist;
     MPI_Bcast(&h->r->cfg, sizeof h->r->cfg, MPI_BYTE, 0, D->comm);
     int held = dist_hold_stderr(D);
-    return dist_release_stderr(D, held, heads_load(h));
+    return dist_release_stderr(D, held, heads_load(h, ia));
 }
 
 /* confidence and positional counts of one layer's weights P [B, nh, Tq,
@@ -304,17 +307,17 @@ static int heads_end(Heads *h, int rc)
 
 int cmd_heads(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { heads_help(); return 0; }
+    if (cli_wants_help(argc, argv)) { heads_help(); return 0; }
     Heads h = { .a = { .split = "dev" }, .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);
     int rc = heads_parse(&h.a, argc, argv);
-    if (!rc && h.r->dist.rank == 0)
-        rc = eval_read_config("heads", h.a.ckpt, h.a.data, h.a.over, h.a.n_over, &h.r->cfg, &h.st);
+    InferenceArgs ia = { .cmd = "heads", .ckpt = h.a.ckpt, .data = h.a.data, .over = h.a.over, .n_over = h.a.n_over,
+                         .auto_tokens = 1 };
+    if (!rc && h.r->dist.rank == 0) rc = inference_read_config(&ia, &h.r->cfg, &h.st, NULL);
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);
     if (rc) return heads_end(&h, 2);
-    if (heads_open(&h)) return heads_end(&h, 2);
+    if (heads_open(&h, &ia)) return heads_end(&h, 2);
     heads_measure(&h);
     rc = h.r->dist.rank == 0 ? heads_write(&h) : 0;
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);

@@ -15,8 +15,7 @@ static void params_help(void)
 
 int cmd_params(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { params_help(); return 0; }
+    if (cli_wants_help(argc, argv)) { params_help(); return 0; }
     Config c;
     if (parse_config_args(&c, argc, argv, 2, "params", NULL, NULL)) return 2;
     ParamTable pt;

@@ -13,12 +13,12 @@
 
 #include "attention_maps.h"
 #include "cli.h"
+#include "corpus.h"
 #include "dataset.h"
 #include "auto_tokens.h"
 #include "greedy.h"
 #include "resume.h"
 #include "run.h"
-#include "synthetic.h"
 #include "util.h"
 
 /* parse_config_args on every rank, its errors printed once: by rank 0, or
@@ -45,6 +45,12 @@ static int parse_config_args_once(Dist *D, Config *c, int argc, char **argv, con
     return 2;
 }
 
+/* the train and dev splits of the dataset or of the synthetic task */
+static int open_corpora(const Config *c, Corpus *train, Corpus *dev)
+{
+    return corpus_open(c->data, "train", c, train) || corpus_open(c->data, "dev", c, dev) ? 2 : 0;
+}
+
 static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
 {
     int v = dataset_vocab_size(c->data);
@@ -54,16 +60,14 @@ static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
                 c->data, v, c->vocab_size, v);
         return 2;
     }
-    if (dataset_load(c->data, "train", train) || dataset_load(c->data, "dev", dev)) return 2;
-    return 0;
+    return open_corpora(c, train, dev);
 }
 
 static void load_corpora(TrainRun *r)
 {
     const Config *c = &r->cfg;
-    if (!strcmp(c->data, "synthetic")) {
-        synthetic_corpus(&r->train, c, SPLIT_TRAIN, c->synth_train);
-        synthetic_corpus(&r->dev, c, SPLIT_DEV, c->synth_dev);
+    if (corpus_is_synthetic(c->data)) {
+        open_corpora(c, &r->train, &r->dev);   /* a pure function of the config: cannot fail */
         return;
     }
     /* a dataset written by `transformer prepare` (dataset.h): rank 0 checks
@@ -534,7 +538,7 @@ static int publish_outputs(Training *t, int how)
     if (D->rank == 0) print_dev_line("final", &t->dev);
     rundir_close(&t->rd);
     t->rd_open = 0;
-    if (!strcmp(c->data, "synthetic")) {
+    if (corpus_is_synthetic(c->data)) {
         int n;
         double acc = greedy_accuracy(r, &r->dev, c->synth_dev, &n);
         if (D->rank == 0) printf("dev greedy exact match %.4f (%d sentences)\n", acc, n);
@@ -545,8 +549,7 @@ static int publish_outputs(Training *t, int how)
 
 int cmd_train(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { train_help(); return 0; }
+    if (cli_wants_help(argc, argv)) { train_help(); return 0; }
     Training t = { .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&t.r->dist, &argc, &argv);
     dist_install_abort(&t.r->dist);
