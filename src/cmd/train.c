@@ -3,7 +3,6 @@
  * gradient accumulation. */
 #include "train.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,16 +26,9 @@
 static int parse_config_args_once(Dist *D, Config *c, int argc, char **argv, const char *cmd,
                                   int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
 {
-    int saved = -1;
-    if (D->rank != 0) {   /* quiet: stderr to /dev/null while parsing */
-        fflush(stderr);
-        int nul = open("/dev/null", O_WRONLY);
-        saved = dup(2);
-        if (nul >= 0 && saved >= 0) dup2(nul, 2);
-        if (nul >= 0) close(nul);
-    }
+    int saved = D->rank != 0 ? stderr_quiet() : -1;   /* the other ranks quiet while parsing */
     int rc = parse_config_args(c, argc, argv, 2, cmd, extra, ctx);
-    if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
+    stderr_restore(saved);
     int mine = rc ? D->rank : D->size, first;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, D->comm);
     if (first == D->size) return 0;
