@@ -27,14 +27,6 @@ static void quiet_on(ErrSave *s)
 }
 static void quiet_off(const ErrSave *s) { H5Eset_auto2(H5E_DEFAULT, s->fn, s->data); }
 
-static hid_t str_type(void)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    return t;
-}
-
 /* 1-D dataset, chunked + deflate for the big id arrays (they compress ~2x) */
 static int write_1d(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data, size_t n)
 {
@@ -122,7 +114,7 @@ static int write_groups(hid_t f, const DatasetWrite *d)
     int rc = 0;
     hid_t vg = H5Gcreate2(f, "vocab", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (vg >= 0) {
-        hid_t t = str_type();
+        hid_t t = h5io_vstr_type();
         rc |= write_1d(vg, "pieces", t, t, d->vocab.pieces, (size_t)d->vocab.vocab_size);
         H5Tclose(t);
         rc |= write_1d(vg, "spm_model", H5T_STD_U8LE, H5T_NATIVE_UCHAR, d->vocab.spm_model, d->vocab.spm_model_len);
@@ -370,7 +362,7 @@ int dataset_load_vocab(const char *path, DatasetVocab *v)
     if (f < 0) { quiet_off(&es); return 2; }
     const char *why = NULL;
     long long vs = 0, ml = 0;
-    hid_t t = str_type();
+    hid_t t = h5io_vstr_type();
     char **pieces = NULL;
     if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, &vs) || vs <= 0 || vs > INT32_MAX) why = "missing vocab_size attribute";
     else if (H5Lexists(f, "vocab", H5P_DEFAULT) <= 0) why = "no vocab group";

@@ -378,9 +378,9 @@ int h5io_commit(H5Mem *m, const char *path, char *msg, int cap)
 
 /* ------------------------------------------------------ small writers */
 
-int h5io_attr_write(hid_t o, const char *name, hid_t ftype, hid_t mtype, const void *val)
+/* an attribute on space sp (closed here) written from val */
+static int attr_create(hid_t o, const char *name, hid_t ftype, hid_t mtype, hid_t sp, const void *val)
 {
-    hid_t sp = H5Screate(H5S_SCALAR);
     hid_t a = H5Acreate2(o, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
     int rc = a < 0 || H5Awrite(a, mtype, val) < 0 ? -1 : 0;
     if (a >= 0) H5Aclose(a);
@@ -388,12 +388,16 @@ int h5io_attr_write(hid_t o, const char *name, hid_t ftype, hid_t mtype, const v
     return rc;
 }
 
+int h5io_attr_write(hid_t o, const char *name, hid_t ftype, hid_t mtype, const void *val)
+{
+    return attr_create(o, name, ftype, mtype, H5Screate(H5S_SCALAR), val);
+}
+
 int h5io_attr_i64(hid_t o, const char *name, int64_t v) { return h5io_attr_write(o, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
 int h5io_attr_u64(hid_t o, const char *name, uint64_t v) { return h5io_attr_write(o, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
 int h5io_attr_f64(hid_t o, const char *name, double v) { return h5io_attr_write(o, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v); }
 
-/* variable-length UTF-8: h5py reads it as str, h5dump prints it */
-static hid_t vstr_type(void)
+hid_t h5io_vstr_type(void)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, H5T_VARIABLE);
@@ -403,7 +407,7 @@ static hid_t vstr_type(void)
 
 int h5io_attr_vstr(hid_t o, const char *name, const char *s)
 {
-    hid_t t = vstr_type();
+    hid_t t = h5io_vstr_type();
     int rc = h5io_attr_write(o, name, t, t, &s);
     H5Tclose(t);
     return rc;
@@ -413,17 +417,12 @@ int h5io_attr_vstr(hid_t o, const char *name, const char *s)
 static int attr_array(hid_t o, const char *name, hid_t ftype, hid_t mtype, const void *vals, int n)
 {
     hsize_t dim = (hsize_t)n;
-    hid_t sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(o, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, mtype, vals) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return rc;
+    return attr_create(o, name, ftype, mtype, H5Screate_simple(1, &dim, NULL), vals);
 }
 
 int h5io_attr_vstrs(hid_t o, const char *name, const char **vals, int n)
 {
-    hid_t t = vstr_type();
+    hid_t t = h5io_vstr_type();
     int rc = attr_array(o, name, t, t, vals, n);
     H5Tclose(t);
     return rc;
@@ -436,15 +435,11 @@ int h5io_attr_i64s(hid_t o, const char *name, const int64_t *vals, int n)
 
 int h5io_attr_str(hid_t o, const char *name, const char *s)
 {
-    /* fixed length: parallel HDF5 cannot write variable-length data */
+    /* fixed length, as the attention and head files have always stored them */
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, strlen(s) + 1);
     H5Tset_cset(t, H5T_CSET_UTF8);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, t, s) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
+    int rc = h5io_attr_write(o, name, t, t, s);
     H5Tclose(t);
     return rc;
 }

@@ -35,6 +35,9 @@ int h5io_attr_str(hid_t o, const char *name, const char *s);
 int h5io_attr_vstr(hid_t o, const char *name, const char *s);
 int h5io_attr_vstrs(hid_t o, const char *name, const char **vals, int n);
 int h5io_attr_i64s(hid_t o, const char *name, const int64_t *vals, int n);
+/* the variable-length UTF-8 string type (close it with H5Tclose): h5py
+ * reads it as str, h5dump prints it */
+hid_t h5io_vstr_type(void);
 /* read a scalar attribute into val as mtype */
 int h5io_attr_read(hid_t o, const char *name, hid_t mtype, void *val);
 /* a string attribute (variable or fixed length) as a malloc'ed string, or NULL */
