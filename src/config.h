@@ -11,6 +11,15 @@
 #define CFG_TEXT 4096   /* long string keys (mask_heads) */
 #define CFG_MAX_KEYS 128
 
+/* Keys with a fixed set of choices: parsed once, by the key table
+ * (config.c), into these; config_choice names them back. */
+typedef enum { POSITIONAL_SINUSOID, POSITIONAL_LEARNED } Positional;
+typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
+typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16, PRECISION_FP16 } Precision;
+typedef enum { ALLREDUCE_AUTO, ALLREDUCE_NCCL, ALLREDUCE_MPI } Allreduce;
+typedef enum { LOSS_SCALE_AUTO, LOSS_SCALE_DYNAMIC, LOSS_SCALE_OFF } LossScaleMode;
+typedef enum { TASK_REVERSE, TASK_COPY, TASK_SORT } Task;
+
 typedef struct Config {
     /* architecture (Table 3 columns; must match on resume) */
     int n_layers;        /* N: encoder layers = decoder layers */
@@ -21,7 +30,7 @@ typedef struct Config {
     int d_v;
     int vocab_size;      /* shared source/target vocabulary */
     int max_len;         /* maximum positions (tokens incl. BOS/EOS) */
-    char positional[CFG_STR]; /* "sinusoid" or "learned" (row E) */
+    Positional positional; /* sinusoid or learned (row E) */
     float ln_eps;
 
     /* regularisation and optimisation (section 5.3, 5.4) */
@@ -48,10 +57,10 @@ typedef struct Config {
     int bucket_kb;       /* gradient allreduce bucket size */
     int progress_us;     /* MPI progress thread poll interval (0: none) */
     int allreduce_timeout; /* s a gradient allreduce may make no progress before the job ends (0: never) */
-    char device[CFG_STR];    /* "cpu" or "cuda" */
-    char precision[CFG_STR]; /* "fp32", "tf32", "bf16" or "fp16" (cuda) */
-    char allreduce[CFG_STR]; /* cuda gradient sums: "auto" (NCCL if built with it, else MPI), "nccl" or "mpi" */
-    char loss_scale[CFG_STR]; /* "auto" (dynamic for fp16, else off), "dynamic" or "off" */
+    Device device;           /* cpu or cuda */
+    Precision precision;     /* fp32, tf32, bf16 or fp16 (the last three: cuda) */
+    Allreduce allreduce;     /* cuda gradient sums: auto (NCCL if built with it, else MPI), nccl or mpi */
+    LossScaleMode loss_scale; /* auto (dynamic for fp16, else off), dynamic or off */
     float loss_scale_init;   /* first loss scale S */
     int loss_scale_window;   /* good steps in a row after which S doubles */
     float loss_scale_min;    /* S below this stops the run */
@@ -64,7 +73,7 @@ typedef struct Config {
 
     /* data */
     char data[CFG_STR];  /* dataset HDF5 file, or "synthetic" */
-    char task[CFG_STR];  /* synthetic task: "reverse", "copy" or "sort" */
+    Task task;           /* synthetic task: reverse, copy or sort */
     int synth_vocab;     /* synthetic symbols (ids 4..synth_vocab+3) */
     int synth_min_len, synth_max_len;
     int synth_train;     /* synthetic training pairs */
@@ -98,6 +107,9 @@ int config_set(Config *c, const char *origin, int line, const char *key, const c
 int config_validate(const Config *c, const char *origin);
 /* Write all keys as "key = value" lines (checkpoints keep this text). */
 int config_to_string(const Config *c, char *buf, int cap);
+/* the name of choice v of the enum key (config_choice("device", DEVICE_CUDA)
+ * is "cuda"); "?" for another key or value */
+const char *config_choice(const char *key, int v);
 /* 1 if key is an architecture key (must match on resume). */
 int config_is_arch_key(const char *key);
 /* Compare architecture keys; on mismatch write a message into msg and return 1. */

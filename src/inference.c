@@ -15,9 +15,9 @@ static void backend_keys_from_defaults(Config *c)
 {
     Config d;
     config_defaults(&d);
-    memcpy(c->device, d.device, sizeof c->device);
-    memcpy(c->precision, d.precision, sizeof c->precision);
-    memcpy(c->allreduce, d.allreduce, sizeof c->allreduce);
+    c->device = d.device;
+    c->precision = d.precision;
+    c->allreduce = d.allreduce;
     c->threads = d.threads;
 }
 
@@ -77,8 +77,8 @@ int inference_threads(const Config *c, const Dist *D)
 
 int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend **be)
 {
-    *be = backend_create(c->device, c->precision, c->allreduce, inference_threads(c, D), D->local_rank);
-    if (!*be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
+    *be = backend_create(c, inference_threads(c, D), D->local_rank);
+    if (!*be) die(2, "rank %d: cannot create backend '%s'", D->rank, config_choice("device", c->device));
     Config stored;   /* the checkpoint's own, which c holds with the command line's settings */
     if (checkpoint_open_model(a->ckpt, &stored, NULL, m, *be)) return 2;
     if (model_mask_heads(m, c->mask_heads, "command line")) return 2;

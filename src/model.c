@@ -86,7 +86,7 @@ void param_table_build(ParamTable *pt, const Config *c)
         snprintf(q, sizeof q, "%s/ffn_norm", p); add_norm(pt, &cap, q, c, &L->ln3);
     }
     pt->emb_begin = pt->total;
-    pt->has_pos = strcmp(c->positional, "learned") == 0;
+    pt->has_pos = c->positional == POSITIONAL_LEARNED;
     if (pt->has_pos)
         pt->pos_embedding = add_tensor(pt, &cap, "positional_embedding", c->max_len, c->d_model, PARAM_INIT_NORMAL);
     /* one matrix for source and target embeddings and the pre-softmax

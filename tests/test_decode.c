@@ -39,7 +39,7 @@ static void tiny_config(Config *c, int V, const char *pos, uint64_t seed)
     config_defaults(c);
     c->n_layers = 2; c->d_model = 16; c->d_ff = 32; c->n_heads = 2; c->d_k = 8; c->d_v = 4;
     c->vocab_size = V; c->max_len = 16; c->dropout = 0; c->seed = seed;
-    strcpy(c->positional, pos);
+    if (config_set(c, "test", 0, "positional", pos)) exit(2);
 }
 
 /* a batch of pairs from explicit token lists (src and tgt, no BOS/EOS) */
@@ -83,7 +83,10 @@ static Backend *test_backend(void)
 {
     const char *dev = getenv("TEST_DEVICE");
     if (dev && *dev && strcmp(dev, "cpu")) {
-        Backend *be = backend_create(dev, "fp32", NULL, 1, 0);
+        Config c;
+        config_defaults(&c);
+        if (config_set(&c, "TEST_DEVICE", 0, "device", dev)) exit(2);
+        Backend *be = backend_create(&c, 1, 0);
         if (!be) die(2, "TEST_DEVICE=%s: no backend", dev);
         return be;
     }
@@ -470,7 +473,7 @@ static void test_synthetic(void)
     c.lr_factor = 0.5;   /* steadier than 1 for this small model: 200/200 with margin */
     c.synth_train = 10000; c.synth_dev = 200;
     /* overrides for experimenting with the training recipe (not used by make test) */
-    if (getenv("TEST_TASK")) snprintf(c.task, sizeof c.task, "%s", getenv("TEST_TASK"));
+    if (getenv("TEST_TASK") && config_set(&c, "TEST_TASK", 0, "task", getenv("TEST_TASK"))) exit(2);
     if (getenv("TEST_SMAX")) c.synth_max_len = atoi(getenv("TEST_SMAX"));
     if (getenv("TEST_TOKENS")) c.max_tokens = atoi(getenv("TEST_TOKENS"));
     if (getenv("TEST_STEPS")) c.train_steps = atoi(getenv("TEST_STEPS"));

@@ -90,7 +90,7 @@ static void run_case(hid_t file, const char *group)
     c.adam_beta2 = (float)attr_f64(g, "adam_beta2");
     c.adam_eps = (float)attr_f64(g, "adam_eps");
     c.seed = attr_u64(g, "seed");
-    snprintf(c.positional, CFG_STR, "%s", group);
+    if (config_set(&c, "fixture", 0, "positional", group)) exit(2);
     uint32_t grad_step = (uint32_t)attr_i64(g, "grad_step");
 
     Backend *be = backend_cpu_create(1);

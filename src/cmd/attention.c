@@ -239,8 +239,8 @@ static int attention_main(const AttnArgs *a, Dist *D)
     at.have_dv = !synth;
     /* fp32 on the CPU, one thread: the maps do not depend on the device or
      * on how many ranks share the cores */
-    snprintf(at.cfg.device, sizeof at.cfg.device, "cpu");
-    snprintf(at.cfg.precision, sizeof at.cfg.precision, "fp32");
+    at.cfg.device = DEVICE_CPU;
+    at.cfg.precision = PRECISION_FP32;
     at.cfg.threads = 1;
     int rc = 2;
     if (inference_open(&ia, D, &at.cfg, &at.m, &at.be) == 0 && select_sentences(a, &at) == 0) {

@@ -317,8 +317,8 @@ static int create_model(Training *t)
     t->binds = D->rank == 0 ? xmalloc(sizeof t->bind * D->size) : NULL;
     t->threads = dist_bind_cpu(D, c->threads, t->bind, sizeof t->bind);
     MPI_Gather(t->bind, sizeof t->bind, MPI_CHAR, t->binds, sizeof t->bind, MPI_CHAR, 0, D->comm);
-    r->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
-    if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
+    r->be = backend_create(c, t->threads, D->local_rank);
+    if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, config_choice("device", c->device));
     loss_scale_init(&r->scaler, c);
     if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
     size_t bytes = sizeof(float) * r->model.pt.total;

@@ -82,7 +82,7 @@ static int check_precision(const char *precision)
     Config c;
     small_model_config(&c);
     c.vocab_size = 97;   /* every token of a side distinct */
-    snprintf(c.precision, sizeof c.precision, "%s", precision);
+    if (config_set(&c, "test", 0, "precision", precision)) exit(2);
     Backend *be = backend_cuda_create(precision, "nccl", 0);
     if (!be) die(1, "cannot create the emulated CUDA backend");
     Model m;

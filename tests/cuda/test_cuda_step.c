@@ -84,7 +84,7 @@ static void step_config(Config *c, const char *positional)
     c->vocab_size = 37;
     c->synth_max_len = 13;
     c->warmup = 4000;   /* lr ~2e-6 per step, as the parameter tolerance below assumes */
-    snprintf(c->positional, sizeof c->positional, "%s", positional);
+    if (config_set(c, "test", 0, "positional", positional)) exit(2);
 }
 
 static double norm_err(const float *ref, const float *got, size_t n, double *ref_norm)
