@@ -295,7 +295,8 @@ clean:
 venv:
 	python3 -m venv .venv && .venv/bin/pip install -r analysis/requirements.txt
 
--include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d) build/emu-fma/ops_cuda.d
+-include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d) build/emu-fma/ops_cuda.d \
+         build/emu/backend.d
 
 bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
 	$(call say,LINK,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
