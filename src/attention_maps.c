@@ -57,7 +57,7 @@ static void forward_maps(Model *m, const Batch *b, float *enc, float *dec, float
     model_upload_batch(m, b);
     Act e = model_encode(m, 0, 0);
     model_decode(m, e, 0, 0);
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     size_t h = c->n_heads, S = b->S, T = b->T;
     for (int l = 0; l < c->n_layers; l++) {
         if (enc) m->be->download_act(m->be, enc + l * h * S * S, m->enc[l].P, h * S * S);
@@ -97,9 +97,9 @@ static void one_pair_batch(Batch *b, const Sent *s, const int32_t *y, int n, int
     batch_build(b, &c, &idx, 1, max_len);
 }
 
-void sent_compute(Model *m, Sent *s, int greedy)
+void sent_compute(Model *m, Sent *s, int greedy, int max_len_a)
 {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     size_t L = c->n_layers, h = c->n_heads, S = s->S, T = s->T;
     s->enc = xmalloc(sizeof(float) * L * h * S * S);
     s->dec = xmalloc(sizeof(float) * L * h * T * T);
@@ -109,7 +109,7 @@ void sent_compute(Model *m, Sent *s, int greedy)
     forward_maps(m, &b, s->enc, s->dec, s->crs);
     if (greedy) {
         /* the model's own translation (max length: input + max_len_a, 6.1) */
-        int max_out = (s->S - 1) + c->max_len_a;
+        int max_out = (s->S - 1) + max_len_a;
         if (max_out > c->max_len - 1) max_out = c->max_len - 1;
         int32_t *out = xmalloc(sizeof(int32_t) * (max_out > 0 ? max_out : 1));
         int len = 0;
@@ -158,7 +158,7 @@ static int write_tokens(hid_t g, const char *name, const int32_t *tok, int n, co
 }
 
 /* the groups of sentences s[0..n) under parent (rank 0, after gather_maps) */
-int write_sentences(hid_t parent, Sent *s, int n, int greedy, const Config *c, const Vocab *v)
+int write_sentences(hid_t parent, Sent *s, int n, int greedy, const ModelConfig *c, const Vocab *v)
 {
     hid_t top = H5Gcreate2(parent, "sentences", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (top < 0) return -1;
@@ -199,20 +199,20 @@ int write_sentences(hid_t parent, Sent *s, int n, int greedy, const Config *c, c
 
 /* --------------------------------------------------------- training probe */
 
-void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int step)
+void attention_probe_write(Model *m, const Corpus *dev, const char *data, const char *run_dir, int step)
 {
     int n = dev->n < ATTN_PROBE_SENTENCES ? dev->n : ATTN_PROBE_SENTENCES;
     Sent *s = xcalloc(n ? n : 1, sizeof(Sent));
     for (int k = 0; k < n; k++) {
         sent_tokens(&s[k], dev, k, m->cfg.max_len);
-        sent_compute(m, &s[k], 0);
+        sent_compute(m, &s[k], 0, 0);
     }
     Vocab v;
     char **pieces = NULL;
     hdf5_lock();   /* the dataset's vocabulary is read with HDF5 too */
 #ifdef HAVE_DATASET
     DatasetVocab dv = {0};
-    if (!corpus_is_synthetic(m->cfg.data) && dataset_load_vocab(m->cfg.data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
+    if (!corpus_is_synthetic(data) && dataset_load_vocab(data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
         pieces = dv.pieces;
 #endif
     vocab_build(&v, m->cfg.vocab_size, pieces);

@@ -16,9 +16,10 @@
 #define ATTN_PROBE_SENTENCES 4   /* the first dev pairs */
 
 /* Append the maps of the first ATTN_PROBE_SENTENCES pairs of dev (after
- * step `step`) to run_dir/attention_probe.h5 as group /step_<8 digits>.
+ * step `step`; tokens named by the vocabulary of the dataset file data,
+ * or by their ids) to run_dir/attention_probe.h5 as group /step_<8 digits>.
  * Called on one rank; holds the HDF5 lock while writing. */
-void attention_probe_write(Model *m, const Corpus *dev, const char *run_dir, int step);
+void attention_probe_write(Model *m, const Corpus *dev, const char *data, const char *run_dir, int step);
 
 /* The pieces the `attention` command shares with the probe.  One sentence
  * pair: tokens (known on every rank) and maps (owner only) */
@@ -44,11 +45,12 @@ void vocab_build(Vocab *v, int vocab_size, char **pieces);
 void vocab_free(Vocab *v);
 /* pair idx of c as tokens, cut to max_len positions */
 void sent_tokens(Sent *s, const Corpus *c, int idx, int max_len);
-/* s's maps teacher-forced on the reference (and on the greedy output) */
-void sent_compute(Model *m, Sent *s, int greedy);
+/* s's maps teacher-forced on the reference (and, greedy, on the greedy
+ * output of at most input length + max_len_a tokens, section 6.1) */
+void sent_compute(Model *m, Sent *s, int greedy, int max_len_a);
 void sent_free(Sent *s);
 /* one group per sentence under parent (docs/attention.md); 0, or
  * non-zero after a failed HDF5 call */
-int write_sentences(hid_t parent, Sent *s, int n, int greedy, const Config *c, const Vocab *v);
+int write_sentences(hid_t parent, Sent *s, int n, int greedy, const ModelConfig *c, const Vocab *v);
 
 #endif

@@ -326,7 +326,7 @@ int checkpoint_open_model(const char *path, Config *cfg_out, CkptState *st, Mode
     rc = read_config_f(f, path, cfg_out, st);
     H5Fclose(f);
     if (rc) return 2;
-    if (model_init(m, cfg_out, be)) {
+    if (model_init(m, &cfg_out->model, be)) {
         fprintf(stderr, "error: %s: out of device memory for the parameters\n", path);
         return 2;
     }

@@ -20,35 +20,51 @@ typedef enum { ALLREDUCE_AUTO, ALLREDUCE_NCCL, ALLREDUCE_MPI } Allreduce;
 typedef enum { LOSS_SCALE_AUTO, LOSS_SCALE_DYNAMIC, LOSS_SCALE_OFF } LossScaleMode;
 typedef enum { TASK_REVERSE, TASK_COPY, TASK_SORT } Task;
 
+/* What the model and its checkpoint need: the architecture (Table 3
+ * columns; must match on resume), the regularisation and optimisation its
+ * training step applies (sections 5.3, 5.4) and its head gates.  A Model
+ * holds these alone; the run's settings (devices, batches, files,
+ * decoding) stay in Config.  One list, so that ModelConfig and Config's
+ * first members are the same sequence. */
+#define MODEL_CONFIG_FIELDS                                                                        \
+    int n_layers;        /* N: encoder layers = decoder layers */                                  \
+    int d_model;                                                                                    \
+    int d_ff;                                                                                       \
+    int n_heads;         /* h */                                                                    \
+    int d_k;             /* independent of d_model/h (Table 3 row B) */                            \
+    int d_v;                                                                                        \
+    int vocab_size;      /* shared source/target vocabulary */                                     \
+    int max_len;         /* maximum positions (tokens incl. BOS/EOS) */                            \
+    Positional positional; /* sinusoid or learned (row E) */                                       \
+    float ln_eps;                                                                                   \
+    float dropout;       /* P_drop */                                                               \
+    float label_smoothing; /* eps_ls */                                                             \
+    int warmup;          /* warmup_steps */                                                         \
+    float lr_factor;     /* multiplies the paper's lrate (1 = paper) */                            \
+    float lr_peak;       /* > 0: eq. 3's shape with this peak rate at step = warmup, whatever      \
+                          * d_model and lr_factor (0: off) */                                      \
+    float adam_beta1, adam_beta2, adam_eps;                                                         \
+    uint64_t seed;                                                                                  \
+    int logits_chunk;    /* target tokens per chunk of the pre-softmax projection and              \
+                          * cross-entropy (0: as many as keep its logits <= 2^27 elements) */      \
+    char mask_heads[CFG_TEXT]; /* heads whose gate is 0 (head_mask.h): "enc:3:5,cross:0:*" */
+
+typedef struct ModelConfig {
+    MODEL_CONFIG_FIELDS
+} ModelConfig;
+
 typedef struct Config {
-    /* architecture (Table 3 columns; must match on resume) */
-    int n_layers;        /* N: encoder layers = decoder layers */
-    int d_model;
-    int d_ff;
-    int n_heads;         /* h */
-    int d_k;             /* independent of d_model/h (Table 3 row B) */
-    int d_v;
-    int vocab_size;      /* shared source/target vocabulary */
-    int max_len;         /* maximum positions (tokens incl. BOS/EOS) */
-    Positional positional; /* sinusoid or learned (row E) */
-    float ln_eps;
+    union {
+        ModelConfig model;   /* the same members, as one: what a Model is built from */
+        struct {
+            MODEL_CONFIG_FIELDS
+        };
+    };
 
-    /* regularisation and optimisation (section 5.3, 5.4) */
-    float dropout;       /* P_drop */
-    float label_smoothing; /* eps_ls */
-    int warmup;          /* warmup_steps */
-    float lr_factor;     /* multiplies the paper's lrate (1 = paper) */
-    float lr_peak;       /* > 0: eq. 3's shape with this peak rate at step = warmup,
-                          * whatever d_model and lr_factor (0: off) */
-    float adam_beta1, adam_beta2, adam_eps;
-    uint64_t seed;
-
-    /* training run */
+    /* the run: training */
     int train_steps;
     int max_tokens;      /* per batch: source and target tokens, padding counted; 0 (device=cuda):
                           * from the device's free memory, resolved once (auto_tokens.h) */
-    int logits_chunk;    /* target tokens per chunk of the pre-softmax projection and
-                          * cross-entropy (0: as many as keep its logits <= 2^27 elements) */
     int update_freq;     /* micro-batches accumulated per update, per rank */
     int batch_tokens;    /* > 0: global batch target; sets update_freq from ranks x max_tokens */
     int log_steps;
@@ -87,9 +103,6 @@ typedef struct Config {
     /* informational: the paper's Table 3 numbers for this row (0 = none) */
     float paper_ppl, paper_bleu, paper_params_m;
     char row[CFG_STR];   /* Table 3 row name, e.g. "base", "A1" */
-
-    /* heads whose gate is 0 (head_mask.h): "enc:3:5,cross:0:*"; empty: none */
-    char mask_heads[CFG_TEXT];
 
     /* where each key was set, for error messages (not a key): line in
      * config_file (> 0), command line (-1) or default (0), by KEYS index */

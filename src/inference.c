@@ -84,9 +84,5 @@ int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend
     if (model_mask_heads(m, c->mask_heads, "command line")) return 2;
     /* max_tokens = 0 given here: from the free device memory (auto_tokens.h) */
     if (a->auto_tokens && c->max_tokens == 0 && (c->max_tokens = auto_tokens_resolve(m, D)) <= 0) return 2;
-    m->cfg.max_tokens = c->max_tokens;
-    m->cfg.beam = c->beam;
-    m->cfg.len_alpha = c->len_alpha;
-    m->cfg.max_len_a = c->max_len_a;
     return 0;
 }

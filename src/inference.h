@@ -39,9 +39,8 @@ int inference_check_vocab(const InferenceArgs *a, const Config *c, const CkptSta
 int inference_threads(const Config *c, const Dist *D);
 
 /* Every rank, with the c of inference_read_config: the backend c names,
- * the checkpoint's model with c's head masks, and c's decoding and batch
- * keys (max_tokens, beam, len_alpha, max_len_a) in the model's config;
- * max_tokens = 0 resolved if a->auto_tokens.  *be is set once created
+ * the checkpoint's model with c's head masks; max_tokens = 0 resolved if
+ * a->auto_tokens (the run's settings stay in c: the model holds none).  *be is set once created
  * (destroy it on error too).  0, or 2 after a one-line error. */
 int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend **be);
 

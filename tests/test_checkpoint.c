@@ -21,7 +21,7 @@ int main(void)
     c.positional = POSITIONAL_LEARNED;
     c.seed = 77;
     ParamTable pt;
-    param_table_build(&pt, &c);
+    param_table_build(&pt, &c.model);
     float *p = xmalloc(sizeof(float) * pt.total), *mo = xmalloc(sizeof(float) * pt.total),
           *vo = xmalloc(sizeof(float) * pt.total);
     for (size_t i = 0; i < pt.total; i++) {

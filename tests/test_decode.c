@@ -104,7 +104,7 @@ static void test_incremental(const char *pos)
     tiny_config(&c, V, pos, 7);
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     Decoder *dec = decoder_create(&m);
     int32_t s0[] = {4, 5, 6, 7, 8}, s1[] = {9, 10}, s2[] = {11, 12, 4, 3};
     int32_t *src[] = {s0, s1, s2};
@@ -205,7 +205,7 @@ static void test_long_outputs(void)
     c.max_len = 8;
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     DecodeOpts o;
     decode_opts_from_config(&o, &c);
     int L = decode_max_out(&m, &o, 7);
@@ -244,7 +244,7 @@ static void test_long_outputs(void)
     model_free(&m);
     tiny_config(&c, V, "learned", 5);
     c.max_len = 8;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     L = decode_max_out(&m, &o, 7);
     CHECK(L == c.max_len - 1, "learned positions: a 7-token source may decode %d tokens, expected %d", L, c.max_len - 1);
     model_free(&m);
@@ -274,7 +274,7 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     tiny_config(&c, V, "sinusoid", seed);
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     /* sharper output distributions and a less likely EOS, so that the
      * optimum is not always the empty output */
     sharpen_embedding(&m, 0.3f);
@@ -366,7 +366,7 @@ static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float 
     tiny_config(&c, V, "sinusoid", seed);
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     sharpen_embedding(&m, eos_gain);   /* eos_gain: EOS competes for the beam */
     int32_t s0[] = {4, 5, 6, 7}, s1[] = {6, 3}, s2[] = {7, 7, 5};
     int32_t *srcs[] = {s0, s1, s2};
@@ -482,7 +482,7 @@ static void test_synthetic(void)
     if (getenv("TEST_SEED")) c.seed = (uint64_t)atoll(getenv("TEST_SEED"));
     Backend *be = test_backend();   /* CPU: one thread, as fast for this tiny model and robust to load */
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     Corpus tr, dev;
     synthetic_corpus(&tr, &c, SPLIT_TRAIN, c.synth_train);
     synthetic_corpus(&dev, &c, SPLIT_DEV, c.synth_dev);

@@ -143,7 +143,7 @@ static void run(const char *positional, int logits_chunk)
     if (config_set(&cfg, "test", 0, "positional", positional)) exit(2);
 
     Model m;
-    if (model_init(&m, &cfg, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
+    if (model_init(&m, &cfg.model, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
     size_t P = m.pt.total;
     /* move the LayerNorm gains and all biases away from their initial 1/0 so
      * that their gradients are generic */

@@ -154,7 +154,7 @@ static void compute_maps(const AttnArgs *a, Attention *at, const Dist *D)
     at->s = xcalloc(n, sizeof(Sent));
     for (int k = 0; k < n; k++) {
         sent_tokens(&at->s[k], &at->c, (int)at->idx[k], at->cfg.max_len);
-        if (k % D->size == D->rank) sent_compute(&at->m, &at->s[k], a->greedy);
+        if (k % D->size == D->rank) sent_compute(&at->m, &at->s[k], a->greedy, at->cfg.max_len_a);
     }
     if (a->greedy)
         for (int k = 0; k < n; k++) share_greedy(&at->s[k], k, k % D->size, &at->cfg, D->comm, D->rank);
@@ -214,7 +214,7 @@ static int write_maps(const AttnArgs *a, const Attention *at)
     write_attrs(mem.id, a, at);
     hsize_t nn = at->n;
     int bad = h5io_write_ds(mem.id, "sentence_index", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &nn, at->idx) != 0;
-    bad |= write_sentences(mem.id, at->s, at->n, a->greedy, &at->cfg, &at->v) != 0;
+    bad |= write_sentences(mem.id, at->s, at->n, a->greedy, &at->cfg.model, &at->v) != 0;
     if (bad) {
         h5io_discard(&mem);
         fprintf(stderr, "error: %s: writing the attention maps failed\n", a->out);

@@ -150,7 +150,7 @@ static void attention_stats(const float *P, const int32_t *q_len, int B, int nh,
 static void batch_attention_stats(Heads *h, const Batch *b, double *row)
 {
     Model *m = &h->r->model;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int N = c->n_layers, nh = c->n_heads, B = b->B, S = b->S, T = b->T;
     size_t need = (size_t)B * nh * (size_t)(S > T ? S : T) * (S > T ? S : T);
     h->host_P = xrealloc(h->host_P, sizeof(float) * (need ? need : 1));

@@ -19,7 +19,7 @@ int cmd_params(int argc, char **argv)
     Config c;
     if (parse_config_args(&c, argc, argv, 2, "params", NULL, NULL)) return 2;
     ParamTable pt;
-    param_table_build(&pt, &c);
+    param_table_build(&pt, &c.model);
     printf("params %zu\n", pt.total);
     size_t emb = (size_t)c.vocab_size * c.d_model, pos = pt.has_pos ? (size_t)c.max_len * c.d_model : 0;
     size_t enc = pt.emb_begin - pt.enc_begin, dec = pt.enc_begin;

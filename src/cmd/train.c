@@ -301,7 +301,6 @@ static int resolve_batch(Training *t)
         }
         c->max_tokens = saved > 0 ? saved : auto_tokens_resolve(&r->model, &r->dist);
         if (c->max_tokens <= 0) return 1;
-        r->model.cfg.max_tokens = c->max_tokens;
     }
     if (c->batch_tokens > 0) set_update_freq(c, &r->dist);
     return 0;
@@ -320,7 +319,7 @@ static int create_model(Training *t)
     r->be = backend_create(c, t->threads, D->local_rank);
     if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, config_choice("device", c->device));
     loss_scale_init(&r->scaler, c);
-    if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
+    if (model_init(&r->model, &c->model, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
     size_t bytes = sizeof(float) * r->model.pt.total;
     float *host = xmalloc(bytes);
     r->be->download(r->be, host, r->model.params, bytes);
@@ -442,11 +441,11 @@ static void log_progress(Training *t, int step, const double glob[G_N])
         if (r->scaler.enabled)
             snprintf(scaling, sizeof scaling, " loss_scale %g skipped %ld", r->scaler.scale, r->scaler.skipped);
         printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs%s\n", step, t->log_loss / t->log_tok,
-               model_lrate(c, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
+               model_lrate(&c->model, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                r->elapsed + now - t->t_start, scaling);
         fflush(stdout);
         if (t->rd.metrics) {
-            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(c, step), t->log_tok,
+            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(&c->model, step), t->log_tok,
                           t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t->t_start);
             if (r->scaler.enabled) metrics_loss_scale(t->rd.metrics, step, r->scaler.scale, r->scaler.skipped);
             metrics_flush(t->rd.metrics, 0);
@@ -493,7 +492,7 @@ static int train_loop(Training *t)
         log_progress(t, step, glob);
         if (c->eval_steps > 0 && step % c->eval_steps == 0) evaluate_dev(t, step);
         if (c->attn_steps > 0 && step % c->attn_steps == 0 && t->rd.enabled && r->dist.rank == 0)
-            attention_probe_write(&r->model, &r->dev, c->run_dir, step);   /* watch heads form */
+            attention_probe_write(&r->model, &r->dev, c->data, c->run_dir, step);   /* watch heads form */
         if (glob[G_PREEMPT] > 0) return RUN_PREEMPTED;
         rundir_after_step(&t->rd, r, step, r->elapsed + now_seconds() - t->t_start);
     }

@@ -65,12 +65,12 @@ static void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
 }
 
 /* train.c's step without the communication and the checks (one rank) */
-static void train_step(Model *m, const Batch *b, int step)
+static void train_step(Model *m, const Batch *b, int step, int fp16)
 {
     Backend *be = m->be;
     be->zero(be, m->grads, sizeof(float) * m->pt.total);
     LossStats st = model_forward_backward(m, b, (uint32_t)step, 1, 1, NULL, NULL);
-    if (m->cfg.precision == PRECISION_FP16) be->any_nonfinite(be, m->grads, m->pt.total);
+    if (fp16) be->any_nonfinite(be, m->grads, m->pt.total);
     model_adam_step(m, step, (float)(1.0 / (st.n_tokens > 0 ? st.n_tokens : 1) / m->loss_scale));
     be->sync(be);
 }
@@ -93,14 +93,14 @@ static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act
     Backend *be = backend_cuda_create(config_choice("precision", c->precision), "nccl", 0);
     if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
     Model m;
-    if (model_init(&m, c, be)) die(1, "gpu-model: model_init failed");
+    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
     m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
     report_auto_tokens(&m);
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
-    train_step(&m, &b, 1);   /* warm-up: buffers grown, weight shadow made */
+    train_step(&m, &b, 1, c->precision == PRECISION_FP16);   /* warm-up: buffers grown, weight shadow made */
     cuda_cost_log(1);
-    train_step(&m, &b, 2);
+    train_step(&m, &b, 2, c->precision == PRECISION_FP16);
     cuda_cost_log(0);
     const CostCall *calls;
     *n = cuda_cost_calls(&calls);
