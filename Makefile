@@ -104,15 +104,20 @@ ifneq ($(EMU_HAVE),)
 $(shell mkdir -p build/emu; echo '$(EMU_KERNEL_FLAGS)' | cmp -s - $(EMU_STAMP) || echo '$(EMU_KERNEL_FLAGS)' > $(EMU_STAMP))
 endif
 
-SRC      := $(wildcard src/*.c)
+# the library (src/) and the commands over it (src/cmd/: one file per
+# command, main.c dispatching); docs/design.md has the layers
+LIB_SRC  := $(wildcard src/*.c)
+CMD_SRC  := $(wildcard src/cmd/*.c)
+SRC      := $(LIB_SRC) $(CMD_SRC)
 OBJ      := $(SRC:src/%.c=build/%.o)
-LIBOBJ   := $(filter-out build/main.o,$(OBJ)) $(CUDA_OBJ)
+CMD_OBJ  := $(CMD_SRC:src/%.c=build/%.o)
+LIBOBJ   := $(LIB_SRC:src/%.c=build/%.o) $(CUDA_OBJ)
 EMU_SRC  := emu cublas_emu cublaslt_emu nccl_emu ops_cuda
 EMU_OBJ  := $(EMU_SRC:%=build/emu/%.o)
 EMU_ASAN_OBJ := $(EMU_SRC:%=build/emu-asan/%.o)
 EMU_TSAN_OBJ := $(EMU_SRC:%=build/emu-tsan/%.o)
 EMU_FMA_OBJ := $(filter-out build/emu/ops_cuda.o,$(EMU_OBJ)) build/emu-fma/ops_cuda.o
-EMU_LIBOBJ := $(filter-out build/main.o build/backend.o,$(OBJ)) build/emu/backend.o $(EMU_OBJ)
+EMU_LIBOBJ := $(filter-out build/backend.o,$(LIB_SRC:src/%.c=build/%.o)) build/emu/backend.o $(EMU_OBJ)
 EMU_FMA_LIBOBJ := $(filter-out build/emu/ops_cuda.o,$(EMU_LIBOBJ)) build/emu-fma/ops_cuda.o
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 # the host code test_cuda_kernels runs on both backends
@@ -137,6 +142,9 @@ all: bin/transformer
 
 build/%.o: src/%.c | build
 	$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
+# a command includes the library's headers from src/
+build/cmd/%.o: src/cmd/%.c | build/cmd
+	$(call say,CC,$<)$(CC) $(CFLAGS) -Isrc -c $< -o $@
 
 bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
@@ -183,7 +191,7 @@ bin/tests/test_cuda_kernels_fma: tests/cuda/test_cuda_kernels.c $(KERNEL_TEST_OB
 	$(call say,LINK,$@)$(CC) $(CFLAGS) $(CUDA_ARCH_DEF) -DCUDA_TEST_FMA -Isrc -I$(CUDA_HOME)/include $< $(KERNEL_TEST_OBJ) $(EMU_FMA_OBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/emu-step-fma: tests/cuda/test_cuda_step.c $(EMU_FMA_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_FMA_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-bin/tests/emu-transformer-fma: build/main.o $(EMU_FMA_LIBOBJ) | bin/tests
+bin/tests/emu-transformer-fma: $(CMD_OBJ) $(EMU_FMA_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) -fsanitize=thread -O1 $< -x none build/emu-tsan/emu.o -o $@
@@ -196,7 +204,7 @@ bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
 bin/tests/emu-nccl-init: tests/cuda/emu_nccl_init.c build/emu/emu.o build/emu/nccl_emu.o | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $< build/emu/emu.o build/emu/nccl_emu.o -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-bin/tests/emu-transformer: build/main.o $(EMU_LIBOBJ) | bin/tests
+bin/tests/emu-transformer: $(CMD_OBJ) $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
@@ -248,7 +256,7 @@ gpu-plan:
 gpu-kit-plan:
 	$(Q)bash tests/gpu/kit.sh --plan
 
-build bin bin/tests bin/gpu bin/fuzz build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz:
+build bin bin/tests bin/gpu bin/fuzz build/cmd build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz build/fuzz/cmd:
 	$(Q)mkdir -p $@
 
 tests: $(TEST_BIN)
@@ -272,10 +280,12 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp \
               -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed \
               $(shell pkg-config --cflags $(PKGS)) $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
 FUZZ_CC  = OMPI_CC=clang MPICH_CC=clang $(CC)
-FUZZ_OBJ := $(filter-out build/fuzz/main.o,$(SRC:src/%.c=build/fuzz/%.o))
+FUZZ_OBJ := $(filter-out build/fuzz/cmd/main.o,$(SRC:src/%.c=build/fuzz/%.o))
 .SECONDARY: $(FUZZ_OBJ)
 build/fuzz/%.o: src/%.c | build/fuzz
 	$(call say,CC,$< (fuzz))$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+build/fuzz/cmd/%.o: src/cmd/%.c | build/fuzz/cmd
+	$(call say,CC,$< (fuzz))$(FUZZ_CC) $(FUZZ_CFLAGS) -Isrc -c $< -o $@
 # a target that includes a source file (for its static functions) links
 # everything but that file's object
 bin/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJ) | bin/fuzz
@@ -304,7 +314,8 @@ venv:
 venv-hf:
 	/usr/bin/python3 -m venv --system-site-packages .venv-hf && .venv-hf/bin/pip install -r analysis/requirements-hf.txt
 
--include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d) build/emu-fma/ops_cuda.d
+-include $(OBJ:.o=.d) $(EMU_OBJ:.o=.d) $(EMU_ASAN_OBJ:.o=.d) $(EMU_TSAN_OBJ:.o=.d) build/emu-fma/ops_cuda.d \
+         build/emu/backend.d
 
 bin/bench/gemm_peak: tests/bench/gemm_peak.c | bin/bench
 	$(call say,LINK,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)

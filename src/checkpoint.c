@@ -15,76 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "corpus.h"
 #include "dataset.h"
 #include "h5io.h"
 #include "util.h"
-
-/* ------------------------------------------------------------ attributes */
-
-static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *val)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, mtype, val) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return rc;
-}
-
-static int attr_str(hid_t obj, const char *name, const char *s)
-{
-    /* variable-length UTF-8: h5py reads it as str, h5dump prints it */
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    int rc = attr_write(obj, name, t, t, &s);
-    H5Tclose(t);
-    return rc;
-}
-
-static int attr_i64(hid_t o, const char *n, int64_t v) { return attr_write(o, n, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
-static int attr_u64(hid_t o, const char *n, uint64_t v) { return attr_write(o, n, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
-static int attr_f64(hid_t o, const char *n, double v) { return attr_write(o, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v); }
-
-static int attr_read(hid_t obj, const char *name, hid_t mtype, void *val)
-{
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    int rc = H5Aread(a, mtype, val) < 0 ? -1 : 0;
-    H5Aclose(a);
-    return rc;
-}
-
-/* a string attribute (variable or fixed length) as a malloc'ed string */
-static char *attr_read_str(hid_t obj, const char *name)
-{
-    if (H5Aexists(obj, name) <= 0) return NULL;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return NULL;
-    hid_t ft = H5Aget_type(a);
-    char *out = NULL;
-    if (H5Tget_class(ft) == H5T_STRING) {
-        if (H5Tis_variable_str(ft) > 0) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, H5T_VARIABLE);
-            H5Tset_cset(mt, H5Tget_cset(ft));
-            char *s = NULL;
-            if (H5Aread(a, mt, &s) >= 0 && s) {
-                out = strdup(s);
-                H5free_memory(s);
-            }
-            H5Tclose(mt);
-        } else {
-            size_t n = H5Tget_size(ft);
-            out = xcalloc(n + 1, 1);
-            if (H5Aread(a, ft, out) < 0) { free(out); out = NULL; }
-        }
-    }
-    H5Tclose(ft);
-    H5Aclose(a);
-    return out;
-}
 
 /* --------------------------------------------------------------- writing */
 
@@ -100,7 +34,7 @@ static int write_group(hid_t f, const char *group, const ParamTable *pt, const f
         int bad = d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf + p->offset) < 0;
         /* a flipped byte must be a read error, not silently damaged weights
          * to resume from or average */
-        if (!bad) bad = attr_u64(d, "checksum", checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols)) < 0;
+        if (!bad) bad = h5io_attr_u64(d, "checksum", checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols)) < 0;
         if (d >= 0) H5Dclose(d);
         H5Sclose(sp);
         if (bad) return -1;
@@ -129,25 +63,25 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     hid_t f = mem.id, lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     int bad = 0;
-    bad |= attr_str(f, "format", CKPT_FORMAT);
-    bad |= attr_i64(f, "format_version", CKPT_FORMAT_VERSION);
-    bad |= attr_str(f, "version", PROJECT_VERSION);
-    bad |= attr_str(f, "config", cfg_text);
-    bad |= attr_i64(f, "step", st->step);
-    bad |= attr_f64(f, "elapsed_seconds", st->elapsed);
-    bad |= attr_u64(f, "seed", st->seed);
-    bad |= attr_i64(f, "ranks", st->ranks);
-    bad |= attr_i64(f, "update_freq", st->update_freq);
-    bad |= attr_i64(f, "data_position", st->data_position);
-    bad |= attr_u64(f, "batch_plan_hash", st->plan_hash);
-    bad |= attr_i64(f, "batches_per_epoch", st->n_batches);
-    bad |= attr_i64(f, "param_count", (int64_t)pt->total);
-    bad |= attr_i64(f, "has_adam", has_adam);
-    if (st->averaged_from) bad |= attr_str(f, "averaged_from", st->averaged_from);
-    if (st->vocab_hash) bad |= attr_u64(f, "vocab_hash", st->vocab_hash);
+    bad |= h5io_attr_vstr(f, "format", CKPT_FORMAT);
+    bad |= h5io_attr_i64(f, "format_version", CKPT_FORMAT_VERSION);
+    bad |= h5io_attr_vstr(f, "version", PROJECT_VERSION);
+    bad |= h5io_attr_vstr(f, "config", cfg_text);
+    bad |= h5io_attr_i64(f, "step", st->step);
+    bad |= h5io_attr_f64(f, "elapsed_seconds", st->elapsed);
+    bad |= h5io_attr_u64(f, "seed", st->seed);
+    bad |= h5io_attr_i64(f, "ranks", st->ranks);
+    bad |= h5io_attr_i64(f, "update_freq", st->update_freq);
+    bad |= h5io_attr_i64(f, "data_position", st->data_position);
+    bad |= h5io_attr_u64(f, "batch_plan_hash", st->plan_hash);
+    bad |= h5io_attr_i64(f, "batches_per_epoch", st->n_batches);
+    bad |= h5io_attr_i64(f, "param_count", (int64_t)pt->total);
+    bad |= h5io_attr_i64(f, "has_adam", has_adam);
+    if (st->averaged_from) bad |= h5io_attr_vstr(f, "averaged_from", st->averaged_from);
+    if (st->vocab_hash) bad |= h5io_attr_u64(f, "vocab_hash", st->vocab_hash);
     if (st->loss_scale > 0)
-        bad |= attr_f64(f, "loss_scale", st->loss_scale) | attr_i64(f, "loss_scale_good_steps", st->loss_scale_good)
-             | attr_i64(f, "loss_scale_skipped", st->loss_scale_skipped);
+        bad |= h5io_attr_f64(f, "loss_scale", st->loss_scale) | h5io_attr_i64(f, "loss_scale_good_steps", st->loss_scale_good)
+             | h5io_attr_i64(f, "loss_scale_skipped", st->loss_scale_skipped);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
@@ -201,7 +135,7 @@ static hid_t open_ckpt(const char *path, int *rc)
         *rc = CKPT_DAMAGED;
         return -1;
     }
-    char *fmt = attr_read_str(f, "format");
+    char *fmt = h5io_attr_read_str(f, "format");
     int ok = fmt && !strcmp(fmt, CKPT_FORMAT);
     free(fmt);
     if (!ok) {
@@ -210,7 +144,7 @@ static hid_t open_ckpt(const char *path, int *rc)
         return -1;
     }
     int64_t v = 0;
-    if (attr_read(f, "format_version", H5T_NATIVE_INT64, &v) || v != CKPT_FORMAT_VERSION) {
+    if (h5io_attr_read(f, "format_version", H5T_NATIVE_INT64, &v) || v != CKPT_FORMAT_VERSION) {
         fprintf(stderr, "error: %s: checkpoint format version %lld is not %d\n", path, (long long)v, CKPT_FORMAT_VERSION);
         H5Fclose(f);
         return -1;
@@ -243,9 +177,9 @@ static int config_from_text(Config *c, const char *text, const char *origin)
 static int read_loss_scale(hid_t f, const char *path, CkptState *st)
 {
     if (H5Aexists(f, "loss_scale") <= 0) return 0;
-    int bad = attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &st->loss_scale);
-    bad |= attr_read(f, "loss_scale_good_steps", H5T_NATIVE_INT64, &st->loss_scale_good);
-    bad |= attr_read(f, "loss_scale_skipped", H5T_NATIVE_INT64, &st->loss_scale_skipped);
+    int bad = h5io_attr_read(f, "loss_scale", H5T_NATIVE_DOUBLE, &st->loss_scale);
+    bad |= h5io_attr_read(f, "loss_scale_good_steps", H5T_NATIVE_INT64, &st->loss_scale_good);
+    bad |= h5io_attr_read(f, "loss_scale_skipped", H5T_NATIVE_INT64, &st->loss_scale_skipped);
     if (bad || !isfinite(st->loss_scale) || st->loss_scale <= 0 || st->loss_scale_good < 0 || st->loss_scale_skipped < 0) {
         fprintf(stderr, "error: %s: loss_scale attributes unreadable or out of range (loss_scale %g, good steps %lld, "
                 "skipped %lld)\n", path, st->loss_scale, (long long)st->loss_scale_good, (long long)st->loss_scale_skipped);
@@ -256,7 +190,7 @@ static int read_loss_scale(hid_t f, const char *path, CkptState *st)
 
 static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
 {
-    char *text = attr_read_str(f, "config");
+    char *text = h5io_attr_read_str(f, "config");
     if (!text) {
         fprintf(stderr, "error: %s: checkpoint has no config attribute\n", path);
         return CKPT_DAMAGED;
@@ -269,19 +203,19 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
     if (st) {
         memset(st, 0, sizeof *st);
         int64_t ranks = 0, update_freq = 0, n_batches = 0;
-        int bad = attr_read(f, "step", H5T_NATIVE_INT64, &st->step);
-        bad |= attr_read(f, "elapsed_seconds", H5T_NATIVE_DOUBLE, &st->elapsed);
-        bad |= attr_read(f, "seed", H5T_NATIVE_UINT64, &st->seed);
-        bad |= attr_read(f, "ranks", H5T_NATIVE_INT64, &ranks);
-        bad |= attr_read(f, "update_freq", H5T_NATIVE_INT64, &update_freq);
-        bad |= attr_read(f, "data_position", H5T_NATIVE_INT64, &st->data_position);
-        bad |= attr_read(f, "batch_plan_hash", H5T_NATIVE_UINT64, &st->plan_hash);
-        bad |= attr_read(f, "batches_per_epoch", H5T_NATIVE_INT64, &n_batches);
+        int bad = h5io_attr_read(f, "step", H5T_NATIVE_INT64, &st->step);
+        bad |= h5io_attr_read(f, "elapsed_seconds", H5T_NATIVE_DOUBLE, &st->elapsed);
+        bad |= h5io_attr_read(f, "seed", H5T_NATIVE_UINT64, &st->seed);
+        bad |= h5io_attr_read(f, "ranks", H5T_NATIVE_INT64, &ranks);
+        bad |= h5io_attr_read(f, "update_freq", H5T_NATIVE_INT64, &update_freq);
+        bad |= h5io_attr_read(f, "data_position", H5T_NATIVE_INT64, &st->data_position);
+        bad |= h5io_attr_read(f, "batch_plan_hash", H5T_NATIVE_UINT64, &st->plan_hash);
+        bad |= h5io_attr_read(f, "batches_per_epoch", H5T_NATIVE_INT64, &n_batches);
         if (bad) {
             fprintf(stderr, "error: %s: checkpoint lacks run-state attributes (step, seed, ...)\n", path);
             return CKPT_DAMAGED;
         }
-        if (H5Aexists(f, "vocab_hash") > 0 && attr_read(f, "vocab_hash", H5T_NATIVE_UINT64, &st->vocab_hash)) {
+        if (H5Aexists(f, "vocab_hash") > 0 && h5io_attr_read(f, "vocab_hash", H5T_NATIVE_UINT64, &st->vocab_hash)) {
             fprintf(stderr, "error: %s: cannot read its vocab_hash attribute\n", path);
             return CKPT_DAMAGED;
         }
@@ -304,7 +238,7 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
 
 int checkpoint_check_vocab(const char *ckpt_path, const CkptState *st, const char *data_path)
 {
-    if (!st->vocab_hash || !strcmp(data_path, "synthetic")) return 0;
+    if (!st->vocab_hash || corpus_is_synthetic(data_path)) return 0;
     uint64_t h;
     if (dataset_vocab_hash_of(data_path, &h)) return 2;
     if (h == st->vocab_hash) return 0;
@@ -354,7 +288,7 @@ static int read_group(hid_t f, const char *path, const char *group, const ParamT
         }
         uint64_t want;
         int has = H5Aexists(d, "checksum") > 0;   /* absent in older files */
-        if (has && (attr_read(d, "checksum", H5T_NATIVE_UINT64, &want)
+        if (has && (h5io_attr_read(d, "checksum", H5T_NATIVE_UINT64, &want)
                     || want != checksum64(buf + p->offset, sizeof(float) * p->rows * p->cols))) {
             fprintf(stderr, "error: %s: tensor %s fails its checksum (the file is damaged)\n", path, name);
             H5Dclose(d);
@@ -373,7 +307,7 @@ int checkpoint_read_tensors(const char *path, const ParamTable *pt, float *param
     rc = read_group(f, path, "params", pt, params);
     if (!rc && (m_out || v_out)) {
         int64_t has = 0;
-        if (attr_read(f, "has_adam", H5T_NATIVE_INT64, &has) || !has) {
+        if (h5io_attr_read(f, "has_adam", H5T_NATIVE_INT64, &has) || !has) {
             fprintf(stderr, "error: %s: checkpoint has no Adam moments (an average?): cannot resume training from it\n", path);
             rc = 2;
         }
@@ -392,7 +326,7 @@ int checkpoint_open_model(const char *path, Config *cfg_out, CkptState *st, Mode
     rc = read_config_f(f, path, cfg_out, st);
     H5Fclose(f);
     if (rc) return 2;
-    if (model_init(m, cfg_out, be)) {
+    if (model_init(m, &cfg_out->model, be)) {
         fprintf(stderr, "error: %s: out of device memory for the parameters\n", path);
         return 2;
     }

@@ -107,7 +107,4 @@ int checkpoint_writer_failed(CkptWriter *w);
 int checkpoint_writer_start(CkptWriter *w, const Model *m, const char *cfg_text, const CkptState *st);
 void checkpoint_writer_free(CkptWriter *w);
 
-/* `transformer average` */
-int cmd_average(int argc, char **argv);
-
 #endif

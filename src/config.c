@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { T_INT, T_FLOAT, T_U64, T_STR, T_TEXT };   /* T_TEXT: char[CFG_TEXT] */
+enum { T_INT, T_FLOAT, T_U64, T_STR, T_TEXT, T_ENUM };   /* T_TEXT: char[CFG_TEXT]; T_ENUM: one of choices */
 
 typedef struct {
     const char *key;
@@ -19,9 +19,19 @@ typedef struct {
     size_t off;
     double lo, hi;   /* accepted range for numbers */
     int arch;        /* architecture key: must match on resume */
+    const char *const *choices;   /* T_ENUM: the names of the values 0, 1, ..., NULL-terminated */
 } KeyDesc;
 
-#define K(name, type, lo, hi, arch) { #name, type, offsetof(Config, name), lo, hi, arch }
+/* the names of the enum keys' values, in the order of config.h's enums */
+static const char *const POSITIONALS[] = { "sinusoid", "learned", NULL };
+static const char *const DEVICES[] = { "cpu", "cuda", NULL };
+static const char *const PRECISIONS[] = { "fp32", "tf32", "bf16", "fp16", NULL };
+static const char *const ALLREDUCES[] = { "auto", "nccl", "mpi", NULL };
+static const char *const LOSS_SCALES[] = { "auto", "dynamic", "off", NULL };
+static const char *const TASKS[] = { "reverse", "copy", "sort", NULL };
+
+#define K(name, type, lo, hi, arch) { #name, type, offsetof(Config, name), lo, hi, arch, NULL }
+#define E(name, choices, arch) { #name, T_ENUM, offsetof(Config, name), 0, 0, arch, choices }
 static const KeyDesc KEYS[] = {
     K(n_layers, T_INT, 1, 64, 1),
     K(d_model, T_INT, 1, 65536, 1),
@@ -31,7 +41,7 @@ static const KeyDesc KEYS[] = {
     K(d_v, T_INT, 1, 65536, 1),
     K(vocab_size, T_INT, 5, 1 << 24, 1),
     K(max_len, T_INT, 2, 1 << 16, 1),
-    K(positional, T_STR, 0, 0, 1),
+    E(positional, POSITIONALS, 1),
     K(ln_eps, T_FLOAT, 1e-12, 1, 1),
     K(dropout, T_FLOAT, 0, 0.99, 0),
     K(label_smoothing, T_FLOAT, 0, 0.99, 0),
@@ -53,10 +63,10 @@ static const KeyDesc KEYS[] = {
     K(bucket_kb, T_INT, 1, 1 << 22, 0),
     K(progress_us, T_INT, 0, 1e6, 0),
     K(allreduce_timeout, T_INT, 0, 604800, 0),
-    K(device, T_STR, 0, 0, 0),
-    K(precision, T_STR, 0, 0, 0),
-    K(allreduce, T_STR, 0, 0, 0),
-    K(loss_scale, T_STR, 0, 0, 0),
+    E(device, DEVICES, 0),
+    E(precision, PRECISIONS, 0),
+    E(allreduce, ALLREDUCES, 0),
+    E(loss_scale, LOSS_SCALES, 0),
     K(loss_scale_init, T_FLOAT, 1e-30, 1e30, 0),
     K(loss_scale_window, T_INT, 1, 1e9, 0),
     K(loss_scale_min, T_FLOAT, 0, 1e30, 0),
@@ -67,7 +77,7 @@ static const KeyDesc KEYS[] = {
     K(lock_wait, T_INT, 0, 86400, 0),
     K(attn_steps, T_INT, 0, 1e9, 0),
     K(data, T_STR, 0, 0, 0),
-    K(task, T_STR, 0, 0, 0),
+    E(task, TASKS, 0),
     K(synth_vocab, T_INT, 2, 1 << 20, 0),
     K(synth_min_len, T_INT, 1, 1 << 16, 0),
     K(synth_max_len, T_INT, 1, 1 << 16, 0),
@@ -98,7 +108,7 @@ void config_defaults(Config *c)
     c->d_v = 16;
     c->vocab_size = 24;
     c->max_len = 64;
-    strcpy(c->positional, "sinusoid");
+    c->positional = POSITIONAL_SINUSOID;
     c->ln_eps = 1e-6f;
     c->dropout = 0.1f;
     c->label_smoothing = 0.1f;
@@ -122,14 +132,14 @@ void config_defaults(Config *c)
     c->bucket_kb = 25600;   /* 25 MB: docs/scaling.md */
     c->progress_us = 200;
     c->allreduce_timeout = 600;   /* s: past any step, well before a time limit */
-    strcpy(c->device, "cpu");
-    strcpy(c->precision, "fp32");
-    strcpy(c->allreduce, "auto");
+    c->device = DEVICE_CPU;
+    c->precision = PRECISION_FP32;
+    c->allreduce = ALLREDUCE_AUTO;
     /* dynamic loss scaling for precision=fp16 (loss_scale.h).  The loss is
      * summed over target tokens, not averaged, so the logits' gradient is
      * already O(1) per token; 2^10 leaves 2^6 of headroom below fp16's
      * 65504 for growth through the layers (the scaler finds the level) */
-    strcpy(c->loss_scale, "auto");
+    c->loss_scale = LOSS_SCALE_AUTO;
     c->loss_scale_init = 1024.0f;
     c->loss_scale_window = 2000;
     c->loss_scale_min = 1e-4f;
@@ -140,7 +150,7 @@ void config_defaults(Config *c)
     c->lock_wait = 300;   /* s: an NFS server releases a failed node's locks within minutes */
     c->attn_steps = 0;
     strcpy(c->data, "synthetic");
-    strcpy(c->task, "reverse");
+    c->task = TASK_REVERSE;
     c->synth_vocab = 20;
     c->synth_min_len = 4;
     c->synth_max_len = 12;
@@ -204,6 +214,28 @@ static void where(char *buf, size_t cap, const char *origin, int line)
     else snprintf(buf, cap, "%s", origin);
 }
 
+/* an enum key's value by its name, or one line naming the choices:
+ * "key 'device': 'gpu' is not 'cpu' or 'cuda'" */
+static int set_choice(const KeyDesc *k, const char *at, const char *value, int *out)
+{
+    int n = 0;
+    for (; k->choices[n]; n++)
+        if (!strcmp(k->choices[n], value)) { *out = n; return 0; }
+    fprintf(stderr, "error: %s: key '%s': '%s' is not ", at, k->key, value);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s'%s'", i == 0 ? "" : i == n - 1 ? " or " : ", ", k->choices[i]);
+    fputc('\n', stderr);
+    return 2;
+}
+
+const char *config_choice(const char *key, int v)
+{
+    const KeyDesc *k = find_key(key);
+    if (!k || k->type != T_ENUM || v < 0) return "?";
+    for (int i = 0; k->choices[i]; i++)
+        if (i == v) return k->choices[i];
+    return "?";
+}
+
 int config_set(Config *c, const char *origin, int line, const char *key, const char *value)
 {
     char at[512];
@@ -218,6 +250,7 @@ int config_set(Config *c, const char *origin, int line, const char *key, const c
     c->key_line[k - KEYS] = line > 0 ? line : -1;
     if (line > 0) snprintf(c->config_file, CFG_STR, "%s", origin);
     char *p = (char *)c + k->off;
+    if (k->type == T_ENUM) return set_choice(k, at, value, (int *)p);
     if (k->type == T_STR || k->type == T_TEXT) {
         int size = k->type == T_STR ? CFG_STR : CFG_TEXT;
         if (strlen(value) >= (size_t)size) {
@@ -352,21 +385,10 @@ static int validate_error(const Config *c, const char *origin, const char *key, 
 int config_validate(const Config *c, const char *origin)
 {
 #define FAIL(key, ...) return validate_error(c, origin, key, __VA_ARGS__)
-    if (strcmp(c->positional, "sinusoid") && strcmp(c->positional, "learned"))
-        FAIL("positional", "key 'positional': '%s' is not 'sinusoid' or 'learned'", c->positional);
-    if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
-        FAIL("device", "key 'device': '%s' is not 'cpu' or 'cuda'", c->device);
-    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32") && strcmp(c->precision, "bf16")
-        && strcmp(c->precision, "fp16"))
-        FAIL("precision", "key 'precision': '%s' is not 'fp32', 'tf32', 'bf16' or 'fp16'", c->precision);
-    if (strcmp(c->allreduce, "auto") && strcmp(c->allreduce, "nccl") && strcmp(c->allreduce, "mpi"))
-        FAIL("allreduce", "key 'allreduce': '%s' is not 'auto', 'nccl' or 'mpi'", c->allreduce);
-    if (strcmp(c->task, "reverse") && strcmp(c->task, "copy") && strcmp(c->task, "sort"))
-        FAIL("task", "key 'task': '%s' is not 'reverse', 'copy' or 'sort'", c->task);
-    if ((!strcmp(c->precision, "bf16") || !strcmp(c->precision, "fp16")) && strcmp(c->device, "cuda"))
-        FAIL("precision", "key 'precision': %s needs device=cuda (the CPU backend is fp32)", c->precision);
-    if (strcmp(c->loss_scale, "auto") && strcmp(c->loss_scale, "dynamic") && strcmp(c->loss_scale, "off"))
-        FAIL("loss_scale", "key 'loss_scale': '%s' is not 'auto', 'dynamic' or 'off'", c->loss_scale);
+    /* the enum keys' values were checked when they were set (set_choice) */
+    if (c->precision != PRECISION_FP32 && c->device != DEVICE_CUDA)
+        FAIL("precision", "key 'precision': %s needs device=cuda (the CPU backend is fp32)",
+             config_choice("precision", c->precision));
     if (c->loss_scale_min > c->loss_scale_init)
         FAIL("loss_scale_min", "key 'loss_scale_min': %g is above loss_scale_init %g", c->loss_scale_min, c->loss_scale_init);
     if (c->d_model % 2)
@@ -382,9 +404,9 @@ int config_validate(const Config *c, const char *origin)
     char why[256];
     if (head_mask_parse(c->mask_heads, c->n_layers, c->n_heads, NULL, why, sizeof why))
         FAIL("mask_heads", "key 'mask_heads': %s", why);
-    if (c->max_tokens == 0 && strcmp(c->device, "cuda"))
+    if (c->max_tokens == 0 && c->device != DEVICE_CUDA)
         FAIL("max_tokens", "key 'max_tokens': 0 (from free device memory) needs device=cuda; set max_tokens >= max_len %d "
-             "for device=%s", c->max_len, c->device);
+             "for device=%s", c->max_len, config_choice("device", c->device));
     if (c->max_tokens != 0 && c->max_tokens < c->max_len)
         FAIL("max_tokens", "key 'max_tokens': %d is smaller than max_len %d: a longest sentence would not fit a batch", c->max_tokens, c->max_len);
     return 0;
@@ -402,6 +424,7 @@ int config_to_string(const Config *c, char *buf, int cap)
         case T_INT: w = snprintf(buf + n, cap - n, "%s = %d\n", k->key, *(const int *)p); break;
         case T_FLOAT: w = snprintf(buf + n, cap - n, "%s = %.9g\n", k->key, *(const float *)p); break;
         case T_U64: w = snprintf(buf + n, cap - n, "%s = %llu\n", k->key, (unsigned long long)*(const uint64_t *)p); break;
+        case T_ENUM: w = snprintf(buf + n, cap - n, "%s = %s\n", k->key, config_choice(k->key, *(const int *)p)); break;
         default: w = snprintf(buf + n, cap - n, "%s = %s\n", k->key, p); break;
         }
         if (w < 0 || w >= cap - n) return -1;
@@ -431,6 +454,9 @@ int config_arch_mismatch(const Config *a, const Config *b, char *msg, int cap)
             snprintf(va, 64, "%g", *(const float *)pa); snprintf(vb, 64, "%g", *(const float *)pb); break;
         case T_STR: differ = strcmp(pa, pb) != 0;
             snprintf(va, 64, "%s", pa); snprintf(vb, 64, "%s", pb); break;
+        case T_ENUM: differ = *(const int *)pa != *(const int *)pb;
+            snprintf(va, 64, "%s", config_choice(k->key, *(const int *)pa));
+            snprintf(vb, 64, "%s", config_choice(k->key, *(const int *)pb)); break;
         default: differ = 0; va[0] = vb[0] = 0;
         }
         if (differ) {

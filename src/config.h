@@ -11,35 +11,60 @@
 #define CFG_TEXT 4096   /* long string keys (mask_heads) */
 #define CFG_MAX_KEYS 128
 
+/* Keys with a fixed set of choices: parsed once, by the key table
+ * (config.c), into these; config_choice names them back. */
+typedef enum { POSITIONAL_SINUSOID, POSITIONAL_LEARNED } Positional;
+typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
+typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16, PRECISION_FP16 } Precision;
+typedef enum { ALLREDUCE_AUTO, ALLREDUCE_NCCL, ALLREDUCE_MPI } Allreduce;
+typedef enum { LOSS_SCALE_AUTO, LOSS_SCALE_DYNAMIC, LOSS_SCALE_OFF } LossScaleMode;
+typedef enum { TASK_REVERSE, TASK_COPY, TASK_SORT } Task;
+
+/* What the model and its checkpoint need: the architecture (Table 3
+ * columns; must match on resume), the regularisation and optimisation its
+ * training step applies (sections 5.3, 5.4) and its head gates.  A Model
+ * holds these alone; the run's settings (devices, batches, files,
+ * decoding) stay in Config.  One list, so that ModelConfig and Config's
+ * first members are the same sequence. */
+#define MODEL_CONFIG_FIELDS                                                                        \
+    int n_layers;        /* N: encoder layers = decoder layers */                                  \
+    int d_model;                                                                                    \
+    int d_ff;                                                                                       \
+    int n_heads;         /* h */                                                                    \
+    int d_k;             /* independent of d_model/h (Table 3 row B) */                            \
+    int d_v;                                                                                        \
+    int vocab_size;      /* shared source/target vocabulary */                                     \
+    int max_len;         /* maximum positions (tokens incl. BOS/EOS) */                            \
+    Positional positional; /* sinusoid or learned (row E) */                                       \
+    float ln_eps;                                                                                   \
+    float dropout;       /* P_drop */                                                               \
+    float label_smoothing; /* eps_ls */                                                             \
+    int warmup;          /* warmup_steps */                                                         \
+    float lr_factor;     /* multiplies the paper's lrate (1 = paper) */                            \
+    float lr_peak;       /* > 0: eq. 3's shape with this peak rate at step = warmup, whatever      \
+                          * d_model and lr_factor (0: off) */                                      \
+    float adam_beta1, adam_beta2, adam_eps;                                                         \
+    uint64_t seed;                                                                                  \
+    int logits_chunk;    /* target tokens per chunk of the pre-softmax projection and              \
+                          * cross-entropy (0: as many as keep its logits <= 2^27 elements) */      \
+    char mask_heads[CFG_TEXT]; /* heads whose gate is 0 (head_mask.h): "enc:3:5,cross:0:*" */
+
+typedef struct ModelConfig {
+    MODEL_CONFIG_FIELDS
+} ModelConfig;
+
 typedef struct Config {
-    /* architecture (Table 3 columns; must match on resume) */
-    int n_layers;        /* N: encoder layers = decoder layers */
-    int d_model;
-    int d_ff;
-    int n_heads;         /* h */
-    int d_k;             /* independent of d_model/h (Table 3 row B) */
-    int d_v;
-    int vocab_size;      /* shared source/target vocabulary */
-    int max_len;         /* maximum positions (tokens incl. BOS/EOS) */
-    char positional[CFG_STR]; /* "sinusoid" or "learned" (row E) */
-    float ln_eps;
+    union {
+        ModelConfig model;   /* the same members, as one: what a Model is built from */
+        struct {
+            MODEL_CONFIG_FIELDS
+        };
+    };
 
-    /* regularisation and optimisation (section 5.3, 5.4) */
-    float dropout;       /* P_drop */
-    float label_smoothing; /* eps_ls */
-    int warmup;          /* warmup_steps */
-    float lr_factor;     /* multiplies the paper's lrate (1 = paper) */
-    float lr_peak;       /* > 0: eq. 3's shape with this peak rate at step = warmup,
-                          * whatever d_model and lr_factor (0: off) */
-    float adam_beta1, adam_beta2, adam_eps;
-    uint64_t seed;
-
-    /* training run */
+    /* the run: training */
     int train_steps;
     int max_tokens;      /* per batch: source and target tokens, padding counted; 0 (device=cuda):
                           * from the device's free memory, resolved once (auto_tokens.h) */
-    int logits_chunk;    /* target tokens per chunk of the pre-softmax projection and
-                          * cross-entropy (0: as many as keep its logits <= 2^27 elements) */
     int update_freq;     /* micro-batches accumulated per update, per rank */
     int batch_tokens;    /* > 0: global batch target; sets update_freq from ranks x max_tokens */
     int log_steps;
@@ -48,10 +73,10 @@ typedef struct Config {
     int bucket_kb;       /* gradient allreduce bucket size */
     int progress_us;     /* MPI progress thread poll interval (0: none) */
     int allreduce_timeout; /* s a gradient allreduce may make no progress before the job ends (0: never) */
-    char device[CFG_STR];    /* "cpu" or "cuda" */
-    char precision[CFG_STR]; /* "fp32", "tf32", "bf16" or "fp16" (cuda) */
-    char allreduce[CFG_STR]; /* cuda gradient sums: "auto" (NCCL if built with it, else MPI), "nccl" or "mpi" */
-    char loss_scale[CFG_STR]; /* "auto" (dynamic for fp16, else off), "dynamic" or "off" */
+    Device device;           /* cpu or cuda */
+    Precision precision;     /* fp32, tf32, bf16 or fp16 (the last three: cuda) */
+    Allreduce allreduce;     /* cuda gradient sums: auto (NCCL if built with it, else MPI), nccl or mpi */
+    LossScaleMode loss_scale; /* auto (dynamic for fp16, else off), dynamic or off */
     float loss_scale_init;   /* first loss scale S */
     int loss_scale_window;   /* good steps in a row after which S doubles */
     float loss_scale_min;    /* S below this stops the run */
@@ -64,7 +89,7 @@ typedef struct Config {
 
     /* data */
     char data[CFG_STR];  /* dataset HDF5 file, or "synthetic" */
-    char task[CFG_STR];  /* synthetic task: "reverse", "copy" or "sort" */
+    Task task;           /* synthetic task: reverse, copy or sort */
     int synth_vocab;     /* synthetic symbols (ids 4..synth_vocab+3) */
     int synth_min_len, synth_max_len;
     int synth_train;     /* synthetic training pairs */
@@ -78,9 +103,6 @@ typedef struct Config {
     /* informational: the paper's Table 3 numbers for this row (0 = none) */
     float paper_ppl, paper_bleu, paper_params_m;
     char row[CFG_STR];   /* Table 3 row name, e.g. "base", "A1" */
-
-    /* heads whose gate is 0 (head_mask.h): "enc:3:5,cross:0:*"; empty: none */
-    char mask_heads[CFG_TEXT];
 
     /* where each key was set, for error messages (not a key): line in
      * config_file (> 0), command line (-1) or default (0), by KEYS index */
@@ -98,6 +120,9 @@ int config_set(Config *c, const char *origin, int line, const char *key, const c
 int config_validate(const Config *c, const char *origin);
 /* Write all keys as "key = value" lines (checkpoints keep this text). */
 int config_to_string(const Config *c, char *buf, int cap);
+/* the name of choice v of the enum key (config_choice("device", DEVICE_CUDA)
+ * is "cuda"); "?" for another key or value */
+const char *config_choice(const char *key, int v);
 /* 1 if key is an architecture key (must match on resume). */
 int config_is_arch_key(const char *key);
 /* Compare architecture keys; on mismatch write a message into msg and return 1. */

@@ -28,48 +28,6 @@ static void quiet_on(ErrSave *s)
 }
 static void quiet_off(const ErrSave *s) { H5Eset_auto2(H5E_DEFAULT, s->fn, s->data); }
 
-static hid_t str_type(void)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    return t;
-}
-
-static int attr_str(hid_t obj, const char *name, const char *val)
-{
-    hid_t t = str_type(), sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, t, &val) < 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp); H5Tclose(t);
-    return rc;
-}
-
-static int attr_strs(hid_t obj, const char *name, const char **vals, int n)
-{
-    hsize_t dim = (hsize_t)n;
-    hid_t t = str_type(), sp = H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, t, vals) < 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp); H5Tclose(t);
-    return rc;
-}
-
-/* n < 0: a scalar attribute; otherwise an array of n */
-static int attr_i64s(hid_t obj, const char *name, const long long *vals, int n)
-{
-    hsize_t dim = (hsize_t)(n < 0 ? 1 : n);
-    hid_t sp = n < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &dim, NULL);
-    hid_t a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_LLONG, vals) < 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return rc;
-}
-static int attr_i64(hid_t obj, const char *name, long long v) { return attr_i64s(obj, name, &v, -1); }
-
 /* 1-D dataset, chunked + deflate for the big id arrays (they compress ~2x) */
 static int write_1d(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data, size_t n)
 {
@@ -130,28 +88,28 @@ static int write_split(hid_t splits, const DatasetSplit *s, int id_bits)
                      c->src_tok ? (const void *)c->src_tok : (const void *)c->src_tok16, (size_t)c->src_off[c->n]);
     rc |= write_flat(g, "tgt_ids", id_type, c->tgt_tok ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT16,
                      c->tgt_tok ? (const void *)c->tgt_tok : (const void *)c->tgt_tok16, (size_t)c->tgt_off[c->n]);
-    rc |= attr_i64(g, "n_pairs", c->n);
-    rc |= attr_i64(g, "n_input_pairs", s->n_lines);
-    rc |= attr_i64(g, "n_dropped", s->n_dropped);
+    rc |= h5io_attr_i64(g, "n_pairs", c->n);
+    rc |= h5io_attr_i64(g, "n_input_pairs", s->n_lines);
+    rc |= h5io_attr_i64(g, "n_dropped", s->n_dropped);
     int nf = s->n_files;
     const char **names = xmalloc(sizeof(char *) * 2 * nf);
-    long long *num = xmalloc(sizeof(long long) * 2 * nf);
+    int64_t *num = xmalloc(sizeof(int64_t) * 2 * nf);
     for (int side = 0; side < 2; side++) {
         const DatasetFile *f = side ? s->tgt : s->src;
         const char *pre = side ? "tgt" : "src";
         char key[32];
         for (int k = 0; k < nf; k++) names[k] = f[k].path;
         snprintf(key, sizeof key, "%s_files", pre);
-        rc |= attr_strs(g, key, names, nf);
+        rc |= h5io_attr_vstrs(g, key, names, nf);
         for (int k = 0; k < nf; k++) names[k] = f[k].sha256;
         snprintf(key, sizeof key, "%s_sha256", pre);
-        rc |= attr_strs(g, key, names, nf);
+        rc |= h5io_attr_vstrs(g, key, names, nf);
         for (int k = 0; k < nf; k++) num[k] = f[k].bytes;
         snprintf(key, sizeof key, "%s_bytes", pre);
-        rc |= attr_i64s(g, key, num, nf);
+        rc |= h5io_attr_i64s(g, key, num, nf);
         for (int k = 0; k < nf; k++) num[k] = f[k].lines;
         snprintf(key, sizeof key, "%s_lines", pre);
-        rc |= attr_i64s(g, key, num, nf);
+        rc |= h5io_attr_i64s(g, key, num, nf);
     }
     free(names); free(num);
     H5Gclose(g);
@@ -162,21 +120,21 @@ static int write_split(hid_t splits, const DatasetSplit *s, int id_bits)
 static int write_root_attrs(hid_t f, const DatasetWrite *d)
 {
     int rc = 0;
-    rc |= attr_str(f, "format", DATASET_FORMAT);
-    rc |= attr_i64(f, "format_version", DATASET_FORMAT_VERSION);
-    rc |= attr_i64(f, "vocab_size", d->vocab.vocab_size);
-    rc |= attr_i64(f, "id_bits", dataset_id_bits(d->vocab.vocab_size, d->id_bits));
-    rc |= attr_i64(f, "max_len", d->max_len);
-    rc |= attr_str(f, "spm_options", d->spm_options);
-    rc |= attr_str(f, "command", d->command);
+    rc |= h5io_attr_vstr(f, "format", DATASET_FORMAT);
+    rc |= h5io_attr_i64(f, "format_version", DATASET_FORMAT_VERSION);
+    rc |= h5io_attr_i64(f, "vocab_size", d->vocab.vocab_size);
+    rc |= h5io_attr_i64(f, "id_bits", dataset_id_bits(d->vocab.vocab_size, d->id_bits));
+    rc |= h5io_attr_i64(f, "max_len", d->max_len);
+    rc |= h5io_attr_vstr(f, "spm_options", d->spm_options);
+    rc |= h5io_attr_vstr(f, "command", d->command);
     char when[64];
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    rc |= attr_str(f, "created", when);
-    rc |= attr_i64(f, "pad_id", TOK_PAD);
-    rc |= attr_i64(f, "bos_id", TOK_BOS);
-    rc |= attr_i64(f, "eos_id", TOK_EOS);
-    rc |= attr_i64(f, "unk_id", TOK_UNK);
+    rc |= h5io_attr_vstr(f, "created", when);
+    rc |= h5io_attr_i64(f, "pad_id", TOK_PAD);
+    rc |= h5io_attr_i64(f, "bos_id", TOK_BOS);
+    rc |= h5io_attr_i64(f, "eos_id", TOK_EOS);
+    rc |= h5io_attr_i64(f, "unk_id", TOK_UNK);
     return rc;
 }
 
@@ -186,7 +144,7 @@ static int write_groups(hid_t f, const DatasetWrite *d)
     int rc = 0;
     hid_t vg = H5Gcreate2(f, "vocab", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (vg >= 0) {
-        hid_t t = str_type();
+        hid_t t = h5io_vstr_type();
         rc |= write_1d(vg, "pieces", t, t, d->vocab.pieces, (size_t)d->vocab.vocab_size);
         H5Tclose(t);
         rc |= write_1d(vg, "spm_model", H5T_STD_U8LE, H5T_NATIVE_UCHAR, d->vocab.spm_model, d->vocab.spm_model_len);
@@ -199,7 +157,7 @@ static int write_groups(hid_t f, const DatasetWrite *d)
             rc |= write_split(sg, &d->splits[i], dataset_id_bits(d->vocab.vocab_size, d->id_bits));
             names[i] = d->splits[i].name;
         }
-        rc |= attr_strs(f, "split_names", names, d->n_splits);
+        rc |= h5io_attr_vstrs(f, "split_names", names, d->n_splits);
         free(names);
         H5Gclose(sg);
     } else rc = 1;
@@ -319,18 +277,9 @@ static hid_t open_ours(const char *path)
             fprintf(stderr, "error: %s: not an HDF5 file%s\n", path, st.st_size == 0 ? " (empty)" : "");
         return -1;
     }
-    char *fmt = NULL;
-    hid_t a = H5Aexists(f, "format") > 0 ? H5Aopen(f, "format", H5P_DEFAULT) : -1;
-    int ok = 0;
-    if (a >= 0) {
-        hid_t t = str_type();
-        hid_t ft = H5Aget_type(a);
-        if (H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) > 0 && H5Aread(a, t, &fmt) >= 0 && fmt)
-            ok = !strcmp(fmt, DATASET_FORMAT);
-        if (fmt) H5free_memory(fmt);
-        H5Tclose(ft); H5Tclose(t);
-        H5Aclose(a);
-    }
+    char *fmt = h5io_attr_read_str(f, "format");
+    int ok = fmt && !strcmp(fmt, DATASET_FORMAT);
+    free(fmt);
     if (!ok) {
         fprintf(stderr, "error: %s: HDF5 file is not a transformer dataset (no format=\"%s\" attribute)\n", path,
                 DATASET_FORMAT);
@@ -338,25 +287,13 @@ static hid_t open_ours(const char *path)
         return -1;
     }
     long long ver = 0;
-    a = H5Aexists(f, "format_version") > 0 ? H5Aopen(f, "format_version", H5P_DEFAULT) : -1;
-    if (a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &ver) < 0 || ver != DATASET_FORMAT_VERSION) {
+    if (h5io_attr_read(f, "format_version", H5T_NATIVE_LLONG, &ver) || ver != DATASET_FORMAT_VERSION) {
         fprintf(stderr, "error: %s: dataset format version %lld, this build reads version %d\n", path, ver,
                 DATASET_FORMAT_VERSION);
-        if (a >= 0) H5Aclose(a);
         H5Fclose(f);
         return -1;
     }
-    H5Aclose(a);
     return f;
-}
-
-static int read_i64_attr(hid_t obj, const char *name, long long *v)
-{
-    if (H5Aexists(obj, name) <= 0) return 1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    int rc = a < 0 || H5Aread(a, H5T_NATIVE_LLONG, v) < 0;
-    if (a >= 0) H5Aclose(a);
-    return rc;
 }
 
 /* read a whole 1-D dataset of n_expect elements (n_expect < 0: any; the
@@ -404,10 +341,11 @@ int dataset_load(const char *path, const char *split, Corpus *out)
     char gname[512];
     snprintf(gname, sizeof gname, "splits/%s", split);
     hid_t g = -1;
-    if (read_i64_attr(f, "vocab_size", &vocab)) why = "missing vocab_size attribute";
+    if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, &vocab)) why = "missing vocab_size attribute";
     else if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
         why = "no such split";
-    else if ((g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || read_i64_attr(g, "n_pairs", &n) || n < 0 || n > INT32_MAX)
+    else if ((g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || h5io_attr_read(g, "n_pairs", H5T_NATIVE_LLONG, &n) || n < 0 ||
+             n > INT32_MAX)
         why = "split has no valid n_pairs attribute";
     if (!why) {
         out->n = (int)n;
@@ -447,7 +385,7 @@ int dataset_vocab_size(const char *path)
     hid_t f = open_ours(path);
     long long v = 0;
     if (f >= 0) {
-        if (read_i64_attr(f, "vocab_size", &v) || v <= 0) {
+        if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, &v) || v <= 0) {
             fprintf(stderr, "error: %s: missing vocab_size attribute\n", path);
             v = 0;
         }
@@ -466,9 +404,9 @@ int dataset_load_vocab(const char *path, DatasetVocab *v)
     if (f < 0) { quiet_off(&es); return 2; }
     const char *why = NULL;
     long long vs = 0, ml = 0;
-    hid_t t = str_type();
+    hid_t t = h5io_vstr_type();
     char **pieces = NULL;
-    if (read_i64_attr(f, "vocab_size", &vs) || vs <= 0 || vs > INT32_MAX) why = "missing vocab_size attribute";
+    if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, &vs) || vs <= 0 || vs > INT32_MAX) why = "missing vocab_size attribute";
     else if (H5Lexists(f, "vocab", H5P_DEFAULT) <= 0) why = "no vocab group";
     else {
         hid_t g = H5Gopen2(f, "vocab", H5P_DEFAULT);
@@ -533,10 +471,10 @@ static const char *open_split(hid_t f, const char *split, long long *vocab, long
     char gname[512];
     snprintf(gname, sizeof gname, "splits/%s", split);
     *g = -1;
-    if (read_i64_attr(f, "vocab_size", vocab)) return "missing vocab_size attribute";
+    if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, vocab)) return "missing vocab_size attribute";
     if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
         return "no such split";
-    if ((*g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || read_i64_attr(*g, "n_pairs", n) || *n < 0 || *n > INT32_MAX)
+    if ((*g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || h5io_attr_read(*g, "n_pairs", H5T_NATIVE_LLONG, n) || *n < 0 || *n > INT32_MAX)
         return "split has no valid n_pairs attribute";
     return NULL;
 }

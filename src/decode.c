@@ -114,7 +114,7 @@ static void reserve(Decoder *d, int n_sent, int K, int S, int T)
     d->cap_n = cn; d->cap_sent = cs; d->cap_S = cS; d->cap_T = cT;
     Model *m = d->m;
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     size_t h = c->n_heads, dm = c->d_model, hk = h * c->d_k, hv = h * c->d_v, w2 = hk + hv;
     size_t N = (size_t)cn, F = sizeof(float);
 #define A(x) dalloc(be, (x) * F, cn, cT)
@@ -138,7 +138,7 @@ void decoder_begin(Decoder *d, const Batch *b, int K, int t_max)
 {
     Model *m = d->m;
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int B = b->B, S = b->S;
     reserve(d, B, K, S, t_max);
     d->K = K; d->n_sent = B; d->S = S; d->T = t_max; d->cur = 0;
@@ -175,7 +175,7 @@ Act decoder_step(Decoder *d, const int32_t *tok, int t, int log_probs)
 {
     Model *m = d->m;
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int K = d->K, ns = d->n_sent, n = ns * K, S = d->S, T = d->T;
     int h = c->n_heads, dk = c->d_k, dv = c->d_v, hk = h * dk, hv = h * dv, w2 = hk + hv;
     int dm = c->d_model, dff = c->d_ff, V = c->vocab_size;
@@ -235,7 +235,7 @@ void decoder_reorder(Decoder *d, const int *parent, const int *keep, int n_keep,
 {
     Model *m = d->m;
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int K = d->K, S = d->S, T = d->T, n = n_keep * K;
     size_t w2 = (size_t)c->n_heads * (c->d_k + c->d_v);
     size_t sh = (size_t)T * w2, used = (size_t)(t + 1) * w2;

@@ -475,13 +475,7 @@ int dist_hold_stderr(Dist *d)
     if (d->rank == 0) return -1;
     FILE *tmp = tmpfile();
     if (!tmp) return -1;   /* then this rank prints as before */
-    fflush(stderr);
-    int saved = dup(2);
-    if (saved < 0 || dup2(fileno(tmp), 2) < 0) {
-        if (saved >= 0) close(saved);
-        fclose(tmp);
-        return -1;
-    }
+    int saved = stderr_divert(fileno(tmp));
     fclose(tmp);   /* fd 2 keeps the (unlinked) file open */
     return saved;
 }
@@ -499,7 +493,6 @@ int dist_release_stderr(Dist *d, int held, int rc)
         while ((n = read(2, buf, sizeof buf)) > 0)
             if (write(held, buf, (size_t)n) < 0) break;
     }
-    dup2(held, 2);
-    close(held);
+    stderr_restore(held);
     return worst;
 }

@@ -8,7 +8,7 @@
 void greedy_decode(Model *m, const Batch *b, int max_out, int32_t *out, int *out_len)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int B = b->B, d = c->d_model, V = c->vocab_size;
     if (max_out + 1 > model_positions(m)) max_out = model_positions(m) - 1;
     Batch w = {0};

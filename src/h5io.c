@@ -378,29 +378,110 @@ int h5io_commit(H5Mem *m, const char *path, char *msg, int cap)
 
 /* ------------------------------------------------------ small writers */
 
-int h5io_attr_i64(hid_t o, const char *name, int64_t v)
+/* an attribute on space sp (closed here) written from val */
+static int attr_create(hid_t o, const char *name, hid_t ftype, hid_t mtype, hid_t sp, const void *val)
 {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0 ? -1 : 0;
+    hid_t a = H5Acreate2(o, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, mtype, val) < 0 ? -1 : 0;
     if (a >= 0) H5Aclose(a);
     H5Sclose(sp);
     return rc;
 }
 
+int h5io_attr_write(hid_t o, const char *name, hid_t ftype, hid_t mtype, const void *val)
+{
+    return attr_create(o, name, ftype, mtype, H5Screate(H5S_SCALAR), val);
+}
+
+int h5io_attr_i64(hid_t o, const char *name, int64_t v) { return h5io_attr_write(o, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
+int h5io_attr_u64(hid_t o, const char *name, uint64_t v) { return h5io_attr_write(o, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
+int h5io_attr_f64(hid_t o, const char *name, double v) { return h5io_attr_write(o, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v); }
+
+hid_t h5io_vstr_type(void)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    return t;
+}
+
+int h5io_attr_vstr(hid_t o, const char *name, const char *s)
+{
+    hid_t t = h5io_vstr_type();
+    int rc = h5io_attr_write(o, name, t, t, &s);
+    H5Tclose(t);
+    return rc;
+}
+
+/* a 1-D attribute of n elements */
+static int attr_array(hid_t o, const char *name, hid_t ftype, hid_t mtype, const void *vals, int n)
+{
+    hsize_t dim = (hsize_t)n;
+    return attr_create(o, name, ftype, mtype, H5Screate_simple(1, &dim, NULL), vals);
+}
+
+int h5io_attr_vstrs(hid_t o, const char *name, const char **vals, int n)
+{
+    hid_t t = h5io_vstr_type();
+    int rc = attr_array(o, name, t, t, vals, n);
+    H5Tclose(t);
+    return rc;
+}
+
+int h5io_attr_i64s(hid_t o, const char *name, const int64_t *vals, int n)
+{
+    return attr_array(o, name, H5T_STD_I64LE, H5T_NATIVE_INT64, vals, n);
+}
+
 int h5io_attr_str(hid_t o, const char *name, const char *s)
 {
-    /* fixed length: parallel HDF5 cannot write variable-length data */
+    /* fixed length, as the attention and head files have always stored them */
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, strlen(s) + 1);
     H5Tset_cset(t, H5T_CSET_UTF8);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, t, s) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
+    int rc = h5io_attr_write(o, name, t, t, s);
     H5Tclose(t);
     return rc;
+}
+
+int h5io_attr_read(hid_t obj, const char *name, hid_t mtype, void *val)
+{
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    int rc = H5Aread(a, mtype, val) < 0 ? -1 : 0;
+    H5Aclose(a);
+    return rc;
+}
+
+/* a string attribute (variable or fixed length) as a malloc'ed string */
+char *h5io_attr_read_str(hid_t obj, const char *name)
+{
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return NULL;
+    hid_t ft = H5Aget_type(a);
+    char *out = NULL;
+    if (H5Tget_class(ft) == H5T_STRING) {
+        if (H5Tis_variable_str(ft) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(ft));
+            char *s = NULL;
+            if (H5Aread(a, mt, &s) >= 0 && s) {
+                out = strdup(s);
+                H5free_memory(s);
+            }
+            H5Tclose(mt);
+        } else {
+            size_t n = H5Tget_size(ft);
+            out = xcalloc(n + 1, 1);
+            if (H5Aread(a, ft, out) < 0) { free(out); out = NULL; }
+        }
+    }
+    H5Tclose(ft);
+    H5Aclose(a);
+    return out;
 }
 
 int h5io_write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,

@@ -21,12 +21,29 @@ void hdf5_lock(void);
 int hdf5_trylock(void);   /* 0 if acquired */
 void hdf5_unlock(void);
 
-/* Small writers for files built in memory (attention maps, head
- * statistics): a scalar int64 or UTF-8 string attribute on object o, and a
- * dataset created and written whole (file type ftype, memory type mtype,
- * nd dimensions).  0, or -1 where HDF5 fails. */
+/* Attributes, one convention: 0, or -1 where HDF5 fails (reading: also
+ * where the attribute is missing).  Scalars: h5io_attr_write (file type
+ * ftype, memory type mtype) and its int64, uint64 and double forms;
+ * strings: variable-length UTF-8 (vstr: checkpoints, datasets; h5py reads
+ * them as str) or fixed-length UTF-8 (str: the attention and head files);
+ * 1-D arrays of n strings or int64s. */
+int h5io_attr_write(hid_t o, const char *name, hid_t ftype, hid_t mtype, const void *val);
 int h5io_attr_i64(hid_t o, const char *name, int64_t v);
+int h5io_attr_u64(hid_t o, const char *name, uint64_t v);
+int h5io_attr_f64(hid_t o, const char *name, double v);
 int h5io_attr_str(hid_t o, const char *name, const char *s);
+int h5io_attr_vstr(hid_t o, const char *name, const char *s);
+int h5io_attr_vstrs(hid_t o, const char *name, const char **vals, int n);
+int h5io_attr_i64s(hid_t o, const char *name, const int64_t *vals, int n);
+/* the variable-length UTF-8 string type (close it with H5Tclose): h5py
+ * reads it as str, h5dump prints it */
+hid_t h5io_vstr_type(void);
+/* read a scalar attribute into val as mtype */
+int h5io_attr_read(hid_t o, const char *name, hid_t mtype, void *val);
+/* a string attribute (variable or fixed length) as a malloc'ed string, or NULL */
+char *h5io_attr_read_str(hid_t o, const char *name);
+/* a dataset created and written whole (file type ftype, memory type mtype,
+ * nd dimensions): 0, or -1 */
 int h5io_write_ds(hid_t g, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
                   const void *data);
 

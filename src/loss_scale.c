@@ -23,7 +23,7 @@ static void parse_inf_hook(LossScaler *ls)
 void loss_scale_init(LossScaler *ls, const Config *c)
 {
     memset(ls, 0, sizeof *ls);
-    ls->enabled = !strcmp(c->loss_scale, "dynamic") || (!strcmp(c->loss_scale, "auto") && !strcmp(c->precision, "fp16"));
+    ls->enabled = c->loss_scale == LOSS_SCALE_DYNAMIC || (c->loss_scale == LOSS_SCALE_AUTO && c->precision == PRECISION_FP16);
     ls->scale = c->loss_scale_init;
     ls->window = c->loss_scale_window;
     ls->min_scale = c->loss_scale_min;

@@ -30,7 +30,7 @@ static size_t add_tensor(ParamTable *pt, int *cap, const char *name, int rows, i
     return p->offset;
 }
 
-static void add_attention(ParamTable *pt, int *cap, const char *prefix, const Config *c, AttnOffsets *a)
+static void add_attention(ParamTable *pt, int *cap, const char *prefix, const ModelConfig *c, AttnOffsets *a)
 {
     char n[PARAM_NAME];
     int d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v;
@@ -41,14 +41,14 @@ static void add_attention(ParamTable *pt, int *cap, const char *prefix, const Co
     snprintf(n, sizeof n, "%s/W_o", prefix); a->Wo = add_tensor(pt, cap, n, d, hv, PARAM_INIT_XAVIER);
 }
 
-static void add_norm(ParamTable *pt, int *cap, const char *prefix, const Config *c, NormOffsets *o)
+static void add_norm(ParamTable *pt, int *cap, const char *prefix, const ModelConfig *c, NormOffsets *o)
 {
     char n[PARAM_NAME];
     snprintf(n, sizeof n, "%s/gamma", prefix); o->gamma = add_tensor(pt, cap, n, c->d_model, 1, PARAM_INIT_ONE);
     snprintf(n, sizeof n, "%s/beta", prefix); o->beta = add_tensor(pt, cap, n, c->d_model, 1, PARAM_INIT_ZERO);
 }
 
-static void add_ffn(ParamTable *pt, int *cap, const char *prefix, const Config *c, FfnOffsets *f)
+static void add_ffn(ParamTable *pt, int *cap, const char *prefix, const ModelConfig *c, FfnOffsets *f)
 {
     char n[PARAM_NAME];
     /* FFN(x) = max(0, x W1 + b1) W2 + b2  (eq. 2) */
@@ -58,7 +58,7 @@ static void add_ffn(ParamTable *pt, int *cap, const char *prefix, const Config *
     snprintf(n, sizeof n, "%s/b_2", prefix); f->b2 = add_tensor(pt, cap, n, c->d_model, 1, PARAM_INIT_ZERO);
 }
 
-void param_table_build(ParamTable *pt, const Config *c)
+void param_table_build(ParamTable *pt, const ModelConfig *c)
 {
     memset(pt, 0, sizeof *pt);
     int cap = 0, N = c->n_layers;
@@ -86,7 +86,7 @@ void param_table_build(ParamTable *pt, const Config *c)
         snprintf(q, sizeof q, "%s/ffn_norm", p); add_norm(pt, &cap, q, c, &L->ln3);
     }
     pt->emb_begin = pt->total;
-    pt->has_pos = strcmp(c->positional, "learned") == 0;
+    pt->has_pos = c->positional == POSITIONAL_LEARNED;
     if (pt->has_pos)
         pt->pos_embedding = add_tensor(pt, &cap, "positional_embedding", c->max_len, c->d_model, PARAM_INIT_NORMAL);
     /* one matrix for source and target embeddings and the pre-softmax
@@ -102,7 +102,7 @@ void param_table_free(ParamTable *pt)
     memset(pt, 0, sizeof *pt);
 }
 
-void param_init_host(const ParamTable *pt, const Config *c, float *host)
+void param_init_host(const ParamTable *pt, const ModelConfig *c, float *host)
 {
     for (int ti = 0; ti < pt->n; ti++) {
         const ParamInfo *p = &pt->t[ti];
@@ -143,7 +143,7 @@ void param_init_host(const ParamTable *pt, const Config *c, float *host)
 
 /* ----------------------------------------------------------- head gates */
 
-static size_t n_gates(const Config *c) { return (size_t)HEAD_KINDS * c->n_layers * c->n_heads; }
+static size_t n_gates(const ModelConfig *c) { return (size_t)HEAD_KINDS * c->n_layers * c->n_heads; }
 
 void model_set_head_gates(Model *m, const float *host_gates)
 {
@@ -179,7 +179,7 @@ static float *layer_gate_grad(const Model *m, int kind, int l)
 
 int model_mask_heads(Model *m, const char *spec, const char *origin)
 {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     float *g = xmalloc(sizeof(float) * n_gates(c));
     char why[256];
     int rc = head_mask_parse(spec, c->n_layers, c->n_heads, g, why, sizeof why);
@@ -204,7 +204,7 @@ void positional_sinusoids(float *host, int max_len, int d)
         }
 }
 
-float model_lrate(const Config *c, int step)
+float model_lrate(const ModelConfig *c, int step)
 {
     if (step < 1) step = 1;
     double s = step, w = c->warmup;
@@ -217,7 +217,7 @@ float model_lrate(const Config *c, int step)
     return (float)(c->lr_factor * pow((double)c->d_model, -0.5) * (a < b ? a : b));
 }
 
-int model_init(Model *m, const Config *c, Backend *be)
+int model_init(Model *m, const ModelConfig *c, Backend *be)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
@@ -320,7 +320,7 @@ static Act reserve_act(Backend *be, size_t n, const char *name, int layer)
     return a;
 }
 
-size_t model_logits_rows(const Config *c, size_t nt)
+size_t model_logits_rows(const ModelConfig *c, size_t nt)
 {
     size_t rows = c->logits_chunk > 0 ? (size_t)c->logits_chunk : MODEL_LOGITS_ELEMS / (size_t)c->vocab_size;
     if (rows < 1) rows = 1;
@@ -329,7 +329,7 @@ size_t model_logits_rows(const Config *c, size_t nt)
 
 void model_reserve(Model *m, int B, int S, int T)
 {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     size_t h = c->n_heads;
     size_t ns = (size_t)B * S, nt = (size_t)B * T;
     size_t pss = h * B * S * S, ptt = h * B * T * T, pts = h * B * T * S;
@@ -443,7 +443,7 @@ static void ffn_block_forward(Model *m, const LayerOffsets *L, LayerActs *a, Act
                               float p, DropoutKey key)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int d = c->d_model, dff = c->d_ff;
     Act sub = m->g_sub;   /* scratch in forward */
     be->linear_bias_forward(be, a->hid, x, W(L->ffn.W1), PRM(L->ffn.b1), rows, d, dff, 1, a->relu_mask);
@@ -457,7 +457,7 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Ac
                                float p, DropoutKey key)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int d = c->d_model, dff = c->d_ff;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln3.gamma), GRD(L->ln3.beta), m->g_x, a->r3, a->m3,
                              a->s3, PRM(L->ln3.gamma), rows, d, p, key, m->d_sent_id, T);
@@ -475,7 +475,7 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Ac
 static void attn_output_forward(Model *m, const float *gate, Act ctx, Act scratch, size_t Wo, Act out, int rows)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int d = c->d_model, hv = c->n_heads * c->d_v;
     if (gate) {
         be->head_gate_forward(be, scratch, ctx, gate, rows, c->n_heads, c->d_v);
@@ -495,7 +495,7 @@ void model_attn_output(Model *m, int kind, int layer, Act ctx, Act scratch, size
 static void attn_output_backward(Model *m, const float *gate, float *dgate, Act ctx, size_t Wo, int rows)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int d = c->d_model, hv = c->n_heads * c->d_v;
     Act gated = ctx;
     if (gate) {   /* the forward's gated ctx, recomputed in g_ctx before g_ctx is overwritten */
@@ -512,7 +512,7 @@ static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *
                                     const int32_t *key_len, int causal, const float *gate, float p, DropoutKey key)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
     be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, W(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
     attention_core_forward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
@@ -526,7 +526,7 @@ static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs 
                                      const float *gate, float *dgate, float p, DropoutKey key)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, w3 = 2 * hk + c->n_heads * c->d_v;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln1.gamma), GRD(L->ln1.beta), m->g_x, a->r1, a->m1,
                              a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
@@ -543,7 +543,7 @@ static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs 
                                      const float *gate, float p, DropoutKey key)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model;
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
     be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, W(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
@@ -558,7 +558,7 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
                                       const float *gate, float *dgate, float p, DropoutKey key)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model;
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
     be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln2.gamma), GRD(L->ln2.beta), m->g_x, a->r2, a->m2,
@@ -590,7 +590,7 @@ int model_positions(const Model *m)
 Act model_encode(Model *m, int train, uint32_t step)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int S = m->S, ns = m->B * S;
     float p = pdrop(m, train);
     be->embed_forward(be, m->enc_in, PRM(m->pt.embedding), model_pos_table(m), m->d_src, m->d_sent_id, m->B, S,
@@ -610,7 +610,7 @@ Act model_encode(Model *m, int train, uint32_t step)
 Act model_decode(Model *m, Act enc_out, int train, uint32_t step)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int T = m->T, nt = m->B * T;
     float p = pdrop(m, train);
     be->embed_forward(be, m->dec_in, PRM(m->pt.embedding), model_pos_table(m), m->d_tgt_in, m->d_sent_id, m->B, T,
@@ -640,7 +640,7 @@ Act model_decode(Model *m, Act enc_out, int train, uint32_t step)
 static void model_output_layer(Model *m, Act y, int nt, int do_backward)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int d = c->d_model, V = c->vocab_size, rows = (int)m->logits_rows;
     Act E = W(m->pt.embedding);
     Act dE = do_backward ? act_f32(GRD(m->pt.embedding)) : act_none();   /* no gradients in eval */
@@ -674,7 +674,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
                                  GradReadyFn ready, void *ready_ctx)
 {
     Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     model_upload_batch(m, b);
     int N = c->n_layers, T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model, V = c->vocab_size;
     float p = pdrop(m, train);
@@ -721,7 +721,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
 
 void model_adam_step(Model *m, int step, float grad_scale)
 {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     m->be->adam(m->be, m->params, m->grads, m->adam_m, m->adam_v, m->pt.total, model_lrate(c, step),
                 c->adam_beta1, c->adam_beta2, c->adam_eps, step, grad_scale);
 }

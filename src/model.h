@@ -52,10 +52,10 @@ typedef struct {
     size_t enc_begin, emb_begin; /* buffer: [0,enc_begin) decoder, [enc_begin,emb_begin) encoder */
 } ParamTable;
 
-void param_table_build(ParamTable *pt, const Config *c);
+void param_table_build(ParamTable *pt, const ModelConfig *c);
 void param_table_free(ParamTable *pt);
 /* deterministic initialisation on the host from cfg->seed (Philox) */
-void param_init_host(const ParamTable *pt, const Config *c, float *host);
+void param_init_host(const ParamTable *pt, const ModelConfig *c, float *host);
 
 /* Saved activations of one layer for backward (typed views, ops.h; bf16 on
  * CUDA with precision=bf16), and the fp32 LayerNorm row statistics m*
@@ -74,7 +74,7 @@ typedef struct {
 typedef void (*GradReadyFn)(void *ctx, size_t hi);
 
 typedef struct Model {
-    Config cfg;
+    ModelConfig cfg;     /* what it is built from; the run's settings are not here */
     Backend *be;
     ParamTable pt;
     float *params, *grads, *adam_m, *adam_v;   /* device, pt.total floats each */
@@ -110,7 +110,7 @@ typedef struct {
     long n_tokens;     /* non-padding target tokens */
 } LossStats;
 
-int model_init(Model *m, const Config *c, Backend *be);
+int model_init(Model *m, const ModelConfig *c, Backend *be);
 void model_free(Model *m);
 /* Forward (training if p_drop from cfg, or eval with dropout off), and with
  * do_backward accumulate (+=) the gradients of the *summed* loss (times m->loss_scale) into
@@ -118,7 +118,7 @@ void model_free(Model *m);
 LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
                                  GradReadyFn ready, void *ready_ctx);
 /* lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (eq. 3) */
-float model_lrate(const Config *c, int step);
+float model_lrate(const ModelConfig *c, int step);
 /* Adam update of all parameters with grads scaled by grad_scale */
 void model_adam_step(Model *m, int step, float grad_scale);
 /* PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (section 3.5) */
@@ -144,7 +144,7 @@ void model_attn_output(Model *m, int kind, int layer, Act ctx, Act scratch, size
  * a base step 1% more time (each chunk re-reads E and reads and writes
  * dE; docs/performance.md) where 2^26 would cost 1.8% */
 #define MODEL_LOGITS_ELEMS ((size_t)1 << 27)
-size_t model_logits_rows(const Config *c, size_t nt);
+size_t model_logits_rows(const ModelConfig *c, size_t nt);
 
 /* Pieces used by decoding (decode.c) and attention maps (attention.c) */
 void model_upload_batch(Model *m, const Batch *b);

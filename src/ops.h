@@ -240,10 +240,9 @@ struct Backend {
 };
 
 Backend *backend_cpu_create(int threads);
-/* device = "cpu" or "cuda"; allreduce (cuda): "nccl", "mpi" or NULL for the
- * default (NCCL where built with it); returns NULL with a one-line message
- * on failure */
-Backend *backend_create(const char *device, const char *precision, const char *allreduce, int threads,
-                        int local_rank);
+/* the backend c's device, precision and allreduce keys name (config.h);
+ * returns NULL with a one-line message on failure */
+struct Config;
+Backend *backend_create(const struct Config *c, int threads, int local_rank);
 
 #endif

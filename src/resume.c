@@ -202,10 +202,7 @@ int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
         int64_t *steps;
         int n = checkpoint_list(r->cfg.run_dir, &paths, &steps);
         /* quiet: rundir_open reports a damaged or foreign checkpoint */
-        fflush(stderr);
-        int nul = open("/dev/null", O_WRONLY), saved = dup(2);
-        if (nul >= 0 && saved >= 0) dup2(nul, 2);
-        if (nul >= 0) close(nul);
+        int saved = stderr_quiet();
         for (int i = n - 1; i >= 0 && v == 0; i--) {
             Config ck;
             if (checkpoint_read_config(paths[i], &ck, NULL) == 0) {
@@ -213,7 +210,7 @@ int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
                 snprintf(from, cap, "%s", paths[i]);
             }
         }
-        if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
+        stderr_restore(saved);
         for (int i = 0; i < n; i++) free(paths[i]);
         free(paths);
         free(steps);

@@ -8,7 +8,7 @@
 
 #include "checkpoint.h"
 #include "metrics.h"
-#include "train.h"
+#include "run.h"
 
 #define EXIT_PREEMPTED 99
 

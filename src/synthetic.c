@@ -42,11 +42,11 @@ void synthetic_corpus(Corpus *c, const Config *cfg, int split, int n)
             philox_ctr ctr = {{ (uint32_t)i, (uint32_t)j, 1, 0 }};
             x[j] = TOK_FIRST_SYMBOL + (int32_t)(philox4x32(ctr, k0, k1).v[0] % (uint32_t)cfg->synth_vocab);
         }
-        if (!strcmp(cfg->task, "reverse"))
+        if (cfg->task == TASK_REVERSE)
             for (int j = 0; j < len[i]; j++) y[j] = x[len[i] - 1 - j];
         else {
             memcpy(y, x, sizeof(int32_t) * len[i]);
-            if (!strcmp(cfg->task, "sort")) qsort(y, len[i], sizeof(int32_t), cmp_i32);
+            if (cfg->task == TASK_SORT) qsort(y, len[i], sizeof(int32_t), cmp_i32);
         }
     }
     free(len);

@@ -1,10 +1,12 @@
 #include "util.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void (*util_abort_hook)(int code) = NULL;
 
@@ -95,4 +97,32 @@ uint64_t fnv1a64(const void *data, size_t n, uint64_t h)
     if (!h) h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ull; }
     return h;
+}
+
+int stderr_divert(int fd)
+{
+    if (fd < 0) return -1;
+    fflush(stderr);
+    int saved = dup(2);
+    if (saved < 0 || dup2(fd, 2) < 0) {
+        if (saved >= 0) close(saved);
+        return -1;
+    }
+    return saved;
+}
+
+int stderr_quiet(void)
+{
+    int nul = open("/dev/null", O_WRONLY);
+    int saved = stderr_divert(nul);
+    if (nul >= 0) close(nul);
+    return saved;
+}
+
+void stderr_restore(int saved)
+{
+    if (saved < 0) return;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
 }

@@ -19,6 +19,13 @@ void watchdog_check(double t0, int timeout_s, int rank, const char *what);
 void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 /* set by dist.c: called by die() instead of exit() when MPI is running */
 extern void (*util_abort_hook)(int code);
+/* stderr to the file descriptor fd (or to /dev/null: stderr_quiet) until
+ * stderr_restore(saved) with the value returned; -1 where it could not be
+ * diverted (stderr stays as it was, and stderr_restore(-1) does nothing).
+ * For the ranks whose errors would repeat rank 0's. */
+int stderr_divert(int fd);
+int stderr_quiet(void);
+void stderr_restore(int saved);
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h);
 /* A 64-bit checksum at memory speed (4 independent multiply-rotate lanes
  * over 64-bit words, then an avalanche), for detecting damaged checkpoint

@@ -18,10 +18,10 @@ int main(void)
     Config c;
     config_defaults(&c);
     c.n_layers = 3; c.d_model = 40; c.d_ff = 72; c.n_heads = 2; c.d_k = 12; c.d_v = 10;
-    strcpy(c.positional, "learned");
+    c.positional = POSITIONAL_LEARNED;
     c.seed = 77;
     ParamTable pt;
-    param_table_build(&pt, &c);
+    param_table_build(&pt, &c.model);
     float *p = xmalloc(sizeof(float) * pt.total), *mo = xmalloc(sizeof(float) * pt.total),
           *vo = xmalloc(sizeof(float) * pt.total);
     for (size_t i = 0; i < pt.total; i++) {
@@ -43,7 +43,7 @@ int main(void)
     Model m;
     Config got;
     CHECK(checkpoint_open_model(path, &got, NULL, &m, be) == 0, "open_model");
-    CHECK(got.n_layers == 3 && got.d_model == 40 && got.d_k == 12 && got.seed == 77 && !strcmp(got.positional, "learned"),
+    CHECK(got.n_layers == 3 && got.d_model == 40 && got.d_k == 12 && got.seed == 77 && got.positional == POSITIONAL_LEARNED,
           "stored config not restored");
     CHECK(m.pt.total == pt.total, "param count %zu vs %zu", m.pt.total, pt.total);
     float *back = xmalloc(sizeof(float) * pt.total);

@@ -56,6 +56,12 @@ for cmd in params train; do
     one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'auto', 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
     f=$(cfg fp16.cfg 'device = cpu\nprecision = fp16\n')
     one_line_error "^error: $f:2: key 'precision': fp16 needs device=cuda" "$BIN" $cmd --config "$f"
+    # tf32 too: the CPU backend computes fp32 only (README), so a tf32 run
+    # on it would silently be an fp32 run
+    one_line_error "^error: command line: key 'precision': tf32 needs device=cuda (the CPU backend is fp32)$" \
+        "$BIN" $cmd precision=tf32 device=cpu
+    f=$(cfg dev.cfg 'device = gpu\n')
+    one_line_error "^error: $f:1: key 'device': 'gpu' is not 'cpu' or 'cuda'$" "$BIN" $cmd --config "$f"
     f=$(cfg ls.cfg 'loss_scale = static\n')
     one_line_error "^error: $f:1: key 'loss_scale': 'static' is not 'auto', 'dynamic' or 'off'" "$BIN" $cmd --config "$f"
     f=$(cfg lsmin.cfg 'loss_scale_init = 8\nloss_scale_min = 16\n')

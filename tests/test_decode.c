@@ -39,7 +39,7 @@ static void tiny_config(Config *c, int V, const char *pos, uint64_t seed)
     config_defaults(c);
     c->n_layers = 2; c->d_model = 16; c->d_ff = 32; c->n_heads = 2; c->d_k = 8; c->d_v = 4;
     c->vocab_size = V; c->max_len = 16; c->dropout = 0; c->seed = seed;
-    strcpy(c->positional, pos);
+    if (config_set(c, "test", 0, "positional", pos)) exit(2);
 }
 
 /* a batch of pairs from explicit token lists (src and tgt, no BOS/EOS) */
@@ -83,7 +83,10 @@ static Backend *test_backend(void)
 {
     const char *dev = getenv("TEST_DEVICE");
     if (dev && *dev && strcmp(dev, "cpu")) {
-        Backend *be = backend_create(dev, "fp32", NULL, 1, 0);
+        Config c;
+        config_defaults(&c);
+        if (config_set(&c, "TEST_DEVICE", 0, "device", dev)) exit(2);
+        Backend *be = backend_create(&c, 1, 0);
         if (!be) die(2, "TEST_DEVICE=%s: no backend", dev);
         return be;
     }
@@ -101,7 +104,7 @@ static void test_incremental(const char *pos)
     tiny_config(&c, V, pos, 7);
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     Decoder *dec = decoder_create(&m);
     int32_t s0[] = {4, 5, 6, 7, 8}, s1[] = {9, 10}, s2[] = {11, 12, 4, 3};
     int32_t *src[] = {s0, s1, s2};
@@ -202,7 +205,7 @@ static void test_long_outputs(void)
     c.max_len = 8;
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     DecodeOpts o;
     decode_opts_from_config(&o, &c);
     int L = decode_max_out(&m, &o, 7);
@@ -241,7 +244,7 @@ static void test_long_outputs(void)
     model_free(&m);
     tiny_config(&c, V, "learned", 5);
     c.max_len = 8;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     L = decode_max_out(&m, &o, 7);
     CHECK(L == c.max_len - 1, "learned positions: a 7-token source may decode %d tokens, expected %d", L, c.max_len - 1);
     model_free(&m);
@@ -271,7 +274,7 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     tiny_config(&c, V, "sinusoid", seed);
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     /* sharper output distributions and a less likely EOS, so that the
      * optimum is not always the empty output */
     sharpen_embedding(&m, 0.3f);
@@ -363,7 +366,7 @@ static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float 
     tiny_config(&c, V, "sinusoid", seed);
     Backend *be = test_backend();
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     sharpen_embedding(&m, eos_gain);   /* eos_gain: EOS competes for the beam */
     int32_t s0[] = {4, 5, 6, 7}, s1[] = {6, 3}, s2[] = {7, 7, 5};
     int32_t *srcs[] = {s0, s1, s2};
@@ -470,7 +473,7 @@ static void test_synthetic(void)
     c.lr_factor = 0.5;   /* steadier than 1 for this small model: 200/200 with margin */
     c.synth_train = 10000; c.synth_dev = 200;
     /* overrides for experimenting with the training recipe (not used by make test) */
-    if (getenv("TEST_TASK")) snprintf(c.task, sizeof c.task, "%s", getenv("TEST_TASK"));
+    if (getenv("TEST_TASK") && config_set(&c, "TEST_TASK", 0, "task", getenv("TEST_TASK"))) exit(2);
     if (getenv("TEST_SMAX")) c.synth_max_len = atoi(getenv("TEST_SMAX"));
     if (getenv("TEST_TOKENS")) c.max_tokens = atoi(getenv("TEST_TOKENS"));
     if (getenv("TEST_STEPS")) c.train_steps = atoi(getenv("TEST_STEPS"));
@@ -479,7 +482,7 @@ static void test_synthetic(void)
     if (getenv("TEST_SEED")) c.seed = (uint64_t)atoll(getenv("TEST_SEED"));
     Backend *be = test_backend();   /* CPU: one thread, as fast for this tiny model and robust to load */
     Model m;
-    model_init(&m, &c, be);
+    model_init(&m, &c.model, be);
     Corpus tr, dev;
     synthetic_corpus(&tr, &c, SPLIT_TRAIN, c.synth_train);
     synthetic_corpus(&dev, &c, SPLIT_DEV, c.synth_dev);

@@ -76,7 +76,7 @@ static void check_unit_gates(Model *m, const Batch *b)
 /* 2 and 3, at the gates xi (host) */
 static void check_gate_gradient(Model *m, const Batch *b, float *xi, int n)
 {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     float *dxi = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * m->pt.total);
     float *W = malloc(sizeof(float) * m->pt.total);
     model_set_head_gates(m, xi);
@@ -146,7 +146,7 @@ int main(void)
     Config cfg;
     small_config(&cfg);
     Model m;
-    if (model_init(&m, &cfg, be)) { fprintf(stderr, "model_init failed\n"); return 1; }
+    if (model_init(&m, &cfg.model, be)) { fprintf(stderr, "model_init failed\n"); return 1; }
     static const int src_len[3] = { 5, 2, 7 }, tgt_len[3] = { 4, 6, 2 };
     Corpus corp;
     gc_make_corpus(&corp, src_len, tgt_len, 3);

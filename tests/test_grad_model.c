@@ -140,10 +140,10 @@ static void run(const char *positional, int logits_chunk)
     cfg.label_smoothing = 0.1f;
     cfg.seed = 7;
     cfg.logits_chunk = logits_chunk;
-    snprintf(cfg.positional, CFG_STR, "%s", positional);
+    if (config_set(&cfg, "test", 0, "positional", positional)) exit(2);
 
     Model m;
-    if (model_init(&m, &cfg, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
+    if (model_init(&m, &cfg.model, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
     size_t P = m.pt.total;
     /* move the LayerNorm gains and all biases away from their initial 1/0 so
      * that their gradients are generic */

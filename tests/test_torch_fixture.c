@@ -90,12 +90,12 @@ static void run_case(hid_t file, const char *group)
     c.adam_beta2 = (float)attr_f64(g, "adam_beta2");
     c.adam_eps = (float)attr_f64(g, "adam_eps");
     c.seed = attr_u64(g, "seed");
-    snprintf(c.positional, CFG_STR, "%s", group);
+    if (config_set(&c, "fixture", 0, "positional", group)) exit(2);
     uint32_t grad_step = (uint32_t)attr_i64(g, "grad_step");
 
     Backend *be = backend_cpu_create(1);
     Model m;
-    if (model_init(&m, &c, be)) die_h5("model_init");
+    if (model_init(&m, &c.model, be)) die_h5("model_init");
     size_t P = m.pt.total;
 
     /* parameter table layout */
@@ -123,7 +123,7 @@ static void run_case(hid_t file, const char *group)
     float *p_fix, *p_c = malloc(sizeof(float) * P);
     size_t np_ = read_ds(g, "params", H5T_NATIVE_FLOAT, sizeof(float), (void **)&p_fix);
     CHECK(np_ == P, "[%s] fixture has %zu parameters, model %zu", group, np_, P);
-    param_init_host(&m.pt, &c, p_c);
+    param_init_host(&m.pt, &c.model, p_c);
     double init_err = 0;
     for (size_t i = 0; i < P && i < np_; i++) init_err = fmax(init_err, fabs((double)p_c[i] - p_fix[i]));
     CHECK(init_err <= 1e-6, "[%s] param_init_host differs from the fixture by %.3g", group, init_err);
@@ -177,7 +177,7 @@ static void run_case(hid_t file, const char *group)
 
     /* 10 Adam steps, dropout off, loss normalised by target tokens */
     model_free(&m);
-    if (model_init(&m, &c, be)) die_h5("model_init");
+    if (model_init(&m, &c.model, be)) die_h5("model_init");
     be->upload(be, m.params, p_fix, sizeof(float) * P);
     double *al;
     size_t nsteps = read_ds(g, "adam_losses", H5T_NATIVE_DOUBLE, sizeof(double), (void **)&al);

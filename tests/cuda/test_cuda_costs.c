@@ -82,11 +82,11 @@ static int check_precision(const char *precision)
     Config c;
     small_model_config(&c);
     c.vocab_size = 97;   /* every token of a side distinct */
-    snprintf(c.precision, sizeof c.precision, "%s", precision);
+    if (config_set(&c, "test", 0, "precision", precision)) exit(2);
     Backend *be = backend_cuda_create(precision, "nccl", 0);
     if (!be) die(1, "cannot create the emulated CUDA backend");
     Model m;
-    if (model_init(&m, &c, be)) die(1, "model_init failed");
+    if (model_init(&m, &c.model, be)) die(1, "model_init failed");
     int fp16 = !strcmp(precision, "fp16");
     m.loss_scale = fp16 ? 1024.0f : 1.0f;
     Batch b = {0};

@@ -51,7 +51,7 @@ typedef struct {
 static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b, float loss_scale)
 {
     Model m;
-    if (model_init(&m, c, be)) die(1, "model_init failed");
+    if (model_init(&m, &c->model, be)) die(1, "model_init failed");
     m.loss_scale = loss_scale;
     GradSync gs;
     gradsync_init(&gs, D, &m.pt, m.grads, 4096);   /* small buckets: many allreduces during backward */
@@ -84,7 +84,7 @@ static void step_config(Config *c, const char *positional)
     c->vocab_size = 37;
     c->synth_max_len = 13;
     c->warmup = 4000;   /* lr ~2e-6 per step, as the parameter tolerance below assumes */
-    snprintf(c->positional, sizeof c->positional, "%s", positional);
+    if (config_set(c, "test", 0, "positional", positional)) exit(2);
 }
 
 static double norm_err(const float *ref, const float *got, size_t n, double *ref_norm)
@@ -166,7 +166,7 @@ static int check_lowp(Dist *D, const Config *c, const ParamTable *pt, const char
     memcpy(p, g->init, sizeof(float) * n);
     float gs = (float)(1.0 / g->ntok);
     for (int t = 1; t <= 3; t++) {
-        float lr = model_lrate(c, t), b1 = c->adam_beta1, b2 = c->adam_beta2;
+        float lr = model_lrate(&c->model, t), b1 = c->adam_beta1, b2 = c->adam_beta2;
         float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
         for (size_t i = 0; i < n; i++) {
             float gi = g->grads[i] * gs;
@@ -261,7 +261,7 @@ int main(int argc, char **argv)
         set_order(pe ? "random:99" : "reverse");
         StepOut r = run_step(&D, &c, cpu, &b, 1.0f), g = run_step(&D, &c, gpu, &b, 1.0f);
         ParamTable pt;
-        param_table_build(&pt, &c);
+        param_table_build(&pt, &c.model);
         double le = fabs(r.loss - g.loss) / fabs(r.loss);
         int ok = le < 1e-5 && r.ntok == g.ntok;
         failures += !ok;

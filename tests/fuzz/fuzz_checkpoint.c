@@ -6,6 +6,7 @@
  * refused in one line (exit status 2, never a crash). */
 #include "fuzz_common.h"
 #include "../../src/checkpoint.h"
+#include "../../src/cmd/average.h"
 #include "../../src/ops.h"
 
 static Backend *be;

@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!rc && config_validate(&c, fuzz_path) == 0) {
         /* what validation promises the rest of the program */
         if (c.n_layers < 1 || c.d_model < 1 || c.n_heads < 1 || c.d_k < 1 || c.d_v < 1 || c.vocab_size < 1 ||
-            c.max_len < 2 || c.max_tokens < 0 || (c.max_tokens == 0 && strcmp(c.device, "cuda")) || !(c.dropout >= 0 && c.dropout < 1))
+            c.max_len < 2 || c.max_tokens < 0 || (c.max_tokens == 0 && c.device != DEVICE_CUDA) || !(c.dropout >= 0 && c.dropout < 1))
             abort();
         char buf[16384];
         if (config_to_string(&c, buf, sizeof buf) < 0) abort();

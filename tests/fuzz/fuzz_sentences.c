@@ -1,9 +1,9 @@
 /* Fuzz target: `attention --sentences` lists -> the range parser
- * (parse_list of src/attention_maps.c, included for its static functions).
+ * (parse_list of src/cmd/attention.c, included for its static functions).
  * A list parses to at most MAX_SENTENCES distinct indices in [0, INT_MAX],
  * or is refused (-1 malformed, -2 too many, -3 a duplicate). */
 #define main attention_maps_unused_main
-#include "../../src/attention_maps.c"
+#include "../../src/cmd/attention.c"
 #undef main
 #include "fuzz_common.h"
 

@@ -1,8 +1,8 @@
 /* Fuzz target: a `translate --input` file of token ids (the synthetic task's
- * text) -> count_lines and read_id_lines of src/translate.c (included for
+ * text) -> count_lines and read_id_lines of src/cmd/translate.c (included for
  * its static functions).  Either every line becomes ids in [0, vocab) with
  * offsets that add up, or the reader names a bad line. */
-#include "../../src/translate.c"
+#include "../../src/cmd/translate.c"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -97,21 +97,21 @@ static unsigned long long params_hash(Model *m)
 void run_steps(const Config *c, const Args *a)
 {
     int steps = a->run_steps > 0 ? a->run_steps : 5;
-    Backend *be = backend_cuda_create(c->precision, "nccl", 0);
+    Backend *be = backend_cuda_create(config_choice("precision", c->precision), "nccl", 0);
     if (!be) die(1, "gpu-model: cannot create the CUDA backend");
     Model m;
-    if (model_init(&m, c, be)) die(1, "gpu-model: model_init failed");
-    m.loss_scale = !strcmp(c->precision, "fp16") ? 1024.0f : 1.0f;
+    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
+    m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
-    train_step(&m, &b, 1);   /* warm-up: buffers grown, plans made */
+    train_step(&m, &b, 1, c->precision == PRECISION_FP16);   /* warm-up: buffers grown, plans made */
     double t0 = host_seconds();
     CostCall *first = NULL;
     size_t n = 0;
     double *dev = NULL, *host = NULL;
     for (int s = 0; s < steps; s++) {
         if (a->time_calls) cuda_cost_log(1), cuda_cost_time(1);
-        train_step(&m, &b, 2 + s);
+        train_step(&m, &b, 2 + s, c->precision == PRECISION_FP16);
         if (!a->time_calls) continue;
         cuda_cost_time(0);
         cuda_cost_log(0);

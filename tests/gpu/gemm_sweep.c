@@ -57,7 +57,7 @@ static void write_sweep(const char *path, const Config *cfg, const Args *a, cons
         double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
         double fl = c->flop_tc + c->flop, pred = 1e3 * roofline_call(&GPUS[0], &a->ach, c);
         fprintf(f, "%s,%s,%s,%.0f,%.0f,%.0f,%.0f,%s,%d,%d,%.6f,%.2f,%.6f,%.2f\n", a->model, c->op, c->call, c->m, c->n,
-                c->k, c->batch, dtype_name(c, cfg->precision), k, reps, med, med > 0 ? fl / (med * 1e9) : 0.0, pred,
+                c->k, c->batch, dtype_name(c, config_choice("precision", cfg->precision)), k, reps, med, med > 0 ? fl / (med * 1e9) : 0.0, pred,
                 pred > 0 ? fl / (pred * 1e9) : 0.0);
     }
     free(done);
@@ -69,17 +69,17 @@ void gemm_sweep(const Config *c, const Args *a)
 {
     int reps = a->reps > 0 ? a->reps : 20;
     if (cuda_emu_dry_run && !a->real) cuda_emu_dry_run(1);
-    Backend *be = backend_cuda_create(c->precision, "nccl", 0);
+    Backend *be = backend_cuda_create(config_choice("precision", c->precision), "nccl", 0);
     if (!be) die(1, "gpu-model: cannot create the CUDA backend");
     Model m;
-    if (model_init(&m, c, be)) die(1, "gpu-model: model_init failed");
-    m.loss_scale = !strcmp(c->precision, "fp16") ? 1024.0f : 1.0f;
+    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
+    m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
-    train_step(&m, &b, 1);   /* warm-up: buffers grown, plans made */
+    train_step(&m, &b, 1, c->precision == PRECISION_FP16);   /* warm-up: buffers grown, plans made */
     cuda_cost_log(1);
     cuda_cost_sweep(reps);
-    train_step(&m, &b, 2);
+    train_step(&m, &b, 2, c->precision == PRECISION_FP16);
     cuda_cost_sweep(0);
     cuda_cost_log(0);
     const CostCall *calls;

@@ -70,12 +70,12 @@ void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed)
 }
 
 /* train.c's step without the communication and the checks (one rank) */
-void train_step(Model *m, const Batch *b, int step)
+void train_step(Model *m, const Batch *b, int step, int fp16)
 {
     Backend *be = m->be;
     be->zero(be, m->grads, sizeof(float) * m->pt.total);
     LossStats st = model_forward_backward(m, b, (uint32_t)step, 1, 1, NULL, NULL);
-    if (!strcmp(m->cfg.precision, "fp16")) be->any_nonfinite(be, m->grads, m->pt.total);
+    if (fp16) be->any_nonfinite(be, m->grads, m->pt.total);
     model_adam_step(m, step, (float)(1.0 / (st.n_tokens > 0 ? st.n_tokens : 1) / m->loss_scale));
     be->sync(be);
 }
@@ -95,17 +95,17 @@ static void report_auto_tokens(Model *m)
 static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act_bytes)
 {
     if (cuda_emu_dry_run) cuda_emu_dry_run(1);
-    Backend *be = backend_cuda_create(c->precision, "nccl", 0);
+    Backend *be = backend_cuda_create(config_choice("precision", c->precision), "nccl", 0);
     if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
     Model m;
-    if (model_init(&m, c, be)) die(1, "gpu-model: model_init failed");
-    m.loss_scale = !strcmp(c->precision, "fp16") ? 1024.0f : 1.0f;
+    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
+    m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
     report_auto_tokens(&m);
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
-    train_step(&m, &b, 1);   /* warm-up: buffers grown, weight shadow made */
+    train_step(&m, &b, 1, c->precision == PRECISION_FP16);   /* warm-up: buffers grown, weight shadow made */
     cuda_cost_log(1);
-    train_step(&m, &b, 2);
+    train_step(&m, &b, 2, c->precision == PRECISION_FP16);
     cuda_cost_log(0);
     const CostCall *calls;
     *n = cuda_cost_calls(&calls);
@@ -200,7 +200,7 @@ static void report(const Config *c, const Args *a, const CostCall *calls, size_t
     double tok = (double)a->B * a->L, mf = model_flops(c, a->B, a->L);
     printf("gpu-model: %s, precision %s, batch %d x %d (%.0f target tokens)%s; %ld kernel launches, %ld cuBLAS calls, "
            "%ld memsets/copies, %ld host copies, %ld host syncs",
-           a->model, c->precision, a->B, a->L, tok, a->trace ? " from the trace" : "", per_kind[COST_KERNEL],
+           a->model, config_choice("precision", c->precision), a->B, a->L, tok, a->trace ? " from the trace" : "", per_kind[COST_KERNEL],
            per_kind[COST_GEMM], per_kind[COST_COPY], per_kind[COST_HOST], per_kind[COST_SYNC]);
     if (act_bytes) printf("; activations %.2f GiB", act_bytes / 1073741824.0);
     printf("\n%-24s %6s %9s %9s %9s", "op class", "calls", "GB", "TFLOP tc", "TFLOP");

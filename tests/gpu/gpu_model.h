@@ -50,7 +50,7 @@ void fit_report(const char *path, const Achieved *a, const CostCall *calls, size
 Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 /* B pairs of L-1 random tokens each side; train.c's step on one rank */
 void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed);
-void train_step(Model *m, const Batch *b, int step);
+void train_step(Model *m, const Batch *b, int step, int fp16);
 /* --run-steps N [--time-calls CSV]: real steps, timed per call or not */
 void run_steps(const Config *c, const Args *a);
 /* --gemm-sweep CSV [--reps R]: every GEMM class of the step, timed */

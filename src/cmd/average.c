@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "average.h"
 #include "checkpoint.h"
 #include "util.h"
 
@@ -147,7 +148,7 @@ static int add_checkpoint(Average *a, int k)
 static int sum_checkpoints(Average *a)
 {
     if (checkpoint_read_config(a->in[a->n - 1], &a->ref, &a->st)) return 2;
-    param_table_build(&a->pt, &a->ref);
+    param_table_build(&a->pt, &a->ref.model);
     a->have_pt = 1;
     a->buf = xmalloc(sizeof(float) * a->pt.total);
     a->sum = xcalloc(a->pt.total, sizeof(double));

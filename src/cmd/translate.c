@@ -33,8 +33,10 @@
 #include "util.h"
 
 #include "checkpoint.h"
+#include "cli.h"
+#include "corpus.h"
 #include "dataset.h"
-#include "synthetic.h"
+#include "inference.h"
 
 extern char **environ;
 
@@ -90,7 +92,7 @@ static int parse(Opts *o, int argc, char **argv)
                 o->batch = (int)v;
             }
         } else if (!strcmp(a, "--recompute")) o->recompute = 1;
-        else if (a[0] != '-' && strchr(a, '=')) o->over[o->n_over++] = argv[i];
+        else if (cli_is_setting(a)) o->over[o->n_over++] = argv[i];
         else { fprintf(stderr, "error: translate: unknown argument '%s' (see 'transformer translate --help')\n", a); return 2; }
     }
     if (!o->ckpt) { fprintf(stderr, "error: translate: --checkpoint CKPT is required\n"); return 2; }
@@ -98,25 +100,6 @@ static int parse(Opts *o, int argc, char **argv)
     if (!o->split == !o->input) { fprintf(stderr, "error: translate: give exactly one of --split NAME and --input FILE\n"); return 2; }
     if (!o->output) { fprintf(stderr, "error: translate: --output OUT.txt is required\n"); return 2; }
     if (o->reference && !o->split) { fprintf(stderr, "error: translate: --reference needs --split\n"); return 2; }
-    return 0;
-}
-
-/* apply key=value overrides; architecture keys belong to the checkpoint */
-static int apply_overrides(Config *c, const Opts *o, int arch_ok)
-{
-    for (int i = 0; i < o->n_over; i++) {
-        char key[128];
-        const char *eq = strchr(o->over[i], '=');
-        size_t kl = (size_t)(eq - o->over[i]);
-        if (kl >= sizeof key) kl = sizeof key - 1;
-        memcpy(key, o->over[i], kl);
-        key[kl] = '\0';
-        if (!arch_ok && config_is_arch_key(key)) {
-            fprintf(stderr, "error: translate: key '%s' is fixed by the checkpoint's architecture\n", key);
-            return 2;
-        }
-        if (config_set(c, "command line", 0, key, eq + 1)) return 2;
-    }
     return 0;
 }
 
@@ -205,14 +188,6 @@ static void write_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, n, f) != n || fclose(f)) die(2, "%s: cannot write", path);
-}
-
-static int same_vocab(const DatasetVocab *a, const DatasetVocab *b)
-{
-    if (a->vocab_size != b->vocab_size) return 0;
-    for (int i = 0; i < a->vocab_size; i++)
-        if (strcmp(a->pieces[i], b->pieces[i])) return 0;
-    return 1;
 }
 
 /* the temporary directory of rank 0, removed at exit (also after die()) */
@@ -323,56 +298,20 @@ static int translate_fail(const Translate *t)
     return 2;
 }
 
-/* backend from the command line's device/threads, model from the checkpoint
- * (every rank alike: 2 after a one-line error, reported by rank 0) */
+/* the checkpoint's config with the command line's settings, the data's
+ * vocabulary checked, the backend (from the command line's device and
+ * threads) and the model (every rank alike: 2 after a one-line error,
+ * reported by rank 0) */
 static int open_model(Translate *t, int argc, char **argv)
 {
-    Dist *D = &t->D;
     if (parse(&t->o, argc, argv)) { free(t->o.over); return 2; }
-    Config *c = &t->c;
-    config_defaults(c);
-    if (apply_overrides(c, &t->o, 1)) return 2;   /* the error is printed */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    t->threads = c->threads > 0 ? c->threads : (int)(cores / (D->local_size > 0 ? D->local_size : 1));
-    if (t->threads < 1) t->threads = 1;
-    t->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
-    if (!t->be) die(2, "translate: cannot create backend '%s'", c->device);
-    if (checkpoint_open_model(t->o.ckpt, c, &t->st, &t->m, t->be)) return 2;
-    if (apply_overrides(c, &t->o, 0)) return 2;
-    if (model_mask_heads(&t->m, c->mask_heads, "command line")) return 2;
-    t->m.cfg.beam = c->beam; t->m.cfg.len_alpha = c->len_alpha; t->m.cfg.max_len_a = c->max_len_a;
-    return 0;
-}
-
-/* the dataset's vocabulary must be the checkpoint's */
-static int check_vocab(Translate *t)
-{
     const Opts *o = &t->o;
-    const Config *c = &t->c;
-    t->synth = !strcmp(o->data, "synthetic");
-    if (t->synth) {
-        if (strcmp(c->data, "synthetic"))
-            die(2, "%s: this checkpoint was trained on %s, not on the synthetic task", o->ckpt, c->data);
-        return 0;
-    }
-    if (dataset_load_vocab(o->data, &t->voc)) return 2;
-    if (t->voc.vocab_size != c->vocab_size)
-        die(2, "%s: vocabulary of %d pieces does not match the checkpoint %s (vocab_size %d)", o->data,
-            t->voc.vocab_size, o->ckpt, c->vocab_size);
-    if (checkpoint_check_vocab(o->ckpt, &t->st, o->data)) return 2;
-    if (!t->st.vocab_hash && c->data[0] && strcmp(c->data, o->data) && access(c->data, R_OK) == 0) {
-        /* an older checkpoint without the fingerprint, whose training data
-         * is at hand: compare piece by piece */
-        DatasetVocab tv;
-        if (dataset_load_vocab(c->data, &tv) == 0) {
-            int same = same_vocab(&t->voc, &tv);
-            dataset_vocab_free(&tv);
-            if (!same)
-                die(2, "%s: vocabulary differs from that of %s, the training data of checkpoint %s", o->data,
-                    c->data, o->ckpt);
-        }
-    }
-    return 0;
+    InferenceArgs ia = { .cmd = "translate", .ckpt = o->ckpt, .data = o->data, .over = o->over, .n_over = o->n_over,
+                         .backend_from_command_line = 1 };
+    t->synth = corpus_is_synthetic(o->data);
+    if (inference_read_config(&ia, &t->c, &t->st, t->synth ? NULL : &t->voc)) return 2;
+    t->threads = inference_threads(&t->c, &t->D);
+    return inference_open(&ia, &t->D, &t->c, &t->m, &t->be);
 }
 
 /* rank 0's temporary directory for the SentencePiece tools' files */
@@ -441,10 +380,8 @@ static int load_sources(Translate *t)
 {
     const Opts *o = &t->o;
     const Config *c = &t->c;
-    if (o->split && t->synth) {
-        if (synthetic_load_split(&t->src, c, o->split)) return translate_fail(t);
-    } else if (o->split) {
-        if (dataset_load(o->data, o->split, &t->src)) return translate_fail(t);
+    if (o->split) {
+        if (corpus_open(o->data, o->split, c, &t->src)) return translate_fail(t);
     } else
         load_raw_sources(t);
     const Corpus *src = &t->src;
@@ -592,15 +529,14 @@ static void translate_free(Translate *t)
 
 int cmd_translate(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(); return 0; }
+    if (cli_wants_help(argc, argv)) { help(); return 0; }
     Translate t;
     memset(&t, 0, sizeof t);
     dist_init(&t.D, &argc, &argv);
     dist_install_abort(&t.D);
     /* the same arguments and files on every rank: one error line, rank 0's */
     int held = dist_hold_stderr(&t.D);
-    int rc = open_model(&t, argc, argv) || check_vocab(&t) ? 2 : 0;
+    int rc = open_model(&t, argc, argv);
     if (dist_release_stderr(&t.D, held, rc)) {
         dist_finalize(&t.D);
         return 2;

@@ -3,7 +3,7 @@
  * prints the split's label-smoothed loss (loss_ls), its unsmoothed NLL (nll)
  * and per-wordpiece perplexity exp(nll), without dropout (the PPL column of
  * Table 3 is "per-wordpiece, according to our byte-pair encoding").  Runs data-parallel under mpirun
- * like train (evaluate() in train.c sums over ranks). */
+ * like train (evaluate() in run.c sums over ranks). */
 #include "eval.h"
 
 #include <stdio.h>
@@ -11,18 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auto_tokens.h"
-#include "dataset.h"
-#include "synthetic.h"
-#include "train.h"
+#include "cli.h"
+#include "corpus.h"
+#include "inference.h"
+#include "run.h"
 #include "util.h"
-
-#if defined(__has_include)
-#if __has_include("checkpoint.h")
-#include "checkpoint.h"
-#define HAVE_CHECKPOINT 1
-#endif
-#endif
 
 static void eval_help(void)
 {
@@ -38,7 +31,6 @@ static void eval_help(void)
            "evaluates with those heads masked (docs/attention.md).\n");
 }
 
-#ifdef HAVE_CHECKPOINT
 /* everything cmd_eval holds; eval_end is its one exit */
 typedef struct {
     TrainRun *r;
@@ -70,60 +62,11 @@ static int eval_parse(Eval *e, int argc, char **argv)
             if (!strcmp(a, "--checkpoint")) e->ckpt = argv[++i];
             else if (!strcmp(a, "--data")) e->data = argv[++i];
             else e->split = argv[++i];
-        } else if (a[0] != '-' && strchr(a, '=')) e->over[e->n_over++] = argv[i];
+        } else if (cli_is_setting(a)) e->over[e->n_over++] = argv[i];
         else { fprintf(stderr, "error: eval: unknown argument '%s' (see 'transformer eval --help')\n", a); return 2; }
     }
     if (!e->ckpt || !e->data) { fprintf(stderr, "error: eval: --checkpoint and --data are required\n"); return 2; }
     return 0;
-}
-
-int eval_read_config(const char *cmd, const char *ckpt, const char *data, char *const *over, int n_over, Config *c,
-                     CkptState *st)
-{
-    int rc = checkpoint_read_config(ckpt, c, st);
-    for (int k = 0; k < n_over && !rc; k++) {
-        const char *eq = strchr(over[k], '=');
-        char key[128];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - over[k]), over[k]);
-        if (config_is_arch_key(key)) {
-            fprintf(stderr, "error: %s: key '%s' is an architecture key; it comes from %s\n", cmd, key, ckpt);
-            rc = 2;
-        } else rc = config_set(c, "command line", 0, key, eq + 1);
-    }
-    if (!rc && n_over) rc = config_validate(c, "command line");
-    if (rc || !strcmp(data, "synthetic")) return rc;
-    int v = dataset_vocab_size(data);
-    if (v <= 0) return 2;
-    if (v != c->vocab_size) {
-        fprintf(stderr, "error: %s: dataset vocabulary has %d pieces but the model in %s has vocab_size %d\n", data, v,
-                ckpt, c->vocab_size);
-        return 2;
-    }
-    return checkpoint_check_vocab(ckpt, st, data);
-}
-
-int eval_open_model(TrainRun *r, const char *ckpt)
-{
-    Dist *D = &r->dist;
-    Config *c = &r->cfg;
-    Config keep = *c;
-    int threads = c->threads > 0 ? c->threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (D->local_size > 0 ? D->local_size : 1));
-    if (threads < 1) threads = 1;
-    r->be = backend_create(c->device, c->precision, c->allreduce, threads, D->local_rank);
-    if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
-    if (checkpoint_open_model(ckpt, c, NULL, &r->model, r->be)) return 2;
-    /* keep the overrides that only evaluation uses */
-    c->max_tokens = keep.max_tokens;
-    if (model_mask_heads(&r->model, keep.mask_heads, "command line")) return 2;
-    /* max_tokens = 0 given here: from the free device memory (auto_tokens.h) */
-    if (c->max_tokens == 0 && (c->max_tokens = auto_tokens_resolve(&r->model, D)) <= 0) return 2;
-    r->model.cfg.max_tokens = c->max_tokens;
-    return 0;
-}
-
-int eval_load_split(const char *data, const char *split, const Config *c, Corpus *corp)
-{
-    return !strcmp(data, "synthetic") ? synthetic_load_split(corp, c, split) : dataset_load(data, split, corp);
 }
 
 /* the split's unsmoothed loss and perplexity, printed by rank 0 */
@@ -154,36 +97,28 @@ static int evaluate_split(Eval *e)
     }
     return 0;
 }
-#endif
 
 int cmd_eval(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_help(); return 0; }
-    }
-#ifndef HAVE_CHECKPOINT
-    fprintf(stderr, "error: eval: this build has no HDF5 checkpoint support (src/checkpoint.h); "
-                    "train reports dev loss/PPL every eval_steps\n");
-    return 2;
-#else
+    if (cli_wants_help(argc, argv)) { eval_help(); return 0; }
     Eval e = { .r = xcalloc(1, sizeof(TrainRun)), .split = "dev" };
     dist_init(&e.r->dist, &argc, &argv);
     dist_install_abort(&e.r->dist);
     int rc = eval_parse(&e, argc, argv);
-    if (!rc && e.r->dist.rank == 0) rc = eval_read_config("eval", e.ckpt, e.data, e.over, e.n_over, &e.r->cfg, &e.st);
+    InferenceArgs ia = { .cmd = "eval", .ckpt = e.ckpt, .data = e.data, .over = e.over, .n_over = e.n_over,
+                         .auto_tokens = 1 };
+    if (!rc && e.r->dist.rank == 0) rc = inference_read_config(&ia, &e.r->cfg, &e.st, NULL);
     MPI_Bcast(&rc, 1, MPI_INT, 0, e.r->dist.comm);
     if (rc) return eval_end(&e, 2);
     /* rank 0's config on every rank; a failure past this point on one rank
      * takes the job down */
     MPI_Bcast(&e.r->cfg, sizeof e.r->cfg, MPI_BYTE, 0, e.r->dist.comm);
-    rc = eval_open_model(e.r, e.ckpt);
+    rc = inference_open(&ia, &e.r->dist, &e.r->cfg, &e.r->model, &e.r->be);
     e.have_model = e.r->be != NULL;
-    if (rc || eval_load_split(e.data, e.split, &e.r->cfg, &e.corp)) {
+    if (rc || corpus_open(e.data, e.split, &e.r->cfg, &e.corp)) {
         if (util_abort_hook) util_abort_hook(2);
         return 2;
     }
     e.have_corp = 1;
     return eval_end(&e, evaluate_split(&e));
-#endif
 }

@@ -3,7 +3,6 @@
  * gradient accumulation. */
 #include "train.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -11,49 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dataset.h"
 #include "attention_maps.h"
+#include "cli.h"
+#include "corpus.h"
+#include "dataset.h"
 #include "auto_tokens.h"
 #include "greedy.h"
 #include "resume.h"
-#include "synthetic.h"
+#include "run.h"
 #include "util.h"
-
-int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
-                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
-{
-    config_defaults(c);
-    const char *file = NULL;
-    for (int i = first; i < argc; i++)
-        if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: %s: --config needs a file name\n", cmd); return 2; }
-            if (file) { fprintf(stderr, "error: %s: --config given twice (%s, %s)\n", cmd, file, argv[i + 1]); return 2; }
-            file = argv[++i];
-        }
-    if (file && config_load_file(c, file)) return 2;
-    for (int i = first; i < argc; i++) {
-        char *a = argv[i];
-        if (!strcmp(a, "--config")) { i++; continue; }
-        if (extra) {
-            int rc = extra(ctx, argc, argv, &i);
-            if (rc == 1) continue;      /* consumed */
-            if (rc > 1) return rc;
-        }
-        char *eq = strchr(a, '=');
-        if (a[0] != '-' && eq) {
-            char key[128];
-            size_t kl = (size_t)(eq - a);
-            if (kl >= sizeof key) kl = sizeof key - 1;
-            memcpy(key, a, kl);
-            key[kl] = '\0';
-            if (config_set(c, "command line", 0, key, eq + 1)) return 2;
-            continue;
-        }
-        fprintf(stderr, "error: %s: unknown argument '%s' (see '%s --help')\n", cmd, a, cmd);
-        return 2;
-    }
-    return config_validate(c, file ? file : "command line");
-}
 
 /* parse_config_args on every rank, its errors printed once: by rank 0, or
  * (an MPMD launch with other arguments) by the first rank that fails.
@@ -61,22 +26,21 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
 static int parse_config_args_once(Dist *D, Config *c, int argc, char **argv, const char *cmd,
                                   int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
 {
-    int saved = -1;
-    if (D->rank != 0) {   /* quiet: stderr to /dev/null while parsing */
-        fflush(stderr);
-        int nul = open("/dev/null", O_WRONLY);
-        saved = dup(2);
-        if (nul >= 0 && saved >= 0) dup2(nul, 2);
-        if (nul >= 0) close(nul);
-    }
+    int saved = D->rank != 0 ? stderr_quiet() : -1;   /* the other ranks quiet while parsing */
     int rc = parse_config_args(c, argc, argv, 2, cmd, extra, ctx);
-    if (saved >= 0) { fflush(stderr); dup2(saved, 2); close(saved); }
+    stderr_restore(saved);
     int mine = rc ? D->rank : D->size, first;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, D->comm);
     if (first == D->size) return 0;
     if (D->rank == first && first != 0) parse_config_args(c, argc, argv, 2, cmd, extra, ctx);   /* again, aloud */
     MPI_Barrier(D->comm);
     return 2;
+}
+
+/* the train and dev splits of the dataset or of the synthetic task */
+static int open_corpora(const Config *c, Corpus *train, Corpus *dev)
+{
+    return corpus_open(c->data, "train", c, train) || corpus_open(c->data, "dev", c, dev) ? 2 : 0;
 }
 
 static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
@@ -96,9 +60,8 @@ static int load_dataset(const Config *c, Corpus *train, Corpus *dev)
 static void load_corpora(TrainRun *r)
 {
     const Config *c = &r->cfg;
-    if (!strcmp(c->data, "synthetic")) {
-        synthetic_corpus(&r->train, c, SPLIT_TRAIN, c->synth_train);
-        synthetic_corpus(&r->dev, c, SPLIT_DEV, c->synth_dev);
+    if (corpus_is_synthetic(c->data)) {
+        open_corpora(c, &r->train, &r->dev);   /* a pure function of the config: cannot fail */
         return;
     }
     /* a dataset written by `transformer prepare` (dataset.h): rank 0 checks
@@ -108,29 +71,6 @@ static void load_corpora(TrainRun *r)
     MPI_Bcast(&rc, 1, MPI_INT, 0, r->dist.comm);
     if (rc) { dist_finalize(&r->dist); exit(2); }
     if (r->dist.rank != 0 && load_dataset(c, &r->train, &r->dev)) die(2, "%s: cannot load the dataset", c->data);
-}
-
-EvalStats evaluate(TrainRun *r, const Corpus *c)
-{
-    BatchPlan bp;
-    double sums[3] = {0, 0, 0}, tot[3];
-    if (batchplan_build(&bp, c, r->cfg.max_tokens, r->cfg.max_len, r->cfg.seed) == 0) {
-        Batch b = {0};
-        for (int k = r->dist.rank; k < bp.n_batches; k += r->dist.size) {
-            batch_build(&b, c, bp.idx + bp.start[k], bp.start[k + 1] - bp.start[k], r->cfg.max_len);
-            LossStats st = model_forward_backward(&r->model, &b, 0, 0, 0, NULL, NULL);
-            sums[0] += st.loss_sum; sums[1] += st.nll_sum; sums[2] += st.n_tokens;
-        }
-        batch_free(&b);
-        batchplan_free(&bp);
-    }
-    MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, r->dist.comm);
-    EvalStats e = { 0, 0, 0, (long)tot[2] };
-    e.loss_ls = tot[2] > 0 ? tot[0] / tot[2] : 0.0;
-    e.nll = tot[2] > 0 ? tot[1] / tot[2] : 0.0;
-    /* per-wordpiece perplexity from the unsmoothed NLL (Table 3, PPL) */
-    e.ppl = tot[2] > 0 ? exp(e.nll) : 0.0;
-    return e;
 }
 
 /* a dev line of the log: "dev step N" or "dev final", then the figures
@@ -363,7 +303,6 @@ static int resolve_batch(Training *t)
         }
         c->max_tokens = saved > 0 ? saved : auto_tokens_resolve(&r->model, &r->dist);
         if (c->max_tokens <= 0) return 1;
-        r->model.cfg.max_tokens = c->max_tokens;
     }
     if (c->batch_tokens > 0) set_update_freq(c, &r->dist);
     return 0;
@@ -379,10 +318,10 @@ static int create_model(Training *t)
     t->binds = D->rank == 0 ? xmalloc(sizeof t->bind * D->size) : NULL;
     t->threads = dist_bind_cpu(D, c->threads, t->bind, sizeof t->bind);
     MPI_Gather(t->bind, sizeof t->bind, MPI_CHAR, t->binds, sizeof t->bind, MPI_CHAR, 0, D->comm);
-    r->be = backend_create(c->device, c->precision, c->allreduce, t->threads, D->local_rank);
-    if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, c->device);
+    r->be = backend_create(c, t->threads, D->local_rank);
+    if (!r->be) die(2, "rank %d: cannot create backend '%s'", D->rank, config_choice("device", c->device));
     loss_scale_init(&r->scaler, c);
-    if (model_init(&r->model, c, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
+    if (model_init(&r->model, &c->model, r->be)) die(1, "rank %d: out of device memory for the parameters", D->rank);
     size_t bytes = sizeof(float) * r->model.pt.total;
     float *host = xmalloc(bytes);
     r->be->download(r->be, host, r->model.params, bytes);
@@ -504,11 +443,11 @@ static void log_progress(Training *t, int step, const double glob[G_N])
         if (r->scaler.enabled)
             snprintf(scaling, sizeof scaling, " loss_scale %g skipped %ld", r->scaler.scale, r->scaler.skipped);
         printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs%s\n", step, t->log_loss / t->log_tok,
-               model_lrate(c, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
+               model_lrate(&c->model, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
                r->elapsed + now - t->t_start, scaling);
         fflush(stdout);
         if (t->rd.metrics) {
-            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(c, step), t->log_tok,
+            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(&c->model, step), t->log_tok,
                           t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t->t_start);
             if (r->scaler.enabled) metrics_loss_scale(t->rd.metrics, step, r->scaler.scale, r->scaler.skipped);
             metrics_flush(t->rd.metrics, 0);
@@ -555,7 +494,7 @@ static int train_loop(Training *t)
         log_progress(t, step, glob);
         if (c->eval_steps > 0 && step % c->eval_steps == 0) evaluate_dev(t, step);
         if (c->attn_steps > 0 && step % c->attn_steps == 0 && t->rd.enabled && r->dist.rank == 0)
-            attention_probe_write(&r->model, &r->dev, c->run_dir, step);   /* watch heads form */
+            attention_probe_write(&r->model, &r->dev, c->data, c->run_dir, step);   /* watch heads form */
         if (glob[G_PREEMPT] > 0) return RUN_PREEMPTED;
         rundir_after_step(&t->rd, r, step, r->elapsed + now_seconds() - t->t_start);
     }
@@ -592,7 +531,7 @@ static int publish_outputs(Training *t, int how)
     if (D->rank == 0) print_dev_line("final", &t->dev);
     rundir_close(&t->rd);
     t->rd_open = 0;
-    if (!strcmp(c->data, "synthetic")) {
+    if (corpus_is_synthetic(c->data)) {
         int n;
         double acc = greedy_accuracy(r, &r->dev, c->synth_dev, &n);
         if (D->rank == 0) printf("dev greedy exact match %.4f (%d sentences)\n", acc, n);
@@ -603,8 +542,7 @@ static int publish_outputs(Training *t, int how)
 
 int cmd_train(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { train_help(); return 0; }
+    if (cli_wants_help(argc, argv)) { train_help(); return 0; }
     Training t = { .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&t.r->dist, &argc, &argv);
     dist_install_abort(&t.r->dist);
@@ -615,29 +553,4 @@ int cmd_train(int argc, char **argv)
     if (rc) return train_end(&t, rc);
     open_inputs(&t);
     return train_end(&t, publish_outputs(&t, train_loop(&t)));
-}
-
-static void params_help(void)
-{
-    printf("usage: transformer params [--config FILE] [key=value ...]\n\n"
-           "Prints the exact parameter count on a line 'params <N>', then a breakdown.\n");
-}
-
-int cmd_params(int argc, char **argv)
-{
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { params_help(); return 0; }
-    Config c;
-    if (parse_config_args(&c, argc, argv, 2, "params", NULL, NULL)) return 2;
-    ParamTable pt;
-    param_table_build(&pt, &c);
-    printf("params %zu\n", pt.total);
-    size_t emb = (size_t)c.vocab_size * c.d_model, pos = pt.has_pos ? (size_t)c.max_len * c.d_model : 0;
-    size_t enc = pt.emb_begin - pt.enc_begin, dec = pt.enc_begin;
-    printf("  shared_embedding     %12zu  (vocab %d x d_model %d)\n", emb, c.vocab_size, c.d_model);
-    if (pos) printf("  positional_embedding %12zu  (max_len %d x d_model %d)\n", pos, c.max_len, c.d_model);
-    printf("  encoder              %12zu  (%d layers x %zu)\n", enc, c.n_layers, enc / c.n_layers);
-    printf("  decoder              %12zu  (%d layers x %zu)\n", dec, c.n_layers, dec / c.n_layers);
-    param_table_free(&pt);
-    return 0;
 }

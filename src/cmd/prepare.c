@@ -20,10 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "config.h"
 #include "dataset.h"
 #include "sha256.h"
-#include "train.h"
 #include "util.h"
 
 extern char **environ;
@@ -837,8 +837,7 @@ static int write_dataset(Prepare *p, int argc, char **argv, double t0)
 
 int cmd_prepare(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { prepare_help(); return 0; }
+    if (cli_wants_help(argc, argv)) { prepare_help(); return 0; }
     double t0 = now_seconds();
     Prepare p = { .o = { .coverage = 1.0, .byte_fallback = 1, .jobs = (int)sysconf(_SC_NPROCESSORS_ONLN) } };
     int rc = prepare_parse(&p, argc, argv);

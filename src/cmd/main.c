@@ -2,11 +2,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention.h"
+#include "average.h"
 #include "eval.h"
 #include "heads.h"
+#include "params.h"
 #include "prepare.h"
-#include "attention_maps.h"
-#include "checkpoint.h"
 #include "train.h"
 #include "translate.h"
 

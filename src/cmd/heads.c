@@ -30,11 +30,13 @@
 #include <string.h>
 
 #include "checkpoint.h"
-#include "eval.h"
+#include "cli.h"
+#include "corpus.h"
 #include "h5io.h"
 #include "head_mask.h"
+#include "inference.h"
 #include "philox.h"
-#include "train.h"
+#include "run.h"
 #include "util.h"
 
 /* per head and batch: |dL/dxi|, then sums over query positions of the
@@ -123,7 +125,7 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
         if ((dst || unit) && i + 1 >= argc) { fprintf(stderr, "error: heads: %s needs a value\n", o); return 2; }
         if (dst) *dst = argv[++i];
         else if (unit) { if (heads_parse_unit(a, o, argv[++i])) return 2; }
-        else if (o[0] != '-' && strchr(o, '=')) a->over[a->n_over++] = argv[i];
+        else if (cli_is_setting(o)) a->over[a->n_over++] = argv[i];
         else { fprintf(stderr, "error: heads: unknown argument '%s' (see 'transformer heads --help')\n", o); return 2; }
     }
     if (!a->ckpt || !a->data || !a->out) {
@@ -161,11 +163,12 @@ static void plan_sentences(BatchPlan *p, long sample, uint64_t seed)
 
 /* every rank alike: the model with gate gradients on, and the split's
  * batches; 2 after a one-line error */
-static int heads_load(Heads *h)
+static int heads_load(Heads *h, const InferenceArgs *ia)
 {
     TrainRun *r = h->r;
     const Config *c = &r->cfg;
-    if (eval_open_model(r, h->a.ckpt) || eval_load_split(h->a.data, h->a.split, c, &h->corp)) return 2;
+    if (inference_open(ia, &r->dist, &r->cfg, &r->model, &r->be) || corpus_open(h->a.data, h->a.split, c, &h->corp))
+        return 2;
     /* L is the NLL of the reference: no label smoothing in its gradient */
     r->model.cfg.label_smoothing = 0.0f;
     model_track_gate_grads(&r->model);
@@ -183,12 +186,12 @@ static int heads_load(Heads *h)
 
 /* rank 0's config on every rank, then heads_load; its errors (the same on
  * every rank: a missing split, a bad mask) are printed once, by rank 0 */
-static int heads_open(Heads *h)
+static int heads_open(Heads *h, const InferenceArgs *ia)
 {
     Dist *D = &h->r->dist;
     MPI_Bcast(&h->r->cfg, sizeof h->r->cfg, MPI_BYTE, 0, D->comm);
     int held = dist_hold_stderr(D);
-    return dist_release_stderr(D, held, heads_load(h));
+    return dist_release_stderr(D, held, heads_load(h, ia));
 }
 
 /* confidence and positional counts of one layer's weights P [B, nh, Tq,
@@ -217,7 +220,7 @@ static void attention_stats(const float *P, const int32_t *q_len, int B, int nh,
 static void batch_attention_stats(Heads *h, const Batch *b, double *row)
 {
     Model *m = &h->r->model;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     int N = c->n_layers, nh = c->n_heads, B = b->B, S = b->S, T = b->T;
     size_t need = (size_t)B * nh * (size_t)(S > T ? S : T) * (S > T ? S : T);
     h->host_P = xrealloc(h->host_P, sizeof(float) * (need ? need : 1));
@@ -377,17 +380,18 @@ static int heads_end(Heads *h, int rc)
 
 int cmd_heads(int argc, char **argv)
 {
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { heads_help(); return 0; }
-    Heads h = { .a = { .split = "train", .per_sentence = 1, .sample = -1, .sample_seed = 1 }, .r = xcalloc(1, sizeof(TrainRun)) };
+    if (cli_wants_help(argc, argv)) { heads_help(); return 0; }
+    Heads h = { .a = { .split = "train", .per_sentence = 1, .sample = -1, .sample_seed = 1 },
+                .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);
     int rc = heads_parse(&h.a, argc, argv);
-    if (!rc && h.r->dist.rank == 0)
-        rc = eval_read_config("heads", h.a.ckpt, h.a.data, h.a.over, h.a.n_over, &h.r->cfg, &h.st);
+    InferenceArgs ia = { .cmd = "heads", .ckpt = h.a.ckpt, .data = h.a.data, .over = h.a.over, .n_over = h.a.n_over,
+                         .auto_tokens = 1 };
+    if (!rc && h.r->dist.rank == 0) rc = inference_read_config(&ia, &h.r->cfg, &h.st, NULL);
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);
     if (rc) return heads_end(&h, 2);
-    if (heads_open(&h)) return heads_end(&h, 2);
+    if (heads_open(&h, &ia)) return heads_end(&h, 2);
     heads_measure(&h);
     rc = h.r->dist.rank == 0 ? heads_write(&h) : 0;
     MPI_Bcast(&rc, 1, MPI_INT, 0, h.r->dist.comm);

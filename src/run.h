@@ -1,5 +1,7 @@
-#ifndef TRAIN_H
-#define TRAIN_H
+/* The state of a training run (also what eval and heads hold), and the
+ * evaluation of a corpus: loss and perplexity summed over the ranks. */
+#ifndef RUN_H
+#define RUN_H
 
 #include "batch.h"
 #include "batcher.h"
@@ -23,9 +25,6 @@ typedef struct {
     uint64_t vocab_hash;    /* rank 0: the dataset's vocabulary fingerprint (0: synthetic) */
 } TrainRun;
 
-/* options shared by commands: --config FILE and key=value overrides */
-int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
-                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
 /* the figures of an evaluation, per target token (EOS included), under the
  * names every log line prints them with */
 typedef struct {
@@ -37,8 +36,5 @@ typedef struct {
 
 /* loss_ls, nll and ppl of c without dropout, summed over all ranks */
 EvalStats evaluate(TrainRun *r, const Corpus *c);
-
-int cmd_train(int argc, char **argv);
-int cmd_params(int argc, char **argv);
 
 #endif

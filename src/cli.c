@@ -1,0 +1,59 @@
+/* Command-line handling shared by the commands (cli.h). */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cli_wants_help(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+int cli_is_setting(const char *word)
+{
+    return word[0] != '-' && strchr(word, '=') != NULL;
+}
+
+int cli_set(Config *c, const char *cmd, const char *word, const char *arch_from)
+{
+    const char *eq = strchr(word, '=');
+    char key[128];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - word), word);   /* a longer key: cut, then unknown */
+    if (arch_from && config_is_arch_key(key)) {
+        fprintf(stderr, "error: %s: key '%s' is an architecture key; it comes from %s\n", cmd, key, arch_from);
+        return 2;
+    }
+    return config_set(c, "command line", 0, key, eq + 1);
+}
+
+int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
+                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+{
+    config_defaults(c);
+    const char *file = NULL;
+    for (int i = first; i < argc; i++)
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) { fprintf(stderr, "error: %s: --config needs a file name\n", cmd); return 2; }
+            if (file) { fprintf(stderr, "error: %s: --config given twice (%s, %s)\n", cmd, file, argv[i + 1]); return 2; }
+            file = argv[++i];
+        }
+    if (file && config_load_file(c, file)) return 2;
+    for (int i = first; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "--config")) { i++; continue; }
+        if (extra) {
+            int rc = extra(ctx, argc, argv, &i);
+            if (rc == 1) continue;      /* consumed */
+            if (rc > 1) return rc;
+        }
+        if (cli_is_setting(a)) {
+            if (cli_set(c, cmd, a, NULL)) return 2;
+            continue;
+        }
+        fprintf(stderr, "error: %s: unknown argument '%s' (see '%s --help')\n", cmd, a, cmd);
+        return 2;
+    }
+    return config_validate(c, file ? file : "command line");
+}

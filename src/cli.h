@@ -1,0 +1,21 @@
+/* Command-line handling shared by the commands: --config FILE and
+ * key=value overrides into a Config. */
+#ifndef CLI_H
+#define CLI_H
+
+#include "config.h"
+
+/* 1 if a word after the command is --help or -h */
+int cli_wants_help(int argc, char **argv);
+/* 1 if word is a setting KEY=VALUE (not an option --NAME) */
+int cli_is_setting(const char *word);
+/* Apply the setting word KEY=VALUE to c.  With arch_from (a checkpoint's
+ * path) an architecture key is refused, as it comes from that checkpoint:
+ * one line "error: CMD: key 'K' is an architecture key; it comes from
+ * CKPT".  0, or 2 after a one-line error. */
+int cli_set(Config *c, const char *cmd, const char *word, const char *arch_from);
+/* options shared by commands: --config FILE and key=value overrides */
+int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
+                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
+
+#endif
