@@ -127,8 +127,6 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfail_shim.so
 # generated En-Fr-shaped corpora (tests/test_data_shared.sh, tests/scale/)
 TEST_BIN += bin/tests/gen_corpus
-bin/tests/gen_corpus: tests/scale/gen_corpus.c $(LIBOBJ) | bin/tests
-	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
@@ -139,6 +137,9 @@ endif
 
 .PHONY: all test test-slurm bench clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
 all: bin/transformer
+
+bin/tests/gen_corpus: tests/scale/gen_corpus.c $(LIBOBJ) | bin/tests
+	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(LIBOBJ) -o $@ $(LDFLAGS) $(LDLIBS)
 
 build/%.o: src/%.c | build
 	$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
