@@ -135,7 +135,7 @@ TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tes
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
-.PHONY: all test test-slurm bench clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
+.PHONY: all test test-sanitizers test-slurm bench clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
 all: bin/transformer
 
 bin/tests/gen_corpus: tests/scale/gen_corpus.c $(LIBOBJ) | bin/tests
@@ -269,6 +269,9 @@ print-cuda-arch:
 
 test: all $(TEST_BIN)
 	$(Q)tests/run_all.sh
+# the kernel tests built with ASan/UBSan and TSan (CI runs them after test)
+test-sanitizers: all $(TEST_BIN)
+	$(Q)SANITIZERS=only tests/run_all.sh
 
 # the job scripts (jobs/) on a real single-node Slurm started for the test
 # (root; installs Debian's slurm packages if missing); a few minutes

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 WITH_SLURM=1 bash tests/install-deps.sh
 make -j2
 make test
+make test-sanitizers
 # A trained model's exact figures depend on the BLAS kernel's rounding, and
 # users' CPUs pick other kernels than this one: the tests that train must
 # assert properties that hold under any of them (tests/blas_alt_kernel.sh).

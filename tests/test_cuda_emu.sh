@@ -36,12 +36,11 @@ else
     echo "skip: this CPU has no FMA: the 2-rank step with FMA-contracted kernels (emu-step-fma) is not run"
 fi
 
-# the attention core: the fused kernels (cuda/attention.cuh, the default)
-# with TRANSFORMER_ATTENTION=fused, the batched GEMMs and separate softmax
-# with =gemm: each step equals the CPU's (fp32, bf16, fp16), each runs
-# what it names (the step's declared calls) with its declared costs
-out=$(mpirun -np 2 -x TRANSFORMER_ATTENTION=gemm "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
-    || fail "2-rank training step with TRANSFORMER_ATTENTION=gemm differs from CPU: $out"
+# the attention core: the fused kernels (cuda/attention.cuh) with
+# TRANSFORMER_ATTENTION=fused, the batched GEMMs and separate softmax with
+# =gemm (the default: its 2-rank step is the one above): each step equals
+# the CPU's (fp32, bf16, fp16), each runs what it names (the step's
+# declared calls) with its declared costs
 out=$(mpirun -np 2 -x TRANSFORMER_ATTENTION=fused "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with TRANSFORMER_ATTENTION=fused differs from CPU: $out"
 out=$(TRANSFORMER_ATTENTION=fused "$TOP/bin/tests/test_cuda_costs" 2>&1) && echo "$out" | grep -q " attention_forward .* calls" \

@@ -118,3 +118,20 @@ def test_seeds_refuses_files_without_curves_or_other_levels(tmp_path):
         del f["prune/importance/fraction"]
         f["prune/importance/fraction"] = np.arange(5) / 4
     assert "other levels" in cli_error("heads_seeds.py", a, b, "--out", tmp_path / "x")
+
+
+def test_single_head_masks_each_head_alone():
+    """--single: every head masked alone, once, BLEU and PPL in [kind, layer, head]
+    (the masks reach `transformer` through Runner.measure, tested end to end
+    by tests/test_heads.sh)"""
+    seen = []
+
+    class FakeRunner:
+        def measure(self, heads):
+            seen.append(P.mask_spec(heads))
+            (k, l, h), = heads
+            return 30.0 - (k * 100 + l * 10 + h) / 100, None, 5.0 + k + l / 10 + h / 100
+
+    bleu, ppl = P.single_head(FakeRunner(), (3, 2, 4))
+    assert len(seen) == 24 == len(set(seen)) and seen[0] == "enc:0:0" and seen[-1] == "cross:1:3"
+    assert bleu[2, 1, 3] == 30.0 - 2.13 and ppl[1, 0, 2] == 5.0 + 1 + 0.02
