@@ -296,6 +296,19 @@ static hid_t open_ours(const char *path)
     return f;
 }
 
+/* 0, or 2 after the one-line error of a split that cannot be read (why),
+ * the corpus freed: dataset_load and dataset_map say it alike */
+static int split_result(const char *path, const char *split, const char *why, Corpus *out)
+{
+    if (!why) return 0;
+    if (!strcmp(why, "no such split"))
+        fprintf(stderr, "error: %s: dataset has no split '%s'\n", path, split);
+    else
+        fprintf(stderr, "error: %s: split '%s': %s\n", path, split, why);
+    corpus_free(out);
+    return 2;
+}
+
 /* read a whole 1-D dataset of n_expect elements (n_expect < 0: any; the
  * length is returned in *n) into a fresh buffer */
 static void *read_1d(hid_t loc, const char *name, hid_t mem_type, size_t elem, long long n_expect, long long *n)
@@ -367,15 +380,7 @@ int dataset_load(const char *path, const char *split, Corpus *out)
     if (g >= 0) H5Gclose(g);
     H5Fclose(f);
     quiet_off(&es);
-    if (why) {
-        if (!strcmp(why, "no such split"))
-            fprintf(stderr, "error: %s: dataset has no split '%s'\n", path, split);
-        else
-            fprintf(stderr, "error: %s: split '%s': %s\n", path, split, why);
-        corpus_free(out);
-        return 2;
-    }
-    return 0;
+    return split_result(path, split, why, out);
 }
 
 int dataset_vocab_size(const char *path)
@@ -591,13 +596,5 @@ int dataset_map(const char *path, const char *split, Corpus *out)
     if (g >= 0) H5Gclose(g);
     H5Fclose(f);
     quiet_off(&es);
-    if (why) {
-        if (!strcmp(why, "no such split"))
-            fprintf(stderr, "error: %s: dataset has no split '%s'\n", path, split);
-        else
-            fprintf(stderr, "error: %s: split '%s': %s\n", path, split, why);
-        corpus_free(out);
-        return 2;
-    }
-    return 0;
+    return split_result(path, split, why, out);
 }

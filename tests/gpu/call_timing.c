@@ -31,8 +31,8 @@ static int cmp_double(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* the median of v[0], v[stride], ... (n values) */
-static double median(const double *v, int n, size_t stride)
+/* the median of v[0], v[stride], ... (n values; gpu_model.h) */
+double median_of(const double *v, int n, size_t stride)
 {
     double *w = xmalloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) w[i] = v[(size_t)i * stride];
@@ -71,7 +71,7 @@ static void write_call_times(const char *path, const CostCall *c, size_t n, int 
     fprintf(f, TIMING_HEADER "\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "%zu,%s,%s,%s,%.0f,%.0f,%.0f,%.0f,%.4f,%.4f\n", i, c[i].op, c[i].call, KIND[c[i].kind], c[i].m,
-                c[i].n, c[i].k, c[i].batch, median(dev + i, steps, n), median(host + i, steps, n));
+                c[i].n, c[i].k, c[i].batch, median_of(dev + i, steps, n), median_of(host + i, steps, n));
     if (fclose(f)) die(1, "%s: write failed", path);
 }
 

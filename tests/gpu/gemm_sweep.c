@@ -24,11 +24,6 @@ static int same_class(const CostCall *a, const CostCall *b)
            a->batch == b->batch && a->operand == b->operand;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
 
 /* the operands' type: 16-bit storage is the precision's own, 4 bytes
  * runs on TF32 tensor cores or plain fp32 */
@@ -53,8 +48,7 @@ static void write_sweep(const char *path, const Config *cfg, const Args *a, cons
         int k = 0;
         for (size_t j = i; j < n; j++)
             if (calls[j].kind == COST_GEMM && same_class(&calls[j], c)) done[j] = 1, v[k++] = ms[j];
-        qsort(v, (size_t)k, sizeof(double), cmp_double);
-        double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+        double med = median_of(v, k, 1);
         double fl = c->flop_tc + c->flop, pred = 1e3 * roofline_call(&GPUS[0], &a->ach, c);
         fprintf(f, "%s,%s,%s,%.0f,%.0f,%.0f,%.0f,%s,%d,%d,%.6f,%.2f,%.6f,%.2f\n", a->model, c->op, c->call, c->m, c->n,
                 c->k, c->batch, dtype_name(c, config_choice("precision", cfg->precision)), k, reps, med, med > 0 ? fl / (med * 1e9) : 0.0, pred,

@@ -51,6 +51,8 @@ Backend *backend_cuda_create(const char *precision, const char *allreduce, int l
 /* B pairs of L-1 random tokens each side; train.c's step on one rank */
 void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed);
 void train_step(Model *m, const Batch *b, int step, int fp16);
+/* the median of v[0], v[stride], ... (n values) */
+double median_of(const double *v, int n, size_t stride);
 /* --run-steps N [--time-calls CSV]: real steps, timed per call or not */
 void run_steps(const Config *c, const Args *a);
 /* --gemm-sweep CSV [--reps R]: every GEMM class of the step, timed */
