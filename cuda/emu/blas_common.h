@@ -69,6 +69,14 @@ static inline void store_as(void *p, cudaDataType t, size_t i, float v)
     else ((float *)p)[i] = v;
 }
 
+/* v rounded to nearest even to type t's precision, kept as a float */
+static inline float round_as(cudaDataType t, float v)
+{
+    if (t == CUDA_R_16BF) return __bfloat162float(__float2bfloat16_rn(v));
+    if (t == CUDA_R_16F) return __half2float(__float2half_rn(v));
+    return v;
+}
+
 /* the mantissa bits the tensor cores drop from fp32 inputs: FAST_16BF
  * rounds them to bf16, FAST_TF32 (or plain 32F on a handle in TF32 math
  * mode) to TF32; 0 for IEEE fp32 */
@@ -80,7 +88,12 @@ static inline int input_drop_bits(cublasComputeType_t ct, bool tf32_math)
 
 /* c (fp32, column-major, ldc) = al op(A) op(B) + be c, with A and B widened
  * from their storage types (extents eA, eB) and rounded by drop bits as the
- * tensor cores take them; ra, rb: the caller's scratch */
+ * tensor cores take them; ra, rb: the caller's scratch.  From k = 16 on the
+ * sum over k runs in two halves, the second added onto the first, as a
+ * split-K algorithm does: cuBLAS sums in an order of its own, and an H200
+ * (make gpu-accept, 2026-11-26) gave fp32 losses 2 units of the 7th digit
+ * off the CPU's OpenBLAS.  Summing in the CPU's order here would let a
+ * check that assumes the CPU's rounding pass here and fail on a GPU. */
 static inline void sgemm_widened(bool nA, bool nB, int m, int n, int k, float al, const void *a, cudaDataType At,
                                  int lda, size_t eA, const void *b, cudaDataType Bt, int ldb, size_t eB, int drop,
                                  float be, float *c, int ldc, std::vector<float> &ra, std::vector<float> &rb)
@@ -91,8 +104,14 @@ static inline void sgemm_widened(bool nA, bool nB, int m, int n, int k, float al
         for (float &x : ra) x = round_bits(x, drop);
         for (float &x : rb) x = round_bits(x, drop);
     }
-    cblas_sgemm(CblasColMajor, nA ? CblasNoTrans : CblasTrans, nB ? CblasNoTrans : CblasTrans, m, n, k, al, ra.data(),
-                lda, rb.data(), ldb, be, c, ldc);
+    CBLAS_TRANSPOSE opA = nA ? CblasNoTrans : CblasTrans, opB = nB ? CblasNoTrans : CblasTrans;
+    int k1 = k >= 16 ? k / 2 : k;
+    cblas_sgemm(CblasColMajor, opA, opB, m, n, k1, al, ra.data(), lda, rb.data(), ldb, be, c, ldc);
+    if (k1 == k) return;
+    /* op(A)'s columns k1.. and op(B)'s rows k1..: A's columns (nA) or rows, B's rows (nB) or columns */
+    const float *a2 = ra.data() + (nA ? (size_t)k1 * lda : (size_t)k1);
+    const float *b2 = rb.data() + (nB ? (size_t)k1 : (size_t)k1 * ldb);
+    cblas_sgemm(CblasColMajor, opA, opB, m, n, k - k1, al, a2, lda, b2, ldb, 1.0f, c, ldc);
 }
 
 /* the type combinations of the cublasGemmEx table this emulator implements */

@@ -89,8 +89,11 @@ static void *dev_copy(Backend *be, const void *h, size_t bytes)
 }
 static void pair_free(Pair p) { cpu->free(cpu, p.c.data); gpu->free(gpu, p.g.data); }
 
-/* |gpu - cpu| <= rtol*|cpu| + atol*max|cpu| for every element */
-static void compare(const char *what, Pair p, double rtol, double atol)
+/* |gpu - cpu| <= rtol*mag + atol*max|cpu| for every element, mag = |cpu|
+ * (compare: bias NULL), or with a bias, |cpu| + (|cpu| + |bias of its
+ * column|): the result's rounding and that of the product before the
+ * bias, |product| = |cpu - bias| <= |cpu| + |bias| */
+static void compare_biased(const char *what, Pair p, const float *bias, int cols, double rtol, double atol)
 {
     float *a = malloc(4 * p.n), *b = malloc(4 * p.n);
     cpu->download_act(cpu, a, p.c, p.n);
@@ -100,7 +103,8 @@ static void compare(const char *what, Pair p, double rtol, double atol)
     for (size_t i = 0; i < p.n; i++) mx = fmax(mx, fabs(a[i]));
     int bad = 0;
     for (size_t i = 0; i < p.n; i++) {
-        double e = fabs((double)a[i] - b[i]), lim = rtol * fabs(a[i]) + atol * mx + 1e-30;
+        double mag = fabs(a[i]) + (bias ? fabs(a[i]) + fabs(bias[i % (size_t)cols]) : 0.0);
+        double e = fabs((double)a[i] - b[i]), lim = rtol * mag + atol * mx + 1e-30;
         if (!(e <= lim)) bad++;
         if (!(e / lim <= worst)) { worst = e / lim; wi = i; }
     }
@@ -115,6 +119,7 @@ static void compare(const char *what, Pair p, double rtol, double atol)
     free(a);
     free(b);
 }
+static void compare(const char *what, Pair p, double rtol, double atol) { compare_biased(what, p, NULL, 1, rtol, atol); }
 
 #define FP32 1e-5, 1e-6
 
@@ -421,6 +426,7 @@ static float bf16_round(float x)
 static float (*lp_round)(float) = bf16_round;   /* the 16-bit type under test */
 
 #define BF_OUT (2 * U), 1e-5
+#define BF_BIASED (2 * U), 1e-5   /* with compare_biased: see test_bf16_linear_bias */
 #define BF_F32 2e-5, 2e-6
 
 /* bf16-exact random data on both backends; on the GPU an activation
@@ -550,8 +556,12 @@ static void test_gemm_batched_shape(int nb, int h, int bf16)
 
 /* 16-bit fused GEMM + bias: weights and bias one parameter block (their
  * narrow shadow, as in training), then the bias outside it (converted);
- * cuBLASLt adds the bias to the fp32 accumulator and rounds once, the CPU
- * is exact fp32: one 16-bit rounding apart (BF_OUT).  The backward from
+ * the CPU is exact fp32 and rounds once.  cuBLASLt may round the product
+ * to the 16-bit type before it adds the bias (an H200 with cuBLAS 13.0 did,
+ * make gpu-accept 2026-11-26: errors up to half a 16-bit unit of the
+ * product where the bias cancels it; the emulator does the same), so the
+ * bound is two roundings, U of |product| <= U (|y| + |bias|) and U of |y|,
+ * twice over as in BF_OUT: BF_BIASED.  The backward from
  * the kept mask on the GPU's (rounded) forward output: dX one rounding
  * apart, dbias the fp32 column sums of the GPU's dX (BF_F32). */
 static void test_bf16_linear_bias(void)
@@ -571,7 +581,7 @@ static void test_bf16_linear_bias(void)
         char name[96];
         snprintf(name, sizeof name, "16-bit linear_bias_forward%s, bias %s", relu ? " relu" : "",
                  shadow ? "shadowed" : "converted");
-        compare(name, Y, BF_OUT);
+        compare_biased(name, Y, bc, out, BF_BIASED);
         if (relu) {
             sync_pair(Y);
             Pair dZ = pair_bf((size_t)rows * in2, 1, 1), W2 = pair_bf((size_t)in2 * out, 1, 0);
@@ -769,26 +779,30 @@ static void test_bf16_memory(void)
 /* cublasGemmEx type combinations (cuBLAS documentation, cublasGemmEx):
  * with CUBLAS_COMPUTE_32F, A and B both fp32, both bf16 or both fp16, C
  * fp32 or (16-bit inputs) the inputs' type; the _FAST_ compute types only with all-fp32 storage; mixed
- * input types never.  The emulator must accept and reject exactly these
- * (and so does real cuBLAS in make gpu-test). */
+ * input types never.  The emulator must accept and reject exactly these.
+ * Real cuBLAS 13.0 on an H200 (make gpu-accept, 2026-11-26) refused every
+ * mixed combination but accepted the three _FAST_ ones with 16-bit storage
+ * (undoc = 1) that the table leaves out: the library may do more than it
+ * documents, so on a real GPU those print a note; the backend never uses
+ * them, and the emulator refusing them keeps it from starting to. */
 static void test_cublas_types(void)
 {
-    static const struct { cudaDataType a, b, c; cublasComputeType_t ct; int ok; } cases[] = {
-        { CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1 },
-        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 1 },
-        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1 },
-        { CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF, 1 },
-        { CUDA_R_32F, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0 },
-        { CUDA_R_16BF, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
-        { CUDA_R_32F, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
-        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F_FAST_16BF, 0 },
-        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0 },
-        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, 1 },
-        { CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1 },
-        { CUDA_R_16F, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0 },
-        { CUDA_R_32F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0 },
-        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0 },
-        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F_FAST_16BF, 0 },
+    static const struct { cudaDataType a, b, c; cublasComputeType_t ct; int ok, undoc; } cases[] = {
+        { CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1, 0 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 1, 0 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1, 0 },
+        { CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF, 1, 0 },
+        { CUDA_R_32F, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0 },
+        { CUDA_R_16BF, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0, 0 },
+        { CUDA_R_32F, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0, 0 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F_FAST_16BF, 0, 1 },
+        { CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0, 1 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, 1, 0 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 1, 0 },
+        { CUDA_R_16F, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0 },
+        { CUDA_R_32F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0, 0 },
+        { CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F_FAST_16BF, 0, 1 },
     };
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
@@ -812,9 +826,11 @@ static void test_cublas_types(void)
         cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, cases[i].a, 4, B, cases[i].b,
                                          4, &zero, C, cases[i].c, 4, cases[i].ct, CUBLAS_GEMM_DEFAULT);
         int ok = cases[i].ok ? st == CUBLAS_STATUS_SUCCESS : st == CUBLAS_STATUS_NOT_SUPPORTED;
+        /* undocumented but accepted: a note on a real GPU, a failure of the emulator */
+        int note = !ok && cases[i].undoc && st == CUBLAS_STATUS_SUCCESS && !cuda_emu_set_order;
         checks++;
-        failures += !ok;
-        printf("%s cublasGemmEx types A=%d B=%d C=%d compute=%d: %s (expected %s)\n", ok ? "ok  " : "FAIL",
+        failures += !ok && !note;
+        printf("%s cublasGemmEx types A=%d B=%d C=%d compute=%d: %s (expected %s)\n", note ? "note" : ok ? "ok  " : "FAIL",
                (int)cases[i].a, (int)cases[i].b, (int)cases[i].c, (int)cases[i].ct, cublasGetStatusString(st),
                cases[i].ok ? "success" : "not supported");
     }
@@ -1597,7 +1613,7 @@ static void test_lt_bias_offsets(const char *prec)
         gpu->linear_bias_forward(gpu, Y.g, X.g, P.g, F(P.g) + nW + off, rows, in, out, 1, NULL);
         snprintf(name, sizeof name, "linear_bias_forward, bias %s", off ? "one element past 16 bytes" : "aligned");
         if (fp32) compare(name, Y, FP32);
-        else compare(name, Y, BF_OUT);
+        else compare_biased(name, Y, F(P.c) + nW + off, out, BF_BIASED);   /* test_bf16_linear_bias */
     }
     pair_free(P); pair_free(X); pair_free(Y);
     if (saved) setenv("CUDA_EMU_STRICT_LT_HEURISTIC", saved, 1);
