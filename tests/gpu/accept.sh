@@ -51,6 +51,7 @@ DEVICE=${ACCEPT_DEVICE:-cuda}
 TRAIN_STEPS=${TRAIN_STEPS:-300}
 STOP_STEP=${STOP_STEP:-$((TRAIN_STEPS / 2))}
 DIGIT_STEPS=${DIGIT_STEPS:-10}
+DIGIT_TOL=${DIGIT_TOL:-1e-5}      # stage train: see stage_train
 MPI_STEPS=${MPI_STEPS:-20}
 JOBS=${JOBS:-$(nproc)}
 GPU_DIR=${ACCEPT_GPU_BIN:-$TOP/bin/gpu}   # test_cuda_step, test_cuda_kernels, gemm_peak

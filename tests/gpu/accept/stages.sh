@@ -211,8 +211,12 @@ stage_train() {
     local common=(train_steps="$TRAIN_STEPS" log_steps=1 ckpt_steps="$STOP_STEP" ckpt_minutes=0)
     check "device=cpu reference, $DIGIT_STEPS steps" train_run cpu device=cpu train_steps="$DIGIT_STEPS" log_steps=1 ckpt_steps=0 threads="$JOBS"
     check "device=$DEVICE fp32, $TRAIN_STEPS steps" train_run fp32 device="$DEVICE" precision=fp32 "${common[@]}"
-    check "fp32 on the device = device=cpu to the printed digits, first $DIGIT_STEPS steps" \
-        "${LIB[@]}" digits "$W/cpu.log" "$W/fp32.log" "$DIGIT_STEPS"
+    # fp32 on the device sums in cuBLAS's order, not OpenBLAS's: an H200 gave
+    # step losses 2e-6 (2 units of the 7th digit, 2e-7 relative) off the
+    # CPU's (2026-11-26).  1e-5 is 50 times that, and 50 times below what a
+    # gradient wrong by 1% does to the step-2 loss (the loss falls ~5% a step)
+    check "fp32 on the device = device=cpu within relative $DIGIT_TOL, first $DIGIT_STEPS steps" \
+        "${LIB[@]}" losses "$W/cpu.log" "$W/fp32.log" "$DIGIT_STEPS" "$DIGIT_TOL"
     check "device=$DEVICE precision=$BF16_PREC, $TRAIN_STEPS steps" train_run bf16 device="$DEVICE" precision="$BF16_PREC" "${common[@]}"
     check "bf16 dev loss at step $TRAIN_STEPS within $BF16_TOL (relative) of fp32's" \
         "${LIB[@]}" devloss "$W/fp32.log" "$W/bf16.log" "$BF16_TOL"
@@ -273,7 +277,11 @@ stage_mpi() {
         mpirun -np 2 "${x[@]}" "$BIN" train "${a[@]}" allreduce=mpi update_freq=1 --dump-params "$W/p2.bin"
     check "parameters before training" to_log "$W/r0.log" "$BIN" train "${a[@]}" train_steps=0 --dump-params "$W/p0.bin"
     check "losses of the $MPI_STEPS steps agree (relative 1e-6)" "${LIB[@]}" losses "$W/r1.log" "$W/r2.log" "$MPI_STEPS" 1e-6
-    check "parameters agree (relative 1e-6, and 1e-3 of the update)" "${LIB[@]}" params "$W/p0.bin" "$W/p1.bin" "$W/p2.bin" 1e-6 1e-3
+    # 1 rank accumulates the two micro-batches' gradients in its GEMMs
+    # (beta = 1), 2 ranks add theirs after: rounding apart, which Adam's
+    # 1/sqrt(v) carries into the update (an H200: 4.2e-4 of the update,
+    # 1.4e-6 of the parameters, 2026-11-26); a defect is of the update's order
+    check "parameters agree (1e-3 of the update)" "${LIB[@]}" params "$W/p0.bin" "$W/p1.bin" "$W/p2.bin" 1e-3
     tail -n +1 "$W/r1.log" "$W/r2.log"
 }
 
