@@ -143,6 +143,14 @@ pack() {
         cp "$(command -v orterun)" "$(command -v orted)" build/gpu-libs/ompi/bin/
         ln -s orterun build/gpu-libs/ompi/bin/mpirun
     fi
+    # SentencePiece's command-line tools: translate detokenises with
+    # spm_decode, which the GPU image lacks (its python3 has the module only)
+    mkdir -p build/gpu-libs/bin
+    local t
+    for t in spm_decode spm_encode; do
+        cp "$(command -v $t)" build/gpu-libs/bin/
+        ldd "$(command -v $t)" | awk '/libsentencepiece/ {print $3}' | xargs -r -I{} cp -L {} build/gpu-libs/
+    done
     git rev-parse --short=12 HEAD >build/gpu-libs/COMMIT
     [ -f "$DATA" ] || input/prepare.sh multi30k
     tar czf "$PACK" bin/transformer "${GPU_BIN[@]}" build/gpu-libs "$DATA"
