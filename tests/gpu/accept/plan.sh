@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # tests/gpu/accept.sh (make gpu-accept): the plan of device calls.  The
-# GPU machines lent here give 10 minutes per command and 30 minutes per
-# session, the machine's start (a minute or more) included, and are given
+# GPU machines lent here give 10 minutes per command and 15 minutes per
+# session (30 when this plan was made), the machine's start (a minute or more) included, and are given
 # back 30 s after a command ends (.library/device/README.md).  So the stages
 # run in order of value, each under a time budget that run_one enforces
 # (timeout), packed into calls of at most CALL_LIMIT seconds: the worst case
@@ -19,10 +19,11 @@ ALL_STAGES="build step bench ops mpi train decode sanitize"
 # machine it finds the binaries in place (seconds), on a fresh one it builds
 # or unpacks them again.
 PLAN_CALLS=("build step bench" "build ops mpi train" "build decode sanitize")
-# Budgets in seconds.  Estimates (no GPU has run these stages yet): the
-# steps of the H100 run at 122cb66 (docs/performance.md: base 46 ms, big
-# 101 ms per 12,300-token step in bf16), the start-up costs of CUDA and
-# PyTorch, and nvcc here (one architecture: 31 s on 2 busy cores).
+# Budgets in seconds: worst cases, set before any GPU had run the stages.
+# Measured on an H200 (2026-11-26, the pack, a warm machine after call 1):
+# build 3, step 5, bench 128, ops 6, mpi 7, train 23, decode 22-27,
+# sanitize 4 (docs/gpu-accept.md, "Results"): all eight in ~200 s, so on a
+# warm machine the calls fit one session's 15 minutes back to back.
 declare -A BUDGET=(
     [build]=120     # make for one arch, ~40 s on 16 cores; or unpack the pack + a one-step run, ~15 s
     [step]=90       # two test_cuda_step runs and two 6-step 2-rank trainings of a tiny model, ~40 s
