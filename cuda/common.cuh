@@ -134,6 +134,9 @@ struct CudaImpl {
      * and whether the last forward into each ReLU mask wrote it (fused) */
     std::map<std::vector<int64_t>, struct LtPlan *> lt_plans;
     std::unordered_map<const void *, bool> lt_mask_written;
+    /* whether the FFN forward writes the ReLU bit-mask for the DRELU
+     * backward (TRANSFORMER_RELU_MASK, cuda/device.cuh) */
+    bool relu_mask = true;
     int *flag;                           /* any_nonfinite's result on the device */
 };
 

@@ -217,6 +217,15 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         return NULL;
     }
     bool fused_attention = attn && !strcmp(attn, "fused");
+    /* TRANSFORMER_RELU_MASK=0: the FFN forward keeps no ReLU bit-mask and
+     * the backward is a plain GEMM and one masking pass, for measuring
+     * against the default DRELU matmul, which an H200 ran at a fifth of a
+     * plain GEMM's rate (docs/performance.md) */
+    const char *rm = getenv("TRANSFORMER_RELU_MASK");
+    if (rm && *rm && strcmp(rm, "0") && strcmp(rm, "1")) {
+        fprintf(stderr, "error: device=cuda: TRANSFORMER_RELU_MASK '%s' is not 0 or 1\n", rm);
+        return NULL;
+    }
     int dev = pick_device(local_rank, n);
     if (dev < 0) return NULL;
     if ((e = cudaSetDevice(dev)) != cudaSuccess) {
@@ -228,6 +237,7 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     I->device = dev;
     I->precision = prec;
     I->act_dtype = prec == PREC_BF16 ? DT_BF16 : prec == PREC_FP16 ? DT_F16 : DT_F32;
+    I->relu_mask = !(rm && !strcmp(rm, "0"));
     I->want_nccl = !allreduce || strcmp(allreduce, "mpi");
     I->need_nccl = allreduce && !strcmp(allreduce, "nccl");
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the

@@ -582,7 +582,7 @@ static void cuda_linear_bias_forward(Backend *be, Act Y, Act X, Act W, const flo
     if (rows <= 0 || out <= 0) return;
     GemmOps g = gemm_ops(be, X, (long)rows * in, W, (long)out * in, Y, (long)rows * out, 0.0f);
     Act b = lt_bias(be, bias, out, g.c.dtype);
-    mask = relu ? mask : NULL;
+    mask = relu && I->relu_mask ? mask : NULL;
     cublasLtEpilogue_t epi = !relu ? CUBLASLT_EPILOGUE_BIAS : mask ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
                                                                    : CUBLASLT_EPILOGUE_RELU_BIAS;
     LtEpilogue e = { epi, b, mask, mask_ld(out) };

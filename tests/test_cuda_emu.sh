@@ -68,6 +68,19 @@ ok "2-rank training step without cuBLASLt epilogues (all, forward only) = CPU"
 out=$(CUDA_EMU_LT_NO_EPILOGUE=1 "$TOP/bin/tests/test_cuda_costs" 2>&1) \
     || fail "declared costs without cuBLASLt epilogues differ from the counted ones: $(echo "$out" | grep FAIL | head -3)"
 ok "declared costs without cuBLASLt epilogues = counted (fp32, bf16, fp16)"
+# TRANSFORMER_RELU_MASK=0 (cuda/device.cuh): the FFN forward keeps no ReLU
+# mask and the backward is the unfused GEMM + masking pass: = CPU, its
+# declared costs = counted, and its linear_relu_backward moves fewer bytes
+# (no mask read) than the default's DRELU matmul; a bad value refused
+out=$(mpirun -np 2 -x TRANSFORMER_RELU_MASK=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+    || fail "2-rank training step with TRANSFORMER_RELU_MASK=0 differs from CPU: $out"
+relu_bytes() { "$TOP/bin/tests/test_cuda_costs" 2>&1 | awk '$1 == "fp32" && $2 == "linear_relu_backward" { print $6 }'; }
+b0=$(TRANSFORMER_RELU_MASK=0 relu_bytes) b1=$(relu_bytes)
+out=$(TRANSFORMER_RELU_MASK=0 "$TOP/bin/tests/test_cuda_costs" 2>&1) && [ -n "$b0" ] && [ -n "$b1" ] && [ "$b0" -lt "$b1" ] \
+    || fail "TRANSFORMER_RELU_MASK=0: costs not as counted, or the mask still read ($b0 vs $b1 bytes): $out"
+expect_error 2 "error: device=cuda: TRANSFORMER_RELU_MASK 'x' is not 0 or 1" \
+    env TRANSFORMER_RELU_MASK=x "$EMU" train device=cuda train_steps=1
+ok "TRANSFORMER_RELU_MASK=0: no mask, the unfused FFN backward ($b0 bytes, not $b1) = CPU; 'x' refused"
 
 # a short `train` on 2 ranks, device=cuda (emulated) against device=cpu:
 # the losses of every step, and the checkpoint and attention maps the run
