@@ -20,6 +20,7 @@ typedef struct {
     double *rows;     /* buffered, ncol per row */
     int n, cap;
     int optional;     /* the group is created with its first row, not before */
+    long last_step;   /* the step of the last row, logged or buffered; -1: none known */
 } Table;
 
 struct Metrics {
@@ -36,6 +37,7 @@ static void table_add(Table *t, const double *row)
     }
     memcpy(t->rows + (size_t)t->n * t->ncol, row, sizeof(double) * t->ncol);
     t->n++;
+    t->last_step = (long)row[0];
 }
 
 static hid_t col_type(const Table *t, int c, int mem)
@@ -82,6 +84,7 @@ static int table_write(hid_t f, Table *t, long keep_upto)
         if (n && H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, st) < 0) bad = 1;
         keep = 0;
         while (keep < n && st[keep] <= keep_upto) keep++;
+        if (!bad) t->last_step = keep ? (long)st[keep - 1] : -1;
         free(st);
         H5Dclose(d);
     }
@@ -141,9 +144,9 @@ Metrics *metrics_open(const char *run_dir, long keep_upto)
     Metrics *m = xcalloc(1, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
     m->train = (Table){ "train", 6, { "step", "loss", "lr", "tokens_per_s", "elapsed_s", "tokens" },
-                        { 1, 0, 0, 0, 0, 0 }, NULL, 0, 0, 0 };
-    m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0, 0 };
-    m->loss_scale = (Table){ "loss_scale", 3, { "step", "scale", "skipped" }, { 1, 0, 1 }, NULL, 0, 0, 1 };
+                        { 1, 0, 0, 0, 0, 0 }, NULL, 0, 0, 0, -1 };
+    m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0, 0, -1 };
+    m->loss_scale = (Table){ "loss_scale", 3, { "step", "scale", "skipped" }, { 1, 0, 1 }, NULL, 0, 0, 1, -1 };
     char msg[4400];
     hdf5_lock();
     if (write_all(m, keep_upto, msg, sizeof msg)) {
@@ -160,8 +163,11 @@ void metrics_train(Metrics *m, long step, double loss, double lr, double tokens,
     table_add(&m->train, row);
 }
 
+/* a run restarted after its last step evaluates that step again: the same
+ * parameters give the same figures, and the row is there already */
 void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, double elapsed)
 {
+    if (step == m->dev.last_step) return;
     double row[5] = { (double)step, loss, ppl, (double)tokens, elapsed };
     table_add(&m->dev, row);
 }

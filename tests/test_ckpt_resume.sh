@@ -98,3 +98,11 @@ $PY -c "import h5py; s = list(h5py.File('$W/ev/metrics.h5', 'r')['dev/step'][:])
 grep -Eq '^dev step 10 loss_ls [0-9.]+ nll [0-9.]+ ppl [0-9.]+ tokens [0-9]+$' $W/ev.log || fail "no dev line for step 10: $(grep '^dev' $W/ev.log)"
 [ "$(grep -c '^dev \(step\|final\) ' $W/ev.log)" -eq 3 ] || fail "expected dev step 10, dev step 20, dev final: $(grep '^dev' $W/ev.log)"
 ok "eval_steps dividing train_steps: dev rows [10, 20], final figures printed once more, not recomputed"
+# the same command again on the finished run: it resumes at step 20, runs
+# no step, prints the final figures again, and logs no second dev row
+$BIN train $CK_ARGS run_dir=$W/ev train_steps=20 eval_steps=10 > $W/ev2.log 2>&1 || fail "rerun of a finished run: $(tail -2 $W/ev2.log)"
+grep -q "^resume: .*(step 20" $W/ev2.log || fail "the rerun did not resume at step 20: $(head -2 $W/ev2.log)"
+[ "$(grep '^dev final' $W/ev2.log)" = "$(grep '^dev final' $W/ev.log)" ] || fail "the rerun's final dev figures differ"
+$PY -c "import h5py; s = list(h5py.File('$W/ev/metrics.h5', 'r')['dev/step'][:]); assert s == [10, 20], s" \
+    || fail "a finished run rerun logged its last dev evaluation twice"
+ok "a finished run rerun: same final figures, dev rows still [10, 20]"
