@@ -12,18 +12,12 @@
 
 #include "checkpoint.h"
 #include "corpus.h"
+#include "dataset.h"
 #include "dist.h"
 #include "h5io.h"
 #include "greedy.h"
 #include "synthetic.h"
 #include "util.h"
-
-#if defined(__has_include)
-#if __has_include("dataset.h")
-#include "dataset.h"
-#define HAVE_DATASET 1
-#endif
-#endif
 
 /* ---------------------------------------------------------------- tokens */
 
@@ -210,15 +204,11 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *data, const 
     Vocab v;
     char **pieces = NULL;
     hdf5_lock();   /* the dataset's vocabulary is read with HDF5 too */
-#ifdef HAVE_DATASET
     DatasetVocab dv = {0};
     if (!corpus_is_synthetic(data) && dataset_load_vocab(data, &dv) == 0 && dv.vocab_size == m->cfg.vocab_size)
         pieces = dv.pieces;
-#endif
     vocab_build(&v, m->cfg.vocab_size, pieces);
-#ifdef HAVE_DATASET
     if (dv.pieces) dataset_vocab_free(&dv);
-#endif
     char path[4200], grp[32];
     snprintf(path, sizeof path, "%s/attention_probe.h5", run_dir);
     snprintf(grp, sizeof grp, "step_%08d", step);
