@@ -149,7 +149,7 @@ void config_defaults(Config *c)
     c->keep_ckpts = 5;
     c->lock_wait = 300;   /* s: an NFS server releases a failed node's locks within minutes */
     c->attn_steps = 0;
-    strcpy(c->data, "synthetic");
+    strcpy(c->data, DATA_SYNTHETIC);
     c->task = TASK_REVERSE;
     c->synth_vocab = 20;
     c->synth_min_len = 4;
@@ -393,7 +393,7 @@ int config_validate(const Config *c, const char *origin)
         FAIL("loss_scale_min", "key 'loss_scale_min': %g is above loss_scale_init %g", c->loss_scale_min, c->loss_scale_init);
     if (c->d_model % 2)
         FAIL("d_model", "key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
-    if (!strcmp(c->data, "synthetic")) {
+    if (!strcmp(c->data, DATA_SYNTHETIC)) {
         if (c->synth_min_len > c->synth_max_len)
             FAIL("synth_min_len", "key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);
         if (c->synth_vocab + 4 > c->vocab_size)

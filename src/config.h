@@ -10,6 +10,8 @@
 #define CFG_STR 256
 #define CFG_TEXT 4096   /* long string keys (mask_heads) */
 #define CFG_MAX_KEYS 128
+/* the value of key data that names the synthetic task (corpus_is_synthetic) */
+#define DATA_SYNTHETIC "synthetic"
 
 /* Keys with a fixed set of choices: parsed once, by the key table
  * (config.c), into these; config_choice names them back. */
@@ -88,7 +90,7 @@ typedef struct Config {
     int attn_steps;
 
     /* data */
-    char data[CFG_STR];  /* dataset HDF5 file, or "synthetic" */
+    char data[CFG_STR];  /* dataset HDF5 file, or DATA_SYNTHETIC */
     Task task;           /* synthetic task: reverse, copy or sort */
     int synth_vocab;     /* synthetic symbols (ids 4..synth_vocab+3) */
     int synth_min_len, synth_max_len;

@@ -8,7 +8,7 @@
 
 int corpus_is_synthetic(const char *data)
 {
-    return !strcmp(data, "synthetic");
+    return !strcmp(data, DATA_SYNTHETIC);
 }
 
 int corpus_open(const char *data, const char *split, const Config *c, Corpus *corp)

@@ -256,7 +256,7 @@ static int attention_main(const AttnArgs *a, Dist *D)
 
 int cmd_attention(int argc, char **argv)
 {
-    AttnArgs a = { NULL, "synthetic", "dev", NULL, NULL, NULL, 0 };
+    AttnArgs a = { NULL, DATA_SYNTHETIC, "dev", NULL, NULL, NULL, 0 };
     if (cli_wants_help(argc, argv)) { attention_help(); return 0; }
     for (int i = 2; i < argc; i++) {
         const char *o = argv[i];
