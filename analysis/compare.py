@@ -81,15 +81,19 @@ def direction(lo, hi, diff=None):
     return "up" if lo > 0 else "down" if hi < 0 else "≈"
 
 
-def agreement(paper_dir, diff, ours_dir):
-    """yes: the same direction, significant (or both ≈); sign: the same sign,
-    not significant; no: the opposite direction, significant, or a
-    significant effect where the paper has ≈; no (n.s.): the opposite sign,
-    not significant."""
+def agreement(paper_dir, diff, ours_dir, equiv=math.nan):
+    """yes: the same direction, significant, or both ≈ with our interval
+    inside ±PAPER_EQUIV_NATS (equiv: its equivalence bound); open: the paper
+    ≈, ours not significant but its interval wider than that, so neither an
+    effect nor an equivalence is shown; sign: the same sign, not significant;
+    no: the opposite direction, significant, or a significant effect where
+    the paper has ≈; no (n.s.): the opposite sign, not significant."""
     if paper_dir == "–" or ours_dir == "–" or not math.isfinite(diff):
         return "–"
     if paper_dir == "≈":
-        return "yes" if ours_dir == "≈" else "no"
+        if ours_dir != "≈":
+            return "no"
+        return "yes" if equiv <= PAPER_EQUIV_NATS else "open"
     if ours_dir == paper_dir:
         return "yes"
     if ours_dir != "≈":
@@ -129,9 +133,9 @@ def nll_comparison(s, base):
     s["paper_d"] = paper_delta(s, base)
     s["paper_dir"] = direction(None, None, s["paper_d"])
     s["ours_dir"] = direction(s["lo"], s["hi"])
-    s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"])
     if s["paper_dir"] == "≈" or s["row"] in EQUIV_ROWS:
         s["equiv"] = stats.equivalence_bound(s["lo"], s["hi"])
+    s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"], stats.equivalence_bound(s["lo"], s["hi"]))
 
 
 def bootstrap_pair(a, b):
@@ -201,7 +205,7 @@ def summarize(runs, order):
     ranked = [s for s in others if math.isfinite(s["d_nll"]) and math.isfinite(s["paper_d"])]
     overall = {"spearman": stats.spearman([s["d_nll"] for s in ranked], [s["paper_d"] for s in ranked]),
                "n_ranked": len(ranked), "base": base,
-               "agree": {k: sum(s["agree"] == k for s in others) for k in ("yes", "sign", "no", "no (n.s.)")}}
+               "agree": {k: sum(s["agree"] == k for s in others) for k in ("yes", "sign", "open", "no", "no (n.s.)")}}
     return rows, overall
 
 

@@ -413,7 +413,8 @@ def overall_note(overall, summaries):
     out = (f"\nSpearman rank correlation of our Δ dev NLL with the paper's Δ (ln PPL) over the {n} rows "
            f"with both: {fmt_num(rho, 2)}. Agreement with the paper's direction: {a['yes']} yes, "
            f"{a['sign']} same sign but not significant, {a['no (n.s.)']} opposite sign but not significant, "
-           f"{a['no']} no.\n")
+           f"{a['no']} no, {a['open']} open (the paper ≈, ours not significant, but our interval wider than "
+           f"±{PAPER_EQUIV_NATS} nats: neither shown).\n")
     spread = base_spread_note(overall["base"])
     if spread:
         out += "\n" + spread + "\n"

@@ -590,7 +590,10 @@ def test_agreement_rules():
     assert agreement("up", 0.1, "up") == "yes" and agreement("down", -0.1, "down") == "yes"
     assert agreement("up", 0.05, "≈") == "sign" and agreement("up", -0.05, "≈") == "no (n.s.)"
     assert agreement("up", -0.1, "down") == "no" and agreement("≈", 0.1, "up") == "no"
-    assert agreement("≈", 0.01, "≈") == "yes" and agreement("–", 0.1, "up") == "–"
+    assert agreement("≈", 0.01, "≈", 0.03) == "yes" and agreement("–", 0.1, "up") == "–"
+    # both ≈, but our interval reaches past the paper's ≈ threshold: open, not yes
+    assert agreement("≈", 0.01, "≈", 0.041) == "open" and agreement("≈", 0.2, "≈", 0.49) == "open"
+    assert agreement("≈", 0.01, "≈") == "open"   # no interval: no equivalence shown
 
 
 def test_version_1_sweep_still_tabulates(tmp_path):
