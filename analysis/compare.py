@@ -133,9 +133,10 @@ def nll_comparison(s, base):
     s["paper_d"] = paper_delta(s, base)
     s["paper_dir"] = direction(None, None, s["paper_d"])
     s["ours_dir"] = direction(s["lo"], s["hi"])
+    bound = stats.equivalence_bound(s["lo"], s["hi"])
     if s["paper_dir"] == "≈" or s["row"] in EQUIV_ROWS:
-        s["equiv"] = stats.equivalence_bound(s["lo"], s["hi"])
-    s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"], stats.equivalence_bound(s["lo"], s["hi"]))
+        s["equiv"] = bound
+    s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"], bound)
 
 
 def bootstrap_pair(a, b):
