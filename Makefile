@@ -121,7 +121,7 @@ EMU_LIBOBJ := $(filter-out build/backend.o,$(LIB_SRC:src/%.c=build/%.o)) build/e
 EMU_FMA_LIBOBJ := $(filter-out build/emu/ops_cuda.o,$(EMU_LIBOBJ)) build/emu-fma/ops_cuda.o
 EMU_LDLIBS := $(BASE_LDLIBS) -lstdc++
 # the host code test_cuda_kernels runs on both backends
-KERNEL_TEST_OBJ := build/ops_cpu.o build/util.o build/attention.o
+KERNEL_TEST_OBJ := build/ops_cpu.o build/util.o build/attention.o build/config.o build/head_mask.o
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfail_shim.so

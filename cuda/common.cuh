@@ -62,11 +62,9 @@ static bool event_ready(cudaEvent_t e)
     return true;
 }
 
-enum { PREC_FP32, PREC_TF32, PREC_BF16, PREC_FP16 };
-
 struct CudaImpl {
     int device;
-    int precision;
+    Precision precision;   /* the config key's (config.h) */
     cublasComputeType_t compute;
     cudaStream_t stream;
     cublasHandle_t blas;

@@ -129,7 +129,7 @@ static int pick_device(int local_rank, int n)
 /* bf16 storage and TF32 tensor cores need compute capability 8.0 (A100);
  * a V100 (7.0) or T4 (7.5) runs fp32 and fp16.  Refused with one line
  * saying what would run, not emulated slowly.  0 after the message. */
-static int precision_supported(int dev, int prec, const char *precision)
+static int precision_supported(int dev, Precision prec)
 {
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
@@ -137,9 +137,9 @@ static int precision_supported(int dev, int prec, const char *precision)
         return 1;   /* unknown: let cuBLAS decide */
     }
     int cc = prop.major * 10 + prop.minor;
-    if ((prec == PREC_BF16 || prec == PREC_TF32) && cc < 80) {
+    if ((prec == PRECISION_BF16 || prec == PRECISION_TF32) && cc < 80) {
         fprintf(stderr, "error: device=cuda: precision=%s needs compute capability 8.0 or newer, but GPU %d (%s) is "
-                        "%d.%d: use precision=fp16 (or fp32)\n", precision, dev, prop.name, prop.major, prop.minor);
+                        "%d.%d: use precision=fp16 (or fp32)\n", config_choice("precision", prec), dev, prop.name, prop.major, prop.minor);
         return 0;
     }
     return 1;
@@ -182,7 +182,7 @@ static int kernels_run(int dev)
     return 0;
 }
 
-extern "C" Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank)
+extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int local_rank)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -192,19 +192,9 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return NULL;
     }
-    if (allreduce && strcmp(allreduce, "auto") && strcmp(allreduce, "nccl") && strcmp(allreduce, "mpi")) {
-        fprintf(stderr, "error: device=cuda: allreduce '%s' is not auto, nccl or mpi\n", allreduce);
-        return NULL;
-    }
-    if (allreduce && !strcmp(allreduce, "nccl") && !USE_NCCL) {   /* never ignored silently */
+    if (allreduce == ALLREDUCE_NCCL && !USE_NCCL) {   /* never ignored silently */
         fprintf(stderr, "error: device=cuda: allreduce=nccl, but this build has no NCCL (nccl.h was not found: "
                         "rebuild with make NCCL_HOME=DIR, or set allreduce=mpi)\n");
-        return NULL;
-    }
-    int prec = !strcmp(precision, "bf16") ? PREC_BF16 : !strcmp(precision, "tf32") ? PREC_TF32
-             : !strcmp(precision, "fp16") ? PREC_FP16 : PREC_FP32;
-    if (strcmp(precision, "fp32") && prec == PREC_FP32) {
-        fprintf(stderr, "error: device=cuda: precision '%s' is not fp32, tf32, bf16 or fp16\n", precision);
         return NULL;
     }
     /* TRANSFORMER_ATTENTION=fused runs cuda/attention.cuh; the default is
@@ -232,19 +222,19 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
         fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
         return NULL;
     }
-    if (!kernels_run(dev) || !precision_supported(dev, prec, precision)) return NULL;
+    if (!kernels_run(dev) || !precision_supported(dev, prec)) return NULL;
     CudaImpl *I = new CudaImpl();
     I->device = dev;
     I->precision = prec;
-    I->act_dtype = prec == PREC_BF16 ? DT_BF16 : prec == PREC_FP16 ? DT_F16 : DT_F32;
+    I->act_dtype = prec == PRECISION_BF16 ? DT_BF16 : prec == PRECISION_FP16 ? DT_F16 : DT_F32;
     I->relu_mask = !(rm && !strcmp(rm, "0"));
-    I->want_nccl = !allreduce || strcmp(allreduce, "mpi");
-    I->need_nccl = allreduce && !strcmp(allreduce, "nccl");
+    I->want_nccl = allreduce != ALLREDUCE_MPI;
+    I->need_nccl = allreduce == ALLREDUCE_NCCL;
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
      * decoders' own buffers; bf16-stored operands use CUBLAS_COMPUTE_32F;
      * fp16: those few stay plain fp32, which every GPU from sm_70 runs) */
-    I->compute = prec == PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-               : prec == PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+    I->compute = prec == PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+               : prec == PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                    : CUBLAS_COMPUTE_32F;
     CK(cudaStreamCreateWithFlags(&I->stream, cudaStreamNonBlocking));
     cost_time_release(cost_stream);   /* a backend's timing events go with it: one backend is timed */
@@ -254,12 +244,12 @@ extern "C" Backend *backend_cuda_create(const char *precision, const char *allre
     CKB(cublasSetStream(I->blas, I->stream));
     /* reductions (split-K partial sums) in the compute type, fp32, never in
      * a bf16 output's type: bf16 GEMMs accumulate in fp32 throughout */
-    CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
+    CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
                                                   | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     lt_create(I);
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
-    be->name = prec == PREC_BF16 ? "cuda-bf16" : prec == PREC_TF32 ? "cuda-tf32" : prec == PREC_FP16 ? "cuda-fp16" : "cuda";
+    be->name = prec == PRECISION_BF16 ? "cuda-bf16" : prec == PRECISION_TF32 ? "cuda-tf32" : prec == PRECISION_FP16 ? "cuda-fp16" : "cuda";
     be->impl = I;
     be->alloc = cuda_alloc;
     be->alloc_act = cuda_alloc_act;

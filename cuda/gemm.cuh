@@ -94,7 +94,7 @@ static void declare_gemm(CudaImpl *I, const char *op, const char *call, int M, i
     double rd = mats * (mk * dtype_size(g.a.dtype) + kn * dtype_size(g.b.dtype)) + extra_rd;
     if (beta != 0.0f) rd += mats * mn * dtype_size(g.c.dtype);
     double fl = 2.0 * mats * mn * K;
-    TensorCore tc = I->precision == PREC_FP32 ? TC_NONE : I->precision == PREC_TF32 ? TC_TF32 : TC_16BIT;
+    TensorCore tc = I->precision == PRECISION_FP32 ? TC_NONE : I->precision == PRECISION_TF32 ? TC_TF32 : TC_16BIT;
     double wr = mats * mn * dtype_size(g.c.dtype) + extra_wr;
     declare(op, call, COST_GEMM, rd, wr, tc == TC_NONE ? 0 : fl, tc == TC_NONE ? fl : 0, tc);
     declare_shape(M, N, K, batch, dtype_size(g.a.dtype));

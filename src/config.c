@@ -216,13 +216,21 @@ static void where(char *buf, size_t cap, const char *origin, int line)
 
 /* an enum key's value by its name, or one line naming the choices:
  * "key 'device': 'gpu' is not 'cpu' or 'cuda'" */
+/* the index of name among k's choices, or -1 */
+static int choice_index(const KeyDesc *k, const char *name)
+{
+    for (int i = 0; k->choices[i]; i++)
+        if (!strcmp(k->choices[i], name)) return i;
+    return -1;
+}
+
 static int set_choice(const KeyDesc *k, const char *at, const char *value, int *out)
 {
-    int n = 0;
-    for (; k->choices[n]; n++)
-        if (!strcmp(k->choices[n], value)) { *out = n; return 0; }
+    int v = choice_index(k, value);
+    if (v >= 0) { *out = v; return 0; }
     fprintf(stderr, "error: %s: key '%s': '%s' is not ", at, k->key, value);
-    for (int i = 0; i < n; i++) fprintf(stderr, "%s'%s'", i == 0 ? "" : i == n - 1 ? " or " : ", ", k->choices[i]);
+    for (int i = 0; k->choices[i]; i++)
+        fprintf(stderr, "%s'%s'", i == 0 ? "" : !k->choices[i + 1] ? " or " : ", ", k->choices[i]);
     fputc('\n', stderr);
     return 2;
 }
@@ -234,6 +242,12 @@ const char *config_choice(const char *key, int v)
     for (int i = 0; k->choices[i]; i++)
         if (i == v) return k->choices[i];
     return "?";
+}
+
+int config_choice_value(const char *key, const char *name)
+{
+    const KeyDesc *k = find_key(key);
+    return k && k->type == T_ENUM && name ? choice_index(k, name) : -1;
 }
 
 int config_set(Config *c, const char *origin, int line, const char *key, const char *value)

@@ -125,6 +125,10 @@ int config_to_string(const Config *c, char *buf, int cap);
 /* the name of choice v of the enum key (config_choice("device", DEVICE_CUDA)
  * is "cuda"); "?" for another key or value */
 const char *config_choice(const char *key, int v);
+/* the reverse: the value of choice name of the enum key
+ * (config_choice_value("precision", "bf16") is PRECISION_BF16); -1 for
+ * another key or name */
+int config_choice_value(const char *key, const char *name);
 /* 1 if key is an architecture key (must match on resume). */
 int config_is_arch_key(const char *key);
 /* Compare architecture keys; on mismatch write a message into msg and return 1. */

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "philox.h"
 
 typedef struct Backend Backend;
@@ -240,9 +241,12 @@ struct Backend {
 };
 
 Backend *backend_cpu_create(int threads);
-/* the backend c's device, precision and allreduce keys name (config.h);
- * returns NULL with a one-line message on failure */
-struct Config;
-Backend *backend_create(const struct Config *c, int threads, int local_rank);
+/* the CUDA backend (cuda/device.cuh; defined only in builds with nvcc):
+ * the GPU of node-local rank local_rank, the config's precision and
+ * gradient allreduce; NULL after a one-line message */
+Backend *backend_cuda_create(Precision precision, Allreduce allreduce, int local_rank);
+/* the backend c's device, precision and allreduce keys name; returns NULL
+ * with a one-line message on failure */
+Backend *backend_create(const Config *c, int threads, int local_rank);
 
 #endif

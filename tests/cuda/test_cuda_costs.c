@@ -28,8 +28,6 @@
 #include "small_model.h"
 #include "util.h"
 
-Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
-
 /* B pairs of L-1 tokens a side, all distinct within a side */
 static void distinct_batch(Batch *b, int B, int L)
 {
@@ -83,7 +81,7 @@ static int check_precision(const char *precision)
     small_model_config(&c);
     c.vocab_size = 97;   /* every token of a side distinct */
     if (config_set(&c, "test", 0, "precision", precision)) exit(2);
-    Backend *be = backend_cuda_create(precision, "nccl", 0);
+    Backend *be = backend_cuda_create(c.precision, ALLREDUCE_NCCL, 0);
     if (!be) die(1, "cannot create the emulated CUDA backend");
     Model m;
     if (model_init(&m, &c.model, be)) die(1, "model_init failed");

@@ -21,7 +21,12 @@
 #include <cublas_v2.h>   /* the type-combination checks of test_cublas_types */
 #include <cublasLt.h>    /* the argument checks of test_cublaslt_args */
 
-Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
+/* the CUDA backend of precision prec, named as the config key names it
+ * ("fp32", "bf16", ...: the checks loop over and print these names) */
+static Backend *cuda_backend(const char *prec)
+{
+    return backend_cuda_create((Precision)config_choice_value("precision", prec), ALLREDUCE_AUTO, 0);
+}
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
  * this test (make gpu-test) */
 int cuda_emu_set_order(const char *spec) __attribute__((weak));
@@ -155,7 +160,7 @@ static void test_gemm_batched(void)
  * failure under the emulator, which runs every precision */
 static Backend *lowp_backend(const char *prec)
 {
-    Backend *b = backend_cuda_create(prec, NULL, 0);
+    Backend *b = cuda_backend(prec);
     if (!b && cuda_emu_set_order) failures++;
     else if (!b) printf("skip precision=%s: not available on this GPU\n", prec);
     return b;
@@ -1492,7 +1497,7 @@ static void test_compute_capability(void)
         int runs = c == 0 || (c == 1 && has70);
         for (int i = 0; i < 4; i++) {
             int want = runs && i >= 2;
-            Backend *b = backend_cuda_create(precs[i], NULL, 0);
+            Backend *b = cuda_backend(precs[i]);
             checks++;
             failures += !b != !want;
             printf("%s sm_%s (build: %s): precision=%s %s\n", !b == !want ? "ok  " : "FAIL", ccs[c], CUDA_ARCH_LIST,
@@ -1582,7 +1587,7 @@ static Backend *lt_backend(const char *prec)
     int fp16 = !strcmp(prec, "fp16");
     U = fp16 ? 1.0 / 2048 : 1.0 / 256;
     lp_round = fp16 ? fp16_round : bf16_round;
-    return strcmp(prec, "fp32") ? lowp_backend(prec) : backend_cuda_create("fp32", NULL, 0);
+    return strcmp(prec, "fp32") ? lowp_backend(prec) : cuda_backend("fp32");
 }
 
 /* Bias vectors at any 4-byte offset, as packed parameters put them: one
@@ -1665,7 +1670,7 @@ int main(void)
      * calls their hooks; the GEMM path's ops are tested on their own) */
     setenv("TRANSFORMER_ATTENTION", "fused", 1);
     cpu = backend_cpu_create(1);
-    gpu = backend_cuda_create("fp32", NULL, 0);
+    gpu = cuda_backend("fp32");
     if (!cpu || !gpu) return 1;
     const char *orders[] = { "forward", "reverse", "random:12345" };
     /* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
@@ -1685,7 +1690,7 @@ int main(void)
          * fp32 reductions); their fp16 instantiations have the same
          * barriers and shuffles, only ld/st differ: not repeated here */
         Backend *fp32 = gpu;
-        gpu = backend_cuda_create("bf16", NULL, 0);
+        gpu = cuda_backend("bf16");
         if (!gpu) return 1;
         test_bf16_elementwise();
         test_bf16_residual_ln_embed();

@@ -30,7 +30,6 @@
 #include "synthetic.h"
 #include "util.h"
 
-Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
  * this test (make gpu-test) */
 int cuda_emu_set_order(const char *spec) __attribute__((weak));
@@ -241,7 +240,9 @@ int main(int argc, char **argv)
     Dist D;
     dist_init(&D, &argc, &argv);
     /* optional argument allreduce=nccl|mpi: the CUDA backend's gradient sums */
-    const char *allreduce = argc > 1 && !strncmp(argv[1], "allreduce=", 10) ? argv[1] + 10 : NULL;
+    const char *allreduce_name = argc > 1 && !strncmp(argv[1], "allreduce=", 10) ? argv[1] + 10 : NULL;
+    int allreduce = allreduce_name ? config_choice_value("allreduce", allreduce_name) : ALLREDUCE_AUTO;
+    if (allreduce < 0) die(2, "test_cuda_step: allreduce '%s' is not auto, nccl or mpi", allreduce_name);
     int failures = 0;
     const char *pos[2] = { "sinusoid", "learned" };
     for (int pe = 0; pe < 2; pe++) {
@@ -255,9 +256,9 @@ int main(int argc, char **argv)
         Batch b = { 0 };
         batch_build(&b, &corp, idx, B, c.max_len);
 
-        Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create("fp32", allreduce, D.local_rank);
+        Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create(PRECISION_FP32, (Allreduce)allreduce, D.local_rank);
         if (!gpu) return 1;
-        if (D.rank == 0 && pe == 0) printf("allreduce=%s\n", allreduce ? allreduce : "(default)");
+        if (D.rank == 0 && pe == 0) printf("allreduce=%s\n", allreduce_name ? allreduce_name : "(default)");
         set_order(pe ? "random:99" : "reverse");
         StepOut r = run_step(&D, &c, cpu, &b, 1.0f), g = run_step(&D, &c, gpu, &b, 1.0f);
         ParamTable pt;
@@ -299,14 +300,14 @@ int main(int argc, char **argv)
         failures += check_chunks(&D, &c, cpu, &b, &r, &pt) + check_chunks(&D, &c, gpu, &b, &g, &pt);
         /* bf16 is refused below sm_80 (the backend says why): skipped on
          * such a GPU, a failure under the emulator, which runs it */
-        Backend *gbf = backend_cuda_create("bf16", allreduce, D.local_rank);
+        Backend *gbf = backend_cuda_create(PRECISION_BF16, (Allreduce)allreduce, D.local_rank);
         if (!gbf && cuda_emu_set_order) return 1;
         StepOut h = { 0 };
         if (gbf) {
             h = run_step(&D, &c, gbf, &b, 1.0f);
             failures += check_lowp(&D, &c, &pt, pos[pe], "bf16", &r, &h, &g);
         } else if (D.rank == 0) printf("skip precision=bf16: not available on this GPU\n");
-        Backend *gfp16 = backend_cuda_create("fp16", allreduce, D.local_rank);
+        Backend *gfp16 = backend_cuda_create(PRECISION_FP16, (Allreduce)allreduce, D.local_rank);
         if (!gfp16) return 1;
         StepOut f = run_step(&D, &c, gfp16, &b, 1024.0f);
         failures += check_lowp(&D, &c, &pt, pos[pe], "fp16", &r, &f, &g);

@@ -97,7 +97,7 @@ static unsigned long long params_hash(Model *m)
 void run_steps(const Config *c, const Args *a)
 {
     int steps = a->run_steps > 0 ? a->run_steps : 5;
-    Backend *be = backend_cuda_create(config_choice("precision", c->precision), config_choice("allreduce", c->allreduce), 0);
+    Backend *be = backend_cuda_create(c->precision, c->allreduce, 0);
     if (!be) die(1, "gpu-model: cannot create the CUDA backend");
     Model m;
     if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");

@@ -63,7 +63,7 @@ void gemm_sweep(const Config *c, const Args *a)
 {
     int reps = a->reps > 0 ? a->reps : 20;
     if (cuda_emu_dry_run && !a->real) cuda_emu_dry_run(1);
-    Backend *be = backend_cuda_create(config_choice("precision", c->precision), config_choice("allreduce", c->allreduce), 0);
+    Backend *be = backend_cuda_create(c->precision, c->allreduce, 0);
     if (!be) die(1, "gpu-model: cannot create the CUDA backend");
     Model m;
     if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");

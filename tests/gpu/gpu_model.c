@@ -95,7 +95,7 @@ static void report_auto_tokens(Model *m)
 static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act_bytes)
 {
     if (cuda_emu_dry_run) cuda_emu_dry_run(1);
-    Backend *be = backend_cuda_create(config_choice("precision", c->precision), config_choice("allreduce", c->allreduce), 0);
+    Backend *be = backend_cuda_create(c->precision, c->allreduce, 0);
     if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
     Model m;
     if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");

@@ -47,7 +47,6 @@ void write_timing(const char *path, const Achieved *a, const CostCall *calls, si
 #define TIMING_HEADER "index,op,call,kind,m,n,k,batch,measured_us,host_us"
 void fit_report(const char *path, const Achieved *a, const CostCall *calls, size_t n);
 
-Backend *backend_cuda_create(const char *precision, const char *allreduce, int local_rank);
 /* B pairs of L-1 random tokens each side; train.c's step on one rank */
 void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed);
 void train_step(Model *m, const Batch *b, int step, int fp16);
