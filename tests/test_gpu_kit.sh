@@ -37,8 +37,9 @@
 #   bf16 steps run with finite losses; without a GPU the full run refuses
 #   in one line.
 # - tests/gpu/kit.sh (make gpu-kit-plan): the plan has at most 3 calls,
-#   each at most 540 s, 2000 characters and 8 files, 1500 s in all, and
-#   docs/gpu-accept.md gives its commands; an over-budget plan is refused;
+#   each at most 540 s, 2000 characters and 8 files, 360 s in all; with
+#   gpu-accept's calls and a machine start of 90 s it fits a session's 900 s;
+#   docs/gpu-accept.md gives its commands; over-budget plans are refused;
 #   the timing and sweep stages run end to end on the emulator (stub
 #   nvidia-smi, small model): kit.md with PASS lines and the fit, kit.tgz
 #   with the CSVs and the clock log; a stage past its budget fails, saying
@@ -197,22 +198,30 @@ fi
 
 # the kit's plan and its calls
 bash tests/gpu/kit.sh --plan > $W/plan.txt || fail "kit.sh --plan: $(cat $W/plan.txt)"
-python3 - $W/plan.txt docs/gpu-accept.md <<'PY' > $W/plancheck.txt || fail "the kit's plan: $(cat $W/plancheck.txt)"
+bash tests/gpu/accept.sh --plan > $W/accept-plan.txt || fail "accept.sh --plan: $(cat $W/accept-plan.txt)"
+python3 - $W/plan.txt docs/gpu-accept.md $W/accept-plan.txt <<'PY' > $W/plancheck.txt || fail "the kit's plan: $(cat $W/plancheck.txt)"
 import json, re, sys
 plan, doc = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 calls = re.findall(r"^call (\d+): (\d+) s = .*\((\d+) files\)$", plan, re.M)
 runs = re.findall(r"^  run (\{.*\})$", plan, re.M)
 assert 1 <= len(calls) <= 3 and len(runs) == len(calls), (calls, runs)
 assert all(int(t) <= 540 and int(f) <= 8 for _, t, f in calls), calls
-assert sum(int(t) for _, t, _ in calls) <= 1500, calls
+assert sum(int(t) for _, t, _ in calls) <= 360, calls
+# one session: a fresh machine's start (90 s), gpu-accept's calls, the kit's
+accept = [int(t) for t in re.findall(r"^call \d+: (\d+) s = ", open(sys.argv[3]).read(), re.M)]
+session = 90 + sum(accept) + sum(int(t) for _, t, _ in calls)
+assert accept and session <= 900, ("over a session's 900 s", accept, calls)
 for r in runs:
     a = json.loads(r)
     assert len(a["command"]) <= 2000 and a["timeout_s"] <= 600 and len(a["carry"]) <= 8, a
     assert r in doc, ("docs/gpu-accept.md does not give", r)
-print("%d calls, %s s, each <= 540 s and <= 8 files, commands in docs/gpu-accept.md" % (len(calls), "+".join(t for _, t, _ in calls)))
+print("%d call(s), %s s, each <= 540 s and <= 8 files, commands in docs/gpu-accept.md; a session: 90 s start + gpu-accept %s s + kit = %d s <= 900 s"
+      % (len(calls), "+".join(t for _, t, _ in calls), "+".join(map(str, accept)), session))
 PY
 KIT_BUDGET_compile=900 bash tests/gpu/kit.sh --plan > /dev/null 2> $W/planerr.txt && fail "a 900 s compile stage was accepted"
-grep -q '^error: gpu-kit: plan: call 2 takes up to' $W/planerr.txt || fail "over-budget plan: $(cat $W/planerr.txt)"
+grep -q '^error: gpu-kit: plan: call 1 takes up to' $W/planerr.txt || fail "over-budget plan: $(cat $W/planerr.txt)"
+KIT_BUDGET_compile=220 bash tests/gpu/kit.sh --plan > /dev/null 2> $W/planerr.txt && fail "a plan over the kit's 360 s was accepted"
+grep -qx 'error: gpu-kit: plan: the calls take up to 380 s, over 360 s' $W/planerr.txt || fail "over the kit's share: $(cat $W/planerr.txt)"
 CALL=7 bash tests/gpu/kit.sh $W/x > /dev/null 2> $W/callerr.txt && fail "CALL=7 accepted"
 [ "$(wc -l < $W/callerr.txt)" = 1 ] || fail "CALL=7: $(cat $W/callerr.txt)"
 cat > $W/fake/nvidia-smi <<'SH'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurement kit of issue 32 (docs/gpu-accept.md, "The kit"): one
-# short GPU run turned into per-call truth, in at most three device calls
-# that share the machine with make gpu-accept's stages.
+# short GPU run turned into per-call truth, in one device call that
+# follows make gpu-accept's two on the machine they leave warm.
 #
 #   tests/gpu/kit.sh --plan            the calls, checked (make gpu-kit-plan)
 #   CALL=N tests/gpu/kit.sh OUTDIR     call N: its gpu-accept stages
@@ -35,16 +35,18 @@ err() { echo "error: gpu-kit: $*" >&2; }
 
 # ------------------------------------------------------------------ the plan
 CALL_LIMIT=540        # s: a call's worst case, inside the 600 s of one command
-PLAN_LIMIT=1500       # s: all calls (the issue: 25 minutes)
+PLAN_LIMIT=360        # s: all calls, the kit's share of a session (accept/plan.sh)
 CMD_LIMIT=2000        # characters of one device command
 CALL_FILES=8          # files a call brings back
 KIT_OVERHEAD=10       # s of a call's kit part outside its stages (kit.md, kit.tgz)
 KIT_STAGES="timing sweep torch compile"
+# budgets: about twice the times of the first GPU run (an H200, 2026-11-26:
+# timing 14 s, sweep 8 s, torch 20 s, compile 44 + 49 s), compile 1.6x
 declare -A KIT_BUDGET=(
-    [timing]=100      # per model: ~15 s CUDA start and init, 10 + 6 steps of 25-65 ms, the fit ~1 s
-    [sweep]=90        # 327 GEMM calls x 21 per model (~1 s of GPU), gemm_peak 6 x 8192^3 sets + host RNG ~10 s
-    [torch]=110       # per model: PyTorch import + 15 eager steps, ~30-40 s
-    [compile]=330     # per model: ours 10 steps ~15 s (for the ratio), torch.compile ~60-120 s, then 15 steps
+    [timing]=30       # per model: ~5 s CUDA start and init, 10 + 5 steps of 36-84 ms, the fit ~1 s: 14 s
+    [sweep]=20        # 327 GEMM calls x 21 per model (~1 s of GPU), gemm_peak 6 x 8192^3 sets + host RNG: 8 s
+    [torch]=45        # per model: PyTorch import + 15 eager steps: 20 s for both
+    [compile]=150     # per model: ours 10 steps ~5 s (for the ratio), torch.compile ~40 s, then 15 steps: 93 s
 )
 declare -A KIT_WHAT=(
     [timing]="ours untimed; per-call CUDA-event timing joined with the step's trace; --fit per class of call"
@@ -52,12 +54,11 @@ declare -A KIT_WHAT=(
     [torch]="strong PyTorch (SDPA, bf16 logits, fused Adam) eager, base and big, same tokens per step: ratio to ours"
     [compile]="the strong PyTorch baseline under torch.compile, base and big: ratio to ours"
 )
-# the calls in order of value: gpu-accept's stages first (build, and the
-# GPU's training step against the CPU before trusting any speed), then the
-# kit's; the last call is gpu-accept's bench at 300 x 41, the batch of the
-# 122cb66 calibration points
-PLAN_ACCEPT=("build step" "build" "build bench")
-PLAN_KIT=("timing sweep torch" "compile" "")
+# one call, after make gpu-accept's two in the same session (which checked
+# the GPU's training step against the CPU before any speed is trusted): the
+# build stage finds the binaries on the warm machine, or unpacks them
+PLAN_ACCEPT=("build")
+PLAN_KIT=("timing sweep torch compile")
 PLAN_CARRY='["build/gpu-pack.tgz"]'
 plan_command() { echo "CALL=$1 bash tests/gpu/kit.sh \"\$OUT\""; }
 
@@ -108,6 +109,11 @@ plan_check() {
         done
     done
     [ "$total" -le "$PLAN_LIMIT" ] || { err "plan: the calls take up to ${total} s, over ${PLAN_LIMIT} s"; bad=1; }
+    # the two plans' shares and the machine's start fill one session at most
+    local start accept session
+    read -r start accept session <<<"$(. "$TOP/tests/gpu/accept/plan.sh" && echo "$SESSION_START $PLAN_LIMIT $SESSION_LIMIT")"
+    [ $((start + accept + PLAN_LIMIT)) -le "$session" ] ||
+        { err "plan: start $start s + gpu-accept $accept s + kit $PLAN_LIMIT s is over a session's $session s"; bad=1; }
     for s in $KIT_STAGES; do
         [[ "$seen" == *" $s "* ]] || { err "plan: kit stage $s is in no call"; bad=1; }
     done
@@ -117,9 +123,9 @@ plan_check() {
 plan_print() {
     local n s total=0
     for n in $(seq 1 ${#PLAN_ACCEPT[@]}); do total=$((total + $(call_budget "$n"))); done
-    echo "make gpu-kit-plan: ${#PLAN_ACCEPT[@]} device calls, ${total} s at most (limits: ${CALL_LIMIT} s a call, ${PLAN_LIMIT} s in all)"
+    echo "make gpu-kit-plan: ${#PLAN_ACCEPT[@]} device call(s), ${total} s at most (limits: ${CALL_LIMIT} s a call, ${PLAN_LIMIT} s in all)"
     echo "Before call 1, here (no GPU): tests/gpu/accept.sh --pack  (build/gpu-pack.tgz, bin/gpu/gpu_model in it)"
-    echo "A session has 15 minutes of device time, the machine's start included: make call 1 first; a call may need a session of its own."
+    echo "A session has 15 minutes of device time, the machine's start included: make gpu-accept's calls (make gpu-plan), then these, back to back."
     for n in $(seq 1 ${#PLAN_ACCEPT[@]}); do
         echo
         printf 'call %d: %d s =' "$n" "$(call_budget "$n")"
