@@ -139,7 +139,8 @@ static int precision_supported(int dev, Precision prec)
     int cc = prop.major * 10 + prop.minor;
     if ((prec == PRECISION_BF16 || prec == PRECISION_TF32) && cc < 80) {
         fprintf(stderr, "error: device=cuda: precision=%s needs compute capability 8.0 or newer, but GPU %d (%s) is "
-                        "%d.%d: use precision=fp16 (or fp32)\n", config_choice("precision", prec), dev, prop.name, prop.major, prop.minor);
+                        "%d.%d: use precision=fp16 (or fp32)\n",
+                config_choice("precision", prec), dev, prop.name, prop.major, prop.minor);
         return 0;
     }
     return 1;
@@ -182,52 +183,42 @@ static int kernels_run(int dev)
     return 0;
 }
 
-extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int local_rank)
+/* The environment's switches of the CUDA path, checked: 0 after a
+ * one-line message on a value that is not one of theirs.
+ * TRANSFORMER_ATTENTION=fused runs cuda/attention.cuh; the default is
+ * attention.c's batched GEMMs and separate softmax, the path measured on a
+ * GPU, until a GPU run shows the fused kernels faster: the model prices
+ * them from 4% faster to 13% slower (docs/performance.md).
+ * TRANSFORMER_RELU_MASK=0: the FFN forward keeps no ReLU bit-mask and the
+ * backward is a plain GEMM and one masking pass, for measuring against the
+ * default DRELU matmul, which an H200 ran at a fifth of a plain GEMM's rate
+ * (docs/performance.md). */
+static int env_switches(bool *fused_attention, bool *relu_mask)
 {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        fprintf(stderr, "error: device=cuda: no usable CUDA device (%s)\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return NULL;
-    }
-    if (allreduce == ALLREDUCE_NCCL && !USE_NCCL) {   /* never ignored silently */
-        fprintf(stderr, "error: device=cuda: allreduce=nccl, but this build has no NCCL (nccl.h was not found: "
-                        "rebuild with make NCCL_HOME=DIR, or set allreduce=mpi)\n");
-        return NULL;
-    }
-    /* TRANSFORMER_ATTENTION=fused runs cuda/attention.cuh; the default is
-     * attention.c's batched GEMMs and separate softmax, the path measured
-     * on a GPU, until a GPU run shows the fused kernels faster: the model
-     * prices them from 4% faster to 13% slower (docs/performance.md) */
     const char *attn = getenv("TRANSFORMER_ATTENTION");
     if (attn && *attn && strcmp(attn, "fused") && strcmp(attn, "gemm")) {
         fprintf(stderr, "error: device=cuda: TRANSFORMER_ATTENTION '%s' is not fused or gemm\n", attn);
-        return NULL;
+        return 0;
     }
-    bool fused_attention = attn && !strcmp(attn, "fused");
-    /* TRANSFORMER_RELU_MASK=0: the FFN forward keeps no ReLU bit-mask and
-     * the backward is a plain GEMM and one masking pass, for measuring
-     * against the default DRELU matmul, which an H200 ran at a fifth of a
-     * plain GEMM's rate (docs/performance.md) */
     const char *rm = getenv("TRANSFORMER_RELU_MASK");
     if (rm && *rm && strcmp(rm, "0") && strcmp(rm, "1")) {
         fprintf(stderr, "error: device=cuda: TRANSFORMER_RELU_MASK '%s' is not 0 or 1\n", rm);
-        return NULL;
+        return 0;
     }
-    int dev = pick_device(local_rank, n);
-    if (dev < 0) return NULL;
-    if ((e = cudaSetDevice(dev)) != cudaSuccess) {
-        fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
-        return NULL;
-    }
-    if (!kernels_run(dev) || !precision_supported(dev, prec)) return NULL;
+    *fused_attention = attn && !strcmp(attn, "fused");
+    *relu_mask = !(rm && !strcmp(rm, "0"));
+    return 1;
+}
+
+/* the backend's state on GPU dev: its stream, cuBLAS and cuBLASLt handles
+ * in the precision's compute type */
+static CudaImpl *impl_create(int dev, Precision prec, Allreduce allreduce, bool relu_mask)
+{
     CudaImpl *I = new CudaImpl();
     I->device = dev;
     I->precision = prec;
     I->act_dtype = prec == PRECISION_BF16 ? DT_BF16 : prec == PRECISION_FP16 ? DT_F16 : DT_F32;
-    I->relu_mask = !(rm && !strcmp(rm, "0"));
+    I->relu_mask = relu_mask;
     I->want_nccl = allreduce != ALLREDUCE_MPI;
     I->need_nccl = allreduce == ALLREDUCE_NCCL;
     /* (bf16: for GEMMs whose operands are all fp32 storage, e.g. the
@@ -235,7 +226,7 @@ extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int
      * fp16: those few stay plain fp32, which every GPU from sm_70 runs) */
     I->compute = prec == PRECISION_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                : prec == PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                   : CUBLAS_COMPUTE_32F;
+                                        : CUBLAS_COMPUTE_32F;
     CK(cudaStreamCreateWithFlags(&I->stream, cudaStreamNonBlocking));
     cost_time_release(cost_stream);   /* a backend's timing events go with it: one backend is timed */
     cost_stream = I->stream;
@@ -244,12 +235,19 @@ extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int
     CKB(cublasSetStream(I->blas, I->stream));
     /* reductions (split-K partial sums) in the compute type, fp32, never in
      * a bf16 output's type: bf16 GEMMs accumulate in fp32 throughout */
-    CKB(cublasSetMathMode(I->blas, (cublasMath_t)((prec == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)
-                                                  | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    cublasMath_t math = prec == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    CKB(cublasSetMathMode(I->blas, (cublasMath_t)(math | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     lt_create(I);
+    return I;
+}
+
+/* the op table of ops.h over I, name for name with the CPU backend's */
+static Backend *op_table(CudaImpl *I, Precision prec, bool fused_attention)
+{
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
-    be->name = prec == PRECISION_BF16 ? "cuda-bf16" : prec == PRECISION_TF32 ? "cuda-tf32" : prec == PRECISION_FP16 ? "cuda-fp16" : "cuda";
+    be->name = prec == PRECISION_BF16 ? "cuda-bf16" : prec == PRECISION_TF32 ? "cuda-tf32"
+             : prec == PRECISION_FP16 ? "cuda-fp16" : "cuda";
     be->impl = I;
     be->alloc = cuda_alloc;
     be->alloc_act = cuda_alloc_act;
@@ -293,4 +291,31 @@ extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int
     be->allreduce_wait = cuda_allreduce_wait;
     be->destroy = cuda_destroy;
     return be;
+}
+
+extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int local_rank)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        fprintf(stderr, "error: device=cuda: no usable CUDA device (%s)\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return NULL;
+    }
+    if (allreduce == ALLREDUCE_NCCL && !USE_NCCL) {   /* never ignored silently */
+        fprintf(stderr, "error: device=cuda: allreduce=nccl, but this build has no NCCL (nccl.h was not found: "
+                        "rebuild with make NCCL_HOME=DIR, or set allreduce=mpi)\n");
+        return NULL;
+    }
+    bool fused_attention, relu_mask;
+    if (!env_switches(&fused_attention, &relu_mask)) return NULL;
+    int dev = pick_device(local_rank, n);
+    if (dev < 0) return NULL;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+        fprintf(stderr, "error: device=cuda: cannot use GPU %d: %s\n", dev, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (!kernels_run(dev) || !precision_supported(dev, prec)) return NULL;
+    return op_table(impl_create(dev, prec, allreduce, relu_mask), prec, fused_attention);
 }
