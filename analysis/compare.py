@@ -1,7 +1,7 @@
 """The comparisons of the Table 3 protocol (docs/results.md, "Statistics"):
 runs grouped into rows (seeds, reruns), each row against base in log space
 (Δ dev NLL with a Welch interval from the seeds), BLEU by paired bootstrap
-on the same test sentences, the paper's direction against ours, Holm's
+on the same test sentences and over the seeds, the paper's direction against ours, Holm's
 correction and the rank correlation with the paper.  Used by table3.py;
 the statistics themselves are in stats.py."""
 
@@ -139,19 +139,22 @@ def nll_comparison(s, base):
     s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"], bound)
 
 
-def bootstrap_pair(a, b):
-    """(hypothesis set name, paired bootstrap of a's BLEU - b's) of two runs
-    on the first set of BOOTSTRAP_SETS both have; (None, None) without one."""
+def bootstrap_rows(runs_a, runs_b):
+    """(hypothesis set name, seed_bootstrap of BLEU: the mean over runs_a's
+    runs minus the mean over runs_b's) on the first set of BOOTSTRAP_SETS
+    every run has, on the same sentences; (None, None) without one."""
     from bleu import sentence_stats
     from row_result import read_hyp_set
 
     for name in BOOTSTRAP_SETS:
-        if name in a.get("hyp_sets", ()) and name in b.get("hyp_sets", ()):
-            ha, ra = read_hyp_set(a["path"], name)
-            hb, rb = read_hyp_set(b["path"], name)
-            if ra != rb or not ra:
-                continue  # not the same sentences: no paired comparison
-            return name, stats.paired_bootstrap(sentence_stats(ha, [ra]), sentence_stats(hb, [rb]))
+        if not all(name in r.get("hyp_sets", ()) for r in runs_a + runs_b):
+            continue
+        sets = [read_hyp_set(r["path"], name) for r in runs_a + runs_b]
+        refs = sets[0][1]
+        if not refs or any(ref != refs for _, ref in sets):
+            continue  # not the same sentences: no paired comparison
+        st = [sentence_stats(hyp, [ref]) for hyp, ref in sets]
+        return name, stats.seed_bootstrap(st[:len(runs_a)], st[len(runs_a):])
     return None, None
 
 
@@ -177,11 +180,12 @@ def length_ratio(runs):
 
 
 def bleu_comparison(s, base):
-    """BLEU of the row's first used run against base's first used run."""
+    """BLEU of the row's used runs against base's: the difference of their
+    means, over the test sentences and the seeds (stats.seed_bootstrap)."""
     s["len_ratio"], s["bp"] = length_ratio(s["used"])
     if not s["used"] or not base["used"]:
         return
-    name, b = bootstrap_pair(s["used"][0], base["used"][0])
+    name, b = bootstrap_rows(s["used"], base["used"])
     if b:
         s.update(d_bleu=b["diff"], bleu_lo=b["lo"], bleu_hi=b["hi"], bleu_p=b["p"], bleu_set=name)
 

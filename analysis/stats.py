@@ -1,6 +1,7 @@
 """Statistics of the Table 3 comparisons (docs/results.md, "Statistics"),
 numpy only: Student t quantiles, Welch t intervals of a difference of means,
-paired bootstrap resampling of corpus BLEU (Koehn 2004), Spearman's rank
+paired bootstrap resampling of corpus BLEU (Koehn 2004), over sentences
+and seeds where a system has several runs, Spearman's rank
 correlation, Holm's step-down correction and the equivalence bound of an
 interval.  Each function is small and tested against hand-computed or
 textbook values (analysis/tests/test_stats.py)."""
@@ -140,15 +141,40 @@ def paired_bootstrap(stats_a, stats_b, n=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEE
     centred on their mean that are at least as far from 0 as the observed
     one, (1 + count) / (1 + n) (as sacreBLEU's paired_bs does); identical
     systems give p = 1."""
-    a, b = np.asarray(stats_a, float), np.asarray(stats_b, float)
-    if a.shape != b.shape or a.ndim != 2 or not len(a):
-        raise ValueError(f"paired_bootstrap: statistics of shapes {a.shape} and {b.shape} do not pair")
+    return seed_bootstrap([stats_a], [stats_b], n, seed, level, metric)
+
+
+def seed_bootstrap(runs_a, runs_b, n=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED, level=LEVEL,
+                   metric=bleu_from_stats):
+    """The paired bootstrap of two systems trained with several seeds each:
+    of the mean over A's runs of metric(run) minus the same over B's runs.
+    runs_a, runs_b: lists of per-sentence statistics (n_sent x k), every run
+    on the same sentences.  The difference varies with the test sentences
+    and with the seeds (the training's own variance: Clark et al. 2011), so
+    each resample draws both: the sentence indices, the same for every run
+    of both systems (paired, as paired_bootstrap), and, per system, its runs
+    with replacement.  With one run a side this is paired_bootstrap exactly.
+    With k runs the seed level carries (k - 1)/k of the seeds' variance (a
+    half with 2): the interval is wider than the sentences' alone, still
+    not as wide as the seeds warrant.  Same return value as
+    paired_bootstrap."""
+    A, B = [np.asarray(x, float) for x in runs_a], [np.asarray(x, float) for x in runs_b]
+    shapes = {x.shape for x in A + B}
+    if not A or not B or len(shapes) != 1 or A[0].ndim != 2 or not len(A[0]):
+        raise ValueError(f"seed_bootstrap: statistics of shapes {sorted(shapes)} do not pair")
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(a), size=(n, len(a)))
+    n_sent = len(A[0])
+    idx = rng.integers(0, n_sent, size=(n, n_sent))
     # sum the resampled sentences' statistics: counts per index, then a product
-    counts = np.apply_along_axis(np.bincount, 1, idx, minlength=len(a)).astype(float)
-    deltas = metric(counts @ a) - metric(counts @ b)
-    obs = float(metric(a.sum(axis=0)) - metric(b.sum(axis=0)))
+    counts = np.apply_along_axis(np.bincount, 1, idx, minlength=n_sent).astype(float)
+
+    def seed_mean(runs):  # per resample: the metric's mean over runs drawn with replacement
+        m = np.stack([metric(counts @ x) for x in runs])            # runs x resamples
+        pick = rng.integers(0, len(runs), size=(n, len(runs)))
+        return m[pick, np.arange(n)[:, None]].mean(axis=1)
+
+    deltas = seed_mean(A) - seed_mean(B)
+    obs = float(np.mean([metric(x.sum(axis=0)) for x in A]) - np.mean([metric(x.sum(axis=0)) for x in B]))
     lo, hi = np.percentile(deltas, [50 * (1 - level), 50 * (1 + level)])
     far = np.abs(deltas - deltas.mean()) >= abs(obs) - 1e-12
     return {"diff": obs, "lo": float(lo), "hi": float(hi), "p": float((1 + far.sum()) / (1 + n)), "n": n}

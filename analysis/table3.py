@@ -465,9 +465,9 @@ def protocol_note(runs, summaries, env):
            f"nats over its running minimum with the training loss rising > {V.UNSTABLE_TRAIN_NATS}.",
            f"- Statistics (analysis/stats.py): Δ dev NLL = mean ln PPL of the row's healthy seeds − base's, "
            "95% Welch t interval, p of Welch's t test; BLEU: paired bootstrap resampling (Koehn 2004, "
-           f"{stats.BOOTSTRAP_RESAMPLES} resamples, seed {stats.BOOTSTRAP_SEED}) of the first healthy seed of "
-           "the row against base's first healthy seed on the same sentences (test2016 avg5, else final), "
-           "percentile interval; Holm's correction over the rows' comparisons (p Holm), the intervals are "
+           f"{stats.BOOTSTRAP_RESAMPLES} resamples, seed {stats.BOOTSTRAP_SEED}) of the mean BLEU of the row's "
+           "healthy seeds − base's on the same sentences (test2016 avg5, else final), each resample drawing "
+           "the sentences (paired) and each row's seeds, percentile interval; Holm's correction over the rows' comparisons (p Holm), the intervals are "
            f"not corrected; paper direction ≈ where |Δ| ≤ {PAPER_EQUIV_NATS} nats (and E, A3), ours ≈ where "
            "the interval contains 0; ≈ bound: no difference larger than this (nats).",
            "- sacreBLEU signature: " + (" / ".join(f"`{s}`" for s in sigs) if sigs else "none recorded") + "."]
@@ -492,7 +492,8 @@ def to_markdown(runs, summaries, overall, env=None):
     out = "Rows against base (dev set, log space):\n\n" + compare_table(summaries) + overall_note(overall, summaries)
     out += ("\nHeld-out BLEU (sacreBLEU 13a, mean over the healthy seeds; final checkpoint and the average "
             "of the last 5); length ratio (hypothesis/reference tokens) and brevity penalty BP on "
-            "the bootstrap's set; Δ against base by paired bootstrap:\n\n")
+            "the bootstrap's set; Δ against base (mean over the seeds) by paired bootstrap over the sentences "
+            "and the seeds:\n\n")
     out += md_table(["row"] + BLEU_COLS, [[s["row"]] + bleu_cells(s) for s in summaries])
     out += "\nRuns (verdict and compute):\n\n" + runs_table(runs)
     return out + protocol_note(runs, summaries, env)

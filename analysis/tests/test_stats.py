@@ -112,6 +112,72 @@ def test_paired_bootstrap_rejects_unpaired():
         stats.paired_bootstrap(np.ones((3, 10)), np.ones((4, 10)))
 
 
+def _loop_bootstrap(runs_a, runs_b, n, seed):
+    """The sentence-only paired bootstrap of the seed means, written as
+    loops over resamples: the reference for seed_bootstrap's sentence level
+    (the same first draw from the same generator)."""
+    rng = np.random.default_rng(seed)
+    n_sent = len(runs_a[0])
+    idx = rng.integers(0, n_sent, size=(n, n_sent))
+    d = []
+    for r in range(n):
+        ma = np.mean([stats.bleu_from_stats(a[idx[r]].sum(axis=0)) for a in runs_a])
+        mb = np.mean([stats.bleu_from_stats(b[idx[r]].sum(axis=0)) for b in runs_b])
+        d.append(ma - mb)
+    return np.array(d)
+
+
+def _noisy(rng, words, refs, keep):
+    return [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split()) for r in refs]
+
+
+def test_seed_bootstrap_one_run_a_side_is_the_paired_bootstrap():
+    rng, words, refs = _corpus(4, n=80)
+    a, b = _sentence_stats(_noisy(rng, words, refs, 0.8), refs), _sentence_stats(_noisy(rng, words, refs, 0.7), refs)
+    got = stats.seed_bootstrap([a], [b], n=200, seed=7)
+    d = _loop_bootstrap([a], [b], 200, 7)
+    assert got["diff"] == pytest.approx(stats.bleu_from_stats(a.sum(0)) - stats.bleu_from_stats(b.sum(0)))
+    assert (got["lo"], got["hi"]) == (pytest.approx(np.percentile(d, 2.5)), pytest.approx(np.percentile(d, 97.5)))
+    far = np.abs(d - d.mean()) >= abs(got["diff"]) - 1e-12
+    assert got["p"] == pytest.approx((1 + far.sum()) / 201)
+    assert stats.paired_bootstrap(a, b, n=200, seed=7) == got
+
+
+def test_seed_bootstrap_copies_of_a_run_add_nothing():
+    # a row whose seeds all translate alike has no seed variance to add
+    rng, words, refs = _corpus(5, n=80)
+    a, b = _sentence_stats(_noisy(rng, words, refs, 0.8), refs), _sentence_stats(_noisy(rng, words, refs, 0.7), refs)
+    one = stats.seed_bootstrap([a], [b], n=300)
+    three = stats.seed_bootstrap([a, a.copy(), a.copy()], [b, b.copy()], n=300)
+    assert three["diff"] == pytest.approx(one["diff"]) and three["lo"] == pytest.approx(one["lo"])
+    assert three["hi"] == pytest.approx(one["hi"])
+
+
+def test_seed_bootstrap_seeds_that_disagree_widen_the_interval():
+    # row A: one good seed and one poor one; base: two middling seeds.  The
+    # difference is the mean BLEU of A's seeds minus base's, and the interval
+    # over sentences and seeds is far wider than the sentences' alone
+    rng, words, refs = _corpus(6, n=150)
+    A = [_sentence_stats(_noisy(rng, words, refs, k), refs) for k in (0.95, 0.45)]
+    B = [_sentence_stats(_noisy(rng, words, refs, 0.7), refs) for _ in range(2)]
+    got = stats.seed_bootstrap(A, B, n=400, seed=3)
+    bleu = [stats.bleu_from_stats(x.sum(0)) for x in A + B]
+    assert got["diff"] == pytest.approx((bleu[0] + bleu[1]) / 2 - (bleu[2] + bleu[3]) / 2)
+    assert bleu[0] - bleu[1] > 30
+    d = _loop_bootstrap(A, B, 400, 3)
+    sentence_width = np.percentile(d, 97.5) - np.percentile(d, 2.5)
+    assert got["hi"] - got["lo"] > 3 * sentence_width
+    # the seed level reaches both seeds' side of base: not a significant difference
+    assert got["lo"] < 0 < got["hi"] and got["p"] > 0.05
+
+
+def test_seed_bootstrap_rejects_unpaired():
+    with pytest.raises(ValueError):
+        stats.seed_bootstrap([np.ones((3, 10))], [np.ones((3, 10)), np.ones((4, 10))])
+    with pytest.raises(ValueError):
+        stats.seed_bootstrap([], [np.ones((3, 10))])
+
+
 def test_spearman():
     assert stats.spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == pytest.approx(1.0)
     assert stats.spearman([1, 2, 3, 4, 5], [9, 7, 5, 3, 1]) == pytest.approx(-1.0)
