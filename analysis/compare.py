@@ -82,18 +82,20 @@ def direction(lo, hi, diff=None):
 
 
 def agreement(paper_dir, diff, ours_dir, equiv=math.nan):
-    """yes: the same direction, significant, or both ≈ with our interval
-    inside ±PAPER_EQUIV_NATS (equiv: its equivalence bound); open: the paper
-    ≈, ours not significant but its interval wider than that, so neither an
-    effect nor an equivalence is shown; sign: the same sign, not significant;
-    no: the opposite direction, significant, or a significant effect where
-    the paper has ≈; no (n.s.): the opposite sign, not significant."""
+    """yes: the same direction, significant, or the paper ≈ and our whole
+    interval inside ±PAPER_EQUIV_NATS (equiv: its equivalence bound), the
+    band that defines the paper's ≈, whether or not ours excludes 0; open:
+    the paper ≈, ours not significant but its interval wider than that band,
+    so neither an effect nor an equivalence is shown; sign: the same sign,
+    not significant; no: the opposite direction, significant, or a
+    significant effect reaching past the band where the paper has ≈;
+    no (n.s.): the opposite sign, not significant."""
     if paper_dir == "–" or ours_dir == "–" or not math.isfinite(diff):
         return "–"
     if paper_dir == "≈":
-        if ours_dir != "≈":
-            return "no"
-        return "yes" if equiv <= PAPER_EQUIV_NATS else "open"
+        if equiv <= PAPER_EQUIV_NATS:
+            return "yes"
+        return "open" if ours_dir == "≈" else "no"
     if ours_dir == paper_dir:
         return "yes"
     if ours_dir != "≈":

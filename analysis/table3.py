@@ -414,7 +414,8 @@ def overall_note(overall, summaries):
            f"with both: {fmt_num(rho, 2)}. Agreement with the paper's direction: {a['yes']} yes, "
            f"{a['sign']} same sign but not significant, {a['no (n.s.)']} opposite sign but not significant, "
            f"{a['no']} no, {a['open']} open (the paper ≈, ours not significant, but our interval wider than "
-           f"±{PAPER_EQUIV_NATS} nats: neither shown).\n")
+           f"±{PAPER_EQUIV_NATS} nats: neither shown). Where the paper is ≈ (|Δ| ≤ {PAPER_EQUIV_NATS} nats), "
+           f"ours agrees when its whole interval lies within ±{PAPER_EQUIV_NATS} nats, significant or not.\n")
     spread = base_spread_note(overall["base"])
     if spread:
         out += "\n" + spread + "\n"

@@ -594,6 +594,10 @@ def test_agreement_rules():
     # both ≈, but our interval reaches past the paper's ≈ threshold: open, not yes
     assert agreement("≈", 0.01, "≈", 0.041) == "open" and agreement("≈", 0.2, "≈", 0.49) == "open"
     assert agreement("≈", 0.01, "≈") == "open"   # no interval: no equivalence shown
+    # the paper ≈ and ours significant but small: the same ±0.04-nat band
+    # decides both sides (E's 3 seeds: +0.014 [+0.001, +0.026])
+    assert agreement("≈", 0.014, "up", 0.026) == "yes" and agreement("≈", -0.02, "down", 0.04) == "yes"
+    assert agreement("≈", 0.03, "up", 0.041) == "no" and agreement("≈", 0.08, "up", 0.09) == "no"
 
 
 def test_version_1_sweep_still_tabulates(tmp_path):
