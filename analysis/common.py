@@ -165,7 +165,9 @@ def savefig(fig, prefix):
         try:
             make_public(fd)
             with os.fdopen(fd, "wb") as f:
-                fig.savefig(f, format=ext, dpi=200, bbox_inches="tight")
+                # no creation date: the same results give the same file (committed figures)
+                meta = {"CreationDate": None} if ext == "pdf" else {}
+                fig.savefig(f, format=ext, dpi=200, bbox_inches="tight", metadata=meta)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
