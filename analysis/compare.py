@@ -5,7 +5,9 @@ on the same test sentences and over the seeds, the paper's direction against our
 correction and the rank correlation with the paper.  Used by table3.py;
 the statistics themselves are in stats.py."""
 
+import functools
 import math
+import os
 import re
 
 import numpy as np
@@ -141,21 +143,36 @@ def nll_comparison(s, base):
     s["agree"] = agreement(s["paper_dir"], s["d_nll"], s["ours_dir"], bound)
 
 
+def run_set(path, name):
+    """(hypotheses, references, per-sentence statistics or None) of the
+    hypothesis set name of the run file at path.  Scored once per file
+    version: sacreBLEU's statistics are most of a table's time, and base's
+    runs are compared with every row."""
+    st = os.stat(path)
+    return _run_set(path, name, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _run_set(path, name, mtime_ns, size):  # (the file's version is part of the key)
+    from bleu import sentence_stats
+    from row_result import read_hyp_set
+
+    hyp, ref = read_hyp_set(path, name)
+    return hyp, ref, sentence_stats(hyp, [ref]) if hyp and len(hyp) == len(ref) else None
+
+
 def bootstrap_rows(runs_a, runs_b):
     """(hypothesis set name, seed_bootstrap of BLEU: the mean over runs_a's
     runs minus the mean over runs_b's) on the first set of BOOTSTRAP_SETS
     every run has, on the same sentences; (None, None) without one."""
-    from bleu import sentence_stats
-    from row_result import read_hyp_set
-
     for name in BOOTSTRAP_SETS:
         if not all(name in r.get("hyp_sets", ()) for r in runs_a + runs_b):
             continue
-        sets = [read_hyp_set(r["path"], name) for r in runs_a + runs_b]
+        sets = [run_set(r["path"], name) for r in runs_a + runs_b]
         refs = sets[0][1]
-        if not refs or any(ref != refs for _, ref in sets):
+        if not refs or any(ref != refs or st is None for _, ref, st in sets):
             continue  # not the same sentences: no paired comparison
-        st = [sentence_stats(hyp, [ref]) for hyp, ref in sets]
+        st = [st for _, _, st in sets]
         return name, stats.seed_bootstrap(st[:len(runs_a)], st[len(runs_a):])
     return None, None
 
@@ -164,17 +181,13 @@ def length_ratio(runs):
     """(hypothesis/reference length ratio, sacreBLEU brevity penalty) on each
     run's first set of BOOTSTRAP_SETS, means over the runs that have one (NaN
     if none).  BLEU can move by length alone: BP = exp(1 - 1/ratio) below 1."""
-    from bleu import sentence_stats
-    from row_result import read_hyp_set
-
     ratios = []
     for r in runs:
         name = next((n for n in BOOTSTRAP_SETS if n in r.get("hyp_sets", ())), None)
-        if name:
-            hyp, ref = read_hyp_set(r["path"], name)
-            if hyp and len(hyp) == len(ref):
-                t = sentence_stats(hyp, [ref]).sum(axis=0)
-                ratios.append(t[0] / t[1])
+        st = run_set(r["path"], name)[2] if name else None
+        if st is not None:
+            t = st.sum(axis=0)
+            ratios.append(t[0] / t[1])
     if not ratios:
         return math.nan, math.nan
     bp = [1.0 if x >= 1 else math.exp(1 - 1 / x) for x in ratios]
