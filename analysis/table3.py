@@ -468,8 +468,9 @@ def protocol_note(runs, summaries, env):
            "95% Welch t interval, p of Welch's t test; BLEU: paired bootstrap resampling (Koehn 2004, "
            f"{stats.BOOTSTRAP_RESAMPLES} resamples, seed {stats.BOOTSTRAP_SEED}) of the mean BLEU of the row's "
            "healthy seeds − base's on the same sentences (test2016 avg5, else final), each resample drawing "
-           "the sentences (paired) and each row's seeds, percentile interval; Holm's correction over the rows' comparisons (p Holm), the intervals are "
-           f"not corrected; paper direction ≈ where |Δ| ≤ {PAPER_EQUIV_NATS} nats (and E, A3), ours ≈ where "
+           "the sentences (paired) and each row's seeds, percentile interval; Holm's correction over the rows' "
+           "comparisons (p Holm), the intervals are not corrected; "
+           f"paper direction ≈ where |Δ| ≤ {PAPER_EQUIV_NATS} nats (and E, A3), ours ≈ where "
            "the interval contains 0; ≈ bound: no difference larger than this (nats).",
            "- sacreBLEU signature: " + (" / ".join(f"`{s}`" for s in sigs) if sigs else "none recorded") + "."]
     return "\n".join(out) + "\n" + sweep_note(env or {})

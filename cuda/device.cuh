@@ -242,8 +242,9 @@ static CudaImpl *impl_create(int dev, Precision prec, Allreduce allreduce, bool 
 }
 
 /* the op table of ops.h over I, name for name with the CPU backend's */
-static Backend *op_table(CudaImpl *I, Precision prec, bool fused_attention)
+static Backend *op_table(CudaImpl *I, bool fused_attention)
 {
+    Precision prec = I->precision;
     Backend *be = (Backend *)calloc(1, sizeof *be);
     if (!be) die(1, "out of memory");
     be->name = prec == PRECISION_BF16 ? "cuda-bf16" : prec == PRECISION_TF32 ? "cuda-tf32"
@@ -317,5 +318,5 @@ extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int
         return NULL;
     }
     if (!kernels_run(dev) || !precision_supported(dev, prec)) return NULL;
-    return op_table(impl_create(dev, prec, allreduce, relu_mask), prec, fused_attention);
+    return op_table(impl_create(dev, prec, allreduce, relu_mask), fused_attention);
 }
