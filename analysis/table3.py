@@ -508,11 +508,24 @@ RUN_CSV = (["row", "seed", "rerun", "status", "verdict", "verdict_reason"] + [k 
            [f"bleu_{k}" for k in HELD_OUT] + ["message"])
 
 
+CSV_DIGITS = 6  # significant digits of a float in the CSVs (see _csv)
+
+
 def _csv(x):
+    """A CSV cell.  Floats at CSV_DIGITS significant digits, the precision
+    the table means: full precision would carry the last-place rounding of
+    numpy's SIMD sums, which differ between CPUs (issue 41), so a rebuilt
+    CSV could differ from the committed one on another machine.  Whole
+    floats (token counts, seconds) are written whole."""
     if x is None:
         return ""
     if isinstance(x, (float, np.floating)):
-        return "" if not math.isfinite(x) else repr(float(x))
+        x = float(x)
+        if not math.isfinite(x):
+            return ""
+        if x == int(x) and abs(x) < 1e15:
+            return repr(x)
+        return format(x, f".{CSV_DIGITS}g")
     if isinstance(x, np.integer):
         return str(int(x))
     return str(x)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README, and what CI runs: install what is missing,
 # build, run every test (make test), rerun the tests that train a model under
-# a second OpenBLAS kernel, then the tests on a real Slurm.
+# a second OpenBLAS kernel and the analysis tests under a second numpy SIMD
+# level, then the tests on a real Slurm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WITH_SLURM=1 bash tests/install-deps.sh
@@ -19,6 +20,15 @@ if alt=$(bash tests/blas_alt_kernel.sh); then
     OPENBLAS_CORETYPE=$alt TESTS="$TRAINING_TESTS" make test
 else
     echo "check: no second OpenBLAS kernel runs on this CPU; training tests ran once"
+fi
+# numpy picks its SIMD loops by CPU, so a float sum's last bits differ
+# between machines as a BLAS kernel's do: the analysis tests run again one
+# SIMD level down (tests/numpy_alt_simd.sh)
+if npy=$(bash tests/numpy_alt_simd.sh); then
+    echo "check: the analysis tests again with NPY_DISABLE_CPU_FEATURES='$npy'"
+    NPY_DISABLE_CPU_FEATURES=$npy TESTS="pytest-analysis" make test
+else
+    echo "check: numpy runs no SIMD level above its baseline on this CPU; analysis tests ran once"
 fi
 if grep -q '^test-slurm:' Makefile; then make test-slurm; fi
 # the fuzz targets, briefly: a reader change that crashes on the seeds or a
