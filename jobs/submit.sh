@@ -36,7 +36,7 @@ mem_request() {
     [ -f "$data" ] && bytes=$(stat -c %s "$data")
     local node=$bytes rank=$((bytes / 5))
     if [ "$bytes" -gt 0 ] && command -v h5dump >/dev/null &&
-       h5dump -p -H -d /splits/train/src_ids "$data" 2>/dev/null | grep -q CHUNKED; then
+       grep -q CHUNKED < <(h5dump -p -H -d /splits/train/src_ids "$data" 2>/dev/null); then
         node=0; rank=$((2 * bytes))
     fi
     echo "--mem=$(( (node + GPUS_PER_NODE * (rank + (4 << 30)) + 24 * params) * 5 / 4 / (1 << 20) + 1 ))M"

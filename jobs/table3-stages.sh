@@ -106,7 +106,7 @@ table3_python() {
 }
 
 # has_command NAME: the transformer binary has the command NAME
-has_command() { "$BIN" --help 2>/dev/null | awk '{ print $1 }' | grep -qx "$1"; }
+has_command() { grep -qx "$1" < <("$BIN" --help 2>/dev/null | awk '{ print $1 }'); }
 
 # run_logged NAME CMD...: run_stage CMD with stdout and stderr also copied to
 # $RUN/NAME.out and $RUN/NAME.err (the element log keeps the live output)

@@ -22,7 +22,7 @@ APT_PACKAGES=(
 [ "${WITH_SLURM:-0}" = 1 ] && APT_PACKAGES+=(slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    grep -q "install ok installed" < <(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || { echo "error: missing Debian packages (run as root, or install them): ${missing[*]}" >&2; exit 2; }

@@ -41,7 +41,7 @@ expect_error() {
     local err rc
     err=$("$@" 2>&1 >/dev/null); rc=$?
     [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $err)"
-    echo "$err" | grep -q -- "$pat" || fail "'$*': stderr lacks '$pat': $err"
+    grep -q -- "$pat" <<<"$err" || fail "'$*': stderr lacks '$pat': $err"
     ok "'$*' -> exit $rc: $(echo "$err" | head -1)"
 }
 # ids FILE DSET: the ids of an id array of a dataset file, one a line,
@@ -50,7 +50,7 @@ ids() {
     local bin t
     bin=$(mktemp)
     h5dump -d "$2" -b LE -o "$bin" "$1" >/dev/null || { rm -f "$bin"; return 1; }
-    t=d4; h5dump -H -d "$2" "$1" | grep -q H5T_STD_U16LE && t=u2
+    t=d4; grep -q H5T_STD_U16LE < <(h5dump -H -d "$2" "$1") && t=u2
     od -An -v -t $t -w${t#?} "$bin" | tr -d ' '
     rm -f "$bin"
 }

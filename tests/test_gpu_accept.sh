@@ -36,10 +36,10 @@ for s in $ALL; do
     [ $rc -eq 1 ] || fail "STAGE=$s without a GPU exited $rc, expected 1"
     [ "$(cat "$W/err")" = "error: gpu-accept: stage $s: no CUDA GPU visible (nvidia-smi not found)" ] \
         || fail "STAGE=$s without a GPU: stderr is not the one line expected: $(cat "$W/err")"
-    head -1 "$W/o1/$s.md" | grep -qx "# gpu-accept stage $s: FAIL" || fail "$s.md: $(head -1 "$W/o1/$s.md")"
+    grep -qx "# gpu-accept stage $s: FAIL" < <(head -1 "$W/o1/$s.md") || fail "$s.md: $(head -1 "$W/o1/$s.md")"
     grep -qx -- "- GPU: none (nvidia-smi not found)" "$W/o1/$s.md" || fail "$s.md lacks the GPU line"
     grep -q -- "- FAIL: no CUDA GPU visible" "$W/o1/$s.md" || fail "$s.md lacks the failed check"
-    tar xzOf "$W/o1/logs.tgz" "./logs/$s.log" | grep -q "no CUDA GPU" || fail "logs.tgz lacks logs/$s.log"
+    grep -q "no CUDA GPU" < <(tar xzOf "$W/o1/logs.tgz" "./logs/$s.log") || fail "logs.tgz lacks logs/$s.log"
 done
 ok "each stage without a GPU: exit 1, 'error: gpu-accept: stage S: no CUDA GPU visible (nvidia-smi not found)'"
 # STAGE=all: every stage, in order; summary.md lists exactly these
@@ -274,7 +274,7 @@ export ACCEPT_MODEL_ARGS="threads=1 max_tokens=256 d_model=32 d_ff=64 n_layers=2
 # (checkpoints compared with h5py, as on a GPU machine without h5diff)
 ACCEPT_NO_H5DIFF=1 ACCEPT_H5PY=$H5PY STAGE=train $A "$W/o6" >"$W/out" 2>&1 || fail "train stage on the CPU: $(cat "$W/out")"
 m=$W/o6/train.md
-head -1 "$m" | grep -qx "# gpu-accept stage train: PASS" || fail "train.md: $(cat "$m")"
+grep -qx "# gpu-accept stage train: PASS" < <(head -1 "$m") || fail "train.md: $(cat "$m")"
 for c in "fp32 on the device = device=cpu within relative 1e-5, first 4 steps (4 of 4" \
          "bf16 dev loss at step 12 within 1e-2" "SIGUSR1 after step 6: checkpoint and exit 99" \
          "resume to step 12 (resume: " "the resumed run had steps left" \
@@ -285,7 +285,7 @@ grep -q "^| fp32 | [0-9.]* |" "$m" || fail "train.md: no figures table"
 grep -q "| train | PASS | train.md |" "$W/o6/summary.md" || fail "summary.md: $(cat "$W/o6/summary.md")"
 # a failing check fails the stage: here every run fails at once (a bad key)
 rc=0; ACCEPT_MODEL_ARGS="$ACCEPT_MODEL_ARGS no_such_key=1" STAGE=train $A "$W/o7" >/dev/null 2>&1 || rc=$?
-[ $rc -eq 1 ] && head -1 "$W/o7/train.md" | grep -qx "# gpu-accept stage train: FAIL" \
+[ $rc -eq 1 ] && grep -qx "# gpu-accept stage train: FAIL" < <(head -1 "$W/o7/train.md") \
     && grep -q -- "- FAIL: device=cpu fp32, 12 steps (exit 1: error: .*no_such_key" "$W/o7/train.md" \
     || fail "a failed check did not fail the stage (exit $rc): $(cat "$W/o7/train.md")"
 ok "train stage on the CPU: fp32 losses, tolerance, SIGUSR1 + resume bitwise (h5py), summary; a failed check fails it"
@@ -321,7 +321,7 @@ for c in "1 GPU(s), NCCL absent: the 2-rank runs use allreduce=mpi" \
          "PASS: 2-rank train device=cuda allreduce=mpi = device=cpu on 2 ranks"; do
     grep -qF -- "- $c" "$m" || fail "step.md lacks '- $c': $(cat "$m")"
 done
-tar xzOf "$W/e1/logs.tgz" ./step/train-2ranks.log | grep -q "^allreduce path: mpi" || fail "the 2-rank training on one GPU did not use MPI"
+grep -q "^allreduce path: mpi" < <(tar xzOf "$W/e1/logs.tgz" ./step/train-2ranks.log) || fail "the 2-rank training on one GPU did not use MPI"
 grep -q -- "- PASS: every op vs the CPU backend (test_cuda_kernels)" "$W/e1/ops.md" && [ "$(grep -c -- "- PASS: train device=cuda precision=" "$W/e1/ops.md")" -eq 3 ] \
     || fail "ops.md: $(cat "$W/e1/ops.md")"
 [ "$(grep -c -- "- PASS: compute-sanitizer --tool" "$W/e1/sanitize.md")" -eq 3 ] || fail "sanitize.md: $(cat "$W/e1/sanitize.md")"
@@ -333,7 +333,7 @@ rc=0; ACCEPT_NVIDIA_SMI=$W/gpu2/nvidia-smi CUDA_EMU_DEVICES=2 ACCEPT_NCCL=1 STAG
 [ $rc -eq 0 ] && grep -qF -- "- 2 GPU(s), NCCL linked: the 2-rank runs use allreduce=nccl" "$W/e2/step.md" \
     && grep -qF -- "- PASS: 2-rank train device=cuda allreduce=nccl = device=cpu on 2 ranks" "$W/e2/step.md" \
     || fail "step, 2 GPUs with NCCL: exit $rc: $(cat "$W/e2/step.md")"
-tar xzOf "$W/e2/logs.tgz" ./step/train-2ranks.log | grep -q "^allreduce path: nccl" || fail "the 2-rank training on 2 GPUs did not use NCCL"
+grep -q "^allreduce path: nccl" < <(tar xzOf "$W/e2/logs.tgz" ./step/train-2ranks.log) || fail "the 2-rank training on 2 GPUs did not use NCCL"
 ok "emulator, two GPUs with NCCL: the 2-rank step and training use NCCL and pass"
 # planted: the 2-rank step fails, and the device's training takes another
 # seed (its losses are not the CPU's): both checks fail, the 1-rank one passes
@@ -345,7 +345,7 @@ printf '#!/bin/sh\ncase " $* " in *" device=cuda "*) exec %s "$@" seed=2 ;; esac
 chmod +x "$P/test_cuda_step" "$P/transformer"
 rc=0; ACCEPT_NVIDIA_SMI=$W/gpu/nvidia-smi CUDA_EMU_DEVICES=1 ACCEPT_NCCL=0 ACCEPT_GPU_BIN=$P ACCEPT_BIN=$P/transformer STAGE=step $A "$W/e3" >"$W/out" 2>&1 || rc=$?
 m=$W/e3/step.md
-[ $rc -eq 1 ] && head -1 "$m" | grep -qx "# gpu-accept stage step: FAIL" \
+[ $rc -eq 1 ] && grep -qx "# gpu-accept stage step: FAIL" < <(head -1 "$m") \
     && grep -qF -- "- PASS: whole step vs the CPU backend, 1 rank" "$m" \
     && grep -qF -- "- FAIL: whole step vs the CPU backend, 2 ranks, allreduce=mpi (exit 1: FAIL   grad encoder/emb: planted)" "$m" \
     && grep -qF -- "- FAIL: 2-rank train device=cuda allreduce=mpi = device=cpu on 2 ranks" "$m" \

@@ -109,7 +109,7 @@ start() {
     [ "$(id -u)" -eq 0 ] || { echo "error: tests/slurm/two-node.sh: must run as root" >&2; exit 2; }
     mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd); NS=t2n$(printf '%s' "$DIR" | cksum | cut -c1-6)
     [ -z "$(ls -A "$DIR")" ] || { echo "error: $DIR: not empty (a cluster already lives there? stop it first)" >&2; exit 2; }
-    ! ip netns list | grep -qE "^$NS-n[12]( |$)" || { echo "error: namespaces $NS-n1/n2 exist (two-node.sh stop $DIR)" >&2; exit 2; }
+    ! grep -qE "^$NS-n[12]( |$)" < <(ip netns list) || { echo "error: namespaces $NS-n1/n2 exist (two-node.sh stop $DIR)" >&2; exit 2; }
     chmod 755 "$DIR"
     mkdir -p "$DIR"/{state,log,munge,tmp} "$DIR"/spool/{n1,n2} "$DIR"/nodetmp/{n1,n2}
     make_network
@@ -140,7 +140,7 @@ stop_pid() {   # PROGRAM PIDFILE: only a live process running PROGRAM
     local f=$2 pid
     [ -s "$f" ] || return 0
     pid=$(cat "$f")
-    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q "$1"; then
+    if [ -r "/proc/$pid/cmdline" ] && grep -q "$1" < <(tr '\0' ' ' < "/proc/$pid/cmdline"); then
         kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
@@ -161,7 +161,7 @@ stop() {
     stop_pid munged "$DIR/munge/munged.pid"
     # what is left in the namespaces (job steps): only those, by PID
     for n in $NODE_NAMES; do
-        ip netns list | grep -qw "$NS-$n" || continue
+        grep -qw "$NS-$n" < <(ip netns list) || continue
         for p in $(ip netns pids "$NS-$n" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
         ip netns del "$NS-$n" 2>/dev/null || true     # deletes the veth pair too
     done

@@ -139,7 +139,7 @@ gpu_count() {  # the GPUs nvidia-smi lists
 # binaries, whose NCCL is built in)
 have_nccl() {
     if [ -n "${ACCEPT_NCCL:-}" ]; then [ "$ACCEPT_NCCL" = 1 ]; return; fi
-    ldd "$BIN" 2>/dev/null | grep -q libnccl
+    grep -q libnccl < <(ldd "$BIN" 2>/dev/null)
 }
 
 # mpirun's -x options: the bundled libraries' path, and what the caller adds
