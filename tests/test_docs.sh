@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The docs check (tests/docs_check.py, issue 46) on this tree, then once per
+# rule on a copy with one planted defect, which it must name: a stale commit
+# hash, a missing path, an unlisted and an unknown test, an undocumented and
+# an unknown config key, a hook missing from testing.md's table.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+CHECK=$TOP/tests/docs_check.py
+
+out=$(python3 "$CHECK") || { echo "$out"; fail "the docs cite what does not exist (lines above)"; }
+ok "$(tail -n 1 <<< "$out")"
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+# plant NAME PATTERN FILE SCRIPT: in a copy of the tree (symbolic links,
+# FILE a real copy), runs the shell SCRIPT in it with $F = FILE; the check
+# must fail with a line matching PATTERN
+plant() {
+    local name=$1 pat=$2 file=$3 script=$4 root=$TMP/$1 out rc=0
+    mkdir -p "$root"
+    for e in README.md Makefile src cuda tests docs analysis jobs input; do
+        cp -rs "$TOP/$e" "$root/$e"
+    done
+    if [ -e "$root/$file" ] || [ -L "$root/$file" ]; then
+        rm "$root/$file" && cp "$TOP/$file" "$root/$file"
+    fi
+    (cd "$root" && F=$file bash -c "$script")
+    out=$(python3 "$CHECK" --root "$root" --git "$TOP") || rc=$?
+    [ "$rc" -eq 1 ] || fail "planted $name: the check exited $rc, expected 1: $out"
+    grep -qE -- "$pat" <<< "$out" || fail "planted $name: no line matching '$pat' in: $out"
+    ok "planted $name: $(grep -m1 -E -- "$pat" <<< "$out")"
+}
+
+if [ "$(git -C "$TOP" rev-parse --is-shallow-repository 2>/dev/null || true)" = false ]; then
+    plant hash 'docs/performance.md:[0-9]+: hash: commit 0badc0de' docs/performance.md \
+        'echo "Measured with the code of commit 0badc0de." >> "$F"'
+else
+    ok "planted hash: skipped, this clone has no history"
+fi
+plant path 'docs/design.md:[0-9]+: path: src/no_such_file.c does not exist' docs/design.md \
+    'echo "See src/no_such_file.c." >> "$F"'
+plant unlisted-test 'test: test_planted_new \(tests/test_planted_new.sh\) is not listed' tests/test_planted_new.sh \
+    'echo "exit 0" > "$F"'
+plant unknown-test 'docs/testing.md:[0-9]+: test: test_no_such is listed' docs/testing.md \
+    'sed -i "s/| \`test_layers\` |/| \`test_layers\`, \`test_no_such\` |/" "$F"'
+plant undocumented-key 'key: planted_key \(src/config.c\) is not in the Config keys table' src/config.c \
+    'sed -i "s/^    K(seed, T_U64, 0, 0, 0),/&\n    K(planted_key, T_INT, 0, 1, 0),/" "$F"'
+plant unknown-key 'docs/training.md:[0-9]+: key: no_such_key is not a key' docs/training.md \
+    'sed -i "s/^| \`seed\`/| \`no_such_key\`, \`seed\`/" "$F"'
+plant hook 'hook: TRANSFORMER_RELU_MASK \(read in cuda/device.cuh\) is not in the Test hooks table' docs/testing.md \
+    'sed -i "/^| \`TRANSFORMER_RELU_MASK/d" "$F"'
+plant new-hook 'hook: TRANSFORMER_PLANTED \(read in src/planted.c\)' src/planted.c \
+    'echo "const char *planted(void) { return getenv(\"TRANSFORMER_PLANTED\"); }" > "$F"'
