@@ -126,3 +126,24 @@ void stderr_restore(int saved)
     dup2(saved, 2);
     close(saved);
 }
+
+long peak_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kb = -1;
+    while (kb < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) != 1) kb = -1;
+    fclose(f);
+    return kb;
+}
+
+int peak_rss_reset(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY);
+    if (fd < 0) return -1;
+    int ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok ? 0 : -1;
+}

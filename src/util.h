@@ -26,6 +26,13 @@ extern void (*util_abort_hook)(int code);
 int stderr_divert(int fd);
 int stderr_quiet(void);
 void stderr_restore(int saved);
+/* The process's peak resident memory in kB (VmHWM of /proc/self/status),
+ * -1 where it cannot be read.  peak_rss_reset() restarts the peak from the
+ * current resident size (Linux's /proc/self/clear_refs "5"; 0 on success,
+ * -1 where refused), so that a stage can report its own peak rather than
+ * start-up's, exactly, where sampling from outside can miss it. */
+long peak_rss_kb(void);
+int peak_rss_reset(void);
 uint64_t fnv1a64(const void *data, size_t n, uint64_t h);
 /* A 64-bit checksum at memory speed (4 independent multiply-rotate lanes
  * over 64-bit words, then an avalanche), for detecting damaged checkpoint

@@ -807,12 +807,19 @@ static int load_split(Prepare *p, DatasetSplit *s)
     return filter_pairs(p, s);
 }
 
-/* 5. build splits in order of first appearance; filter training pairs */
+/* 5. build splits in order of first appearance; filter training pairs.
+ * The stage holds every id at once: its own peak memory is printed (the
+ * peak of the whole run is start-up's), for sizing a job's --mem and for
+ * tests/test_data_parallel.sh's check of the --id-bits saving */
 static int build_splits(Prepare *p)
 {
+    int measured = peak_rss_reset() == 0;
     collect_splits(p);
     int rc = 0;
     for (int k = 0; k < p->dw.n_splits && !rc; k++) rc = load_split(p, &p->dw.splits[k]);
+    long kb = peak_rss_kb();
+    if (!rc && measured && kb > 0)
+        printf("prepare: building the splits peaked at %ld kB resident\n", kb);
     return rc;
 }
 
