@@ -62,6 +62,9 @@ static const KeyDesc KEYS[] = {
     K(batch_tokens, T_INT, 0, 1e9, 0),
     K(log_steps, T_INT, 1, 1e9, 0),
     K(eval_steps, T_INT, 0, 1e9, 0),
+    K(patience, T_INT, 0, 1e6, 0),
+    K(patience_delta, T_FLOAT, 0, 100, 0),
+    K(keep_best, T_INT, 0, 1, 0),
     K(threads, T_INT, 0, 4096, 0),
     K(bucket_kb, T_INT, 1, 1 << 22, 0),
     K(progress_us, T_INT, 0, 1e6, 0),
@@ -400,7 +403,7 @@ static int validate_error(const Config *c, const char *origin, const char *key, 
     return 2;
 }
 
-/* the learning-rate decay (docs/training.md) */
+/* the learning-rate decay and early stopping (docs/training.md) */
 static int validate_schedule(const Config *c, const char *origin)
 {
 #define FAIL(key, ...) return validate_error(c, origin, key, __VA_ARGS__)
@@ -414,6 +417,10 @@ static int validate_schedule(const Config *c, const char *origin)
              c->warmup, c->train_steps);
     if (c->lr_decay != LR_DECAY_RSQRT && c->lr_final > peak)
         FAIL("lr_final", "key 'lr_final': %g is above the peak rate %g (step = warmup)", c->lr_final, peak);
+    if (c->patience > 0 && c->eval_steps == 0)
+        FAIL("patience", "key 'patience': %d counts dev evaluations: it needs eval_steps > 0", c->patience);
+    if (c->keep_best && c->eval_steps == 0)
+        FAIL("keep_best", "key 'keep_best': the best dev evaluation needs eval_steps > 0");
     return 0;
 #undef FAIL
 }

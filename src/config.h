@@ -76,6 +76,9 @@ typedef struct Config {
     int batch_tokens;    /* > 0: global batch target; sets update_freq from ranks x max_tokens */
     int log_steps;
     int eval_steps;      /* dev evaluation interval (0: only at the end) */
+    int patience;        /* stop after this many dev evaluations without improvement (0: never) */
+    float patience_delta; /* nats: an improvement lowers the best dev NLL by more than this */
+    int keep_best;       /* 1: checkpoint the best dev evaluation and keep it (best.h5) */
     int threads;         /* OpenMP threads per rank (0: cores per rank) */
     int bucket_kb;       /* gradient allreduce bucket size */
     int progress_us;     /* MPI progress thread poll interval (0: none) */
