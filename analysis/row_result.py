@@ -56,6 +56,8 @@ NUMERIC = {
     "warmup": (np.int64, "warmup updates"),
     "eval_seconds": (np.float64, "decoding / evaluation wall time in seconds"),
     "unigram_nll": (np.float64, "dev NLL of the training targets' unigram model (the plateau)"),
+    "stop_step": (np.int64, "step where early stopping (patience) ended the run; -1: it did not"),
+    "best_step": (np.int64, "step of the best dev evaluation (the trainer's best_step)"),
 }
 # version 2 string attributes: name -> meaning ('' = not known)
 STRINGS = {
@@ -64,6 +66,7 @@ STRINGS = {
     "lr_rule": "the learning-rate rule of the sweep, in words",
     "verdict": "healthy, diverged, stuck or unstable (analysis/verdict.py); unknown without curves",
     "verdict_reason": "why, in one line",
+    "stopped_by": "how training ended: patience (early stopping) or train_steps; '' unknown",
     "bleu_signature": "sacreBLEU signature of every BLEU in the file",
 }
 # --compute KEY=VALUE: key -> type; the attributes above plus the inputs of the derived ones
@@ -234,7 +237,25 @@ def from_metrics(path):
     if len(m["dev_loss"]):
         out["dev_loss"] = float(m["dev_loss"][-1])
     out["tokens_seen"] = tokens_seen(m, logged_tokens(path, len(m["step"])))
+    out.update(how_it_ended(path))
     return out, curves_of(m)
+
+
+def how_it_ended(path):
+    """The trainer's root attributes of metrics.h5 (docs/metrics.md):
+    stopped_by, stop_step (kept only for a stop by patience), best_step."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        a = dict(f.attrs)
+    out = {}
+    if "stopped_by" in a:
+        out["stopped_by"] = str(a["stopped_by"].decode() if isinstance(a["stopped_by"], bytes) else a["stopped_by"])
+        if out["stopped_by"] == "patience" and "stop_step" in a:
+            out["stop_step"] = int(a["stop_step"])
+    if "best_step" in a:
+        out["best_step"] = int(a["best_step"])
+    return out
 
 
 def read_text_lines(p):
@@ -387,17 +408,19 @@ def compute_attrs(cfg, comp, vals, data):
     return out, strings
 
 
-def verdict_of(curves, cfg, unigram_nll, message=""):
+def verdict_of(curves, cfg, unigram_nll, message="", stop_step=None):
     """(verdict, reason) of the curves (analysis/verdict.py).  The trainer
     stops at a non-finite loss before logging it (src/train.c): a failed
-    run whose message says so diverged, whatever its curves show."""
+    run whose message says so diverged, whatever its curves show.  A run
+    that early stopping ended (stop_step) is judged over the steps it ran."""
     from verdict import verdict
 
     if "not finite" in message:
         return "diverged", message
     if not curves:
         return "unknown", "no curves (no --metrics)"
-    return verdict(curves, unigram_nll, cfg_int(cfg, "train_steps"))
+    stopped = stop_step if stop_step is not None and stop_step > 0 else None
+    return verdict(curves, unigram_nll, cfg_int(cfg, "train_steps"), stopped)
 
 
 def show(path):
@@ -422,7 +445,7 @@ def show_verdict(path):
     r = read_result(path)
     v, why = r["verdict"], r["verdict_reason"]
     if not v:
-        v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"])
+        v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"], stop_step=r["stop_step"])
     print(f"{v} {why}")
     return 0
 
@@ -537,6 +560,7 @@ def main(argv):
     for k in ("paper_ppl", "paper_bleu", "paper_params_m"):
         vals[k] = cfg_float(cfg, k)
     got, curves = metrics_values(a)
+    stopped_by = got.pop("stopped_by", "")
     vals.update(got)
     if a.hyp or a.ref:
         if not (a.hyp and a.ref):
@@ -548,7 +572,9 @@ def main(argv):
     extra, strings = compute_attrs(cfg, comp, vals, data_path(cfg, a.data))
     vals.update(extra)
     vals = typed_numbers(vals, a)
-    strings["verdict"], strings["verdict_reason"] = verdict_of(curves, cfg, vals["unigram_nll"], a.message)
+    strings["verdict"], strings["verdict_reason"] = verdict_of(curves, cfg, vals["unigram_nll"], a.message,
+                                                               vals["stop_step"])
+    strings["stopped_by"] = stopped_by
     strings["bleu_signature"] = sig
     attrs = {
         "format": FORMAT,

@@ -104,6 +104,22 @@ def stuck(c, total, unigram_nll):
     return None
 
 
+def stuck_at_best(c, unigram_nll):
+    """The stuck rule of a run that stopped by patience (early stopping): it
+    ended when its dev NLL stopped improving, so its length says nothing of
+    its schedule; stuck if its best dev NLL is not STUCK_NATS_BELOW_PLATEAU
+    below the plateau.  A reason, or None."""
+    nll, steps = c["dev_nll"], c["dev_step"]
+    i = int(np.argmin(nll))
+    ref, what = plateau_reference(c, unigram_nll)
+    if nll[i] > ref - STUCK_NATS_BELOW_PLATEAU:
+        gap = ref - nll[i]
+        where = f"only {gap:.2f} nats below" if gap >= 0 else f"{-gap:.2f} nats above"
+        return (f"stopped by patience with its best dev NLL {nll[i]:.3f} (step {int(steps[i])}) {where} "
+                f"{what} {ref:.3f} (stuck: less than {STUCK_NATS_BELOW_PLATEAU} below)")
+    return None
+
+
 def unstable(c, total):
     """The unstable rule: (verdict or None, reason or None); an overfitting
     dev rise gives (None, a note)."""
@@ -124,11 +140,14 @@ def as_curves(c):
     return {k: np.asarray(c.get(k, ()), float).reshape(-1) for k in keys}
 
 
-def verdict(curves, unigram_nll=None, total_steps=None):
+def verdict(curves, unigram_nll=None, total_steps=None, stopped_at=None):
     """(verdict, reason) of a run from its curves: dict of 1-D arrays
     train_step, train_loss, dev_step, dev_loss, dev_nll (as row_result.py
     stores them).  total_steps: the run's length (default: the last logged
-    step).  ('unknown', why) without a dev curve."""
+    step).  stopped_at: the step where early stopping (patience) ended the
+    run: ending before total_steps is then no failure; the run is judged
+    over the steps it ran, and stuck by its best dev NLL (stuck_at_best).
+    ('unknown', why) without a dev curve."""
     c = as_curves(curves)
     if not len(c["dev_nll"]) and not len(c["train_loss"]):
         return "unknown", "no curves logged"
@@ -141,8 +160,8 @@ def verdict(curves, unigram_nll=None, total_steps=None):
     if evals < MIN_DEV_EVALS:
         return "unknown", f"too short to judge: {evals} dev evaluation(s), fewer than {MIN_DEV_EVALS}"
     last = max(c["dev_step"].max(), c["train_step"].max() if len(c["train_step"]) else 0)
-    total = float(total_steps or last)
-    why = stuck(c, total, unigram_nll)
+    total = float(stopped_at or total_steps or last)
+    why = stuck_at_best(c, unigram_nll) if stopped_at else stuck(c, total, unigram_nll)
     if why:
         return "stuck", why
     v, why = unstable(c, total)
@@ -150,4 +169,7 @@ def verdict(curves, unigram_nll=None, total_steps=None):
         return v, why
     nll = c["dev_nll"]
     note = f"; {why}" if why else ""
+    if stopped_at:
+        best = int(c["dev_step"][int(np.argmin(nll))])
+        note += f"; stopped by patience at step {int(stopped_at)} (best step {best})"
     return "healthy", f"dev NLL {nll[0]:.3f} -> {nll[-1]:.3f} (min {nll.min():.3f}){note}"

@@ -25,7 +25,10 @@
 #                (keeping N, h, dropout, ...): the whole table, scaled down
 #   SEEDS        train base with seeds 1..SEEDS (rows base, base-seed2, ...)
 #                for the seed-to-seed spread (default 1)
-#   EXTRA        further key=value overrides, space separated
+#   EXTRA        further key=value overrides, space separated, passed unfiltered:
+#                e.g. the stopping rule and schedule of a converged sweep (issue 42),
+#                EXTRA="eval_steps=100 patience=10 patience_delta=0.001 keep_best=1
+#                lr_decay=cosine lr_final=1e-5" (docs/training.md)
 #   PYTHON       interpreter for analysis/*.py (default: .venv/bin/python)
 #   TABLE3_RERUN 0: no rerun of a row whose curve failed (default 1)
 #   TABLE3_REDO  1: run rows again that finished earlier (default 0)
@@ -269,17 +272,26 @@ row_compute() {
 }
 
 # the learning-rate rule of the row, in words, and its peak rate (unknown
-# where the config does not say: train's defaults are not repeated here)
+# where the config does not say: train's defaults are not repeated here);
+# with lr_decay linear or cosine the decay to lr_final, and with patience
+# the stopping rule (docs/training.md)
 row_schedule() {
-    local w f p d
-    w=$(row_key warmup); f=$(row_key lr_factor); p=$(row_key lr_peak); d=$(row_key d_model)
+    local w f p d decay tail=""
+    w=$(row_key warmup); f=$(row_key lr_factor); p=$(row_key lr_peak); d=$(row_key d_model); decay=$(row_key lr_decay)
     SCHED=()
     [ -n "$w" ] && SCHED+=(--compute "warmup=$w")
+    case $decay in linear | cosine)
+        tail=", then $decay decay to lr_final $(row_key lr_final) at step $(row_key train_steps)" ;;
+    esac
+    if [ -n "$(row_key patience)" ] && [ "$(row_key patience)" != 0 ]; then
+        tail+="; early stopping: patience $(row_key patience) dev evaluations every $(row_key eval_steps) steps,"
+        tail+=" patience_delta $(row_key patience_delta) nats"
+    fi
     if [ -n "$p" ] && awk -v p="$p" 'BEGIN { exit !(p > 0) }'; then
-        SCHED+=(--compute "lr_rule=eq. 3 shape, lr_peak $p for every row, warmup $w updates" --compute "peak_lr=$p")
+        SCHED+=(--compute "lr_rule=eq. 3 shape, lr_peak $p for every row, warmup $w updates$tail" --compute "peak_lr=$p")
     elif [ -n "$w" ] && [ -n "$d" ]; then
         p=$(awk -v f="${f:-1}" -v d="$d" -v w="$w" 'BEGIN { printf "%.4g", f / sqrt(d) / sqrt(w) }')
-        SCHED+=(--compute "lr_rule=eq. 3, lr_factor ${f:-1} (peak d_model^-0.5 warmup^-0.5 lr_factor), warmup $w updates"
+        SCHED+=(--compute "lr_rule=eq. 3, lr_factor ${f:-1} (peak d_model^-0.5 warmup^-0.5 lr_factor), warmup $w updates$tail"
                 --compute "peak_lr=$p")
     fi
 }

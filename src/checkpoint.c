@@ -82,6 +82,9 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     if (st->loss_scale > 0)
         bad |= h5io_attr_f64(f, "loss_scale", st->loss_scale) | h5io_attr_i64(f, "loss_scale_good_steps", st->loss_scale_good)
              | h5io_attr_i64(f, "loss_scale_skipped", st->loss_scale_skipped);
+    if (st->best_step > 0)
+        bad |= h5io_attr_i64(f, "best_step", st->best_step) | h5io_attr_f64(f, "best_dev_nll", st->best_nll)
+             | h5io_attr_i64(f, "patience_bad_evals", st->bad_evals);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
@@ -188,6 +191,23 @@ static int read_loss_scale(hid_t f, const char *path, CkptState *st)
     return 0;
 }
 
+/* the best dev evaluation (run.h DevBest), present once a run has
+ * evaluated on dev: older files and runs without eval_steps leave 0 */
+static int read_dev_best(hid_t f, const char *path, CkptState *st)
+{
+    if (H5Aexists(f, "best_step") <= 0) return 0;
+    int bad = h5io_attr_read(f, "best_step", H5T_NATIVE_INT64, &st->best_step);
+    bad |= h5io_attr_read(f, "best_dev_nll", H5T_NATIVE_DOUBLE, &st->best_nll);
+    bad |= h5io_attr_read(f, "patience_bad_evals", H5T_NATIVE_INT64, &st->bad_evals);
+    if (bad || st->best_step < 1 || st->best_step > st->step || !isfinite(st->best_nll) || st->bad_evals < 0
+        || st->bad_evals > INT32_MAX) {
+        fprintf(stderr, "error: %s: best_step attributes unreadable or out of range (best_step %lld, best_dev_nll %g, "
+                "patience_bad_evals %lld)\n", path, (long long)st->best_step, st->best_nll, (long long)st->bad_evals);
+        return 1;
+    }
+    return 0;
+}
+
 static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
 {
     char *text = h5io_attr_read_str(f, "config");
@@ -219,7 +239,7 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
             fprintf(stderr, "error: %s: cannot read its vocab_hash attribute\n", path);
             return CKPT_DAMAGED;
         }
-        if (read_loss_scale(f, path, st)) return CKPT_DAMAGED;
+        if (read_loss_scale(f, path, st) || read_dev_best(f, path, st)) return CKPT_DAMAGED;
         if (st->step < 0 || st->step > INT32_MAX || !isfinite(st->elapsed) || st->elapsed < 0 || ranks < 1
             || ranks > INT32_MAX || update_freq < 1 || update_freq > INT32_MAX || st->data_position < 0 || n_batches < 0
             || n_batches > INT32_MAX) {
@@ -394,16 +414,24 @@ int checkpoint_on_interval(int64_t step, int ckpt_steps, int train_steps)
     return ckpt_steps <= 0 || step % ckpt_steps == 0 || step == train_steps;
 }
 
-void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_steps)
+int checkpoint_upto_best(int64_t step, int64_t best_step, int ckpt_steps, int train_steps)
+{
+    return best_step > 0 && step <= best_step && (step == best_step || checkpoint_on_interval(step, ckpt_steps, train_steps));
+}
+
+void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_steps, int64_t best_step)
 {
     char **paths;
     int64_t *steps;
     int n = checkpoint_list(run_dir, &paths, &steps);
     /* newest first: the newest file is the resume point whatever its kind */
-    for (int i = n - 1, kept = 0; i >= 0; i--) {
+    for (int i = n - 1, kept = 0, kept_best = 0; i >= 0; i--) {
         int interval = checkpoint_on_interval(steps[i], ckpt_steps, train_steps);
-        if ((interval && kept < keep) || i == n - 1) kept += interval;
-        else unlink(paths[i]);
+        int upto_best = checkpoint_upto_best(steps[i], best_step, ckpt_steps, train_steps);
+        if ((interval && kept < keep) || i == n - 1 || (upto_best && kept_best < keep)) {
+            kept += interval;
+            kept_best += upto_best;
+        } else unlink(paths[i]);
         free(paths[i]);
     }
     free(paths);
@@ -429,6 +457,7 @@ struct CkptWriter {
     const ParamTable *pt;
     char run_dir[CFG_STR];
     int keep, ckpt_steps, train_steps;   /* what checkpoint_prune keeps */
+    int keep_best;        /* keep the best dev checkpoint, linked as best.h5 */
     float *host;          /* params | adam_m | adam_v */
     H5Buffer image;       /* the file's memory, kept for the next write */
     char *cfg_text;
@@ -449,11 +478,26 @@ CkptWriter *checkpoint_writer_create(const ParamTable *pt, const Config *c)
     w->keep = c->keep_ckpts;
     w->ckpt_steps = c->ckpt_steps;
     w->train_steps = c->train_steps;
+    w->keep_best = c->keep_best;
     /* the snapshot buffer, allocated and touched now: first-touch page
      * faults would otherwise land on the step of the first checkpoint */
     w->host = xmalloc(3 * sizeof(float) * pt->total);
     memset(w->host, 0, 3 * sizeof(float) * pt->total);
     return w;
+}
+
+/* run_dir/best.h5: a hard link to the checkpoint just written, which is
+ * that of the best dev evaluation; replaced atomically (rename) */
+static void link_best(const CkptWriter *w, const char *path)
+{
+    char best[CFG_STR + 16], tmp[CFG_STR + 24];
+    snprintf(best, sizeof best, "%s/best.h5", w->run_dir);
+    snprintf(tmp, sizeof tmp, "%s/.best.h5.tmp", w->run_dir);
+    unlink(tmp);
+    if (link(path, tmp) || rename(tmp, best)) {
+        fprintf(stderr, "warning: %s: cannot link it to %s (%s); it is kept under its own name\n", path, best, strerror(errno));
+        unlink(tmp);
+    }
 }
 
 static void *writer_main(void *arg)
@@ -482,7 +526,9 @@ static void *writer_main(void *arg)
         rc = checkpoint_write(path, w->pt, w->host, w->host + n, w->host + 2 * n, w->cfg_text, &w->st, &w->image, msg,
                               sizeof msg);
     double t = now_seconds() - t0;
-    if (!rc) checkpoint_prune(w->run_dir, w->keep, w->ckpt_steps, w->train_steps);
+    int64_t best = w->keep_best ? w->st.best_step : 0;
+    if (!rc && best == w->st.step) link_best(w, path);
+    if (!rc) checkpoint_prune(w->run_dir, w->keep, w->ckpt_steps, w->train_steps, best);
     if (rc) fprintf(stderr, "error: %s\n", msg);
     else {
         struct stat sb;

@@ -37,6 +37,9 @@ typedef struct {
     double loss_scale;        /* dynamic loss scaling (loss_scale.h): S; 0: off, or an older file */
     int64_t loss_scale_good;  /* finite steps in a row since S last changed */
     int64_t loss_scale_skipped; /* steps skipped so far */
+    int64_t best_step;        /* the best dev evaluation's step (run.h DevBest); 0: none, or an older file */
+    double best_nll;          /* its dev NLL */
+    int64_t bad_evals;        /* dev evaluations since it without improvement (patience) */
 } CkptState;
 
 /* Read the stored config into cfg_out (and the run state into st, if not
@@ -84,8 +87,13 @@ int checkpoint_list(const char *run_dir, char ***paths, int64_t **steps);
  * ckpt_steps = 0 (checkpoints by wall time only) every checkpoint counts. */
 int checkpoint_on_interval(int64_t step, int ckpt_steps, int train_steps);
 /* Delete all but the newest keep interval checkpoints (above) and the
- * newest checkpoint of any kind, and any stale temporaries. */
-void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_steps);
+ * newest checkpoint of any kind, and any stale temporaries.  With
+ * best_step > 0 (keep_best) also kept: the checkpoint of best_step and the
+ * newest keep interval ones before it, which 'average --upto-best' takes. */
+void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_steps, int64_t best_step);
+/* The checkpoints 'average --last K --upto-best' takes (and prune keeps):
+ * at or before best_step, on the interval or best_step's own */
+int checkpoint_upto_best(int64_t step, int64_t best_step, int ckpt_steps, int train_steps);
 /* ckpt path of a step */
 void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step);
 

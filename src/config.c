@@ -29,6 +29,7 @@ static const char *const PRECISIONS[] = { "fp32", "tf32", "bf16", "fp16", NULL }
 static const char *const ALLREDUCES[] = { "auto", "nccl", "mpi", NULL };
 static const char *const LOSS_SCALES[] = { "auto", "dynamic", "off", NULL };
 static const char *const TASKS[] = { "reverse", "copy", "sort", NULL };
+static const char *const LR_DECAYS[] = { "rsqrt", "linear", "cosine", NULL };
 
 #define K(name, type, lo, hi, arch) { #name, type, offsetof(Config, name), lo, hi, arch, NULL }
 #define E(name, choices, arch) { #name, T_ENUM, offsetof(Config, name), 0, 0, arch, choices }
@@ -48,6 +49,8 @@ static const KeyDesc KEYS[] = {
     K(warmup, T_INT, 1, 1e9, 0),
     K(lr_factor, T_FLOAT, 0, 1e6, 0),
     K(lr_peak, T_FLOAT, 0, 1, 0),   /* 0: eq. 3's peak (model_lrate) */
+    E(lr_decay, LR_DECAYS, 0),
+    K(lr_final, T_FLOAT, 0, 1, 0),
     K(adam_beta1, T_FLOAT, 0, 0.999999, 0),
     K(adam_beta2, T_FLOAT, 0, 0.999999, 0),
     K(adam_eps, T_FLOAT, 0, 1, 0),
@@ -59,6 +62,9 @@ static const KeyDesc KEYS[] = {
     K(batch_tokens, T_INT, 0, 1e9, 0),
     K(log_steps, T_INT, 1, 1e9, 0),
     K(eval_steps, T_INT, 0, 1e9, 0),
+    K(patience, T_INT, 0, 1e6, 0),
+    K(patience_delta, T_FLOAT, 0, 100, 0),
+    K(keep_best, T_INT, 0, 1, 0),
     K(threads, T_INT, 0, 4096, 0),
     K(bucket_kb, T_INT, 1, 1 << 22, 0),
     K(progress_us, T_INT, 0, 1e6, 0),
@@ -119,6 +125,7 @@ void config_defaults(Config *c)
      * configs set warmup = 4000. */
     c->warmup = 200;
     c->lr_factor = 1.0f;
+    c->lr_decay = LR_DECAY_RSQRT;   /* eq. 3 */
     c->adam_beta1 = 0.9f;
     c->adam_beta2 = 0.98f;
     c->adam_eps = 1e-9f;
@@ -396,6 +403,28 @@ static int validate_error(const Config *c, const char *origin, const char *key, 
     return 2;
 }
 
+/* the learning-rate decay and early stopping (docs/training.md) */
+static int validate_schedule(const Config *c, const char *origin)
+{
+#define FAIL(key, ...) return validate_error(c, origin, key, __VA_ARGS__)
+    const char *decay = config_choice("lr_decay", c->lr_decay);
+    /* eq. 3's peak, at step = warmup (model_lrate) */
+    double peak = c->lr_peak > 0 ? c->lr_peak : c->lr_factor / sqrt((double)c->d_model) / sqrt((double)c->warmup);
+    if (c->lr_decay == LR_DECAY_RSQRT && c->lr_final > 0)
+        FAIL("lr_final", "key 'lr_final': %g needs lr_decay=linear or cosine (eq. 3's rsqrt decay has no final rate)", c->lr_final);
+    if (c->lr_decay != LR_DECAY_RSQRT && c->train_steps <= c->warmup)
+        FAIL("lr_decay", "key 'lr_decay': %s decays from warmup %d to train_steps %d: train_steps must be larger", decay,
+             c->warmup, c->train_steps);
+    if (c->lr_decay != LR_DECAY_RSQRT && c->lr_final > peak)
+        FAIL("lr_final", "key 'lr_final': %g is above the peak rate %g (step = warmup)", c->lr_final, peak);
+    if (c->patience > 0 && c->eval_steps == 0)
+        FAIL("patience", "key 'patience': %d counts dev evaluations: it needs eval_steps > 0", c->patience);
+    if (c->keep_best && c->eval_steps == 0)
+        FAIL("keep_best", "key 'keep_best': the best dev evaluation needs eval_steps > 0");
+    return 0;
+#undef FAIL
+}
+
 int config_validate(const Config *c, const char *origin)
 {
 #define FAIL(key, ...) return validate_error(c, origin, key, __VA_ARGS__)
@@ -405,6 +434,7 @@ int config_validate(const Config *c, const char *origin)
              config_choice("precision", c->precision));
     if (c->loss_scale_min > c->loss_scale_init)
         FAIL("loss_scale_min", "key 'loss_scale_min': %g is above loss_scale_init %g", c->loss_scale_min, c->loss_scale_init);
+    if (validate_schedule(c, origin)) return 2;
     if (c->d_model % 2)
         FAIL("d_model", "key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
     if (!strcmp(c->data, DATA_SYNTHETIC)) {

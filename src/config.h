@@ -21,6 +21,9 @@ typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16, PRECISION_FP16 } 
 typedef enum { ALLREDUCE_AUTO, ALLREDUCE_NCCL, ALLREDUCE_MPI } Allreduce;
 typedef enum { LOSS_SCALE_AUTO, LOSS_SCALE_DYNAMIC, LOSS_SCALE_OFF } LossScaleMode;
 typedef enum { TASK_REVERSE, TASK_COPY, TASK_SORT } Task;
+/* after warmup: eq. 3's step^-0.5 (rsqrt), or a linear or cosine decay to
+ * lr_final at train_steps (model_lrate) */
+typedef enum { LR_DECAY_RSQRT, LR_DECAY_LINEAR, LR_DECAY_COSINE } LrDecay;
 
 /* What the model and its checkpoint need: the architecture (Table 3
  * columns; must match on resume), the regularisation and optimisation its
@@ -45,6 +48,9 @@ typedef enum { TASK_REVERSE, TASK_COPY, TASK_SORT } Task;
     float lr_factor;     /* multiplies the paper's lrate (1 = paper) */                            \
     float lr_peak;       /* > 0: eq. 3's shape with this peak rate at step = warmup, whatever      \
                           * d_model and lr_factor (0: off) */                                      \
+    LrDecay lr_decay;    /* after warmup: rsqrt (eq. 3), linear or cosine */                        \
+    float lr_final;      /* linear, cosine: the rate at step train_steps */                        \
+    int train_steps;     /* steps of the run (linear, cosine: where the decay ends) */             \
     float adam_beta1, adam_beta2, adam_eps;                                                         \
     uint64_t seed;                                                                                  \
     int logits_chunk;    /* target tokens per chunk of the pre-softmax projection and              \
@@ -63,14 +69,16 @@ typedef struct Config {
         };
     };
 
-    /* the run: training */
-    int train_steps;
+    /* the run: training (train_steps is above: the schedule ends there) */
     int max_tokens;      /* per batch: source and target tokens, padding counted; 0 (device=cuda):
                           * from the device's free memory, resolved once (auto_tokens.h) */
     int update_freq;     /* micro-batches accumulated per update, per rank */
     int batch_tokens;    /* > 0: global batch target; sets update_freq from ranks x max_tokens */
     int log_steps;
     int eval_steps;      /* dev evaluation interval (0: only at the end) */
+    int patience;        /* stop after this many dev evaluations without improvement (0: never) */
+    float patience_delta; /* nats: an improvement lowers the best dev NLL by more than this */
+    int keep_best;       /* 1: checkpoint the best dev evaluation and keep it (best.h5) */
     int threads;         /* OpenMP threads per rank (0: cores per rank) */
     int bucket_kb;       /* gradient allreduce bucket size */
     int progress_us;     /* MPI progress thread poll interval (0: none) */

@@ -27,7 +27,25 @@ struct Metrics {
     char path[4200];
     Table train, dev, loss_scale;
     int broken;       /* a write failed: warned once, stop trying */
+    char stopped_by[16]; /* metrics_end: how the run ended ("": not yet) */
+    long stop_step, best_step;
+    double best_nll;
+    int end_dirty;    /* the end attributes to (re)write at the next flush */
 };
+
+static const char *const END_ATTRS[] = { "stopped_by", "stop_step", "best_step", "best_dev_nll" };
+
+/* the end attributes: removed (a run that resumes has not ended), or
+ * written after metrics_end */
+static int write_end(hid_t f, const Metrics *m)
+{
+    for (int i = 0; i < 4; i++)
+        if (H5Aexists(f, END_ATTRS[i]) > 0 && H5Adelete(f, END_ATTRS[i]) < 0) return -1;
+    if (!m->stopped_by[0]) return 0;
+    int bad = h5io_attr_vstr(f, "stopped_by", m->stopped_by) | h5io_attr_i64(f, "stop_step", m->stop_step);
+    if (m->best_step > 0) bad |= h5io_attr_i64(f, "best_step", m->best_step) | h5io_attr_f64(f, "best_dev_nll", m->best_nll);
+    return bad ? -1 : 0;
+}
 
 static void table_add(Table *t, const double *row)
 {
@@ -130,12 +148,14 @@ static int write_all(Metrics *m, long keep_upto, char *msg, int cap)
     H5Mem mem;
     if (h5io_open_log(&mem, m->path, &created, msg, cap)) return -1;
     if (table_write(mem.id, &m->train, keep_upto) | table_write(mem.id, &m->dev, keep_upto) |
-        table_write(mem.id, &m->loss_scale, keep_upto)) {
+        table_write(mem.id, &m->loss_scale, keep_upto) || ((keep_upto >= 0 || m->end_dirty) && write_end(mem.id, m))) {
         h5io_discard(&mem);
         snprintf(msg, cap, "%s: HDF5 could not append to the metrics log", m->path);
         return -1;
     }
-    return h5io_commit(&mem, m->path, msg, cap);
+    int rc = h5io_commit(&mem, m->path, msg, cap);
+    if (!rc) m->end_dirty = 0;
+    return rc;
 }
 
 Metrics *metrics_open(const char *run_dir, long keep_upto)
@@ -178,9 +198,18 @@ void metrics_loss_scale(Metrics *m, long step, double scale, long skipped)
     table_add(&m->loss_scale, row);
 }
 
+void metrics_end(Metrics *m, const char *stopped_by, long stop_step, long best_step, double best_nll)
+{
+    snprintf(m->stopped_by, sizeof m->stopped_by, "%s", stopped_by);
+    m->stop_step = stop_step;
+    m->best_step = best_step;
+    m->best_nll = best_nll;
+    m->end_dirty = 1;
+}
+
 void metrics_flush(Metrics *m, int block)
 {
-    if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0 && m->loss_scale.n == 0)) return;
+    if (!m || m->broken || (m->train.n == 0 && m->dev.n == 0 && m->loss_scale.n == 0 && !m->end_dirty)) return;
     if (block) hdf5_lock();
     else if (hdf5_trylock()) return;   /* a checkpoint is being written: next time */
     char msg[4400];

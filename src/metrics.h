@@ -18,6 +18,11 @@ void metrics_dev(Metrics *m, long step, double loss, double ppl, long tokens, do
 /* with loss scaling (loss_scale.h): the scale S at a logged step and the
  * steps skipped so far; group /loss_scale, created with its first row */
 void metrics_loss_scale(Metrics *m, long step, double scale, long skipped);
+/* how the run ended, as attributes of the log's root group (docs/metrics.md):
+ * stopped_by ("patience" or "train_steps"), stop_step, and with a dev
+ * evaluation best_step and best_dev_nll (best_step 0: none).  Written with
+ * the next flush; a run that resumes (metrics_open) removes them. */
+void metrics_end(Metrics *m, const char *stopped_by, long stop_step, long best_step, double best_nll);
 /* append buffered rows; if block is 0 and a checkpoint write holds the HDF5
  * lock, keep them for the next flush instead of waiting */
 void metrics_flush(Metrics *m, int block);

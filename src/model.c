@@ -204,9 +204,25 @@ void positional_sinusoids(float *host, int max_len, int d)
         }
 }
 
+/* lr_decay linear or cosine, after warmup: from eq. 3's peak (at step =
+ * warmup) down to lr_final at train_steps, and lr_final after it:
+ *   linear: lr_final + (peak - lr_final) (1 - u)
+ *   cosine: lr_final + (peak - lr_final) (1 + cos(pi u)) / 2  (Loshchilov and Hutter 2017)
+ * with u = (step - warmup) / (train_steps - warmup) */
+static float decayed_lrate(const ModelConfig *c, int step)
+{
+    double w = c->warmup, peak = c->lr_peak > 0 ? c->lr_peak : c->lr_factor * pow((double)c->d_model, -0.5) / sqrt(w);
+    double u = (step - w) / (double)(c->train_steps - c->warmup);
+    if (u > 1) u = 1;
+    double shape = c->lr_decay == LR_DECAY_LINEAR ? 1 - u : 0.5 * (1 + cos(M_PI * u));
+    return (float)(c->lr_final + (peak - c->lr_final) * shape);
+}
+
 float model_lrate(const ModelConfig *c, int step)
 {
     if (step < 1) step = 1;
+    if (c->lr_decay != LR_DECAY_RSQRT && step > c->warmup && c->train_steps > c->warmup) return decayed_lrate(c, step);
+    /* eq. 3 (and the warmup of every decay) */
     double s = step, w = c->warmup;
     double a = 1.0 / sqrt(s), b = s * pow(w, -1.5);
     /* lr_peak: the same warmup and inverse-square-root decay, scaled so that

@@ -117,7 +117,9 @@ void model_free(Model *m);
  * m->grads.  The caller scales by 1/global target tokens (in Adam). */
 LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
                                  GradReadyFn ready, void *ready_ctx);
-/* lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (eq. 3) */
+/* lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (eq. 3),
+ * times lr_factor, or scaled to peak at lr_peak; lr_decay linear or cosine
+ * replace the step^-0.5 part by a decay to lr_final at train_steps */
 float model_lrate(const ModelConfig *c, int step);
 /* Adam update of all parameters with grads scaled by grad_scale */
 void model_adam_step(Model *m, int step, float grad_scale);

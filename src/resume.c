@@ -73,6 +73,9 @@ static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
     st->plan_hash = plan_hash(&r->plan);
     st->n_batches = r->plan.n_batches;
     st->vocab_hash = r->vocab_hash;
+    st->best_step = r->best.best_step;
+    st->best_nll = r->best.best_nll;
+    st->bad_evals = r->best.bad_evals;
     if (r->scaler.enabled) {
         st->loss_scale = r->scaler.scale;
         st->loss_scale_good = r->scaler.good_steps;
@@ -92,6 +95,18 @@ static void restore_loss_scale(TrainRun *r, const CkptState *st)
     r->scaler.scale = v[0];
     r->scaler.good_steps = (long)v[1];
     r->scaler.skipped = (long)v[2];
+}
+
+/* the best dev evaluation and the patience count where the checkpoint's
+ * run left them (rank 0 read them): the resumed run stops at the step an
+ * uninterrupted one stops at.  An older checkpoint leaves none (step 0). */
+static void restore_dev_best(TrainRun *r, const CkptState *st)
+{
+    double v[3] = { (double)st->best_step, st->best_nll, (double)st->bad_evals };
+    MPI_Bcast(v, 3, MPI_DOUBLE, 0, r->dist.comm);
+    r->best.best_step = (int)v[0];
+    r->best.best_nll = v[1];
+    r->best.bad_evals = (int)v[2];
 }
 
 /* rank 0: find the newest intact checkpoint and load it into host buffers;
@@ -267,6 +282,7 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
         r->step = (int)step;
         r->elapsed = el;
         restore_loss_scale(r, &st);
+        restore_dev_best(r, &st);
         if (D->rank == 0) {
             printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
             CkptState now;
@@ -304,7 +320,9 @@ void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now)
 {
     if (!rd->enabled || r->dist.rank != 0) return;
     const Config *c = &r->cfg;
-    if (c->ckpt_steps > 0 && step % c->ckpt_steps == 0) {
+    /* keep_best: the state of a new best dev evaluation, kept (best.h5) */
+    int new_best = c->keep_best && r->best.best_step == step;
+    if ((c->ckpt_steps > 0 && step % c->ckpt_steps == 0) || new_best) {
         start_ckpt(rd, r, elapsed_now);   /* waits for a write still in flight */
         return;
     }

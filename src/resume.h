@@ -34,7 +34,8 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag);
  * path into from), or 0 if there is none.  A run with max_tokens = 0
  * resumes with it: the value its first part resolved. */
 int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap);
-/* after optimiser step `step`: start a checkpoint if one is due */
+/* after optimiser step `step`: start a checkpoint if one is due (ckpt_steps,
+ * ckpt_minutes, or keep_best and step's dev evaluation is a new best) */
 void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now);
 /* rank 0: 1 once a checkpoint write has failed (disk full, quota, I/O
  * error); the training loop then stops on all ranks */

@@ -10,6 +10,15 @@
 #include "loss_scale.h"
 #include "model.h"
 
+/* The best dev evaluation so far, for early stopping (patience) and the
+ * best checkpoint (keep_best); saved in checkpoints, so that a resumed run
+ * stops where an uninterrupted one does. */
+typedef struct {
+    int best_step;          /* step of the best evaluation (0: none yet) */
+    double best_nll;        /* its dev NLL (nats per target token) */
+    int bad_evals;          /* evaluations since, none better by more than patience_delta */
+} DevBest;
+
 /* Everything a training run holds; resume.c saves and restores it (through checkpoint.c). */
 typedef struct {
     Config cfg;
@@ -20,6 +29,7 @@ typedef struct {
     BatchPlan plan;
     GradSync sync;
     LossScaler scaler;      /* fp16: dynamic loss scaling (off: factor 1) */
+    DevBest best;           /* early stopping and the best checkpoint */
     int step;               /* completed optimiser steps */
     double elapsed;         /* training wall time, summed over resumes */
     uint64_t vocab_hash;    /* rank 0: the dataset's vocabulary fingerprint (0: synthetic) */

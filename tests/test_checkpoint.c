@@ -75,12 +75,17 @@ int main(void)
     unlink(path);
 
     /* pruning: ckpt_1..11 (names only), keep 2 */
-    static const struct { int every, last; const char *want; } prune[] = {
-        { 3, 100, "6 9 11" },    /* interval 3, 6, 9: the newest two, and 11, the newest */
-        { 0, 100, "10 11" },     /* wall time only: every checkpoint counts */
-        { 4, 10, "8 10 11" },    /* 10 is the final step of train_steps=10 */
-        { 5, 100, "5 10 11" },
-        { 11, 100, "11" },       /* the newest is also an interval one */
+    static const struct { int every, last, best; const char *want; } prune[] = {
+        { 3, 100, 0, "6 9 11" },    /* interval 3, 6, 9: the newest two, and 11, the newest */
+        { 0, 100, 0, "10 11" },     /* wall time only: every checkpoint counts */
+        { 4, 10, 0, "8 10 11" },    /* 10 is the final step of train_steps=10 */
+        { 5, 100, 0, "5 10 11" },
+        { 11, 100, 0, "11" },       /* the newest is also an interval one */
+        /* keep_best: the best and the newest 2 interval-or-best ones up to it */
+        { 0, 100, 4, "3 4 10 11" },
+        { 3, 100, 4, "3 4 6 9 11" },   /* 4 is off the interval, kept as the best; 3 before it */
+        { 3, 100, 1, "1 6 9 11" },     /* nothing before the best */
+        { 3, 100, 9, "6 9 11" },       /* the best among the newest: nothing more kept */
     };
     for (size_t k = 0; k < sizeof prune / sizeof prune[0]; k++) {
         for (int i = 1; i <= 11; i++) {
@@ -89,7 +94,7 @@ int main(void)
             CHECK(e, "create %s", path);
             fclose(e);
         }
-        checkpoint_prune(dir, 2, prune[k].every, prune[k].last);
+        checkpoint_prune(dir, 2, prune[k].every, prune[k].last, prune[k].best);
         char **paths, left[64] = "";
         int64_t *steps;
         int nl = checkpoint_list(dir, &paths, &steps);
@@ -100,10 +105,11 @@ int main(void)
         }
         free(paths);
         free(steps);
-        CHECK(!strcmp(left, prune[k].want), "prune keep 2, ckpt_steps %d, train_steps %d: left %s, want %s",
-              prune[k].every, prune[k].last, left, prune[k].want);
+        CHECK(!strcmp(left, prune[k].want), "prune keep 2, ckpt_steps %d, train_steps %d, best %d: left %s, want %s",
+              prune[k].every, prune[k].last, prune[k].best, left, prune[k].want);
     }
-    printf("ok: pruning keeps the newest interval checkpoints and the newest one\n");
+    printf("ok: pruning keeps the newest interval checkpoints and the newest one, and with a best step the best and "
+           "the newest interval ones up to it\n");
     rmdir(dir);
     free(buf); free(p); free(mo); free(vo); free(back); free(m2); free(v2);
     param_table_free(&pt);

@@ -66,6 +66,17 @@ for cmd in params train; do
     one_line_error "^error: $f:1: key 'loss_scale': 'static' is not 'auto', 'dynamic' or 'off'" "$BIN" $cmd --config "$f"
     f=$(cfg lsmin.cfg 'loss_scale_init = 8\nloss_scale_min = 16\n')
     one_line_error "^error: $f:2: key 'loss_scale_min': 16 is above loss_scale_init 8" "$BIN" $cmd --config "$f"
+    # early stopping and the schedule's decay (docs/training.md)
+    f=$(cfg patience.cfg 'eval_steps = 100\npatience = -1\n')
+    one_line_error "^error: $f:2: key 'patience': -1 is out of range" "$BIN" $cmd --config "$f"
+    f=$(cfg patience0.cfg 'eval_steps = 0\npatience = 10\n')
+    one_line_error "^error: $f:2: key 'patience': 10 counts dev evaluations: it needs eval_steps > 0$" "$BIN" $cmd --config "$f"
+    f=$(cfg delta.cfg 'patience_delta = -0.01\n')
+    one_line_error "^error: $f:1: key 'patience_delta': -0.01 is out of range" "$BIN" $cmd --config "$f"
+    f=$(cfg best.cfg 'keep_best = 1\n')
+    one_line_error "^error: $f:1: key 'keep_best': the best dev evaluation needs eval_steps > 0$" "$BIN" $cmd --config "$f"
+    f=$(cfg final.cfg 'lr_decay = cosine\nlr_final = -1e-5\n')
+    one_line_error "^error: $f:2: key 'lr_final': -1e-5 is out of range" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
     one_line_error "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
     one_line_error "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8

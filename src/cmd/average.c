@@ -13,7 +13,7 @@
 static void average_help(void)
 {
     printf("usage: transformer average --output AVG.h5 CKPT.h5...\n"
-           "       transformer average --output AVG.h5 --last K RUN_DIR\n\n"
+           "       transformer average --output AVG.h5 --last K [--upto-best] RUN_DIR\n\n"
            "Writes the element-wise mean of the parameters of the given checkpoints (or of\n"
            "the newest K checkpoints of RUN_DIR) as a checkpoint without Adam moments,\n"
            "loadable by every command that takes --checkpoint. All inputs must have the\n"
@@ -23,7 +23,12 @@ static void average_help(void)
            "ckpt_steps > 0 those at multiples of ckpt_steps and the final one (not the\n"
            "ones written by wall time or on preemption), else all; fewer than K is an\n"
            "error. Section 6.1: base averages the last 5, big the last 20\n"
-           "(input/table3: ckpt_steps 1500 and 600, the paper's 10 minutes).\n");
+           "(input/table3: ckpt_steps 1500 and 600, the paper's 10 minutes).\n\n"
+           "--upto-best (with --last K) takes the newest K of those at or before the best\n"
+           "dev evaluation's step (the attribute best_step of the run's newest checkpoint),\n"
+           "the best checkpoint itself included: a run that stopped by patience averages\n"
+           "the checkpoints up to its best one, not the ones after it. A run trained with\n"
+           "keep_best=1 keeps keep_ckpts of them (docs/training.md).\n");
 }
 
 
@@ -31,6 +36,7 @@ static void average_help(void)
 typedef struct {
     const char *out, *run_dir;
     int last;          /* --last K */
+    int upto_best;     /* --upto-best: the newest K at or before the best dev step */
     char **in;         /* the checkpoints to average, oldest first */
     int n;
     char **listed;     /* --last: the run directory's checkpoints */
@@ -63,6 +69,7 @@ static int average_parse(Average *a, int argc, char **argv)
     a->in = xcalloc(argc, sizeof(char *));
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { average_help(); return 1; }
+        if (!strcmp(argv[i], "--upto-best")) { a->upto_best = 1; continue; }
         if (!strcmp(argv[i], "--output") || !strcmp(argv[i], "--last")) {
             if (i + 1 >= argc) { fprintf(stderr, "error: average: %s needs a value\n", argv[i]); return 2; }
             if (argv[i][2] == 'o') a->out = argv[++i];
@@ -70,6 +77,7 @@ static int average_parse(Average *a, int argc, char **argv)
                 char *end;
                 a->last = (int)strtol(argv[++i], &end, 10);
                 if (*end || a->last < 1) { fprintf(stderr, "error: average: --last '%s' is not a positive integer\n", argv[i]); return 2; }
+                if (i + 1 < argc && !strcmp(argv[i + 1], "--upto-best")) { a->upto_best = 1; i++; }
                 if (i + 1 >= argc) { fprintf(stderr, "error: average: --last K needs a run directory\n"); return 2; }
                 a->run_dir = argv[++i];
             }
@@ -78,6 +86,7 @@ static int average_parse(Average *a, int argc, char **argv)
             return 2;
         } else a->in[a->n++] = argv[i];
     }
+    if (a->upto_best && !a->run_dir) { fprintf(stderr, "error: average: --upto-best needs --last K RUN_DIR\n"); return 2; }
     return 0;
 }
 
@@ -90,13 +99,23 @@ static int list_run_dir(Average *a)
     a->nlisted = checkpoint_list(run_dir, &a->listed, &a->steps);
     if (a->nlisted == 0) { fprintf(stderr, "error: %s: no checkpoints (ckpt_*.h5)\n", run_dir); return 2; }
     Config run_cfg;
-    if (checkpoint_read_config(a->listed[a->nlisted - 1], &run_cfg, NULL)) return 2;
-    for (int i = a->nlisted - 1; i >= 0 && a->n < a->last; i--)   /* newest first */
-        if (checkpoint_on_interval(a->steps[i], run_cfg.ckpt_steps, run_cfg.train_steps)) a->in[a->n++] = a->listed[i];
+    CkptState st;
+    if (checkpoint_read_config(a->listed[a->nlisted - 1], &run_cfg, &st)) return 2;
+    if (a->upto_best && st.best_step <= 0) {
+        fprintf(stderr, "error: %s: --upto-best: %s records no best dev evaluation (train with eval_steps > 0)\n", run_dir,
+                a->listed[a->nlisted - 1]);
+        return 2;
+    }
+    for (int i = a->nlisted - 1; i >= 0 && a->n < a->last; i--) {   /* newest first */
+        int take = a->upto_best ? checkpoint_upto_best(a->steps[i], st.best_step, run_cfg.ckpt_steps, run_cfg.train_steps)
+                                : checkpoint_on_interval(a->steps[i], run_cfg.ckpt_steps, run_cfg.train_steps);
+        if (take) a->in[a->n++] = a->listed[i];
+    }
     if (a->n < a->last) {
-        fprintf(stderr, "error: %s: --last %d asks for more checkpoints than the run kept (%d%s; keep_ckpts=%d)\n",
-                run_dir, a->last, a->n, run_cfg.ckpt_steps > 0 ? " at multiples of ckpt_steps or the final step" : "",
-                run_cfg.keep_ckpts);
+        fprintf(stderr, "error: %s: --last %d%s asks for more checkpoints than the run kept (%d%s%s; keep_ckpts=%d)\n",
+                run_dir, a->last, a->upto_best ? " --upto-best" : "", a->n,
+                run_cfg.ckpt_steps > 0 ? " at multiples of ckpt_steps or the final step" : "",
+                a->upto_best ? " up to the best step" : "", run_cfg.keep_ckpts);
         return 2;
     }
     for (int i = 0; i < a->n / 2; i++) {   /* oldest first, as given on a command line */

@@ -177,7 +177,13 @@ static void train_help(void)
            "                      DIR has checkpoints. Architecture keys must match; the resumed\n"
            "                      run is bitwise identical to an uninterrupted one. One run per\n"
            "                      DIR at a time (DIR/.lock).\n\n"
-           "Exit codes: 0 done; 1 a checkpoint could not be written (disk full: make room and\n"
+           "Early stopping (docs/training.md): patience=P stops after P dev evaluations\n"
+           "(every eval_steps) in a row that do not lower the best dev nll by more than\n"
+           "patience_delta nats: exit 0, a line 'early stop: stopped by patience at step N,\n"
+           "best step M', the final checkpoint. keep_best=1 checkpoints each new best, keeps\n"
+           "it whatever keep_ckpts drops and links it as DIR/best.h5 ('average --upto-best').\n"
+           "lr_decay=linear|cosine: eq. 3's warmup, then a decay to lr_final at train_steps.\n\n"
+           "Exit codes: 0 done (also stopped by patience); 1 a checkpoint could not be written (disk full: make room and\n"
            "run again to resume), the loss stopped being finite, or the loss scale fell below\n"
            "loss_scale_min (fp16: gradients overflow at any scale); 2 a bad input (config,\n"
            "data, checkpoint, run directory in use); 99 preempted after a checkpoint.\n\n"
@@ -226,7 +232,7 @@ typedef struct {
 } Training;
 
 /* how the step loop ended (RUN_SKIPPED: a step left undone, loss_scale.h) */
-enum { RUN_DONE, RUN_CKPT_FAILED, RUN_DIVERGED, RUN_PREEMPTED, RUN_SKIPPED };
+enum { RUN_DONE, RUN_CKPT_FAILED, RUN_DIVERGED, RUN_PREEMPTED, RUN_SKIPPED, RUN_PATIENCE };
 
 /* the one exit of cmd_train: a run that got as far as its run directory
  * closes it; a completed run (rc 0) frees what it holds; error exits
@@ -473,6 +479,27 @@ static void evaluate_dev(Training *t, int step)
         metrics_dev(t->rd.metrics, step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed + now_seconds() - t->t_start);
 }
 
+/* after the dev evaluation of step: a new best if its NLL is below the
+ * best so far by more than patience_delta (the first evaluation always
+ * is), else one more evaluation without improvement.  Every rank holds the
+ * same allreduced figures, so every rank decides alike. */
+static void track_dev_best(TrainRun *r, int step, double nll)
+{
+    DevBest *b = &r->best;
+    if (b->best_step == 0 || nll < b->best_nll - r->cfg.patience_delta) {
+        b->best_step = step;
+        b->best_nll = nll;
+        b->bad_evals = 0;
+    } else
+        b->bad_evals++;
+}
+
+/* early stopping: patience evaluations in a row without improvement */
+static int patience_spent(const TrainRun *r)
+{
+    return r->cfg.patience > 0 && r->best.bad_evals >= r->cfg.patience;
+}
+
 /* steps r->step + 1 .. train_steps, unless stopped; returns how it ended.
  * A skipped step (loss scaling: its gradients overflowed) is tried again,
  * on the same batch, with the halved scale. */
@@ -482,6 +509,7 @@ static int train_loop(Training *t)
     const Config *c = &r->cfg;
     t->t_start = t->t_log = now_seconds();
     t->eval_step = -1;
+    if (patience_spent(r)) return RUN_PATIENCE;   /* resumed from the checkpoint of a run that stopped */
     for (int step = r->step + 1; step <= c->train_steps; step++) {
         double glob[G_N];
         int how = train_step(t, step, glob);
@@ -492,11 +520,15 @@ static int train_loop(Training *t)
         }
         if (how != RUN_DONE) return how;
         log_progress(t, step, glob);
-        if (c->eval_steps > 0 && step % c->eval_steps == 0) evaluate_dev(t, step);
+        if (c->eval_steps > 0 && step % c->eval_steps == 0) {
+            evaluate_dev(t, step);
+            track_dev_best(r, step, t->dev.nll);
+        }
         if (c->attn_steps > 0 && step % c->attn_steps == 0 && t->rd.enabled && r->dist.rank == 0)
             attention_probe_write(&r->model, &r->dev, c->data, c->run_dir, step);   /* watch heads form */
         if (glob[G_PREEMPT] > 0) return RUN_PREEMPTED;
         rundir_after_step(&t->rd, r, step, r->elapsed + now_seconds() - t->t_start);
+        if (patience_spent(r)) return RUN_PATIENCE;
     }
     return RUN_DONE;
 }
@@ -512,6 +544,12 @@ static int publish_outputs(Training *t, int how)
     if (how == RUN_PREEMPTED) {
         if (D->rank == 0) { printf("preempted: checkpoint of step %d written, exiting with code %d\n", r->step, EXIT_PREEMPTED); fflush(stdout); }
         return EXIT_PREEMPTED;
+    }
+    if (how == RUN_PATIENCE && D->rank == 0) {
+        printf("early stop: stopped by patience at step %d, best step %d: %d dev evaluations without lowering "
+               "the best dev nll %.4f by more than patience_delta %g (patience %d)\n", r->step, r->best.best_step,
+               r->best.bad_evals, r->best.best_nll, c->patience_delta, c->patience);
+        fflush(stdout);
     }
     report_gradsync(r, r->sync.n_syncs, now_seconds() - t->t_start);
     if (t->args.dump_params) {
@@ -529,6 +567,9 @@ static int publish_outputs(Training *t, int how)
         if (t->rd.metrics) metrics_dev(t->rd.metrics, r->step, t->dev.loss_ls, t->dev.ppl, t->dev.tokens, r->elapsed);
     }
     if (D->rank == 0) print_dev_line("final", &t->dev);
+    if (t->rd.metrics)
+        metrics_end(t->rd.metrics, how == RUN_PATIENCE ? "patience" : "train_steps", r->step, r->best.best_step,
+                    r->best.best_nll);
     rundir_close(&t->rd);
     t->rd_open = 0;
     if (corpus_is_synthetic(c->data)) {
