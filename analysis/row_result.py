@@ -68,9 +68,11 @@ STRINGS = {
     "verdict_reason": "why, in one line",
     "stopped_by": "how training ended: patience (early stopping) or train_steps; '' unknown",
     "bleu_signature": "sacreBLEU signature of every BLEU in the file",
+    "reported_checkpoint": "the checkpoint of the dev and 'final' scores: best (keep_best) or final; '' final",
 }
 # --compute KEY=VALUE: key -> type; the attributes above plus the inputs of the derived ones
-COMPUTE_KEYS = {"host_cpu": str, "device": str, "lr_rule": str, "threads": int, "ranks": int,
+COMPUTE_KEYS = {"host_cpu": str, "device": str, "lr_rule": str, "reported_checkpoint": str,
+                "threads": int, "ranks": int,
                 "peak_lr": float, "warmup": int, "wall_seconds": float, "eval_seconds": float,
                 "epoch_tokens": float, "tokens_seen": float, "mean_len": float, "unigram_nll": float}
 CURVES = ("train_step", "train_loss", "train_lr", "dev_step", "dev_loss", "dev_nll")
@@ -404,7 +406,7 @@ def compute_attrs(cfg, comp, vals, data):
     out["epochs"] = tokens / facts["epoch_tokens"] if facts.get("epoch_tokens") else float("nan")
     out["matrix_params"] = matrix_params(cfg) or -1
     out["train_flops"] = train_flops(cfg, tokens, facts.get("mean_len", float("nan")))
-    strings = {k: str(comp.get(k, "")) for k in ("host_cpu", "device", "lr_rule")}
+    strings = {k: str(comp.get(k, "")) for k in ("host_cpu", "device", "lr_rule", "reported_checkpoint")}
     return out, strings
 
 

@@ -154,11 +154,16 @@ stage_train() {
     TRAIN_WALL=$((SECONDS - t0))
 }
 
-# newest checkpoint of the run (Table 3: no checkpoint averaging)
+# the checkpoint the row is reported with: the best dev checkpoint where
+# the run kept one (keep_best=1: a run stopped by patience, issue 42; its
+# "final" hypothesis sets are then the best checkpoint's), else the newest
+# (Table 3: no checkpoint averaging)
 stage_checkpoint() {
     CKPT=$(ls "$RUN"/ckpt_*.h5 2>/dev/null | sort -V | tail -n 1)
     [ -n "$CKPT" ] || { FAIL_MSG="train: no checkpoint in $RUN"; return 1; }
-    echo "table3: $ROW: evaluating $CKPT"
+    REPORTED=final
+    if [ -e "$RUN/best.h5" ]; then CKPT=$RUN/best.h5 REPORTED=best; fi
+    echo "table3: $ROW: evaluating $CKPT ($REPORTED)"
 }
 
 # the dataset of the run ("synthetic" or a dataset file)
@@ -223,12 +228,15 @@ translate_set() {
     HYPSETS+=(--hyp-set "$name" "$RUN/$name.hyp" "$RUN/$name.ref")
 }
 
-# the average of the last 5 checkpoints (section 6.1) into RUN/avg5.h5;
-# AVG stays empty when the run kept fewer (a row too short for it)
+# the average of the last 5 checkpoints (section 6.1) into RUN/avg5.h5, the
+# last 5 up to the best one where the run kept it (stage_checkpoint); AVG
+# stays empty when the run kept fewer (a row too short for it)
 stage_average() {
+    local upto=()
     AVG=""
     [ "$(row_data)" = synthetic ] && return 0
-    if "$BIN" average --output "$RUN/avg5.h5" --last 5 "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
+    [ "$REPORTED" = best ] && upto=(--upto-best)
+    if "$BIN" average --output "$RUN/avg5.h5" --last 5 "${upto[@]}" "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
         AVG=$RUN/avg5.h5
     else
         echo "table3: $ROW: no checkpoint average: $(stage_message average 2)"
@@ -267,6 +275,7 @@ row_compute() {
              --compute "ranks=${SLURM_NTASKS:-${LOCAL_RANKS:-1}}" --compute "device=${dev:-$DEVICE}")
     [ -n "${TRAIN_WALL:-}" ] && COMPUTE+=(--compute "wall_seconds=$TRAIN_WALL")
     [ -n "${DECODE_WALL:-}" ] && COMPUTE+=(--compute "eval_seconds=$DECODE_WALL")
+    [ -n "${REPORTED:-}" ] && COMPUTE+=(--compute "reported_checkpoint=$REPORTED")
     [ "$(row_data)" != synthetic ] && COMPUTE+=(--data "$(row_data)")
     return 0
 }
@@ -318,7 +327,7 @@ table3_row() {
     ROW=$1 CFG=$SWEEP/configs/$1.cfg RUN=$SWEEP/runs/$1
     mkdir -p "$RUN" "$SWEEP/results"
     table3_overrides "$CFG"
-    PARAMS="" DEV_PPL="" TRAIN_WALL="" DECODE_WALL="" CKPT="" AVG="" FAIL_MSG="" HYPSETS=()
+    PARAMS="" DEV_PPL="" TRAIN_WALL="" DECODE_WALL="" CKPT="" REPORTED="" AVG="" FAIL_MSG="" HYPSETS=()
     echo "table3: row $ROW job ${SLURM_JOB_ID:-local} restart ${SLURM_RESTART_COUNT:-0}" \
          "on ${SLURM_JOB_NODELIST:-$(hostname -s)}: $CFG ${OVR[*]}"
     local stage
