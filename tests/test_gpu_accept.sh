@@ -42,6 +42,15 @@ for s in $ALL; do
     grep -q "no CUDA GPU" < <(tar xzOf "$W/o1/logs.tgz" "./logs/$s.log") || fail "logs.tgz lacks logs/$s.log"
 done
 ok "each stage without a GPU: exit 1, 'error: gpu-accept: stage S: no CUDA GPU visible (nvidia-smi not found)'"
+# a wedged driver: nvidia-smi that never answers is stopped at NVSMI_TIMEOUT
+mkdir -p "$W/hung"
+printf '#!/bin/sh\nsleep 60\n' >"$W/hung/nvidia-smi"; chmod +x "$W/hung/nvidia-smi"
+SECONDS=0
+rc=0; ACCEPT_NVIDIA_SMI=$W/hung/nvidia-smi NVSMI_TIMEOUT=2 STAGE=build $A "$W/o9" >/dev/null 2>"$W/err" || rc=$?
+t=$SECONDS
+[ $rc -eq 1 ] && grep -qx "error: gpu-accept: stage build: no CUDA GPU visible (nvidia-smi -L timed out after 2 s)" "$W/err" || fail "hung nvidia-smi: exit $rc: $(cat "$W/err")"
+[ $t -le 20 ] || fail "a hung nvidia-smi held the stage ${t} s (NVSMI_TIMEOUT=2)"
+ok "a hung nvidia-smi is stopped at NVSMI_TIMEOUT: the stage fails in ${t} s, saying so"
 # STAGE=all: every stage, in order; summary.md lists exactly these
 rc=0
 STAGE=all $A "$W/o2" >"$W/out" 2>"$W/err" || rc=$?
@@ -108,8 +117,10 @@ done
 n=0
 while read -r json; do
     n=$((n + 1))
-    cmd=$(python3 -c 'import json, sys; a = json.loads(sys.argv[1]); assert a["timeout_s"] <= 600 and a["carry"] == ["build/gpu-pack.tgz"]; print(a["command"])' "$json") \
-        || fail "call $n: the run arguments are not the device tool's: $json"
+    budget=$(awk -v n="$n" '$1 == "call" && $2 == n ":" { print $3 }' "$W/plan")
+    # timeout_s: the call's budget and 60 s (a hung call costs its budget, not 600 s)
+    cmd=$(python3 -c 'import json, sys; a = json.loads(sys.argv[1]); assert a["timeout_s"] == min(600, int(sys.argv[2]) + 60) and a["carry"] == ["build/gpu-pack.tgz"]; print(a["command"])' "$json" "$budget") \
+        || fail "call $n: the run arguments are not the device tool's (budget $budget s): $json"
     [ ${#cmd} -le 2000 ] || fail "call $n: command of ${#cmd} characters"
     want=$(awk -v n="$n" '$1 == "call" && $2 == n ":" {for (i = 10; i <= NF; i += 3) printf "%s ", $i}' "$W/plan")
     rm -rf "$W/devout"; mkdir -p "$W/devout"
@@ -269,10 +280,15 @@ ok "h5same ($H5PY): equal checkpoints pass; another seed, one ulp of one moment,
 # after checkpoint 6, resume; its summary holds the checks and the table
 # (steps of at least 30 ms: the background write of checkpoint 6 ends
 # before the run does)
+# The stages' budgets are a GPU's; here the CPU and the emulator run them
+# on 2 cores shared with whatever else runs, so a budget must not be the
+# verdict (issue 41: the emulated step stage ran past its 20 s under load):
+# these runs get EMU_LIMIT s a stage; the over-budget check sets its own
+EMU_LIMIT=300
 export ACCEPT_DEVICE=cpu ACCEPT_BF16_PRECISION=fp32 TRAIN_STEPS=12 DIGIT_STEPS=4 JOBS=1 ACCEPT_STEP_SLEEP_MS=30
 export ACCEPT_MODEL_ARGS="threads=1 max_tokens=256 d_model=32 d_ff=64 n_layers=2 n_heads=2 d_k=16 d_v=16 synth_train=2000 synth_dev=20"
 # (checkpoints compared with h5py, as on a GPU machine without h5diff)
-ACCEPT_NO_H5DIFF=1 ACCEPT_H5PY=$H5PY STAGE=train $A "$W/o6" >"$W/out" 2>&1 || fail "train stage on the CPU: $(cat "$W/out")"
+ACCEPT_STAGE_LIMIT=$EMU_LIMIT ACCEPT_NO_H5DIFF=1 ACCEPT_H5PY=$H5PY STAGE=train $A "$W/o6" >"$W/out" 2>&1 || fail "train stage on the CPU: $(cat "$W/out")"
 m=$W/o6/train.md
 grep -qx "# gpu-accept stage train: PASS" < <(head -1 "$m") || fail "train.md: $(cat "$m")"
 for c in "fp32 on the device = device=cpu within relative 1e-5, first 4 steps (4 of 4" \
@@ -312,7 +328,7 @@ export ACCEPT_BIN=$TOP/bin/tests/emu-transformer ACCEPT_GPU_BIN=$G ACCEPT_NO_BUI
 export ACCEPT_STEP_ARGS="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 train_steps=6 log_steps=1 max_tokens=160
     synth_train=300 synth_dev=8 max_len=14 warmup=10 threads=1 run_dir="
 [ -x "$ACCEPT_BIN" ] && [ -x "$TOP/bin/tests/test_cuda_step" ] || fail "emulator binaries missing (make tests)"
-rc=0; ACCEPT_NVIDIA_SMI=$W/gpu/nvidia-smi CUDA_EMU_DEVICES=1 ACCEPT_NCCL=0 STAGE=build,step,ops,sanitize $A "$W/e1" >"$W/out" 2>&1 || rc=$?
+rc=0; ACCEPT_STAGE_LIMIT=$EMU_LIMIT ACCEPT_NVIDIA_SMI=$W/gpu/nvidia-smi CUDA_EMU_DEVICES=1 ACCEPT_NCCL=0 STAGE=build,step,ops,sanitize $A "$W/e1" >"$W/out" 2>&1 || rc=$?
 [ $rc -eq 0 ] || fail "build, step, ops, sanitize on the emulator: exit $rc: $(cat "$W"/e1/*.md)"
 m=$W/e1/step.md
 for c in "1 GPU(s), NCCL absent: the 2-rank runs use allreduce=mpi" \
@@ -329,7 +345,7 @@ grep -q -- "- PASS: bin/transformer loads and reaches the device" "$W/e1/build.m
 [ "$(find "$W/e1" -type f | wc -l)" -eq 6 ] || fail "4 stages left other than 6 files: $(ls "$W/e1")"
 ok "emulator, one GPU: build, step (1 rank, 2 ranks with allreduce=mpi sharing it), ops, sanitize pass"
 # two GPUs and NCCL: the 2-rank runs use NCCL, one rank per GPU
-rc=0; ACCEPT_NVIDIA_SMI=$W/gpu2/nvidia-smi CUDA_EMU_DEVICES=2 ACCEPT_NCCL=1 STAGE=step $A "$W/e2" >"$W/out" 2>&1 || rc=$?
+rc=0; ACCEPT_STAGE_LIMIT=$EMU_LIMIT ACCEPT_NVIDIA_SMI=$W/gpu2/nvidia-smi CUDA_EMU_DEVICES=2 ACCEPT_NCCL=1 STAGE=step $A "$W/e2" >"$W/out" 2>&1 || rc=$?
 [ $rc -eq 0 ] && grep -qF -- "- 2 GPU(s), NCCL linked: the 2-rank runs use allreduce=nccl" "$W/e2/step.md" \
     && grep -qF -- "- PASS: 2-rank train device=cuda allreduce=nccl = device=cpu on 2 ranks" "$W/e2/step.md" \
     || fail "step, 2 GPUs with NCCL: exit $rc: $(cat "$W/e2/step.md")"
@@ -343,7 +359,7 @@ ln -s "$TOP/bin/tests/test_cuda_kernels" "$G/gemm_peak" "$P/"
 printf '#!/bin/sh\n[ "${OMPI_COMM_WORLD_SIZE:-1}" = 1 ] && exec %s "$@"\necho "FAIL   grad encoder/emb: planted"; exit 1\n' "$TOP/bin/tests/test_cuda_step" >"$P/test_cuda_step"
 printf '#!/bin/sh\ncase " $* " in *" device=cuda "*) exec %s "$@" seed=2 ;; esac\nexec %s "$@"\n' "$ACCEPT_BIN" "$ACCEPT_BIN" >"$P/transformer"
 chmod +x "$P/test_cuda_step" "$P/transformer"
-rc=0; ACCEPT_NVIDIA_SMI=$W/gpu/nvidia-smi CUDA_EMU_DEVICES=1 ACCEPT_NCCL=0 ACCEPT_GPU_BIN=$P ACCEPT_BIN=$P/transformer STAGE=step $A "$W/e3" >"$W/out" 2>&1 || rc=$?
+rc=0; ACCEPT_STAGE_LIMIT=$EMU_LIMIT ACCEPT_NVIDIA_SMI=$W/gpu/nvidia-smi CUDA_EMU_DEVICES=1 ACCEPT_NCCL=0 ACCEPT_GPU_BIN=$P ACCEPT_BIN=$P/transformer STAGE=step $A "$W/e3" >"$W/out" 2>&1 || rc=$?
 m=$W/e3/step.md
 [ $rc -eq 1 ] && grep -qx "# gpu-accept stage step: FAIL" < <(head -1 "$m") \
     && grep -qF -- "- PASS: whole step vs the CPU backend, 1 rank" "$m" \

@@ -211,9 +211,9 @@ assert sum(int(t) for _, t, _ in calls) <= 360, calls
 accept = [int(t) for t in re.findall(r"^call \d+: (\d+) s = ", open(sys.argv[3]).read(), re.M)]
 session = 90 + sum(accept) + sum(int(t) for _, t, _ in calls)
 assert accept and session <= 900, ("over a session's 900 s", accept, calls)
-for r in runs:
-    a = json.loads(r)
-    assert len(a["command"]) <= 2000 and a["timeout_s"] <= 600 and len(a["carry"]) <= 8, a
+for (_, t, _), r in zip(calls, runs):
+    a = json.loads(r)  # timeout_s: the call's budget and 60 s, so a hung call costs its budget
+    assert len(a["command"]) <= 2000 and a["timeout_s"] == min(600, int(t) + 60) and len(a["carry"]) <= 8, a
     assert r in doc, ("docs/gpu-accept.md does not give", r)
 print("%d call(s), %s s, each <= 540 s and <= 8 files, commands in docs/gpu-accept.md; a session: 90 s start + gpu-accept %s s + kit = %d s <= 900 s"
       % (len(calls), "+".join(t for _, t, _ in calls), "+".join(map(str, accept)), session))
@@ -234,7 +234,9 @@ esac
 SH
 export KIT_WORK=$W/kitwork KIT_GPU_MODEL=$M KIT_GEMM_PEAK=$P KIT_PEAK_N=64 KIT_REPS=2
 export KIT_MODEL_ARGS="--batch 4 --len 9 n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 vocab_size=100 precision=bf16"
-PATH=$W/fake:$PATH STAGE=timing,sweep bash tests/gpu/kit.sh $W/kitout > $W/kit.txt 2>&1 || fail "kit.sh timing,sweep: $(cat $W/kit.txt; cat $W/kitout/kit.md)"
+# (the budgets are a GPU's: on the emulator, on 2 shared cores, they would
+# make the verdict depend on the machine's load, issue 41)
+PATH=$W/fake:$PATH KIT_BUDGET_timing=300 KIT_BUDGET_sweep=300 STAGE=timing,sweep bash tests/gpu/kit.sh $W/kitout > $W/kit.txt 2>&1 || fail "kit.sh timing,sweep: $(cat $W/kit.txt; cat $W/kitout/kit.md)"
 [ "$(grep -c '^- PASS' $W/kitout/kit.md)" = 8 ] && ! grep -q '^- FAIL' $W/kitout/kit.md &&
     grep -q '^step: measured' $W/kitout/kit.md && grep -q '^gpu_clocks: [0-9]* samples' $W/kitout/kit.md ||
     fail "kit.md: $(cat $W/kitout/kit.md)"

@@ -23,7 +23,7 @@ trap 'rm -rf "$W"' EXIT
 peak_mem() {
     local f=$1 base p rc=0
     shift
-    base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+    base=$(timeout -k 5 20 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$f.samples" 2>/dev/null &
     p=$!
     "$@" || rc=$?
@@ -37,7 +37,7 @@ bin/gpu/gemm_peak | tee /dev/stderr > "$W/peak.txt"
 peak=$(awk '$2 == "bf16" && $7 != "random" {print $6}' "$W/peak.txt")
 peak_random=$(awk '$2 == "bf16" && $7 == "random" {print $6}' "$W/peak.txt")
 [ -n "$peak" ] || fail "gpu-bench: bin/gpu/gemm_peak measured no bf16 peak"
-echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); measured bf16 GEMM peak $peak TFLOP/s on constant data, ${peak_random:-?} on random data"
+echo "GPU: $(timeout -k 5 20 nvidia-smi --query-gpu=name --format=csv,noheader | head -1); measured bf16 GEMM peak $peak TFLOP/s on constant data, ${peak_random:-?} on random data"
 have_torch=1
 $TORCH_PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || { have_torch=0; echo "(no PyTorch with CUDA for $TORCH_PY: ours only)"; }
 

@@ -9,9 +9,11 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
-nvidia-smi -L >/dev/null 2>&1 || fail "gpu-test: no GPU (nvidia-smi -L failed)"
-ngpu=$(nvidia-smi -L | wc -l)
-echo "GPUs: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $ngpu"
+# nvidia-smi under a time limit: a wedged driver would hold it for the call's whole budget
+nvsmi() { timeout -k 5 20 nvidia-smi "$@"; }
+nvsmi -L >/dev/null 2>&1 || fail "gpu-test: no GPU (nvidia-smi -L failed or timed out)"
+ngpu=$(nvsmi -L | wc -l)
+echo "GPUs: $(nvsmi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $ngpu"
 bin/gpu/test_cuda_kernels || fail "ops on the GPU differ from the CPU backend"
 bin/gpu/test_cuda_step || fail "training step on the GPU differs from the CPU backend (1 rank)"
 if [ "$ngpu" -ge 2 ]; then

@@ -69,6 +69,7 @@ kit_budget() {
 accept_budget() {  # STAGE: gpu-accept's budget of it, from its plan
     (. "$TOP/tests/gpu/accept/plan.sh" && stage_budget "$1")
 }
+kit_call_timeout() { (. "$TOP/tests/gpu/accept/plan.sh" && call_timeout "$1"); }  # accept/plan.sh's rule
 accept_overhead() { (. "$TOP/tests/gpu/accept/plan.sh" && echo "$CALL_OVERHEAD"); }
 
 call_budget() {  # N: the worst case of call N
@@ -134,7 +135,8 @@ plan_print() {
         printf ' (%d files)\n' "$(call_files "$n")"
         for s in ${PLAN_ACCEPT[$((n - 1))]}; do printf '  %-8s %4d s  gpu-accept stage (docs/gpu-accept.md)\n' "$s" "$(accept_budget "$s")"; done
         for s in ${PLAN_KIT[$((n - 1))]}; do printf '  %-8s %4d s  %s\n' "$s" "$(kit_budget "$s")" "${KIT_WHAT[$s]}"; done
-        printf '  run {"command": "%s", "carry": %s, "timeout_s": 600}\n' "$(plan_command "$n" | sed 's/"/\\"/g')" "$PLAN_CARRY"
+        printf '  run {"command": "%s", "carry": %s, "timeout_s": %d}\n' "$(plan_command "$n" | sed 's/"/\\"/g')" "$PLAN_CARRY" \
+            "$(kit_call_timeout "$(call_budget "$n")")"
     done
 }
 
@@ -218,7 +220,7 @@ run_stages() {
         report "" "## $s (budget $(kit_budget "$s") s)"
         t0=$SECONDS
         # (a stage in a subshell under its budget; its report lines stay)
-        KIT_STAGE_FN=stage_$s timeout "$(kit_budget "$s")" bash -c ". '$TOP/tests/gpu/kit.sh' --source && \$KIT_STAGE_FN"
+        KIT_STAGE_FN=stage_$s timeout --kill-after=10 "$(kit_budget "$s")" bash -c ". '$TOP/tests/gpu/kit.sh' --source && \$KIT_STAGE_FN"
         rc=$?
         [ $rc -eq 124 ] && report "- FAIL $s: stopped at its budget of $(kit_budget "$s") s"
         report "- stage time: $((SECONDS - t0)) s; $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
@@ -238,7 +240,7 @@ kit() {
     {
         echo "# gpu-kit: $*"
         echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || cat build/gpu-libs/COMMIT 2>/dev/null || echo unknown);" \
-             "GPU $(nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1 || echo none)"
+             "GPU $(timeout -k 5 20 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1 || echo none)"
         grep -v '^$' "$W/clocks.txt" | tail -2
         cat "$W/report.md"
         echo; echo "## the end of the log"; echo '```'; tail -15 "$W/kit.log"; echo '```'

@@ -4,18 +4,29 @@
 # Sourced; uses the settings of accept.sh.
 # ------------------------------------------------------------ environment
 
+# nvsmi ARGS: nvidia-smi under a time limit (NVSMI_TIMEOUT, 20 s; killed 5 s
+# later): a wedged driver holds a call for as long as it likes, and the
+# device call around it has no minutes to lose (issue 44)
+nvsmi() { timeout -k 5 "${NVSMI_TIMEOUT:-20}" "$NVSMI" "$@"; }
+
 # no_gpu: prints why no GPU is usable and succeeds, or fails when one is
 no_gpu() {
     local l
     [ "$DEVICE" = cuda ] || return 1
     command -v "$NVSMI" >/dev/null 2>&1 || { echo "nvidia-smi not found"; return 0; }
-    l=$("$NVSMI" -L 2>&1) || { echo "nvidia-smi -L failed: $(head -1 <<<"$l")"; return 0; }
+    local rc=0
+    l=$(nvsmi -L 2>&1) || rc=$?
+    case $rc in
+        0) ;;
+        124 | 137) echo "nvidia-smi -L timed out after ${NVSMI_TIMEOUT:-20} s"; return 0 ;;
+        *) echo "nvidia-smi -L failed: $(head -1 <<<"$l")"; return 0 ;;
+    esac
     grep -q '^GPU ' <<<"$l" || { echo "nvidia-smi lists no GPU"; return 0; }
     return 1
 }
 
 gpu_query() {  # FIELD -> first GPU's value
-    "$NVSMI" --query-gpu="$1" --format=csv,noheader 2>/dev/null | head -1 || true
+    nvsmi --query-gpu="$1" --format=csv,noheader 2>/dev/null | head -1 || true
 }
 
 cuda_home() {
@@ -55,7 +66,7 @@ write_env() {  # AUX/env.md: the lines every summary starts with
     if why=$(no_gpu); then
         gpu="none ($why)"; driver=none
     elif [ "$DEVICE" = cuda ]; then
-        gpu="$(gpu_query name), $(gpu_query memory.total), compute capability $(gpu_query compute_cap), $("$NVSMI" -L | wc -l) visible"
+        gpu="$(gpu_query name), $(gpu_query memory.total), compute capability $(gpu_query compute_cap), $(nvsmi -L | wc -l) visible"
         driver=$(gpu_query driver_version)
     else
         gpu="none: ACCEPT_DEVICE=$DEVICE (a test of the script, not of a GPU)"; driver=none
@@ -63,7 +74,7 @@ write_env() {  # AUX/env.md: the lines every summary starts with
     cuda="nvcc $( (nvcc --version 2>/dev/null || echo 'release none,') | sed -n 's/.*release \([^,]*\),.*/\1/p')"
     if [ "$driver" != none ]; then
         local smi
-        smi=$("$NVSMI" 2>/dev/null || true)
+        smi=$(nvsmi 2>/dev/null || true)
         cuda="$cuda; driver supports CUDA $(sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' <<<"$smi" | sed -n 1p)"
     fi
     "${LIB[@]}" header "gpu=$gpu" "driver=$driver" "cuda=$cuda" "nccl=$(nccl_version)" \
@@ -132,7 +143,7 @@ unpack() {
 }
 
 gpu_count() {  # the GPUs nvidia-smi lists
-    "$NVSMI" -L 2>/dev/null | grep -c '^GPU ' || true
+    nvsmi -L 2>/dev/null | grep -c '^GPU ' || true
 }
 
 # bin/transformer has NCCL (ACCEPT_NCCL=0|1 says so for the emulator's

@@ -60,6 +60,11 @@ stage_budget() {
     echo "${ACCEPT_STAGE_LIMIT:-${!v:-${BUDGET[$1]:-0}}}"
 }
 
+# call_timeout BUDGET: the device call's timeout_s, its budget and a margin
+# of 60 s for the start-up and the transfer of $OUT (at most the tool's 600):
+# a call that hangs then costs its budget, not 600 s (issue 44)
+call_timeout() { local t=$(($1 + 60)); echo $((t > 600 ? 600 : t)); }
+
 call_budget() {  # N: the worst case of call N, overhead included
     local s t=$CALL_OVERHEAD
     for s in ${PLAN_CALLS[$(($1 - 1))]}; do t=$((t + $(stage_budget "$s"))); done
@@ -105,6 +110,7 @@ plan_print() {
         for s in ${PLAN_CALLS[$((n - 1))]}; do printf ' + %s %d' "$s" "$(stage_budget "$s")"; done
         echo
         for s in ${PLAN_CALLS[$((n - 1))]}; do printf '  %-8s %4d s  %s\n' "$s" "$(stage_budget "$s")" "${STAGE_WHAT[$s]}"; done
-        printf '  run {"command": "%s", "carry": %s, "timeout_s": 600}\n' "$(plan_command "$n" | sed 's/"/\\"/g')" "$PLAN_CARRY"
+        printf '  run {"command": "%s", "carry": %s, "timeout_s": %d}\n' "$(plan_command "$n" | sed 's/"/\\"/g')" "$PLAN_CARRY" \
+            "$(call_timeout "$(call_budget "$n")")"
     done
 }
