@@ -512,6 +512,49 @@ def evolution(path, data, prefix):
     return savefig(fig, prefix) + [prefix + ".csv"]
 
 
+# ---------------------------------------------------------------- cross-attention as alignment
+def word_groups(tokens):
+    """Positions of each word of SentencePiece pieces ('▁' starts a word), the
+    special tokens left out: list of lists.  Tokens without any '▁' (the
+    synthetic task's ids) are one word each."""
+    pieced = any("▁" in t for t in tokens)
+    words = []
+    for i, t in enumerate(tokens):
+        if t in SPECIAL:
+            continue
+        if not words or not pieced or t.startswith("▁"):
+            words.append([i])
+        else:
+            words[-1].append(i)
+    return words
+
+
+def alignment_links(cross, src_tokens, tgt_out_tokens):
+    """Word alignment of one cross-attention head [T, S] (Garg et al. 2019's
+    argmax rule): the rows of the decoder positions that predict a target
+    word's pieces (tgt_out_tokens) averaged, the columns of a source word's
+    pieces summed, and each target word linked to the source word of the
+    largest weight (the first on a tie).  Returns {(target word, source word)}."""
+    cross = np.asarray(cross, float)
+    tw, sw = word_groups(tgt_out_tokens), word_groups(src_tokens)
+    if not tw or not sw:
+        return set()
+    words = np.stack([cross[rows].mean(axis=0) for rows in tw])              # [target words, S]
+    per_src = np.stack([words[:, cols].sum(axis=1) for cols in sw], axis=1)  # [target words, source words]
+    return {(t, int(s)) for t, s in enumerate(per_src.argmax(axis=1))}
+
+
+def aer(links, sure, possible=None):
+    """Alignment error rate (Och and Ney 2003): 1 - (|A∩S| + |A∩P|) / (|A| + |S|),
+    P ⊇ S (default P = S: one silver reference, as eflomal's links are).
+    Over a corpus, pass the union of (sentence, t, s) links."""
+    a, s = set(links), set(sure)
+    p = s | set(possible or ())
+    if not a and not s:
+        return 0.0
+    return 1.0 - (len(a & s) + len(a & p)) / (len(a) + len(s))
+
+
 # ---------------------------------------------------------------- per-run summaries
 SUMMARY_FORMAT = "transformer-attention-summary"
 SUMMARY_VERSION = 1

@@ -1,7 +1,8 @@
 """Attention statistics on known maps (hand-computed values), and heatmaps,
 statistics and their evolution on attention files written by the C program
 (`transformer attention` from a checkpoint, and the training probe); the
-per-run summaries of a sweep and `attention.py compare` on a planted sweep."""
+per-run summaries of a sweep and `attention.py compare` on a planted sweep;
+word alignments and AER of planted cross-attention heads."""
 
 import csv
 import math
@@ -358,3 +359,31 @@ def test_compare_errors(planted_sweep, tmp_path):
     assert "not an attention file" in cli_error("attention.py", "summary", top / "attention" / "A1.h5",
                                                 "--out", tmp_path / "s.h5")
 
+
+# ------------------------------------------------------------ cross-attention as alignment (AER)
+def test_aer_of_planted_heads():
+    n = 5
+    identity = {(i, i) for i in range(n)}
+    src = [f"\u2581w{i}" for i in range(n)] + ["</s>"]
+    tgt = [f"\u2581v{i}" for i in range(n)] + ["</s>"]                  # what each position predicts
+    eye = np.zeros((n + 1, n + 1))
+    eye[np.arange(n + 1), np.arange(n + 1)] = 1.0
+    assert A.alignment_links(eye, src, tgt) == identity
+    assert A.aer(A.alignment_links(eye, src, tgt), identity) == 0.0
+    # uniform: every row ties, the first source word wins: A = {(t, 0)}, |A ∩ S| = 1
+    uni = np.full((n + 1, n + 1), 1.0 / (n + 1))
+    assert A.alignment_links(uni, src, tgt) == {(t, 0) for t in range(n)}
+    assert A.aer(A.alignment_links(uni, src, tgt), identity) == pytest.approx(1 - 2 * 1 / (2 * n))
+    # sure and possible links, Och and Ney's definition by hand
+    assert A.aer({(0, 0), (1, 2)}, {(0, 0)}, {(1, 2)}) == pytest.approx(1 - (1 + 2) / (2 + 1))
+
+
+def test_alignment_merges_subword_pieces():
+    # source "▁a ▁bc d </s>": words a, bcd; target pieces "▁x ▁y z </s>": words x, yz
+    src, tgt = ["\u2581a", "\u2581bc", "d", "</s>"], ["\u2581x", "\u2581y", "z", "</s>"]
+    m = np.array([[0.6, 0.3, 0.1, 0.0],     # x: a 0.6 vs bcd 0.4
+                  [0.5, 0.25, 0.25, 0.0],   # y alone: a 0.5 = bcd 0.5, a tie (a wins);
+                  [0.4, 0.4, 0.2, 0.0],    # y and z averaged: a 0.45, bcd 0.55
+                  [0.0, 0.0, 0.0, 1.0]])
+    assert A.word_groups(src) == [[0], [1, 2]]
+    assert A.alignment_links(m, src, tgt) == {(0, 0), (1, 1)}
