@@ -7,6 +7,14 @@ Commands:
   heatmap FILE    one head (--head H) or a grid of all heads of a layer
   stats FILE      per-head statistics, a table of heads by layer and a figure
   evolution FILE  the statistics against training step (probe file)
+  summary FILE --out SUMMARY
+                  per head, the mean, s.d. and count over sentences of every
+                  statistic (a sweep run's committed attention: docs/attention.md)
+  compare SWEEP_DIR
+                  the summaries of a Table 3 sweep (SWEEP_DIR/attention/<run>.h5)
+                  by row: tables (.md, .csv) and figures of per-layer and per-head
+                  statistics with 95% t intervals over seeds, and each row's
+                  change in one statistic against its change in dev NLL (Spearman)
 
 Statistics of a head, each averaged over the query positions of a sentence
 and then over sentences (rows with no keys are skipped):
@@ -22,9 +30,11 @@ Examples:
   attention.py heatmap attn.h5 --sentence 0 --kind cross --layer 5 --head 2
   attention.py stats attn.h5 --out figs/heads
   attention.py evolution runs/base/attention_probe.h5 --out figs/evolution
+  attention.py compare docs/results-multi30k/sweep --kind cross --stat entropy
 """
 
 import argparse
+import glob
 import math
 import os
 import re
@@ -183,8 +193,8 @@ def head_stats(a, key_tokens=None):
     return out
 
 
-def file_stats(path, sents):
-    """Statistics averaged over sentences: dict kind -> stat -> [layers, heads]."""
+def sentence_stats(path, sents):
+    """Statistics of every sentence: dict kind -> stat -> [sentences, layers, heads]."""
     acc = {}
     for s in sents:
         for kind, a in s["maps"].items():
@@ -198,16 +208,22 @@ def file_stats(path, sents):
                 st["next"] = np.full_like(st["next"], np.nan)  # 0 by the causal mask: not a property of the head
             for k in STATS:
                 d["vals"][k].append(st[k])
-    out = {}
-    for kind in KINDS:
-        if kind in acc:
-            with np.errstate(invalid="ignore"):
-                import warnings
+    return {kind: {k: np.stack(v) for k, v in acc[kind]["vals"].items()} for kind in KINDS if kind in acc}
 
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    out[kind] = {k: np.nanmean(np.stack(v), axis=0) for k, v in acc[kind]["vals"].items()}
-    return out
+
+def _nan_reduce(fn, v, **kw):
+    """fn (np.nanmean, np.nanstd) over axis 0 without the all-NaN warning (NaN stays NaN)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(v, axis=0, **kw)
+
+
+def file_stats(path, sents):
+    """Statistics averaged over sentences: dict kind -> stat -> [layers, heads]."""
+    return {kind: {k: _nan_reduce(np.nanmean, v) for k, v in st.items()}
+            for kind, st in sentence_stats(path, sents).items()}
 
 
 # ---------------------------------------------------------------- selection
@@ -496,6 +512,407 @@ def evolution(path, data, prefix):
     return savefig(fig, prefix) + [prefix + ".csv"]
 
 
+# ---------------------------------------------------------------- cross-attention as alignment
+def word_groups(tokens):
+    """Positions of each word of SentencePiece pieces ('▁' starts a word), the
+    special tokens left out: list of lists.  Tokens without any '▁' (the
+    synthetic task's ids) are one word each."""
+    pieced = any("▁" in t for t in tokens)
+    words = []
+    for i, t in enumerate(tokens):
+        if t in SPECIAL:
+            continue
+        if not words or not pieced or t.startswith("▁"):
+            words.append([i])
+        else:
+            words[-1].append(i)
+    return words
+
+
+def alignment_links(cross, src_tokens, tgt_out_tokens):
+    """Word alignment of one cross-attention head [T, S] (Garg et al. 2019's
+    argmax rule): the rows of the decoder positions that predict a target
+    word's pieces (tgt_out_tokens) averaged, the columns of a source word's
+    pieces summed, and each target word linked to the source word of the
+    largest weight (the first on a tie).  Returns {(target word, source word)}."""
+    cross = np.asarray(cross, float)
+    tw, sw = word_groups(tgt_out_tokens), word_groups(src_tokens)
+    if not tw or not sw:
+        return set()
+    words = np.stack([cross[rows].mean(axis=0) for rows in tw])              # [target words, S]
+    per_src = np.stack([words[:, cols].sum(axis=1) for cols in sw], axis=1)  # [target words, source words]
+    return {(t, int(s)) for t, s in enumerate(per_src.argmax(axis=1))}
+
+
+def aer(links, sure, possible=None):
+    """Alignment error rate (Och and Ney 2003): 1 - (|A∩S| + |A∩P|) / (|A| + |S|),
+    P ⊇ S (default P = S: one silver reference, as eflomal's links are).
+    Over a corpus, pass the union of (sentence, t, s) links."""
+    a, s = set(links), set(sure)
+    p = s | set(possible or ())
+    if not a and not s:
+        return 0.0
+    return 1.0 - (len(a & s) + len(a & p)) / (len(a) + len(s))
+
+
+# ---------------------------------------------------------------- per-run summaries
+SUMMARY_FORMAT = "transformer-attention-summary"
+SUMMARY_VERSION = 1
+# provenance copied from the maps file (docs/attention.md)
+SUMMARY_ATTRS = ("checkpoint", "checkpoint_step", "data", "split", "mode", "sample", "config", "n_layers", "n_heads")
+
+
+def _write_summary(out, path, run, per, attrs, index):
+    """The summary file (docs/attention.md), written whole under a temporary name."""
+    from common import h5_atomic
+
+    with h5_atomic(out) as g:
+        g.attrs["format"] = SUMMARY_FORMAT
+        g.attrs["summary_version"] = SUMMARY_VERSION
+        g.attrs["source"] = path
+        g.attrs["run"] = run or os.path.splitext(os.path.basename(out))[0]
+        g.attrs["stats"] = ",".join(STATS)
+        g.attrs["n_sentences"] = len(index)
+        for k, v in attrs.items():
+            g.attrs[k] = v
+        g["sentence_index"] = index
+        for kind, st in per.items():
+            v = np.stack([st[k] for k in STATS], axis=1)          # [sentences, stats, layers, heads]
+            g[f"{kind}/mean"] = _nan_reduce(np.nanmean, v)
+            g[f"{kind}/sd"] = _nan_reduce(np.nanstd, v, ddof=1) if len(v) > 1 else np.full(v.shape[1:], np.nan)
+            g[f"{kind}/count"] = np.isfinite(v).sum(axis=0).astype(np.int32)
+
+
+def summarize_maps(path, out, run=None):
+    """Write OUT: per head, the mean, s.d. and count over the sentences of a
+    `transformer attention` file of every statistic (the committed form of a
+    sweep run's maps: docs/attention.md); through a temporary file, renamed."""
+    data = load(path)
+    if data["format"] != "transformer-attention" or None not in data["steps"]:
+        raise AnalysisError(path, f"not a `transformer attention` file (format '{data['format']}')")
+    sents = data["steps"][None]
+    per = sentence_stats(path, sents)
+    with open_h5(path) as f:
+        attrs = {k: f.attrs[k] for k in SUMMARY_ATTRS if k in f.attrs}
+        index = np.asarray(f["sentence_index"][()], np.int64) if "sentence_index" in f else None
+    if index is None or len(index) != len(sents):
+        raise AnalysisError(path, "no /sentence_index with one entry per sentence group")
+    try:
+        _write_summary(out, path, run, per, attrs, index)
+    except OSError as e:
+        raise AnalysisError(out, f"cannot write: {e.strerror or e}") from None
+    return [out]
+
+
+def load_summary(path):
+    """A summary file: {'run', 'index', 'attrs', 'mean': {kind: {stat: [L, H]}}}."""
+    with open_h5(path) as f:
+        if attr_str(f, "format", "") != SUMMARY_FORMAT:
+            raise AnalysisError(path, f"not an attention summary (format '{attr_str(f, 'format', '')}', "
+                                      f"expected '{SUMMARY_FORMAT}')")
+        names = attr_str(f, "stats", "").split(",")
+        if "sentence_index" not in f or set(names) != set(STATS) or "n_layers" not in f.attrs or "n_heads" not in f.attrs:
+            raise AnalysisError(path, f"attention summary without sentence_index, n_layers, n_heads or the "
+                                      f"statistics {','.join(STATS)}")
+        L, H = int(f.attrs["n_layers"]), int(f.attrs["n_heads"])
+        out = {"path": path, "run": attr_str(f, "run", ""), "index": np.asarray(f["sentence_index"][()]),
+               "data": attr_str(f, "data", ""), "split": attr_str(f, "split", ""), "L": L, "H": H, "mean": {}}
+        for kind in KINDS:
+            if kind not in f:
+                continue
+            m = np.asarray(f[kind]["mean"][()], float)
+            if m.shape != (len(names), L, H):
+                raise AnalysisError(path, f"{kind}/mean has shape {m.shape}, expected {(len(names), L, H)}")
+            out["mean"][kind] = {s: m[names.index(s)] for s in STATS}
+    return out
+
+
+# ---------------------------------------------------------------- across the rows of a sweep
+def sweep_rows(sweep, configs):
+    """The sweep's rows as the Table 3 protocol counts them (table3.py,
+    compare.py): list of {'row', 'used': run names, 'd_nll', 'failed': run names}."""
+    import compare as C
+    import table3 as T3
+
+    runs = T3.load_rows(sweep, configs)
+    groups = C.group_runs(runs)
+    rows = [C.row_summary(n, groups[n]) for n in sorted(groups, key=T3.logical_sort_key)]
+    base = next((s for s in rows if s["row"] == "base"), None)
+    for s in rows:
+        if base is not None and s is not base and s["n"] and base["n"]:
+            C.nll_comparison(s, base)
+    return [{"row": s["row"], "used": [r["row"] for r in s["used"]], "d_nll": s["d_nll"] if s is not base else 0.0,
+             "failed": [r["row"] for r in s["failed"]]} for s in rows]
+
+
+def seed_interval(v):
+    """Mean over seeds (axis 0) and its 95% t interval; lo = hi = NaN for one seed."""
+    import stats
+
+    v = np.asarray(v, float)
+    n = np.isfinite(v).sum(axis=0)
+    mean = _nan_reduce(np.nanmean, v)
+    half = np.full(np.shape(mean), np.nan)
+    if v.shape[0] > 1:
+        sd = _nan_reduce(np.nanstd, v, ddof=1)
+        q = np.array([stats.t_quantile(0.5 + stats.LEVEL / 2, k - 1) if k > 1 else np.nan
+                      for k in np.ravel(n)]).reshape(np.shape(n))
+        half = np.where(n > 1, q * sd / np.sqrt(np.maximum(n, 1)), np.nan)
+    return mean, mean - half, mean + half
+
+
+def read_sweep_summaries(sweep, configs):
+    """Rows with their runs' summaries: list of {'row', 'runs', 'L', 'H', 'd_nll',
+    'mean': {kind: {stat: [seeds, L, H]}}} and notes on what was left out.  Every
+    summary must be of the same sentences of the same data."""
+    adir = os.path.join(sweep, "attention")
+    files = sorted(glob.glob(os.path.join(adir, "*.h5")))
+    if not files:
+        raise AnalysisError(adir, "no attention summaries (*.h5): the sweep's runs wrote none "
+                                  "(jobs/table3-stages.sh, stage attention)")
+    summ = {os.path.splitext(os.path.basename(p))[0]: load_summary(p) for p in files}
+    first = summ[min(summ)]
+    for name, s in summ.items():
+        if not np.array_equal(s["index"], first["index"]) or s["split"] != first["split"]:
+            raise AnalysisError(s["path"], f"a sample other than {first['path']}'s (split {s['split']}, "
+                                           f"{len(s['index'])} sentences): rows are compared on the same sentences")
+    rows, notes = [], []
+    all_rows = sweep_rows(sweep, configs)
+    for r in all_rows:
+        have = [n for n in r["used"] if n in summ]
+        missing = [n for n in r["used"] if n not in summ]
+        if missing:
+            notes.append(f"{r['row']}: no attention summary for {', '.join(missing)}")
+        if r["failed"]:
+            notes.append(f"{r['row']}: left out (failed verdict or status): {', '.join(r['failed'])}")
+        if not have:
+            continue
+        shapes = {(summ[n]["L"], summ[n]["H"]) for n in have}
+        if len(shapes) > 1:
+            raise AnalysisError(summ[have[0]]["path"], f"row {r['row']}: its runs differ in layers x heads: {sorted(shapes)}")
+        kinds = [k for k in KINDS if all(k in summ[n]["mean"] for n in have)]
+        rows.append({"row": r["row"], "runs": have, "d_nll": r["d_nll"], "L": shapes.pop()[0], "H": summ[have[0]]["H"],
+                     "mean": {k: {s: np.stack([summ[n]["mean"][k][s] for n in have]) for s in STATS} for k in kinds}})
+    stray = set(summ) - {n for r in all_rows for n in r["used"] + r["failed"]}
+    if stray:
+        notes.append("summaries of no run in results/ (no result file, or not done): " + ", ".join(sorted(stray)))
+    if not rows:
+        raise AnalysisError(adir, "no summary belongs to a usable run of the sweep's results/*.h5")
+    return rows, notes, first
+
+
+def _cell(m, lo, hi, digits=3):
+    if not np.isfinite(m):
+        return "–"
+    return f"{m:.{digits}f}" + (f" [{lo:.{digits}f}, {hi:.{digits}f}]" if np.isfinite(lo) else "")
+
+
+def compare_levels(row):
+    """(layer, head, kind, stat, per-seed values) of a row: every head, every
+    layer's mean over heads ('mean'), and the mean over all heads ('all')."""
+    out = []
+    for kind, st in row["mean"].items():
+        for s, v in st.items():                                   # v: [seeds, L, H]
+            out.append(("all", "mean", kind, s, _nan_reduce(np.nanmean, np.moveaxis(v.reshape(len(v), -1), 1, 0))))
+            for l in range(v.shape[1]):
+                out.append((l, "mean", kind, s, _nan_reduce(np.nanmean, np.moveaxis(v[:, l], 1, 0))))
+                for h in range(v.shape[2]):
+                    out.append((l, h, kind, s, v[:, l, h]))
+    return out
+
+
+def compare_csv(rows):
+    """Long CSV: one line per row, kind, layer, head (or mean), statistic."""
+    lines = ["row,runs,kind,layer,head,stat,mean,lo,hi,per_seed"]
+    num = lambda x: "" if not np.isfinite(x) else f"{float(x):.6g}"
+    for r in rows:
+        for l, h, kind, s, v in compare_levels(r):
+            m, lo, hi = seed_interval(np.asarray(v)[:, None])
+            lines.append(f"{r['row']},{len(r['runs'])},{kind},{l},{h},{s},{num(m[0])},{num(lo[0])},{num(hi[0])},"
+                         + " ".join(num(x) for x in v))
+    return "\n".join(lines) + "\n"
+
+
+def overall(row, kind, stat):
+    """A row's statistic, mean over every head, per seed: [seeds] (NaN if the row lacks the kind)."""
+    if kind not in row["mean"]:
+        return np.full(len(row["runs"]), np.nan)
+    v = row["mean"][kind][stat]
+    return _nan_reduce(np.nanmean, np.moveaxis(v.reshape(len(v), -1), 1, 0))
+
+
+def delta_vs_nll(rows, kind, stat):
+    """(rows other than base with both numbers, Δ statistic vs base, Δ dev NLL, Spearman ρ)."""
+    import stats
+
+    base = next((r for r in rows if r["row"] == "base"), None)
+    if base is None:
+        return [], [], [], math.nan
+    b = _nan_reduce(np.nanmean, overall(base, kind, stat))
+    pts = [(r, _nan_reduce(np.nanmean, overall(r, kind, stat)) - b, r["d_nll"]) for r in rows if r is not base]
+    pts = [p for p in pts if np.isfinite(p[1]) and np.isfinite(p[2])]
+    if not pts:
+        return [], [], [], math.nan
+    names, ds, dn = zip(*[(p[0]["row"], p[1], p[2]) for p in pts])
+    return list(names), list(ds), list(dn), stats.spearman(ds, dn)
+
+
+def compare_markdown(sweep, rows, notes, first, kind, stat):
+    """Per kind: a table of rows x statistics (mean over all heads) and one of
+    rows x layers x statistics, each [95% t interval over the seeds]; then
+    Spearman ρ of Δ statistic vs Δ dev NLL for every kind and statistic."""
+    out = [f"# Attention across the rows of {sweep}\n",
+           f"{len(first['index'])} sentences of split `{first['split']}` (the same for every run: "
+           "indices in each summary's /sentence_index). Each run: per head, the mean over the sentences. "
+           "Per row: mean over its healthy seeds with the 95% t interval over seeds [lo, hi]; a row with one "
+           "seed has no interval. Entropy in nats, distance in positions, the others shares of attention weight.\n"]
+    for kd in KINDS:
+        have = [r for r in rows if kd in r["mean"]]
+        if not have:
+            continue
+        out.append(f"## {KIND_TITLE[kd]}\n\nMean over all heads:\n")
+        out.append("| row | seeds | " + " | ".join(STAT_TITLE[s] for s in STATS) + " |")
+        out.append("|:--|--:|" + "--:|" * len(STATS))
+        for r in have:
+            cells = [_cell(*(x[0] for x in seed_interval(overall(r, kd, s)[:, None]))) for s in STATS]
+            out.append(f"| {r['row']} | {len(r['runs'])} | " + " | ".join(cells) + " |")
+        out.append("\nPer layer (mean over the layer's heads):\n")
+        out.append("| row | layer | " + " | ".join(STAT_TITLE[s] for s in STATS) + " |")
+        out.append("|:--|--:|" + "--:|" * len(STATS))
+        for r in have:
+            for l in range(r["L"]):
+                cells = [_cell(*(x[0] for x in seed_interval(_nan_reduce(np.nanmean, np.moveaxis(r["mean"][kd][s][:, l], 1, 0))[:, None])))
+                         for s in STATS]
+                out.append(f"| {r['row']} | {l} | " + " | ".join(cells) + " |")
+        out.append("")
+    out.append("## Δ statistic against Δ dev NLL\n")
+    out.append("Spearman ρ over the rows (Δ = row − base, statistic = mean over all heads; Δ dev NLL as "
+               "table3.py computes it). Exploratory: one ρ per kind and statistic, none corrected.\n")
+    out.append("| kind | " + " | ".join(STAT_TITLE[s] for s in STATS) + " |")
+    out.append("|:--|" + "--:|" * len(STATS))
+    for kd in KINDS:
+        cells = []
+        for s in STATS:
+            names, _, _, rho = delta_vs_nll(rows, kd, s)
+            cells.append("–" if not np.isfinite(rho) else f"{rho:+.2f} (n={len(names)})")
+        out.append(f"| {KIND_TITLE[kd]} | " + " | ".join(cells) + " |")
+    out.append(f"\nFigure: {STAT_TITLE[stat]} of {KIND_TITLE[kind]} (`--kind`, `--stat`).\n")
+    if notes:
+        out.append("Left out:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    return "\n".join(out)
+
+
+def compare_layers_figure(rows, prefix):
+    """Per kind (rows of panels) and statistic (columns): each row's per-layer
+    mean over heads, interval over seeds as error bars, layers side by side."""
+    paper_style()
+    plt = pyplot()
+    kinds = [k for k in KINDS if any(k in r["mean"] for r in rows)]
+    fig, axes = plt.subplots(len(kinds), len(STATS), figsize=(len(STATS) * 2.3 + 0.6, len(kinds) * 1.9 + 0.8),
+                             squeeze=False, sharex=True)
+    Lmax = max(r["L"] for r in rows)
+    colors = [plt.get_cmap("viridis")(0.85 * l / max(Lmax - 1, 1)) for l in range(Lmax)]
+    x = np.arange(len(rows))
+    for i, kd in enumerate(kinds):
+        for j, s in enumerate(STATS):
+            ax = axes[i, j]
+            for l in range(Lmax):
+                pts = []
+                for k, r in enumerate(rows):
+                    if kd in r["mean"] and l < r["L"]:
+                        v = _nan_reduce(np.nanmean, np.moveaxis(r["mean"][kd][s][:, l], 1, 0))
+                        m, lo, hi = (a[0] for a in seed_interval(v[:, None]))
+                        pts.append((k, m, lo, hi))
+                pts = [p for p in pts if np.isfinite(p[1])]
+                if not pts:
+                    if l == 0:
+                        ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", color="0.5")
+                    continue
+                k, m, lo, hi = map(np.array, zip(*pts))
+                off = (l - (Lmax - 1) / 2) * 0.6 / max(Lmax, 1)
+                err = np.where(np.isfinite(lo), [m - lo, hi - m], 0.0)
+                ax.errorbar(k + off, m, yerr=err, fmt="o", ms=2.5, lw=0.8, capsize=1.5, color=colors[l],
+                            label=f"layer {l}")
+            if i == 0:
+                ax.set_title(STAT_TITLE[s])
+            if j == 0:
+                ax.set_ylabel(KIND_TITLE[kd].replace(" attention", "").replace("-attention", ""))
+            ax.set_xticks(x)
+            ax.set_xticklabels([r["row"] for r in rows], rotation=90, fontsize=6)
+            ax.tick_params(labelsize=6)
+    hnd, lab = axes[0, 0].get_legend_handles_labels()
+    fig.legend(hnd, lab, loc="upper center", ncol=min(len(lab), 8), frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return savefig(fig, prefix)
+
+
+def compare_heads_figure(rows, kind, stat, prefix):
+    """One statistic of one kind: every head of every row (mean over seeds), a
+    column of dots per row coloured by layer; the row's mean over heads as a bar."""
+    paper_style()
+    plt = pyplot()
+    have = [r for r in rows if kind in r["mean"]]
+    if not have:
+        raise AnalysisError(prefix, f"no row has {kind} maps")
+    fig, ax = plt.subplots(figsize=(max(3.2, 0.42 * len(have) + 1.2), 2.6))
+    Lmax = max(r["L"] for r in have)
+    colors = [plt.get_cmap("viridis")(0.85 * l / max(Lmax - 1, 1)) for l in range(Lmax)]
+    for k, r in enumerate(have):
+        v = _nan_reduce(np.nanmean, r["mean"][kind][stat])      # [L, H]
+        for l in range(r["L"]):
+            jit = np.linspace(-0.25, 0.25, r["H"]) if r["H"] > 1 else np.zeros(1)
+            ax.scatter(k + jit, v[l], s=5, color=colors[l], label=f"layer {l}" if k == 0 else None, zorder=3)
+        ax.hlines(np.nanmean(v), k - 0.32, k + 0.32, color="0.2", lw=1.0, zorder=4)
+    ax.set_xticks(range(len(have)))
+    ax.set_xticklabels([r["row"] for r in have], rotation=90, fontsize=7)
+    ax.set_ylabel(STAT_TITLE[stat])
+    ax.set_title(f"{KIND_TITLE[kind]}: {STAT_TITLE[stat]} per head\n(dots: mean over seeds; bar: mean over heads)",
+                 fontsize=7)
+    ax.legend(fontsize=6, frameon=False, loc="best")
+    fig.tight_layout()
+    return savefig(fig, prefix)
+
+
+def compare_scatter(rows, kind, stat, prefix):
+    """Each row's Δ statistic (mean over all heads, vs base) against its Δ dev NLL, with Spearman ρ."""
+    paper_style()
+    plt = pyplot()
+    names, ds, dn, rho = delta_vs_nll(rows, kind, stat)
+    fig, ax = plt.subplots(figsize=(3.6, 3.0))
+    ax.axhline(0, color="0.7", lw=0.6)
+    ax.axvline(0, color="0.7", lw=0.6)
+    ax.scatter(ds, dn, s=12, color="C0", zorder=3)
+    for n, x, y in zip(names, ds, dn):
+        ax.annotate(n, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+    ax.set_xlabel(f"Δ {STAT_TITLE[stat]} vs base ({KIND_TITLE[kind]})")
+    ax.set_ylabel("Δ dev NLL vs base (nats)")
+    ax.set_title(f"Spearman ρ = {rho:+.2f} (n = {len(names)} rows)" if np.isfinite(rho)
+                 else f"Spearman ρ: n/a (n = {len(names)} rows)", fontsize=8)
+    if not names:
+        ax.text(0.5, 0.5, "no row with both (needs base's attention)", transform=ax.transAxes, ha="center",
+                fontsize=7, color="0.4")
+    fig.tight_layout()
+    return savefig(fig, prefix)
+
+
+def compare_sweep(sweep, configs, prefix, kind, stat, plot=True):
+    """attention.py compare: the table (.md, .csv) and figures of a sweep."""
+    if not os.path.isdir(sweep):
+        raise AnalysisError(sweep, "no such sweep directory")
+    if configs is None:
+        d = os.path.join(sweep, "configs")
+        configs = d if os.path.isdir(d) else None
+    rows, notes, first = read_sweep_summaries(sweep, configs)
+    write_atomic(prefix + ".md", compare_markdown(sweep, rows, notes, first, kind, stat))
+    write_atomic(prefix + ".csv", compare_csv(rows))
+    outs = [prefix + ".md", prefix + ".csv"]
+    if plot:
+        outs += compare_layers_figure(rows, prefix + "_layers")
+        outs += compare_heads_figure(rows, kind, stat, prefix + f"_heads_{kind}_{stat}")
+        outs += compare_scatter(rows, kind, stat, prefix + f"_dnll_{kind}_{stat}")
+    return outs
+
+
 # ---------------------------------------------------------------- CLI
 def build_parser():
     p = argparse.ArgumentParser(prog="attention.py", description=__doc__.split("\n\n")[0],
@@ -517,6 +934,17 @@ def build_parser():
     s.add_argument("--step", type=int, help="probe file: the training step (default: the last)")
     s.add_argument("--greedy", action="store_true", help="the maps on the model's own (greedy) translations")
     s.add_argument("--out", metavar="PREFIX", default="attn_stats", help="output prefix (default: attn_stats)")
+    m = sub.add_parser("summary", help="per-head statistics over the sentences of a maps file, to a small HDF5 file")
+    m.add_argument("file", metavar="ATTN_H5")
+    m.add_argument("--out", metavar="SUMMARY_H5", required=True, help="output file (written through a temporary)")
+    m.add_argument("--run", help="the run's name (default: the output's file name)")
+    c = sub.add_parser("compare", help="statistics by row of a Table 3 sweep (SWEEP_DIR/attention/*.h5)")
+    c.add_argument("sweep", metavar="SWEEP_DIR")
+    c.add_argument("--configs", help="row configs (default: SWEEP_DIR/configs)")
+    c.add_argument("--kind", choices=KINDS, default="cross", help="kind of the per-head figure and the scatter")
+    c.add_argument("--stat", choices=STATS, default="entropy", help="statistic of the per-head figure and the scatter")
+    c.add_argument("--out", metavar="PREFIX", help="output prefix (default: SWEEP_DIR/attention-compare)")
+    c.add_argument("--no-plot", action="store_true", help="tables only")
     e = sub.add_parser("evolution", help="statistics against training step, from a probe file")
     e.add_argument("file", metavar="PROBE_H5")
     e.add_argument("--out", metavar="PREFIX", default="attn_evolution", help="output prefix (default: attn_evolution)")
@@ -525,6 +953,11 @@ def build_parser():
 
 def main(argv):
     a = build_parser().parse_args(argv)
+    if a.cmd == "compare":
+        return _print(compare_sweep(a.sweep, a.configs, a.out or os.path.join(a.sweep, "attention-compare"),
+                                    a.kind, a.stat, not a.no_plot))
+    if a.cmd == "summary":
+        return _print(summarize_maps(a.file, a.out, a.run))
     data = load(a.file)
     if a.cmd == "heatmap":
         step, sents = pick_step(a.file, data, a.step)
@@ -553,6 +986,10 @@ def main(argv):
         outs += stats_figure(st, a.out, f"per-head attention statistics ({name}, {len(sents)} sentences)")
     else:
         outs = evolution(a.file, data, a.out)
+    return _print(outs)
+
+
+def _print(outs):
     for p in outs:
         print(p)
     return 0

@@ -5,9 +5,12 @@
 # eval, average, bleu: dev with the final checkpoint, every held-out split
 # with the final checkpoint and the average of the last 5) and turns the
 # first failure into a result file with status "failed" and a one-line
-# reason.  table3_element runs a row, skips it if it finished earlier (its
-# result file, committed or kept, is enough), and reruns once with the next
-# seed a row whose curve failed (docs/results.md).
+# reason; then the attention stage writes the run's attention summary,
+# SWEEP/attention/<row>.h5 (docs/attention.md).  table3_element runs a row,
+# skips it if it finished earlier (its result file, committed or kept, is
+# enough; a missing attention summary is written then from the run's
+# checkpoint, where it is still there), and reruns once with the next seed a
+# row whose curve failed (docs/results.md).
 #
 # Row configs: TABLE3_DIR/*.cfg (default input/table3); TABLE3_DIR/seeds.txt
 # ("ROW N" lines) adds rows ROW-seed2 .. ROW-seedN.
@@ -32,11 +35,13 @@
 #   PYTHON       interpreter for analysis/*.py (default: .venv/bin/python)
 #   TABLE3_RERUN 0: no rerun of a row whose curve failed (default 1)
 #   TABLE3_REDO  1: run rows again that finished earlier (default 0)
+#   ATTN_SAMPLE  dev pairs of the attention stage (default 200), spread evenly
+#                over the split: the same pairs for every row and seed
 # The first submission records them in SWEEP/sweep.env; every element reads
 # them from there, and a later submission that sets one to another value is
 # refused (table3_prepare).
 
-TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK SEEDS EXTRA"
+TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK SEEDS EXTRA ATTN_SAMPLE"
 
 # the base row's training steps (Table 3): a sweep with fewer scales its schedule
 PAPER_STEPS=100000
@@ -305,6 +310,53 @@ row_schedule() {
     fi
 }
 
+# The attention of the run (docs/attention.md, "Attention of a sweep's
+# runs"): the maps of ATTN_SAMPLE dev pairs spread evenly over the split
+# (`attention --sample`: the same pairs for every row and seed) from the
+# checkpoint the row's dev NLL is measured with (stage_checkpoint: the
+# final one, or the best where the run kept it), into
+# RUN/attention.h5 (float32, ~29 MB for base: kept with the checkpoints), and
+# their per-head statistics into SWEEP/attention/<row>.h5 (~25 KB: committed
+# with the results).  Both are written through a temporary and renamed; the
+# result file is not touched.  Returns 1 after one line naming the file.
+stage_attention() {
+    local out=$SWEEP/attention/$ROW.h5 full=$RUN/attention.h5 rc
+    if ! has_command attention; then echo "table3: $ROW: no attention (this build has no attention command)"; return 0; fi
+    mkdir -p "$SWEEP/attention"
+    run_logged attention "$BIN" attention --checkpoint "$CKPT" --data "$(row_data)" --split dev \
+        --sample "${ATTN_SAMPLE:-200}" --output "$full"
+    rc=$?
+    if preempted "$rc"; then requeue_self; fi
+    [ "$rc" -eq 0 ] || { attention_failed "$full" attention "$rc"; return 1; }
+    "$(table3_python)" "$TRANSFORMER_HOME/analysis/attention.py" summary "$full" --out "$out" --run "$ROW" \
+        > "$RUN/attention-summary.out" 2> "$RUN/attention-summary.err" ||
+        { attention_failed "$out" attention-summary 1; return 1; }
+    echo "table3: $ROW: attention of ${ATTN_SAMPLE:-200} dev pairs (at most): $full, summary $out"
+}
+
+# attention_failed FILE STAGE RC: the stage's one line, naming FILE unless
+# the program's own message starts with it
+attention_failed() {
+    local msg
+    msg=$(stage_message "$2" "$3"); msg=${msg#error: }
+    case $msg in "$1"*) ;; *) msg="$1: $msg" ;; esac
+    echo "error: table3 row $ROW: attention: $msg" >&2
+}
+
+# row_attention ROW: a finished run without its attention summary (it ran
+# before the attention stage existed, or the stage failed) gets one from its
+# reported checkpoint (stage_checkpoint), if the run directory still has it
+row_attention() {
+    ROW=$1 RUN=$SWEEP/runs/$1 CFG=$SWEEP/configs/$1.cfg
+    [ -f "$SWEEP/attention/$ROW.h5" ] && return 0
+    [ "$(row_status "$ROW")" = done ] || return 0
+    if ! stage_checkpoint >/dev/null; then
+        echo "table3: row $ROW: no attention summary and no checkpoint in $RUN to make one from"; return 0
+    fi
+    table3_overrides "$CFG"
+    stage_attention
+}
+
 # write SWEEP/results/<row>.h5 (docs/results.md); STATUS done or failed
 stage_result() {
     local status=$1 args=() o py
@@ -340,6 +392,9 @@ table3_row() {
     done
     stage_result "done" || { echo "error: $SWEEP/results/$ROW.h5: cannot write the row result" >&2; return 1; }
     echo "table3: row $ROW done: $SWEEP/results/$ROW.h5"
+    # after the result: a failed attention stage leaves the row's result
+    # done (a resubmission skips the row and only writes the attention)
+    stage_attention
 }
 
 # row_verdict ROW: the verdict row_result.py recorded from the row's curves
@@ -390,6 +445,8 @@ table3_element() {
     [ -f "$SWEEP/sweep.env" ] && . "$SWEEP/sweep.env"
     if row_finished "$row"; then
         echo "table3: row $row: finished earlier ($SWEEP/results/$row.h5; TABLE3_REDO=1 runs it again)"
+        row_attention "$row" || exit 1
+        if [ -f "$SWEEP/results/$row-rerun.h5" ]; then row_attention "$row-rerun" || exit 1; fi
         return 0
     fi
     table3_row "$row"; rc=$?
@@ -459,7 +516,7 @@ table3_prepare() {
 # positive integer (before anything is written)
 table3_check_vars() {
     local v
-    for v in STEPS WARMUP MAX_TOKENS UPDATE_FREQ SHRINK SEEDS; do
+    for v in STEPS WARMUP MAX_TOKENS UPDATE_FREQ SHRINK SEEDS ATTN_SAMPLE; do
         case ${!v:-} in
             "") ;;
             *[!0-9]* | 0*) echo "error: $v='${!v}': not a positive integer" >&2; exit 2 ;;

@@ -45,3 +45,20 @@ expect_error 2 "error: --sentences '0-999999': more than 100000 sentences" $BIN 
 expect_error 2 "error: --sentences '0,3,1-4': sentence 3 is listed twice" $BIN attention --checkpoint $C --sentences 0,3,1-4 --output $W/x.h5
 expect_error 2 "error: --sentences '99999999999999999999': expected indices" $BIN attention --checkpoint $C --sentences 99999999999999999999 --output $W/x.h5
 [ ! -e $W/x.h5 ] || fail "output written despite an error"
+# --sample K: K pairs spread evenly over the split's 40 (the sweep's fixed sample)
+$BIN attention --checkpoint $C --data synthetic --split dev --sample 6 --output $W/s6.h5 > /dev/null || fail "attention --sample 6"
+$BIN attention --checkpoint $C --data synthetic --split dev --sample 50 --output $W/s50.h5 > /dev/null || fail "attention --sample 50"
+res=$($PY - $W/s6.h5 $W/s50.h5 <<'PY'
+import sys, h5py
+f, g = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert list(f["sentence_index"][()]) == [i * 40 // 6 for i in range(6)] == [0, 6, 13, 20, 26, 33], f["sentence_index"][()]
+assert f.attrs["sample"] == 6 and len(f["sentences"]) == 6
+assert list(g["sentence_index"][()]) == list(range(40)) and g.attrs["sample"] == 50   # K >= n: every pair
+print("ok")
+PY
+)
+[ "$res" = ok ] || fail "--sample: $res"
+ok "--sample 6 of 40 dev pairs: indices floor(i*40/6), attribute sample; --sample 50: all 40"
+expect_error 2 "error: --sample '0': expected a number of pairs" $BIN attention --checkpoint $C --sample 0 --output $W/x.h5
+expect_error 2 "one of --sentences or --sample are required" $BIN attention --checkpoint $C --sample 3 --sentences 1 --output $W/x.h5
+[ ! -e $W/x.h5 ] || fail "output written despite an error"

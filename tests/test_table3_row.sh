@@ -8,13 +8,19 @@
 #   2. a planted stuck row (a learning rate too small to leave the start):
 #      verdict stuck, rerun once by policy with the next seed as ROW-rerun,
 #      both results kept, the element failing since the rerun is stuck too;
-#   3. run again, the finished row is skipped (its result file is enough).
+#   3. run again, the finished row is skipped (its result file is enough);
+#   4. every run writes its attention (docs/attention.md): the maps of
+#      ATTN_SAMPLE dev pairs spread evenly over the split in runs/ROW/attention.h5
+#      and their per-head statistics in attention/ROW.h5; a planted failure of
+#      that stage (ok's summary path is a directory) is one line naming the
+#      file, leaves ok's result done, and the rerun of the sweep writes it.
 . "$(dirname "$0")/lib.sh"
 need_multi30k
 # KEEP_DIR=DIR keeps the sweep there for a look
 W=${KEEP_DIR:-$(mktemp -d)}; [ -n "${KEEP_DIR:-}" ] || trap 'rm -rf "$W"' EXIT
 cd "$TOP" || fail "$TOP"
 unset STEPS WARMUP MAX_TOKENS UPDATE_FREQ DATA SHRINK SEEDS EXTRA BATCH_TOKENS TABLE3_REDO TABLE3_RERUN
+export ATTN_SAMPLE=8   # of the 40 dev pairs: 0, 5, ..., 35
 export TRANSFORMER_HOME=$TOP LOCAL_RANKS=1 OMP_NUM_THREADS=1
 PY=$(. jobs/table3-stages.sh; table3_python)
 
@@ -35,6 +41,7 @@ row_cfg() {   # row_cfg NAME LR_PEAK STEPS
 # 300 steps, the verdict's margin being 1.0; stuck's stays above it)
 row_cfg ok 1e-2 300
 row_cfg stuck 1e-7 100
+mkdir -p "$W/sw/attention/ok.h5"   # planted: the attention stage of row ok cannot write its summary
 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw" ok stuck > "$W/sweep.log" 2>&1 &&
     fail "the sweep succeeded although its stuck row's rerun is stuck too: $(tail -3 "$W/sweep.log")"
 [ -f "$W/sw/results/ok.h5" ] || { cat "$W/sweep.log"; fail "no result file for row ok"; }
@@ -68,8 +75,42 @@ grep -q "^error: table3 row stuck: failed (exit 1): its curve failed, and so did
     fail "the sweep's error line does not say why: $(grep error "$W/sweep.log")"
 ok "row ok: healthy, dev + test2016/test2017 (final, avg5) translated and stored, tokens and rule recorded"
 ok "row stuck: verdict stuck, rerun with seed 2 as stuck-rerun (stuck too), the element failed"
+grep -qx "error: table3 row ok: attention: $W/sw/attention/ok.h5: cannot write: Is a directory" \
+    < "$W/sw/logs/local_0.out" || fail "no one-line error naming ok's attention file: $(grep error "$W/sw/logs/local_0.out")"
+[ -z "$(ls -A "$W/sw/attention/ok.h5")" ] || fail "the failed summary left files: $(ls -A "$W/sw/attention/ok.h5")"
+[ "$("$PY" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r").attrs["status"])' "$W/sw/results/ok.h5")" = done ] ||
+    fail "a failed attention stage changed ok's result"
+ok "a failed attention stage: one line naming the file, nothing left behind, ok's result still done"
+rmdir "$W/sw/attention/ok.h5"
 
 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw" ok > "$W/again.log" 2>&1 ||
     fail "run again: $(tail -3 "$W/again.log")"
 grep -q "row ok: finished earlier" "$W/sw/logs/local_0.out" || fail "row ok was not skipped: $(tail -3 "$W/sw/logs/local_0.out")"
 ok "a finished row is skipped when the sweep runs again"
+
+"$PY" - "$W/sw" "$TOP/analysis" <<'PY' || fail "attention files: see above"
+import re, sys, h5py, numpy as np
+sw = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import attention as A
+want = [i * 40 // 8 for i in range(8)]
+for row in ("ok", "stuck", "stuck-rerun"):
+    full, summ = f"{sw}/runs/{row}/attention.h5", f"{sw}/attention/{row}.h5"
+    with h5py.File(full, "r") as f, h5py.File(summ, "r") as g:
+        assert list(f["sentence_index"][()]) == want == list(g["sentence_index"][()]), (row, g["sentence_index"][()])
+        assert (f.attrs["n_layers"], f.attrs["n_heads"]) == (1, 4) == (g.attrs["n_layers"], g.attrs["n_heads"])
+        ckpt = A.attr_str(f, "checkpoint")
+        assert re.fullmatch(r".*/ckpt_\d+\.h5", ckpt) and A.attr_str(g, "checkpoint") == ckpt, ckpt   # the final one
+        assert A.attr_str(g, "run") == row and g.attrs["n_sentences"] == 8 and A.attr_str(g, "split") == "dev"
+        for name in f["sentences"]:
+            s = f["sentences"][name]
+            S, T = s.attrs["src_len"], s.attrs["tgt_len"]
+            assert s["encoder_self"].shape == (1, 4, S, S) and s["cross"].shape == (1, 4, T, S), (row, name)
+        st = A.file_stats(full, A.load(full)["steps"][None])
+        for kind in A.KINDS:
+            assert g[kind]["mean"].shape == g[kind]["sd"].shape == g[kind]["count"].shape == (len(A.STATS), 1, 4)
+            np.testing.assert_allclose(g[kind]["mean"][()], np.stack([st[kind][k] for k in A.STATS]), rtol=1e-12)
+print("ok")
+PY
+grep -q "table3: ok: attention of 8 dev pairs" "$W/sw/logs/local_0.out" || fail "the rerun did not write ok's attention"
+ok "attention: 8 evenly spread dev pairs from the final checkpoint in runs/ROW/attention.h5, per-head summaries = attention.py's statistics (ok written by the second run)"

@@ -1,6 +1,8 @@
 """Attention statistics on known maps (hand-computed values), and heatmaps,
 statistics and their evolution on attention files written by the C program
-(`transformer attention` from a checkpoint, and the training probe)."""
+(`transformer attention` from a checkpoint, and the training probe); the
+per-run summaries of a sweep and `attention.py compare` on a planted sweep;
+word alignments and AER of planted cross-attention heads."""
 
 import csv
 import math
@@ -225,3 +227,163 @@ def test_errors(c_files, tmp_path):
     assert "no such file" in cli_error("attention.py", "stats", tmp_path / "none.h5")
     (tmp_path / "text.h5").write_text("hello\n")
     assert "not an HDF5 file" in cli_error("attention.py", "stats", tmp_path / "text.h5")
+
+
+# ------------------------------------------------------------ planted heads: every statistic
+def test_planted_heads_every_statistic():
+    """Identity, uniform, previous-token, next-token and all-on-EOS heads of one
+    map of n keys: each statistic of each head as computed by hand."""
+    n = 5
+    prev, nxt, eos = np.zeros((n, n)), np.zeros((n, n)), np.zeros((n, n))
+    prev[0, 0], nxt[n - 1, n - 1] = 1.0, 1.0
+    for i in range(1, n):
+        prev[i, i - 1] = 1.0
+        nxt[i - 1, i] = 1.0
+    eos[:, n - 1] = 1.0
+    maps = np.stack([np.eye(n), np.full((n, n), 1.0 / n), prev, nxt, eos])[None]   # [1 layer, 5 heads, n, n]
+    st = A.head_stats(maps, ["a", "b", "c", "d", "</s>"])
+    want = {   # identity, uniform, previous, next, EOS
+        "entropy": [0, math.log(n), 0, 0, 0],
+        "diagonal": [1, 1 / n, 1 / n, 1 / n, 1 / n],
+        "previous": [0, 1 / n, 1, 0, 0],
+        "next": [0, 1 / n, 0, 1, 1 / (n - 1)],
+        "eos": [1 / n, 1 / n, 0, 2 / n, 1],       # the next head: rows n-2 and n-1 on the EOS key
+        # uniform: sum_j |i-j| / n averaged over i; EOS head: mean of n-1-i
+        "distance": [0, sum(abs(i - j) for i in range(n) for j in range(n)) / n / n, (n - 1) / n, (n - 1) / n,
+                     sum(n - 1 - i for i in range(n)) / n],
+    }
+    for k, v in want.items():
+        np.testing.assert_allclose(st[k][0], v, atol=1e-12, err_msg=k)
+
+
+# ------------------------------------------------------------ sweep: summaries and compare
+def _maps_file(path, heads, n_sent=3, n=4, idx=None):
+    """A `transformer attention` file of planted heads (list of [n, n] maps:
+    the same for every kind, layer 0 only) for n_sent sentences of n tokens."""
+    idx = list(range(0, 2 * n_sent, 2)) if idx is None else idx
+    toks = np.array([f"w{i}".encode() for i in range(n - 1)] + [b"</s>"])
+    with h5py.File(path, "w") as f:
+        f.attrs.update(format="transformer-attention", n_layers=1, n_heads=len(heads), split="dev",
+                       data="planted", checkpoint="ckpt_00000100.h5", checkpoint_step=100)
+        f["sentence_index"] = np.array(idx, np.int64)
+        m = np.stack(heads)[None]
+        for i in idx:
+            g = f.create_group(f"sentences/{i:06d}")
+            g.attrs.update(index=i, src_len=n, tgt_len=n)
+            g["src_tokens"] = toks
+            g["tgt_tokens"] = np.array([b"<s>"] + list(toks[:-1]))
+            for kind in A.KINDS:
+                g[kind] = (np.tril(m) / np.tril(m).sum(axis=3, keepdims=True) if kind == "decoder_self" else m)
+    return path
+
+
+def _uniform_eye_mix(w, n=4):
+    """A head (1-w) identity + w uniform: entropy grows with w."""
+    return (1 - w) * np.eye(n) + w * np.full((n, n), 1.0 / n)
+
+
+@pytest.fixture(scope="module")
+def planted_sweep(tmp_path_factory):
+    """2 rows x 2 seeds: base's heads sharper than A1's, A1 with a higher dev NLL;
+    plus B1 and C1 with one seed each (no interval): entropy and NLL rise together."""
+    from conftest import cli as run
+
+    top = tmp_path_factory.mktemp("sweep")
+    runs = {"base": (0.0, 5.0), "base-seed2": (0.1, 5.1), "A1": (0.5, 6.0), "A1-seed2": (0.7, 6.2), "B1": (0.3, 5.5),
+            "C1": (0.9, 7.0)}
+    for name, (w, ppl) in runs.items():
+        run("row_result.py", "--out", top / "results" / f"{name}.h5", "--row", name, "--dev-ppl", ppl,
+            "--status", "done")
+        _maps_file(top / f"{name}.maps.h5", [_uniform_eye_mix(w), np.eye(4)])
+        run("attention.py", "summary", top / f"{name}.maps.h5", "--out", top / "attention" / f"{name}.h5")
+    return {"top": top, "runs": runs}
+
+
+def test_summary_file(planted_sweep):
+    with h5py.File(planted_sweep["top"] / "attention" / "A1.h5", "r") as g:
+        assert g.attrs["format"] == A.SUMMARY_FORMAT and g.attrs["run"] == "A1"
+        assert list(g["sentence_index"][()]) == [0, 2, 4] and g.attrs["n_sentences"] == 3
+        m = g["cross/mean"][()]
+        assert m.shape == (len(A.STATS), 1, 2)
+        e = A.STATS.index("entropy")
+        assert m[e, 0, 1] == 0.0                                       # the identity head
+        assert np.all(g["cross/sd"][()][e] == pytest.approx(0.0, abs=1e-12))   # every sentence the same
+        assert np.all(g["cross/count"][()][e] == 3)
+        assert np.isnan(g["decoder_self/mean"][()][A.STATS.index("next")]).all()
+
+
+def test_compare_end_to_end(planted_sweep, tmp_path):
+    top, runs = planted_sweep["top"], planted_sweep["runs"]
+    out = tmp_path / "cmp"
+    cli("attention.py", "compare", top, "--out", out, "--kind", "cross", "--stat", "entropy")
+    for suffix in ("_layers", "_heads_cross_entropy", "_dnll_cross_entropy"):
+        assert_figure(str(out) + suffix)
+    with open(str(out) + ".csv") as f:
+        rows = list(csv.DictReader(f))
+    # 4 rows x 3 kinds x 6 stats x (all + layer 0 + 2 heads)
+    assert len(rows) == 4 * 3 * len(A.STATS) * 4
+    get = {(r["row"], r["kind"], r["layer"], r["head"], r["stat"]): r for r in rows}
+    ent = lambda w: A.head_stats(_uniform_eye_mix(w)[None, None])["entropy"][0, 0]
+    r = get[("A1", "cross", "0", "0", "entropy")]
+    e = [ent(runs["A1"][0]), ent(runs["A1-seed2"][0])]
+    assert float(r["mean"]) == pytest.approx(np.mean(e), rel=1e-5)
+    half = 12.706204736 * np.std(e, ddof=1) / math.sqrt(2)            # t(0.975, 1 df)
+    assert float(r["lo"]) == pytest.approx(np.mean(e) - half, rel=1e-4)
+    assert float(r["hi"]) == pytest.approx(np.mean(e) + half, rel=1e-4)
+    assert r["runs"] == "2" and len(r["per_seed"].split()) == 2
+    one = get[("C1", "cross", "all", "mean", "entropy")]
+    assert one["runs"] == "1" and one["lo"] == one["hi"] == ""          # one seed: no interval
+    assert float(get[("base", "encoder_self", "0", "1", "diagonal")]["mean"]) == pytest.approx(1.0)
+    md = (str(out) + ".md")
+    text = open(md).read()
+    assert "## encoder-decoder attention" in text and "| C1 | 1 |" in text
+    # B1 < A1 < C1 in Δ entropy and in Δ NLL: ρ = +1 over the 3 rows
+    assert "+1.00 (n=3)" in text
+
+
+def test_compare_errors(planted_sweep, tmp_path):
+    top = planted_sweep["top"]
+    assert "no such sweep directory" in cli_error("attention.py", "compare", tmp_path / "none")
+    (tmp_path / "empty").mkdir()
+    assert "no attention summaries" in cli_error("attention.py", "compare", tmp_path / "empty")
+    # a summary of other sentences than the rest's: refused, naming it
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(top, other)
+    _maps_file(other / "x.maps.h5", [np.eye(4), np.eye(4)], idx=[1, 3, 5])
+    cli("attention.py", "summary", other / "x.maps.h5", "--out", other / "attention" / "C1.h5")
+    assert "a sample other than" in cli_error("attention.py", "compare", other)
+    (other / "attention" / "C1.h5").write_bytes(open(top / "results" / "C1.h5", "rb").read())
+    assert "not an attention summary" in cli_error("attention.py", "compare", other)
+    assert "not an attention file" in cli_error("attention.py", "summary", top / "attention" / "A1.h5",
+                                                "--out", tmp_path / "s.h5")
+
+
+# ------------------------------------------------------------ cross-attention as alignment (AER)
+def test_aer_of_planted_heads():
+    n = 5
+    identity = {(i, i) for i in range(n)}
+    src = [f"\u2581w{i}" for i in range(n)] + ["</s>"]
+    tgt = [f"\u2581v{i}" for i in range(n)] + ["</s>"]                  # what each position predicts
+    eye = np.zeros((n + 1, n + 1))
+    eye[np.arange(n + 1), np.arange(n + 1)] = 1.0
+    assert A.alignment_links(eye, src, tgt) == identity
+    assert A.aer(A.alignment_links(eye, src, tgt), identity) == 0.0
+    # uniform: every row ties, the first source word wins: A = {(t, 0)}, |A ∩ S| = 1
+    uni = np.full((n + 1, n + 1), 1.0 / (n + 1))
+    assert A.alignment_links(uni, src, tgt) == {(t, 0) for t in range(n)}
+    assert A.aer(A.alignment_links(uni, src, tgt), identity) == pytest.approx(1 - 2 * 1 / (2 * n))
+    # sure and possible links, Och and Ney's definition by hand
+    assert A.aer({(0, 0), (1, 2)}, {(0, 0)}, {(1, 2)}) == pytest.approx(1 - (1 + 2) / (2 + 1))
+
+
+def test_alignment_merges_subword_pieces():
+    # source "▁a ▁bc d </s>": words a, bcd; target pieces "▁x ▁y z </s>": words x, yz
+    src, tgt = ["\u2581a", "\u2581bc", "d", "</s>"], ["\u2581x", "\u2581y", "z", "</s>"]
+    m = np.array([[0.6, 0.3, 0.1, 0.0],     # x: a 0.6 vs bcd 0.4
+                  [0.5, 0.25, 0.25, 0.0],   # y alone: a 0.5 = bcd 0.5, a tie (a wins);
+                  [0.4, 0.4, 0.2, 0.0],    # y and z averaged: a 0.45, bcd 0.55
+                  [0.0, 0.0, 0.0, 1.0]])
+    assert A.word_groups(src) == [[0], [1, 2]]
+    assert A.alignment_links(m, src, tgt) == {(0, 0), (1, 1)}

@@ -22,13 +22,16 @@
 static void attention_help(void)
 {
     printf("usage: transformer attention --checkpoint CKPT --data DATA.h5|synthetic [--split dev]\n"
-           "                             --sentences LIST --output ATTN.h5 [--greedy]\n"
+           "                             --sentences LIST|--sample K --output ATTN.h5 [--greedy]\n"
            "                             [mask_heads=KIND:LAYER:HEAD,...]\n\n"
            "Writes every head of every layer of encoder self-attention, decoder\n"
            "self-attention and encoder-decoder attention of the chosen sentence pairs,\n"
            "teacher-forced on the reference (with --greedy also on the model's own greedy\n"
            "translation), with source and target tokens as strings (docs/attention.md).\n"
-           "LIST: pair indices of the split, e.g. 0,5,10-19.  With data=synthetic the\n"
+           "LIST: pair indices of the split, e.g. 0,5,10-19.  --sample K: K pairs spread\n"
+           "evenly over the split (index floor(i n / K), i < K, of its n pairs; all of them\n"
+           "if K >= n): the same pairs for every model of the same data (the Table 3\n"
+           "sweep's attention stage).  With data=synthetic the\n"
            "pairs are the checkpoint's synthetic task and tokens are named by their ids.\n"
            "Under mpirun the sentences are split over the ranks and gathered on rank 0,\n"
            "which writes the file.  mask_heads: heads whose output is zeroed before W^O\n"
@@ -83,6 +86,7 @@ static int parse_list(const char *s, int64_t **out, int64_t *dup)
 
 typedef struct {
     const char *ckpt, *data, *split, *list, *out;
+    const char *sample;       /* --sample K, or NULL */
     char *mask_heads;         /* the word mask_heads=LIST, or NULL */
     int greedy;
 } AttnArgs;
@@ -113,6 +117,7 @@ typedef struct {
     Vocab v;
     int64_t *idx;      /* the --sentences indices */
     int n;
+    int64_t sample;    /* --sample K as asked (0: --sentences) */
     Sent *s;           /* per index: tokens and maps */
 } Attention;
 
@@ -128,23 +133,51 @@ static void attention_free(Attention *at)
     if (at->be) at->be->destroy(at->be);
 }
 
+/* --sample K: K indices spread evenly over the n pairs of the split, the
+ * whole split when K >= n.  Evenly rather than the first K: a split in
+ * some order (by source, by length) is then still covered end to end. */
+static int sample_sentences(const char *arg, Attention *at)
+{
+    char *end;
+    errno = 0;
+    long long k = strtoll(arg, &end, 10);
+    if (end == arg || *end || errno || k < 1 || k > MAX_SENTENCES) {
+        fprintf(stderr, "error: --sample '%s': expected a number of pairs from 1 to %d\n", arg, MAX_SENTENCES);
+        return 2;
+    }
+    int64_t n = at->c.n;
+    at->sample = k;
+    if (k > n) k = n;
+    at->n = (int)k;
+    at->idx = xmalloc(sizeof(int64_t) * (k ? k : 1));
+    for (int64_t i = 0; i < k; i++) at->idx[i] = i * n / k;
+    return 0;
+}
+
 /* --sentences: valid, distinct indices of pairs of the split */
-static int select_sentences(const AttnArgs *a, Attention *at)
+static int list_sentences(const char *list, const char *split, Attention *at)
 {
     int64_t dup = 0;
-    int n = at->n = parse_list(a->list, &at->idx, &dup);
-    if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", a->list, MAX_SENTENCES); return 2; }
-    if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", a->list, (long long)dup); return 2; }
-    if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", a->list); return 2; }
-    if (corpus_open(a->data, a->split, &at->cfg, &at->c)) return 2;
-    vocab_build(&at->v, at->cfg.vocab_size, at->have_dv ? at->dv.pieces : NULL);
+    int n = at->n = parse_list(list, &at->idx, &dup);
+    if (n == -2) { fprintf(stderr, "error: --sentences '%s': more than %d sentences\n", list, MAX_SENTENCES); return 2; }
+    if (n == -3) { fprintf(stderr, "error: --sentences '%s': sentence %lld is listed twice\n", list, (long long)dup); return 2; }
+    if (n <= 0) { fprintf(stderr, "error: --sentences '%s': expected indices like 0,5,10-19\n", list); return 2; }
     for (int k = 0; k < n; k++)
         if (at->idx[k] >= at->c.n) {
             fprintf(stderr, "error: --sentences: index %lld is past the %d pairs of split '%s'\n",
-                    (long long)at->idx[k], at->c.n, a->split);
+                    (long long)at->idx[k], at->c.n, split);
             return 2;
         }
     return 0;
+}
+
+/* the pairs of the split to write: --sentences LIST or --sample K */
+static int select_sentences(const AttnArgs *a, Attention *at)
+{
+    if (corpus_open(a->data, a->split, &at->cfg, &at->c)) return 2;
+    vocab_build(&at->v, at->cfg.vocab_size, at->have_dv ? at->dv.pieces : NULL);
+    if (at->c.n < 1) { fprintf(stderr, "error: %s: split '%s' has no pairs\n", a->data, a->split); return 2; }
+    return a->sample ? sample_sentences(a->sample, at) : list_sentences(a->list, a->split, at);
 }
 
 /* sentence k's maps on rank k % size; greedy hypotheses shared with all */
@@ -172,6 +205,7 @@ static void write_attrs(hid_t f, const AttnArgs *a, const Attention *at)
     h5io_attr_str(f, "data", a->data);
     h5io_attr_str(f, "split", a->split);
     h5io_attr_str(f, "mode", a->greedy ? "reference+greedy" : "reference");
+    h5io_attr_i64(f, "sample", at->sample);
     h5io_attr_str(f, "config", text);
     h5io_attr_i64(f, "n_layers", at->cfg.n_layers);
     h5io_attr_i64(f, "n_heads", at->cfg.n_heads);
@@ -256,7 +290,7 @@ static int attention_main(const AttnArgs *a, Dist *D)
 
 int cmd_attention(int argc, char **argv)
 {
-    AttnArgs a = { NULL, DATA_SYNTHETIC, "dev", NULL, NULL, NULL, 0 };
+    AttnArgs a = { NULL, DATA_SYNTHETIC, "dev", NULL, NULL, NULL, NULL, 0 };
     if (cli_wants_help(argc, argv)) { attention_help(); return 0; }
     for (int i = 2; i < argc; i++) {
         const char *o = argv[i];
@@ -264,13 +298,13 @@ int cmd_attention(int argc, char **argv)
         if (!strncmp(o, "mask_heads=", 11)) { a.mask_heads = argv[i]; continue; }
         const char **dst = !strcmp(o, "--checkpoint") ? &a.ckpt : !strcmp(o, "--data") ? &a.data
                          : !strcmp(o, "--split") ? &a.split : !strcmp(o, "--sentences") ? &a.list
-                         : !strcmp(o, "--output") ? &a.out : NULL;
+                         : !strcmp(o, "--sample") ? &a.sample : !strcmp(o, "--output") ? &a.out : NULL;
         if (!dst) { fprintf(stderr, "error: attention: unknown argument '%s' (see 'transformer attention --help')\n", o); return 2; }
         if (i + 1 >= argc) { fprintf(stderr, "error: attention: %s needs a value\n", o); return 2; }
         *dst = argv[++i];
     }
-    if (!a.ckpt || !a.out || !a.list) {
-        fprintf(stderr, "error: attention: --checkpoint, --sentences and --output are required\n");
+    if (!a.ckpt || !a.out || !a.list == !a.sample) {
+        fprintf(stderr, "error: attention: --checkpoint, --output and one of --sentences or --sample are required\n");
         return 2;
     }
     Dist D;

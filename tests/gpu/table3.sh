@@ -12,7 +12,7 @@
 # SWEEP (default docs/results-multi30k/gpu, tracked, so its finished rows
 # travel with the working tree and are skipped), stops starting rows
 # TABLE3_GPU_BUDGET seconds (default 480) after it began, and writes
-# OUTDIR/table3-gpu.tgz: the sweep's results/*.h5, logs and sweep.env, to
+# OUTDIR/table3-gpu.tgz: the sweep's results/*.h5, attention/*.h5, logs and sweep.env, to
 # untar here (tar xzf ... -C SWEEP) and commit.  A row still running at the
 # budget is lost on the device machine and rerun by the next call.
 #
@@ -60,7 +60,7 @@ start=$SECONDS rc=0
 timeout --kill-after=10 "$BUDGET" bash jobs/run-local.sh table3 "$SWEEP" "$@" >"$OUT/sweep.log" 2>&1 || rc=$?
 n=$(find "$SWEEP/results" -name '*.h5' 2>/dev/null | wc -l)
 echo "gpu-table3: $n result files in $SWEEP/results after $((SECONDS - start)) s (runner exit $rc; 124: budget reached)"
-tar czf "$OUT/table3-gpu.tgz" -C "$SWEEP" results logs sweep.env 2>/dev/null \
+tar czf "$OUT/table3-gpu.tgz" -C "$SWEEP" results $([ -d "$SWEEP/attention" ] && echo attention) logs sweep.env 2>/dev/null \
     || tar czf "$OUT/table3-gpu.tgz" -C "$SWEEP" results
 tail -5 "$OUT/sweep.log"
 [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]
