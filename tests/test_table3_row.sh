@@ -114,3 +114,27 @@ print("ok")
 PY
 grep -q "table3: ok: attention of 8 dev pairs" "$W/sw/logs/local_0.out" || fail "the rerun did not write ok's attention"
 ok "attention: 8 evenly spread dev pairs from the final checkpoint in runs/ROW/attention.h5, per-head summaries = attention.py's statistics (ok written by the second run)"
+
+# 4. a row that keeps its best checkpoint and stops by patience (issue 42:
+# the converged protocol; a sweep of its own): reported with best.h5 (dev, hypotheses, the
+# attention), averaged over the last checkpoints up to it; an improvement
+# needs 0.5 nats, so it stops soon after the first fast fall
+row_cfg best 1e-2 300
+printf '%s\n' keep_best=1 patience=2 patience_delta=0.5 >> "$W/configs/best.cfg"
+TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw2" best > "$W/best.log" 2>&1 ||
+    fail "row best: $(tail -3 "$W/best.log")"
+"$PY" - "$W/sw2" "$TOP/analysis" <<'PY' || fail "row best: see above"
+import sys, h5py
+sw = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import attention as A
+a = h5py.File(f"{sw}/results/best.h5", "r").attrs
+rep, stop = str(a["reported_checkpoint"]), str(a["stopped_by"])
+assert rep == "best" and stop == "patience" and 0 < a["best_step"] < a["stop_step"] < 300, (rep, stop, a["best_step"], a["stop_step"])
+with h5py.File(f"{sw}/attention/best.h5", "r") as g:
+    assert A.attr_str(g, "checkpoint").endswith("/runs/best/best.h5"), A.attr_str(g, "checkpoint")
+print("ok")
+PY
+grep -q "table3: best: evaluating $W/sw2/runs/best/best.h5 (best)" "$W/sw2/logs/local_0.out" ||
+    fail "row best was not evaluated with best.h5: $(grep evaluating "$W/sw2/logs/local_0.out")"
+ok "a row with keep_best stopped by patience: dev, hypotheses and attention from best.h5, recorded as reported_checkpoint=best"
