@@ -32,6 +32,8 @@ F64 = ("elapsed_seconds", "loss_scale")
 # current): its layers are post-norm whatever they say, so a model trained
 # with them in transformers is our architecture
 IGNORED_KEYS = ("normalize_before", "add_final_layer_norm", "normalize_embedding")
+SIZE_KEYS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+             "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")
 POSITIONS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 # stored sinusoids may have been computed in float32 (rounding of pos/10000^x
 # up to 512 positions: ~3e-5) or stored in bf16 (2^-8 of 1); perturbed or
@@ -59,6 +61,10 @@ def check_marian(d, c):
     Returns notes on keys transformers ignores."""
     if c.get("model_type") != "marian":
         refuse(d, f"model_type {c.get('model_type')!r}, not 'marian'")
+    for key in SIZE_KEYS:
+        v = c.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise AnalysisError(os.path.join(d, "config.json"), f"{key} = {v!r}, not a positive integer")
     act = c.get("activation_function", "gelu")
     if act != "relu":
         refuse(d, f"activation_function {act!r} (ours is ReLU, eq. 2)")
@@ -107,8 +113,8 @@ def weight_files(d):
             raise AnalysisError(d, "only pytorch_model.bin (a pickle, not read here): save it again with "
                                 "save_pretrained(..., safe_serialization=True)")
         raise AnalysisError(d, f"no model.safetensors or {index}")
-    wmap = read_json(d, index).get("weight_map")
-    path = os.path.join(d, index)
+    idx, path = read_json(d, index), os.path.join(d, index)
+    wmap = idx.get("weight_map") if isinstance(idx, dict) else None
     if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
         raise AnalysisError(path, "no weight_map of tensor name -> shard file")
     shards = {}
@@ -142,7 +148,7 @@ def check_positions(d, t, dtypes, c, cfg):
     for name in POSITIONS:
         if name not in t:
             continue
-        want = hm.marian_sinusoids(int(c.get("max_position_embeddings", 2 * int(cfg["max_len"]))), dm)
+        want = hm.marian_sinusoids(c["max_position_embeddings"], dm)
         if t[name].shape != want.shape:
             refuse(d, f"{name} has shape {list(t[name].shape)}, Marian's sinusoids {list(want.shape)}")
         err = float(np.max(np.abs(t[name] - want), initial=0.0))

@@ -246,6 +246,14 @@ def check_normalize_before(work):
              note="normalize_before = True ignored")
 
 
+def check_config_types(work):
+    d = variant(work, "config_string")
+    c = json.load(open(f"{d}/config.json"))
+    c["d_model"] = "16"
+    json.dump(c, open(f"{d}/config.json", "w"))
+    refused(work, d, "config_string/config.json", "d_model = '16', not a positive integer", "a size as a string")
+
+
 def check_write_failure(work):
     """The dataset cannot be written after the checkpoint was: neither stays."""
     rc, _, err, left, _ = run_import(work, f"{work}/base", data_path=f"{work}/no/such/dir/v.h5")
@@ -268,6 +276,7 @@ def main(work):
     check_dtypes(work, model)
     check_sharded(work, model)
     check_normalize_before(work)
+    check_config_types(work)
     check_write_failure(work)
 
 
