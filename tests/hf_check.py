@@ -6,13 +6,20 @@ tests/test_hf_export.sh under .venv-hf).
 WORK holds what the shell test made with bin/transformer: eval_<split>.txt
 (the `eval` line of each one-sentence split s0, s1, ... and of dev),
 greedy.txt (translate beam=1 len_alpha=0) and beam.txt (beam=4 len_alpha=0),
-both with max_len_a = MAX_LEN_A.  Checks, in order, and prints one 'ok:' line
+both with max_len_a = MAX_LEN_A, and plain.txt (translate's defaults).  Checks, in order, and prints one 'ok:' line
 per check or exits 1 with 'FAIL: ...':
   tokenizer: MarianTokenizer's ids of each dev source = the dataset's + EOS;
   log-probabilities: per sentence, the teacher-forced NLL of Marian equals
     ours (eval, printed to 4 decimals) within NLL_TOL per token;
   greedy outputs identical on every dev sentence;
   beam 4 with alpha = 0 identical on every dev sentence;
+  defaults a user gets: the export's max_length is our rule's, no
+    max_new_tokens; a plain generate() and pipeline (no arguments) on the
+    dev sources and a long one raise no warning but sacremoses', agree with
+    each other, and against plain.txt (translate's defaults: beam 4, alpha
+    0.6, max_len_a 50) at least half are identical and every other sentence
+    is named (search, length penalty) from the model's own scores;
+  save_pretrained of the loaded model warns about max_length alone, if at all;
 and reports (not asserted): agreement of beam 4 with our GNMT alpha 0.6 and
 the exported length_penalty, and the effect of LayerNorm eps 1e-6 vs 1e-5."""
 
