@@ -5,7 +5,9 @@
 
 writes OUT_DIR/{config.json, model.safetensors, generation_config.json,
 source.spm, target.spm, vocab.json, tokenizer_config.json,
-special_tokens_map.json}, which MarianMTModel.from_pretrained(OUT_DIR) and
+special_tokens_map.json, README.md (the model card)}, all at once (built
+in a temporary directory, then renamed) and readable as a plain open()
+would make them (0666 less the umask), which MarianMTModel.from_pretrained(OUT_DIR) and
 MarianTokenizer.from_pretrained(OUT_DIR) load offline.  DATA.h5 is the
 dataset the model was trained on: it holds the SentencePiece model and the
 vocabulary (the checkpoint holds only their fingerprint, vocab_hash).
@@ -14,12 +16,15 @@ docs/hf-export.md has the mapping and what differs."""
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, main_wrapper, open_h5  # noqa: E402
+from common import AnalysisError, attr_str, main_wrapper, open_h5, umask  # noqa: E402
+import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
 
@@ -90,10 +95,16 @@ def marian_config(cfg, text, attrs, vocab_size):
         "activation_function": "relu", "max_position_embeddings": positions, "scale_embedding": True,
         "dropout": float(cfg.get("dropout", 0.1)), "attention_dropout": 0.0, "activation_dropout": 0.0,
         "init_std": 0.02, "use_cache": True, "is_encoder_decoder": True,
-        "pad_token_id": hm.PAD, "eos_token_id": hm.EOS, "decoder_start_token_id": hm.BOS,
-        "forced_eos_token_id": hm.EOS, "bos_token_id": hm.BOS,
+        "pad_token_id": hm.PAD, "eos_token_id": hm.EOS, "decoder_start_token_id": hm.BOS, "bos_token_id": hm.BOS,
         "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
         "torch_dtype": "float32", hm.EXTRA_KEY: extra,
+        # the one generation key here: transformers 4.40's TranslationPipeline
+        # checks inputs against config.max_length (default 20, a warning per
+        # sentence of 18 tokens or more), not the generation config's
+        "max_length": max_length(cfg),
+        # MarianConfig's default is 0, a generation setting save_pretrained
+        # warns about: ours is in generation_config.json
+        "forced_eos_token_id": None,
     }
 
 
@@ -102,23 +113,29 @@ def max_output(cfg, src_tokens):
     return min(src_tokens + int(cfg.get("max_len_a", 50)), 2 * int(cfg["max_len"]) - 1)
 
 
+def max_length(cfg):
+    """transformers' max_length (decoder tokens, start token included) for
+    our rule, output <= source + max_len_a tokens then EOS: one limit per
+    call, so that of the longest source (max_len - 1).  Capped by the
+    positions (2 x max_len), as transformers warns past them; binding only
+    where max_len_a >= max_len (ours then allows one token more)."""
+    return min(max_output(cfg, int(cfg["max_len"]) - 1) + 2, 2 * int(cfg["max_len"]))
+
+
 def generation_config(cfg, lengths):
     alpha = round(float(cfg.get("len_alpha", 0.6)), 6)   # stored as float32 text
     lp, L = hf_length_penalty(alpha, lengths)
     g = {
         "decoder_start_token_id": hm.BOS, "eos_token_id": hm.EOS, "pad_token_id": hm.PAD,
         # ours allows only EOS at the maximum length L (src/decode.c): HF's
-        # forced EOS at max_length - 1, with max_new_tokens = L + 1
-        "forced_eos_token_id": hm.EOS,
+        # forced EOS at max_length - 1, max_length = start + L + EOS
+        "forced_eos_token_id": hm.EOS, "max_length": max_length(cfg),
         # ours extends by every token but PAD and BOS (docs/translate.md)
         "bad_words_ids": [[hm.PAD], [hm.BOS]],
         "num_beams": int(cfg.get("beam", 4)), "length_penalty": lp,
         # "never": stop only when no live hypothesis can win, like our exact
         # early termination
         "early_stopping": "never",
-        # ours: source length + max_len_a per sentence (+ EOS); HF has one
-        # limit: that of the longest source the model takes
-        "max_new_tokens": max_output(cfg, int(cfg["max_len"]) - 1) + 1,
         "num_return_sequences": 1,
     }
     return g, alpha, L
@@ -160,9 +177,8 @@ def write_tokenizer(out, pieces, spm, cfg, args):
                {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
 
 
-def export(args):
-    save_file = hm.safetensors_numpy().save_file
-
+def check_inputs(args):
+    """(cfg, text, attrs, params, pieces, spm, lengths, dataset info), all checked."""
     cfg, text, attrs, params = read_checkpoint(args.checkpoint)
     check_architecture(args.checkpoint, cfg)
     pieces, spm, lengths = read_vocab(args.data)
@@ -174,19 +190,62 @@ def export(args):
     for piece, i in hm.SPECIAL.items():
         if pieces[i] != piece:
             raise AnalysisError(args.data, f"piece {i} is {pieces[i]!r}, expected {piece!r}")
-    if os.path.exists(args.out_dir) and os.listdir(args.out_dir):
-        raise AnalysisError(args.out_dir, "exists and is not empty")
-    os.makedirs(args.out_dir, exist_ok=True)
-    save_file(tensors(cfg, params, args.checkpoint), os.path.join(args.out_dir, "model.safetensors"),
-              metadata={"format": "pt"})
-    write_json(os.path.join(args.out_dir, "config.json"), marian_config(cfg, text, attrs, V))
+    if os.path.exists(args.out_dir) and (not os.path.isdir(args.out_dir) or os.listdir(args.out_dir)):
+        raise AnalysisError(args.out_dir, "exists and is not an empty directory")
+    for b in args.bleu:
+        if "=" not in b:
+            raise AnalysisError("--bleu", f"{b!r} is not SPLIT=TEXT")
+    return cfg, text, attrs, params, pieces, spm, lengths
+
+
+def write_files(d, args, cfg, text, attrs, params, pieces, spm, lengths):
+    """Every file of the export into directory d; returns the generation config."""
+    V = int(cfg["vocab_size"])
+    hm.safetensors_numpy().save_file(tensors(cfg, params, args.checkpoint), os.path.join(d, "model.safetensors"),
+                                     metadata={"format": "pt"})
+    write_json(os.path.join(d, "config.json"), marian_config(cfg, text, attrs, V))
     gen, alpha, L = generation_config(cfg, lengths)
-    write_json(os.path.join(args.out_dir, "generation_config.json"), gen)
-    write_tokenizer(args.out_dir, pieces, spm, cfg, args)
+    write_json(os.path.join(d, "generation_config.json"), gen)
+    write_tokenizer(d, pieces, spm, cfg, args)
+    with open(os.path.join(d, "README.md"), "w", encoding="utf-8") as f:
+        f.write(hf_card.model_card(args, cfg, attrs, gen, alpha, L))
+    return gen, alpha, L
+
+
+def publish(tmp, out_dir):
+    """Give tmp's files the mode a plain open() gives (save_file and mkdtemp
+    make them 0600/0700: a colleague could not read them) and rename tmp to
+    out_dir."""
+    mask = umask()
+    for name in os.listdir(tmp):
+        os.chmod(os.path.join(tmp, name), 0o666 & ~mask)
+    os.chmod(tmp, 0o777 & ~mask)
+    if os.path.isdir(out_dir):
+        os.rmdir(out_dir)   # checked empty
+    os.rename(tmp, out_dir)
+
+
+def export(args):
+    hm.safetensors_numpy()
+    cfg, text, attrs, params, pieces, spm, lengths = check_inputs(args)
+    parent = os.path.dirname(os.path.abspath(args.out_dir))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out_dir))}.", dir=parent)
+    except OSError as e:
+        raise AnalysisError(args.out_dir, f"cannot create: {e.strerror}") from None
+    try:
+        gen, alpha, L = write_files(tmp, args, cfg, text, attrs, params, pieces, spm, lengths)
+        publish(tmp, args.out_dir)
+    except OSError as e:
+        raise AnalysisError(args.out_dir, f"cannot write: {e.strerror}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     eps = float(cfg.get("ln_eps", 1e-6))
     print(f"hf_export: {args.out_dir}: MarianMT, {int(cfg['n_layers'])} layers, d_model {cfg['d_model']}, "
-          f"vocab {V}; beam {gen['num_beams']}, length_penalty {gen['length_penalty']} (ours: GNMT alpha {alpha}"
-          + (f", matched at |Y| = {L:.1f}" if L else "") + ")")
+          f"vocab {cfg['vocab_size']}; beam {gen['num_beams']}, length_penalty {gen['length_penalty']} "
+          f"(ours: GNMT alpha {alpha}" + (f", matched at |Y| = {L:.1f}" if L else "") + f"), "
+          f"max_length {gen['max_length']}")
     if abs(eps - hm.MARIAN_LN_EPS) > 1e-6 * hm.MARIAN_LN_EPS:
         print(f"hf_export: note: LayerNorm eps is {eps:g} here, {hm.MARIAN_LN_EPS:g} in Marian (not configurable): "
               f"logits differ slightly (docs/hf-export.md)")
@@ -200,6 +259,11 @@ def main(argv):
     ap.add_argument("out_dir", help="the Hugging Face directory to write (new or empty)")
     ap.add_argument("--source-lang", default="en")
     ap.add_argument("--target-lang", default="de")
+    ap.add_argument("--bleu", action="append", default=[], metavar="SPLIT=TEXT",
+                    help="a score for the model card, e.g. 'test2016=29.09 (nrefs:1|case:mixed|...)': "
+                         "sacreBLEU's score and signature as analysis/bleu.py prints them (repeatable)")
+    ap.add_argument("--data-license", default=None,
+                    help="the license of the training data, for the model card (e.g. Multi30k's)")
     return export(ap.parse_args(argv))
 
 

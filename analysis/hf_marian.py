@@ -154,3 +154,97 @@ def vocab_hash(pieces):
     for b in data:
         h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+# dtypes of a safetensors header we read, and their numpy layout; bf16 has
+# none in numpy: its 16 bits are the high half of a float32
+SAFETENSORS_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+# safetensors' own limit on the JSON header (a larger length is a damaged file)
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
+def _header(path, data):
+    """The JSON header of a safetensors file, checked, as {name: entry}."""
+    import json
+
+    from common import AnalysisError
+
+    if len(data) == 0:
+        raise AnalysisError(path, "empty file (not a safetensors file)")
+    if len(data) < 8:
+        raise AnalysisError(path, f"truncated: {len(data)} bytes, less than the 8-byte header length")
+    n = int.from_bytes(data[:8], "little")
+    if n > SAFETENSORS_MAX_HEADER:
+        raise AnalysisError(path, f"not a safetensors file (header length {n} bytes)")
+    if 8 + n > len(data):
+        raise AnalysisError(path, f"truncated: header of {n} bytes, the file has {len(data) - 8} after its length")
+    try:
+        h = json.loads(bytes(data[8:8 + n]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise AnalysisError(path, "damaged safetensors header (not JSON)") from None
+    if not isinstance(h, dict):
+        raise AnalysisError(path, "damaged safetensors header (not a JSON object)")
+    h.pop("__metadata__", None)
+    return h, 8 + n
+
+
+def _entry(path, name, e, size):
+    """(dtype, shape, begin, end) of one header entry, checked against the data size."""
+    from common import AnalysisError
+
+    try:
+        dtype, shape, (b, end) = e["dtype"], [int(s) for s in e["shape"]], [int(o) for o in e["data_offsets"]]
+    except (TypeError, KeyError, ValueError):
+        raise AnalysisError(path, f"damaged safetensors header: entry {name!r}") from None
+    if not 0 <= b <= end:
+        raise AnalysisError(path, f"damaged safetensors header: {name} has offsets [{b}, {end}]")
+    if end > size:
+        raise AnalysisError(path, f"truncated: {name} ends at byte {end} of the data, the file holds {size}")
+    if dtype in SAFETENSORS_DTYPES and end - b != int(np.prod(shape)) * SAFETENSORS_DTYPES[dtype][1]:
+        raise AnalysisError(path, f"damaged safetensors header: {name} {dtype} {shape} with {end - b} bytes")
+    return dtype, shape, b, end
+
+
+def to_float32(raw, dtype, shape):
+    """float32 of a tensor's little-endian bytes: F16 and BF16 upcast exactly."""
+    a = np.frombuffer(raw, dtype=SAFETENSORS_DTYPES[dtype][0])
+    if dtype == "BF16":
+        a = (a.astype("<u4") << 16).view("<f4")
+    return a.astype(np.float32).reshape(shape)
+
+
+def read_safetensors(path, wanted):
+    """{name: float32 array} for the names in `wanted` present in a
+    safetensors file, and {name: stored dtype}.  Read here rather than by
+    safetensors.numpy, which has no bf16 and raises a traceback on a damaged
+    file: each problem is one AnalysisError naming the file."""
+    from common import AnalysisError
+
+    try:
+        with open(path, "rb") as f:
+            data = memoryview(f.read())
+    except OSError as e:
+        raise AnalysisError(path, f"unreadable: {e.strerror}") from None
+    header, start = _header(path, data)
+    size = len(data) - start
+    entries = {name: _entry(path, name, e, size) for name, e in header.items()}
+    end = max((e[3] for e in entries.values()), default=0)
+    if end != size:
+        raise AnalysisError(path, f"damaged: the tensors end at byte {end} of the data, the file holds {size}")
+    out, dtypes = {}, {}
+    for name in wanted:
+        if name not in entries:
+            continue
+        dtype, shape, b, e = entries[name]
+        if dtype not in SAFETENSORS_DTYPES:
+            raise AnalysisError(path, f"{name} is {dtype}: only F32, F16 and BF16 weights are read")
+        out[name], dtypes[name] = to_float32(data[start + b:start + e], dtype, shape), dtype
+    return out, dtypes
+
+
+def marian_sinusoids(n_pos, d):
+    """MarianSinusoidalPositionalEmbedding's table [n_pos, d] (all sines,
+    then all cosines), computed as transformers does: float64, then float32."""
+    j = np.arange(d)
+    angle = np.arange(n_pos)[:, None] / np.power(10000, 2 * (j // 2) / d)[None, :]
+    return np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])], axis=1).astype(np.float32)

@@ -39,7 +39,7 @@ field() {
 expect_error() {
     local code=$1 pat=$2; shift 2
     local err rc
-    err=$("$@" 2>&1 >/dev/null); rc=$?
+    err=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?   # also under set -e
     [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $err)"
     grep -q -- "$pat" <<<"$err" || fail "'$*': stderr lacks '$pat': $err"
     ok "'$*' -> exit $rc: $(echo "$err" | head -1)"

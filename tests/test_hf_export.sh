@@ -5,11 +5,13 @@
 # Marian's; tests/hf_check.py loads the export with MarianMTModel and
 # MarianTokenizer and checks: the tokenizer's ids, the teacher-forced NLL of
 # every sentence against `eval`, greedy and beam-4 (alpha 0) outputs against
-# `translate`.  Then import(export(ckpt)) has the checkpoint's parameters
-# bitwise (and config), and `eval` of it prints the same line; d_k != d_model/h
-# and a swish Marian model are one-line errors.  Needs .venv-hf
-# (tests/install-deps.sh).
-set -u
+# `translate`; what a user gets: plain generate() and pipeline warning-free
+# and agreeing with translate's defaults (beam 4, alpha 0.6), the differences
+# named and counted; files 0666 less the umask; a model card.  Then
+# import(export(ckpt)) has the checkpoint's parameters bitwise (and config),
+# and `eval` of it prints the same line; d_k != d_model/h and a swish Marian
+# model are one-line errors.  Needs .venv-hf (tests/install-deps.sh).
+set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
 PY=$TOP/.venv-hf/bin/python
@@ -56,14 +58,42 @@ translate_dev() { "$BIN" translate --checkpoint "$CK" --data "$W/d.h5" --split d
 translate_dev greedy.txt beam=1 len_alpha=0
 translate_dev beam.txt beam=4 len_alpha=0
 translate_dev beam06.txt beam=4 len_alpha=0.6
+# what a user of ours gets: translate's defaults (beam 4, alpha 0.6, max_len_a 50)
+"$BIN" translate --checkpoint "$CK" --data "$W/d.h5" --split dev --output "$W/plain.txt" threads=1 >"$W/plain.log" 2>&1 \
+    || fail "translate (defaults): $(tail -2 "$W/plain.log")"
 
-"$PY" analysis/hf_export.py "$CK" "$W/d.h5" "$W/hf" >"$W/export.log" 2>&1 || fail "export: $(cat "$W/export.log")"
+SIG="nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0"
+"$PY" analysis/hf_export.py "$CK" "$W/d.h5" "$W/hf" --bleu "dev=12.34 ($SIG)" --data-license "CC BY 4.0 (generated)" \
+    >"$W/export.log" 2>&1 || fail "export: $(cat "$W/export.log")"
 ok "$(head -1 "$W/export.log")"
-for f in config.json model.safetensors generation_config.json source.spm target.spm vocab.json tokenizer_config.json; do
+files="config.json model.safetensors generation_config.json source.spm target.spm vocab.json tokenizer_config.json
+    special_tokens_map.json README.md"
+for f in $files; do
     [ -s "$W/hf/$f" ] || fail "export wrote no $f"
 done
-"$PY" tests/hf_check.py "$W/hf" "$W/d.h5" "$W" 2>"$W/check.err" | tee "$W/check.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || fail "hf_check (above; stderr: $(grep -v -i warn "$W/check.err" | tail -3))"
+[ "$(ls -A "$W/hf" | wc -l)" -eq 9 ] || fail "export wrote other files: $(ls -A "$W/hf")"
+# readable by a colleague: every file 0666 less the umask, as a plain open() makes it
+for mask in 022 027; do
+    rm -rf "$W/hf_mask"
+    (umask $mask && "$PY" analysis/hf_export.py "$CK" "$W/d.h5" "$W/hf_mask" >/dev/null) || fail "export under umask $mask"
+    want=$(printf '%o' $((0666 & ~0$mask)))
+    modes=$(stat -c '%a %n' "$W"/hf_mask/* | awk -v w="$want" '$1 != w')
+    [ -z "$modes" ] || fail "umask $mask: files not $want: $modes"
+    [ "$(stat -c %a "$W/hf_mask")" = "$(printf '%o' $((0777 & ~0$mask)))" ] || fail "umask $mask: directory mode"
+done
+ok "export files 644 under umask 022 and 640 under 027 (model.safetensors included), directory 755/750"
+card=$(cat "$W/hf/README.md")
+for want in "## Architecture" "2 + 2 layers, d_model 32, d_ff 64, 4 heads" "Steps: 300 " "| dev | 12.34 ($SIG) |" \
+    'pipeline("translation"' "CC BY 4.0 (generated)" "train 1,297 pairs"; do
+    grep -qF -- "$want" <<<"$card" || fail "model card lacks '$want'"
+done
+ok "model card: architecture, data and steps, BLEU with its signature, usage, data license"
+mkdir -p "$W/full" && touch "$W/full/x"
+expect_error 2 "^error: .*full: exists and is not an empty directory" "$PY" analysis/hf_export.py "$CK" "$W/d.h5" "$W/full"
+[ -z "$(find "$W" -maxdepth 1 -name '.full.*')" ] || fail "a refused export left a temporary directory"
+"$PY" tests/hf_check.py "$W/hf" "$W/d.h5" "$W" >"$W/check.log" 2>"$W/check.err" \
+    || { cat "$W/check.log"; fail "hf_check (above; stderr: $(grep -v -i warn "$W/check.err" | tail -3))"; }
+cat "$W/check.log"
 
 # import(export(ckpt)) == ckpt: every parameter bitwise, the config, and eval
 "$PY" analysis/hf_import.py "$W/hf" "$W/back.h5" >"$W/import.log" 2>&1 || fail "import: $(cat "$W/import.log")"

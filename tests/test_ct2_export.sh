@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Export to CTranslate2 (analysis/ct2_export.py, docs/ct2-export.md), offline.
+# A tiny model is trained on a generated word-for-word task (as in
+# test_hf_export); tests/ct2_check.py translates the dev set with
+# ctranslate2.Translator: greedy identical to `translate` on every sentence,
+# beam 4 identical on at least half and every other sentence named
+# (search or length penalty) from CTranslate2's own scores.  d_k != d_model/h
+# and a run without ctranslate2 are one-line errors.  Skipped where
+# .venv-hf has no ctranslate2 (analysis/requirements-hf.txt has it).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+cd "$TOP"
+PY=$TOP/.venv-hf/bin/python
+[ -x "$PY" ] || skip "no .venv-hf (bash tests/install-deps.sh creates it)"
+"$PY" -c "import ctranslate2" 2>/dev/null || skip "no ctranslate2 in .venv-hf (bash tests/install-deps.sh)"
+W=$(mktemp -d /tmp/test_ct2_export.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMP_NUM_THREADS=1
+
+"$PY" - "$W" <<'PYEOF'
+import random, sys
+w, r = sys.argv[1], random.Random(7)
+en = "a the man woman dog cat sees eats big small red blue house tree runs sleeps".split()
+de = "ein der Mann Frau Hund Katze sieht isst gross klein rot blau Haus Baum rennt schlaeft".split()
+def write(name, n):
+    with open(f"{w}/{name}.en", "w") as s, open(f"{w}/{name}.de", "w") as t:
+        for _ in range(n):
+            idx = [r.randrange(len(en)) for _ in range(r.randint(3, 7))]
+            s.write(" ".join(en[i] for i in idx) + ".\n"); t.write(" ".join(de[i] for i in idx) + ".\n")
+write("train", 1500); write("dev", 16)
+PYEOF
+cp "$W/dev.en" "$W/dev.src"
+"$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/dev.en" "$W/dev.de" \
+    vocab_size=330 max_len=24 --jobs 1 >"$W/prep.log" 2>&1 || fail "prepare: $(tail -2 "$W/prep.log")"
+ARCH="vocab_size=330 max_len=24 n_layers=2 d_model=32 d_ff=64 n_heads=4 max_tokens=512 warmup=60 lr_factor=1"
+"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 train_steps=300 dropout=0 threads=1 \
+    run_dir="$W/run" >"$W/train.log" 2>&1 || fail "train: $(tail -2 "$W/train.log")"
+CK=$(ls "$W"/run/ckpt_*.h5 | tail -1)
+for run in "greedy.txt beam=1 len_alpha=0" "beam.txt beam=4 len_alpha=0.6"; do
+    set -- $run
+    "$BIN" translate --checkpoint "$CK" --data "$W/d.h5" --split dev --output "$W/$1" max_len_a=5 threads=1 \
+        "${@:2}" >"$W/$1.log" 2>&1 || fail "translate $run: $(tail -2 "$W/$1.log")"
+done
+
+"$PY" analysis/ct2_export.py "$CK" "$W/d.h5" "$W/ct2" >"$W/export.log" 2>&1 || fail "export: $(cat "$W/export.log")"
+ok "$(head -1 "$W/export.log")"
+# the length penalty the export maps our alpha 0.6 to (as hf_export.py does)
+lp=$(grep -o 'length_penalty [0-9.]*' "$W/export.log" | cut -d' ' -f2)
+[ -n "$lp" ] || fail "the export names no length_penalty: $(cat "$W/export.log")"
+"$PY" tests/ct2_check.py "$W/ct2" "$W" "$lp" >"$W/check.log" 2>"$W/check.err" \
+    || { cat "$W/check.log"; fail "ct2_check (above; stderr: $(tail -3 "$W/check.err"))"; }
+cat "$W/check.log"
+
+"$BIN" train data="$W/d.h5" $ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
+    || fail "train row B: $(tail -2 "$W/rowb.log")"
+expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \
+    "$PY" analysis/ct2_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/ct2_rowb"
+[ ! -e "$W/ct2_rowb" ] || fail "a refused export left $W/ct2_rowb"
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c "import ctranslate2" 2>/dev/null; then
+    expect_error 2 "^error: ctranslate2: not installed" .venv/bin/python analysis/ct2_export.py "$CK" "$W/d.h5" "$W/ct2_novenv"
+fi
+echo "ok: test_ct2_export"
