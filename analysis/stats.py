@@ -3,7 +3,10 @@ numpy only: Student t quantiles, Welch t intervals of a difference of means,
 paired bootstrap resampling of corpus BLEU (Koehn 2004), over sentences
 and seeds where a system has several runs, Spearman's rank
 correlation, Holm's step-down correction and the equivalence bound of an
-interval.  Each function is small and tested against hand-computed or
+interval; for matched seeds (the converged protocol) the residual variance
+of a two-way additive model (row + seed), paired and pooled t intervals,
+a permutation p-value and a bootstrap interval of Spearman's rho.  Each
+function is small and tested against hand-computed or
 textbook values (analysis/tests/test_stats.py)."""
 
 import math
@@ -12,6 +15,7 @@ import numpy as np
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 12345  # fixed: the table is the same every time it is built
+PERMUTATIONS = 10000  # of the rank correlation's permutation test and its bootstrap over rows
 LEVEL = 0.95
 
 
@@ -94,9 +98,50 @@ def welch_interval(a, b, level=LEVEL):
         df, out["pooled"] = len(b) - 1, True
     else:
         return out
-    half = t_quantile(0.5 + level / 2.0, df) * se
-    out.update(lo=diff - half, hi=diff + half, df=float(df), se=se, p=t_pvalue(diff, se, df))
+    out.update(t_interval(diff, se, df, level))
     return out
+
+
+def t_interval(diff, se, df, level=LEVEL):
+    """dict diff, lo, hi, df, se, p: diff +- t_df se and the two-sided p of
+    diff / se (NaN ends where se or df is not known)."""
+    if not (math.isfinite(se) and df > 0):
+        return {"diff": diff, "lo": math.nan, "hi": math.nan, "df": float(df), "se": se, "p": math.nan}
+    half = t_quantile(0.5 + level / 2.0, df) * se
+    return {"diff": diff, "lo": diff - half, "hi": diff + half, "df": float(df), "se": se,
+            "p": t_pvalue(diff, se, df)}
+
+
+def two_way_residual_variance(y):
+    """Residual variance of the additive model y[r, s] = mu + row_r + seed_s
+    + e over a complete R x S table (rows x matched seeds): the sum of
+    squared residuals y - row mean - seed mean + grand mean over (R - 1)(S - 1)
+    degrees of freedom.  Returns (variance, df); (NaN, 0) without a df."""
+    y = np.asarray(y, float)
+    if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2:
+        return math.nan, 0
+    resid = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    df = (y.shape[0] - 1) * (y.shape[1] - 1)
+    return float((resid ** 2).sum() / df), df
+
+
+def pooled_paired_interval(d, variance, df, level=LEVEL):
+    """Mean of the paired differences d (a row minus base, seed by seed)
+    with the two-way model's residual variance: a difference of two runs has
+    variance 2 variance, so se = sqrt(2 variance / len(d)), df the
+    variance's.  Same return value as t_interval."""
+    d = np.asarray(d, float)
+    if not len(d):
+        return t_interval(math.nan, math.nan, 0, level)
+    return t_interval(float(d.mean()), math.sqrt(2.0 * variance / len(d)), df, level)
+
+
+def paired_t_interval(d, level=LEVEL):
+    """The row's own paired t interval: mean(d) +- t_(n-1) sd(d) / sqrt(n)."""
+    d = np.asarray(d, float)
+    if len(d) < 2:
+        return t_interval(float(d.mean()) if len(d) else math.nan, math.nan, 0, level)
+    return t_interval(float(d.mean()), float(d.std(ddof=1)) / math.sqrt(len(d)), len(d) - 1, level)
 
 
 def t_pvalue(diff, se, df):
@@ -181,15 +226,21 @@ def seed_bootstrap(runs_a, runs_b, n=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED, l
 
 
 def ranks(x):
-    """Ranks 1..n, ties given their average rank."""
+    """Ranks 1..n along the last axis, ties given their average rank: the
+    values below plus (the values equal, itself included, + 1) / 2."""
     x = np.asarray(x, float)
-    order = np.argsort(x, kind="mergesort")
-    r = np.empty(len(x))
-    r[order] = np.arange(1, len(x) + 1)
-    for v in np.unique(x):
-        tie = x == v
-        r[tie] = r[tie].mean()
-    return r
+    below = (x[..., None, :] < x[..., :, None]).sum(axis=-1)
+    equal = (x[..., None, :] == x[..., :, None]).sum(axis=-1)
+    return below + (equal + 1) / 2.0
+
+
+def _rank_correlation(rx, ry):
+    """Pearson's r of ranks along the last axis (NaN where a side is constant)."""
+    rx = rx - rx.mean(axis=-1, keepdims=True)
+    ry = ry - ry.mean(axis=-1, keepdims=True)
+    den = np.sqrt((rx ** 2).sum(axis=-1) * (ry ** 2).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (rx * ry).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
 def spearman(x, y):
@@ -200,10 +251,36 @@ def spearman(x, y):
         raise ValueError("spearman: x and y differ in length")
     if len(x) < 3:
         return math.nan
+    return float(_rank_correlation(ranks(x), ranks(y)))
+
+
+def spearman_permutation_p(x, y, n=PERMUTATIONS, seed=BOOTSTRAP_SEED):
+    """Two-sided permutation p-value of Spearman's rho: the share of n
+    random pairings (y's ranks permuted, seeded) whose |rho| is at least the
+    observed one, (1 + count) / (1 + n); NaN where rho is."""
+    rho = spearman(x, y)
+    if not math.isfinite(rho):
+        return math.nan
     rx, ry = ranks(x), ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    den = math.sqrt((rx ** 2).sum() * (ry ** 2).sum())
-    return float((rx * ry).sum() / den) if den > 0 else math.nan
+    perm = np.random.default_rng(seed).permuted(np.tile(ry, (n, 1)), axis=1)
+    far = np.abs(_rank_correlation(rx, perm)) >= abs(rho) - 1e-12
+    return float((1 + far.sum()) / (1 + n))
+
+
+def spearman_bootstrap_interval(x, y, n=PERMUTATIONS, seed=BOOTSTRAP_SEED, level=LEVEL):
+    """Percentile interval of Spearman's rho over n resamples of the pairs
+    (x_i, y_i) with replacement (seeded); resamples with a constant side
+    have no rho and are left out.  Returns (lo, hi), NaN with under 3 pairs."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 3:
+        return math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(n, len(x)))
+    rho = _rank_correlation(ranks(x[idx]), ranks(y[idx]))
+    rho = rho[np.isfinite(rho)]
+    if not len(rho):
+        return math.nan, math.nan
+    lo, hi = np.percentile(rho, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
 
 
 def holm(pvalues):
