@@ -73,17 +73,18 @@ def chosen_runs(runs):
     return out
 
 
-def direction(lo, hi, diff=None):
-    """'up' / 'down' when the interval excludes 0, else '≈' (diff alone: its sign)."""
+def direction(lo, hi, diff=None, band=PAPER_EQUIV_NATS):
+    """'up' / 'down' when the interval excludes 0, else '≈' (diff alone: its
+    sign, '≈' within ±band)."""
     if lo is None:
-        return "–" if not math.isfinite(diff) else "≈" if abs(diff) <= PAPER_EQUIV_NATS else (
+        return "–" if not math.isfinite(diff) else "≈" if abs(diff) <= band else (
             "up" if diff > 0 else "down")
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "–"
     return "up" if lo > 0 else "down" if hi < 0 else "≈"
 
 
-def agreement(paper_dir, diff, ours_dir, equiv=math.nan):
+def agreement(paper_dir, diff, ours_dir, equiv=math.nan, band=PAPER_EQUIV_NATS):
     """yes: the same direction, significant, or the paper ≈ and our whole
     interval inside ±PAPER_EQUIV_NATS (equiv: its equivalence bound), the
     band that defines the paper's ≈, whether or not ours excludes 0; open:
@@ -95,7 +96,7 @@ def agreement(paper_dir, diff, ours_dir, equiv=math.nan):
     if paper_dir == "–" or ours_dir == "–" or not math.isfinite(diff):
         return "–"
     if paper_dir == "≈":
-        if equiv <= PAPER_EQUIV_NATS:
+        if equiv <= band:
             return "yes"
         return "open" if ours_dir == "≈" else "no"
     if ours_dir == paper_dir:
@@ -205,11 +206,14 @@ def bleu_comparison(s, base):
         s.update(d_bleu=b["diff"], bleu_lo=b["lo"], bleu_hi=b["hi"], bleu_p=b["p"], bleu_set=name)
 
 
-def summarize(runs, order):
+def summarize(runs, order, converged=False):
     """Row summaries (in the order of the row names 'order' gives, a sort
     key) and the overall figures: Holm-adjusted p-values, the rank
     correlation of our Δ dev NLL with the paper's over rows with both,
-    agreement counts."""
+    agreement counts.  converged: the converged protocol's statistics
+    (converged_comparisons) replace the Welch ones, and overall adds the
+    rank correlation's tests, the band's sensitivity and the pooled
+    variances."""
     groups = group_runs(runs)
     rows = [row_summary(name, groups[name]) for name in sorted(groups, key=order)]
     base = next((s for s in rows if s["row"] == "base"), None)
@@ -222,11 +226,160 @@ def summarize(runs, order):
     for key in ("p", "bleu_p"):
         for s, q in zip(others, stats.holm([s[key] for s in others])):
             s[key + "_holm"] = q
+    pools = converged_comparisons(rows, base, others) if converged and base is not None else None
     ranked = [s for s in others if math.isfinite(s["d_nll"]) and math.isfinite(s["paper_d"])]
     overall = {"spearman": stats.spearman([s["d_nll"] for s in ranked], [s["paper_d"] for s in ranked]),
-               "n_ranked": len(ranked), "base": base,
-               "agree": {k: sum(s["agree"] == k for s in others) for k in ("yes", "sign", "open", "no", "no (n.s.)")}}
+               "n_ranked": len(ranked), "base": base, "agree": agreement_counts(others, "agree")}
+    if converged:
+        overall.update(rank_tests(ranked), pools=pools,
+                       bands={b: agreement_counts(others, ("agree_at", b)) for b in BANDS})
     return rows, overall
+
+
+AGREEMENTS = ("yes", "sign", "open", "no", "no (n.s.)")
+
+
+def agreement_counts(summaries, key):
+    """{agreement: how many summaries have it} of s[key] (or s[k0][k1] for a pair)."""
+    get = (lambda s: s[key]) if isinstance(key, str) else (lambda s: s.get(key[0], {}).get(key[1]))
+    return {k: sum(get(s) == k for s in summaries) for k in AGREEMENTS}
+
+
+# The converged protocol (docs/results-multi30k/converged/protocol.md, "Analysis plan")
+BANDS = (0.03, 0.04, 0.05)  # the band's sensitivity: agreement counts at each (0.04 primary)
+ALPHA = 0.05  # a Holm-corrected p below this is an effect
+BLEU_SET = "test2016.avg5"  # the seed-level BLEU test's set: test2016, averaged checkpoint
+
+
+def seed_of(r):
+    """The seed a run trained with: its config's seed, else its name's
+    (ROW-seedS; ROW is seed 1).  Matched seeds pair runs by it."""
+    try:
+        return int(r.get("cfg", {})["seed"])
+    except (KeyError, ValueError):
+        return split_run(r["row"])[1]
+
+
+def matched_runs(s):
+    """{seed: run} of a row summary's used runs (the first run of a seed)."""
+    out = {}
+    for r in s["used"]:
+        out.setdefault(seed_of(r), r)
+    return out
+
+
+def run_bleu(r):
+    """sacreBLEU of BLEU_SET (NaN without it)."""
+    return r.get("bleu", {}).get(BLEU_SET, (math.nan,))[0]
+
+
+def matched_values(s, value):
+    """{seed: value(run)} of a row's used runs where the value is finite."""
+    return {k: v for k, v in ((k, value(r)) for k, r in matched_runs(s).items()) if math.isfinite(v)}
+
+
+def pooled_variance(rows, base, value):
+    """The two-way model (row + seed) over the rows (base included) that have
+    a value at every one of base's seeds: dict var, df = (R - 1)(S - 1),
+    rows R, seeds S."""
+    seeds = sorted(matched_values(base, value))
+    table = [[m[k] for k in seeds] for m in (matched_values(s, value) for s in rows) if all(k in m for k in seeds)]
+    var, df = stats.two_way_residual_variance(table)
+    return {"var": var, "df": df, "rows": len(table), "seeds": len(seeds)}
+
+
+def paired_comparison(s, base, value, pool):
+    """The row minus base over their matched seeds: dict n (pairs), pooled
+    (the pooled interval) and paired (the row's own paired t interval)."""
+    a, b = matched_values(s, value), matched_values(base, value)
+    d = [a[k] - b[k] for k in sorted(set(a) & set(b))]
+    return {"n": len(d), "pooled": stats.pooled_paired_interval(d, pool["var"], pool["df"]),
+            "paired": stats.paired_t_interval(d)}
+
+
+def holm_direction(diff, p_holm):
+    """'up' / 'down' where the Holm-corrected p is below ALPHA, else '≈'."""
+    if not (math.isfinite(diff) and math.isfinite(p_holm)):
+        return "–"
+    return "≈" if p_holm >= ALPHA else "up" if diff > 0 else "down"
+
+
+def agreement_at(s, band):
+    """The converged protocol's agreement of row summary s at a band: the
+    paper's direction at that band against ours by Holm."""
+    paper_dir = direction(None, None, s["paper_d"], band)
+    bound = stats.equivalence_bound(s["lo"], s["hi"])
+    return agreement(paper_dir, s["d_nll"], s["ours_dir"], bound, band)
+
+
+def converged_comparisons(rows, base, others):
+    """The converged protocol's statistics: per row, Δ dev NLL and Δ BLEU
+    against base by paired differences over matched seeds with the pooled
+    variance (paired_nll, paired_bleu, with Holm's p), its own paired t
+    interval beside; the pooled Δ dev NLL becomes the row's d_nll, lo, hi,
+    p, p_holm, its direction is by Holm, its agreement at each of BANDS.
+    Returns the pooled variances {"nll": ..., "bleu": ...}."""
+    pools = {"nll": pooled_variance(rows, base, nll), "bleu": pooled_variance(rows, base, run_bleu)}
+    for name, value in (("nll", nll), ("bleu", run_bleu)):
+        for s in others:
+            s["paired_" + name] = paired_comparison(s, base, value, pools[name])
+        for s, q in zip(others, stats.holm([s["paired_" + name]["pooled"]["p"] for s in others])):
+            s["paired_" + name]["pooled"]["p_holm"] = q
+    for s in others:
+        pooled = s["paired_nll"]["pooled"]
+        s.update(d_nll=pooled["diff"], lo=pooled["lo"], hi=pooled["hi"], p=pooled["p"], p_holm=pooled["p_holm"],
+                 pooled=False, equiv=math.nan)
+        s["ours_dir"] = holm_direction(s["d_nll"], s["p_holm"])
+        if s["paper_dir"] == "≈" or s["row"] in EQUIV_ROWS:
+            s["equiv"] = stats.equivalence_bound(s["lo"], s["hi"])
+        s["agree_at"] = {b: agreement_at(s, b) for b in BANDS}
+        s["agree"] = s["agree_at"][PAPER_EQUIV_NATS]
+    return pools
+
+
+def rank_tests(ranked):
+    """Spearman's rho of our Δ dev NLL with the paper's: its permutation p
+    and bootstrap interval over the rows."""
+    x, y = [s["d_nll"] for s in ranked], [s["paper_d"] for s in ranked]
+    lo, hi = stats.spearman_bootstrap_interval(x, y)
+    return {"spearman_p": stats.spearman_permutation_p(x, y), "spearman_lo": lo, "spearman_hi": hi}
+
+
+def dev_curve(r):
+    """(steps, dev NLL) of a run's stored curve, one value per step (the
+    last: a run started again evaluates its last step once more)."""
+    c = r.get("curves") or {}
+    steps, nlls = np.asarray(c.get("dev_step", ()), float), np.asarray(c.get("dev_nll", ()), float)
+    if not len(steps) or len(steps) != len(nlls):
+        return np.array([]), np.array([])
+    uniq, idx = np.unique(steps[::-1], return_index=True)
+    return uniq, nlls[::-1][idx]
+
+
+def delta_curve(s, base):
+    """Δ dev NLL of a row against base at every dev evaluation, the mean
+    over the matched seeds, at the steps where every pair has both runs
+    evaluated: (steps, mean Δ, number of pairs)."""
+    a, b = matched_runs(s), matched_runs(base)
+    pairs = [(dev_curve(a[k]), dev_curve(b[k])) for k in sorted(set(a) & set(b))]
+    if not pairs:
+        return np.array([]), np.array([]), 0
+    steps = functools.reduce(np.intersect1d, [c[0] for pair in pairs for c in pair])
+    d = [np.interp(steps, *ca) - np.interp(steps, *cb) for ca, cb in pairs]  # at stored steps: exact values
+    return steps, np.mean(d, axis=0), len(pairs)
+
+
+def convergence(r):
+    """How a run ended under the converged protocol: 'yes' (stopped by
+    patience), 'no: cap' (reached the step cap: not converged), 'no: cap,
+    best at the end' (its best dev evaluation was its last one); '–' not done."""
+    if r["status"] != "done":
+        return "–"
+    if r.get("stop_step") is not None:
+        return "yes"
+    steps = dev_curve(r)[0]
+    last = r.get("train_steps") or (int(steps[-1]) if len(steps) else None)
+    return "no: cap, best at the end" if r.get("best_step") is not None and r["best_step"] == last else "no: cap"
 
 
 def base_spread_note(base):

@@ -20,8 +20,18 @@ As in the paper, the Markdown and LaTeX tables show a row's hyperparameters
 only where they differ from the base row.  The figure has the dev NLL
 curves, one panel per group, failed runs dashed.
 
-Example:
+--protocol converged applies the converged protocol's analysis plan
+(docs/results-multi30k/converged/protocol.md): Δ against base by paired
+differences over matched seeds with a pooled variance (two-way model, its
+degrees of freedom stated), the row's paired t interval beside it, a
+seed-level BLEU test beside the bootstrap, agreement by Holm-corrected
+p-values at bands 0.03, 0.04 and 0.05 nats, ρ with a permutation p and a
+bootstrap interval, each run's best and stop steps, and the Δ over training
+(PREFIX-delta.csv and PREFIX-delta.{png,pdf}).
+
+Examples:
   table3.py sweeps/2026-11-23 --configs input/table3
+  table3.py docs/results-multi30k/converged/sweep --protocol converged
 """
 
 import argparse
@@ -37,6 +47,7 @@ import numpy as np
 
 import stats
 from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
+import compare
 from compare import PAPER_EQUIV_NATS, base_spread_note, is_failed, mean_bleu, nll, split_run, summarize
 from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result
 
@@ -396,14 +407,76 @@ def md_table(head, lines, first_left=1):
     return "\n".join(out) + "\n"
 
 
-def compare_table(summaries):
+def compare_table(summaries, cols=COMPARE_COLS, cells=compare_cells):
     """Markdown: one line per row, hyperparameters where they differ from base."""
     reps = [s["runs"][0] for s in summaries]
     shown = shown_hyper(reps)
-    head = ["row"] + [h for _, h, _, _ in HYPER] + COMPARE_COLS
-    lines = [[s["row"] + (" ✗" if s["failed"] else "")] + [_fmt_hyper(k, h[k]) for k, *_ in HYPER] + compare_cells(s)
+    head = ["row"] + [h for _, h, _, _ in HYPER] + cols
+    lines = [[s["row"] + (" ✗" if s["failed"] else "")] + [_fmt_hyper(k, h[k]) for k, *_ in HYPER] + cells(s)
              for s, h in zip(summaries, shown)]
     return md_table(head, lines)
+
+
+# the converged protocol: the pooled interval in the Δ column, the row's paired t interval beside it
+CONVERGED_COLS = (COMPARE_COLS[:4] + ["Δ NLL vs base, pooled [95% CI]", "p", "p Holm", "pairs",
+                                      "paired t [95% CI]"] + COMPARE_COLS[7:])
+
+
+def _paired_cells(c, digits):
+    """[pooled interval, p, p Holm, pairs, paired t interval] of a paired_comparison."""
+    pooled, paired = c["pooled"], c["paired"]
+    return [_interval(pooled["diff"], pooled["lo"], pooled["hi"], digits), _p(pooled["p"]),
+            _p(pooled.get("p_holm")), str(c["n"]), _interval(paired["diff"], paired["lo"], paired["hi"], digits)]
+
+
+def converged_cells(s):
+    """The cells of CONVERGED_COLS of one row summary."""
+    c = compare_cells(s)
+    paired = ["(reference)", "", "", "", ""] if s["row"] == "base" else _paired_cells(s["paired_nll"], 3)
+    return c[:4] + paired + c[7:]
+
+
+SEED_BLEU_COLS = [compare.BLEU_SET, "Δ BLEU vs base, pooled [95% CI]", "p", "p Holm", "pairs", "paired t [95% CI]"]
+
+
+def seed_bleu_table(summaries):
+    """The seed-level BLEU test: one line per row."""
+    lines = [[s["row"], fmt_num(mean_bleu(s["used"], compare.BLEU_SET), 1)] +
+             (["(reference)", "", "", "", ""] if s["row"] == "base" else _paired_cells(s["paired_bleu"], 2))
+             for s in summaries]
+    return md_table(["row"] + SEED_BLEU_COLS, lines)
+
+
+def band_table(overall):
+    """Agreement counts at each band of compare.BANDS."""
+    lines = [[f"{b:.2f}" + (" (primary)" if b == PAPER_EQUIV_NATS else "")] +
+             [str(overall["bands"][b][k]) for k in compare.AGREEMENTS] for b in compare.BANDS]
+    return md_table(["band (nats)"] + list(compare.AGREEMENTS), lines)
+
+
+def pool_note(pool, what):
+    """The pooled variance in words: its s.d., df and what it was estimated from."""
+    if not pool or not pool["df"]:
+        return f"{what}: no pooled variance (needs two rows with every one of base's seeds)."
+    return (f"{what}: residual s.d. {math.sqrt(pool['var']):.4g} of the two-way model (row + seed) over the "
+            f"{pool['rows']} rows with all of base's {pool['seeds']} seeds, "
+            f"(R − 1)(S − 1) = {pool['df']} degrees of freedom.")
+
+
+def converged_note(overall):
+    """Under the converged table: the pooled variances, the rank correlation
+    with its tests, the agreement counts and the band's sensitivity."""
+    o = overall
+    rho = (f"{fmt_num(o['spearman'], 2)}, permutation p {_p(o['spearman_p'])} ({stats.PERMUTATIONS} permutations), "
+           f"95% bootstrap interval over rows [{fmt_num(o['spearman_lo'], 2)}, {fmt_num(o['spearman_hi'], 2)}]")
+    out = ("\n" + pool_note(o["pools"]["nll"], "Δ dev NLL") + " " + pool_note(o["pools"]["bleu"], "Δ BLEU") + "\n"
+           f"\nSpearman rank correlation of our Δ dev NLL with the paper's Δ (ln PPL) over the "
+           f"{o['n_ranked']} rows with both: {rho}.\n"
+           f"\nAgreement with the paper (ours: up/down where the Holm-corrected p < {compare.ALPHA}, else ≈; "
+           f"where the paper is ≈, |Δ| ≤ band, ours agrees when its pooled interval lies within ±band), "
+           f"by band:\n\n" + band_table(o))
+    spread = base_spread_note(o["base"])
+    return out + ("\n" + spread + "\n" if spread else "")
 
 
 def overall_note(overall, summaries):
@@ -444,7 +517,19 @@ def sweep_note(env):
     return out + "\n"
 
 
-def protocol_note(runs, summaries, env):
+CONVERGED_STATISTICS = (
+    "- Statistics (analysis/stats.py, analysis/compare.py; the converged protocol's analysis plan): Δ dev NLL = "
+    "the mean over matched seeds (the config's seed) of the row's run minus base's, 95% interval t_df · "
+    "√(2σ²/S) with σ² the residual variance of the two-way model (row + seed) over the rows with all of base's "
+    "seeds, df = (R − 1)(S − 1), S the row's pairs; the row's own paired t interval (df = pairs − 1) beside it; "
+    "the same for BLEU ({bleu}) beside the bootstrap; Holm's correction over the rows' pooled p-values; "
+    "ours up/down where the Holm p < {alpha}; paper ≈ where |Δ| ≤ {band} nats (agreement also at {bands}); "
+    "Spearman's ρ with a permutation p ({perms} permutations) and a percentile bootstrap interval over the rows "
+    "({perms} resamples, seed {seed}); BLEU bootstrap: {resamples} resamples over sentences and seeds "
+    "(Clark et al. 2011).")
+
+
+def protocol_note(runs, summaries, env, converged=False):
     """The protocol as the files record it: lr rule, seeds, verdict rules
     with thresholds, the statistics, the sacreBLEU signature."""
     import verdict as V
@@ -473,13 +558,29 @@ def protocol_note(runs, summaries, env):
            f"paper direction ≈ where |Δ| ≤ {PAPER_EQUIV_NATS} nats (and E, A3), ours ≈ where "
            "the interval contains 0; ≈ bound: no difference larger than this (nats).",
            "- sacreBLEU signature: " + (" / ".join(f"`{s}`" for s in sigs) if sigs else "none recorded") + "."]
+    if converged:  # the Statistics line
+        out[-2] = CONVERGED_STATISTICS.format(
+            bleu=compare.BLEU_SET, alpha=compare.ALPHA, band=PAPER_EQUIV_NATS, seed=stats.BOOTSTRAP_SEED,
+            bands=", ".join(f"{b:g}" for b in compare.BANDS), perms=stats.PERMUTATIONS,
+            resamples=stats.BOOTSTRAP_RESAMPLES)
     return "\n".join(out) + "\n" + sweep_note(env or {})
 
 
-def runs_table(runs):
-    """Every run, a rerun right after its run: verdict and compute."""
-    lines = [run_cells(r) for r in runs]
-    out = md_table(RUN_COLS, lines, first_left=3)
+STOP_COLS = ["best step", "stop step", "stopped by", "converged"]
+
+
+def stop_cells(r):
+    """Where a run's dev minimum was, where and why it stopped, whether it converged."""
+    return [str(r["best_step"]) if r.get("best_step") is not None else "–",
+            str(r["stop_step"]) if r.get("stop_step") is not None else "–",
+            r.get("stopped_by") or "–", compare.convergence(r)]
+
+
+def runs_table(runs, converged=False):
+    """Every run, a rerun right after its run: verdict and compute (and,
+    converged, how it stopped)."""
+    lines = [run_cells(r) + (stop_cells(r) if converged else []) for r in runs]
+    out = md_table(RUN_COLS + (STOP_COLS if converged else []), lines, first_left=3)
     why = {r["row"]: (r.get("message") if r["status"] == "failed" else r.get("verdict_reason")) or "" for r in runs}
     bad = [f"- {r['row']}: {run_label(r)}: {why[r['row']]}".rstrip(": ") for r in runs if is_failed(r)]
     host = sorted({r.get("host_cpu") or "" for r in runs} - {""})
@@ -490,15 +591,23 @@ def runs_table(runs):
     return out
 
 
-def to_markdown(runs, summaries, overall, env=None):
-    out = "Rows against base (dev set, log space):\n\n" + compare_table(summaries) + overall_note(overall, summaries)
+def to_markdown(runs, summaries, overall, env=None, converged=False):
+    if converged:
+        out = ("Rows against base (dev set, log space; best dev checkpoint; paired over matched seeds):\n\n" +
+               compare_table(summaries, CONVERGED_COLS, converged_cells) + converged_note(overall))
+    else:
+        out = "Rows against base (dev set, log space):\n\n" + compare_table(summaries) + overall_note(overall, summaries)
     out += ("\nHeld-out BLEU (sacreBLEU 13a, mean over the healthy seeds; final checkpoint and the average "
             "of the last 5); length ratio (hypothesis/reference tokens) and brevity penalty BP on "
             "the bootstrap's set; Δ against base (mean over the seeds) by paired bootstrap over the sentences "
             "and the seeds:\n\n")
     out += md_table(["row"] + BLEU_COLS, [[s["row"]] + bleu_cells(s) for s in summaries])
-    out += "\nRuns (verdict and compute):\n\n" + runs_table(runs)
-    return out + protocol_note(runs, summaries, env)
+    if converged:
+        out += (f"\nSeed-level test of BLEU ({compare.BLEU_SET}): the row minus base over matched seeds, "
+                "pooled variance as for the dev NLL, the row's paired t interval beside:\n\n" +
+                seed_bleu_table(summaries))
+    out += "\nRuns (verdict and compute):\n\n" + runs_table(runs, converged)
+    return out + protocol_note(runs, summaries, env, converged)
 
 
 RUN_CSV = (["row", "seed", "rerun", "status", "verdict", "verdict_reason"] + [k for k, *_ in HYPER] +
@@ -531,17 +640,22 @@ def _csv(x):
     return str(x)
 
 
-def to_csv(runs):
-    """One line per run, every value."""
+STOP_CSV = ["best_step", "stop_step", "stopped_by", "converged"]
+
+
+def to_csv(runs, converged=False):
+    """One line per run, every value (converged: how it stopped)."""
+    cols = RUN_CSV + (STOP_CSV if converged else [])
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(RUN_CSV)
+    w.writerow(cols)
     for r in runs:
         _, seed, rerun = split_run(r["row"])
         vals = dict(r, seed=seed, rerun=int(rerun), verdict=r.get("verdict") or "", dev_nll=nll(r),
                     params_m=r["params"] / 1e6 if r.get("params") is not None else None, **r["hyper"])
         vals.update({f"bleu_{k}": r.get("bleu", {}).get(k, (math.nan,))[0] for k in HELD_OUT})
-        w.writerow([_csv(vals.get(k)) for k in RUN_CSV])
+        vals["converged"] = compare.convergence(r)
+        w.writerow([_csv(vals.get(k)) for k in cols])
     return buf.getvalue()
 
 
@@ -550,17 +664,53 @@ ROW_CSV = ["row", "n_runs", "n_used", "mean_nll", "nlls", "d_nll", "lo", "hi", "
            "bleu_hi", "bleu_p", "bleu_p_holm", "len_ratio", "bp"] + [f"bleu_{k}" for k in HELD_OUT]
 
 
-def to_rows_csv(summaries, overall):
-    """One line per row: the statistics; the rank correlation in a last comment line."""
+# the converged protocol's columns: pairs and the paired t interval of the
+# dev NLL; the seed-level BLEU test (pooled and paired t); the agreement at each band
+PAIRED_CSV = ["pairs", "pt_lo", "pt_hi", "pt_p", "sbleu_pairs", "sbleu_d", "sbleu_lo", "sbleu_hi", "sbleu_p",
+              "sbleu_p_holm", "sbleu_pt_lo", "sbleu_pt_hi", "sbleu_pt_p"] + [f"agree_{b:g}" for b in compare.BANDS]
+
+
+def paired_csv_values(s):
+    """The PAIRED_CSV values of a row summary ({} for base)."""
+    if "paired_nll" not in s:
+        return {}
+    n, b = s["paired_nll"], s["paired_bleu"]
+    out = {"pairs": n["n"], "pt_lo": n["paired"]["lo"], "pt_hi": n["paired"]["hi"], "pt_p": n["paired"]["p"],
+           "sbleu_pairs": b["n"], "sbleu_d": b["pooled"]["diff"], "sbleu_lo": b["pooled"]["lo"],
+           "sbleu_hi": b["pooled"]["hi"], "sbleu_p": b["pooled"]["p"], "sbleu_p_holm": b["pooled"]["p_holm"],
+           "sbleu_pt_lo": b["paired"]["lo"], "sbleu_pt_hi": b["paired"]["hi"], "sbleu_pt_p": b["paired"]["p"]}
+    out.update({f"agree_{band:g}": a for band, a in s["agree_at"].items()})
+    return out
+
+
+def converged_comments(overall):
+    """The converged protocol's overall figures as CSV comment lines."""
+    o, out = overall, []
+    out.append(f"# spearman_p {_csv(o['spearman_p'])} permutations {stats.PERMUTATIONS}; "
+               f"bootstrap 95% [{_csv(o['spearman_lo'])}, {_csv(o['spearman_hi'])}]")
+    for name, pool in o["pools"].items():
+        out.append(f"# pooled {name} var {_csv(pool['var'])} df {pool['df']} rows {pool['rows']} seeds {pool['seeds']}")
+    for b, counts in o["bands"].items():
+        out.append(f"# band {b:g} " + " ".join(f"{k.replace(' ', '')}={v}" for k, v in counts.items()))
+    return "".join(line + "\n" for line in out)
+
+
+def to_rows_csv(summaries, overall, converged=False):
+    """One line per row: the statistics; the rank correlation in a comment
+    line (converged: the paired columns and comment lines of the overall
+    figures after it)."""
+    cols = ROW_CSV + (PAIRED_CSV if converged else [])
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(ROW_CSV)
+    w.writerow(cols)
     for s in summaries:
         vals = dict(s, n_runs=len(s["runs"]), n_used=s["n"], nlls=" ".join(f"{v:.6f}" for v in s["nlls"]),
-                    pooled=int(s["pooled"]))
+                    pooled=int(s["pooled"]), **paired_csv_values(s))
         vals.update({f"bleu_{k}": mean_bleu(s["used"], k) for k in HELD_OUT})
-        w.writerow([_csv(vals.get(k)) for k in ROW_CSV])
+        w.writerow([_csv(vals.get(k)) for k in cols])
     buf.write(f"# spearman {_csv(overall['spearman'])} over {overall['n_ranked']} rows\n")
+    if converged:
+        buf.write(converged_comments(overall))
     return buf.getvalue()
 
 
@@ -654,6 +804,57 @@ def plot_curves(runs, prefix):
     return savefig(fig, prefix)
 
 
+def delta_curves(summaries):
+    """{row: (steps, mean Δ dev NLL against base, pairs)} of every row with
+    a matched pair that has curves (compare.delta_curve)."""
+    base = next((s for s in summaries if s["row"] == "base"), None)
+    if base is None:
+        return {}
+    curves = {s["row"]: compare.delta_curve(s, base) for s in summaries if s is not base}
+    return {row: c for row, c in curves.items() if len(c[0])}
+
+
+def to_delta_csv(curves):
+    """One line per row and dev evaluation: the Δ over training."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["row", "step", "pairs", "d_nll"])
+    for row, (steps, d, pairs) in curves.items():
+        for x, y in zip(steps, d):
+            w.writerow([row, _csv(int(x)), pairs, _csv(y)])
+    return buf.getvalue()
+
+
+def plot_delta(curves, prefix, band=PAPER_EQUIV_NATS):
+    """Δ dev NLL against base over training, one panel per group, ±band
+    shaded (the paper's ≈). Returns the files written."""
+    paper_style()
+    plt = pyplot()
+    panels = {}
+    for row in curves:
+        panels.setdefault(row_group(row), []).append(row)
+    ncols = min(3, max(len(panels), 1))
+    nrows = max((len(panels) + ncols - 1) // ncols, 1)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols + 0.6, 2.2 * nrows + 0.4), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax, (g, rows) in zip(axes.flat, panels.items()):
+        ax.axhspan(-band, band, color="0.9", lw=0)
+        ax.axhline(0, color="0.6", lw=0.5)
+        for row in rows:
+            steps, d, pairs = curves[row]
+            ax.plot(steps, d, "-", marker="o", markersize=2, label=f"{row} ({pairs} seeds)")
+        ax.set_title(f"({g})" if len(g) == 1 else g)
+        ax.legend(frameon=False, fontsize=6)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("optimizer step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("Δ dev NLL vs base (nats)")
+    fig.tight_layout()
+    return savefig(fig, prefix)
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="table3.py",
@@ -667,6 +868,12 @@ def build_parser():
                         "input/table3 of this checkout, if present)")
     p.add_argument("--out", metavar="PREFIX", help="output prefix (default: SWEEP_DIR/table3)")
     p.add_argument("--no-plot", action="store_true", help="write the tables only")
+    p.add_argument("--protocol", choices=("8-epoch", "converged"), default="8-epoch",
+                   help="the statistics: 8-epoch (default: Welch intervals over seeds, the committed "
+                        "8-epoch table) or converged (docs/results-multi30k/converged/protocol.md: paired "
+                        "differences over matched seeds with a pooled variance, seed-level BLEU test, Holm "
+                        "agreement at bands 0.03/0.04/0.05, ρ's permutation p and bootstrap interval, how "
+                        "each run stopped, and PREFIX-delta.{csv,png,pdf}: Δ dev NLL over training)")
     return p
 
 
@@ -686,12 +893,19 @@ def main(argv):
     if not rows:
         raise AnalysisError(a.sweep, "no results/*.h5 and no row configs: nothing to tabulate")
     prefix = a.out or os.path.join(a.sweep, "table3")
-    summaries, overall = summarize(rows, logical_sort_key)
-    write_atomic(prefix + ".md", to_markdown(rows, summaries, overall, read_sweep_env(a.sweep)))
-    write_atomic(prefix + ".csv", to_csv(rows))
-    write_atomic(prefix + "-rows.csv", to_rows_csv(summaries, overall))
+    converged = a.protocol == "converged"
+    summaries, overall = summarize(rows, logical_sort_key, converged)
+    write_atomic(prefix + ".md", to_markdown(rows, summaries, overall, read_sweep_env(a.sweep), converged))
+    write_atomic(prefix + ".csv", to_csv(rows, converged))
+    write_atomic(prefix + "-rows.csv", to_rows_csv(summaries, overall, converged))
     write_atomic(prefix + ".tex", to_latex(summaries))
     outs = [prefix + e for e in (".md", ".csv", "-rows.csv", ".tex")]
+    if converged:
+        deltas = delta_curves(summaries)
+        write_atomic(prefix + "-delta.csv", to_delta_csv(deltas))
+        outs.append(prefix + "-delta.csv")
+        if not a.no_plot and deltas:
+            outs += plot_delta(deltas, prefix + "-delta")
     if not a.no_plot:
         outs += plot_curves(rows, prefix)
     for p in outs:
