@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from common import AnalysisError, main_wrapper, pyplot, savefig, write_atomic
+from compare import dev_curve
 from row_result import read_result
 from verdict import STUCK_NATS_BELOW_PLATEAU
 
@@ -53,11 +54,7 @@ def left_plateau(r):
 def final_nll(r, last):
     """Mean dev NLL of the run's last `last` dev evaluations: one evaluation
     moves by about 0.05 nats from one to the next late in a pilot run."""
-    c = r["curves"]
-    # one value per step: a finished run started again evaluates its last
-    # step once more
-    steps, idx = np.unique(c["dev_step"][::-1], return_index=True)
-    nll = c["dev_nll"][::-1][idx]
+    nll = dev_curve(r)[1]  # one value per step (compare.dev_curve)
     return float(np.mean(nll[-last:]))
 
 

@@ -195,3 +195,75 @@ def test_holm():
     got = stats.holm([0.5, math.nan, 0.01])  # NaN is not a comparison: m = 2
     assert got[0] == pytest.approx(0.5) and math.isnan(got[1]) and got[2] == pytest.approx(0.02)
     assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_two_way_residual_variance_is_the_anovas_and_least_squares():
+    """Against the residual mean square by sums of squares and against the
+    least-squares fit of row and seed dummies (numpy's lstsq)."""
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=(5, 3)) * 0.02 + np.array([0.0, 0.2, -0.1, 0.05, 0.3])[:, None] + [0.0, 0.01, -0.02]
+    var, df = stats.two_way_residual_variance(y)
+    R, S = y.shape
+    g = y.mean()
+    ss = ((y - g) ** 2).sum() - S * ((y.mean(1) - g) ** 2).sum() - R * ((y.mean(0) - g) ** 2).sum()
+    assert df == (R - 1) * (S - 1) == 8 and var == pytest.approx(ss / df, rel=1e-9)
+    X = np.array([[1.0] + [float(r == i) for i in range(1, R)] + [float(s == j) for j in range(1, S)]
+                  for r in range(R) for s in range(S)])
+    _, resid, *_ = np.linalg.lstsq(X, y.ravel(), rcond=None)
+    assert var == pytest.approx(resid[0] / df, rel=1e-9)
+    assert math.isnan(stats.two_way_residual_variance([[1.0, 2.0]])[0])
+
+
+def test_paired_t_interval_by_hand():
+    # d = 0.1, 0.2, 0.3: mean 0.2, sd 0.1, se 0.1/sqrt(3), t(0.975, 2) = 4.303
+    w = stats.paired_t_interval([0.1, 0.2, 0.3])
+    assert w["df"] == 2 and w["diff"] == pytest.approx(0.2)
+    assert (w["lo"], w["hi"]) == (pytest.approx(0.2 - 4.303 * 0.1 / math.sqrt(3), abs=1e-3),
+                                  pytest.approx(0.2 + 4.303 * 0.1 / math.sqrt(3), abs=1e-3))
+    assert math.isnan(stats.paired_t_interval([0.1])["lo"])
+
+
+def test_pooled_interval_of_two_rows_is_the_paired_t():
+    """With base and one row the two-way model's residual variance is half
+    the pairs' variance: the pooled interval is the paired t interval."""
+    base, row = np.array([3.0, 3.02, 2.99, 3.01]), np.array([3.2, 3.21, 3.22, 3.18])
+    var, df = stats.two_way_residual_variance(np.stack([base, row]))
+    assert var == pytest.approx((row - base).var(ddof=1) / 2) and df == 3
+    pooled, paired = stats.pooled_paired_interval(row - base, var, df), stats.paired_t_interval(row - base)
+    for k in ("diff", "lo", "hi", "p", "se"):
+        assert pooled[k] == pytest.approx(paired[k], rel=1e-9)
+
+
+def test_ranks_along_the_last_axis():
+    x = np.array([[3.0, 1.0, 3.0, 2.0], [1.0, 1.0, 1.0, 5.0]])
+    assert stats.ranks(x).tolist() == [[3.5, 1.0, 3.5, 2.0], [2.0, 2.0, 2.0, 4.0]]
+    assert stats.ranks([5.0, 7.0, 6.0]).tolist() == [1.0, 3.0, 2.0]
+
+
+def test_spearman_permutation_p_against_every_permutation():
+    """n = 7: the exact p over all 5040 permutations, brute force; the
+    10,000 random ones lie within 4 standard errors of it; seeded."""
+    import itertools
+
+    x, y = [0.1, 0.3, -0.2, 0.05, 0.4, 0.0, 0.2], [0.08, 0.1, -0.05, 0.2, 0.3, 0.02, 0.0]
+    rho = stats.spearman(x, y)
+    exact = np.mean([abs(stats.spearman(x, [y[i] for i in p])) >= abs(rho) - 1e-12
+                     for p in itertools.permutations(range(7))])
+    got = stats.spearman_permutation_p(x, y)
+    assert got == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / stats.PERMUTATIONS) + 1e-4)
+    assert got == stats.spearman_permutation_p(x, y)
+    assert math.isnan(stats.spearman_permutation_p([1, 2], [2, 1]))
+
+
+def test_spearman_bootstrap_interval_against_a_loop():
+    """The vectorised resamples against spearman() of each resample in a
+    loop, with the same seeded draws; resamples with a constant side left out."""
+    x, y = [0.1, 0.3, -0.2, 0.05, 0.4, 0.0], [0.08, 0.1, -0.05, 0.2, 0.3, 0.02]
+    n = 2000
+    idx = np.random.default_rng(11).integers(0, len(x), size=(n, len(x)))
+    rho = [stats.spearman(np.take(x, i), np.take(y, i)) for i in idx]
+    rho = [r for r in rho if math.isfinite(r)]
+    want = np.percentile(rho, [2.5, 97.5])
+    got = stats.spearman_bootstrap_interval(x, y, n=n, seed=11)
+    assert got == pytest.approx(tuple(want), abs=1e-9)
+    assert all(math.isnan(v) for v in stats.spearman_bootstrap_interval([1, 2], [2, 1]))

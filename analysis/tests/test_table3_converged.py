@@ -1,0 +1,244 @@
+"""table3.py --protocol converged on a planted sweep of matched seeds: the
+pooled interval, the paired differences, Holm, the band's counts, rho's
+permutation p and bootstrap interval, the Δ over training and how each run
+stopped, each against a computation written here from the protocol's text
+(docs/results-multi30k/converged/protocol.md, "Analysis plan").  Tolerances,
+not float equality: the tests run again with NPY_DISABLE_CPU_FEATURES."""
+
+import csv
+import itertools
+import math
+import random
+import re
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import TINY, cli, write_cfg, write_metrics
+
+BASE_PPL = 4.92
+SEED_EFFECT = {1: 0.0, 2: 0.012, 3: -0.009}
+# row -> (the paper's Δ in nats, our planted Δ, amplitude of the curve's early drop,
+#         seeds, the step each seed's run ended at)
+ROWS = {
+    "base": (0.0, 0.0, 3.4, (1, 2, 3), 1200),
+    "A1": (0.10, 0.20, 3.0, (1, 2, 3), 1200),     # the paper up, ours up: yes at every band
+    "B1": (0.045, 0.18, 3.4, (1, 2, 3), 1200),    # the paper up at 0.03/0.04, ≈ at 0.05
+    "C1": (-0.10, 0.15, 3.8, (1, 2, 3), 1200),    # the opposite way: no
+    "D1": (0.035, 0.002, 3.4, (1, 2), 900),       # 2 seeds: outside the pooled variance; stopped early
+    "E": (0.0, -0.012, 3.4, (1, 2, 3), 1200),     # the paper level
+    "C3": (0.06, 0.07, 2.6, (1, 2, 3), 1200),
+}
+# a run's own noise: fixed, so that the residual variance is known
+NOISE = dict(zip(((r, s) for r in ROWS for s in (1, 2, 3)),
+                 [0.004, -0.003, -0.001, 0.002, 0.005, -0.006, -0.004, 0.001, 0.003, 0.006, -0.002, -0.005,
+                  0.003, -0.004, 0.0, -0.001, 0.002, -0.003, 0.005, -0.005, 0.001]))
+CAP_RUN = "C3-seed3"  # reached the step cap still improving: not converged
+
+
+def run_name(row, seed):
+    return row if seed == 1 else f"{row}-seed{seed}"
+
+
+def final_nll(row, seed):
+    return 3.0 + ROWS[row][1] + SEED_EFFECT[seed] + NOISE[(row, seed)]
+
+
+def curve(row, seed):
+    """The run's dev NLL as a function of the step, ending at final_nll at its last step."""
+    amp, end, last = ROWS[row][2], final_nll(row, seed), ROWS[row][4]
+    return lambda s: end + amp * (math.exp(-s / 300) - math.exp(-last / 300))
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    top = tmp_path_factory.mktemp("converged")
+    (top / "configs").mkdir()
+    rng = random.Random(3)
+    words = "ein mann eine frau hund läuft sitzt auf dem der die im park straße wasser".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))) for _ in range(120)]
+    (top / "ref.txt").write_text("\n".join(refs) + "\n")
+    for k, (row, (paper_d, _, _, seeds, steps)) in enumerate(ROWS.items()):
+        for seed in seeds:
+            run = run_name(row, seed)
+            cfg = write_cfg(top / "configs" / f"{run}.cfg", **dict(TINY, row=run, seed=seed, train_steps=1200,
+                                                                   paper_ppl=BASE_PPL * math.exp(paper_d)))
+            m = write_metrics(top / "runs" / run / "metrics.h5", curve(row, seed), steps=steps)
+            with h5py.File(m, "a") as f:  # how the trainer says it ended (docs/metrics.md)
+                if run == CAP_RUN:
+                    f.attrs["stopped_by"], f.attrs["best_step"] = "train_steps", 1200
+                else:
+                    f.attrs["stopped_by"], f.attrs["stop_step"], f.attrs["best_step"] = "patience", steps, steps - 300
+            keep = 0.9 - 0.02 * k - 0.03 * seed
+            hyp = [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split()) for r in refs]
+            (top / f"{run}.hyp").write_text("\n".join(hyp) + "\n")
+            cli("row_result.py", "--out", top / "results" / f"{run}.h5", "--config", cfg, "--metrics", m,
+                "--hyp-set", "test2016.avg5", top / f"{run}.hyp", top / "ref.txt", "--compute", "unigram_nll=5.94")
+    cli("table3.py", top, "--protocol", "converged")
+    with open(top / "table3-rows.csv") as f:
+        lines = f.read().splitlines()
+    rows = {r["row"]: r for r in csv.DictReader(l for l in lines if not l.startswith("#"))}
+    comments = [l for l in lines if l.startswith("#")]
+    return top, rows, comments
+
+
+def residual_variance(table):
+    """The two-way ANOVA's residual mean square, by sums of squares:
+    SS_total - SS_rows - SS_seeds over (R - 1)(S - 1)."""
+    R, S = len(table), len(table[0])
+    grand = sum(map(sum, table)) / (R * S)
+    ss_total = sum((y - grand) ** 2 for row in table for y in row)
+    ss_rows = S * sum((sum(row) / S - grand) ** 2 for row in table)
+    ss_seeds = R * sum((sum(row[j] for row in table) / R - grand) ** 2 for j in range(S))
+    return (ss_total - ss_rows - ss_seeds) / ((R - 1) * (S - 1)), (R - 1) * (S - 1)
+
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 10: 2.228, 12: 2.179, 8: 2.306}  # two-sided 95% t, textbook tables
+
+
+def pooled_expectation(values, row):
+    """(Δ, half-width, pairs, df) of row against base from {row: {seed: value}}."""
+    complete = [r for r in values if set(values[r]) >= set(values["base"])]
+    table = [[values[r][s] for s in sorted(values["base"])] for r in complete]
+    var, df = residual_variance(table)
+    d = [values[row][s] - values["base"][s] for s in sorted(set(values[row]) & set(values["base"]))]
+    return sum(d) / len(d), T975[df] * math.sqrt(2 * var / len(d)), len(d), df
+
+
+def nll_values():
+    return {row: {s: final_nll(row, s) for s in ROWS[row][3]} for row in ROWS}
+
+
+def test_pooled_interval_of_paired_differences(sweep):
+    """Δ = the mean of the matched pairs; interval t_df sqrt(2σ²/S) with σ²
+    of the six complete rows (df = 5 x 2 = 10); D1's two pairs use it too."""
+    _, rows, comments = sweep
+    for row in ROWS:
+        if row == "base":
+            continue
+        d, half, pairs, df = pooled_expectation(nll_values(), row)
+        assert df == 10
+        r = rows[row]
+        assert int(r["pairs"]) == pairs == len(ROWS[row][3])
+        assert float(r["d_nll"]) == pytest.approx(d, abs=1e-5)
+        assert float(r["lo"]) == pytest.approx(d - half, abs=2e-5) and float(r["hi"]) == pytest.approx(d + half, abs=2e-5)
+    assert any(c.startswith("# pooled nll ") and c.endswith("df 10 rows 6 seeds 3") for c in comments)
+
+
+def test_per_row_paired_t_interval(sweep):
+    """Beside the pooled interval: the row's own paired t, df = pairs - 1."""
+    _, rows, _ = sweep
+    v = nll_values()
+    for row in ("A1", "D1"):
+        d = [v[row][s] - v["base"][s] for s in ROWS[row][3]]
+        m, sd = sum(d) / len(d), math.sqrt(sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1))
+        half = T975[len(d) - 1] * sd / math.sqrt(len(d))
+        assert float(rows[row]["pt_lo"]) == pytest.approx(m - half, abs=1e-3 * max(half, 1e-3) + 2e-5)
+        assert float(rows[row]["pt_hi"]) == pytest.approx(m + half, abs=1e-3 * max(half, 1e-3) + 2e-5)
+
+
+def test_holm_of_the_pooled_p(sweep):
+    """p Holm: Holm's step-down of the rows' pooled p, by hand."""
+    _, rows, _ = sweep
+    names = [r for r in ROWS if r != "base"]
+    p = {r: float(rows[r]["p"]) for r in names}
+    running, want = 0.0, {}
+    for k, r in enumerate(sorted(names, key=p.get)):
+        running = max(running, min(1.0, (len(names) - k) * p[r]))
+        want[r] = running
+    for r in names:
+        assert float(rows[r]["p_holm"]) == pytest.approx(want[r], rel=1e-4, abs=1e-9)
+
+
+def protocol_agreement(paper_d, d, lo, hi, p_holm, band):
+    """The plan's rule, from its text: an effect agrees when its Holm p < 0.05
+    and the sign matches; where the paper is level (|Δ| ≤ band) when our
+    interval lies inside ±band."""
+    if abs(paper_d) <= band:
+        return "yes" if max(abs(lo), abs(hi)) <= band else "not yes"
+    return "yes" if p_holm < 0.05 and (d > 0) == (paper_d > 0) else "not yes"
+
+
+def test_agreement_at_each_band(sweep):
+    _, rows, comments = sweep
+    for band in (0.03, 0.04, 0.05):
+        yes = 0
+        for row in ROWS:
+            if row == "base":
+                continue
+            r = rows[row]
+            want = protocol_agreement(ROWS[row][0], *(float(r[k]) for k in ("d_nll", "lo", "hi", "p_holm")), band)
+            assert (r[f"agree_{band:g}"] == "yes") == (want == "yes"), (row, band, r[f"agree_{band:g}"])
+            yes += want == "yes"
+        assert any(c.startswith(f"# band {band:g} yes={yes} ") for c in comments), (band, yes, comments)
+    a1, b1, c1 = rows["A1"], rows["B1"], rows["C1"]
+    assert a1["agree_0.03"] == a1["agree_0.04"] == a1["agree_0.05"] == "yes"
+    assert c1["agree_0.04"] == "no" and b1["agree_0.04"] == "yes" and b1["agree_0.05"] == "no"
+    assert rows["D1"]["agree_0.03"] == "sign" and rows["D1"]["agree_0.04"] == "yes"
+    assert a1["agree"] == a1["agree_0.04"]
+
+
+def test_seed_level_bleu(sweep):
+    """The BLEU of each run's test2016.avg5, paired and pooled as the NLL."""
+    from row_result import read_result
+
+    top, rows, comments = sweep
+    bleu = {row: {s: read_result(str(top / "results" / f"{run_name(row, s)}.h5"))["bleu"]["test2016.avg5"][0]
+                  for s in ROWS[row][3]} for row in ROWS}
+    for row in ("A1", "C1", "D1"):
+        d, half, pairs, _ = pooled_expectation(bleu, row)
+        r = rows[row]
+        assert int(r["sbleu_pairs"]) == pairs
+        assert float(r["sbleu_d"]) == pytest.approx(d, abs=1e-4)
+        assert float(r["sbleu_hi"]) - float(r["sbleu_lo"]) == pytest.approx(2 * half, rel=2e-3)
+    assert any(c.startswith("# pooled bleu ") and c.endswith("df 10 rows 6 seeds 3") for c in comments)
+
+
+def test_rank_correlation_permutation_and_bootstrap(sweep):
+    """ρ's permutation p against every permutation (6 rows: 720), and the
+    bootstrap interval around ρ."""
+    import stats
+
+    _, rows, comments = sweep
+    names = [r for r in ROWS if r != "base"]
+    ours, paper = [float(rows[r]["d_nll"]) for r in names], [ROWS[r][0] for r in names]
+    rho = stats.spearman(ours, paper)
+    exact = np.mean([abs(stats.spearman(ours, [paper[i] for i in perm])) >= abs(rho) - 1e-12
+                     for perm in itertools.permutations(range(len(names)))])
+    line = next(c for c in comments if c.startswith("# spearman_p "))
+    p, lo, hi = map(float, re.fullmatch(r"# spearman_p (\S+) permutations 10000; bootstrap 95% \[(\S+), (\S+)\]",
+                                        line).groups())
+    assert p == pytest.approx(exact, abs=0.02)
+    assert -1 <= lo <= rho <= hi <= 1
+
+
+def test_delta_over_training(sweep):
+    """PREFIX-delta.csv: each row's mean Δ over matched seeds at every dev
+    evaluation, from the planted curves; D1 stops at 900 (its runs stopped)."""
+    top, _, _ = sweep
+    with open(top / "table3-delta.csv") as f:
+        got = list(csv.DictReader(f))
+    for row in ("A1", "C1", "D1"):
+        mine = [g for g in got if g["row"] == row]
+        assert [int(g["step"]) for g in mine] == list(range(100, ROWS[row][4] + 1, 100))
+        for g in mine:
+            s = int(g["step"])
+            want = np.mean([curve(row, k)(s) - curve("base", k)(s) for k in ROWS[row][3]])
+            assert float(g["d_nll"]) == pytest.approx(want, abs=1e-5) and int(g["pairs"]) == len(ROWS[row][3])
+    from conftest import assert_figure
+    assert_figure(str(top / "table3-delta"))
+
+
+def test_how_each_run_stopped(sweep):
+    """best_step, stop_step, stopped_by from the trainer; the cap run is flagged."""
+    top, _, _ = sweep
+    with open(top / "table3.csv") as f:
+        runs = {r["row"]: r for r in csv.DictReader(f)}
+    assert (runs["A1"]["stopped_by"], runs["A1"]["stop_step"], runs["A1"]["best_step"]) == ("patience", "1200", "900")
+    assert runs["A1"]["converged"] == "yes" and runs["D1-seed2"]["stop_step"] == "900"
+    cap = runs[CAP_RUN]
+    assert (cap["stopped_by"], cap["stop_step"], cap["converged"]) == ("train_steps", "", "no: cap, best at the end")
+    md = (top / "table3.md").read_text()
+    assert "no: cap, best at the end" in md and "| band (nats) |" in md and "0.04 (primary)" in md
+    assert "(R − 1)(S − 1) = 10 degrees of freedom" in md and "permutation p" in md
