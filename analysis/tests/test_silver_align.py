@@ -113,7 +113,7 @@ def test_eflomal_recovers_planted_links(tmp_path):
         assert f.attrs["trained_on"] == "train (300 pairs) + dev (20 pairs)"
     got = {(k, t, w) for k, (_, _, l) in s["sentences"].items() for t, w in l}
     want = {(k, t, w) for k, l in enumerate(truth) for t, w in l}
-    assert A.aer(got, want) < 0.1, A.aer(got, want)      # measured: 0
+    assert A.aer(got, want) < 0.1, A.aer(got, want)      # measured: 0 to 0.032 over 10 runs
     assert "is also the training split" in cli_error("silver_align.py", tmp_path / "d.h5", "--split", "train",
                                                        "--out", out)
     assert "no split 'test'" in cli_error("silver_align.py", tmp_path / "d.h5", "--split", "test", "--out", out)
