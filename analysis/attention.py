@@ -559,10 +559,29 @@ def aer(links, sure, possible=None):
     return 1.0 - (len(a & s) + len(a & p)) / (len(a) + len(s))
 
 
-def _sample_silver(align_path, silver, maps_path, sents, index, split):
+def config_max_len(config):
+    """max_len of a maps file's `config` attribute ('key = value' lines), or None."""
+    for line in (config or "").splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == "max_len" and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+def _kept_words(n_maps, n_silver, positions, max_len):
+    """Words of a side the maps keep: all of them, or, where the pair was cut
+    at max_len positions (batch_build keeps max_len - 1 pieces and </s>),
+    the first n_maps (the last possibly cut); None if that does not explain it."""
+    if n_maps == n_silver or (n_maps < n_silver and max_len is not None and positions == max_len):
+        return n_maps
+    return None
+
+
+def _sample_silver(align_path, silver, maps_path, sents, index, split, max_len=None):
     """The silver links of each sentence of a maps file, after checking that
     they are of the same split and the same words (a file of another dataset,
-    split or word tokenisation is refused)."""
+    split or word tokenisation is refused); of a pair cut at max_len, the
+    links between the words the maps keep."""
     if silver["split"] != split:
         raise AnalysisError(align_path, f"links of split '{silver['split']}', the maps ({maps_path}) are of "
                                         f"split '{split}'")
@@ -574,10 +593,12 @@ def _sample_silver(align_path, silver, maps_path, sents, index, split):
             raise AnalysisError(align_path, f"no links of sentence {int(i)} of split '{split}' ({maps_path})")
         n_src, n_tgt, links = silver["sentences"][int(i)]
         have = len(word_groups(s["src_tokens"])), len(word_groups(s["tgt_out_tokens"]))
-        if have != (n_src, n_tgt):
+        ks = _kept_words(have[0], n_src, len(s["src_tokens"]), max_len)
+        kt = _kept_words(have[1], n_tgt, len(s["tgt_out_tokens"]), max_len)
+        if ks is None or kt is None:
             raise AnalysisError(align_path, f"sentence {int(i)}: {n_src} source and {n_tgt} target words, the maps "
                                             f"({maps_path}) have {have[0]} and {have[1]}: another dataset or tokenisation")
-        out.append(links)
+        out.append({(t, w) for t, w in links if t < kt and w < ks})
     return out
 
 
@@ -586,7 +607,7 @@ def _tagged(k, links):
     return {(k, t, s) for t, s in links}
 
 
-def sample_aer(maps_path, align_path, sents, index, split):
+def sample_aer(maps_path, align_path, sents, index, split, max_len=None):
     """AER against the silver links (silver_align.py) of every cross-attention
     head [L, H] and of each layer's heads averaged [L] (Garg et al. 2019
     align with a layer's average), over all sentences pooled (Och and Ney's
@@ -594,7 +615,7 @@ def sample_aer(maps_path, align_path, sents, index, split):
     import silver_align
 
     silver = silver_align.load_silver(align_path)
-    gold = _sample_silver(align_path, silver, maps_path, sents, index, split)
+    gold = _sample_silver(align_path, silver, maps_path, sents, index, split, max_len)
     L, H = sents[0]["maps"]["cross"].shape[:2]
     heads = [[set() for _ in range(H)] for _ in range(L)]
     layers = [set() for _ in range(L)]
@@ -676,13 +697,14 @@ def summarize_maps(path, out, run=None, align=None):
         attrs = {k: f.attrs[k] for k in SUMMARY_ATTRS if k in f.attrs}
         index = np.asarray(f["sentence_index"][()], np.int64) if "sentence_index" in f else None
         split = attr_str(f, "split", "")
+        config = attr_str(f, "config", "")
     if index is None or len(index) != len(sents):
         raise AnalysisError(path, "no /sentence_index with one entry per sentence group")
     alignment = None
     if align is not None:
         if "cross" not in per:
             raise AnalysisError(path, "no cross maps to align")
-        alignment = sample_aer(path, align, sents, index, split)
+        alignment = sample_aer(path, align, sents, index, split, config_max_len(config))
     try:
         _write_summary(out, path, run, per, attrs, index, alignment, align)
     except OSError as e:

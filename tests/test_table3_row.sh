@@ -123,7 +123,7 @@ for row in ("ok", "stuck", "stuck-rerun"):
         for kind in A.KINDS:
             assert g[kind]["mean"].shape == g[kind]["sd"].shape == g[kind]["count"].shape == (len(A.STATS), 1, 4)
             np.testing.assert_allclose(g[kind]["mean"][()], np.stack([st[kind][k] for k in A.STATS]), rtol=1e-12)
-        al = A.sample_aer(full, f"{sw}/../silver.h5", A.load(full)["steps"][None], f["sentence_index"][()], "dev")
+        al = A.sample_aer(full, f"{sw}/../silver.h5", A.load(full)["steps"][None], f["sentence_index"][()], "dev", 64)
         assert g["alignment/aer_head"].shape == (1, 4) and g["alignment"].attrs["n_links"] > 0, row
         np.testing.assert_array_equal(g["alignment/aer_head"][()], al["head"])
         np.testing.assert_array_equal(g["alignment/aer_layer"][()], al["layer"])

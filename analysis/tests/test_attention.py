@@ -511,3 +511,17 @@ def test_compare_refuses_two_silver_files(aer_sweep, tmp_path):
     cli("attention.py", "summary", other / "C1.maps.h5", "--out", other / "attention" / "C1.h5", "--align", silver)
     err = cli_error("attention.py", "compare", other, "--no-plot")
     assert "C1.h5: AER against other silver links" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_summary_aer_of_pairs_cut_at_max_len(tmp_path):
+    """A pair longer than max_len is cut (max_len - 1 pieces and </s>): its
+    maps keep 3 of the silver's 4 words a side, and only the links between
+    kept words count (identity head: AER 0).  Without max_len in the maps'
+    config the same file is refused (test_summary_align_errors)."""
+    maps = _maps_file(tmp_path / "m.h5", [np.eye(4)], n_sent=1)
+    with h5py.File(maps, "a") as f:
+        f.attrs["config"] = "n_layers = 1\nmax_len = 4\n"
+    silver = _silver(tmp_path / "silver.h5", {0: IDENTITY3 | {(3, 3)}}, words=4)
+    cli("attention.py", "summary", maps, "--out", tmp_path / "s.h5", "--align", silver)
+    with h5py.File(tmp_path / "s.h5", "r") as g:
+        assert g["alignment/aer_head"][0, 0] == 0.0 and g["alignment"].attrs["n_links"] == 3
