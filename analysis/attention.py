@@ -7,14 +7,17 @@ Commands:
   heatmap FILE    one head (--head H) or a grid of all heads of a layer
   stats FILE      per-head statistics, a table of heads by layer and a figure
   evolution FILE  the statistics against training step (probe file)
-  summary FILE --out SUMMARY
+  summary FILE --out SUMMARY [--align SILVER]
                   per head, the mean, s.d. and count over sentences of every
-                  statistic (a sweep run's committed attention: docs/attention.md)
+                  statistic (a sweep run's committed attention: docs/attention.md);
+                  with --align, the AER of every cross-attention head and layer
+                  average against silver word links (silver_align.py)
   compare SWEEP_DIR
                   the summaries of a Table 3 sweep (SWEEP_DIR/attention/<run>.h5)
                   by row: tables (.md, .csv) and figures of per-layer and per-head
                   statistics with 95% t intervals over seeds, and each row's
-                  change in one statistic against its change in dev NLL (Spearman)
+                  change in one statistic against its change in dev NLL (Spearman);
+                  the AER of each row's best head and layer averages, if scored
 
 Statistics of a head, each averaged over the query positions of a sentence
 and then over sentences (rows with no keys are skipped):
@@ -100,7 +103,8 @@ def _read_sentences(path, root):
     sents = []
     for p, g in sorted(_sentence_groups(root), key=lambda t: _sort_key(t[0])):
         s = {"name": p.rsplit("/", 1)[-1], "path": p, "maps": {},
-             "src_tokens": _tokens(g, "src_tokens"), "tgt_tokens": _tokens(g, "tgt_tokens")}
+             "src_tokens": _tokens(g, "src_tokens"), "tgt_tokens": _tokens(g, "tgt_tokens"),
+             "tgt_out_tokens": _tokens(g, "tgt_out_tokens")}
         _read_maps(path, g, s)
         if "greedy" in g:
             gr = {"name": s["name"], "is_greedy": True, "path": p + "/greedy", "maps": {},
@@ -555,6 +559,81 @@ def aer(links, sure, possible=None):
     return 1.0 - (len(a & s) + len(a & p)) / (len(a) + len(s))
 
 
+def config_max_len(config):
+    """max_len of a maps file's `config` attribute ('key = value' lines), or None."""
+    for line in (config or "").splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == "max_len" and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+def _kept_words(n_maps, n_silver, positions, max_len):
+    """Words of a side the maps keep: all of them, or, where the pair was cut
+    at max_len positions (batch_build keeps max_len - 1 pieces and </s>),
+    the first n_maps (the last possibly cut); None if that does not explain it."""
+    if n_maps == n_silver or (n_maps < n_silver and max_len is not None and positions == max_len):
+        return n_maps
+    return None
+
+
+def _sample_silver(align_path, silver, maps_path, sents, index, split, max_len=None):
+    """The silver links of each sentence of a maps file, after checking that
+    they are of the same split and the same words (a file of another dataset,
+    split or word tokenisation is refused); of a pair cut at max_len, the
+    links between the words the maps keep."""
+    if silver["split"] != split:
+        raise AnalysisError(align_path, f"links of split '{silver['split']}', the maps ({maps_path}) are of "
+                                        f"split '{split}'")
+    out = []
+    for s, i in zip(sents, index):
+        if s["src_tokens"] is None or s["tgt_out_tokens"] is None:
+            raise AnalysisError(maps_path, f"sentence {s['name']}: no src_tokens or tgt_out_tokens to merge into words")
+        if int(i) not in silver["sentences"]:
+            raise AnalysisError(align_path, f"no links of sentence {int(i)} of split '{split}' ({maps_path})")
+        n_src, n_tgt, links = silver["sentences"][int(i)]
+        have = len(word_groups(s["src_tokens"])), len(word_groups(s["tgt_out_tokens"]))
+        ks = _kept_words(have[0], n_src, len(s["src_tokens"]), max_len)
+        kt = _kept_words(have[1], n_tgt, len(s["tgt_out_tokens"]), max_len)
+        if ks is None or kt is None:
+            raise AnalysisError(align_path, f"sentence {int(i)}: {n_src} source and {n_tgt} target words, the maps "
+                                            f"({maps_path}) have {have[0]} and {have[1]}: another dataset or tokenisation")
+        out.append({(t, w) for t, w in links if t < kt and w < ks})
+    return out
+
+
+def _tagged(k, links):
+    """Links of sentence k, for a corpus-level AER over the union."""
+    return {(k, t, s) for t, s in links}
+
+
+def sample_aer(maps_path, align_path, sents, index, split, max_len=None):
+    """AER against the silver links (silver_align.py) of every cross-attention
+    head [L, H] and of each layer's heads averaged [L] (Garg et al. 2019
+    align with a layer's average), over all sentences pooled (Och and Ney's
+    corpus AER: every sentence weighs by its links, not equally)."""
+    import silver_align
+
+    silver = silver_align.load_silver(align_path)
+    gold = _sample_silver(align_path, silver, maps_path, sents, index, split, max_len)
+    L, H = sents[0]["maps"]["cross"].shape[:2]
+    heads = [[set() for _ in range(H)] for _ in range(L)]
+    layers = [set() for _ in range(L)]
+    sure = set()
+    for k, (s, links) in enumerate(zip(sents, gold)):
+        cross = s["maps"]["cross"]
+        if len(s["tgt_out_tokens"]) != cross.shape[2]:
+            raise AnalysisError(maps_path, f"sentence {s['name']}: cross has {cross.shape[2]} query positions but "
+                                           f"{len(s['tgt_out_tokens'])} tgt_out_tokens")
+        sure |= _tagged(k, links)
+        for l in range(L):
+            layers[l] |= _tagged(k, alignment_links(cross[l].mean(axis=0), s["src_tokens"], s["tgt_out_tokens"]))
+            for h in range(H):
+                heads[l][h] |= _tagged(k, alignment_links(cross[l, h], s["src_tokens"], s["tgt_out_tokens"]))
+    return {"head": np.array([[aer(a, sure) for a in row] for row in heads]),
+            "layer": np.array([aer(a, sure) for a in layers]), "silver": silver, "n_links": len(sure)}
+
+
 # ---------------------------------------------------------------- per-run summaries
 SUMMARY_FORMAT = "transformer-attention-summary"
 SUMMARY_VERSION = 1
@@ -562,7 +641,26 @@ SUMMARY_VERSION = 1
 SUMMARY_ATTRS = ("checkpoint", "checkpoint_step", "data", "split", "mode", "sample", "config", "n_layers", "n_heads")
 
 
-def _write_summary(out, path, run, per, attrs, index):
+SILVER_ATTRS = ("aligner", "eflomal_version", "model_name", "iterations", "n_samplers", "null_prior",
+                "symmetrisation", "trained_on", "reference")
+
+
+def _write_alignment(g, align_path, al):
+    """The summary's /alignment group: AER of the cross-attention heads."""
+    a = g.create_group("alignment")
+    a["aer_head"] = al["head"]
+    a["aer_layer"] = al["layer"]
+    a.attrs["silver"] = align_path
+    a.attrs["silver_digest"] = al["silver"]["digest"]
+    a.attrs["n_links"] = al["n_links"]
+    a.attrs["rule"] = ("each target word linked to the source word of the largest attention (pieces merged "
+                       "to words; attention.alignment_links); aer_layer: the layer's heads averaged first")
+    for k in SILVER_ATTRS:
+        if k in al["silver"]["attrs"]:
+            a.attrs["silver_" + k] = al["silver"]["attrs"][k]
+
+
+def _write_summary(out, path, run, per, attrs, index, alignment=None, align_path=None):
     """The summary file (docs/attention.md), written whole under a temporary name."""
     from common import h5_atomic
 
@@ -581,12 +679,15 @@ def _write_summary(out, path, run, per, attrs, index):
             g[f"{kind}/mean"] = _nan_reduce(np.nanmean, v)
             g[f"{kind}/sd"] = _nan_reduce(np.nanstd, v, ddof=1) if len(v) > 1 else np.full(v.shape[1:], np.nan)
             g[f"{kind}/count"] = np.isfinite(v).sum(axis=0).astype(np.int32)
+        if alignment is not None:
+            _write_alignment(g, align_path, alignment)
 
 
-def summarize_maps(path, out, run=None):
+def summarize_maps(path, out, run=None, align=None):
     """Write OUT: per head, the mean, s.d. and count over the sentences of a
     `transformer attention` file of every statistic (the committed form of a
-    sweep run's maps: docs/attention.md); through a temporary file, renamed."""
+    sweep run's maps: docs/attention.md), and with align (a silver_align.py
+    file) the AER of the cross-attention heads; through a temporary, renamed."""
     data = load(path)
     if data["format"] != "transformer-attention" or None not in data["steps"]:
         raise AnalysisError(path, f"not a `transformer attention` file (format '{data['format']}')")
@@ -595,10 +696,17 @@ def summarize_maps(path, out, run=None):
     with open_h5(path) as f:
         attrs = {k: f.attrs[k] for k in SUMMARY_ATTRS if k in f.attrs}
         index = np.asarray(f["sentence_index"][()], np.int64) if "sentence_index" in f else None
+        split = attr_str(f, "split", "")
+        config = attr_str(f, "config", "")
     if index is None or len(index) != len(sents):
         raise AnalysisError(path, "no /sentence_index with one entry per sentence group")
+    alignment = None
+    if align is not None:
+        if "cross" not in per:
+            raise AnalysisError(path, "no cross maps to align")
+        alignment = sample_aer(path, align, sents, index, split, config_max_len(config))
     try:
-        _write_summary(out, path, run, per, attrs, index)
+        _write_summary(out, path, run, per, attrs, index, alignment, align)
     except OSError as e:
         raise AnalysisError(out, f"cannot write: {e.strerror or e}") from None
     return [out]
@@ -624,7 +732,21 @@ def load_summary(path):
             if m.shape != (len(names), L, H):
                 raise AnalysisError(path, f"{kind}/mean has shape {m.shape}, expected {(len(names), L, H)}")
             out["mean"][kind] = {s: m[names.index(s)] for s in STATS}
+        out["aer"] = _load_alignment(path, f, L, H)
     return out
+
+
+def _load_alignment(path, f, L, H):
+    """A summary's /alignment group (summary --align), or None."""
+    if "alignment" not in f:
+        return None
+    a = f["alignment"]
+    head, layer = np.asarray(a["aer_head"][()], float), np.asarray(a["aer_layer"][()], float)
+    if head.shape != (L, H) or layer.shape != (L,):
+        raise AnalysisError(path, f"alignment/aer_head {head.shape} or aer_layer {layer.shape} is not "
+                                  f"{(L, H)} and {(L,)}")
+    return {"head": head, "layer": layer, "digest": attr_str(a, "silver_digest", ""),
+            "silver": attr_str(a, "silver", "")}
 
 
 # ---------------------------------------------------------------- across the rows of a sweep
@@ -693,12 +815,82 @@ def read_sweep_summaries(sweep, configs):
         kinds = [k for k in KINDS if all(k in summ[n]["mean"] for n in have)]
         rows.append({"row": r["row"], "runs": have, "d_nll": r["d_nll"], "L": shapes.pop()[0], "H": summ[have[0]]["H"],
                      "mean": {k: {s: np.stack([summ[n]["mean"][k][s] for n in have]) for s in STATS} for k in kinds}})
+    _check_same_silver(summ)
+    for r in rows:
+        _row_aer(r, summ, notes)
     stray = set(summ) - {n for r in all_rows for n in r["used"] + r["failed"]}
     if stray:
         notes.append("summaries of no run in results/ (no result file, or not done): " + ", ".join(sorted(stray)))
     if not rows:
         raise AnalysisError(adir, "no summary belongs to a usable run of the sweep's results/*.h5")
     return rows, notes, first
+
+
+def _check_same_silver(summ):
+    """Every AER of a comparison must be against the same silver links."""
+    scored = [s for _, s in sorted(summ.items()) if s["aer"] is not None]
+    for s in scored[1:]:
+        if s["aer"]["digest"] != scored[0]["aer"]["digest"]:
+            raise AnalysisError(s["path"], f"AER against other silver links ({s['aer']['silver']}, digest "
+                                           f"{s['aer']['digest']}) than {scored[0]['path']}'s "
+                                           f"({scored[0]['aer']['digest']}): rows are compared on the same links")
+
+
+def _row_aer(row, summ, notes):
+    """A row's AER per seed: 'aer_head' [seeds, L, H] and 'aer_layer' [seeds, L]
+    of the runs whose summary has it (None if none has)."""
+    have = [n for n in row["runs"] if summ[n]["aer"] is not None]
+    if len(have) < len(row["runs"]):
+        notes.append(f"{row['row']}: no AER for {', '.join(n for n in row['runs'] if n not in have)} "
+                     "(summary written without --align)")
+    row["aer_runs"] = have
+    row["aer_head"] = np.stack([summ[n]["aer"]["head"] for n in have]) if have else None
+    row["aer_layer"] = np.stack([summ[n]["aer"]["layer"] for n in have]) if have else None
+
+
+def best_head_aer(row):
+    """Per seed, the AER of its best head (the lowest of all its cross-attention
+    heads; which head that is may differ between seeds): [seeds]."""
+    v = row["aer_head"]
+    return v.reshape(len(v), -1).min(axis=1)
+
+
+def aer_levels(row):
+    """(layer, head, per-seed AER) of a row: each layer's average ('layer_average'),
+    every head, and the best head of any layer ('all', 'best')."""
+    if row.get("aer_head") is None:
+        return []
+    out = [("all", "best", best_head_aer(row))]
+    for l in range(row["aer_layer"].shape[1]):
+        out.append((l, "layer_average", row["aer_layer"][:, l]))
+        out += [(l, h, row["aer_head"][:, l, h]) for h in range(row["aer_head"].shape[2])]
+    return out
+
+
+def aer_markdown(rows):
+    """The AER table: per row, the best head and each layer's average, each the
+    mean over seeds [95% t interval]."""
+    have = [r for r in rows if r.get("aer_head") is not None]
+    if not have:
+        return []
+    Lmax = max(r["aer_layer"].shape[1] for r in have)
+    out = ["## Cross-attention as alignment\n",
+           "Alignment error rate (Och and Ney 2003; lower = closer) of attention-derived word alignments (each "
+           "target word linked to the source word of the largest attention, subword pieces merged to words; "
+           "Garg et al. 2019) against eflomal's symmetrised links (silver_align.py; docs/attention.md). "
+           "**Agreement with a statistical aligner, not with human alignments.** Best head: per seed the lowest "
+           "AER of any head (the head may differ between seeds; in parentheses the head, layer:head, of the "
+           "lowest mean). Layer l: its heads' attention averaged, then aligned.\n",
+           "| row | seeds | best head | " + " | ".join(f"layer {l}" for l in range(Lmax)) + " |",
+           "|:--|--:|--:|" + "--:|" * Lmax]
+    for r in have:
+        m = _nan_reduce(np.nanmean, r["aer_head"])
+        l, h = np.unravel_index(np.argmin(m), m.shape)
+        best = _cell(*(x[0] for x in seed_interval(best_head_aer(r)[:, None]))) + f" ({l}:{h})"
+        layers = [_cell(*(x[0] for x in seed_interval(r["aer_layer"][:, [l]]))) if l < r["aer_layer"].shape[1]
+                  else "–" for l in range(Lmax)]
+        out.append(f"| {r['row']} | {len(r['aer_runs'])} | {best} | " + " | ".join(layers) + " |")
+    return out + [""]
 
 
 def _cell(m, lo, hi, digits=3):
@@ -729,6 +921,10 @@ def compare_csv(rows):
         for l, h, kind, s, v in compare_levels(r):
             m, lo, hi = seed_interval(np.asarray(v)[:, None])
             lines.append(f"{r['row']},{len(r['runs'])},{kind},{l},{h},{s},{num(m[0])},{num(lo[0])},{num(hi[0])},"
+                         + " ".join(num(x) for x in v))
+        for l, h, v in aer_levels(r):
+            m, lo, hi = seed_interval(np.asarray(v)[:, None])
+            lines.append(f"{r['row']},{len(r['aer_runs'])},cross,{l},{h},aer,{num(m[0])},{num(lo[0])},{num(hi[0])},"
                          + " ".join(num(x) for x in v))
     return "\n".join(lines) + "\n"
 
@@ -785,6 +981,7 @@ def compare_markdown(sweep, rows, notes, first, kind, stat):
                          for s in STATS]
                 out.append(f"| {r['row']} | {l} | " + " | ".join(cells) + " |")
         out.append("")
+    out += aer_markdown(rows)
     out.append("## Δ statistic against Δ dev NLL\n")
     out.append("Spearman ρ over the rows (Δ = row − base, statistic = mean over all heads; Δ dev NLL as "
                "table3.py computes it). Exploratory: one ρ per kind and statistic, none corrected.\n")
@@ -938,6 +1135,8 @@ def build_parser():
     m.add_argument("file", metavar="ATTN_H5")
     m.add_argument("--out", metavar="SUMMARY_H5", required=True, help="output file (written through a temporary)")
     m.add_argument("--run", help="the run's name (default: the output's file name)")
+    m.add_argument("--align", metavar="SILVER_H5",
+                   help="silver word alignment of the split (silver_align.py): adds the AER of the cross-attention heads")
     c = sub.add_parser("compare", help="statistics by row of a Table 3 sweep (SWEEP_DIR/attention/*.h5)")
     c.add_argument("sweep", metavar="SWEEP_DIR")
     c.add_argument("--configs", help="row configs (default: SWEEP_DIR/configs)")
@@ -957,7 +1156,7 @@ def main(argv):
         return _print(compare_sweep(a.sweep, a.configs, a.out or os.path.join(a.sweep, "attention-compare"),
                                     a.kind, a.stat, not a.no_plot))
     if a.cmd == "summary":
-        return _print(summarize_maps(a.file, a.out, a.run))
+        return _print(summarize_maps(a.file, a.out, a.run, a.align))
     data = load(a.file)
     if a.cmd == "heatmap":
         step, sents = pick_step(a.file, data, a.step)

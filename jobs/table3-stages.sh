@@ -37,11 +37,14 @@
 #   TABLE3_REDO  1: run rows again that finished earlier (default 0)
 #   ATTN_SAMPLE  dev pairs of the attention stage (default 200), spread evenly
 #                over the split: the same pairs for every row and seed
+#   ATTN_ALIGN   silver word links of the dev split (analysis/silver_align.py;
+#                Multi30k's: docs/results-multi30k/silver-align-dev.h5): the
+#                summaries then carry the AER of the cross-attention heads
 # The first submission records them in SWEEP/sweep.env; every element reads
 # them from there, and a later submission that sets one to another value is
 # refused (table3_prepare).
 
-TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK SEEDS EXTRA ATTN_SAMPLE"
+TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK SEEDS EXTRA ATTN_SAMPLE ATTN_ALIGN"
 
 # the base row's training steps (Table 3): a sweep with fewer scales its schedule
 PAPER_STEPS=100000
@@ -317,10 +320,13 @@ row_schedule() {
 # final one, or the best where the run kept it), into
 # RUN/attention.h5 (float32, ~29 MB for base: kept with the checkpoints), and
 # their per-head statistics into SWEEP/attention/<row>.h5 (~25 KB: committed
-# with the results).  Both are written through a temporary and renamed; the
+# with the results); with ATTN_ALIGN, the summary also has the AER of the
+# cross-attention heads against those links (computed here: the maps are
+# not committed).  Both are written through a temporary and renamed; the
 # result file is not touched.  Returns 1 after one line naming the file.
 stage_attention() {
-    local out=$SWEEP/attention/$ROW.h5 full=$RUN/attention.h5 rc
+    local out=$SWEEP/attention/$ROW.h5 full=$RUN/attention.h5 rc align=()
+    [ -n "${ATTN_ALIGN:-}" ] && align=(--align "$ATTN_ALIGN")
     if ! has_command attention; then echo "table3: $ROW: no attention (this build has no attention command)"; return 0; fi
     mkdir -p "$SWEEP/attention"
     run_logged attention "$BIN" attention --checkpoint "$CKPT" --data "$(row_data)" --split dev \
@@ -329,7 +335,7 @@ stage_attention() {
     if preempted "$rc"; then requeue_self; fi
     [ "$rc" -eq 0 ] || { attention_failed "$full" attention "$rc"; return 1; }
     "$(table3_python)" "$TRANSFORMER_HOME/analysis/attention.py" summary "$full" --out "$out" --run "$ROW" \
-        > "$RUN/attention-summary.out" 2> "$RUN/attention-summary.err" ||
+        "${align[@]}" > "$RUN/attention-summary.out" 2> "$RUN/attention-summary.err" ||
         { attention_failed "$out" attention-summary 1; return 1; }
     echo "table3: $ROW: attention of ${ATTN_SAMPLE:-200} dev pairs (at most): $full, summary $out"
 }

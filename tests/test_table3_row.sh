@@ -13,7 +13,9 @@
 #      ATTN_SAMPLE dev pairs spread evenly over the split in runs/ROW/attention.h5
 #      and their per-head statistics in attention/ROW.h5; a planted failure of
 #      that stage (ok's summary path is a directory) is one line naming the
-#      file, leaves ok's result done, and the rerun of the sweep writes it.
+#      file, leaves ok's result done, and the rerun of the sweep writes it;
+#      with ATTN_ALIGN (planted silver links of the dev split) each summary
+#      has the AER of the cross-attention heads, = attention.py's on the maps.
 . "$(dirname "$0")/lib.sh"
 need_multi30k
 # KEEP_DIR=DIR keeps the sweep there for a look
@@ -31,6 +33,17 @@ done
 "$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/val.en" "$W/val.de" \
     --split test2016 "$W/test2016.en" "$W/test2016.de" --split test2017 "$W/test2017.en" "$W/test2017.de" \
     vocab_size=500 max_len=64 > "$W/prepare.log" 2>&1 || fail "prepare: $(tail -2 "$W/prepare.log")"
+# planted silver links of the dev split (target word k to source word k):
+# what the AER is does not matter here, only that the stage scores against them
+"$PY" - "$W/d.h5" "$W/silver.h5" "$TOP/analysis" <<'PY' || fail "planted silver links: see above"
+import sys
+sys.path.insert(0, sys.argv[3])
+import silver_align as S
+src, tgt = S.dataset_words(sys.argv[1], "dev")
+links = [{(k, k) for k in range(min(len(s), len(t)))} for s, t in zip(src, tgt)]
+S.write_silver(sys.argv[2], range(len(src)), src, tgt, links, {"split": "dev", "aligner": "planted"})
+PY
+export ATTN_ALIGN=$W/silver.h5
 mkdir -p "$W/configs"
 row_cfg() {   # row_cfg NAME LR_PEAK STEPS
     printf '%s\n' "row = $1" n_layers=1 d_model=64 d_ff=128 n_heads=4 d_k=16 d_v=16 vocab_size=500 max_len=64 \
@@ -110,10 +123,14 @@ for row in ("ok", "stuck", "stuck-rerun"):
         for kind in A.KINDS:
             assert g[kind]["mean"].shape == g[kind]["sd"].shape == g[kind]["count"].shape == (len(A.STATS), 1, 4)
             np.testing.assert_allclose(g[kind]["mean"][()], np.stack([st[kind][k] for k in A.STATS]), rtol=1e-12)
+        al = A.sample_aer(full, f"{sw}/../silver.h5", A.load(full)["steps"][None], f["sentence_index"][()], "dev", 64)
+        assert g["alignment/aer_head"].shape == (1, 4) and g["alignment"].attrs["n_links"] > 0, row
+        np.testing.assert_array_equal(g["alignment/aer_head"][()], al["head"])
+        np.testing.assert_array_equal(g["alignment/aer_layer"][()], al["layer"])
 print("ok")
 PY
 grep -q "table3: ok: attention of 8 dev pairs" "$W/sw/logs/local_0.out" || fail "the rerun did not write ok's attention"
-ok "attention: 8 evenly spread dev pairs from the final checkpoint in runs/ROW/attention.h5, per-head summaries = attention.py's statistics (ok written by the second run)"
+ok "attention: 8 evenly spread dev pairs from the final checkpoint in runs/ROW/attention.h5, per-head summaries = attention.py's statistics and AER against ATTN_ALIGN (ok written by the second run)"
 
 # 4. a row that keeps its best checkpoint and stops by patience (issue 42:
 # the converged protocol; a sweep of its own): reported with best.h5 (dev, hypotheses, the

@@ -2,7 +2,8 @@
 statistics and their evolution on attention files written by the C program
 (`transformer attention` from a checkpoint, and the training probe); the
 per-run summaries of a sweep and `attention.py compare` on a planted sweep;
-word alignments and AER of planted cross-attention heads."""
+word alignments and AER of planted cross-attention heads, in a summary
+(`summary --align`, against a planted silver file) and by row in `compare`."""
 
 import csv
 import math
@@ -257,21 +258,23 @@ def test_planted_heads_every_statistic():
 
 
 # ------------------------------------------------------------ sweep: summaries and compare
-def _maps_file(path, heads, n_sent=3, n=4, idx=None):
+def _maps_file(path, heads, n_sent=3, n=4, idx=None, layers=None):
     """A `transformer attention` file of planted heads (list of [n, n] maps:
-    the same for every kind, layer 0 only) for n_sent sentences of n tokens."""
+    the same for every kind and sentence, layer 0 only; or layers, a list of
+    such lists) for n_sent sentences of n tokens: n - 1 words and </s>."""
     idx = list(range(0, 2 * n_sent, 2)) if idx is None else idx
     toks = np.array([f"w{i}".encode() for i in range(n - 1)] + [b"</s>"])
+    m = np.stack([np.stack(h) for h in (layers or [heads])])
     with h5py.File(path, "w") as f:
-        f.attrs.update(format="transformer-attention", n_layers=1, n_heads=len(heads), split="dev",
+        f.attrs.update(format="transformer-attention", n_layers=m.shape[0], n_heads=m.shape[1], split="dev",
                        data="planted", checkpoint="ckpt_00000100.h5", checkpoint_step=100)
         f["sentence_index"] = np.array(idx, np.int64)
-        m = np.stack(heads)[None]
         for i in idx:
             g = f.create_group(f"sentences/{i:06d}")
             g.attrs.update(index=i, src_len=n, tgt_len=n)
             g["src_tokens"] = toks
             g["tgt_tokens"] = np.array([b"<s>"] + list(toks[:-1]))
+            g["tgt_out_tokens"] = toks
             for kind in A.KINDS:
                 g[kind] = (np.tril(m) / np.tril(m).sum(axis=3, keepdims=True) if kind == "decoder_self" else m)
     return path
@@ -387,3 +390,138 @@ def test_alignment_merges_subword_pieces():
                   [0.0, 0.0, 0.0, 1.0]])
     assert A.word_groups(src) == [[0], [1, 2]]
     assert A.alignment_links(m, src, tgt) == {(0, 0), (1, 1)}
+
+
+# ------------------------------------------------------------ AER in summaries and compare
+def _prev_map(n=4):
+    """Each target position on the previous source position (row 0 on 0)."""
+    m = np.zeros((n, n))
+    m[0, 0] = 1.0
+    m[np.arange(1, n), np.arange(n - 1)] = 1.0
+    return m
+
+
+def _silver(path, links_by_index, words=3, split="dev"):
+    """A planted silver file (silver_align.write_silver): sentences of `words`
+    source and target words and the given (target word, source word) links."""
+    import silver_align as S
+
+    idx = sorted(links_by_index)
+    w = [["x"] * words for _ in idx]
+    S.write_silver(str(path), idx, w, w, [links_by_index[i] for i in idx], {"split": split, "aligner": "planted"})
+    return path
+
+
+IDENTITY3 = {(0, 0), (1, 1), (2, 2)}
+
+
+def test_summary_aer_equals_hand_computation(tmp_path):
+    """Two sentences, 2 layers x 2 heads.  Silver: sentence 0 identity, sentence 2
+    with words 1 and 2 crossed.  Pooled over both (|A| = |S| = 6):
+    identity head: 4 of 6 links right, AER 1 - 8/12 = 1/3; uniform head (every
+    target word on source word 0): 2 right, 2/3; previous head (0->0, 1->0,
+    2->1): 1 + 2 right, 1/2.  Layer 0 averaged (identity + uniform) aligns as
+    the identity, 1/3; layer 1 (previous + identity) ties, the first (previous)
+    wins, 1/2."""
+    maps = _maps_file(tmp_path / "m.h5", None, n_sent=2,
+                      layers=[[np.eye(4), np.full((4, 4), 0.25)], [_prev_map(), np.eye(4)]])
+    silver = _silver(tmp_path / "silver.h5", {0: IDENTITY3, 2: {(0, 0), (1, 2), (2, 1)}})
+    cli("attention.py", "summary", maps, "--out", tmp_path / "s.h5", "--align", silver)
+    with h5py.File(tmp_path / "s.h5", "r") as g:
+        np.testing.assert_allclose(g["alignment/aer_head"][()], [[1 / 3, 2 / 3], [1 / 2, 1 / 3]], atol=1e-12)
+        np.testing.assert_allclose(g["alignment/aer_layer"][()], [1 / 3, 1 / 2], atol=1e-12)
+        assert g["alignment"].attrs["n_links"] == 6 and A.attr_str(g["alignment"], "silver") == str(silver)
+        assert A.attr_str(g["alignment"], "silver_aligner") == "planted"
+    cli("attention.py", "summary", maps, "--out", tmp_path / "plain.h5")
+    with h5py.File(tmp_path / "plain.h5", "r") as g:
+        assert "alignment" not in g                                     # without --align: no AER
+
+
+def test_summary_align_errors(tmp_path):
+    maps = _maps_file(tmp_path / "m.h5", [np.eye(4)], n_sent=2)
+    out = tmp_path / "s.h5"
+    cases = [
+        (tmp_path / "none.h5", "none.h5: no such file"),
+        (_silver(tmp_path / "four.h5", {0: IDENTITY3, 2: IDENTITY3}, words=4),
+         "four.h5: sentence 0: 4 source and 4 target words, the maps"),
+        (_silver(tmp_path / "test.h5", {0: IDENTITY3, 2: IDENTITY3}, split="test2016"),
+         "test.h5: links of split 'test2016', the maps"),
+        (_silver(tmp_path / "other.h5", {0: IDENTITY3, 1: IDENTITY3}), "other.h5: no links of sentence 2"),
+        (maps, "m.h5: not a silver alignment file"),
+    ]
+    for silver, want in cases:
+        err = cli_error("attention.py", "summary", maps, "--out", out, "--align", silver)
+        assert want in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".s.h5")]
+
+
+@pytest.fixture(scope="module")
+def aer_sweep(tmp_path_factory):
+    """base and A1, 2 seeds each, scored against identity links of 3 sentences;
+    C1 (one seed) summarised without --align.  Per seed (best head; layer average):
+    base [identity, uniform] (0; 0), base-seed2 [identity, previous] (0; 2/3),
+    A1 [uniform, uniform] (2/3; 2/3), A1-seed2 [previous, uniform] (2/3; 2/3)."""
+    from conftest import cli as run
+
+    top = tmp_path_factory.mktemp("aer_sweep")
+    uni = np.full((4, 4), 0.25)
+    runs = {"base": [np.eye(4), uni], "base-seed2": [np.eye(4), _prev_map()], "A1": [uni, uni],
+            "A1-seed2": [_prev_map(), uni], "C1": [np.eye(4), uni]}
+    silver = _silver(top / "silver.h5", {0: IDENTITY3, 2: IDENTITY3, 4: IDENTITY3})
+    for name, heads in runs.items():
+        run("row_result.py", "--out", top / "results" / f"{name}.h5", "--row", name, "--dev-ppl", 5.0,
+            "--status", "done")
+        _maps_file(top / f"{name}.maps.h5", heads)
+        align = [] if name == "C1" else ["--align", silver]
+        run("attention.py", "summary", top / f"{name}.maps.h5", "--out", top / "attention" / f"{name}.h5", *align)
+    return top
+
+
+def test_compare_aer_with_intervals(aer_sweep, tmp_path):
+    out = tmp_path / "cmp"
+    cli("attention.py", "compare", aer_sweep, "--out", out, "--no-plot")
+    with open(str(out) + ".csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["stat"] == "aer"]
+    get = {(r["row"], r["layer"], r["head"]): r for r in rows}
+    assert len(rows) == 2 * (1 + 1 + 2)                       # base, A1: best, layer average, 2 heads
+    t1 = 12.706204736                                         # t(0.975, 1 df)
+    half = t1 * np.std([0, 2 / 3], ddof=1) / math.sqrt(2)
+    r = get[("base", "0", "layer_average")]
+    assert float(r["mean"]) == pytest.approx(1 / 3, abs=1e-5) and r["runs"] == "2"
+    assert float(r["lo"]) == pytest.approx(1 / 3 - half, rel=1e-4) and float(r["hi"]) == pytest.approx(1 / 3 + half, rel=1e-4)
+    assert [float(x) for x in r["per_seed"].split()] == pytest.approx([0, 2 / 3], abs=1e-5)
+    best = get[("base", "all", "best")]
+    assert float(best["mean"]) == float(best["lo"]) == float(best["hi"]) == 0.0        # both seeds: a perfect head
+    assert float(get[("A1", "all", "best")]["mean"]) == pytest.approx(2 / 3, abs=1e-5)
+    assert float(get[("base", "0", "1")]["mean"]) == pytest.approx(2 / 3, abs=1e-5)   # uniform and previous
+    assert not any(k[0] == "C1" for k in get)
+    text = open(str(out) + ".md").read()
+    assert "## Cross-attention as alignment" in text and "not with human alignments" in text
+    assert f"| base | 2 | 0.000 [0.000, 0.000] (0:0) | 0.333 [{1 / 3 - half:.3f}, {1 / 3 + half:.3f}] |" in text
+    assert "| A1 | 2 | 0.667 [0.667, 0.667] (0:0) | 0.667 [0.667, 0.667] |" in text
+    assert "C1: no AER for C1 (summary written without --align)" in text
+
+
+def test_compare_refuses_two_silver_files(aer_sweep, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(aer_sweep, other)
+    silver = _silver(other / "silver2.h5", {0: IDENTITY3, 2: IDENTITY3, 4: {(0, 1), (1, 1), (2, 2)}})
+    cli("attention.py", "summary", other / "C1.maps.h5", "--out", other / "attention" / "C1.h5", "--align", silver)
+    err = cli_error("attention.py", "compare", other, "--no-plot")
+    assert "C1.h5: AER against other silver links" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_summary_aer_of_pairs_cut_at_max_len(tmp_path):
+    """A pair longer than max_len is cut (max_len - 1 pieces and </s>): its
+    maps keep 3 of the silver's 4 words a side, and only the links between
+    kept words count (identity head: AER 0).  Without max_len in the maps'
+    config the same file is refused (test_summary_align_errors)."""
+    maps = _maps_file(tmp_path / "m.h5", [np.eye(4)], n_sent=1)
+    with h5py.File(maps, "a") as f:
+        f.attrs["config"] = "n_layers = 1\nmax_len = 4\n"
+    silver = _silver(tmp_path / "silver.h5", {0: IDENTITY3 | {(3, 3)}}, words=4)
+    cli("attention.py", "summary", maps, "--out", tmp_path / "s.h5", "--align", silver)
+    with h5py.File(tmp_path / "s.h5", "r") as g:
+        assert g["alignment/aer_head"][0, 0] == 0.0 and g["alignment"].attrs["n_links"] == 3
