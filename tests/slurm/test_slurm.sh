@@ -75,9 +75,22 @@ head -n 3000 "$M/train.en" > "$T/train.en"; head -n 3000 "$M/train.de" > "$T/tra
 head -n 40 "$M/val.en" > "$T/dev.en"; head -n 40 "$M/val.de" > "$T/dev.de"
 "$BIN" prepare --out "$T/m30k.h5" --split train "$T/train.en" "$T/train.de" --split dev "$T/dev.en" "$T/dev.de" \
     vocab_size=500 max_len=64 > "$T/prepare.log" 2>&1 || { cat "$T/prepare.log"; fail "prepare failed"; }
-export STEPS=3 MAX_TOKENS=400 DATA=$T/m30k.h5 SHRINK=16
+export STEPS=3 BATCH_TOKENS=400 DATA=$T/m30k.h5 SHRINK=16
 export EXTRA="vocab_size=500 max_len=64 max_len_a=10 log_steps=1 eval_steps=0 threads=1"
-read -r A1 AN1 < <(TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/sweep" | tail -n 1) || fail "submit-table3.sh failed"
+# a MAX_TOKENS that would change the global batch: refused in one line, nothing submitted
+njobs=$(squeue -h | wc -l)
+out=$(GPUS_PER_ROW=8 MAX_TOKENS=6250 BATCH_TOKENS= TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/refused2" 2>&1) &&
+    fail "submit-table3.sh accepted 8 GPUs x MAX_TOKENS=6250 (50000 tokens a step): $out"
+[ "$(grep -c . <<< "$out")" -eq 1 ] && grep -q '^error: row A1: 8 GPU(s) x max_tokens 6250 x update_freq 1 = 50000 tokens a step, not the global batch 25000' <<< "$out" ||
+    fail "the refusal of a silent batch change is not this one line: $out"
+[ "$(squeue -h | wc -l)" -eq "$njobs" ] || fail "a refused submission submitted jobs"
+ok "submit-table3.sh: 8 GPUs x MAX_TOKENS=6250 (a 50000-token step) refused in one line, nothing submitted"
+TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/sweep" > "$T/submit.out" 2>&1 || { cat "$T/submit.out"; fail "submit-table3.sh failed"; }
+read -r A1 AN1 < <(tail -n 1 "$T/submit.out")
+grep -qx "layout: 1 GPU a row, micro-batch 400 tokens x update_freq 1 = 400 tokens a step (the paper: ~25000): rows $(cd $TABLE3_SRC && ls *.cfg | sed 's/\.cfg$//' | tr '\n' ' ' | sed 's/ $//')" "$T/submit.out" ||
+    { cat "$T/submit.out"; fail "submit-table3.sh did not print the layout before submitting"; }
+grep -q '^estimate: .* GPU-hours' "$T/submit.out" || fail "submit-table3.sh printed no GPU-hour estimate"
+ok "submit-table3.sh printed the layout (1 GPU a row, 400 tokens a step) and the GPU-hours before submitting"
 mkdir -p "$T/bad-configs"
 cp $TABLE3_SRC/A1.cfg "$T/bad-configs/"
 printf 'row = bad\nn_layers = 2\nd_modle = 64\n' > "$T/bad-configs/bad.cfg"
@@ -141,7 +154,7 @@ echo "sweeps took $((SECONDS - T0)) s"
 
 # ---- 3: preemption and requeue of a training job -----------------------------
 export GPU_REQUEST="--gpus-per-task=1"
-unset STEPS MAX_TOKENS DATA SHRINK EXTRA
+unset STEPS MAX_TOKENS BATCH_TOKENS DATA SHRINK EXTRA
 export GPUS_PER_NODE=2
 cfg=$T/preempt.cfg
 printf 'train_steps = 300\nlog_steps = 1\nsynth_train = 3000\nmax_tokens = 1000\nseed = 7\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
@@ -215,7 +228,7 @@ h5diff -q "$a" "$b" /params /params || fail "preempted run's parameters differ f
 ok "interrupted 4 times (time limit with --signal=USR1@115, B:USR1 forwarded, USR1 to tasks, scontrol requeue), Restarts=$restarts: final parameters equal the uninterrupted run's"
 
 # ---- 4: the same sweep without Slurm (jobs/run-local.sh), synthetic data ----
-export STEPS=2 MAX_TOKENS=300 DATA=synthetic SHRINK=16 GPUS_PER_NODE=1
+export STEPS=2 BATCH_TOKENS=300 DATA=synthetic SHRINK=16 GPUS_PER_NODE=1
 export EXTRA="vocab_size=24 max_len=64 synth_train=200 synth_dev=16 log_steps=1 eval_steps=0 threads=1"
 cp $TABLE3_SRC/base.cfg $TABLE3_SRC/C1.cfg "$T/bad-configs/"
 TABLE3_DIR=$T/bad-configs LOCAL_RANKS=1 jobs/run-local.sh table3 "$T/local" base C1 > "$T/local.log" 2>&1 ||
