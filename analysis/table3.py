@@ -495,6 +495,12 @@ def runs_table(runs):
     host = sorted({r.get("host_cpu") or "" for r in runs} - {""})
     if host:
         out += "\nHost CPU: " + "; ".join(host) + ".\n"
+    prec = {}
+    for r in runs:
+        if r.get("precision"):
+            prec.setdefault(r["precision"], []).append(r["row"])
+    if prec:
+        out += "\nTraining precision: " + "; ".join(f"{p} ({', '.join(rows)})" for p, rows in sorted(prec.items())) + ".\n"
     if bad:
         out += "\nFailed runs:\n" + "\n".join(bad) + "\n"
     return out

@@ -68,6 +68,8 @@ table3_overrides() {
     table3_schedule "$1"
     table3_layout "$1" || return 1
     OVR+=("${LAYOUT_OVR[@]}")
+    # the job's precision (job_precision, jobs/lib.sh; set in elements only)
+    [ -n "${JOB_PRECISION:-}" ] && OVR+=("precision=$JOB_PRECISION")
     [ -n "${DATA:-}" ] && OVR+=("data=$DATA")
     if [ -n "${SHRINK:-}" ] && [ "$SHRINK" != 1 ]; then
         local k v
@@ -155,8 +157,8 @@ table3_print_layout() {
         echo "layout: ${seen[$n]}: rows ${rows[$n]}"
     done
     awk -v t="$total" -v m="$missing" -v p="${PRECISION:-bf16}" 'BEGIN {
-        printf "estimate: %.1f GPU-hours of training at bf16 on H200s (measured step, docs/performance.md; fp32 is 6-8x slower, other GPUs differ)%s\n",
-            t, m == "" ? "" : "; no estimate for" m " (params failed)" }'
+        printf "estimate: %.1f GPU-hours of training at bf16 on H200s (measured step, docs/performance.md; PRECISION=%s; fp32 is 6-8x slower, other GPUs differ)%s\n",
+            t, p, m == "" ? "" : "; no estimate for" m " (params failed)" }'
 }
 
 # table3_schedule CFG: appends the learning-rate schedule of a scaled-down
@@ -404,6 +406,8 @@ table3_row() {
     ROW=$1 CFG=$SWEEP/configs/$1.cfg RUN=$SWEEP/runs/$1
     mkdir -p "$RUN" "$SWEEP/results"
     PARAMS="" FAIL_MSG=""
+    job_precision "$CFG"
+    print_precision
     if ! table3_overrides "$CFG"; then
         FAIL_MSG="layout: $LAYOUT_ERR"
         echo "error: table3 row $ROW: $FAIL_MSG" >&2

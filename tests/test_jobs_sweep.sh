@@ -104,3 +104,25 @@ expect_error 2 "^error: row base: 1 GPU(s) x max_tokens 3125 x update_freq 2 = 6
 out=$(MAX_TOKENS=6250 GPUS_PER_ROW=8 BATCH_TOKENS=50000 layout "$tmp/lay5" base) || fail "BATCH_TOKENS=50000 refused: $out"
 grep -q '8 GPUs a row, micro-batch 6250 tokens x update_freq 1 = 50000 tokens a step' <<< "$out" || fail "BATCH_TOKENS=50000: $out"
 ok "layout: printed (1 GPU a row, 25000 tokens a step, GPU-hours); MAX_TOKENS recomputes update_freq and says so; a changed global batch is refused in one line"
+
+# ---- 5: the jobs' precision: the fast one the GPU has, said; recorded per row --
+prec() { bash -c '. jobs/lib.sh; job_precision "$@"; print_precision' - "$@"; }
+for case in "9 cuda bf16" "8 cuda bf16" "7 cuda fp16" "6 cuda fp32" "9 cpu fp32"; do
+    read -r cc dev want <<< "$case"
+    out=$(PRECISION=auto TRANSFORMER_COMPUTE_CAP=$cc DEVICE=$dev prec) || fail "job_precision ($case) failed"
+    grep -q "^precision: $want (PRECISION=auto: .*PRECISION=fp32 for the exact reference)" <<< "$out" ||
+        fail "sm_$cc $dev: expected $want, got: $out"
+done
+out=$(PRECISION=fp32 TRANSFORMER_COMPUTE_CAP=9 DEVICE=cuda prec)
+grep -q '^precision: fp32 (PRECISION=fp32' <<< "$out" || fail "PRECISION=fp32 not taken: $out"
+printf 'precision = tf32\n' > "$tmp/tf32.cfg"
+out=$(PRECISION=auto TRANSFORMER_COMPUTE_CAP=9 DEVICE=cuda prec "$tmp/tf32.cfg")
+grep -q "^precision: the config's (PRECISION=auto: set by $tmp/tf32.cfg" <<< "$out" || fail "a config's precision was overridden: $out"
+expect_error 2 "^error: PRECISION='bf32': not auto, fp32, tf32, bf16 or fp16 (jobs/cluster.env)" env PRECISION=bf32 bash -c '. jobs/lib.sh; job_precision'
+grep -q '^precision: fp32 (PRECISION=auto: DEVICE=cpu' "$tmp/sw3/logs/"local_*.out || fail "the sweep's element log does not say its precision"
+"${PYTHON:-$TOP/.venv/bin/python}" -c '
+import sys, h5py
+v = h5py.File(sys.argv[1], "r").attrs["precision"]
+v = v.decode() if isinstance(v, bytes) else v
+sys.exit(0 if v == "fp32" else f"r1.h5: precision {v!r}, expected fp32")' "$tmp/sw3/results/r1.h5" || fail "r1.h5 does not record fp32"
+ok "precision: auto is bf16 on sm_80+, fp16 on sm_70, fp32 on the CPU; PRECISION=fp32 and a config's precision win; the row result records it"
