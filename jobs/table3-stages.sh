@@ -307,15 +307,21 @@ translate_set() {
     HYPSETS+=(--hyp-set "$name" "$RUN/$name.hyp" "$RUN/$name.ref")
 }
 
-# the average of the last 5 checkpoints (section 6.1) into RUN/avg5.h5, the
-# last 5 up to the best one where the run kept it (stage_checkpoint); AVG
+# The sweep's checkpoint average: the last TABLE3_AVERAGE checkpoints of
+# every row alike (section 6.1's base-model average), so that the rows'
+# averaged columns compare; big's keep_ckpts = 20 (Table 2's average) is for
+# standalone runs.  The hypothesis sets and RUN/avg5.h5 are named for it.
+TABLE3_AVERAGE=5
+
+# the average of the last TABLE3_AVERAGE checkpoints into RUN/avg5.h5, the
+# last ones up to the best one where the run kept it (stage_checkpoint); AVG
 # stays empty when the run kept fewer (a row too short for it)
 stage_average() {
     local upto=()
     AVG=""
     [ "$(row_data)" = synthetic ] && return 0
     [ "$REPORTED" = best ] && upto=(--upto-best)
-    if "$BIN" average --output "$RUN/avg5.h5" --last 5 "${upto[@]}" "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
+    if "$BIN" average --output "$RUN/avg5.h5" --last "$TABLE3_AVERAGE" "${upto[@]}" "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
         AVG=$RUN/avg5.h5
     else
         echo "table3: $ROW: no checkpoint average: $(stage_message average 2)"
