@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Submits the Table 3 sweep: a job array with one element per row config
 # (jobs/table3.sbatch) and an analysis job that runs when all of them
-# completed (--dependency=afterok) and builds the table (jobs/analysis.sbatch).
+# ended, whatever their outcome (--dependency=afterany), and tables what
+# finished, the failed rows marked (jobs/analysis.sbatch).
 # First it prints the rows' batch layout (GPUs per row, micro-batch tokens,
 # update_freq, tokens a step against the paper's ~25000; the rule is
 # table3_layout in jobs/table3-stages.sh) and the estimated GPU-hours from
@@ -55,7 +56,7 @@ array_id=$(sbatch --parsable "${SBATCH_OPTS[@]}" ${mem:+"$mem"} --job-name=table
     --output="$SWEEP/logs/%A_%a.out" "$TRANSFORMER_HOME/jobs/table3.sbatch" "$SWEEP")
 array_id=${array_id%%;*}
 analysis_id=$(sbatch --parsable "${ANALYSIS_OPTS[@]}" --job-name=table3-analysis \
-    --dependency="afterok:$array_id" --kill-on-invalid-dep=yes \
+    --dependency="afterany:$array_id" \
     --output="$SWEEP/logs/analysis-%j.out" "$TRANSFORMER_HOME/jobs/analysis.sbatch" "$SWEEP")
 analysis_id=${analysis_id%%;*}
 echo "table3: array job $array_id (rows: $(for i in "${IDX[@]}"; do printf '%s ' "${ROWS[$i]}"; done)), analysis job $analysis_id"

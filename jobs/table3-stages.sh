@@ -156,7 +156,7 @@ table3_print_layout() {
     for n in "${!seen[@]}"; do
         echo "layout: ${seen[$n]}: rows ${rows[$n]}"
     done
-    awk -v t="$total" -v m="$missing" -v p="${PRECISION:-bf16}" 'BEGIN {
+    awk -v t="$total" -v m="$missing" -v p="${PRECISION:-auto}" 'BEGIN {
         printf "estimate: %.1f GPU-hours of training at bf16 on H200s (measured step, docs/performance.md; PRECISION=%s; fp32 is 6-8x slower, other GPUs differ)%s\n",
             t, p, m == "" ? "" : "; no estimate for" m " (params failed)" }'
 }
