@@ -3,12 +3,18 @@
 # started for this test (tests/slurm/start.sh; two fake GPUs through
 # gres.conf, so --gpus-per-node and --gpus-per-task=1 are exercised) and
 # stopped at the end.
-#   1. Table 3: the sweep array over every row config, scaled down (SHRINK,
-#      a few steps, synthetic data), completes for every row, each row has
-#      its result file, and the dependent analysis job writes the table.
+#   0. The submit scripts refuse in one line, submitting nothing, when they
+#      cannot run `transformer params`; submit-table3.sh refuses a MAX_TOKENS
+#      that would change the global batch.
+#   1. Table 3: submit-table3.sh prints the layout and the GPU-hours; the
+#      sweep array over every row config, scaled down (SHRINK, a few steps,
+#      Multi30k subset), completes for every row, each row has its result
+#      file, and the dependent analysis job writes the table.
 #   2. A failing element (a config with a bad key) is FAILED with a clear
 #      message in its log and result file; the other element of its array
-#      completes; that sweep's analysis job is never run.
+#      completes; that sweep's analysis job still runs (afterany) and marks
+#      the failed row in its table.
+#   5. prepare in a 1-CPU step (srun -c 1) of this 2-CPU node: 1 worker.
 #   3. Preemption: a 2-rank training job is interrupted four ways (SIGUSR1 to
 #      the batch shell only, as --signal=B:USR1 does; SIGUSR1 to the tasks, as
 #      --signal=USR1@T does; `scontrol requeue`, i.e. SIGTERM; first of all the
@@ -81,6 +87,12 @@ export STEPS=3 BATCH_TOKENS=400 DATA=$T/m30k.h5 SHRINK=16
 export EXTRA="vocab_size=500 max_len=64 max_len_a=10 log_steps=1 eval_steps=0 threads=1"
 # a MAX_TOKENS that would change the global batch: refused in one line, nothing submitted
 njobs=$(squeue -h | wc -l)
+printf '#!/bin/sh\necho "transformer: error while loading shared libraries: libhdf5.so.310: cannot open shared object file" >&2\nexit 127\n' > "$T/broken"
+chmod +x "$T/broken"
+out=$(BIN=$T/broken jobs/submit-train.sh "$T/run-broken" input/synthetic-test.cfg 2>&1) && fail "submit-train.sh with a binary that cannot run succeeded: $out"
+[ "$(grep -c . <<< "$out")" -eq 1 ] && grep -q "^error: $T/broken params: cannot run in this shell (transformer: error while loading shared libraries" <<< "$out" ||
+    fail "submit-train.sh: not this one-line refusal: $out"
+ok "submit-train.sh refuses in one line when 'params' cannot run: $out"
 out=$(GPUS_PER_ROW=8 MAX_TOKENS=6250 BATCH_TOKENS= TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/refused2" 2>&1) &&
     fail "submit-table3.sh accepted 8 GPUs x MAX_TOKENS=6250 (50000 tokens a step): $out"
 [ "$(grep -c . <<< "$out")" -eq 1 ] && grep -q '^error: row A1: 8 GPU(s) x max_tokens 6250 x update_freq 1 = 50000 tokens a step, not the global batch 25000' <<< "$out" ||
@@ -138,7 +150,7 @@ ok "Table 3 sweep: $nrows rows COMPLETED, each with a result file (status done, 
 for c in $TABLE3_SRC/*.cfg; do
     grep -qw "$(basename "$c" .cfg)" "$T/sweep/table3.md" || fail "table3.md lacks row $(basename "$c" .cfg)"
 done
-ok "analysis job after the array (afterok) wrote table3.md with every row"
+ok "analysis job after the array (afterany) wrote table3.md with every row"
 
 wait_job "$A2" 300 || fail "bad sweep $A2 did not finish"
 sts=$(array_states "$A2" | awk '{ print $2 }' | tr '\n' ' ')
@@ -158,6 +170,13 @@ grep -qE '^\| *A1 ' "$T/badsweep/table3.md" || fail "badsweep table3.md lacks th
 grep -q "bad: .*unknown key 'd_modle'" "$T/badsweep/table3.md" || fail "badsweep table3.md does not mark the failed row: $(cat "$T/badsweep/table3.md")"
 ok "analysis job after one failed row: COMPLETED (afterany); table3.md has A1 and marks 'bad' failed with its reason"
 echo "sweeps took $((SECONDS - T0)) s"
+
+# ---- 5: prepare takes the step's CPUs (srun -c 1 on a 2-CPU node) -------------
+srun -n 1 -c 1 --mpi=pmix "$BIN" prepare --out "$T/prep1.h5" --split train "$T/train.en" "$T/train.de" vocab_size=500 \
+    > "$T/prep1.log" 2>&1 || { cat "$T/prep1.log"; fail "prepare under srun -c 1 failed"; }
+grep -qx 'prepare: 1 worker (SLURM_CPUS_PER_TASK; --jobs N to change)' "$T/prep1.log" ||
+    fail "prepare under srun -c 1 did not take 1 worker: $(head -3 "$T/prep1.log")"
+ok "prepare in a 1-CPU step of a 2-CPU node: 1 worker (SLURM_CPUS_PER_TASK)"
 
 # ---- 3: preemption and requeue of a training job -----------------------------
 export GPU_REQUEST="--gpus-per-task=1"
