@@ -3,18 +3,43 @@
 # MPI: Open MPI (Debian's default mpicc) or MPICH (`make MPI=mpich`: Debian's
 # mpicc.mpich and hdf5-mpich).  Elsewhere: `make CC=mpicc HDF5_PKG=...`.
 MPI      ?= openmpi
-CC       := $(if $(shell command -v mpicc.$(MPI) 2>/dev/null),mpicc.$(MPI),mpicc)
+# a module's mpicc (not the distribution's /usr/bin one) comes first; on
+# Debian mpicc.$(MPI) picks the MPI of MPI=
+MPICC_ON_PATH := $(shell command -v mpicc 2>/dev/null)
+CC       := $(if $(filter-out /usr/bin/mpicc,$(MPICC_ON_PATH)),mpicc,$(if $(shell command -v mpicc.$(MPI) 2>/dev/null),mpicc.$(MPI),mpicc))
+# parallel HDF5: HDF5_PKG by pkg-config (Debian: hdf5-openmpi, hdf5-mpich),
+# else a module's HDF5_DIR or HDF5_ROOT (include/, lib/)
 HDF5_PKG ?= hdf5-$(MPI)
-OPENBLAS_PC := /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig
-PKGS     := $(HDF5_PKG)
+HDF5_HOME ?= $(or $(HDF5_DIR),$(HDF5_ROOT))
+ifeq ($(shell pkg-config --exists $(HDF5_PKG) && echo y),y)
+HDF5_CFLAGS := $(shell pkg-config --cflags $(HDF5_PKG))
+HDF5_LIBS := $(shell pkg-config --libs $(HDF5_PKG))
+else ifneq ($(wildcard $(HDF5_HOME)/include/hdf5.h),)
+HDF5_CFLAGS := -I$(HDF5_HOME)/include
+HDF5_LIBS := -L$(HDF5_HOME)/lib -lhdf5
+else
+NOTE_HDF5 := note: parallel HDF5 not found (no pkg-config $(HDF5_PKG), no HDF5_DIR/HDF5_ROOT): set HDF5_PKG= or load the HDF5 module
+HDF5_LIBS := -lhdf5
+endif
+# OpenBLAS by pkg-config: the environment's PKG_CONFIG_PATH (modules) first,
+# then Debian's OpenMP build of it
+OPENBLAS_PC ?= /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig
+OPENBLAS_PKG_PATH := $(if $(PKG_CONFIG_PATH),$(PKG_CONFIG_PATH):)$(OPENBLAS_PC)
+OPENBLAS_LIBDIR := $(shell PKG_CONFIG_PATH=$(OPENBLAS_PKG_PATH) pkg-config --variable=libdir openblas 2>/dev/null)
+ifeq ($(OPENBLAS_LIBDIR),)
+NOTE_BLAS := note: OpenBLAS not found by pkg-config (PKG_CONFIG_PATH, OPENBLAS_PC): linking -lopenblas from the default paths
+endif
 ARCH     ?= -march=x86-64-v3
 CFLAGS   ?= -O3 $(ARCH) -fno-math-errno
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -MMD -MP \
-            $(shell pkg-config --cflags $(PKGS)) \
-            $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
-OPENBLAS_LIBDIR := $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --variable=libdir openblas)
-LDLIBS   += $(shell pkg-config --libs $(PKGS)) \
-            -L$(OPENBLAS_LIBDIR) -Wl,-rpath,$(OPENBLAS_LIBDIR) -lopenblas -lm
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -MMD -MP $(HDF5_CFLAGS) \
+            $(shell PKG_CONFIG_PATH=$(OPENBLAS_PKG_PATH) pkg-config --cflags openblas 2>/dev/null)
+# rpath for every library directory outside the linker's defaults (HDF5,
+# MPI, OpenBLAS): a job runs the binary without the build's modules loaded
+MPI_LIBDIRS := $(shell $(CC) --showme:libdirs 2>/dev/null || $(CC) -link_info 2>/dev/null | tr ' ' '\n' | sed -n 's/^-L//p')
+RPATH_DIRS := $(filter-out /usr/lib /usr/lib64 /usr/lib/x86_64-linux-gnu,\
+              $(patsubst -L%,%,$(filter -L%,$(HDF5_LIBS))) $(MPI_LIBDIRS) $(OPENBLAS_LIBDIR))
+LDLIBS   += $(HDF5_LIBS) $(if $(OPENBLAS_LIBDIR),-L$(OPENBLAS_LIBDIR)) -lopenblas -lm \
+            $(foreach d,$(sort $(RPATH_DIRS)),-Wl,-rpath,$(d))
 LDFLAGS  += -fopenmp
 BASE_LDLIBS := $(LDLIBS)
 
@@ -78,6 +103,13 @@ LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
 ifeq ($(NCCL)$(if $(wildcard $(NCCL_HOME)/include/nccl.h),y)$(if $(NCCL_LIB),y),1yy)
 NVCCFLAGS += -DHAVE_NCCL -I$(NCCL_HOME)/include
 LDLIBS   += -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -lnccl
+else ifeq ($(NCCL),1)
+# make CLUSTER=1: a multi-GPU build must not fall back to MPI on host
+# copies unless asked (NCCL=0)
+ifeq ($(CLUSTER),1)
+$(error NCCL not found (nccl.h and libnccl under NCCL_HOME='$(NCCL_HOME)', beside CUDA or in /usr): load the NCCL module or set NCCL_HOME=DIR; NCCL=0 builds without it)
+endif
+NOTE_NCCL := note: NCCL not found (NCCL_HOME, beside CUDA, /usr): device=cuda sums gradients through MPI on host copies; make NCCL_HOME=DIR
 endif
 LDLIBS   += -lcudart -lcublas -lcublasLt -lstdc++
 # rebuild the CUDA object when the nvcc command changes (CUDA_ARCH, NCCL_HOME)
@@ -88,7 +120,7 @@ endif
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
 EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
-                $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
+                $(shell PKG_CONFIG_PATH=$(OPENBLAS_PKG_PATH) pkg-config --cflags openblas 2>/dev/null)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 # nvcc contracts a*b+c into one FMA by default (--fmad=true); g++ for x86-64
 # without -mfma does not.  The *_fma test binaries build the emulated
@@ -148,6 +180,9 @@ build/cmd/%.o: src/cmd/%.c | build/cmd
 	$(call say,CC,$<)$(CC) $(CFLAGS) -Isrc -c $< -o $@
 
 bin/transformer: $(OBJ) $(CUDA_OBJ) | bin
+	$(if $(NOTE_HDF5),@echo '$(NOTE_HDF5)')
+	$(if $(NOTE_BLAS),@echo '$(NOTE_BLAS)')
+	$(if $(NOTE_NCCL),@echo '$(NOTE_NCCL)')
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # nvcc warnings are errors; ptxas reports per-kernel registers and shared
@@ -282,7 +317,7 @@ FUZZ_TARGETS := config sentences translate_input dataset checkpoint
 FUZZ_BIN := $(FUZZ_TARGETS:%=bin/fuzz/fuzz_%)
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp \
               -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed \
-              $(shell pkg-config --cflags $(PKGS)) $(shell PKG_CONFIG_PATH=$(OPENBLAS_PC) pkg-config --cflags openblas)
+              $(HDF5_CFLAGS) $(shell PKG_CONFIG_PATH=$(OPENBLAS_PKG_PATH) pkg-config --cflags openblas 2>/dev/null)
 FUZZ_CC  = OMPI_CC=clang MPICH_CC=clang $(CC)
 FUZZ_OBJ := $(filter-out build/fuzz/cmd/main.o,$(SRC:src/%.c=build/fuzz/%.o))
 .SECONDARY: $(FUZZ_OBJ)

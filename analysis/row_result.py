@@ -63,6 +63,7 @@ NUMERIC = {
 STRINGS = {
     "host_cpu": "CPU model",
     "device": "cpu or the GPU's name",
+    "precision": "the training precision: fp32, tf32, bf16 or fp16 (--compute, else the config's, else fp32)",
     "lr_rule": "the learning-rate rule of the sweep, in words",
     "verdict": "healthy, diverged, stuck or unstable (analysis/verdict.py); unknown without curves",
     "verdict_reason": "why, in one line",
@@ -71,7 +72,7 @@ STRINGS = {
     "reported_checkpoint": "the checkpoint of the dev and 'final' scores: best (keep_best) or final; '' final",
 }
 # --compute KEY=VALUE: key -> type; the attributes above plus the inputs of the derived ones
-COMPUTE_KEYS = {"host_cpu": str, "device": str, "lr_rule": str, "reported_checkpoint": str,
+COMPUTE_KEYS = {"host_cpu": str, "device": str, "precision": str, "lr_rule": str, "reported_checkpoint": str,
                 "threads": int, "ranks": int,
                 "peak_lr": float, "warmup": int, "wall_seconds": float, "eval_seconds": float,
                 "epoch_tokens": float, "tokens_seen": float, "mean_len": float, "unigram_nll": float}
@@ -407,6 +408,8 @@ def compute_attrs(cfg, comp, vals, data):
     out["matrix_params"] = matrix_params(cfg) or -1
     out["train_flops"] = train_flops(cfg, tokens, facts.get("mean_len", float("nan")))
     strings = {k: str(comp.get(k, "")) for k in ("host_cpu", "device", "lr_rule", "reported_checkpoint")}
+    # the trainer's default precision is fp32 (src/config.c)
+    strings["precision"] = str(comp.get("precision") or cfg.get("precision") or "fp32")
     return out, strings
 
 

@@ -178,6 +178,21 @@ def scaled_schedule(env, cfg):
     return [("warmup", str(w)), ("lr_factor", f"{f:.6g}")]
 
 
+def sweep_layout(env, cfg):
+    """The batch-layout overrides of table3_layout (jobs/table3-stages.sh):
+    GPUS_PER_ROW ranks, the global batch BATCH_TOKENS or the row's
+    batch_tokens, micro-batches of MAX_TOKENS or global / ranks tokens."""
+    r = int(env.get("GPUS_PER_ROW") or 1)
+    g = int(env.get("BATCH_TOKENS") or cfg.get("batch_tokens") or 0)
+    mt, uf = env.get("MAX_TOKENS"), env.get("UPDATE_FREQ")
+    if uf:
+        m = mt or (str(-(-g // (r * int(uf)))) if g > 0 else cfg.get("max_tokens") or "2048")
+        return [("max_tokens", m), ("update_freq", uf), ("batch_tokens", "0")]
+    if g > 0:
+        return [("max_tokens", mt or str(-(-g // r))), ("batch_tokens", str(g))]
+    return [("max_tokens", mt)] if mt else []
+
+
 def sweep_overrides(env, cfg, origin="config"):
     """The key=value overrides a sweep element gives a row with config cfg:
     table3_overrides of jobs/table3-stages.sh, in the same order (later wins)."""
@@ -185,12 +200,7 @@ def sweep_overrides(env, cfg, origin="config"):
     if env.get("STEPS"):
         ovr.append(("train_steps", env["STEPS"]))
     ovr += scaled_schedule(env, cfg)
-    if env.get("MAX_TOKENS"):
-        ovr.append(("max_tokens", env["MAX_TOKENS"]))
-    if env.get("UPDATE_FREQ"):
-        ovr.append(("update_freq", env["UPDATE_FREQ"]))
-    if env.get("MAX_TOKENS") or env.get("UPDATE_FREQ") or env.get("BATCH_TOKENS"):
-        ovr.append(("batch_tokens", env.get("BATCH_TOKENS") or "0"))
+    ovr += sweep_layout(env, cfg)
     if env.get("DATA"):
         ovr.append(("data", env["DATA"]))
     shrink = env.get("SHRINK", "")
@@ -586,6 +596,12 @@ def runs_table(runs, converged=False):
     host = sorted({r.get("host_cpu") or "" for r in runs} - {""})
     if host:
         out += "\nHost CPU: " + "; ".join(host) + ".\n"
+    prec = {}
+    for r in runs:
+        if r.get("precision"):
+            prec.setdefault(r["precision"], []).append(r["row"])
+    if prec:
+        out += "\nTraining precision: " + "; ".join(f"{p} ({', '.join(rows)})" for p, rows in sorted(prec.items())) + ".\n"
     if bad:
         out += "\nFailed runs:\n" + "\n".join(bad) + "\n"
     return out

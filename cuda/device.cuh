@@ -294,6 +294,16 @@ static Backend *op_table(CudaImpl *I, bool fused_attention)
     return be;
 }
 
+extern "C" int backend_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 extern "C" Backend *backend_cuda_create(Precision prec, Allreduce allreduce, int local_rank)
 {
     int n = 0;

@@ -60,6 +60,51 @@ job_init() {
     trap '_on_signal TERM' TERM
 }
 
+# gpu_compute_cap: the major compute capability of this node's first GPU
+# ("" when nvidia-smi cannot say; bounded: a wedged driver must not hold
+# the job)
+gpu_compute_cap() {
+    local cc
+    cc=$(timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) || true
+    case $cc in [0-9]*.[0-9]*) echo "${cc%%.*}" ;; esac
+}
+
+# job_precision [CONFIG]: sets JOB_PRECISION to the trainer's precision for
+# this job (PRECISION in cluster.env) and JOB_PRECISION_WHY to the reason;
+# empty JOB_PRECISION where CONFIG sets precision itself and PRECISION is
+# auto (the config's stands).  Exits 2 on a PRECISION it does not know.
+job_precision() {
+    local p=${PRECISION:-auto} cc
+    JOB_PRECISION="" JOB_PRECISION_WHY=""
+    case $p in
+        fp32 | tf32 | bf16 | fp16) JOB_PRECISION=$p JOB_PRECISION_WHY="PRECISION=$p"; return 0 ;;
+        auto) ;;
+        *) echo "error: PRECISION='$p': not auto, fp32, tf32, bf16 or fp16 (jobs/cluster.env)" >&2; exit 2 ;;
+    esac
+    if [ -n "${1:-}" ] && grep -qE '^[[:space:]]*precision[[:space:]]*=' "$1" 2>/dev/null; then
+        JOB_PRECISION_WHY="set by $1"; return 0
+    fi
+    if [ "${DEVICE:-cuda}" != cuda ]; then
+        JOB_PRECISION=fp32 JOB_PRECISION_WHY="DEVICE=$DEVICE: the CPU backend is fp32"; return 0
+    fi
+    cc=${TRANSFORMER_COMPUTE_CAP:-$(gpu_compute_cap)}
+    if [ -z "$cc" ]; then
+        JOB_PRECISION=fp32 JOB_PRECISION_WHY="nvidia-smi did not give the GPU's compute capability; set PRECISION=bf16 or fp16"
+    elif [ "$cc" -ge 8 ]; then
+        JOB_PRECISION=bf16 JOB_PRECISION_WHY="sm_${cc}x supports bf16"
+    elif [ "$cc" -ge 7 ]; then
+        JOB_PRECISION=fp16 JOB_PRECISION_WHY="sm_${cc}x: fp16 with dynamic loss scaling (no bf16)"
+    else
+        JOB_PRECISION=fp32 JOB_PRECISION_WHY="sm_${cc}x has no fast 16-bit path here"
+    fi
+}
+
+# print_precision: the log line that says which precision the job trains in
+print_precision() {
+    local what="the config's"
+    echo "precision: ${JOB_PRECISION:-$what} (PRECISION=${PRECISION:-auto}: $JOB_PRECISION_WHY; PRECISION=fp32 for the exact reference)"
+}
+
 _on_signal() {
     JOB_SIGNAL=$1
     echo "job: received SIG$1 at $(date -u +%FT%TZ)${_STAGE_PID:+, passing SIGUSR1 to the running stage}" >&2

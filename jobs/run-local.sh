@@ -94,7 +94,8 @@ table3)
     . "$HERE/lib.sh"
     BIN=/bin/true job_init
     . "$HERE/table3-stages.sh"
-    table3_prepare "$@"
+    TABLE3_RANKS=${LOCAL_RANKS:-1} table3_prepare "$@"
+    table3_print_layout
     table3_local_rows
     bash "$HERE/analysis.sbatch" "$SWEEP"
     ;;

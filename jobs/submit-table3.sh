@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Submits the Table 3 sweep: a job array with one element per row config
 # (jobs/table3.sbatch) and an analysis job that runs when all of them
-# completed (--dependency=afterok) and builds the table (jobs/analysis.sbatch).
+# ended, whatever their outcome (--dependency=afterany), and tables what
+# finished, the failed rows marked (jobs/analysis.sbatch).
+# First it prints the rows' batch layout (GPUs per row, micro-batch tokens,
+# update_freq, tokens a step against the paper's ~25000; the rule is
+# table3_layout in jobs/table3-stages.sh) and the estimated GPU-hours from
+# the measured step; a layout that would change the global batch without
+# BATCH_TOKENS is refused (exit 2, one line).
 #
 #   jobs/submit-table3.sh SWEEP_DIR [ROW ...]
 #
@@ -16,9 +22,12 @@
 #
 # Environment (besides jobs/cluster.env):
 #   TABLE3_DIR    row configs (default input/table3)
-#   STEPS, WARMUP, MAX_TOKENS, UPDATE_FREQ, DATA, SHRINK, SEEDS, EXTRA
+#   STEPS, WARMUP, GPUS_PER_ROW, MAX_TOKENS, UPDATE_FREQ, BATCH_TOKENS, DATA,
+#   SHRINK, SEEDS, EXTRA
 #                 sweep-wide overrides (jobs/table3-stages.sh), e.g. a small
-#                 cluster: STEPS=2000 MAX_TOKENS=4096 SHRINK=4 DATA=data/multi30k.h5
+#                 cluster: STEPS=2000 BATCH_TOKENS=4096 SHRINK=4 DATA=data/multi30k.h5
+#   GPUS_PER_ROW  GPUs (ranks) of each row (default 1: a base row's 25k-token
+#                 step fits one GPU, and that is what was measured)
 #   MAX_PARALLEL  at most this many elements at once (sbatch --array=...%N)
 # Prints the array job id and the analysis job id.
 set -euo pipefail
@@ -27,7 +36,13 @@ set -euo pipefail
 SWEEP=$1; shift
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
 table3_prepare "$SWEEP" "$@"
+# the layout of the rows and the sweep's cost, before anything is submitted
+table3_print_layout || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
 array=$(IFS=,; echo "${IDX[*]}")${MAX_PARALLEL:+%$MAX_PARALLEL}
+# each element: GPUS_PER_ROW ranks, on as few nodes as hold them
+rpn=$(( GPUS_PER_ROW < GPUS_PER_NODE ? GPUS_PER_ROW : GPUS_PER_NODE ))
+training_opts $(( (GPUS_PER_ROW + rpn - 1) / rpn )) "$rpn"
+MEM_RANKS=$rpn
 # one --mem for the array: its largest row's
 mem="" best=0
 for i in "${IDX[@]}"; do
@@ -41,7 +56,7 @@ array_id=$(sbatch --parsable "${SBATCH_OPTS[@]}" ${mem:+"$mem"} --job-name=table
     --output="$SWEEP/logs/%A_%a.out" "$TRANSFORMER_HOME/jobs/table3.sbatch" "$SWEEP")
 array_id=${array_id%%;*}
 analysis_id=$(sbatch --parsable "${ANALYSIS_OPTS[@]}" --job-name=table3-analysis \
-    --dependency="afterok:$array_id" --kill-on-invalid-dep=yes \
+    --dependency="afterany:$array_id" \
     --output="$SWEEP/logs/analysis-%j.out" "$TRANSFORMER_HOME/jobs/analysis.sbatch" "$SWEEP")
 analysis_id=${analysis_id%%;*}
 echo "table3: array job $array_id (rows: $(for i in "${IDX[@]}"; do printf '%s ' "${ROWS[$i]}"; done)), analysis job $analysis_id"

@@ -7,6 +7,14 @@ export TRANSFORMER_HOME
 # shellcheck source=jobs/cluster.env
 . "${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}" || { echo "error: ${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}: cannot read the cluster settings" >&2; exit 2; }
 command -v sbatch >/dev/null || { echo "error: sbatch: not found (no Slurm here? use jobs/run-local.sh)" >&2; exit 2; }
+# the submit shell runs `transformer params` (memory request, layout, cost
+# estimate): a binary that cannot start here (modules not loaded, not built)
+# would drop those silently, so refuse in one line
+BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
+if ! params_err=$("$BIN" params 2>&1 >/dev/null); then
+    echo "error: $BIN params: cannot run in this shell (${params_err%%$'\n'*}): build it (make) and load the modules it was built with (MODULES in jobs/cluster.env)" >&2
+    exit 2
+fi
 
 common_opts=(--chdir="$TRANSFORMER_HOME" --export=ALL)
 [ -n "$ACCOUNT" ] && common_opts+=(--account="$ACCOUNT")
@@ -27,7 +35,7 @@ common_opts=(--chdir="$TRANSFORMER_HOME" --export=ALL)
 mem_request() {
     case ${MEM_PER_NODE:-} in auto) ;; "") return 0 ;; *) echo "--mem=$MEM_PER_NODE"; return 0 ;; esac
     local params data bytes=0
-    params=$("$TRANSFORMER_HOME/bin/transformer" params --config "$@" 2>/dev/null |
+    params=$("$BIN" params --config "$@" 2>/dev/null |
              awk '$1 == "params" { print $2; exit }') || return 0
     [ -n "$params" ] || return 0
     data=$(awk '{ sub(/#.*/, "") } /^[ \t]*data[ \t]*=/ { sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]+$/, ""); v = $0 } END { print v }' "$1")
@@ -39,14 +47,25 @@ mem_request() {
        grep -q CHUNKED < <(h5dump -p -H -d /splits/train/src_ids "$data" 2>/dev/null); then
         node=0; rank=$((2 * bytes))
     fi
-    echo "--mem=$(( (node + GPUS_PER_NODE * (rank + (4 << 30)) + 24 * params) * 5 / 4 / (1 << 20) + 1 ))M"
+    echo "--mem=$(( (node + ${MEM_RANKS:-$GPUS_PER_NODE} * (rank + (4 << 30)) + 24 * params) * 5 / 4 / (1 << 20) + 1 ))M"
 }
 
-SBATCH_OPTS=("${common_opts[@]}" --nodes="$NODES" --ntasks-per-node="$GPUS_PER_NODE"
-             --cpus-per-task="$CPUS_PER_TASK" --time="$TIME_LIMIT" --signal="USR1@$SIGNAL_LEAD" --requeue)
-[ -n "$PARTITION" ] && SBATCH_OPTS+=(--partition="$PARTITION")
-# shellcheck disable=SC2206
-[ -n "$GPU_REQUEST" ] && SBATCH_OPTS+=($GPU_REQUEST)
+# training_opts NODES RANKS_PER_NODE: SBATCH_OPTS for a training job of that
+# shape; a GPU_REQUEST that names GPUS_PER_NODE (the default
+# --gpus-per-node=GPUS_PER_NODE, or --gres=gpu:GPUS_PER_NODE) asks for
+# RANKS_PER_NODE GPUs instead
+training_opts() {
+    local gpus=$GPU_REQUEST
+    gpus=${gpus//=$GPUS_PER_NODE/=$2}; gpus=${gpus//gpu:$GPUS_PER_NODE/gpu:$2}
+    SBATCH_OPTS=("${common_opts[@]}" --nodes="$1" --ntasks-per-node="$2"
+                 --cpus-per-task="$CPUS_PER_TASK" --time="$TIME_LIMIT" --signal="USR1@$SIGNAL_LEAD" --requeue)
+    [ -n "$PARTITION" ] && SBATCH_OPTS+=(--partition="$PARTITION")
+    # shellcheck disable=SC2206
+    [ -n "$gpus" ] && SBATCH_OPTS+=($gpus)
+    return 0
+}
+
+training_opts "$NODES" "$GPUS_PER_NODE"
 
 ANALYSIS_OPTS=("${common_opts[@]}" --nodes=1 --ntasks=1 --time="$ANALYSIS_TIME")
 [ -n "$ANALYSIS_PARTITION" ] && ANALYSIS_OPTS+=(--partition="$ANALYSIS_PARTITION")

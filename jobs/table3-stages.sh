@@ -20,9 +20,13 @@
 #                Below 100000 the learning-rate schedule is scaled with it
 #                (table3_schedule) unless WARMUP is set
 #   WARMUP       warmup of every row (eq. 3), replacing the scaled schedule
-#   MAX_TOKENS   max_tokens per batch and rank
+#   GPUS_PER_ROW ranks (GPUs) of each row (default 1; jobs/run-local.sh:
+#                LOCAL_RANKS); the batch layout: table3_layout
+#   MAX_TOKENS   max_tokens per micro-batch and rank (default: the global
+#                batch / GPUS_PER_ROW); update_freq is recomputed, and said
 #   UPDATE_FREQ  micro-batches accumulated per step
-#   BATCH_TOKENS global batch in tokens (batch_tokens: update_freq follows the ranks)
+#   BATCH_TOKENS global batch in tokens (default: the rows' batch_tokens);
+#                the only override that changes it
 #   DATA         dataset file (or "synthetic") for training and dev evaluation
 #   SHRINK       divide d_model, d_ff, d_k and d_v of every row by SHRINK
 #                (keeping N, h, dropout, ...): the whole table, scaled down
@@ -44,7 +48,7 @@
 # them from there, and a later submission that sets one to another value is
 # refused (table3_prepare).
 
-TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS DATA SHRINK SEEDS EXTRA ATTN_SAMPLE ATTN_ALIGN"
+TABLE3_SWEEP_VARS="STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS GPUS_PER_ROW DATA SHRINK SEEDS EXTRA ATTN_SAMPLE ATTN_ALIGN"
 
 # the base row's training steps (Table 3): a sweep with fewer scales its schedule
 PAPER_STEPS=100000
@@ -70,13 +74,10 @@ table3_overrides() {
     OVR=()
     [ -n "${STEPS:-}" ] && OVR+=("train_steps=$STEPS")
     table3_schedule "$1"
-    [ -n "${MAX_TOKENS:-}" ] && OVR+=("max_tokens=$MAX_TOKENS")
-    [ -n "${UPDATE_FREQ:-}" ] && OVR+=("update_freq=$UPDATE_FREQ")
-    # an explicit batch size replaces the configs' global batch_tokens
-    # (which would otherwise set update_freq from max_tokens)
-    if [ -n "${MAX_TOKENS:-}${UPDATE_FREQ:-}" ] || [ -n "${BATCH_TOKENS:-}" ]; then
-        OVR+=("batch_tokens=${BATCH_TOKENS:-0}")
-    fi
+    table3_layout "$1" || return 1
+    OVR+=("${LAYOUT_OVR[@]}")
+    # the job's precision (job_precision, jobs/lib.sh; set in elements only)
+    [ -n "${JOB_PRECISION:-}" ] && OVR+=("precision=$JOB_PRECISION")
     [ -n "${DATA:-}" ] && OVR+=("data=$DATA")
     if [ -n "${SHRINK:-}" ] && [ "$SHRINK" != 1 ]; then
         local k v
@@ -88,6 +89,84 @@ table3_overrides() {
     local w
     # shellcheck disable=SC2086
     for w in ${EXTRA:-}; do OVR+=("$w"); done
+}
+
+# table3_layout CFG: the row's batch layout, by this rule (docs/jobs.md):
+#   GPUs per row  R = GPUS_PER_ROW (default 1: every measured step is one
+#                 GPU's, docs/performance.md)
+#   global batch  G = BATCH_TOKENS, else the row's batch_tokens (the paper's
+#                 ~25000 target tokens)
+#   micro-batch   M = MAX_TOKENS, else G / R: one micro-batch a GPU and step,
+#                 the shape measured (25,010-token steps on one H200)
+#   update_freq   U = UPDATE_FREQ, else ceil(G / (R x M))
+# A layout whose step (R x M x U tokens) misses G by more than a quarter is
+# refused (LAYOUT_ERR): MAX_TOKENS or UPDATE_FREQ never change the global
+# batch silently; BATCH_TOKENS does, by name.  A row without batch_tokens
+# keeps its own max_tokens and update_freq.  Sets LAYOUT_R, LAYOUT_M,
+# LAYOUT_U, LAYOUT_STEP (tokens a step), LAYOUT_NOTE, and LAYOUT_OVR (the
+# overrides that make the trainer use it); returns 1 on a refusal.
+table3_layout() {
+    local r=${GPUS_PER_ROW:-1} g m u cm
+    g=${BATCH_TOKENS:-$(cfg_get "$1" batch_tokens)}; g=${g:-0}
+    cm=$(cfg_get "$1" max_tokens); cm=${cm:-2048}   # train's default max_tokens
+    LAYOUT_OVR=() LAYOUT_NOTE="" LAYOUT_ERR="" LAYOUT_R=$r
+    if [ -n "${UPDATE_FREQ:-}" ]; then
+        u=$UPDATE_FREQ
+        if [ "$g" -gt 0 ]; then m=${MAX_TOKENS:-$(( (g + r * u - 1) / (r * u) ))}; else m=${MAX_TOKENS:-$cm}; fi
+        LAYOUT_OVR=("max_tokens=$m" "update_freq=$u" "batch_tokens=0")
+    elif [ "$g" -gt 0 ]; then
+        m=${MAX_TOKENS:-$(( (g + r - 1) / r ))}
+        u=$(( (g + r * m - 1) / (r * m) ))
+        LAYOUT_OVR=("max_tokens=$m" "batch_tokens=$g")
+        [ -n "${MAX_TOKENS:-}" ] && LAYOUT_NOTE="update_freq $u recomputed from MAX_TOKENS=$m to keep the global batch"
+    else
+        m=${MAX_TOKENS:-$cm}; u=$(cfg_get "$1" update_freq); u=${u:-1}
+        [ -n "${MAX_TOKENS:-}" ] && LAYOUT_OVR=("max_tokens=$m")
+    fi
+    LAYOUT_M=$m LAYOUT_U=$u LAYOUT_STEP=$((r * m * u))
+    [ "$g" -gt 0 ] || return 0
+    if [ "$LAYOUT_STEP" -gt $((g + g / 4)) ] || [ "$LAYOUT_STEP" -lt $((g - g / 4)) ]; then
+        LAYOUT_ERR="row $(basename "$1" .cfg): $r GPU(s) x max_tokens $m x update_freq $u = $LAYOUT_STEP tokens a step, not the global batch $g"
+        LAYOUT_ERR+=" (${BATCH_TOKENS:+BATCH_TOKENS}${BATCH_TOKENS:-batch_tokens of $1}): set BATCH_TOKENS=$LAYOUT_STEP to change the global batch, or unset MAX_TOKENS/UPDATE_FREQ"
+        return 1
+    fi
+}
+
+# the measured bf16 training rates on one H200 at 25,010-token steps
+# (docs/performance.md, tests/gpu/calibration/cf63d2a-h200/kit-call1.md):
+# base (63,045,632 parameters) 694,824 tok/s, big (214,171,648) 303,571
+MEASURED_RATES="63045632 694824 214171648 303571"
+
+# table3_print_layout: one line per distinct layout of the selected rows
+# (GPUs per row, micro-batch tokens, update_freq, tokens a step against the
+# paper's ~25000), and the sweep's estimated GPU-hours from the measured
+# step: each row's steps x tokens a step at the rate of its parameter count
+# (a power law through base's and big's measured rates), on the GPUs of
+# the row at no loss to communication (a lower bound)
+table3_print_layout() {
+    local i i2 cfg key p steps seen=() rows=() n gpuh total=0 missing=""
+    for i in "${IDX[@]}"; do
+        cfg=$SWEEP/configs/${ROWS[$i]}.cfg
+        table3_overrides "$cfg" || return 1
+        CFG=$cfg
+        key="$LAYOUT_R GPU$([ "$LAYOUT_R" = 1 ] || echo s) a row, micro-batch $LAYOUT_M tokens x update_freq $LAYOUT_U = $LAYOUT_STEP tokens a step (the paper: ~25000)${LAYOUT_NOTE:+; $LAYOUT_NOTE}"
+        n=""
+        for i2 in "${!seen[@]}"; do [ "${seen[$i2]}" = "$key" ] && n=$i2; done
+        if [ -z "$n" ]; then seen+=("$key"); rows+=("${ROWS[$i]}"); else rows[$n]+=" ${ROWS[$i]}"; fi
+        p=$("$BIN" params --config "$cfg" "${OVR[@]}" 2>/dev/null | awk '$1 == "params" { print $2; exit }')
+        steps=$(row_key train_steps); steps=${steps:-2000}
+        if [ -z "$p" ]; then missing+=" ${ROWS[$i]}"; continue; fi
+        gpuh=$(awk -v p="$p" -v s="$steps" -v t="$LAYOUT_STEP" -v r="$MEASURED_RATES" 'BEGIN {
+            split(r, m, " "); a = log(m[4] / m[2]) / log(m[1] / m[3])
+            printf "%.6f", s * t / (m[2] * (m[1] / p) ^ a) / 3600 }')
+        total=$(awk -v a="$total" -v b="$gpuh" 'BEGIN { printf "%.6f", a + b }')
+    done
+    for n in "${!seen[@]}"; do
+        echo "layout: ${seen[$n]}: rows ${rows[$n]}"
+    done
+    awk -v t="$total" -v m="$missing" -v p="${PRECISION:-auto}" 'BEGIN {
+        printf "estimate: %.1f GPU-hours of training at bf16 on H200s (measured step, docs/performance.md; PRECISION=%s; fp32 is 6-8x slower, other GPUs differ)%s\n",
+            t, p, m == "" ? "" : "; no estimate for" m " (params failed)" }'
 }
 
 # table3_schedule CFG: appends the learning-rate schedule of a scaled-down
@@ -236,15 +315,21 @@ translate_set() {
     HYPSETS+=(--hyp-set "$name" "$RUN/$name.hyp" "$RUN/$name.ref")
 }
 
-# the average of the last 5 checkpoints (section 6.1) into RUN/avg5.h5, the
-# last 5 up to the best one where the run kept it (stage_checkpoint); AVG
+# The sweep's checkpoint average: the last TABLE3_AVERAGE checkpoints of
+# every row alike (section 6.1's base-model average), so that the rows'
+# averaged columns compare; big's keep_ckpts = 20 (Table 2's average) is for
+# standalone runs.  The hypothesis sets and RUN/avg5.h5 are named for it.
+TABLE3_AVERAGE=5
+
+# the average of the last TABLE3_AVERAGE checkpoints into RUN/avg5.h5, the
+# last ones up to the best one where the run kept it (stage_checkpoint); AVG
 # stays empty when the run kept fewer (a row too short for it)
 stage_average() {
     local upto=()
     AVG=""
     [ "$(row_data)" = synthetic ] && return 0
     [ "$REPORTED" = best ] && upto=(--upto-best)
-    if "$BIN" average --output "$RUN/avg5.h5" --last 5 "${upto[@]}" "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
+    if "$BIN" average --output "$RUN/avg5.h5" --last "$TABLE3_AVERAGE" "${upto[@]}" "$RUN" > "$RUN/average.out" 2> "$RUN/average.err"; then
         AVG=$RUN/avg5.h5
     else
         echo "table3: $ROW: no checkpoint average: $(stage_message average 2)"
@@ -384,7 +469,15 @@ stage_result() {
 table3_row() {
     ROW=$1 CFG=$SWEEP/configs/$1.cfg RUN=$SWEEP/runs/$1
     mkdir -p "$RUN" "$SWEEP/results"
-    table3_overrides "$CFG"
+    PARAMS="" FAIL_MSG=""
+    job_precision "$CFG"
+    print_precision
+    if ! table3_overrides "$CFG"; then
+        FAIL_MSG="layout: $LAYOUT_ERR"
+        echo "error: table3 row $ROW: $FAIL_MSG" >&2
+        stage_result failed || echo "error: $SWEEP/results/$ROW.h5: could not record the failure" >&2
+        return 1
+    fi
     PARAMS="" DEV_PPL="" TRAIN_WALL="" DECODE_WALL="" CKPT="" REPORTED="" AVG="" FAIL_MSG="" HYPSETS=()
     echo "table3: row $ROW job ${SLURM_JOB_ID:-local} restart ${SLURM_RESTART_COUNT:-0}" \
          "on ${SLURM_JOB_NODELIST:-$(hostname -s)}: $CFG ${OVR[*]}"
@@ -490,6 +583,7 @@ table3_prepare() {
         for c in "$dir"/*.cfg; do [ -f "$c" ] && cfgs+=("$c"); done
         [ ${#cfgs[@]} -gt 0 ] || { echo "error: $dir: no *.cfg row configs" >&2; exit 2; }
         table3_check_vars
+        : "${GPUS_PER_ROW:=${TABLE3_RANKS:-1}}"   # recorded: the layout depends on it
         if [ "${SEEDS:-1}" -gt 1 ] && [ ! -f "$dir/base.cfg" ]; then
             echo "error: SEEDS=$SEEDS: no base.cfg among the row configs ($dir)" >&2; exit 2
         fi
@@ -516,13 +610,25 @@ table3_prepare() {
         IDX+=("$found")
     done
     table3_same_overrides
+    # unset overrides take the sweep's values (set ones equal them)
+    . "$SWEEP/sweep.env"
+    table3_check_layouts
+}
+
+# table3_check_layouts: exit 2 with one line if a selected row's layout is
+# refused (table3_layout), before anything is submitted
+table3_check_layouts() {
+    local i
+    for i in "${IDX[@]}"; do
+        table3_layout "$SWEEP/configs/${ROWS[$i]}.cfg" || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
+    done
 }
 
 # table3_check_vars: exit 2 with one line if a numeric override is not a
 # positive integer (before anything is written)
 table3_check_vars() {
     local v
-    for v in STEPS WARMUP MAX_TOKENS UPDATE_FREQ SHRINK SEEDS ATTN_SAMPLE; do
+    for v in STEPS WARMUP MAX_TOKENS UPDATE_FREQ BATCH_TOKENS GPUS_PER_ROW SHRINK SEEDS ATTN_SAMPLE; do
         case ${!v:-} in
             "") ;;
             *[!0-9]* | 0*) echo "error: $v='${!v}': not a positive integer" >&2; exit 2 ;;

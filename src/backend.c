@@ -18,3 +18,12 @@ Backend *backend_create(const Config *c, int threads, int local_rank)
     return NULL;
 #endif
 }
+
+int backend_gpus_visible(void)
+{
+#ifdef HAVE_CUDA
+    return backend_cuda_device_count();
+#else
+    return 0;
+#endif
+}

@@ -106,6 +106,8 @@ int checkpoint_writer_busy(CkptWriter *w);
 /* Wait for the write in flight (if any); -1 if this or an earlier write
  * failed (the error already printed), else 0. */
 int checkpoint_writer_wait(CkptWriter *w);
+/* wait at most `seconds` for the write in flight; 1 if it is still running */
+int checkpoint_writer_wait_for(CkptWriter *w, double seconds);
 /* 1 once a write has failed (the error printed); sticky */
 int checkpoint_writer_failed(CkptWriter *w);
 /* Copy the model state (device -> host) and start writing it; waits for a

@@ -21,12 +21,46 @@ static void backend_keys_from_defaults(Config *c)
     c->threads = d.threads;
 }
 
+/* The device of this job, not of the checkpoint's training run nor the
+ * defaults: a GPU where this build has CUDA and one is visible, else the
+ * CPU (with fp32, the CPU backend's only precision).  device= on the
+ * command line comes after and wins. */
+static int gpus_of_this_job(Config *c)
+{
+    int gpus = backend_gpus_visible();
+    c->device = gpus > 0 ? DEVICE_CUDA : DEVICE_CPU;
+    if (!gpus) c->precision = PRECISION_FP32;
+    return gpus;
+}
+
+/* key ("device=") is among the command line's key=value words */
+static int on_command_line(const InferenceArgs *a, const char *key)
+{
+    for (int k = 0; k < a->n_over; k++)
+        if (!strncmp(a->over[k], key, strlen(key))) return 1;
+    return 0;
+}
+
+/* say where the command runs (stderr: stdout may carry its output) */
+static void say_device(const InferenceArgs *a, const Config *c, int gpus)
+{
+    const char *why = on_command_line(a, "device=") ? "device= on the command line"
+                      : gpus > 0 ? "a GPU is visible; device=cpu for the CPU"
+                                 : "no GPU is visible to this build";
+    fprintf(stderr, "%s: device %s, precision %s (%s)\n", a->cmd, config_choice("device", c->device),
+            config_choice("precision", c->precision), why);
+}
+
 int inference_read_config(const InferenceArgs *a, Config *c, CkptState *st, DatasetVocab *voc)
 {
     int rc = checkpoint_read_config(a->ckpt, c, st);
     if (!rc && a->backend_from_command_line) backend_keys_from_defaults(c);
+    int gpus = rc ? 0 : gpus_of_this_job(c);
     for (int k = 0; k < a->n_over && !rc; k++) rc = cli_set(c, a->cmd, a->over[k], a->ckpt);
+    /* device=cpu given alone: the CPU's fp32, not a bf16 checkpoint's precision */
+    if (!rc && c->device == DEVICE_CPU && !on_command_line(a, "precision=")) c->precision = PRECISION_FP32;
     if (!rc && a->n_over) rc = config_validate(c, "command line");
+    if (!rc) say_device(a, c, gpus);
     return rc ? rc : inference_check_vocab(a, c, st, voc);
 }
 

@@ -245,6 +245,10 @@ Backend *backend_cpu_create(int threads);
  * the GPU of node-local rank local_rank, the config's precision and
  * gradient allreduce; NULL after a one-line message */
 Backend *backend_cuda_create(Precision precision, Allreduce allreduce, int local_rank);
+/* CUDA devices this process sees (0 on any error) */
+int backend_cuda_device_count(void);
+/* GPUs this process can use: 0 in a build without CUDA */
+int backend_gpus_visible(void);
 /* the backend c's device, precision and allreduce keys name; returns NULL
  * with a one-line message on failure */
 Backend *backend_create(const Config *c, int threads, int local_rank);

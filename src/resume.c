@@ -316,14 +316,35 @@ int rundir_ckpt_failed(const RunDir *rd)
     return rd->writer && checkpoint_writer_failed(rd->writer);
 }
 
+/* A step checkpoint does not stall training behind the write before it:
+ * that write gets CKPT_GRACE_S plus 5% of the time since it started to
+ * finish, then this checkpoint is skipped (rank 0; nothing collective
+ * waits on it).  The grace keeps the small writes that a loaded machine
+ * delays by a second or two from being skipped: a verdict on which
+ * checkpoints exist must not depend on load. */
+#define CKPT_GRACE_S 5.0
+static int step_ckpt_would_stall(RunDir *rd)
+{
+    if (!checkpoint_writer_busy(rd->writer)) return 0;
+    double running = now_seconds() - rd->t_last;
+    return checkpoint_writer_wait_for(rd->writer, CKPT_GRACE_S + 0.05 * running);
+}
+
 void rundir_after_step(RunDir *rd, TrainRun *r, int step, double elapsed_now)
 {
     if (!rd->enabled || r->dist.rank != 0) return;
     const Config *c = &r->cfg;
     /* keep_best: the state of a new best dev evaluation, kept (best.h5) */
     int new_best = c->keep_best && r->best.best_step == step;
-    if ((c->ckpt_steps > 0 && step % c->ckpt_steps == 0) || new_best) {
-        start_ckpt(rd, r, elapsed_now);   /* waits for a write still in flight */
+    if (new_best) {
+        start_ckpt(rd, r, elapsed_now);   /* waits for a write still in flight: best.h5 must hold it */
+        return;
+    }
+    if (c->ckpt_steps > 0 && step % c->ckpt_steps == 0) {
+        if (!step_ckpt_would_stall(rd)) start_ckpt(rd, r, elapsed_now);
+        else printf("checkpoint: step %d skipped: the write of step %d is still running (a slow file system or a "
+                    "short ckpt_steps; the next is due at step %d)\n", step, rd->last_step, step + c->ckpt_steps);
+        fflush(stdout);
         return;
     }
     /* by wall time: if the previous write is still going, try again next

@@ -185,6 +185,21 @@ expect_error 1 "error: decode: out of device memory allocating [0-9]* bytes (bat
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     expect_error 2 "error: device=cuda" "$BIN" train device=cuda train_steps=1
 fi
+# inference takes the device the job has, not the checkpoint's or the
+# defaults, and says which: the (emulated) GPU where one is visible, else
+# the CPU in fp32 even for a checkpoint trained in bf16
+ck=$(ls $W/bf16/ckpt_*.h5 | tail -1)
+out=$("$EMU" translate --checkpoint "$ck" --data synthetic --split dev --output $W/dev.txt synth_dev=4 threads=1 2>&1) ||
+    fail "translate on the emulated GPU: $out"
+grep -q '^translate: device cuda, precision fp32 (a GPU is visible; device=cpu for the CPU)' <<< "$out" ||
+    fail "translate did not take the visible GPU: $out"
+out=$(CUDA_EMU_DEVICES=0 "$EMU" eval --checkpoint "$ck" --data synthetic synth_dev=4 threads=1 2>&1) ||
+    fail "eval of a bf16 checkpoint without a GPU: $out"
+grep -q '^eval: device cpu, precision fp32 (no GPU is visible to this build)' <<< "$out" ||
+    fail "eval without a GPU did not fall back to the CPU: $out"
+out=$("$EMU" eval --checkpoint "$ck" --data synthetic synth_dev=4 threads=1 device=cpu 2>&1) || fail "eval device=cpu: $out"
+grep -q '^eval: device cpu, precision fp32 (device= on the command line)' <<< "$out" || fail "eval device=cpu: $out"
+ok "translate/eval: the visible (emulated) GPU by default, the CPU in fp32 without one, device= wins; each says which"
 
 # ThreadSanitizer on the emulator's pthread backend: a missing barrier is a
 # reported data race; the same kernel with its barrier is clean

@@ -9,7 +9,8 @@
 #  - bad inputs: one-line errors naming the file (line count mismatch with the
 #    line, empty, missing, invalid UTF-8 with the line, truncated dataset,
 #    foreign HDF5 file, impossible vocabulary size) and no output file;
-#  - the output appears only when complete (SIGKILL mid-run leaves nothing).
+#  - the output appears only when complete (SIGKILL mid-run leaves nothing);
+#  - the workers (and spm_train threads) follow the allocation: taskset, SLURM_CPUS_PER_TASK.
 set -u
 . "$(dirname "$0")/lib.sh"
 need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
@@ -95,4 +96,19 @@ kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null; rc=$?
 [ $rc -eq 137 ] || fail "prepare was not killed mid-run (exit $rc): nothing was tested"
 [ -e "$W/killed.h5" ] && fail "a killed prepare left its output file"
 ok "killed prepare left no output file"
+# ---- the allocation's CPUs: the affinity mask, else SLURM_CPUS_PER_TASK first
+# (taskset -c 0: one CPU allowed, whatever the node has), for its own workers
+# and for spm_train's --num_threads (recorded in spm_options)
+head -n 300 "$M/val.en" > "$W/a.en"; head -n 300 "$M/val.de" > "$W/a.de"
+spm_opts() { h5dump -a /spm_options "$1" | grep -o -- '--num_threads=[0-9]*'; }
+taskset -c 0 env -u SLURM_CPUS_PER_TASK "$BIN" prepare --out "$W/one.h5" --split train "$W/a.en" "$W/a.de" vocab_size=500 \
+    > "$W/one.log" 2>&1 || { cat "$W/one.log"; fail "prepare under taskset -c 0 failed"; }
+grep -qx 'prepare: 1 worker (the CPUs this process may run on; --jobs N to change)' "$W/one.log" ||
+    fail "prepare under taskset -c 0 did not take 1 worker: $(head -3 "$W/one.log")"
+[ "$(spm_opts "$W/one.h5")" = --num_threads=1 ] || fail "spm_train under taskset -c 0: $(spm_opts "$W/one.h5")"
+taskset -c 0 env SLURM_CPUS_PER_TASK=2 "$BIN" prepare --out "$W/two.h5" --split train "$W/a.en" "$W/a.de" vocab_size=500 \
+    > "$W/two.log" 2>&1 || { cat "$W/two.log"; fail "prepare with SLURM_CPUS_PER_TASK=2 failed"; }
+grep -qx 'prepare: 2 workers (SLURM_CPUS_PER_TASK; --jobs N to change)' "$W/two.log" && [ "$(spm_opts "$W/two.h5")" = --num_threads=2 ] ||
+    fail "SLURM_CPUS_PER_TASK=2 not taken: $(head -3 "$W/two.log"), $(spm_opts "$W/two.h5")"
+ok "prepare: 1 worker and spm_train --num_threads=1 under taskset -c 0; 2 with SLURM_CPUS_PER_TASK=2"
 echo "test_data_prepare: all checks passed"

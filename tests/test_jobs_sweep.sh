@@ -4,7 +4,11 @@
 #      (SWEEP/sweep.env) is refused with one line naming the row and the
 #      override; unset or equal overrides are accepted;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
-#      not the first one of its appended log, even after a partial last line.
+#      not the first one of its appended log, even after a partial last line;
+#   3. PARALLEL=2 runs rows side by side and still reports a failed one;
+#   4. the batch layout of the real row configs is printed (1 GPU a row,
+#      25000 tokens a step, GPU-hours); MAX_TOKENS recomputes update_freq and
+#      says so; a layout that changes the global batch is refused in one line.
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -77,3 +81,48 @@ for r in r1 r2; do
     grep -q "table3: row $r done" "$tmp/sw3/logs/"local_*.out || fail "PARALLEL=2: row $r not done: $(cat "$tmp/run3.log")"
 done
 ok "PARALLEL=2: rows r1, r2 done side by side, the bad row reported"
+
+# ---- 4: the batch layout: printed, and never changed silently ---------------
+# the real row configs (batch_tokens = 25000): one GPU a row by default, one
+# 25000-token micro-batch a step; MAX_TOKENS recomputes update_freq and says
+# so; MAX_TOKENS or UPDATE_FREQ that would change the global batch are
+# refused in one line, before anything is written; BATCH_TOKENS changes it
+layout() { bash -c '. jobs/table3-stages.sh; table3_prepare "$@" && table3_print_layout' - "$@"; }
+out=$(layout "$tmp/lay1" base big) || fail "layout of the default sweep failed: $out"
+grep -qx 'layout: 1 GPU a row, micro-batch 25000 tokens x update_freq 1 = 25000 tokens a step (the paper: ~25000): rows base big' \
+    <<< "$out" || fail "default layout not printed as expected: $out"
+grep -qE '^estimate: [0-9.]+ GPU-hours of training at bf16 on H200s' <<< "$out" || fail "no GPU-hour estimate: $out"
+out=$(MAX_TOKENS=6250 layout "$tmp/lay2" base) || fail "MAX_TOKENS=6250 on 1 GPU refused: $out"
+grep -q 'micro-batch 6250 tokens x update_freq 4 = 25000 tokens a step.*update_freq 4 recomputed from MAX_TOKENS=6250' \
+    <<< "$out" || fail "MAX_TOKENS=6250: the recomputed update_freq is not stated: $out"
+expect_error 2 "^error: row base: 8 GPU(s) x max_tokens 6250 x update_freq 1 = 50000 tokens a step, not the global batch 25000 .*set BATCH_TOKENS=50000" \
+    env MAX_TOKENS=6250 GPUS_PER_ROW=8 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay3" base
+[ "$(env MAX_TOKENS=6250 GPUS_PER_ROW=8 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay3b" base 2>&1 | grep -c .)" -eq 1 ] ||
+    fail "the layout refusal is not one line"
+expect_error 2 "^error: row base: 1 GPU(s) x max_tokens 3125 x update_freq 2 = 6250 tokens a step" \
+    env UPDATE_FREQ=2 MAX_TOKENS=3125 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay4" base
+out=$(MAX_TOKENS=6250 GPUS_PER_ROW=8 BATCH_TOKENS=50000 layout "$tmp/lay5" base) || fail "BATCH_TOKENS=50000 refused: $out"
+grep -q '8 GPUs a row, micro-batch 6250 tokens x update_freq 1 = 50000 tokens a step' <<< "$out" || fail "BATCH_TOKENS=50000: $out"
+ok "layout: printed (1 GPU a row, 25000 tokens a step, GPU-hours); MAX_TOKENS recomputes update_freq and says so; a changed global batch is refused in one line"
+
+# ---- 5: the jobs' precision: the fast one the GPU has, said; recorded per row --
+prec() { bash -c '. jobs/lib.sh; job_precision "$@"; print_precision' - "$@"; }
+for case in "9 cuda bf16" "8 cuda bf16" "7 cuda fp16" "6 cuda fp32" "9 cpu fp32"; do
+    read -r cc dev want <<< "$case"
+    out=$(PRECISION=auto TRANSFORMER_COMPUTE_CAP=$cc DEVICE=$dev prec) || fail "job_precision ($case) failed"
+    grep -q "^precision: $want (PRECISION=auto: .*PRECISION=fp32 for the exact reference)" <<< "$out" ||
+        fail "sm_$cc $dev: expected $want, got: $out"
+done
+out=$(PRECISION=fp32 TRANSFORMER_COMPUTE_CAP=9 DEVICE=cuda prec)
+grep -q '^precision: fp32 (PRECISION=fp32' <<< "$out" || fail "PRECISION=fp32 not taken: $out"
+printf 'precision = tf32\n' > "$tmp/tf32.cfg"
+out=$(PRECISION=auto TRANSFORMER_COMPUTE_CAP=9 DEVICE=cuda prec "$tmp/tf32.cfg")
+grep -q "^precision: the config's (PRECISION=auto: set by $tmp/tf32.cfg" <<< "$out" || fail "a config's precision was overridden: $out"
+expect_error 2 "^error: PRECISION='bf32': not auto, fp32, tf32, bf16 or fp16 (jobs/cluster.env)" env PRECISION=bf32 bash -c '. jobs/lib.sh; job_precision'
+grep -q '^precision: fp32 (PRECISION=auto: DEVICE=cpu' "$tmp/sw3/logs/"local_*.out || fail "the sweep's element log does not say its precision"
+"${PYTHON:-$TOP/.venv/bin/python}" -c '
+import sys, h5py
+v = h5py.File(sys.argv[1], "r").attrs["precision"]
+v = v.decode() if isinstance(v, bytes) else v
+sys.exit(0 if v == "fp32" else f"r1.h5: precision {v!r}, expected fp32")' "$tmp/sw3/results/r1.h5" || fail "r1.h5 does not record fp32"
+ok "precision: auto is bf16 on sm_80+, fp16 on sm_70, fp32 on the CPU; PRECISION=fp32 and a config's precision win; the row result records it"

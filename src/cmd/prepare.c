@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -101,7 +102,9 @@ static void prepare_help(void)
            "  --sentences N           spm_train samples at most N lines (default 0: all)\n"
            "  --byte-fallback 0|1     unseen characters become UTF-8 byte pieces, not <unk> (default 1)\n"
            "  --jobs N                workers: each file is encoded in N pieces, N spm_encode\n"
-           "                          processes at once; the output does not depend on N (default: cores)\n"
+           "                          processes at once, and spm_train's threads; the output does not\n"
+           "                          depend on N (default: SLURM_CPUS_PER_TASK, else the CPUs this\n"
+           "                          process may run on, sched_getaffinity)\n"
            "  --id-bits 16|32         width of the stored ids (default: 16 when vocab_size <= 65536)\n");
 }
 
@@ -366,7 +369,6 @@ static int prepare_parse(Prepare *p, int argc, char **argv)
         }
     }
     if (!has_train) { fprintf(stderr, "error: prepare: no '--split train SRC TGT' given\n"); return 2; }
-    if (o->jobs < 1) o->jobs = 1;
     if (o->id_bits == 16 && p->cfg.vocab_size > 65536) {
         fprintf(stderr, "error: prepare: --id-bits 16 cannot hold the ids of vocab_size=%d\n", p->cfg.vocab_size);
         return 2;
@@ -842,12 +844,41 @@ static int write_dataset(Prepare *p, int argc, char **argv, double t0)
     return rc;
 }
 
+/* The CPUs the allocation gives this process: Slurm's cpus-per-task (srun
+ * -c), else the affinity mask (taskset, cgroups, a launcher's binding),
+ * else the node's cores.  A login node or a job step must not get a worker
+ * per core of the machine.  *from names the source, for the log. */
+static int allocation_cpus(const char **from)
+{
+    const char *v = getenv("SLURM_CPUS_PER_TASK");
+    char *end;
+    long n = v ? strtol(v, &end, 10) : 0;
+    if (v && *end == '\0' && n > 0 && n < 1 << 20) {
+        *from = "SLURM_CPUS_PER_TASK";
+        return (int)n;
+    }
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (!sched_getaffinity(0, sizeof allowed, &allowed) && CPU_COUNT(&allowed) > 0) {
+        *from = "the CPUs this process may run on";
+        return CPU_COUNT(&allowed);
+    }
+    *from = "the node's cores";
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 0 ? (int)cores : 1;
+}
+
 int cmd_prepare(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { prepare_help(); return 0; }
     double t0 = now_seconds();
-    Prepare p = { .o = { .coverage = 1.0, .byte_fallback = 1, .jobs = (int)sysconf(_SC_NPROCESSORS_ONLN) } };
+    Prepare p = { .o = { .coverage = 1.0, .byte_fallback = 1, .jobs = 0 } };
     int rc = prepare_parse(&p, argc, argv);
+    if (!rc && p.o.jobs <= 0) {
+        const char *from;
+        p.o.jobs = allocation_cpus(&from);
+        printf("prepare: %d worker%s (%s; --jobs N to change)\n", p.o.jobs, p.o.jobs == 1 ? "" : "s", from);
+    }
     if (!rc) rc = validate_inputs(&p);
     if (!rc) rc = make_work_dir(&p);
     if (!rc) rc = learn_vocab(&p);

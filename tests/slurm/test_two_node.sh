@@ -5,7 +5,7 @@
 #   1. a training job (jobs/submit-train.sh, NODES=2) requeued mid-run with
 #      `scontrol requeue` resumes and ends with parameters bitwise equal to
 #      `mpirun -np 2` on one node (jobs/run-local.sh train);
-#   2. a Table 3 array element (jobs/submit-table3.sh, NODES=2) completes
+#   2. a Table 3 array element (jobs/submit-table3.sh, GPUS_PER_ROW=2 over NODES=2) completes
 #      with its result file, and the analysis job writes the table;
 #   3. rank 1, on the second node, killed with SIGKILL mid-run: the job ends
 #      FAILED within seconds (srun --mpi=pmix), not at its time limit (without
@@ -83,7 +83,7 @@ h5diff -q "$T/run2n/ckpt_00000200.h5" "$T/run1n/ckpt_00000200.h5" /params /param
 ok "training on n1+n2 over TCP, requeued at step ~20: step-200 parameters equal mpirun -np 2 on one node"
 
 # ---- 2: a Table 3 array element on two nodes ----------------------------------
-read -r A AN < <(STEPS=3 MAX_TOKENS=300 DATA=synthetic SHRINK=16 \
+read -r A AN < <(STEPS=3 BATCH_TOKENS=300 GPUS_PER_ROW=2 DATA=synthetic SHRINK=16 \
     EXTRA="vocab_size=24 max_len=64 synth_train=200 synth_dev=16 log_steps=1 eval_steps=0 threads=1" \
     on_n1 jobs/submit-table3.sh "$T/sweep" base | tail -n 1) || fail "submit-table3.sh failed"
 wait_job "$A" 300 && wait_job "$AN" 300 || fail "sweep $A / analysis $AN did not finish"
