@@ -41,13 +41,15 @@ static int on_command_line(const InferenceArgs *a, const char *key)
     return 0;
 }
 
-/* say where the command runs (stderr: stdout may carry its output) */
+/* say where the command runs: on stdout, with the command's other reports
+ * (its outputs go to files), so that an error later stays the one line
+ * on stderr that a user or a script reads (issue 41: test_readers) */
 static void say_device(const InferenceArgs *a, const Config *c, int gpus)
 {
     const char *why = on_command_line(a, "device=") ? "device= on the command line"
                       : gpus > 0 ? "a GPU is visible; device=cpu for the CPU"
                                  : "no GPU is visible to this build";
-    fprintf(stderr, "%s: device %s, precision %s (%s)\n", a->cmd, config_choice("device", c->device),
+    printf("%s: device %s, precision %s (%s)\n", a->cmd, config_choice("device", c->device),
             config_choice("precision", c->precision), why);
 }
 
