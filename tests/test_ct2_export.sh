@@ -17,18 +17,7 @@ W=$(mktemp -d /tmp/test_ct2_export.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1
 
-"$PY" - "$W" <<'PYEOF'
-import random, sys
-w, r = sys.argv[1], random.Random(7)
-en = "a the man woman dog cat sees eats big small red blue house tree runs sleeps".split()
-de = "ein der Mann Frau Hund Katze sieht isst gross klein rot blau Haus Baum rennt schlaeft".split()
-def write(name, n):
-    with open(f"{w}/{name}.en", "w") as s, open(f"{w}/{name}.de", "w") as t:
-        for _ in range(n):
-            idx = [r.randrange(len(en)) for _ in range(r.randint(3, 7))]
-            s.write(" ".join(en[i] for i in idx) + ".\n"); t.write(" ".join(de[i] for i in idx) + ".\n")
-write("train", 1500); write("dev", 16)
-PYEOF
+word_corpus "$W"
 cp "$W/dev.en" "$W/dev.src"
 "$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/dev.en" "$W/dev.de" \
     vocab_size=330 max_len=24 --jobs 1 >"$W/prep.log" 2>&1 || fail "prepare: $(tail -2 "$W/prep.log")"

@@ -20,20 +20,7 @@ W=$(mktemp -d /tmp/test_hf_export.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1
 
-# a word-for-word "translation" with a 16-word vocabulary: learnt well enough
-# in 300 steps that the decoder ends its outputs with EOS
-"$PY" - "$W" <<'EOF'
-import random, sys
-w, r = sys.argv[1], random.Random(7)
-en = "a the man woman dog cat sees eats big small red blue house tree runs sleeps".split()
-de = "ein der Mann Frau Hund Katze sieht isst gross klein rot blau Haus Baum rennt schlaeft".split()
-def write(name, n):
-    with open(f"{w}/{name}.en", "w") as s, open(f"{w}/{name}.de", "w") as t:
-        for _ in range(n):
-            idx = [r.randrange(len(en)) for _ in range(r.randint(3, 7))]
-            s.write(" ".join(en[i] for i in idx) + ".\n"); t.write(" ".join(de[i] for i in idx) + ".\n")
-write("train", 1500); write("dev", 16)
-EOF
+word_corpus "$W"
 # every dev pair also as a split of its own: `eval` of it is that sentence's NLL
 splits=()
 for k in $(seq 0 7); do
