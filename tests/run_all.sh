@@ -21,17 +21,30 @@ rm -f "$logdir/.no-multi30k"   # tests/lib.sh need_multi30k: try the download ag
 pass=0 fail=0 skipped=0
 failed=()
 pattern=${TESTS:-}
+# tests run TEST_JOBS at a time (default: the cores, at most 4). Run one
+# after the other, make test used 0.87 of the 2 cores: most tests wait on
+# mpirun's start-up, sleeps or one thread; two at a time halve the wall time.
+# Every test works in its own mktemp directory, and a verdict must not
+# depend on the machine's load (issue 41), so a neighbour cannot change it.
+jobs=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs in ''|*[!0-9]*|0) echo "error: TEST_JOBS='$jobs': not a positive integer" >&2; exit 2 ;; esac
+[ "$jobs" -gt 4 ] && [ -z "${TEST_JOBS:-}" ] && jobs=4
+durations=$logdir/durations.txt   # name seconds, of the last run: longest first
 
+selected() {
+    [ -z "$pattern" ] && return 0
+    local p hit=1
+    set -f   # the patterns are globs on test names, not on files here
+    for p in $pattern; do [[ "$1" == *$p* ]] && hit=0; done
+    set +f
+    return $hit
+}
+
+# run_one NAME CMD...: runs the test into its log and leaves "rc seconds" in
+# NAME.rc (a background job: the pool reads it when the job ends)
 run_one() {
     local name=$1; shift
-    if [ -n "$pattern" ]; then
-        local p hit=0
-        set -f   # the patterns are globs on test names, not on files here
-        for p in $pattern; do [[ "$name" == *$p* ]] && hit=1; done
-        set +f
-        [ "$hit" = 1 ] || return 0
-    fi
-    local log="$logdir/$name.log" t0 t1
+    local log="$logdir/$name.log" t0 rc
     t0=$(date +%s.%N)
     # a hung test fails after TEST_TIMEOUT seconds instead of hanging CI.
     # A limit on wall time is a verdict on the machine's load:
@@ -39,37 +52,76 @@ run_one() {
     # 2 cores (issue 41), so the limit only catches hangs: 1500 s, which
     # still ends a hung CI run well inside its 90 minutes
     timeout -k 10 "${TEST_TIMEOUT:-1500}" "$@" >"$log" 2>&1
-    local rc=$?
-    t1=$(date +%s.%N)
+    rc=$?
+    echo "$rc $(echo "$(date +%s.%N) - $t0" | bc)" > "$logdir/$name.rc"
+}
+
+# report NAME: one line for a finished test, its log's tail when it failed
+report() {
+    local name=$1 rc secs log="$logdir/$1.log"
+    read -r rc secs < "$logdir/$name.rc"
+    printf '%s %.1f\n' "$name" "$secs" >> "$durations.$$"
     if [ "$rc" -eq 0 ]; then
-        printf 'PASS %-40s %6.1fs\n' "$name" "$(echo "$t1 - $t0" | bc)"
-        pass=$((pass + 1))
+        printf 'PASS %-40s %6.1fs\n' "$name" "$secs"; pass=$((pass + 1))
     elif [ "$rc" -eq 77 ]; then   # tests/lib.sh skip: cannot run here, says why
-        printf 'SKIP %-40s %6.1fs %s\n' "$name" "$(echo "$t1 - $t0" | bc)" "$(grep -m1 '^skipped:' "$log")"
-        skipped=$((skipped + 1))
+        printf 'SKIP %-40s %6.1fs %s\n' "$name" "$secs" "$(grep -m1 '^skipped:' "$log")"; skipped=$((skipped + 1))
     else
-        printf 'FAIL %-40s %6.1fs (exit %d, log %s)\n' "$name" "$(echo "$t1 - $t0" | bc)" "$rc" "$log"
+        printf 'FAIL %-40s %6.1fs (exit %d, log %s)\n' "$name" "$secs" "$rc" "$log"
         tail -n 20 "$log" | sed 's/^/    | /'
-        fail=$((fail + 1))
-        failed+=("$name")
+        fail=$((fail + 1)); failed+=("$name")
     fi
 }
 
-sanitizers=${SANITIZERS:-0}
-for t in bin/tests/test_*; do
-    case $(basename "$t") in
-        *_asan | *_tsan) [ "$sanitizers" = 0 ] && continue ;;
-        *) [ "$sanitizers" = only ] && continue ;;
-    esac
-    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
-done
-[ "$sanitizers" = only ] && { echo "$pass passed, $fail failed, $skipped skipped"; [ "$fail" -eq 0 ]; exit; }
-for t in tests/test_*.sh; do
-    [ -f "$t" ] && run_one "$(basename "$t" .sh)" bash "$t"
-done
-if [ -d analysis/tests ] && [ -x .venv/bin/python ]; then
-    run_one pytest-analysis .venv/bin/python -m pytest -q analysis/tests
-fi
+# the tests to run, "name<TAB>command", longest of the last run first so
+# that no long test starts last (the others in the order found)
+list_tests() {
+    local t sanitizers=${SANITIZERS:-0}
+    for t in bin/tests/test_*; do
+        case $(basename "$t") in
+            *_asan | *_tsan) [ "$sanitizers" = 0 ] && continue ;;
+            *) [ "$sanitizers" = only ] && continue ;;
+        esac
+        [ -x "$t" ] && printf '%s\t%s\n' "$(basename "$t")" "$t"
+    done
+    [ "$sanitizers" = only ] && return
+    for t in tests/test_*.sh; do
+        [ -f "$t" ] && printf '%s\tbash %s\n' "$(basename "$t" .sh)" "$t"
+    done
+    if [ -d analysis/tests ] && [ -x .venv/bin/python ]; then
+        printf 'pytest-analysis\t.venv/bin/python -m pytest -q analysis/tests\n'
+    fi
+}
+ordered_tests() {
+    awk -F'\t' -v d="$durations" 'BEGIN { while ((getline l < d) > 0) { split(l, f, " "); s[f[1]] = f[2] } }
+        { printf "%s\t%d\t%s\n", (($1 in s) ? s[$1] : -1), NR, $0 }' | sort -t$'\t' -k1,1gr -k2,2n | cut -f3-
+}
+
+# wait_one: waits for a running test to end and reports it (wait -p is
+# bash 5.1; an older bash waits for the oldest test)
+wait_one() {
+    local pid
+    if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501 )); then
+        wait -n -p pid
+    else
+        for pid in "${!running[@]}"; do break; done
+        wait "$pid"
+    fi
+    report "${running[$pid]}"; unset "running[$pid]"
+}
+
+# a test that needs Multi30k fetches it once here, not two at a time
+( need_multi30k ) >/dev/null 2>&1 || true
+declare -A running=()
+while IFS=$'\t' read -r name cmd; do
+    selected "$name" || continue
+    while [ ${#running[@]} -ge "$jobs" ]; do wait_one; done
+    # shellcheck disable=SC2086   # cmd is "program args", split on purpose
+    run_one "$name" $cmd < /dev/null &
+    running[$!]=$name
+done < <(list_tests | ordered_tests)
+while [ ${#running[@]} -gt 0 ]; do wait_one; done
+[ -z "$pattern" ] && [ -f "$durations.$$" ] && mv "$durations.$$" "$durations"
+rm -f "$durations.$$"
 
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
 if [ -n "$pattern" ] && [ $((pass + fail + skipped)) -eq 0 ]; then
