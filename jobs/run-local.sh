@@ -93,6 +93,9 @@ table3)
     case ${PARALLEL:-1} in *[!0-9]*|0*) echo "error: PARALLEL='$PARALLEL': not a positive integer" >&2; exit 2 ;; esac
     . "$HERE/lib.sh"
     BIN=/bin/true job_init
+    # the rows check the build themselves (table3.sbatch); the layout and
+    # estimate lines below read the rows' parameter counts from it
+    BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
     . "$HERE/table3-stages.sh"
     TABLE3_RANKS=${LOCAL_RANKS:-1} table3_prepare "$@"
     table3_print_layout

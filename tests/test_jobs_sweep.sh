@@ -77,6 +77,10 @@ PARALLEL=2 TABLE3_DIR=$tmp/c3 STEPS=2 EXTRA="threads=1" DEVICE=cpu jobs/run-loca
 grep -q "^error: table3 row bad: failed (exit 1): params: .*unknown key 'd_modle'" "$tmp/run3.log" ||
     fail "PARALLEL=2: no clear message: $(cat "$tmp/run3.log")"
 grep -q "^error: $tmp/sw3: rows failed: bad " "$tmp/run3.log" || fail "PARALLEL=2: no summary: $(cat "$tmp/run3.log")"
+# the estimate counts the rows whose parameters it can read (only bad's fail)
+grep -q "unbound variable" "$tmp/run3.log" && fail "run-local.sh table3: $(grep -m1 'unbound variable' "$tmp/run3.log")"
+grep -qx "estimate: .*; no estimate for bad (params failed)" "$tmp/run3.log" ||
+    fail "PARALLEL=2: the estimate should leave out only bad: $(grep '^estimate:' "$tmp/run3.log")"
 for r in r1 r2; do
     grep -q "table3: row $r done" "$tmp/sw3/logs/"local_*.out || fail "PARALLEL=2: row $r not done: $(cat "$tmp/run3.log")"
 done
