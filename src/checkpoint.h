@@ -110,6 +110,8 @@ int checkpoint_writer_wait(CkptWriter *w);
 int checkpoint_writer_wait_for(CkptWriter *w, double seconds);
 /* 1 once a write has failed (the error printed); sticky */
 int checkpoint_writer_failed(CkptWriter *w);
+/* seconds the last complete write took (0 while one runs or before any) */
+double checkpoint_writer_last_seconds(CkptWriter *w);
 /* Copy the model state (device -> host) and start writing it; waits for a
  * previous write first.  cfg_text is copied.  -1 (nothing started) if a
  * write has failed: a run that cannot checkpoint must stop, not go on

@@ -17,7 +17,9 @@ typedef struct {
     CkptWriter *writer;     /* rank 0 */
     Metrics *metrics;       /* rank 0 */
     double t_last;          /* wall time of the last checkpoint */
+    double time_interval;   /* seconds between checkpoints by time (ckpt_minutes, lengthened by slow writes) */
     int last_step;          /* step of the last checkpoint started */
+    int said_window;        /* the line on where step checkpoints start is printed */
     int lock_fd;            /* rank 0: flock'ed run_dir/.lock, or -1 */
     char cfg_text[16384];
 } RunDir;

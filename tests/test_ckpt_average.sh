@@ -60,6 +60,25 @@ expect_error 2 "error: $W/iv: --last 4 asks for more checkpoints than the run ke
     $BIN average --output $W/iv4.h5 --last 4 $W/iv
 [ ! -e $W/iv4.h5 ] || fail "output written despite error"
 ok "--last 3 = the interval checkpoints 4 8 10 (not 11, written in between); --last 4: one-line error"
+# with a fixed end (no patience) and checkpoints by time for resuming, only
+# the step checkpoints that averaging keeps are written (resume.c): 16 18 20
+# of ckpt_steps=2 over 20 steps with keep_ckpts=3, said in one line; with
+# ckpt_minutes=0 (steps are the only resume points) or patience (the end is
+# not known), all 10
+CK_W=$(echo "$CK_ARGS" | sed 's/ckpt_minutes=0/ckpt_minutes=10/')
+$BIN train $CK_W run_dir=$W/win train_steps=20 ckpt_steps=2 keep_ckpts=3 > $W/win.log 2>&1 || fail "train: $(tail -3 $W/win.log)"
+written() { grep -o '^checkpoint [^ ]*ckpt_[0-9]*\.h5' "$1" | sed 's/.*ckpt_0*//; s/\.h5//' | tr '\n' ' '; }
+[ "$(written $W/win.log)" = "16 18 20 " ] || fail "written with keep_ckpts=3: $(written $W/win.log)"
+grep -qx 'checkpoint: step checkpoints from step 16 on (the last keep_ckpts 3, for averaging); until then one every ckpt_minutes 10 min (for resuming)' \
+    $W/win.log || fail "no line on the step checkpoints' window: $(grep -v '^step' $W/win.log)"
+$BIN train $CK_ARGS run_dir=$W/win0 train_steps=20 ckpt_steps=2 keep_ckpts=3 > $W/win0.log 2>&1 || fail "train: $(tail -3 $W/win0.log)"
+$BIN train $CK_W run_dir=$W/winp train_steps=20 ckpt_steps=2 keep_ckpts=3 eval_steps=10 patience=5 > $W/winp.log 2>&1 ||
+    fail "train: $(tail -3 $W/winp.log)"
+for l in win0 winp; do
+    [ "$(written $W/$l.log)" = "2 4 6 8 10 12 14 16 18 20 " ] || fail "$l: written $(written $W/$l.log)"
+done
+same_state $W/win/ckpt_00000020.h5 $W/win0/ckpt_00000020.h5
+ok "keep_ckpts=3 with checkpoints by time: step checkpoints 16 18 20 only (all 10 with ckpt_minutes=0 or patience), same final state"
 # checkpoints by wall time (ckpt_minutes; 0.001 min = 60 ms) with ckpt_steps=0.
 # The run must last several intervals whatever the machine's speed: double
 # the steps until it takes at least 0.3 s (5 intervals), then expect >= 3.

@@ -127,9 +127,11 @@ ok "a lock held by another host: waited for (lock_wait), then refused naming the
 # depends on timing: the loss of step N is not finite (one line naming N), or
 # the parameters already were after step N-1 and the background writer
 # refuses that step's checkpoint (one line naming the file and the tensor).
-# The newest checkpoint is the last one written before either.
+# The newest checkpoint is the last one written before either (every
+# ckpt_steps: with ckpt_minutes=0 all step checkpoints are written, not only
+# the last keep_ckpts).
 C=2
-$BIN train --config $TOP/input/synthetic-test.cfg threads=1 lr_factor=1e6 run_dir=$W/nan ckpt_steps=$C train_steps=400 \
+$BIN train --config $TOP/input/synthetic-test.cfg threads=1 lr_factor=1e6 run_dir=$W/nan ckpt_steps=$C ckpt_minutes=0 train_steps=400 \
     > $W/nan.log 2>&1
 rc=$?
 [ $rc -eq 1 ] || fail "diverging run exited $rc, expected 1: $(tail -2 $W/nan.log)"

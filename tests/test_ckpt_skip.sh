@@ -24,3 +24,21 @@ wrote2=$(grep -n '^checkpoint .*ckpt_00000002.h5: ' $W/slow.log | cut -d: -f1)
 [ -e $W/ref/ckpt_00000004.h5 ] || fail "the reference run skipped checkpoint 4: $(cat $W/ref.log)"
 same_state $W/ref/ckpt_00000006.h5 $W/slow/ckpt_00000006.h5
 ok "write of step 2 held 15 s: checkpoint 4 skipped with one line while training went on, 2 and 6 written, final state bitwise equal"
+
+# ---- checkpoints by time slow down to the file system (resume.c) -----------
+# every write held 2 s (a slow file system) with ckpt_minutes 0.001: after the
+# first write the interval becomes 2 s / 5% = 40 s, said in one line, so the
+# run writes no more than one checkpoint by time per 40 s of its wall time
+# (back to back without the rule: one every 2 s)
+t0=$SECONDS
+TRANSFORMER_CKPT_SLOW='*:2000' $BIN train $CK_ARGS train_steps=1500 log_steps=500 ckpt_minutes=0.001 keep_ckpts=100 \
+    run_dir=$W/bytime > $W/bytime.log 2>&1 || fail "slow writes by time: $(tail -3 $W/bytime.log)"
+wall=$((SECONDS - t0))
+line=$(grep '^checkpoint: a write took' $W/bytime.log) ||
+    fail "no line for the lengthened interval: $(cat $W/bytime.log)"
+echo "$line" | grep -Eq '^checkpoint: a write took 2\.[0-9]s: checkpoints by time every 0\.[67] min instead of ckpt_minutes 0\.001 \(at most 5% of the time writing\)$' ||
+    fail "unexpected line: $line"
+n=$(ls $W/bytime | grep -c '^ckpt_')   # the final one included
+[ "$n" -ge 2 ] && [ "$n" -le $((2 + wall / 40)) ] ||
+    fail "$n checkpoints in ${wall}s with a 40 s interval by time: $(ls $W/bytime)"
+ok "writes of 2 s: checkpoints by time every 40 s instead of 0.06 s ($n in ${wall}s, the final one included): $line"
