@@ -260,11 +260,27 @@ def seed_of(r):
         return split_run(r["row"])[1]
 
 
+# a rerun trains with its run's seed + RERUN_SEED_OFFSET (jobs/table3-stages.sh
+# rerun_config): a seed no row uses, so that it cannot take another run's place
+RERUN_SEED_OFFSET = 100
+
+
+def is_rerun(r):
+    return split_run(r["row"])[2]
+
+
+def pair_seed(r):
+    """The matched seed a run stands for: its seed, a rerun's run's seed
+    (the rerun's own less RERUN_SEED_OFFSET; its pair is unmatched)."""
+    s = seed_of(r)
+    return s - RERUN_SEED_OFFSET if is_rerun(r) and s > RERUN_SEED_OFFSET else s
+
+
 def matched_runs(s):
     """{seed: run} of a row summary's used runs (the first run of a seed)."""
     out = {}
     for r in s["used"]:
-        out.setdefault(seed_of(r), r)
+        out.setdefault(pair_seed(r), r)
     return out
 
 
@@ -292,8 +308,11 @@ def paired_comparison(s, base, value, pool):
     """The row minus base over their matched seeds: dict n (pairs), pooled
     (the pooled interval) and paired (the row's own paired t interval)."""
     a, b = matched_values(s, value), matched_values(base, value)
-    d = [a[k] - b[k] for k in sorted(set(a) & set(b))]
-    return {"n": len(d), "pooled": stats.pooled_paired_interval(d, pool["var"], pool["df"]),
+    keys = sorted(set(a) & set(b))
+    d = [a[k] - b[k] for k in keys]
+    ra, rb = matched_runs(s), matched_runs(base)
+    unmatched = sum(is_rerun(ra[k]) or is_rerun(rb[k]) for k in keys)
+    return {"n": len(d), "unmatched": unmatched, "pooled": stats.pooled_paired_interval(d, pool["var"], pool["df"]),
             "paired": stats.paired_t_interval(d)}
 
 

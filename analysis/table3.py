@@ -436,7 +436,8 @@ def _paired_cells(c, digits):
     """[pooled interval, p, p Holm, pairs, paired t interval] of a paired_comparison."""
     pooled, paired = c["pooled"], c["paired"]
     return [_interval(pooled["diff"], pooled["lo"], pooled["hi"], digits), _p(pooled["p"]),
-            _p(pooled.get("p_holm")), str(c["n"]), _interval(paired["diff"], paired["lo"], paired["hi"], digits)]
+            _p(pooled.get("p_holm")), str(c["n"]) + (f" ({c['unmatched']} unmatched)" if c.get("unmatched") else ""),
+            _interval(paired["diff"], paired["lo"], paired["hi"], digits)]
 
 
 def converged_cells(s):
@@ -529,7 +530,8 @@ def sweep_note(env):
 
 CONVERGED_STATISTICS = (
     "- Statistics (analysis/stats.py, analysis/compare.py; the converged protocol's analysis plan): Δ dev NLL = "
-    "the mean over matched seeds (the config's seed) of the row's run minus base's, 95% interval t_df · "
+    "the mean over matched seeds (the config's seed; a rerun, trained with seed + 100, stands for its run's seed "
+    "and its pair is counted unmatched) of the row's run minus base's, 95% interval t_df · "
     "√(2σ²/S) with σ² the residual variance of the two-way model (row + seed) over the rows with all of base's "
     "seeds, df = (R − 1)(S − 1), S the row's pairs; the row's own paired t interval (df = pairs − 1) beside it; "
     "the same for BLEU ({bleu}) beside the bootstrap; Holm's correction over the rows' pooled p-values; "

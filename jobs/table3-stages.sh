@@ -522,20 +522,25 @@ row_finished() {
     esac
 }
 
-# rerun_config ROW: SWEEP/configs/ROW-rerun.cfg, ROW with the next seed
+# rerun_config ROW: SWEEP/configs/ROW-rerun.cfg, ROW with seed s + 100.
+# Not s + 1: under matched seeds (the converged protocol) seed s + 1 is
+# every row's next run, so the rerun would share base's seed-(s+1) data
+# order and initialisation; s + 100 is a seed no row uses, and the analysis
+# pairs the rerun with base's seed s, marked unmatched (compare.pair_seed)
+RERUN_SEED_OFFSET=100
 rerun_config() {
     local seed
     seed=$(cfg_get "$SWEEP/configs/$1.cfg" seed)
     { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$SWEEP/configs/$1.cfg"
-      echo "# rerun of $1 with the next seed: its first run's curve failed (docs/results.md)"
+      echo "# rerun of $1 with seed + $RERUN_SEED_OFFSET: its first run's curve failed (docs/results.md)"
       echo "row = $1-rerun"
-      echo "seed = $(( ${seed:-1} + 1 ))"; } > "$SWEEP/configs/$1-rerun.cfg"
+      echo "seed = $(( ${seed:-1} + RERUN_SEED_OFFSET ))"; } > "$SWEEP/configs/$1-rerun.cfg"
 }
 
 # table3_element SWEEP INDEX: run row INDEX (0-based line of SWEEP/rows.txt).
 # A row whose curve failed (diverged, also when training stopped on a
 # non-finite loss; stuck; unstable: docs/results.md) is run once more with
-# the next seed as row ROW-rerun, by policy; both results are kept and shown.
+# seed + 100 as row ROW-rerun, by policy; both results are kept and shown.
 # Exits 1 if the row failed otherwise, or its rerun failed too.
 table3_element() {
     SWEEP=$(cd "$1" && pwd); local index=$2 row verdict rc
@@ -559,7 +564,7 @@ table3_element() {
     if [ "${TABLE3_RERUN:-1}" != 1 ]; then
         echo "error: table3 row $row: its curve failed: $verdict (TABLE3_RERUN=0: no rerun)" >&2; exit 1
     fi
-    echo "table3: row $row failed its curve check: rerun with the next seed as $row-rerun"
+    echo "table3: row $row failed its curve check: rerun with seed + $RERUN_SEED_OFFSET as $row-rerun"
     rerun_config "$row"
     table3_row "$row-rerun" || exit 1
     verdict=$(row_verdict "$row-rerun") || exit 1

@@ -6,7 +6,7 @@
 #      result file with their BLEU, the compute (tokens seen = the metrics
 #      log's sum, threads) and the learning-rate rule; verdict healthy;
 #   2. a planted stuck row (a learning rate too small to leave the start):
-#      verdict stuck, rerun once by policy with the next seed as ROW-rerun,
+#      verdict stuck, rerun once by policy with seed + 100 as ROW-rerun,
 #      both results kept, the element failing since the rerun is stuck too;
 #   3. run again, the finished row is skipped (its result file is enough);
 #   4. every run writes its attention (docs/attention.md): the maps of
@@ -79,10 +79,10 @@ for row in ("stuck", "stuck-rerun"):
     s = h5py.File(f"{sw}/results/{row}.h5", "r").attrs
     assert str(s["verdict"]) == "stuck", (row, s["verdict"], s["verdict_reason"])
 cfg = open(f"{sw}/configs/stuck-rerun.cfg").read()
-assert "seed = 2" in cfg and "row = stuck-rerun" in cfg, cfg
+assert "seed = 101" in cfg and "row = stuck-rerun" in cfg, cfg
 print("ok")
 PY
-grep -q "row stuck failed its curve check: rerun with the next seed as stuck-rerun" "$W/sw/logs/local_1.out" ||
+grep -q "row stuck failed its curve check: rerun with seed + 100 as stuck-rerun" "$W/sw/logs/local_1.out" ||
     fail "no rerun line: $(grep table3 "$W/sw/logs/local_1.out" | tail -3)"
 grep -q "^error: table3 row stuck: failed (exit 1): its curve failed, and so did its rerun's: stuck" "$W/sweep.log" ||
     fail "the sweep's error line does not say why: $(grep error "$W/sweep.log")"

@@ -17,6 +17,9 @@ import pytest
 
 from conftest import TINY, cli, write_cfg, write_metrics
 
+import compare
+import table3
+
 BASE_PPL = 4.92
 SEED_EFFECT = {1: 0.0, 2: 0.012, 3: -0.009}
 # row -> (the paper's Δ in nats, our planted Δ, amplitude of the curve's early drop,
@@ -242,3 +245,20 @@ def test_how_each_run_stopped(sweep):
     md = (top / "table3.md").read_text()
     assert "no: cap, best at the end" in md and "| band (nats) |" in md and "0.04 (primary)" in md
     assert "(R − 1)(S − 1) = 10 degrees of freedom" in md and "permutation p" in md
+
+
+def test_a_rerun_stands_for_its_runs_seed_unmatched():
+    """A rerun trains with seed + 100 (jobs/table3-stages.sh rerun_config), a
+    seed no row uses: it pairs with base's run of its run's seed, and the pair
+    is counted unmatched.  (With the old seed + 1 it took seed 2's place.)"""
+    run = lambda name, seed, v: {"row": name, "cfg": {"seed": str(seed)}, "v": v}
+    base = {"used": [run("base", 1, 3.0), run("base-seed2", 2, 3.1), run("base-seed3", 3, 3.2)]}
+    row = {"used": [run("X-rerun", 101, 3.5), run("X-seed2", 2, 3.3), run("X-seed3-rerun", 103, 3.6)]}
+    assert {k: r["row"] for k, r in compare.matched_runs(row).items()} == {
+        1: "X-rerun", 2: "X-seed2", 3: "X-seed3-rerun"}
+    pool = {"var": 0.01, "df": 4}
+    c = compare.paired_comparison(row, base, lambda r: r["v"], pool)
+    assert c["n"] == 3 and c["unmatched"] == 2
+    assert c["paired"]["diff"] == pytest.approx(((3.5 - 3.0) + (3.3 - 3.1) + (3.6 - 3.2)) / 3)
+    cells = table3._paired_cells(c, 3)
+    assert cells[3] == "3 (2 unmatched)"
