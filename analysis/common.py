@@ -8,6 +8,13 @@ import tempfile
 
 import numpy as np
 
+# HDF5 locks every file it opens; on a file system without locks (NFS
+# without lockd, some Lustre mounts: a login node reading a sweep's result
+# files) that open fails and h5py reports a valid file as unreadable.  Set
+# before h5py is first imported (every script imports this module first),
+# as src/h5io.c does for bin/transformer; a user's own setting stands.
+os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
+
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed: batch jobs, CI).

@@ -44,6 +44,13 @@ for e in ENOLCK ENOSYS; do
         fail "$e: no warning that the run directory is unlocked: $(cat "$W/resume.log")"
     ok "locks failing with $e: eval and resume read the intact dataset and checkpoints"
 done
+# the analysis (h5py's own HDF5) on a login node reading the run's files
+if [ -x "$TOP/.venv/bin/python" ]; then
+    LD_PRELOAD=$SHIM FSFAIL_LOCK=ENOLCK "$TOP/.venv/bin/python" "$TOP/analysis/curves.py" "$W/run" --out "$W/curves" \
+        > "$W/curves.log" 2>&1 || fail "ENOLCK: analysis/curves.py failed on intact files: $(cat "$W/curves.log")"
+    [ -s "$W/curves_steps.png" ] || fail "ENOLCK: no figure: $(cat "$W/curves.log")"
+    ok "locks failing with ENOLCK: analysis/curves.py reads the run's metrics.h5"
+fi
 
 # ---- 2: a transient read error on the newest checkpoint ----------------------
 LD_PRELOAD=$SHIM FSFAIL_EIO=ckpt_00000008.h5 "$BIN" train $A train_steps=10 > "$W/eio.log" 2>&1
