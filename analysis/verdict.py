@@ -88,20 +88,26 @@ def plateau_reference(c, unigram_nll):
     return float(c["dev_nll"][0]), "the first dev NLL"
 
 
+def _stuck_at(c, i, unigram_nll, where_said):
+    """The stuck rule applied to dev evaluation i: a reason, or None.
+    where_said(nll, step) names the evaluation in the reason."""
+    nll, steps = c["dev_nll"], c["dev_step"]
+    ref, what = plateau_reference(c, unigram_nll)
+    if nll[i] <= ref - STUCK_NATS_BELOW_PLATEAU:
+        return None
+    gap = ref - nll[i]
+    where = f"only {gap:.2f} nats below" if gap >= 0 else f"{-gap:.2f} nats above"
+    return (f"{where_said(nll[i], int(steps[i]))} {where} {what} {ref:.3f} "
+            f"(stuck: less than {STUCK_NATS_BELOW_PLATEAU} below)")
+
+
 def stuck(c, total, unigram_nll):
     """The stuck rule: a reason, or None."""
-    nll, steps = c["dev_nll"], c["dev_step"]
-    at = np.flatnonzero(steps >= STUCK_FRACTION * total)
-    if not len(at) or not len(nll):
+    at = np.flatnonzero(c["dev_step"] >= STUCK_FRACTION * total)
+    if not len(at) or not len(c["dev_nll"]):
         return None
-    i = at[0]
-    ref, what = plateau_reference(c, unigram_nll)
-    if nll[i] > ref - STUCK_NATS_BELOW_PLATEAU:
-        gap = ref - nll[i]
-        where = f"only {gap:.2f} nats below" if gap >= 0 else f"{-gap:.2f} nats above"
-        return (f"dev NLL {nll[i]:.3f} at step {int(steps[i])} ({steps[i] / total:.0%} of the run) is {where} "
-                f"{what} {ref:.3f} (stuck: less than {STUCK_NATS_BELOW_PLATEAU} below)")
-    return None
+    return _stuck_at(c, at[0], unigram_nll,
+                     lambda nll, step: f"dev NLL {nll:.3f} at step {step} ({step / total:.0%} of the run) is")
 
 
 def stuck_at_best(c, unigram_nll):
@@ -109,15 +115,8 @@ def stuck_at_best(c, unigram_nll):
     ended when its dev NLL stopped improving, so its length says nothing of
     its schedule; stuck if its best dev NLL is not STUCK_NATS_BELOW_PLATEAU
     below the plateau.  A reason, or None."""
-    nll, steps = c["dev_nll"], c["dev_step"]
-    i = int(np.argmin(nll))
-    ref, what = plateau_reference(c, unigram_nll)
-    if nll[i] > ref - STUCK_NATS_BELOW_PLATEAU:
-        gap = ref - nll[i]
-        where = f"only {gap:.2f} nats below" if gap >= 0 else f"{-gap:.2f} nats above"
-        return (f"stopped by patience with its best dev NLL {nll[i]:.3f} (step {int(steps[i])}) {where} "
-                f"{what} {ref:.3f} (stuck: less than {STUCK_NATS_BELOW_PLATEAU} below)")
-    return None
+    return _stuck_at(c, int(np.argmin(c["dev_nll"])), unigram_nll,
+                     lambda nll, step: f"stopped by patience with its best dev NLL {nll:.3f} (step {step})")
 
 
 def unstable(c, total):
