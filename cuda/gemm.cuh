@@ -438,12 +438,14 @@ static __global__ void k_colsum_final(const float *part, int chunks, int cols, f
     if (threadIdx.x == 0) st(out, c, ld(out, c) + s);
 }
 
-static float *part_buffer(Backend *be, size_t n)
+/* the partial-sum scratch of at least n floats (column sums, embedding
+ * gradient chunks), for op (the cost log's name of a sync that grows it) */
+static float *part_buffer(Backend *be, size_t n, const char *op)
 {
     CudaImpl *I = IMPL(be);
     if (n > I->part_cap) {
         if (I->part) {
-            stream_sync(I, "colsums");   /* as gemm_scratch */
+            stream_sync(I, op);   /* as gemm_scratch */
             CK(cudaFree(I->part));
         }
         I->part = NULL;
@@ -460,7 +462,7 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
     if (rows <= 0 || cols <= 0) return;
     cudaStream_t s = IMPL(be)->stream;
     int chunks = (rows + CS_ROWS - 1) / CS_ROWS;
-    float *part = part_buffer(be, (size_t)chunks * cols * 2);
+    float *part = part_buffer(be, (size_t)chunks * cols * 2, "colsums");
     float *pb = part, *pa = part + (size_t)chunks * cols;
     dim3 grid((cols + CS_X - 1) / CS_X, chunks), block(CS_X, CS_Y);
     dispatch(act_type("colsums", { X, Rr }), [&](auto z) {

@@ -182,7 +182,9 @@ struct Backend {
                           const int32_t *tokens, const uint32_t *sent_id, int B, int T, int d,
                           float scale, int pos_offset, float p_drop, DropoutKey key);
     /* dE[tok] += scale*dropout'(dout); dpos[t] += dropout'(dout) if learned;
-     * deterministic (no atomics).  host_tokens: the same B*T ids in host
+     * deterministic (no atomics).  Rows of token 0 (padding) are zero in
+     * the model's backward, so a backend may leave them out of dE[0]
+     * (CUDA does: cuda/embed.cuh).  host_tokens: the same B*T ids in host
      * memory, or NULL; with them a backend can group positions by token
      * without reading device memory back (CUDA: no stream synchronisation) */
     void (*embed_backward)(Backend *be, float *dE, float *dpos, Act dout,

@@ -11,7 +11,9 @@
  * The batch has no padding and no token twice within a side except BOS and
  * EOS: padding (softmax, cross-entropy) and repeated tokens (the embedding
  * gather) make real traffic smaller than declared, which the declarations
- * leave out as data-dependent.  The every-access count is printed per op
+ * leave out as data-dependent.  The embedding gradient, which declares
+ * what padding and repeats leave, runs again outside the step with both
+ * (a token cut into chunks and combined).  The every-access count is printed per op
  * class: how much the caches absorb (LayerNorm reads its rows three times,
  * softmax and cross-entropy theirs three times, bias_forward its bias per
  * element; the step's FFN biases are fused into cuBLASLt GEMMs, so
@@ -61,6 +63,27 @@ static void other_ops(Backend *be, int fp16)
     be->bias_forward(be, y, g, rows * nh * dv / 3, 3, 1);   /* the step fuses its biases into the GEMMs */
     if (x.dtype != DT_F32) be->copy_act(be, act_f32(f32), x, (size_t)n);   /* widening */
     if (fp16) be->any_nonfinite(be, f32, (size_t)n);
+    /* the embedding gradient with padding and a token cut into chunks
+     * (k_embed_backward_combine): the step's batch has neither */
+    enum { EB = 2, ET = 40, ED = 36, EV = 97 };
+    int32_t tok[EB * ET];
+    for (int i = 0; i < EB * ET; i++) tok[i] = i % ET >= 35 ? 0 : i % 3 ? 5 : 6 + i;   /* token 5: 47 times */
+    uint32_t sid[EB] = { 7, 9 };
+    float eh[EB * ET * ED];
+    for (int i = 0; i < EB * ET * ED; i++) eh[i] = cosf((float)i);
+    Act dout = be->alloc_act(be, (size_t)EB * ET * ED);
+    float *dE = be->alloc(be, sizeof(float) * EV * ED);
+    int32_t *dtok = be->alloc(be, sizeof tok);
+    uint32_t *dsid = be->alloc(be, sizeof sid);
+    be->upload_act(be, dout, eh, (size_t)EB * ET * ED);
+    be->upload(be, dtok, tok, sizeof tok);
+    be->upload(be, dsid, sid, sizeof sid);
+    be->zero(be, dE, sizeof(float) * EV * ED);
+    be->embed_backward(be, dE, NULL, dout, dtok, tok, dsid, EB, ET, ED, EV, 6.0f, 0.1f, (DropoutKey){ 1, 2, 3 });
+    be->free(be, dout.data);
+    be->free(be, dE);
+    be->free(be, dtok);
+    be->free(be, dsid);
     be->free(be, x.data);
     be->free(be, y.data);
     be->free(be, g);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../cuda/cost.h"   /* the launch grids of check_embed_gpu */
 #include "attention.h"
 #include "ops.h"
 
@@ -323,12 +324,109 @@ static void test_residual_ln(void)
     gpu->free(gpu, sg);
 }
 
+/* The embedding-gradient batch: EB_B sentences of EB_T positions, the
+ * real tokens first and padding (0) after, 163 real positions: token 7
+ * 70 times (cuda/embed.cuh's chunks of EMBED_CHUNK = 32: 32, 32, 6),
+ * token 9 33 times (32, 1), token 11 32 times (one chunk), and 28 of
+ * tokens 12..30 once or twice, scattered over the sentences */
+#define EB_B 4
+#define EB_T 48
+#define EB_V 50
+static void embed_batch(int32_t *tok)
+{
+    static const int len[EB_B] = { 48, 45, 40, 30 };
+    int32_t vals[163];
+    int k = 0;
+    for (; k < 70; k++) vals[k] = 7;
+    for (; k < 103; k++) vals[k] = 9;
+    for (; k < 135; k++) vals[k] = 11;
+    for (; k < 163; k++) vals[k] = 12 + k % 19;
+    for (int b = 0, r = 0; b < EB_B; b++)
+        for (int t = 0; t < EB_T; t++) tok[b * EB_T + t] = t < len[b] ? vals[(r++ * 37) % 163] : 0;
+}
+
+/* the rows of dout at padding set to v on both sides (0: what backward
+ * gives them, which test_cuda_step checks) */
+static void pad_rows(Pair p, const int32_t *tok, int n, int d, float v)
+{
+    float *h = malloc(4 * p.n);
+    for (int side = 0; side < 2; side++) {
+        Backend *be = side ? gpu : cpu;
+        Act a = side ? p.g : p.c;
+        be->download_act(be, h, a, p.n);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < d && tok[i] == 0; j++) h[(size_t)i * d + j] = v;
+        be->upload_act(be, a, h, p.n);
+    }
+    free(h);
+}
+
+/* the CUDA embed_backward (no learned positions) from dE = dE0, into out */
+static void gpu_embed_backward(float *out, const float *dE0, Act dout, const int32_t *tok, const uint32_t *sid,
+                               int d, DropoutKey key)
+{
+    float *dE = dev_copy(gpu, dE0, sizeof(float) * EB_V * d);
+    int32_t *tg = dev_copy(gpu, tok, sizeof(int32_t) * EB_B * EB_T);
+    gpu->embed_backward(gpu, dE, NULL, dout, tg, tok, sid, EB_B, EB_T, d, EB_V, 6.7f, 0.1f, key);
+    gpu->download(gpu, out, dE, sizeof(float) * EB_V * d);
+    gpu->free(gpu, dE);
+    gpu->free(gpu, tg);
+}
+
+static void check(int ok, const char *what)
+{
+    checks++;
+    failures += !ok;
+    printf("%s [%s] %s\n", ok ? "ok  " : "FAIL", order_name, what);
+}
+
+/* The CUDA embedding gradient beyond its agreement with the CPU: padding
+ * skipped (dout's pad rows made non-zero change nothing, bitwise: the CPU
+ * would add them to dE[0]); the frequent tokens cut into chunks (the
+ * launch grids: a chunk per block, a combine per token of several);
+ * with orders, the same bits under every thread order of the emulator */
+static void check_embed_gpu(Pair dout, const float *dE0, const int32_t *tok, const uint32_t *sid, int d,
+                            DropoutKey key, int orders)
+{
+    size_t nE = (size_t)EB_V * d;
+    float *ref = malloc(4 * nE), *got = malloc(4 * nE);
+    cuda_cost_log(1);
+    gpu_embed_backward(ref, dE0, dout.g, tok, sid, d, key);
+    cuda_cost_log(0);
+    const CostCall *calls;
+    size_t nc = cuda_cost_calls(&calls);
+    double chunk_blocks = 0, combine_blocks = 0;
+    for (size_t i = 0; i < nc; i++) {
+        if (!strncmp(calls[i].call, "k_embed_backward_tokens", 23)) chunk_blocks = calls[i].blocks;
+        if (!strcmp(calls[i].call, "k_embed_backward_combine")) combine_blocks = calls[i].blocks;
+    }
+    /* chunks: 3 + 2 + 1 of tokens 7, 9, 11 and one for each of 19 others */
+    check(chunk_blocks == 25 && combine_blocks == 2,
+          "embed_backward: 25 chunks of <= 32 positions, 2 tokens combined, padding in none");
+    if (orders) {
+        static const char *o[] = { "forward", "reverse", "random:777" };
+        int same = 1;
+        for (int k = 0; k < 3; k++) {
+            set_order(o[k]);
+            gpu_embed_backward(got, dE0, dout.g, tok, sid, d, key);
+            same &= !memcmp(got, ref, 4 * nE);
+        }
+        set_order(order_name);
+        check(same, "embed_backward: dE bitwise the same under 3 thread orders");
+    }
+    pad_rows(dout, tok, EB_B * EB_T, d, 0.75f);
+    gpu_embed_backward(got, dE0, dout.g, tok, sid, d, key);
+    check(!memcmp(got, ref, 4 * nE), "embed_backward: non-zero pad rows of dout change no bit of dE (skipped)");
+    free(ref);
+    free(got);
+}
+
 static void test_embed(void)
 {
-    int B = 3, T = 9, d = 45, V = 50, maxlen = 16;
-    int32_t tok[27];
-    for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + (i % 3)) % 10 + (i % 5 == 0 ? 40 : 0);   /* repeats */
-    uint32_t sid[3] = { 3, 1, 4 };
+    int B = EB_B, T = EB_T, d = 45, V = EB_V, maxlen = 64;
+    int32_t tok[EB_B * EB_T];
+    embed_batch(tok);
+    uint32_t sid[EB_B] = { 3, 1, 4, 15 };
     int32_t *tc = dev_copy(cpu, tok, sizeof tok), *tg = dev_copy(gpu, tok, sizeof tok);
     uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
     DropoutKey key = { 99, 3, 1 };
@@ -339,17 +437,21 @@ static void test_embed(void)
         cpu->embed_forward(cpu, out.c, F(E.c), learned ? F(pos.c) : NULL, tc, sc, B, T, d, 6.7f, 3, 0.1f, key);
         gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
         compare(learned ? "embed_forward learned positions" : "embed_forward sinusoids, pos_offset 3", out, FP32);
-        Pair dout = pair_rand(n, 1), dE = pair_rand((size_t)V * d, 1), dpos = pair_rand((size_t)maxlen * d, 1);
+        float *dE0 = rand_host((size_t)V * d, 1);
+        Pair dout = pair_rand(n, 1), dE = pair_from(dE0, (size_t)V * d), dpos = pair_rand((size_t)maxlen * d, 1);
+        pad_rows(dout, tok, B * T, d, 0.0f);
         cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, sc, B, T, d, V, 6.7f, 0.1f,
                             key);
         /* the ids read back from the device, or (learned) the caller's host
          * copy */
         gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, learned ? tok : NULL, sg, B, T, d,
                             V, 6.7f, 0.1f, key);
-        compare(learned ? "embed_backward: dE (token segments from host ids, no atomics)"
-                        : "embed_backward: dE (token segments, ids read back, no atomics)", dE, FP32);
+        compare(learned ? "embed_backward: dE (chunked token segments from host ids, no atomics)"
+                        : "embed_backward: dE (chunked token segments, ids read back, no atomics)", dE, FP32);
         if (learned) compare("embed_backward: dpos", dpos, FP32);
+        else check_embed_gpu(dout, dE0, tok, sg, d, key, cuda_emu_set_order != NULL);
         pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
+        free(dE0);
     }
     pair_free(E); pair_free(pos);
     cpu->free(cpu, tc); gpu->free(gpu, tg); cpu->free(cpu, sc); gpu->free(gpu, sg);
@@ -734,10 +836,10 @@ static void test_bf16_residual_ln_embed(void)
     cpu->free(cpu, sc);
     gpu->free(gpu, sg);
 
-    int Bt = 3, Tt = 9, de = 45, V = 50, maxlen = 16;
-    int32_t tok[27];
-    for (int i = 0; i < Bt * Tt; i++) tok[i] = (i * 7 + (i % 3)) % 10 + (i % 5 == 0 ? 40 : 0);
-    uint32_t sid2[3] = { 3, 1, 4 };
+    int Bt = EB_B, Tt = EB_T, de = 45, V = EB_V, maxlen = 64;
+    int32_t tok[EB_B * EB_T];
+    embed_batch(tok);
+    uint32_t sid2[EB_B] = { 3, 1, 4, 15 };
     int32_t *tc = dev_copy(cpu, tok, sizeof tok), *tg = dev_copy(gpu, tok, sizeof tok);
     uint32_t *s2c = dev_copy(cpu, sid2, sizeof sid2), *s2g = dev_copy(gpu, sid2, sizeof sid2);
     DropoutKey k2 = { 99, 3, 1 };
@@ -749,13 +851,18 @@ static void test_bf16_residual_ln_embed(void)
         gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
         compare(learned ? "16-bit embed_forward learned positions" : "16-bit embed_forward sinusoids", out, BF_OUT);
         Pair dout = pair_bf(ne, 1, 1), dE = pair_bf((size_t)V * de, 1, 0), dpos = pair_bf((size_t)maxlen * de, 1, 0);
+        float *dE0 = malloc(sizeof(float) * V * de);
+        gpu->download(gpu, dE0, F(dE.g), sizeof(float) * V * de);
+        pad_rows(dout, tok, Bt * Tt, de, 0.0f);
         cpu->embed_backward(cpu, F(dE.c), learned ? F(dpos.c) : NULL, dout.c, tc, NULL, s2c, Bt, Tt, de, V, 6.7f,
                             0.1f, k2);
         gpu->embed_backward(gpu, F(dE.g), learned ? F(dpos.g) : NULL, dout.g, tg, tok, s2g, Bt, Tt, de, V, 6.7f, 0.1f,
                             k2);
         compare("16-bit embed_backward: dE (fp32)", dE, BF_F32);
         if (learned) compare("16-bit embed_backward: dpos (fp32)", dpos, BF_F32);
+        else check_embed_gpu(dout, dE0, tok, s2g, de, k2, 0);
         pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
+        free(dE0);
     }
     pair_free(E); pair_free(pos);
     cpu->free(cpu, tc); gpu->free(gpu, tg); cpu->free(cpu, s2c); gpu->free(gpu, s2g);

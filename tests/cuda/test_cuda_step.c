@@ -43,7 +43,35 @@ typedef struct {
     long ntok;
     float *grads, *params, *init;   /* init: parameters before Adam */
     size_t act_bytes;               /* the backend's activation bytes */
+    long pad_rows, pad_nonzero;     /* embed_backward's rows of dout at padding, and those not all zero */
 } StepOut;
+
+/* embed_backward interposed: the rows of dout at padding counted, and
+ * those with any element not exactly zero.  The CUDA backend leaves them
+ * out of dE[0] because backward makes them zero (cuda/embed.cuh); the
+ * CPU adds them. */
+typedef void (*EmbedBackwardFn)(Backend *, float *, float *, Act, const int32_t *, const int32_t *, const uint32_t *,
+                                int, int, int, int, float, float, DropoutKey);
+static EmbedBackwardFn embed_backward_orig;
+static long pad_rows, pad_nonzero;
+static void embed_backward_padcheck(Backend *be, float *dE, float *dpos, Act dout, const int32_t *tokens,
+                                    const int32_t *host_tokens, const uint32_t *sent_id, int B, int T, int d,
+                                    int vocab, float scale, float p, DropoutKey key)
+{
+    if (!host_tokens) die(1, "test_cuda_step: embed_backward without the host's token ids");
+    size_t n = (size_t)B * T * d;
+    float *h = xmalloc(sizeof(float) * n);
+    be->download_act(be, h, dout, n);
+    for (int i = 0; i < B * T; i++) {
+        if (host_tokens[i] != TOK_PAD) continue;
+        pad_rows++;
+        int nz = 0;
+        for (int j = 0; j < d; j++) nz |= h[(size_t)i * d + j] != 0.0f;
+        pad_nonzero += nz;
+    }
+    free(h);
+    embed_backward_orig(be, dE, dpos, dout, tokens, host_tokens, sent_id, B, T, d, vocab, scale, p, key);
+}
 
 /* one step; backward differentiates loss_scale x the loss, and the
  * gradients returned are divided by it again (exact: a power of two) */
@@ -58,12 +86,17 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b, f
     /* as train does: the thread polls the MPI sums (CPU, CUDA's MPI fallback) */
     gradsync_start_progress(&gs, 50);
     be->zero(be, m.grads, sizeof(float) * m.pt.total);
+    embed_backward_orig = be->embed_backward;
+    be->embed_backward = embed_backward_padcheck;
+    pad_rows = pad_nonzero = 0;
     LossStats st = model_forward_backward(&m, b, 3, 1, 1, D->size > 1 ? gradsync_ready : NULL, &gs);
+    be->embed_backward = embed_backward_orig;
     gradsync_finish(&gs);
     double loc[3] = { st.loss_sum, st.nll_sum, (double)st.n_tokens }, glob[3];
     MPI_Allreduce(loc, glob, 3, MPI_DOUBLE, MPI_SUM, D->comm);
     StepOut o = { glob[0], glob[1], (long)glob[2], xmalloc(sizeof(float) * m.pt.total),
-                  xmalloc(sizeof(float) * m.pt.total), xmalloc(sizeof(float) * m.pt.total), be->act_bytes };
+                  xmalloc(sizeof(float) * m.pt.total), xmalloc(sizeof(float) * m.pt.total), be->act_bytes, pad_rows,
+                  pad_nonzero };
     if (be->any_nonfinite(be, m.grads, m.pt.total)) die(1, "%s: gradients overflowed at loss scale %g", be->name, loss_scale);
     be->download(be, o.grads, m.grads, sizeof(float) * m.pt.total);
     for (size_t i = 0; i < m.pt.total; i++) o.grads[i] /= loss_scale;
@@ -190,6 +223,17 @@ static int check_lowp(Dist *D, const Config *c, const ParamTable *pt, const char
     return failures;
 }
 
+/* every row of the embedding gradient at padding exactly zero, and some
+ * such rows (the batch is padded) */
+static int check_pad_rows(Dist *D, const char *pos, const char *what, const StepOut *o)
+{
+    int ok = o->pad_rows > 0 && o->pad_nonzero == 0;
+    if (D->rank == 0)
+        printf("%s ranks %d positional %s %s: %ld rows of the embedding gradient at padding, %ld not exactly zero\n",
+               ok ? "ok  " : "FAIL", D->size, pos, what, o->pad_rows, o->pad_nonzero);
+    return !ok;
+}
+
 static void step_free(StepOut *o)
 {
     free(o->grads);
@@ -297,6 +341,7 @@ int main(int argc, char **argv)
                 printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
                        D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
         }
+        failures += check_pad_rows(&D, pos[pe], "cpu", &r) + check_pad_rows(&D, pos[pe], "cuda", &g);
         failures += check_chunks(&D, &c, cpu, &b, &r, &pt) + check_chunks(&D, &c, gpu, &b, &g, &pt);
         /* bf16 is refused below sm_80 (the backend says why): skipped on
          * such a GPU, a failure under the emulator, which runs it */
@@ -306,11 +351,13 @@ int main(int argc, char **argv)
         if (gbf) {
             h = run_step(&D, &c, gbf, &b, 1.0f);
             failures += check_lowp(&D, &c, &pt, pos[pe], "bf16", &r, &h, &g);
+            failures += check_pad_rows(&D, pos[pe], "cuda-bf16", &h);
         } else if (D.rank == 0) printf("skip precision=bf16: not available on this GPU\n");
         Backend *gfp16 = backend_cuda_create(PRECISION_FP16, (Allreduce)allreduce, D.local_rank);
         if (!gfp16) return 1;
         StepOut f = run_step(&D, &c, gfp16, &b, 1024.0f);
         failures += check_lowp(&D, &c, &pt, pos[pe], "fp16", &r, &f, &g);
+        failures += check_pad_rows(&D, pos[pe], "cuda-fp16", &f);
         gfp16->destroy(gfp16);
         param_table_free(&pt);
         step_free(&r); step_free(&g); step_free(&h); step_free(&f);
