@@ -192,7 +192,9 @@ static int kernels_run(int dev)
  * TRANSFORMER_RELU_MASK=0: the FFN forward keeps no ReLU bit-mask and the
  * backward is a plain GEMM and one masking pass, for measuring against the
  * default DRELU matmul, which an H200 ran at a fifth of a plain GEMM's rate
- * (docs/performance.md). */
+ * (docs/performance.md).  The default is the path the cost model prices
+ * faster, until a GPU measures both (issue 44; test_gpu_model checks it,
+ * docs/gpu-model.md section 10). */
 static int env_switches(bool *fused_attention, bool *relu_mask)
 {
     const char *attn = getenv("TRANSFORMER_ATTENTION");

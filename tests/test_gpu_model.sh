@@ -23,7 +23,9 @@
 # - a GEMM shape class planted 25% slower in that CSV (the FFN's
 #   25010x2048x512, 24 calls) is the one --fit flags: the only class whose
 #   residual under the common rate is beyond 10% (the model too fast), and
-#   the lowest own tile rate by a margin.
+#   the lowest own tile rate by a margin;
+# - the default of TRANSFORMER_RELU_MASK is the one the model prices
+#   faster (issue 44: the model decides until a GPU measures both).
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -100,6 +102,21 @@ for row in "base 20.2" "big 56.25"; do
     python3 -c "import sys; sys.exit(not abs($floor / $2 - 1) < 0.01)" 2>/dev/null ||
         fail "$1: the floor of the GEMM path is '$floor' ms, the review's $2"
     ok "$1: floor of the GEMM path $floor ms = the review's $2 ms"
+done
+
+# the DRELU path (issue 44): until a GPU measures both, the model's point
+# estimate decides TRANSFORMER_RELU_MASK's default, so the default must
+# price as the faster of =0 and =1 (docs/gpu-model.md section 10)
+# (the H100 column of the total: ms to three decimals)
+relu_ms() {
+    env -u TRANSFORMER_RELU_MASK ${2:+TRANSFORMER_RELU_MASK=$2} $M --model $1 --batch 610 --len 41 precision=bf16 |
+        awk '/^total/ {print $6}'
+}
+for model in base big; do
+    d=$(relu_ms $model) m0=$(relu_ms $model 0) m1=$(relu_ms $model 1)
+    python3 -c "import sys; d, a, b = $d, $m0, $m1; sys.exit(not (a != b and d == min(a, b)))" 2>/dev/null ||
+        fail "$model: the default prices '$d' ms, TRANSFORMER_RELU_MASK=0 '$m0', =1 '$m1': the default is not the faster"
+    ok "$model: the default's step $d ms = the faster of TRANSFORMER_RELU_MASK=0 ($m0 ms) and =1 ($m1 ms)"
 done
 
 # --fit against settings planted in a timing CSV that the model writes itself
