@@ -59,11 +59,18 @@
 #include <tuple>
 #include <utility>
 
+/* static __shared__: one static variable per kernel, which rule SHARED
+ * finds in the symbol table (a function-local static of the kernel), fills
+ * with 0xFF before each block and counts against 48 KiB (emu.cc) */
 #undef __shared__
 #define __shared__ static
-#ifndef __launch_bounds__
-#define __launch_bounds__(...)
-#endif
+/* __launch_bounds__(N): N nops placed before the kernel's entry (never
+ * run), and their address in __patchable_function_entries, from which rule
+ * LAUNCH_BOUNDS reads N back at each launch (emu.cc; a constant expression
+ * such as FA_THREADS, in templates too, which a section name could not
+ * carry) */
+#undef __launch_bounds__
+#define __launch_bounds__(n, ...) __attribute__((patchable_function_entry((n), (n))))
 
 namespace cuda_emu {
 
@@ -78,8 +85,8 @@ enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC
 void syncthreads(const char *file, int line);
 uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
 void *dynamic_shared();
-void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body,
-            const char *file, int line);
+void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            std::function<void()> body, const char *file, int line);
 /* work as the next operation of stream s: queued under rule STREAMS
  * (emu.cc), else run now; with poll, work only starts it (an NCCL
  * collective), and it is done once poll() answers true */
@@ -108,8 +115,11 @@ long grid_cap(long cap);
 /* is [p, p+bytes) inside one cudaMalloc'd allocation? */
 bool is_device_range(const void *p, size_t bytes);
 /* byte counting (cuda_emu_count_bytes): an access of n bytes at p by the
- * running kernel */
-extern bool counting;
+ * running kernel; rule ACCESS (checking): each such access must lie in one
+ * allocation (or shared memory) and be naturally aligned */
+extern bool counting, checking;
+/* rule ACCESS: a vector access of n bytes at p must be n-byte aligned */
+void check_aligned(const void *p, size_t n, bool write);
 extern bool dry_run;
 void seen(const void *p, size_t n, bool write);
 /* a GEMM's or copy's bytes, reported to the cost log (cuda_cost_seen) */
@@ -142,7 +152,7 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
                           const char *file, int line, void (*k)(P...), A &&...a)
 {
     std::tuple<P...> args(std::forward<A>(a)...);
-    launch(name, grid, block, smem, stream, [k, args]() { std::apply(k, args); }, file, line);
+    launch(name, (const void *)k, grid, block, smem, stream, [k, args]() { std::apply(k, args); }, file, line);
 }
 
 } // namespace cuda_emu
@@ -168,7 +178,11 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
 #define EMU_SEEN(p, n, write)                                 \
     do {                                                      \
-        if (cuda_emu::counting || cuda_emu::tracking) cuda_emu::seen((p), (n), (write)); \
+        if (cuda_emu::counting || cuda_emu::tracking || cuda_emu::checking) cuda_emu::seen((p), (n), (write)); \
+    } while (0)
+#define EMU_ALIGNED(p, n, write)                                          \
+    do {                                                                  \
+        if (cuda_emu::checking) cuda_emu::check_aligned((p), (n), (write)); \
     } while (0)
 
 /* device intrinsics on the host (IEEE versions: the emulator checks logic,
