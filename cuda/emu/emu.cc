@@ -692,7 +692,7 @@ void access(const void *p, size_t n, bool write);
  * neighbouring allocation would let pass, is reported with the
  * allocation and the offset. */
 bool checking;
-static uintptr_t acc_lo = 1, acc_hi = 0;   /* the allocation of the last access */
+uintptr_t acc_lo = 1, acc_hi = 0;   /* the allocation of the last access */
 
 static bool in_range(uintptr_t a, size_t n, const void *lo, size_t bytes)
 {
@@ -725,9 +725,10 @@ static bool is_pinned(const void *p, size_t n);
     fail("%s of %zu bytes at %p: not in any device allocation or shared memory", what, n, (void *)a);
 }
 
-static void check_access(const void *p, size_t n, bool write)
+void check_access(const void *p, size_t n, bool write)
 {
     uintptr_t a = (uintptr_t)p;
+    if (!cur) return;   /* host code using the same ld()/st() helpers */
     if ((n & (n - 1)) == 0 && (a & (n - 1)))
         fail("%s of %zu bytes at %p: not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
              write ? "store" : "load", n, p, n);
@@ -751,7 +752,7 @@ void check_aligned(const void *p, size_t n, bool write)
 void seen(const void *p, size_t n, bool write)
 {
     if (!cur) return;   /* host code using the same ld()/st() helpers */
-    if (checking) check_access(p, n, write);
+    if (checking) check_seen(p, n, write);
     if (tracking) access(p, n, write);
     if (!counting) return;
     Touch &t = touched[(uintptr_t)p];

@@ -6,13 +6,27 @@
  *   types and the runtime/cuBLAS prototypes (so a wrong signature in the
  *   emulated runtime, emu.cc, or cuBLAS, cublas_emu.cc, is a compile error).
  * - Each CUDA thread of a block is a fiber with its own small stack (guard
- *   page below it); blocks run one after another.  __syncthreads() is a
+ *   page below it); blocks run one after another, in ascending order or,
+ *   under rule BLOCKORDER, reversed or shuffled per launch (CUDA_EMU_SEED):
+ *   a block reading another block's output of the same launch then reads
+ *   it unwritten.  __syncthreads() is a
  *   barrier that fails loudly when threads reach different barriers or when
  *   some exited while others wait.  Warp intrinsics (shuffles, ballots,
  *   __syncwarp) are resolved per warp once every lane of the mask arrived,
  *   with mask checks.
  * - Dynamic shared memory is refilled with 0xFF (a NaN pattern) before each
- *   block; red zones around it catch out-of-bounds writes.
+ *   block; red zones around it catch out-of-bounds writes.  Under rule
+ *   SHARED static __shared__ variables (the kernel's function-local
+ *   statics, found in the symbol table) are refilled so too, and static
+ *   plus dynamic shared memory over 48 KiB fails the launch.
+ * - Rule LAUNCH_BOUNDS refuses a launch of more threads per block than the
+ *   kernel's __launch_bounds__ (kept below as patchable nops); rule
+ *   REGISTERS one whose threads x registers (cuda/resource-usage.txt, or
+ *   the table CUDA_EMU_RESOURCES names) pass the 64K registers of a block.
+ * - Rule ACCESS checks each kernel load and store through ld()/st()/ldp()/
+ *   stp() (memory.cuh): inside one cudaMalloc'd allocation (or shared,
+ *   local or pinned memory) and naturally aligned (16 bytes for ldp/stp);
+ *   the error names the kernel, the address, the allocation and the offset.
  * - The order in which threads run between two barriers is chosen at run
  *   time (CUDA_EMU_ORDER=forward|reverse|random[:seed], or
  *   cuda_emu_set_order): a missing barrier shows up under some order.
@@ -34,7 +48,9 @@
  *   runs at the call.  Rule RACE then checks the byte ranges each
  *   operation reads and writes against other streams' (vector clocks):
  *   an overlap with a write and no event between them is reported; rule
- *   PINNED guards a pinned buffer a copy writes until the host waited.
+ *   PINNED guards a pinned buffer a copy writes until the host waited, rule
+ *   PINNED_SRC keeps the pinned source of a queued upload read-only until
+ *   then (a host refill fails, naming the copy).
  *   A cudaMemcpy or cudaMemset (legacy default stream) while a
  *   non-blocking stream exists, which races on a GPU, is a misuse.
  * - For the GPU cost model (cuda/cost.h): cuda_emu_count_bytes(1) counts
@@ -120,6 +136,15 @@ bool is_device_range(const void *p, size_t bytes);
 extern bool counting, checking;
 /* rule ACCESS: a vector access of n bytes at p must be n-byte aligned */
 void check_aligned(const void *p, size_t n, bool write);
+/* rule ACCESS: the check of one access; inline where it falls in the
+ * allocation of the last one (the common case, kept cheap) */
+extern uintptr_t acc_lo, acc_hi;
+void check_access(const void *p, size_t n, bool write);
+inline void check_seen(const void *p, size_t n, bool write)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (a < acc_lo || a + n > acc_hi || (a & (n - 1))) check_access(p, n, write);
+}
 extern bool dry_run;
 void seen(const void *p, size_t n, bool write);
 /* a GEMM's or copy's bytes, reported to the cost log (cuda_cost_seen) */
@@ -178,7 +203,8 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
 #define EMU_SEEN(p, n, write)                                 \
     do {                                                      \
-        if (cuda_emu::counting || cuda_emu::tracking || cuda_emu::checking) cuda_emu::seen((p), (n), (write)); \
+        if (cuda_emu::counting || cuda_emu::tracking) cuda_emu::seen((p), (n), (write)); \
+        else if (cuda_emu::checking) cuda_emu::check_seen((p), (n), (write));          \
     } while (0)
 #define EMU_ALIGNED(p, n, write)                                          \
     do {                                                                  \
