@@ -119,7 +119,7 @@ endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
-EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
+EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -Ibuild/emu -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
                 $(shell PKG_CONFIG_PATH=$(OPENBLAS_PKG_PATH) pkg-config --cflags openblas 2>/dev/null)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 # nvcc contracts a*b+c into one FMA by default (--fmad=true); g++ for x86-64
@@ -204,6 +204,10 @@ build/emu/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) $(EMU_STAMP) | build/emu
 	$(call say,CXX,$< (emulated))g++ -x c++ $(EMU_CXXFLAGS) $(EMU_KERNEL_FLAGS) -c $< -o $@
 build/emu-fma/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-fma
 	$(call say,CXX,$< (emulated, fma))g++ -x c++ $(EMU_CXXFLAGS) $(EMU_FMA_FLAGS) -c $< -o $@
+# rule REGISTERS of the emulator: the per-kernel registers, compiled in
+build/emu/resource-usage.inc: cuda/resource-usage.txt | build/emu
+	$(call say,GEN,$@)sed 's/.*/"&\\n"/' $< > $@
+build/emu/emu.o build/emu-asan/emu.o build/emu-tsan/emu.o: build/emu/resource-usage.inc
 build/emu/%.o: cuda/emu/%.cc | build/emu
 	$(call say,CXX,$<)g++ $(EMU_CXXFLAGS) -c $< -o $@
 build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-asan

@@ -5,14 +5,16 @@
  *
  *   LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
  *   DYNAMIC_SHARED(T, name);    -- T *name = the block's dynamic shared memory
- *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model);
- *                                  nothing on a GPU
+ *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model)
+ *                                  and checks it (rule ACCESS); nothing on a GPU
+ *   EMU_ALIGNED(p, bytes, write); -- the emulator checks a vector access's
+ *                                  alignment (rule ACCESS); nothing on a GPU
  *   UNROLL for (...)            -- #pragma unroll for nvcc (a loop over a
  *                                  register array); nothing for g++
  *
- * Kernels use only dynamic shared memory (no static __shared__ arrays): the
- * emulator refills it with 0xFF before every block and watches red zones
- * around it. */
+ * Kernels use dynamic shared memory: the emulator refills it with 0xFF
+ * before every block and watches red zones around it (static __shared__
+ * arrays are refilled too, under rule SHARED, but have no red zones). */
 #ifndef CUDA_COMPAT_H
 #define CUDA_COMPAT_H
 
@@ -41,6 +43,7 @@ extern "C" void cuda_cost_shape(const char *call, double blocks, double threads)
     extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
     T *name = reinterpret_cast<T *>(cuda_dyn_smem_)
 #define EMU_SEEN(p, n, write) ((void)0)
+#define EMU_ALIGNED(p, n, write) ((void)0)
 #define UNROLL _Pragma("unroll")
 #endif
 

@@ -98,12 +98,14 @@ template <typename T> struct alignas(16) Pack {
 
 template <typename T> static __device__ __forceinline__ Pack<T> ldp(const T *p)
 {
+    EMU_ALIGNED(p, sizeof(Pack<T>), false);
     for (int e = 0; e < Pack<T>::N; e++) EMU_SEEN(p + e, sizeof(T), false);
     return *reinterpret_cast<const Pack<T> *>(p);
 }
 
 template <typename T> static __device__ __forceinline__ void stp(T *p, const Pack<T> &v)
 {
+    EMU_ALIGNED(p, sizeof(Pack<T>), true);
     for (int e = 0; e < Pack<T>::N; e++) EMU_SEEN(p + e, sizeof(T), true);
     *reinterpret_cast<Pack<T> *>(p) = v;
 }

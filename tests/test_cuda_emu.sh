@@ -17,7 +17,10 @@ export OMP_NUM_THREADS=1
 # two emulated GPUs: the 2-rank runs below take one each (one rank per GPU)
 export CUDA_EMU_DEVICES=2
 
-mpirun -np 2 "$STEP" || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU"
+# (big-scores: and an fp16 step whose attention scores pass 65504 before
+# the 1/sqrt(d_k) scale, test_cuda_step.c check_big_scores)
+out=$(mpirun -np 2 "$STEP" big-scores) && echo "$out" | grep -q "^ok   ranks 2 fp16, scores up to" \
+    || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU: $(echo "$out" | grep -v '^ok' | head -5)"
 # (the whole output first: grep -q closing the pipe early would abort mpirun)
 out=$(mpirun -np 2 "$STEP" allreduce=mpi) && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with the MPI fallback (allreduce=mpi) differs from CPU"

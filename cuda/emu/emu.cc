@@ -28,6 +28,8 @@
 
 #include <cerrno>
 #include <dirent.h>
+#include <elf.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -47,6 +49,7 @@
 #endif
 
 static void release_guards();   /* rule PINNED, below */
+static unsigned long long splitmix(unsigned long long z);
 
 namespace cuda_emu {
 
@@ -98,6 +101,8 @@ struct Emu {
     void *sched_fake = nullptr;
     const void *main_bottom = nullptr;
     size_t main_size = 0;
+    /* rule SHARED: the running kernel's static __shared__ variables */
+    const std::vector<std::pair<char *, size_t>> *statics = nullptr;
     /* device allocations: start -> size */
     std::map<uintptr_t, size_t> allocs;
     size_t dev_bytes = 0;   /* their sum, against CUDA_EMU_MEMORY */
@@ -393,6 +398,15 @@ static void check_red_zones()
     }
 }
 
+/* rule SHARED: static __shared__ variables start each block as dynamic
+ * shared memory does, 0xFF (a NaN pattern), not as the zeros or the
+ * previous block's values a static keeps */
+static void poison_statics()
+{
+    if (E.statics)
+        for (const auto &v : *E.statics) memset(v.first, 0xFF, v.second);
+}
+
 static void run_block(int n)
 {
     std::vector<int> ord(n);
@@ -407,6 +421,7 @@ static void run_block(int n)
     memset(E.smem_buf, RED_BYTE, RED);
     memset(E.smem_buf + RED, 0xFF, E.smem_size);
     memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
+    poison_statics();
     char buf[256];
     for (;;) {
         for (int i = 0; i < n; i++) ord[i] = E.order == REVERSE ? n - 1 - i : i;
@@ -440,6 +455,30 @@ static void run_block(int n)
         for (int i = 0; i < n; i++) E.pool[i]->st = RUNNABLE;
     }
     check_red_zones();
+}
+
+/* Rule BLOCKORDER: a GPU runs the blocks of a launch in no set order, many
+ * at once, so a block that reads what another block of the same launch
+ * wrote (without a grid-wide synchronisation) reads it or not by chance.
+ * Ascending order, always, would hide that: under the rule each launch
+ * runs its blocks reversed or shuffled, drawn from CUDA_EMU_SEED and the
+ * launch's number. */
+static unsigned long long emu_seed();
+static unsigned long long block_launches;
+template <class F> static void for_each_block(dim3 g, F &&f)
+{
+    unsigned long nb = (unsigned long)g.x * g.y * g.z;
+    std::vector<unsigned long> ord;
+    if (nb > 1 && strict("BLOCKORDER")) {
+        unsigned long long r = splitmix(emu_seed() * 0x9E3779B97F4A7C15ULL + ++block_launches);
+        ord.resize(nb);
+        for (unsigned long i = 0; i < nb; i++) ord[i] = r & 1 ? nb - 1 - i : i;
+        if (!(r & 1)) std::shuffle(ord.begin(), ord.end(), std::mt19937_64(r));
+    }
+    for (unsigned long i = 0; i < nb; i++) {
+        unsigned long b = ord.empty() ? i : ord[i];
+        f(make_uint3((unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / ((unsigned long)g.x * g.y))));
+    }
 }
 
 /* ------------------------------------------------------ pthread backend */
@@ -611,23 +650,22 @@ static void pt_launch(unsigned long nt)
     }
     for (PtWarp &W : P.warps) W.arrived = 0;
     pthread_mutex_unlock(&P.mu);
-    for (unsigned z = 0; z < E.grid.z; z++)
-        for (unsigned y = 0; y < E.grid.y; y++)
-            for (unsigned x = 0; x < E.grid.x; x++) {
-                pthread_mutex_lock(&P.mu);
-                E.bidx = make_uint3(x, y, z);
-                for (unsigned long i = 0; i < nt; i++) P.ctx[i].bid = E.bidx;
-                memset(E.smem_buf, RED_BYTE, RED);
-                memset(E.smem_buf + RED, 0xFF, E.smem_size);
-                memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
-                memset(P.exited, 0, sizeof P.exited);
-                P.n_exited = P.done = P.arrived = 0;
-                P.block_gen++;
-                pthread_cond_broadcast(&P.cv);
-                while (P.done < P.nt) pthread_cond_wait(&P.cv, &P.mu);
-                pthread_mutex_unlock(&P.mu);
-                check_red_zones();
-            }
+    for_each_block(E.grid, [nt](uint3 b) {
+        pthread_mutex_lock(&P.mu);
+        E.bidx = b;
+        for (unsigned long i = 0; i < nt; i++) P.ctx[i].bid = E.bidx;
+        memset(E.smem_buf, RED_BYTE, RED);
+        memset(E.smem_buf + RED, 0xFF, E.smem_size);
+        memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
+        poison_statics();
+        memset(P.exited, 0, sizeof P.exited);
+        P.n_exited = P.done = P.arrived = 0;
+        P.block_gen++;
+        pthread_cond_broadcast(&P.cv);
+        while (P.done < P.nt) pthread_cond_wait(&P.cv, &P.mu);
+        pthread_mutex_unlock(&P.mu);
+        check_red_zones();
+    });
 }
 
 /* ------------------------------------------------------- byte counting */
@@ -645,9 +683,76 @@ static double rd_all, wr_all;
 
 void access(const void *p, size_t n, bool write);
 
+/* Rule ACCESS: each load and store of a kernel through ld()/st()/ldp()/
+ * stp() (memory.cuh) lies in one cudaMalloc'd allocation, the block's
+ * shared memory (dynamic, or the kernel's statics), pinned host memory or
+ * the thread's own stack, and is naturally aligned (a GPU faults on a
+ * misaligned access: cudaErrorMisalignedAddress).  A read past a tensor's
+ * end that crosses its allocation's end, which the GPU's rounding or a
+ * neighbouring allocation would let pass, is reported with the
+ * allocation and the offset. */
+bool checking;
+uintptr_t acc_lo = 1, acc_hi = 0;   /* the allocation of the last access */
+
+static bool in_range(uintptr_t a, size_t n, const void *lo, size_t bytes)
+{
+    return a >= (uintptr_t)lo && a + n <= (uintptr_t)lo + bytes;
+}
+static bool in_block_memory(uintptr_t a, size_t n)
+{
+    if (in_range(a, n, E.smem_buf + RED, E.smem_size)) return true;
+    if (E.statics)
+        for (const auto &v : *E.statics)
+            if (in_range(a, n, v.first, v.second)) return true;
+    return cur_fiber && in_range(a, n, cur_fiber->stack_lo, cur_fiber->stack_size);
+}
+static bool is_pinned(const void *p, size_t n);
+
+[[noreturn]] static void bad_access(uintptr_t a, size_t n, bool write)
+{
+    const char *what = write ? "store" : "load";
+    auto it = E.allocs.upper_bound(a);
+    if (it != E.allocs.begin()) {
+        --it;
+        size_t off = a - it->first;
+        if (off < it->second)
+            fail("%s of %zu bytes at %p crosses the end of the allocation %p of %zu bytes (offset %zu)", what, n,
+                 (void *)a, (void *)it->first, it->second, off);
+        if (off < it->second + 4096)
+            fail("%s of %zu bytes at %p, %zu bytes past the end of the allocation %p of %zu bytes (offset %zu)", what,
+                 n, (void *)a, off - it->second, (void *)it->first, it->second, off);
+    }
+    fail("%s of %zu bytes at %p: not in any device allocation or shared memory", what, n, (void *)a);
+}
+
+void check_access(const void *p, size_t n, bool write)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (!cur) return;   /* host code using the same ld()/st() helpers */
+    if ((n & (n - 1)) == 0 && (a & (n - 1)))
+        fail("%s of %zu bytes at %p: not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
+             write ? "store" : "load", n, p, n);
+    if (a >= acc_lo && a + n <= acc_hi) return;
+    auto it = E.allocs.upper_bound(a);
+    if (it != E.allocs.begin() && in_range(a, n, (const void *)std::prev(it)->first, std::prev(it)->second)) {
+        acc_lo = std::prev(it)->first;
+        acc_hi = acc_lo + std::prev(it)->second;
+        return;
+    }
+    if (!in_block_memory(a, n) && !is_pinned(p, n)) bad_access(a, n, write);
+}
+
+void check_aligned(const void *p, size_t n, bool write)
+{
+    if (cur && ((uintptr_t)p & (n - 1)))
+        fail("%s of a %zu-byte vector at %p: not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
+             write ? "store" : "load", n, p, n);
+}
+
 void seen(const void *p, size_t n, bool write)
 {
     if (!cur) return;   /* host code using the same ld()/st() helpers */
+    if (checking) check_seen(p, n, write);
     if (tracking) access(p, n, write);
     if (!counting) return;
     Touch &t = touched[(uintptr_t)p];
@@ -722,10 +827,152 @@ static bool kernel_image_for_device(const char *name)
     return false;
 }
 
-/* a kernel's blocks, when its stream gets to it */
-static void run_launch(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body,
-                       const char *file, int line)
+/* Rule LAUNCH_BOUNDS.  __launch_bounds__(N) left N nops before the
+ * kernel's entry and their address in __patchable_function_entries (emu.h):
+ * N is the distance from the nearest such address below the entry, when
+ * only nops lie between (0: no bound). */
+extern "C" const uintptr_t __start___patchable_function_entries[] __attribute__((weak));
+extern "C" const uintptr_t __stop___patchable_function_entries[] __attribute__((weak));
+static unsigned long launch_bound(const void *fn)
 {
+    uintptr_t f = (uintptr_t)fn, best = 0;
+    for (const uintptr_t *e = __start___patchable_function_entries; e && e < __stop___patchable_function_entries; e++)
+        if (*e < f && *e > best) best = *e;
+    if (!best || f - best > 1024) return 0;
+    for (const unsigned char *c = (const unsigned char *)best; c < (const unsigned char *)f; c++)
+        if (*c != 0x90) return 0;
+    return (unsigned long)(f - best);
+}
+
+/* Rule REGISTERS: the registers per thread nvcc gave each kernel
+ * (cuda/resource-usage.txt, from ptxas -v, compiled in; CUDA_EMU_RESOURCES
+ * names another table), the most over its instantiations and
+ * architectures, by the kernel's name without template arguments */
+static const char resource_table[] =
+#include "resource-usage.inc"
+    "";
+static std::map<std::string, int> read_registers(const char *f)
+{
+    std::string text = resource_table;
+    if (f) {
+        FILE *fp = fopen(f, "r");
+        if (!fp) fail("CUDA_EMU_RESOURCES=%s: %s", f, strerror(errno));
+        text.clear();
+        for (int c; (c = fgetc(fp)) != EOF;) text += (char)c;
+        fclose(fp);
+    }
+    std::map<std::string, int> m;
+    char arch[32], kernel[256];
+    int r;
+    for (size_t i = 0; i < text.size();) {
+        size_t j = text.find('\n', i);
+        if (j == std::string::npos) j = text.size();
+        std::string line = text.substr(i, j - i);
+        i = j + 1;
+        if (line[0] == '#' || sscanf(line.c_str(), "%31s %255s %d", arch, kernel, &r) != 3) continue;
+        std::string base(kernel, strcspn(kernel, "<"));
+        m[base] = std::max(m[base], r);
+    }
+    return m;
+}
+static int kernel_registers(const char *name)
+{
+    static std::string file = "-";   /* the table read (none yet) */
+    static std::map<std::string, int> regs;
+    const char *f = getenv("CUDA_EMU_RESOURCES");
+    if (file != (f ? f : "")) {
+        regs = read_registers(f);
+        file = f ? f : "";
+    }
+    auto it = regs.find(std::string(name, strcspn(name, "<( ")));
+    return it == regs.end() ? 0 : it->second;
+}
+
+/* A block's threads must fit the kernel's bound and, at its register
+ * count (allocated per warp, 8 registers per thread at a time), the 64K
+ * registers of an SM; a GPU refuses the launch otherwise
+ * (cudaErrorInvalidValue past the bound, cudaErrorLaunchOutOfResources) */
+static void check_launch_resources(const char *name, const void *fn, unsigned long nt)
+{
+    unsigned long bound = strict("LAUNCH_BOUNDS") ? launch_bound(fn) : 0;
+    if (bound && nt > bound)
+        fail("launch of %lu threads per block, over the kernel's __launch_bounds__(%lu) (a GPU refuses it)", nt, bound);
+    int r = strict("REGISTERS") ? kernel_registers(name) : 0;
+    unsigned long need = (nt + 31) / 32 * 32 * (unsigned long)((r + 7) / 8 * 8);
+    if (need > 65536)
+        fail("%lu threads per block x %d registers (cuda/resource-usage.txt) need %lu registers, over the 65536 of a "
+             "block (cudaErrorLaunchOutOfResources on a GPU)", nt, r, need);
+}
+
+/* Rule SHARED: a kernel's static __shared__ variables are the writable
+ * function-local statics of its symbol (emu.h's __shared__ is `static`),
+ * found in this program's symbol table (.symtab of /proc/self/exe) once:
+ * kernel entry -> (address, bytes) of each */
+typedef std::vector<std::pair<char *, size_t>> Statics;
+static uintptr_t exe_bias;
+static std::map<uintptr_t, Statics> read_statics(FILE *f)
+{
+    std::map<uintptr_t, Statics> out;
+    Elf64_Ehdr eh;
+    if (fread(&eh, sizeof eh, 1, f) != 1 || memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64)
+        return out;
+    std::vector<Elf64_Shdr> sh(eh.e_shnum);
+    if (fseek(f, (long)eh.e_shoff, SEEK_SET) || fread(sh.data(), sizeof(Elf64_Shdr), sh.size(), f) != sh.size())
+        return out;
+    for (const Elf64_Shdr &s : sh) {
+        if (s.sh_type != SHT_SYMTAB || s.sh_link >= sh.size()) continue;
+        std::vector<Elf64_Sym> sym(s.sh_size / sizeof(Elf64_Sym));
+        std::string str(sh[s.sh_link].sh_size, '\0');
+        if (fseek(f, (long)s.sh_offset, SEEK_SET) || fread(sym.data(), sizeof(Elf64_Sym), sym.size(), f) != sym.size() ||
+            fseek(f, (long)sh[s.sh_link].sh_offset, SEEK_SET) || fread(&str[0], 1, str.size(), f) != str.size())
+            return out;
+        std::map<std::string, const Elf64_Sym *> locals;   /* "_ZZ<function>E<name>" */
+        for (const Elf64_Sym &y : sym)
+            if (ELF64_ST_TYPE(y.st_info) == STT_OBJECT && y.st_name < str.size() && y.st_shndx < sh.size() &&
+                (sh[y.st_shndx].sh_flags & SHF_WRITE) && !strncmp(&str[y.st_name], "_ZZ", 3))
+                locals[&str[y.st_name]] = &y;
+        for (const Elf64_Sym &y : sym) {
+            if (ELF64_ST_TYPE(y.st_info) != STT_FUNC || y.st_name >= str.size() || strncmp(&str[y.st_name], "_Z", 2))
+                continue;
+            std::string key = "_ZZ" + std::string(&str[y.st_name] + 2) + "E";
+            for (auto it = locals.lower_bound(key); it != locals.end() && !it->first.compare(0, key.size(), key); ++it)
+                out[exe_bias + y.st_value].emplace_back((char *)(exe_bias + it->second->st_value), it->second->st_size);
+        }
+    }
+    return out;
+}
+static const Statics *kernel_statics(const void *fn)
+{
+    static std::map<uintptr_t, Statics> all = [] {
+        dl_iterate_phdr([](struct dl_phdr_info *i, size_t, void *) { exe_bias = i->dlpi_addr; return 1; }, nullptr);
+        FILE *f = fopen("/proc/self/exe", "rb");
+        std::map<uintptr_t, Statics> m;
+        if (f) m = read_statics(f);
+        if (f) fclose(f);
+        return m;
+    }();
+    auto it = all.find((uintptr_t)fn);
+    return it == all.end() ? nullptr : &it->second;
+}
+
+/* its static and dynamic shared memory against the 48 KiB a block gets
+ * without the cudaFuncAttributeMaxDynamicSharedMemorySize opt-in */
+static const Statics *check_shared(const void *fn, size_t smem)
+{
+    const Statics *st = strict("SHARED") ? kernel_statics(fn) : nullptr;
+    size_t bytes = 0;
+    if (st)
+        for (const auto &v : *st) bytes += v.second;
+    if (smem + bytes > 48 * 1024)
+        fail("%zu bytes of static and %zu of dynamic shared memory exceed the default limit of 48 KiB", bytes, smem);
+    return st;
+}
+
+/* a kernel's blocks, when its stream gets to it */
+static void run_launch(const char *name, const Statics *statics, dim3 grid, dim3 block, size_t smem,
+                       const std::function<void()> &body, const char *file, int line)
+{
+    E.statics = statics;
     E.kname = name;
     E.kfile = file;
     E.kline = line;
@@ -746,23 +993,24 @@ static void run_launch(const char *name, dim3 grid, dim3 block, size_t smem, con
     } else if (use_pthreads) {
         pt_launch(nt);
     } else {
-        for (unsigned z = 0; z < grid.z; z++)
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
-                    E.bidx = make_uint3(x, y, z);
-                    run_block((int)nt);
-                }
+        checking = strict("ACCESS");
+        for_each_block(grid, [nt](uint3 b) {
+            E.bidx = b;
+            run_block((int)nt);
+        });
+        checking = false;
         if (counting) report_launch(name);
     }
     E.body = nullptr;
     E.kname = "";
+    E.statics = nullptr;
 }
 
 /* the launch's checks now (a GPU refuses a bad configuration at the
  * launch), its blocks as the next work of `stream` (by value: the
  * arguments were converted at the call) */
-void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body,
-            const char *file, int line)
+void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            std::function<void()> body, const char *file, int line)
 {
     if (cur_fiber || cur) fail("kernel %s launched from inside a kernel", name);
     init_order();
@@ -778,11 +1026,14 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
         fail("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
     if (smem > 48 * 1024) fail("%zu bytes of dynamic shared memory exceed the default limit of 48 KiB", smem);
     if (counting && use_pthreads) fail("byte counting needs the fiber backend");
+    check_launch_resources(name, fn, nt);
+    const Statics *statics = check_shared(fn, smem);
     E.kname = "";
     if (!kernel_image_for_device(name)) return;
     if (cuda_cost_shape) cuda_cost_shape(name, (double)grid.x * grid.y * grid.z, (double)nt);
     E.launches++;
-    enqueue(stream, name, [=, body = std::move(body)] { run_launch(name, grid, block, smem, body, file, line); });
+    enqueue(stream, name,
+            [=, body = std::move(body)] { run_launch(name, statics, grid, block, smem, body, file, line); });
 }
 
 /* ------------------------------------------------------------- streams */
@@ -1432,6 +1683,8 @@ cudaError_t cudaFree(void *p)
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
     E.dev_bytes -= it->second;
     forget(it->first);
+    acc_lo = 1;
+    acc_hi = 0;
     E.allocs.erase(it);
     auto c = dev_charged.find((uintptr_t)p);
     if (c != dev_charged.end()) {   /* given back to the device it came from */
@@ -1508,29 +1761,47 @@ static void copy_run(void *dst, const void *src, size_t n)
  * for the copy (an event or stream synchronisation).  The buffer's pages
  * are inaccessible from the call until the host's clock has the copy: a
  * premature host access faults and is reported. */
+/* Rule PINNED_SRC (with STREAMS): the same for the source of a copy from
+ * pinned memory to the device, read when its stream gets there: the host
+ * must not refill it before it waited for the copy, so its pages are
+ * read-only until then, and a host write faults and is reported, naming
+ * the copy. */
 struct Guard {
     uintptr_t lo, hi;          /* whole pages */
     std::shared_ptr<Mark> m;   /* after the copy */
+    const void *src, *dst;     /* the copy, for messages; */
+    size_t n;
+    bool source;               /* its source (read-only), else its destination (no access) */
 };
 static std::vector<Guard> guards;
 
+/* (a page both guards share gets the stricter, no access) */
 static void protect_all()
 {
-    for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_NONE);
+    for (const Guard &g : guards)
+        if (g.source) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ);
+    for (const Guard &g : guards)
+        if (!g.source) mprotect((void *)g.lo, g.hi - g.lo, PROT_NONE);
 }
 
 static void on_segv(int sig, siginfo_t *si, void *)
 {
     uintptr_t a = (uintptr_t)si->si_addr;
     for (const Guard &g : guards)
-        if (a >= g.lo && a < g.hi)
+        if (a >= g.lo && a < g.hi && !g.source)
             fail("host access to pinned memory %p before waiting for the cudaMemcpyAsync into it (an event or stream "
                  "synchronisation after the copy)", si->si_addr);
+    for (const Guard &g : guards)
+        if (a >= g.lo && a < g.hi)
+            fail("host write to pinned memory %p, the source of cudaMemcpyAsync(%p, %p, %zu, cudaMemcpyHostToDevice), "
+                 "before waiting for that copy (an event or stream synchronisation after it): the copy may read the "
+                 "new values", si->si_addr, g.dst, g.src, g.n);
     signal(sig, SIG_DFL);   /* not ours: fault again, as without the rule */
 }
 
-/* pages of [p, p+n) guarded until the host knows m done */
-static void guard(void *p, size_t n, const std::shared_ptr<Mark> &m)
+/* pages of [p, p+n) guarded until the host knows m done (the copy's
+ * source, else its destination) */
+static void guard(const void *src, void *dst, size_t n, const std::shared_ptr<Mark> &m, bool source)
 {
     static bool installed = [] {
         struct sigaction sa;
@@ -1541,8 +1812,8 @@ static void guard(void *p, size_t n, const std::shared_ptr<Mark> &m)
         return true;
     }();
     (void)installed;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
-    guards.push_back(Guard{ a & ~(page - 1), (a + n + page - 1) & ~(page - 1), m });
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)(source ? src : dst);
+    guards.push_back(Guard{ a & ~(page - 1), (a + n + page - 1) & ~(page - 1), m, src, dst, n, source });
     protect_all();
 }
 
@@ -1560,7 +1831,7 @@ static void release_guards()
     if (guards.size() != before) protect_all();
 }
 
-/* the copy itself writes through the guard */
+/* the copy itself reads and writes through the guards */
 static void copy_into_guarded(void *dst, const void *src, size_t n)
 {
     for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ | PROT_WRITE);
@@ -1591,7 +1862,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
         std::lock_guard<std::recursive_mutex> g(Q.mu);
         auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {}, 0 });
         submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
-        guard(dst, n, m);
+        guard(src, dst, n, m, false);
+    } else if (kind == cudaMemcpyHostToDevice && stream_of(s) && deferring() && strict("PINNED_SRC")) {
+        std::lock_guard<std::recursive_mutex> g(Q.mu);
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {}, 0 });
+        submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
+        guard(src, dst, n, m, true);
     } else {
         enqueue(s, "cudaMemcpyAsync", [dst, src, n] { copy_run(dst, src, n); });
     }
