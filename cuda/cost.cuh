@@ -225,7 +225,8 @@ static void declare(const char *op, const char *call, CostKind kind, double rd, 
 {
     if (!cost_on) return;
     if (time_on) time_close();
-    cost_calls.push_back(CostCall{ op, call, kind, rd, wr, flop_tc, flop, tc, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1 });
+    cost_calls.push_back(CostCall{ op, call, kind, rd, wr, flop_tc, flop, tc, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1,
+                                   graph_node_of(kind) });
     if (time_on) time_start(cost_calls.size() - 1, kind);
 }
 

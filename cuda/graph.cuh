@@ -32,6 +32,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "cost.h"
 
 #include <tuple>
 
@@ -62,7 +63,6 @@ struct GraphRun {
     uint64_t hash;
     long calls;
     long gen0;         /* I->mem_gen at the start */
-    long nodes;        /* calls captured or replayed this step */
 };
 static GraphRun grun;
 
@@ -78,8 +78,8 @@ static uint64_t graph_mix(uint64_t h, const void *p, size_t n)
 static bool graph_call(uint64_t h)
 {
     GraphRun &r = grun;
-    if (r.mode == GRAPH_EAGER || r.eager) return true;
-    if (!r.open) {
+    if (r.eager) return true;
+    if (!r.open) {   /* (EAGER: the segments are counted all the same, for the cost log) */
         if (r.mode == GRAPH_CAPTURE) CK(cudaStreamBeginCapture(r.I->stream, cudaStreamCaptureModeThreadLocal));
         r.open = true;
         r.hash = 14695981039346656037ULL;
@@ -87,8 +87,7 @@ static bool graph_call(uint64_t h)
     }
     r.hash = graph_mix(r.hash, &h, sizeof h);
     r.calls++;
-    r.nodes++;
-    return r.mode == GRAPH_CAPTURE;
+    return r.mode != GRAPH_REPLAY;
 }
 
 static bool graph_stream(cudaStream_t s) { return grun.I && s == grun.I->stream; }
@@ -99,6 +98,10 @@ static void graph_break()
     GraphRun &r = grun;
     if (!r.I || !r.open) return;
     r.open = false;
+    if (r.mode == GRAPH_EAGER) {
+        r.seg++;
+        return;
+    }
     cudaGraphExec_t x;
     if (r.mode == GRAPH_CAPTURE) {
         cudaGraph_t g;
@@ -115,6 +118,15 @@ static void graph_break()
     }
     r.seg++;
     CK(cudaGraphLaunch(x, r.I->stream));
+}
+
+/* the cost log's graph field (cuda/cost.h) of a call of kind k declared
+ * now: the segment it is a node of, 1-based, or 0 (issued by the host) */
+static double graph_node_of(int k)
+{
+    const GraphRun &r = grun;
+    if (!r.I || r.eager || (k != COST_KERNEL && k != COST_GEMM && k != COST_COPY)) return 0;
+    return (double)r.seg + 1;
 }
 
 /* a reallocation of scratch that captured graphs may hold the address of:

@@ -86,16 +86,18 @@ static void cuda_graph_begin(Backend *be, const int64_t *key, int n_key, uint32_
 {
     CudaImpl *I = IMPL(be);
     if (grun.I) die(1, "cuda graphs: a step graph begun inside another");
-    /* off, or the cost model's logs (their calls are declared one by one) */
-    if (be->graph_shapes <= 0 || cost_logging()) return;
+    if (be->graph_shapes <= 0) return;
     if (!I->graphs) I->graphs = new StepGraphs();
     StepGraphs &G = *I->graphs;
     if (G.mem_gen != I->mem_gen) graphs_flush(G);
     G.mem_gen = I->mem_gen;
     StepGraph &g = graph_entry(G, std::vector<int64_t>(key, key + n_key), be->graph_shapes);
     int mode = g.captured ? GRAPH_REPLAY : G.stats[GRAPH_EAGER] ? GRAPH_CAPTURE : GRAPH_EAGER;
+    /* the cost model's logs time and count the calls one by one: eager,
+     * their segments marked (cost.h graph) */
+    if (cost_logging()) mode = GRAPH_EAGER;
     graph_prologue(be, step);
-    grun = GraphRun{ I, mode, &g, 0, false, 0, 0, 0, I->mem_gen, 0 };
+    grun = GraphRun{ I, mode, &g, 0, false, 0, 0, 0, I->mem_gen };
 }
 
 /* the gradient hook (model.c) is about to run: the segment ends */

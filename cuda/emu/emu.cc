@@ -1606,7 +1606,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     if (capture_refuses_copy(s, src, dst, kind)) return set_err(cudaErrorStreamCaptureUnsupported);
     double dn = (double)n, rd = kind == cudaMemcpyHostToDevice ? 0 : dn, wr = kind == cudaMemcpyDeviceToHost ? 0 : dn;
     report("cudaMemcpyAsync", rd, wr, rd, wr);
-    if (dry_run && kind != cudaMemcpyDeviceToHost) return cudaSuccess;
+    if (dry_run && kind != cudaMemcpyDeviceToHost) {
+        dry_submit();
+        return cudaSuccess;
+    }
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
         enqueue(s, "cudaMemcpyAsync", [dst, staged, n] { copy_run(dst, staged->data(), n); });
@@ -1647,7 +1650,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
     report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
     if (!n) return cudaSuccess;
     check_memset(p, n, "cudaMemsetAsync");
-    if (!dry_run)
+    if (dry_run) dry_submit();
+    else
         enqueue(s, "cudaMemsetAsync", [p, v, n] {
             if (tracking) access(p, n, true);
             memset(p, v, n);
@@ -1953,6 +1957,12 @@ struct GraphOps {   /* a cudaGraph_t and a cudaGraphExec_t alike */
 };
 static long n_submits, n_graph_launches, n_replayed;
 static bool replaying;   /* cudaGraphLaunch's own submissions */
+
+void dry_submit()
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    n_submits++;
+}
 
 static void count_submit(const Op &op)
 {

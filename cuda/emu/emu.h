@@ -112,6 +112,10 @@ bool is_device_range(const void *p, size_t bytes);
 extern bool counting;
 extern bool dry_run;
 void seen(const void *p, size_t n, bool write);
+/* work the host submitted that a dry run does not queue (a GEMM, a
+ * memset, a copy to the device): counted as queued work is
+ * (cuda_emu_work_counts) */
+void dry_submit();
 /* a GEMM's or copy's bytes, reported to the cost log (cuda_cost_seen) */
 void report(const char *call, double rd, double wr, double rd_all, double wr_all);
 
