@@ -161,6 +161,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfa
 TEST_BIN += bin/tests/gen_corpus
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
+            bin/tests/test_cuda_graphs_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model \
             bin/tests/emu-nccl-init bin/tests/gemm_peak
@@ -239,6 +240,8 @@ bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/e
 bin/tests/gemm_peak: tests/gpu/gemm_peak.cu build/emu/emu.o build/emu/cublas_emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o build/emu/cublas_emu.o -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
+	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
+bin/tests/test_cuda_graphs_planted: tests/cuda/test_cuda_graphs_planted.cu build/emu/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)

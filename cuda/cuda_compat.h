@@ -4,6 +4,7 @@
  * where no GPU exists.
  *
  *   LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
+ *                               -- unless LAUNCH_GATE(...) says no (graph.cuh)
  *   DYNAMIC_SHARED(T, name);    -- T *name = the block's dynamic shared memory
  *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model)
  *                                  and checks it (rule ACCESS); nothing on a GPU
@@ -17,6 +18,11 @@
  * arrays are refilled too, under rule SHARED, but have no red zones). */
 #ifndef CUDA_COMPAT_H
 #define CUDA_COMPAT_H
+
+/* LAUNCH asks LAUNCH_GATE(kernel, grid, block, smem, stream, args...)
+ * whether to launch now: the backend's CUDA Graphs redefine it (graph.cuh)
+ * to skip the launches a step graph replays */
+#define LAUNCH_GATE(...) true
 
 #ifdef CUDA_EMULATION
 #include "emu/emu.h"
@@ -34,6 +40,7 @@
 extern "C" void cuda_cost_shape(const char *call, double blocks, double threads);
 #define LAUNCH(kernel, grid, block, smem, stream, ...)                                      \
     do {                                                                                  \
+        if (!LAUNCH_GATE(kernel, grid, block, smem, stream, __VA_ARGS__)) break;          \
         dim3 launch_grid_(grid), launch_block_(block);                                    \
         cuda_cost_shape(#kernel, (double)launch_grid_.x * launch_grid_.y * launch_grid_.z, \
                         (double)launch_block_.x * launch_block_.y * launch_block_.z);     \

@@ -20,6 +20,7 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
             double a = pos / rate;
             h[(size_t)pos * d + j] = (float)((j & 1) ? cos(a) : sin(a));
         }
+    graph_realloc(I);
     stream_sync(I, "embed_forward");
     if (I->sin_table) CK(cudaFree(I->sin_table));
     CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
@@ -36,8 +37,9 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
 template <typename A>
 static __global__ void k_embed_forward(A *out, const float *E, const float *pos, const int32_t *tokens,
                                        const uint32_t *sent_id, int T, int d, long n, float scale, int pos_offset,
-                                       float p, float ks, DropoutKey key)
+                                       float p, float ks, DropArg key_arg)
 {
+    const DropoutKey key = drop_key(key_arg);
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         long i = idx / d;
         int j = (int)(idx % d), b = (int)(i / T), t = (int)(i % T), ps = t + pos_offset;
@@ -64,7 +66,7 @@ static void cuda_embed_forward(Backend *be, Act out, const float *E, const float
                            (p > 0 ? B * sizeof(uint32_t) : 0),
                        n * sizeof(A), 2.0 * n + (p > 0 ? 100.0 * n : 0));
         LAUNCH(k_embed_forward<A>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<A>(out), E, pos, tokens, sent_id, T,
-               d, n, scale, pos_offset, p, drop_scale(p), key);
+               d, n, scale, pos_offset, p, drop_scale(p), drop_arg(IMPL(be), key));
     });
     CKL();
 }
@@ -76,8 +78,9 @@ static void cuda_embed_forward(Backend *be, Act out, const float *E, const float
 template <typename A>
 static __global__ void k_embed_backward_tokens(float *dE, const A *dout, const int32_t *order, const int32_t *seg,
                                                const int32_t *seg_tok, const uint32_t *sent_id, int T, int d,
-                                               float scale, float p, float ks, DropoutKey key)
+                                               float scale, float p, float ks, DropArg key_arg)
 {
+    const DropoutKey key = drop_key(key_arg);
     int u = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= d) return;
     size_t e = (size_t)ld(seg_tok, u) * d + j;
@@ -94,8 +97,9 @@ static __global__ void k_embed_backward_tokens(float *dE, const A *dout, const i
 /* learned positions: dpos[t, j] += sum over sentences b in order */
 template <typename A>
 static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const uint32_t *sent_id, int B, int T, int d,
-                                            float p, float ks, DropoutKey key)
+                                            float p, float ks, DropArg key_arg)
 {
+    const DropoutKey key = drop_key(key_arg);
     long n = (long)T * d;
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         int t = (int)(idx / d), j = (int)(idx % d);
@@ -114,6 +118,8 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
     CudaImpl *I = IMPL(be);
     int n = B * T;
     if (n <= 0 || d <= 0) return;
+    /* outside a step graph: the grid and the segments come from the host */
+    GraphEager eager;
     /* group positions by token: a stable counting sort of the B*T ids on the
      * host (tens of microseconds), so that the device needs no atomics.  The
      * ids come from the caller's host copy; only without one are they read
@@ -157,6 +163,7 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
         }
     seg[nu] = n;
     if (need > I->seg_cap) {
+        graph_realloc(I);
         stream_sync(I, "embed_backward");
         if (I->seg) CK(cudaFree(I->seg));
         I->seg_cap = need * 2;
@@ -177,14 +184,14 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
                            (p > 0 ? B * sizeof(uint32_t) : 0),
                        (double)nu * d * sizeof(float), 2 * e + (p > 0 ? 100 * e : 0));
         LAUNCH(k_embed_backward_tokens<A>, grid, 128, 0, I->stream, dE, tp<A>(dout), I->seg, I->seg + n,
-               I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, key);
+               I->seg + n + nu + 1, sent_id, T, d, scale, p, ks, drop_arg(I, key));
         CKL();
         if (dpos) {
             DECLARE_KERNEL(k_embed_backward_pos<A>, "embed_backward", 4 * sizeof(A),
                            e * sizeof(A) + (double)T * d * sizeof(float) + (p > 0 ? B * sizeof(uint32_t) : 0),
                            (double)T * d * sizeof(float), e + (p > 0 ? 100 * e : 0));
             LAUNCH(k_embed_backward_pos<A>, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, tp<A>(dout), sent_id,
-                   B, T, d, p, ks, key);
+                   B, T, d, p, ks, drop_arg(I, key));
             CKL();
         }
     });

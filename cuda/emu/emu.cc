@@ -1077,12 +1077,14 @@ struct Op {
     const char *what;
     Clock host;                   /* the host's clock at the call */
 };
+struct Capture;
 struct Stream {
     std::deque<Op> q;
     bool nonblocking;
     int id;                       /* for messages: 0 the legacy stream, then 1, 2, ... */
     long seq;                     /* operations started */
     Clock vc;
+    Capture *cap = nullptr;       /* cudaStreamBeginCapture: its work is recorded, not queued */
 };
 struct Event {
     std::shared_ptr<Mark> last;   /* the latest record; null before the first */
@@ -1314,11 +1316,31 @@ static void drain_blocking()
     run_until([&b] { return empty(b); }, b);
 }
 
-/* op as the next work of stream h: queued, or run now (above) */
+/* stream capture (graphs, at the end of this file): op recorded into s's
+ * capture, or refused; a legacy-stream op while a blocking stream captures */
+static void capture_op(Stream *s, Op op);
+static void capture_legacy_use(const char *what);
+static void count_submit(const Op &op);
+static void capture_drop(Stream *s);
+/* an unsafe call (allocation, synchronous copy, device synchronisation)
+ * from a thread a capture forbids it: the capture is invalidated, and the
+ * call must answer cudaErrorStreamCaptureUnsupported without acting */
+static bool capture_refuses(const char *what);
+/* a synchronisation or query of a capturing stream (s; the legacy stream
+ * as an unsafe call) */
+static bool capture_refuses_sync(Stream *s, const char *what);
+/* a copy a capture cannot record: from or to pageable host memory */
+static bool capture_refuses_copy(cudaStream_t h, const void *src, void *dst, cudaMemcpyKind kind);
+
+/* op as the next work of stream h: queued, or run now (above), or
+ * recorded while h captures */
 static void submit(cudaStream_t h, Op op)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    count_submit(op);
+    if (s && s->cap) return capture_op(s, std::move(op));
+    if (!s) capture_legacy_use(op.what);
     op.host = Q.host;
     if (s && deferring()) {
         if (!Q.have_owner) {
@@ -1636,6 +1658,7 @@ static bool dev_charge_alloc(size_t size, int *dev, size_t *charged)
 
 cudaError_t cudaMalloc(void **p, size_t size)
 {
+    if (capture_refuses("cudaMalloc")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (!p) return set_err(cudaErrorInvalidValue);
     bool shared = strict("DEVMEM");
     int dev = 0;
@@ -1678,6 +1701,7 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
+    if (capture_refuses("cudaFree")) return set_err(cudaErrorStreamCaptureUnsupported);
     device_sync();
     auto it = E.allocs.find((uintptr_t)p);
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
@@ -1697,6 +1721,7 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
+    if (capture_refuses("cudaMallocHost")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (!p) return set_err(cudaErrorInvalidValue);
     /* whole pages, for rule PINNED's guards */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -1709,6 +1734,7 @@ cudaError_t cudaMallocHost(void **p, size_t size)
 cudaError_t cudaFreeHost(void *p)
 {
     if (!p) return cudaSuccess;
+    if (capture_refuses("cudaFreeHost")) return set_err(cudaErrorStreamCaptureUnsupported);
     device_sync();
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     if (!Q.pinned.erase((uintptr_t)p)) fail("cudaFreeHost(%p): not a pointer returned by cudaMallocHost", p);
@@ -1738,6 +1764,7 @@ static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
+    if (capture_refuses("cudaMemcpy")) return set_err(cudaErrorStreamCaptureUnsupported);
     check_legacy_stream("cudaMemcpy");
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpy");
@@ -1847,9 +1874,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 {
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpyAsync");
+    if (capture_refuses_copy(s, src, dst, kind)) return set_err(cudaErrorStreamCaptureUnsupported);
     double dn = (double)n, rd = kind == cudaMemcpyHostToDevice ? 0 : dn, wr = kind == cudaMemcpyDeviceToHost ? 0 : dn;
     report("cudaMemcpyAsync", rd, wr, rd, wr);
-    if (dry_run && kind != cudaMemcpyDeviceToHost) return cudaSuccess;
+    if (dry_run && kind != cudaMemcpyDeviceToHost) {
+        dry_submit();
+        return cudaSuccess;
+    }
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
         enqueue(s, "cudaMemcpyAsync", [dst, staged, n] { copy_run(dst, staged->data(), n); });
@@ -1881,6 +1912,7 @@ static void check_memset(void *p, size_t n, const char *what)
 
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
+    if (capture_refuses("cudaMemset")) return set_err(cudaErrorStreamCaptureUnsupported);
     check_legacy_stream("cudaMemset");
     if (!n) return cudaSuccess;
     check_memset(p, n, "cudaMemset");
@@ -1894,7 +1926,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
     report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
     if (!n) return cudaSuccess;
     check_memset(p, n, "cudaMemsetAsync");
-    if (!dry_run)
+    if (dry_run) dry_submit();
+    else
         enqueue(s, "cudaMemsetAsync", [p, v, n] {
             if (tracking) access(p, n, true);
             memset(p, v, n);
@@ -1924,6 +1957,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t h)
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    capture_drop(s);   /* a capture still open ends with its stream */
     drain(s);
     if (s->nonblocking) E.nonblocking_streams--;
     Q.all.erase(std::find(Q.all.begin(), Q.all.end(), s));
@@ -1934,6 +1968,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    if (capture_refuses_sync(s, "cudaStreamSynchronize")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (s) drain(s);
     else drain_blocking();
     return cudaSuccess;
@@ -2012,6 +2047,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    if (capture_refuses("cudaDeviceSynchronize")) return set_err(cudaErrorStreamCaptureUnsupported);
     device_sync();
     return cudaSuccess;
 }
@@ -2057,6 +2093,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    if (capture_refuses_sync(s, "cudaStreamQuery")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (s && !s->q.empty()) {
         if (is_owner()) step({ s });
         if (!s->q.empty()) return set_err(cudaErrorNotReady);
@@ -2149,6 +2186,236 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     default: return "emulated CUDA error";
     }
+}
+
+/* ------------------------------------------------------ stream capture */
+
+/* CUDA Graphs by stream capture (cudaStreamBeginCapture .. EndCapture,
+ * cudaGraphInstantiate, cudaGraphLaunch).  While a stream captures, the
+ * work submitted to it is recorded, not run: each operation as it would
+ * have been queued, so a kernel keeps the arguments converted at the
+ * launch, a cuBLAS call its pointers and scalars, a copy its addresses.
+ * A launch of the graph queues exactly those operations again, every time:
+ * a pointer or scalar that changed on the host since the capture is not
+ * seen (it must live in device memory, or the graph be captured again),
+ * as on a GPU.  The rules of the CUDA Runtime API that the emulator keeps:
+ *  - the legacy default stream cannot capture; a capture ends on the
+ *    stream and, unless relaxed, on the thread that began it;
+ *  - an unsafe call (cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
+ *    cudaMemcpy, cudaMemset, cudaDeviceSynchronize) from the capturing
+ *    thread (cudaStreamCaptureModeThreadLocal) or any thread (Global), a
+ *    synchronisation or query of the capturing stream, a copy from or to
+ *    pageable host memory into the capture, or the legacy stream used
+ *    while a blocking stream captures: the call answers
+ *    cudaErrorStreamCaptureUnsupported (the legacy stream
+ *    cudaErrorStreamCaptureImplicit) and the capture is invalidated, so
+ *    cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated with
+ *    no graph;
+ *  - not emulated (a misuse here): events recorded in a capture (forks and
+ *    joins across streams) and collectives in a capture. */
+namespace cuda_emu {
+
+struct Capture {
+    std::vector<Op> ops;
+    cudaStreamCaptureMode mode;
+    pthread_t thread;
+    cudaError_t invalid = cudaSuccess;   /* why it is invalidated */
+    const char *why = nullptr;
+};
+struct GraphOps {   /* a cudaGraph_t and a cudaGraphExec_t alike */
+    std::vector<Op> ops;
+};
+static long n_submits, n_graph_launches, n_replayed;
+static bool replaying;   /* cudaGraphLaunch's own submissions */
+
+void dry_submit()
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    n_submits++;
+}
+
+static void count_submit(const Op &op)
+{
+    if (!op.run) return;   /* records and waits */
+    if (replaying) n_replayed++;
+    else n_submits++;
+}
+
+static void capture_drop(Stream *s)
+{
+    delete s->cap;
+    s->cap = nullptr;
+}
+
+static void invalidate(Capture *c, cudaError_t why, const char *what)
+{
+    if (c->invalid != cudaSuccess) return;
+    c->invalid = why;
+    c->why = what;
+}
+
+static void capture_op(Stream *s, Op op)
+{
+    Capture *c = s->cap;
+    if (op.mark) fail("%s into a capture: events recorded in a capture are not emulated", op.what);
+    if (op.poll) fail("%s into a capture: collectives in a capture are not emulated", op.what);
+    if (op.wait) {   /* an event recorded outside the capture */
+        invalidate(c, cudaErrorStreamCaptureIsolation, op.what);
+        set_err(cudaErrorStreamCaptureIsolation);
+        return;
+    }
+    if (c->invalid != cudaSuccess) {
+        set_err(cudaErrorStreamCaptureInvalidated);
+        return;
+    }
+    c->ops.push_back(std::move(op));
+}
+
+/* does a capture forbid this thread's unsafe calls? */
+static bool forbids(const Capture *c)
+{
+    if (c->mode == cudaStreamCaptureModeRelaxed) return false;
+    return c->mode == cudaStreamCaptureModeGlobal || pthread_equal(c->thread, pthread_self());
+}
+
+static bool capture_refuses(const char *what)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    bool refused = false;
+    for (Stream *s : Q.all)
+        if (s->cap && forbids(s->cap)) {
+            invalidate(s->cap, cudaErrorStreamCaptureUnsupported, what);
+            refused = true;
+        }
+    return refused;
+}
+
+static bool capture_refuses_sync(Stream *s, const char *what)
+{
+    if (!s) return capture_refuses(what);
+    if (!s->cap) return false;
+    invalidate(s->cap, cudaErrorStreamCaptureUnsupported, what);
+    return true;
+}
+
+static bool capture_refuses_copy(cudaStream_t h, const void *src, void *dst, cudaMemcpyKind kind)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!s || !s->cap) return false;
+    bool pageable = (kind == cudaMemcpyHostToDevice && !is_pinned(src, 1)) ||
+                    (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, 1));
+    if (kind == cudaMemcpyDeviceToHost && !pageable)
+        fail("cudaMemcpyAsync into pinned memory in a capture: not emulated");
+    if (pageable) invalidate(s->cap, cudaErrorStreamCaptureUnsupported, "cudaMemcpyAsync with pageable host memory");
+    return pageable;
+}
+
+/* legacy-stream work waits for the blocking streams: a capturing one
+ * would gain a dependency from outside its capture */
+static void capture_legacy_use(const char *what)
+{
+    for (Stream *s : Q.all)
+        if (s->cap && !s->nonblocking) {
+            invalidate(s->cap, cudaErrorStreamCaptureImplicit, what);
+            set_err(cudaErrorStreamCaptureImplicit);
+        }
+}
+
+} // namespace cuda_emu
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!s) return set_err(cudaErrorStreamCaptureUnsupported);   /* the legacy stream */
+    if (s->cap) return set_err(cudaErrorIllegalState);
+    s->cap = new Capture();
+    s->cap->mode = mode;
+    s->cap->thread = pthread_self();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t h, cudaStreamCaptureStatus *st)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!st) return set_err(cudaErrorInvalidValue);
+    *st = !s || !s->cap ? cudaStreamCaptureStatusNone
+        : s->cap->invalid != cudaSuccess ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *graph)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!graph) return set_err(cudaErrorInvalidValue);
+    *graph = nullptr;
+    if (!s || !s->cap) return set_err(cudaErrorStreamCaptureUnmatched);
+    Capture *c = s->cap;
+    if (c->mode != cudaStreamCaptureModeRelaxed && !pthread_equal(c->thread, pthread_self()))
+        return set_err(cudaErrorStreamCaptureWrongThread);
+    s->cap = nullptr;
+    cudaError_t r = c->invalid == cudaSuccess ? cudaSuccess : cudaErrorStreamCaptureInvalidated;
+    if (r == cudaSuccess) *graph = (cudaGraph_t) new GraphOps{ std::move(c->ops) };
+    delete c;
+    return set_err(r);
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    (void)flags;
+    if (!exec || !graph) return set_err(cudaErrorInvalidValue);
+    *exec = (cudaGraphExec_t) new GraphOps(*(GraphOps *)graph);   /* a copy: the graph may be destroyed */
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    return cudaGraphInstantiate(exec, graph, flags);
+}
+
+/* the captured operations again, as captured */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t h)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    if (!exec) return set_err(cudaErrorInvalidValue);
+    Stream *s = stream_of(h);
+    if (s && s->cap) fail("cudaGraphLaunch into a capture: not emulated");
+    n_graph_launches++;
+    replaying = true;
+    for (const Op &op : ((GraphOps *)exec)->ops) submit(h, Op{ op.run, nullptr, nullptr, nullptr, false, op.what, {} });
+    replaying = false;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete (GraphOps *)exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete (GraphOps *)graph;
+    return cudaSuccess;
+}
+
+/* the work the host has submitted to streams (kernel launches, library
+ * calls, async copies and memsets, collectives; captured ones included),
+ * the graphs it launched, and the operations those launches queued: a
+ * step's host launches are the first two */
+extern "C" void cuda_emu_work_counts(long *submits, long *graph_launches, long *replayed)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    *submits = n_submits;
+    *graph_launches = n_graph_launches;
+    *replayed = n_replayed;
 }

@@ -147,6 +147,10 @@ inline void check_seen(const void *p, size_t n, bool write)
 }
 extern bool dry_run;
 void seen(const void *p, size_t n, bool write);
+/* work the host submitted that a dry run does not queue (a GEMM, a
+ * memset, a copy to the device): counted as queued work is
+ * (cuda_emu_work_counts) */
+void dry_submit();
 /* a GEMM's or copy's bytes, reported to the cost log (cuda_cost_seen) */
 void report(const char *call, double rd, double wr, double rd_all, double wr_all);
 
@@ -198,8 +202,15 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define __any_sync(...) cuda_emu::any_at(__FILE__, __LINE__, __VA_ARGS__)
 #define __all_sync(...) cuda_emu::all_at(__FILE__, __LINE__, __VA_ARGS__)
 
-#define LAUNCH(kernel, grid, block, smem, stream, ...) \
-    cuda_emu::launch_kernel(#kernel, dim3(grid), dim3(block), (smem), (stream), __FILE__, __LINE__, kernel, __VA_ARGS__)
+#ifndef LAUNCH_GATE
+#define LAUNCH_GATE(...) true   /* cuda/cuda_compat.h */
+#endif
+#define LAUNCH(kernel, grid, block, smem, stream, ...)                                                       \
+    do {                                                                                                   \
+        if (LAUNCH_GATE(kernel, grid, block, smem, stream, __VA_ARGS__))                                   \
+            cuda_emu::launch_kernel(#kernel, dim3(grid), dim3(block), (smem), (stream), __FILE__, __LINE__, \
+                                    kernel, __VA_ARGS__);                                                  \
+    } while (0)
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
 #define EMU_SEEN(p, n, write)                                 \
     do {                                                      \
