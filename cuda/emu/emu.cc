@@ -619,6 +619,7 @@ static void *pt_worker(void *arg)
         P.exited[i] = 1;
         P.n_exited++;
         if (++P.done == P.nt) pthread_cond_broadcast(&P.cv);
+        if (P.done > P.nt) fail("pthread backend: %d threads finished a block of %d", P.done, P.nt);
     }
     return nullptr;
 }
@@ -642,7 +643,6 @@ static void pt_launch(unsigned long nt)
         pthread_detach(th);
         P.pool++;
     }
-    P.nt = (int)nt;
     for (unsigned long i = 0; i < nt; i++) {
         P.ctx[i].tid = make_uint3(i % E.block.x, (i / E.block.x) % E.block.y, i / (E.block.x * E.block.y));
         P.ctx[i].bdim = E.block;
@@ -650,6 +650,15 @@ static void pt_launch(unsigned long nt)
     }
     for (PtWarp &W : P.warps) W.arrived = 0;
     pthread_mutex_unlock(&P.mu);
+    /* CUDA_EMU_SPURIOUS_WAKEUPS=1: wake every worker here, between the
+     * launch's set-up and its first block, and give them time to look (a
+     * condition variable may wake its waiters at any time, POSIX says): a
+     * worker must still run only the blocks it belongs to */
+    static const bool spurious = getenv("CUDA_EMU_SPURIOUS_WAKEUPS") && atoi(getenv("CUDA_EMU_SPURIOUS_WAKEUPS"));
+    if (spurious) {
+        pthread_cond_broadcast(&P.cv);
+        usleep(2000);
+    }
     for_each_block(E.grid, [nt](uint3 b) {
         pthread_mutex_lock(&P.mu);
         E.bidx = b;
@@ -660,6 +669,14 @@ static void pt_launch(unsigned long nt)
         poison_statics();
         memset(P.exited, 0, sizeof P.exited);
         P.n_exited = P.done = P.arrived = 0;
+        /* the block's thread count changes with its generation, in one
+         * critical section: a worker that slept through the last block of
+         * the previous launch (it was not one of its threads) and wakes
+         * between the two must not count itself in, or it runs the body
+         * early with a stale block index and its done++ lets the block end
+         * before one of its threads has run (seen under load: one thread's
+         * elements of k_bias_forward added twice) */
+        P.nt = (int)nt;
         P.block_gen++;
         pthread_cond_broadcast(&P.cv);
         while (P.done < P.nt) pthread_cond_wait(&P.cv, &P.mu);

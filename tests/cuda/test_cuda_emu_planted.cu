@@ -154,6 +154,41 @@ static int race_mode(int with_barrier)
     return 0;
 }
 
+/* `launches`: blocks of alternating sizes on the pthread backend, each
+ * thread counting its own run; every (block, thread) of every launch must
+ * run exactly once.  With CUDA_EMU_SPURIOUS_WAKEUPS=1 every worker wakes
+ * between a launch's set-up and its first block: a worker that slept
+ * through the last block of a smaller launch once counted itself into the
+ * next launch there, ran its body early with a stale block index, and let a
+ * block end before one of its threads ran (tests/test_cuda_emu.sh) */
+static __global__ void k_count_runs(int *count)
+{
+    __atomic_fetch_add(&count[blockIdx.x * blockDim.x + threadIdx.x], 1, __ATOMIC_RELAXED);
+}
+
+static int launch_sequence(void)
+{
+    const int sizes[] = { 256, 32, 256, 64, 512, 16 }, iters = 20, n = 2 * 512;
+    int *d = NULL, h[2 * 512], wrong = 0;
+    if (cudaMalloc((void **)&d, sizeof h) != cudaSuccess) return 1;
+    cuda_emu_set_backend("pthread");
+    for (int it = 0; it < iters; it++)
+        for (int s = 0; s < 6; s++) {
+            cudaMemset(d, 0, sizeof h);
+            LAUNCH(k_count_runs, 2, sizes[s], 0, 0, d);
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+            for (int i = 0; i < n; i++)
+                if (h[i] != (i < 2 * sizes[s])) {
+                    if (wrong++ < 5)
+                        printf("launch %d of %d threads a block: thread %d of block %d ran %d times\n", 6 * it + s,
+                               sizes[s], i % sizes[s], i / sizes[s], h[i]);
+                }
+        }
+    cudaFree(d);
+    printf("%d thread runs of %d launches other than once\n", wrong, 6 * iters);
+    return wrong ? 1 : 0;
+}
+
 /* Rule CC: a kernel launched on an emulated GPU the build has no code for
  * (CUDA_ARCH_LIST: SASS of the same major with a minor at most the GPU's,
  * or PTX of the last entry not newer than it) fails with
@@ -613,6 +648,7 @@ static void streams_rule(int *d)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "launches")) return launch_sequence();
     if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
     const int n = 96;
     int *d = NULL, h[96];
