@@ -119,7 +119,7 @@ endif
 
 # CUDA emulator for the tests (cuda/emu/): needs only the CUDA headers
 EMU_HAVE := $(wildcard $(CUDA_HOME)/include/cublas_v2.h)
-EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
+EMU_CXXFLAGS = -std=c++17 -DCUDA_EMULATION $(CUDA_ARCH_DEF) -Icuda -Ibuild/emu -I$(CUDA_HOME)/include $(MPI_INC) -O2 -g -Wall -Wextra -Werror -MMD -MP \
                 $(shell PKG_CONFIG_PATH=$(OPENBLAS_PKG_PATH) pkg-config --cflags openblas 2>/dev/null)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 # nvcc contracts a*b+c into one FMA by default (--fmad=true); g++ for x86-64
@@ -161,6 +161,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfa
 TEST_BIN += bin/tests/gen_corpus
 ifneq ($(EMU_HAVE),)
 TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
+            bin/tests/test_cuda_graphs_planted \
             bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model \
             bin/tests/emu-nccl-init bin/tests/gemm_peak
@@ -204,6 +205,10 @@ build/emu/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) $(EMU_STAMP) | build/emu
 	$(call say,CXX,$< (emulated))g++ -x c++ $(EMU_CXXFLAGS) $(EMU_KERNEL_FLAGS) -c $< -o $@
 build/emu-fma/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-fma
 	$(call say,CXX,$< (emulated, fma))g++ -x c++ $(EMU_CXXFLAGS) $(EMU_FMA_FLAGS) -c $< -o $@
+# rule REGISTERS of the emulator: the per-kernel registers, compiled in
+build/emu/resource-usage.inc: cuda/resource-usage.txt | build/emu
+	$(call say,GEN,$@)sed 's/.*/"&\\n"/' $< > $@
+build/emu/emu.o build/emu-asan/emu.o build/emu-tsan/emu.o: build/emu/resource-usage.inc
 build/emu/%.o: cuda/emu/%.cc | build/emu
 	$(call say,CXX,$<)g++ $(EMU_CXXFLAGS) -c $< -o $@
 build/emu-asan/ops_cuda.o: cuda/ops_cuda.cu $(CUDA_DEPS) | build/emu-asan
@@ -235,6 +240,8 @@ bin/tests/emu-planted-tsan: tests/cuda/test_cuda_emu_planted.cu build/emu-tsan/e
 bin/tests/gemm_peak: tests/gpu/gemm_peak.cu build/emu/emu.o build/emu/cublas_emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o build/emu/cublas_emu.o -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_emu_planted: tests/cuda/test_cuda_emu_planted.cu build/emu/emu.o | bin/tests
+	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
+bin/tests/test_cuda_graphs_planted: tests/cuda/test_cuda_graphs_planted.cu build/emu/emu.o | bin/tests
 	$(call say,LINK,$@)g++ -x c++ $(filter-out -MMD -MP,$(EMU_CXXFLAGS)) $< -x none build/emu/emu.o -o $@
 bin/tests/test_cuda_step: tests/cuda/test_cuda_step.c $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)

@@ -133,6 +133,7 @@ static void cuda_allreduce_start(Backend *be, float *p, size_t n)
 {
     CudaImpl *I = IMPL(be);
     if (!n) return;
+    GraphEager eager;   /* a bucket starts between the step graph's segments */
 #if USE_NCCL
     if (I->use_nccl) {
         /* the bucket's gradients are final once the compute stream gets here */

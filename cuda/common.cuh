@@ -136,6 +136,13 @@ struct CudaImpl {
      * backward (TRANSFORMER_RELU_MASK, cuda/device.cuh) */
     bool relu_mask = true;
     int *flag;                           /* any_nonfinite's result on the device */
+    /* CUDA Graphs of the training step (graph.cuh): the cached graphs, the
+     * step number the dropout kernels read under them, and a count of the
+     * reallocations of scratch that graphs may hold the address of */
+    struct StepGraphs *graphs;
+    uint32_t *d_step;
+    uint32_t graph_step;
+    long mem_gen;
 };
 
 static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }
@@ -206,6 +213,20 @@ static __device__ float block_max(float v, float *sh)
 }
 
 #define RED_SMEM (33 * sizeof(float))
+
+/* A dropout key as a kernel argument.  Under a step graph (graph.cuh) the
+ * step is read from device memory (step, set before each replay): a graph
+ * replays the arguments of its capture, and the step changes every step.
+ * Otherwise step is NULL and key.step holds it. */
+struct DropArg {
+    DropoutKey key;
+    const uint32_t *step;
+};
+static __device__ __forceinline__ DropoutKey drop_key(DropArg a)
+{
+    if (a.step) a.key.step = *a.step;
+    return a.key;
+}
 
 static __device__ __forceinline__ float drop_apply(float v, float p, float ks, DropoutKey key, uint32_t sent,
                                                    uint32_t pos, uint32_t j)

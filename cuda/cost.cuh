@@ -16,12 +16,14 @@
 
 #include "common.cuh"
 #include "cost.h"
+#include "graph.cuh"
 
 #include <stdint.h>
 #include <time.h>
 
 static std::vector<CostCall> cost_calls;
 static bool cost_on;
+static bool cost_logging() { return cost_on; }
 
 /* Per-call timing (cuda_cost_time, docs/gpu-model.md section 7): while it
  * and the log are on, each declared call i on the compute stream gets a
@@ -163,6 +165,7 @@ template <typename F> static void sweep_repeat(F &&call)
 /* a cuBLAS or cuBLASLt call of the backend, repeated while sweeping */
 #define GEMM_CALL(call)                                                                                     \
     do {                                                                                                    \
+        if (!graph_gate_site(#call)) break; /* replayed by a step graph (graph.cuh) */                      \
         call;                                                                                               \
         if (sweep_reps > 0 && cost_on) sweep_repeat([&] { call; });                                         \
     } while (0)
@@ -222,7 +225,8 @@ static void declare(const char *op, const char *call, CostKind kind, double rd, 
 {
     if (!cost_on) return;
     if (time_on) time_close();
-    cost_calls.push_back(CostCall{ op, call, kind, rd, wr, flop_tc, flop, tc, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1 });
+    cost_calls.push_back(CostCall{ op, call, kind, rd, wr, flop_tc, flop, tc, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1,
+                                   graph_node_of(kind) });
     if (time_on) time_start(cost_calls.size() - 1, kind);
 }
 
@@ -257,6 +261,8 @@ static void declare_shape(int m, int n, int k, long batch, size_t operand)
 static void memset_async(CudaImpl *I, const char *op, void *p, size_t n)
 {
     declare(op, "cudaMemsetAsync", COST_COPY, 0, (double)n, 0, 0, TC_NONE);
+    const void *key[2] = { p, (const void *)n };
+    if (graph_stream(I->stream) && !graph_call(graph_mix(1, key, sizeof key))) return;
     CK(cudaMemsetAsync(p, 0, n, I->stream));
 }
 
@@ -268,6 +274,11 @@ static void copy_on(cudaStream_t s, CostKind ck, const char *op, void *dst, cons
 {
     declare(op, "cudaMemcpyAsync", ck, kind == cudaMemcpyHostToDevice ? 0 : (double)n,
             kind == cudaMemcpyDeviceToHost ? 0 : (double)n, 0, 0, TC_NONE);
+    /* a step graph holds device-to-device copies; one from or to the host
+     * runs eagerly, the open segment ended before it */
+    if (graph_stream(s) && kind != cudaMemcpyDeviceToDevice) graph_break();
+    const void *key[3] = { dst, src, (const void *)n };
+    if (graph_stream(s) && kind == cudaMemcpyDeviceToDevice && !graph_call(graph_mix(2, key, sizeof key))) return;
     CK(cudaMemcpyAsync(dst, src, n, kind, s));
 }
 
@@ -282,5 +293,6 @@ static void copy_async(CudaImpl *I, const char *op, void *dst, const void *src, 
 static void stream_sync(CudaImpl *I, const char *op)
 {
     declare(op, "cudaStreamSynchronize", COST_SYNC, 0, 0, 0, 0, TC_NONE);
+    if (graph_stream(I->stream)) graph_break();   /* the step graph's open segment runs first */
     CK(cudaStreamSynchronize(I->stream));
 }

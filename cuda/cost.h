@@ -41,6 +41,10 @@ typedef struct {
      * distinct bytes read and written (what reaches device memory when
      * caches serve every repeat) and every access (no cache at all) */
     double seen_rd, seen_wr, seen_rd_all, seen_wr_all;
+    /* under a step's CUDA Graphs (cuda/graph.cuh; gpu_model --graphs): the
+     * 1-based graph segment the call is a node of, which the host launches
+     * once for all its nodes; 0: the host issues the call itself */
+    double graph;
 } CostCall;
 
 /* start a fresh log (on = 1) or stop logging (on = 0) */

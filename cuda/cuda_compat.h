@@ -4,17 +4,25 @@
  * where no GPU exists.
  *
  *   LAUNCH(kernel, grid, block, smem_bytes, stream, args...)
+ *                               -- unless LAUNCH_GATE(...) says no (graph.cuh)
  *   DYNAMIC_SHARED(T, name);    -- T *name = the block's dynamic shared memory
- *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model);
- *                                  nothing on a GPU
+ *   EMU_SEEN(p, bytes, write);  -- the emulator counts an access (cost model)
+ *                                  and checks it (rule ACCESS); nothing on a GPU
+ *   EMU_ALIGNED(p, bytes, write); -- the emulator checks a vector access's
+ *                                  alignment (rule ACCESS); nothing on a GPU
  *   UNROLL for (...)            -- #pragma unroll for nvcc (a loop over a
  *                                  register array); nothing for g++
  *
- * Kernels use only dynamic shared memory (no static __shared__ arrays): the
- * emulator refills it with 0xFF before every block and watches red zones
- * around it. */
+ * Kernels use dynamic shared memory: the emulator refills it with 0xFF
+ * before every block and watches red zones around it (static __shared__
+ * arrays are refilled too, under rule SHARED, but have no red zones). */
 #ifndef CUDA_COMPAT_H
 #define CUDA_COMPAT_H
+
+/* LAUNCH asks LAUNCH_GATE(kernel, grid, block, smem, stream, args...)
+ * whether to launch now: the backend's CUDA Graphs redefine it (graph.cuh)
+ * to skip the launches a step graph replays */
+#define LAUNCH_GATE(...) true
 
 #ifdef CUDA_EMULATION
 #include "emu/emu.h"
@@ -32,6 +40,7 @@
 extern "C" void cuda_cost_shape(const char *call, double blocks, double threads);
 #define LAUNCH(kernel, grid, block, smem, stream, ...)                                      \
     do {                                                                                  \
+        if (!LAUNCH_GATE(kernel, grid, block, smem, stream, __VA_ARGS__)) break;          \
         dim3 launch_grid_(grid), launch_block_(block);                                    \
         cuda_cost_shape(#kernel, (double)launch_grid_.x * launch_grid_.y * launch_grid_.z, \
                         (double)launch_block_.x * launch_block_.y * launch_block_.z);     \
@@ -41,6 +50,7 @@ extern "C" void cuda_cost_shape(const char *call, double blocks, double threads)
     extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
     T *name = reinterpret_cast<T *>(cuda_dyn_smem_)
 #define EMU_SEEN(p, n, write) ((void)0)
+#define EMU_ALIGNED(p, n, write) ((void)0)
 #define UNROLL _Pragma("unroll")
 #endif
 

@@ -2,7 +2,7 @@
  * GPU), backend_cuda_create (the op table) and cuda_destroy. */
 #pragma once
 
-#include "common.cuh"
+#include "step_graph.cuh"
 
 /* ------------------------------------------------------------- lifecycle */
 
@@ -10,6 +10,7 @@ static void cuda_destroy(Backend *be)
 {
     CudaImpl *I = IMPL(be);
     cudaStreamSynchronize(I->stream);
+    graphs_destroy(I);
     if (I->sin_table) cudaFree(I->sin_table);
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
@@ -292,6 +293,11 @@ static Backend *op_table(CudaImpl *I, bool fused_attention)
     be->allreduce_init = cuda_allreduce_init;
     be->allreduce_start = cuda_allreduce_start;
     be->allreduce_wait = cuda_allreduce_wait;
+    be->graph_begin = cuda_graph_begin;
+    be->graph_break = cuda_graph_break;
+    be->graph_end = cuda_graph_end;
+    be->graph_reset = cuda_graph_reset;
+    be->graph_stats = cuda_graph_stats;
     be->destroy = cuda_destroy;
     return be;
 }

@@ -20,6 +20,7 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
             double a = pos / rate;
             h[(size_t)pos * d + j] = (float)((j & 1) ? cos(a) : sin(a));
         }
+    graph_realloc(I);
     stream_sync(I, "embed_forward");
     if (I->sin_table) CK(cudaFree(I->sin_table));
     CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
@@ -36,8 +37,9 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
 template <typename A>
 static __global__ void k_embed_forward(A *out, const float *E, const float *pos, const int32_t *tokens,
                                        const uint32_t *sent_id, int T, int d, long n, float scale, int pos_offset,
-                                       float p, float ks, DropoutKey key)
+                                       float p, float ks, DropArg key_arg)
 {
+    const DropoutKey key = drop_key(key_arg);
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         long i = idx / d;
         int j = (int)(idx % d), b = (int)(i / T), t = (int)(i % T), ps = t + pos_offset;
@@ -64,7 +66,7 @@ static void cuda_embed_forward(Backend *be, Act out, const float *E, const float
                            (p > 0 ? B * sizeof(uint32_t) : 0),
                        n * sizeof(A), 2.0 * n + (p > 0 ? 100.0 * n : 0));
         LAUNCH(k_embed_forward<A>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<A>(out), E, pos, tokens, sent_id, T,
-               d, n, scale, pos_offset, p, drop_scale(p), key);
+               d, n, scale, pos_offset, p, drop_scale(p), drop_arg(IMPL(be), key));
     });
     CKL();
 }
@@ -89,8 +91,9 @@ template <typename A>
 static __global__ void k_embed_backward_tokens(float *dE, float *partial, const A *dout, const int32_t *order,
                                                const int32_t *cstart, const int32_t *ctok, const int32_t *cslot,
                                                const uint32_t *sent_id, int T, int d, float scale, float p, float ks,
-                                               DropoutKey key)
+                                               DropArg key_arg)
 {
+    const DropoutKey key = drop_key(key_arg);
     int c = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= d) return;
     int slot = ld(cslot, c);
@@ -122,8 +125,9 @@ static __global__ void k_embed_backward_combine(float *dE, const float *partial,
 /* learned positions: dpos[t, j] += sum over sentences b in order */
 template <typename A>
 static __global__ void k_embed_backward_pos(float *dpos, const A *dout, const uint32_t *sent_id, int B, int T, int d,
-                                            float p, float ks, DropoutKey key)
+                                            float p, float ks, DropArg key_arg)
 {
+    const DropoutKey key = drop_key(key_arg);
     long n = (long)T * d;
     for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < n; idx += (long)gridDim.x * blockDim.x) {
         int t = (int)(idx / d), j = (int)(idx % d);
@@ -216,6 +220,7 @@ static const int32_t *embed_upload(CudaImpl *I, const EmbedSegs &g, const int32_
     }
     embed_fill(I->seg_host[k], g, I->count, tok, n, vocab);
     if (g.need > I->seg_cap) {
+        graph_realloc(I);
         stream_sync(I, "embed_backward");
         if (I->seg) CK(cudaFree(I->seg));
         I->seg_cap = g.need * 2;
@@ -246,7 +251,7 @@ static void embed_launch_tokens(Backend *be, float *dE, Act dout, const EmbedSeg
                        (p > 0 ? B * sizeof(uint32_t) : 0),
                    (ones + g.nslots) * row, 2 * e + (p > 0 ? 100 * e : 0));
     LAUNCH(k_embed_backward_tokens<A>, dim3(g.nc, (d + 127) / 128), 128, 0, I->stream, dE, partial, tp<A>(dout),
-           order, cstart, ctok, cslot, sent_id, T, d, scale, p, drop_scale(p), key);
+           order, cstart, ctok, cslot, sent_id, T, d, scale, p, drop_scale(p), drop_arg(I, key));
     CKL();
     if (!g.nl) return;
     /* the partial rows and the long tokens' rows of dE read, those written */
@@ -273,6 +278,8 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
     CudaImpl *I = IMPL(be);
     int n = B * T;
     if (n <= 0 || d <= 0) return;
+    /* outside a step graph: the grid and the segments come from the host */
+    GraphEager eager;
     /* group positions by token on the host (tens of microseconds), so that
      * the device needs no atomics.  The ids come from the caller's host
      * copy; only without one are they read back, which waits for the
@@ -295,7 +302,7 @@ static void cuda_embed_backward(Backend *be, float *dE, float *dpos, Act dout, c
                            e * sizeof(A) + (double)T * d * sizeof(float) + (p > 0 ? B * sizeof(uint32_t) : 0),
                            (double)T * d * sizeof(float), e + (p > 0 ? 100 * e : 0));
             LAUNCH(k_embed_backward_pos<A>, nblocks((long)T * d, 256), 256, 0, I->stream, dpos, tp<A>(dout), sent_id,
-                   B, T, d, p, ks, key);
+                   B, T, d, p, ks, drop_arg(I, key));
             CKL();
         }
     });

@@ -20,6 +20,7 @@ static void *gemm_scratch(Backend *be, int k, size_t bytes)
 {
     CudaImpl *I = IMPL(be);
     if (bytes > I->gscratch_cap[k]) {
+        graph_realloc(I);
         /* queued work may still read the old buffer: cudaFree happens to
          * wait for the device, cudaFreeAsync or a pool would not */
         if (I->gscratch[k]) {
@@ -164,6 +165,7 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
                                                  lda, sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT)));
     } else {
         if ((size_t)(3 * n) > I->gptrs_cap) {
+            graph_realloc(I);
             stream_sync(I, "gemm_batched");   /* the old arrays may still be read */
             if (I->gptrs) CK(cudaFree(I->gptrs));
             I->gptrs_cap = (size_t)(3 * n) * 2;
@@ -444,6 +446,7 @@ static float *part_buffer(Backend *be, size_t n, const char *op)
 {
     CudaImpl *I = IMPL(be);
     if (n > I->part_cap) {
+        graph_realloc(I);
         if (I->part) {
             stream_sync(I, op);   /* as gemm_scratch */
             CK(cudaFree(I->part));

@@ -98,12 +98,14 @@ template <typename T> struct alignas(16) Pack {
 
 template <typename T> static __device__ __forceinline__ Pack<T> ldp(const T *p)
 {
+    EMU_ALIGNED(p, sizeof(Pack<T>), false);
     for (int e = 0; e < Pack<T>::N; e++) EMU_SEEN(p + e, sizeof(T), false);
     return *reinterpret_cast<const Pack<T> *>(p);
 }
 
 template <typename T> static __device__ __forceinline__ void stp(T *p, const Pack<T> &v)
 {
+    EMU_ALIGNED(p, sizeof(Pack<T>), true);
     for (int e = 0; e < Pack<T>::N; e++) EMU_SEEN(p + e, sizeof(T), true);
     *reinterpret_cast<Pack<T> *>(p) = v;
 }
@@ -328,6 +330,7 @@ static void cuda_set_params(Backend *be, float *params, size_t n)
     CudaImpl *I = IMPL(be);
     I->params = params;
     I->n_params = n;
+    graph_realloc(I);
     if (I->shadow) {
         stream_sync(I, "set_params");   /* a queued GEMM may still read it */
         CK(cudaFree(I->shadow));
@@ -348,6 +351,14 @@ static Act shadow_of(Backend *be, const float *p)
         I->shadow_stale = false;
     }
     return act_at(sh, p - I->params);
+}
+
+/* the shadow converted now if stale (a step graph's prologue: the step's
+ * GEMMs then never convert it, whatever ran between two steps) */
+static void shadow_refresh(Backend *be)
+{
+    CudaImpl *I = IMPL(be);
+    if (I->shadow && I->shadow_stale) shadow_of(be, I->params);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t n)

@@ -13,10 +13,11 @@
 template <typename A>
 static __global__ void k_residual_ln_forward(A *y, A *r, float *mean, float *rstd, const A *x, const A *sub,
                                              const float *gamma, const float *beta, int d, float eps, float p,
-                                             float ks, DropoutKey key, const uint32_t *sent_id, int T)
+                                             float ks, DropArg key_arg, const uint32_t *sent_id, int T)
 {
     constexpr int N = Pack<A>::N;
     DYNAMIC_SHARED(float, sh);
+    const DropoutKey key = drop_key(key_arg);
     long i = blockIdx.x;
     const A *xi = x + i * d, *si = sub + i * d;
     A *ri = r + i * d, *yi = y + i * d;
@@ -82,7 +83,7 @@ static void cuda_residual_ln_forward(Backend *be, Act y, Act r, float *mean, flo
                        2 * e * sizeof(A) + 2.0 * d * sizeof(float) + (p > 0 ? rows / T * sizeof(uint32_t) : 0),
                        2 * e * sizeof(A) + 2.0 * rows * sizeof(float), 8 * e + (p > 0 ? 25 * e : 0));
         LAUNCH(k_residual_ln_forward<A>, rows, row_threads(d / Pack<A>::N), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(y),
-               tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, d, eps, p, drop_scale(p), key, sent_id, T);
+               tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, d, eps, p, drop_scale(p), drop_arg(IMPL(be), key), sent_id, T);
     });
     CKL();
 }
@@ -93,10 +94,11 @@ static void cuda_residual_ln_forward(Backend *be, Act y, Act r, float *mean, flo
 template <typename A>
 static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const A *r, const float *mean,
                                               const float *rstd, const float *gamma, int d, float p, float ks,
-                                              DropoutKey key, const uint32_t *sent_id, int T)
+                                              DropArg key_arg, const uint32_t *sent_id, int T)
 {
     constexpr int N = Pack<A>::N;
     DYNAMIC_SHARED(float, sh);
+    const DropoutKey key = drop_key(key_arg);
     long i = blockIdx.x;
     const A *dyi = dy + i * d, *ri = r + i * d;
     A *dxi = dx + i * d, *dsi = dsub + i * d;
@@ -153,7 +155,7 @@ static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgam
                            (p > 0 ? rows / T * sizeof(uint32_t) : 0),
                        2 * e * sizeof(A), 12 * e + (p > 0 ? 25 * e : 0));
         LAUNCH(k_residual_ln_backward<A>, rows, row_threads(d / Pack<A>::N), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(dx),
-               tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, d, p, drop_scale(p), key, sent_id, T);
+               tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, d, p, drop_scale(p), drop_arg(IMPL(be), key), sent_id, T);
     });
     CKL();
 }

@@ -38,6 +38,8 @@
  *   xent.cuh     label-smoothed cross-entropy
  *   heads.cuh    head gates (head importance, masked heads)
  *   adam.cuh     optimizer
+ *   graph.cuh    CUDA Graphs: the gate of every device call (via cost.cuh)
+ *   step_graph.cuh  the training step's graphs by shape, the graph hooks
  *   comm.cuh     gradient allreduce (NCCL, MPI fallback)
  *   device.cuh   device selection, backend creation and teardown */
 
@@ -51,5 +53,6 @@
 #include "xent.cuh"
 #include "heads.cuh"
 #include "adam.cuh"
+#include "step_graph.cuh"
 #include "comm.cuh"
 #include "device.cuh"

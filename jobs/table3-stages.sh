@@ -366,7 +366,9 @@ row_compute() {
     fi
     COMPUTE=(--compute "host_cpu=${cpu:-unknown}" --compute "threads=$(row_key threads)"
              --compute "ranks=${SLURM_NTASKS:-${LOCAL_RANKS:-1}}" --compute "device=${dev:-$DEVICE}")
-    [ -n "${TRAIN_WALL:-}" ] && COMPUTE+=(--compute "wall_seconds=$TRAIN_WALL")
+    # the metrics log's elapsed time spans every resume and requeue; this
+    # invocation's TRAIN_WALL is the training time only without one
+    [ -n "${TRAIN_WALL:-}" ] && [ ! -f "$RUN/metrics.h5" ] && COMPUTE+=(--compute "wall_seconds=$TRAIN_WALL")
     [ -n "${DECODE_WALL:-}" ] && COMPUTE+=(--compute "eval_seconds=$DECODE_WALL")
     [ -n "${REPORTED:-}" ] && COMPUTE+=(--compute "reported_checkpoint=$REPORTED")
     [ "$(row_data)" != synthetic ] && COMPUTE+=(--data "$(row_data)")

@@ -12,7 +12,9 @@ Backend *backend_create(const Config *c, int threads, int local_rank)
         return backend_cpu_create(threads);
     }
 #ifdef HAVE_CUDA
-    return backend_cuda_create(c->precision, c->allreduce, local_rank);
+    Backend *be = backend_cuda_create(c->precision, c->allreduce, local_rank);
+    if (be) be->graph_shapes = c->cuda_graphs ? c->cuda_graph_cache : 0;   /* ops.h graph_begin */
+    return be;
 #else
     fprintf(stderr, "error: device=cuda: this build has no CUDA backend (nvcc was not found by make)\n");
     return NULL;

@@ -72,6 +72,8 @@ static const KeyDesc KEYS[] = {
     E(device, DEVICES, 0),
     E(precision, PRECISIONS, 0),
     E(allreduce, ALLREDUCES, 0),
+    K(cuda_graphs, T_INT, 0, 1, 0),
+    K(cuda_graph_cache, T_INT, 1, 1 << 16, 0),
     E(loss_scale, LOSS_SCALES, 0),
     K(loss_scale_init, T_FLOAT, 1e-30, 1e30, 0),
     K(loss_scale_window, T_INT, 1, 1e9, 0),
@@ -142,6 +144,10 @@ void config_defaults(Config *c)
     c->device = DEVICE_CPU;
     c->precision = PRECISION_FP32;
     c->allreduce = ALLREDUCE_AUTO;
+    /* a step graph per batch shape, a few MB of device memory each; 512
+     * covers an epoch of Multi30k's shapes at 2000 tokens (docs/gpu-model.md) */
+    c->cuda_graphs = 1;
+    c->cuda_graph_cache = 512;
     /* dynamic loss scaling for precision=fp16 (loss_scale.h).  The loss is
      * summed over target tokens, not averaged, so the logits' gradient is
      * already O(1) per token; 2^10 leaves 2^6 of headroom below fp16's

@@ -86,6 +86,8 @@ typedef struct Config {
     Device device;           /* cpu or cuda */
     Precision precision;     /* fp32, tf32, bf16 or fp16 (the last three: cuda) */
     Allreduce allreduce;     /* cuda gradient sums: auto (NCCL if built with it, else MPI), nccl or mpi */
+    int cuda_graphs;         /* 1: the cuda training step in CUDA Graphs (cuda/step_graph.cuh) */
+    int cuda_graph_cache;    /* step shapes whose graphs are kept */
     LossScaleMode loss_scale; /* auto (dynamic for fp16, else off), dynamic or off */
     float loss_scale_init;   /* first loss scale S */
     int loss_scale_window;   /* good steps in a row after which S doubles */

@@ -274,6 +274,8 @@ int model_init(Model *m, const ModelConfig *c, Backend *be)
 static void free_acts(Model *m)
 {
     int N = m->cfg.n_layers;
+    /* step graphs hold these buffers' addresses (ops.h graph_begin) */
+    if (m->be->graph_reset) m->be->graph_reset(m->be);
     for (int l = 0; l < N; l++) {
         LayerActs *A[2] = { &m->enc[l], &m->dec[l] };
         for (int k = 0; k < 2; k++) {
@@ -686,6 +688,33 @@ static LossStats sum_row_losses(Model *m, const Batch *b)
     return st;
 }
 
+/* CUDA Graphs (ops.h graph_begin; cuda/step_graph.cuh) of a training
+ * step's forward and backward: the key holds what the step's device calls
+ * depend on besides the batch's contents (uploaded before) and the step
+ * (which the backend passes through device memory): the shape, the loss
+ * scale (xent's gradient scale), whether the gradient hook and the head
+ * gates run, and which model.  1 if the step runs under graphs. */
+static int step_graph_begin(Model *m, uint32_t step, int train, int do_backward, GradReadyFn ready)
+{
+    Backend *be = m->be;
+    if (!be->graph_begin || be->graph_shapes <= 0 || !train || !do_backward) return 0;
+    uint32_t scale;
+    memcpy(&scale, &m->loss_scale, sizeof scale);
+    int64_t key[] = { m->B, m->S, m->T, ready != NULL, scale, m->gates != NULL, m->gate_grad != NULL,
+                      (int64_t)(intptr_t)m->params };
+    be->graph_begin(be, key, (int)(sizeof key / sizeof key[0]), step);
+    return 1;
+}
+
+/* gradients of [0, hi) are final: the gradient hook, which may start an
+ * allreduce, runs between two of the step graph's segments */
+static void grads_ready(Model *m, int graphed, GradReadyFn ready, void *ready_ctx, size_t hi)
+{
+    if (!ready) return;
+    if (graphed) m->be->graph_break(m->be);
+    ready(ready_ctx, hi);
+}
+
 LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
                                  GradReadyFn ready, void *ready_ctx)
 {
@@ -694,6 +723,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     model_upload_batch(m, b);
     int N = c->n_layers, T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model, V = c->vocab_size;
     float p = pdrop(m, train);
+    int graphed = step_graph_begin(m, step, train, do_backward, ready);
     Act enc_out = model_encode(m, train, step);
     Act y = model_decode(m, enc_out, train, step);
 
@@ -715,7 +745,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
                                   drop_key(m, step, SITE_DEC + 4 * l + 1));
         self_attn_block_backward(m, L, a, x, T, layer_gates(m, HEAD_DEC_SELF, l), layer_gate_grad(m, HEAD_DEC_SELF, l), p,
                                  drop_key(m, step, SITE_DEC + 4 * l));
-        if (ready) ready(ready_ctx, l ? m->pt.dec[l - 1].self_attn.Wq : m->pt.enc_begin);
+        grads_ready(m, graphed, ready, ready_ctx, l ? m->pt.dec[l - 1].self_attn.Wq : m->pt.enc_begin);
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, b->tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_TGT_EMB));
@@ -727,11 +757,12 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         ffn_block_backward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
         self_attn_block_backward(m, L, a, x, S, layer_gates(m, HEAD_ENC, l), layer_gate_grad(m, HEAD_ENC, l), p,
                                  drop_key(m, step, SITE_ENC + 4 * l));
-        if (ready) ready(ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
+        grads_ready(m, graphed, ready, ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_src, b->src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_SRC_EMB));
-    if (ready) ready(ready_ctx, m->pt.total);
+    grads_ready(m, graphed, ready, ready_ctx, m->pt.total);
+    if (graphed) be->graph_end(be);
     return sum_row_losses(m, b);
 }
 

@@ -239,6 +239,25 @@ struct Backend {
     int allreduce_timeout_s;   /* allreduce_wait's watchdog (watchdog_check; 0: none) */
     const char *allreduce_path; /* set by allreduce_init: what sums the gradients, in words */
 
+    /* Optional (NULL: none; CUDA: cuda/graph.cuh, cuda/step_graph.cuh):
+     * CUDA Graphs of a training step.  The model brackets a step's forward
+     * and backward with graph_begin(key, step) .. graph_end: the device
+     * work between them is run eagerly the first time key is seen,
+     * captured the second, and replayed from the graphs later; key must
+     * hold everything the step's calls depend on but the batch's contents
+     * and the step, which the backend reads from device memory.
+     * graph_break before the gradient hook (whose allreduce starts between
+     * graphs); graph_reset when buffers a step used are freed;
+     * graph_stats: steps eager, captured, replayed, shapes dropped.
+     * graph_shapes: how many keys keep graphs (0: off; backend_create sets
+     * it from cuda_graphs and cuda_graph_cache). */
+    int graph_shapes;
+    void (*graph_begin)(Backend *be, const int64_t *key, int n_key, uint32_t step);
+    void (*graph_break)(Backend *be);
+    void (*graph_end)(Backend *be);
+    void (*graph_reset)(Backend *be);
+    void (*graph_stats)(Backend *be, long stats[4]);
+
     void (*destroy)(Backend *be);
 };
 

@@ -60,6 +60,8 @@ for cmd in params train; do
     # on it would silently be an fp32 run
     one_line_error "^error: command line: key 'precision': tf32 needs device=cuda (the CPU backend is fp32)$" \
         "$BIN" $cmd precision=tf32 device=cpu
+    one_line_error "^error: command line: key 'cuda_graphs': 2 is out of range" "$BIN" $cmd cuda_graphs=2
+    one_line_error "^error: command line: key 'cuda_graph_cache': 0 is out of range" "$BIN" $cmd cuda_graph_cache=0
     f=$(cfg dev.cfg 'device = gpu\n')
     one_line_error "^error: $f:1: key 'device': 'gpu' is not 'cpu' or 'cuda'$" "$BIN" $cmd --config "$f"
     f=$(cfg ls.cfg 'loss_scale = static\n')

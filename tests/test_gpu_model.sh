@@ -26,6 +26,9 @@
 #   the lowest own tile rate by a margin;
 # - the default of TRANSFORMER_RELU_MASK is the one the model prices
 #   faster (issue 44: the model decides until a GPU measures both).
+# - --graphs on base' (Table 3's scaled base): the model's host launches
+#   per step without and with CUDA Graphs equal the emulator's counts of an
+#   eager and a replayed step, and the step is predicted shorter with them.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -106,7 +109,7 @@ done
 
 # the DRELU path (issue 44): until a GPU measures both, the model's point
 # estimate decides TRANSFORMER_RELU_MASK's default, so the default must
-# price as the faster of =0 and =1 (docs/gpu-model.md section 10)
+# price as the faster of =0 and =1 (docs/gpu-model.md section 11)
 # (the H100 column of the total: ms to three decimals)
 relu_ms() {
     env -u TRANSFORMER_RELU_MASK ${2:+TRANSFORMER_RELU_MASK=$2} $M --model $1 --batch 610 --len 41 precision=bf16 |
@@ -194,3 +197,17 @@ for bad in dropped swapped header other; do
         fail "--fit $bad.csv: exit $rc, stderr $(cat $W/err.txt), stdout $(head -2 $W/out.txt)"
     ok "--fit $bad.csv refused: $(cat $W/err.txt)"
 done
+
+# CUDA Graphs (cuda/graph.cuh; gpu_model --graphs): base' (Table 3's scaled
+# base, a batch of 140 x 14 tokens) priced under its graphs beside the same
+# step without: the model's host launches per step without and with graphs
+# equal the emulator's counts of an eager and of a replayed step (dry run);
+# far fewer launches, and a shorter predicted H100 step, with graphs
+out=$($M --config input/table3-m30k/base.cfg --batch 140 --len 14 --graphs precision=bf16) || fail "--graphs: $out"
+read -r wo wi <<< "$(sed -n 's/^CUDA Graphs: host launches per step \([0-9]*\) without, \([0-9]*\) with .*/\1 \2/p' <<< "$out")"
+read -r eo ei <<< "$(sed -n 's/^emulator: host launches per step: \([0-9]*\) eager; \([0-9]*\) replayed .*/\1 \2/p' <<< "$out")"
+[ -n "$wo" ] && [ "$wo" = "$eo" ] && [ "$wi" = "$ei" ] && [ "$((10 * wi))" -lt "$wo" ] ||
+    fail "--graphs: launches without/with: model $wo/$wi, emulator $eo/$ei: $(grep -E '^(CUDA|emulator)' <<< "$out")"
+read -r t0 t1 <<< "$(awk '/^CUDA Graphs: H100-SXM/ { print $4, $7 }' <<< "$out")"
+awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b > 0 && b < a) }' || fail "--graphs: H100 $t1 ms/step with graphs, $t0 without"
+ok "base' under CUDA Graphs: $wo host launches without, $wi with (= the emulator's counts); H100 $t0 -> $t1 ms/step"

@@ -4,7 +4,7 @@
 #   1. a healthy row: trained, dev and every held-out split translated with
 #      the final checkpoint and the average of the last 5, all stored in its
 #      result file with their BLEU, the compute (tokens seen = the metrics
-#      log's sum, threads) and the learning-rate rule; verdict healthy;
+#      log's sum, wall time = its elapsed time, threads) and the learning-rate rule; verdict healthy;
 #   2. a planted stuck row (a learning rate too small to leave the start):
 #      verdict stuck, rerun once by policy with seed + 100 as ROW-rerun,
 #      both results kept, the element failing since the rerun is stuck too;
@@ -73,6 +73,8 @@ for name in ("dev.final", "test2016.final", "test2016.avg5", "test2017.final", "
     assert np.isfinite(a[f"bleu_{name}"]), name
 m = h5py.File(f"{sw}/runs/ok/metrics.h5", "r")
 assert a["tokens_seen"] == m["train/tokens"][:].sum() > 0, (a["tokens_seen"], m["train/tokens"][:].sum())
+# the training time of every invocation (resumes too), not the last one's
+assert a["wall_seconds"] == m["train/elapsed_s"][-1] > 0, (a["wall_seconds"], m["train/elapsed_s"][-1])
 assert str(a["threads"]) == "1" and "lr_peak 1e-2" in str(a["lr_rule"]), (a["threads"], a["lr_rule"])
 assert "nrefs:1" in str(a["bleu_signature"]), a["bleu_signature"]
 for row in ("stuck", "stuck-rerun"):

@@ -99,6 +99,7 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
                        "cuBLAS may accumulate partial sums in 16 bits", fn);
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     if (cuda_emu::dry_run) {   /* no arithmetic, and the pointer arrays were never written */
+        cuda_emu::dry_submit();
         cuda_emu::report(fn, 0, 0, 0, 0);
         return CUBLAS_STATUS_SUCCESS;
     }

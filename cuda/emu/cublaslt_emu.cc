@@ -412,6 +412,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     int m = (int)Dl.rows, n = (int)Dl.cols, k = (int)(x.ta == CUBLAS_OP_N ? A.cols : A.rows);
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     if (cuda_emu::dry_run) {
+        cuda_emu::dry_submit();
         cuda_emu::report("cublasLtMatmul", 0, 0, 0, 0);
         return CUBLAS_STATUS_SUCCESS;
     }

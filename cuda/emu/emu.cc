@@ -28,6 +28,8 @@
 
 #include <cerrno>
 #include <dirent.h>
+#include <elf.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -47,6 +49,7 @@
 #endif
 
 static void release_guards();   /* rule PINNED, below */
+static unsigned long long splitmix(unsigned long long z);
 
 namespace cuda_emu {
 
@@ -98,6 +101,8 @@ struct Emu {
     void *sched_fake = nullptr;
     const void *main_bottom = nullptr;
     size_t main_size = 0;
+    /* rule SHARED: the running kernel's static __shared__ variables */
+    const std::vector<std::pair<char *, size_t>> *statics = nullptr;
     /* device allocations: start -> size */
     std::map<uintptr_t, size_t> allocs;
     size_t dev_bytes = 0;   /* their sum, against CUDA_EMU_MEMORY */
@@ -393,6 +398,15 @@ static void check_red_zones()
     }
 }
 
+/* rule SHARED: static __shared__ variables start each block as dynamic
+ * shared memory does, 0xFF (a NaN pattern), not as the zeros or the
+ * previous block's values a static keeps */
+static void poison_statics()
+{
+    if (E.statics)
+        for (const auto &v : *E.statics) memset(v.first, 0xFF, v.second);
+}
+
 static void run_block(int n)
 {
     std::vector<int> ord(n);
@@ -407,6 +421,7 @@ static void run_block(int n)
     memset(E.smem_buf, RED_BYTE, RED);
     memset(E.smem_buf + RED, 0xFF, E.smem_size);
     memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
+    poison_statics();
     char buf[256];
     for (;;) {
         for (int i = 0; i < n; i++) ord[i] = E.order == REVERSE ? n - 1 - i : i;
@@ -440,6 +455,30 @@ static void run_block(int n)
         for (int i = 0; i < n; i++) E.pool[i]->st = RUNNABLE;
     }
     check_red_zones();
+}
+
+/* Rule BLOCKORDER: a GPU runs the blocks of a launch in no set order, many
+ * at once, so a block that reads what another block of the same launch
+ * wrote (without a grid-wide synchronisation) reads it or not by chance.
+ * Ascending order, always, would hide that: under the rule each launch
+ * runs its blocks reversed or shuffled, drawn from CUDA_EMU_SEED and the
+ * launch's number. */
+static unsigned long long emu_seed();
+static unsigned long long block_launches;
+template <class F> static void for_each_block(dim3 g, F &&f)
+{
+    unsigned long nb = (unsigned long)g.x * g.y * g.z;
+    std::vector<unsigned long> ord;
+    if (nb > 1 && strict("BLOCKORDER")) {
+        unsigned long long r = splitmix(emu_seed() * 0x9E3779B97F4A7C15ULL + ++block_launches);
+        ord.resize(nb);
+        for (unsigned long i = 0; i < nb; i++) ord[i] = r & 1 ? nb - 1 - i : i;
+        if (!(r & 1)) std::shuffle(ord.begin(), ord.end(), std::mt19937_64(r));
+    }
+    for (unsigned long i = 0; i < nb; i++) {
+        unsigned long b = ord.empty() ? i : ord[i];
+        f(make_uint3((unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / ((unsigned long)g.x * g.y))));
+    }
 }
 
 /* ------------------------------------------------------ pthread backend */
@@ -580,6 +619,7 @@ static void *pt_worker(void *arg)
         P.exited[i] = 1;
         P.n_exited++;
         if (++P.done == P.nt) pthread_cond_broadcast(&P.cv);
+        if (P.done > P.nt) fail("pthread backend: %d threads finished a block of %d", P.done, P.nt);
     }
     return nullptr;
 }
@@ -603,7 +643,6 @@ static void pt_launch(unsigned long nt)
         pthread_detach(th);
         P.pool++;
     }
-    P.nt = (int)nt;
     for (unsigned long i = 0; i < nt; i++) {
         P.ctx[i].tid = make_uint3(i % E.block.x, (i / E.block.x) % E.block.y, i / (E.block.x * E.block.y));
         P.ctx[i].bdim = E.block;
@@ -611,23 +650,39 @@ static void pt_launch(unsigned long nt)
     }
     for (PtWarp &W : P.warps) W.arrived = 0;
     pthread_mutex_unlock(&P.mu);
-    for (unsigned z = 0; z < E.grid.z; z++)
-        for (unsigned y = 0; y < E.grid.y; y++)
-            for (unsigned x = 0; x < E.grid.x; x++) {
-                pthread_mutex_lock(&P.mu);
-                E.bidx = make_uint3(x, y, z);
-                for (unsigned long i = 0; i < nt; i++) P.ctx[i].bid = E.bidx;
-                memset(E.smem_buf, RED_BYTE, RED);
-                memset(E.smem_buf + RED, 0xFF, E.smem_size);
-                memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
-                memset(P.exited, 0, sizeof P.exited);
-                P.n_exited = P.done = P.arrived = 0;
-                P.block_gen++;
-                pthread_cond_broadcast(&P.cv);
-                while (P.done < P.nt) pthread_cond_wait(&P.cv, &P.mu);
-                pthread_mutex_unlock(&P.mu);
-                check_red_zones();
-            }
+    /* CUDA_EMU_SPURIOUS_WAKEUPS=1: wake every worker here, between the
+     * launch's set-up and its first block, and give them time to look (a
+     * condition variable may wake its waiters at any time, POSIX says): a
+     * worker must still run only the blocks it belongs to */
+    static const bool spurious = getenv("CUDA_EMU_SPURIOUS_WAKEUPS") && atoi(getenv("CUDA_EMU_SPURIOUS_WAKEUPS"));
+    if (spurious) {
+        pthread_cond_broadcast(&P.cv);
+        usleep(2000);
+    }
+    for_each_block(E.grid, [nt](uint3 b) {
+        pthread_mutex_lock(&P.mu);
+        E.bidx = b;
+        for (unsigned long i = 0; i < nt; i++) P.ctx[i].bid = E.bidx;
+        memset(E.smem_buf, RED_BYTE, RED);
+        memset(E.smem_buf + RED, 0xFF, E.smem_size);
+        memset(E.smem_buf + RED + E.smem_size, RED_BYTE, RED);
+        poison_statics();
+        memset(P.exited, 0, sizeof P.exited);
+        P.n_exited = P.done = P.arrived = 0;
+        /* the block's thread count changes with its generation, in one
+         * critical section: a worker that slept through the last block of
+         * the previous launch (it was not one of its threads) and wakes
+         * between the two must not count itself in, or it runs the body
+         * early with a stale block index and its done++ lets the block end
+         * before one of its threads has run (seen under load: one thread's
+         * elements of k_bias_forward added twice) */
+        P.nt = (int)nt;
+        P.block_gen++;
+        pthread_cond_broadcast(&P.cv);
+        while (P.done < P.nt) pthread_cond_wait(&P.cv, &P.mu);
+        pthread_mutex_unlock(&P.mu);
+        check_red_zones();
+    });
 }
 
 /* ------------------------------------------------------- byte counting */
@@ -645,9 +700,76 @@ static double rd_all, wr_all;
 
 void access(const void *p, size_t n, bool write);
 
+/* Rule ACCESS: each load and store of a kernel through ld()/st()/ldp()/
+ * stp() (memory.cuh) lies in one cudaMalloc'd allocation, the block's
+ * shared memory (dynamic, or the kernel's statics), pinned host memory or
+ * the thread's own stack, and is naturally aligned (a GPU faults on a
+ * misaligned access: cudaErrorMisalignedAddress).  A read past a tensor's
+ * end that crosses its allocation's end, which the GPU's rounding or a
+ * neighbouring allocation would let pass, is reported with the
+ * allocation and the offset. */
+bool checking;
+uintptr_t acc_lo = 1, acc_hi = 0;   /* the allocation of the last access */
+
+static bool in_range(uintptr_t a, size_t n, const void *lo, size_t bytes)
+{
+    return a >= (uintptr_t)lo && a + n <= (uintptr_t)lo + bytes;
+}
+static bool in_block_memory(uintptr_t a, size_t n)
+{
+    if (in_range(a, n, E.smem_buf + RED, E.smem_size)) return true;
+    if (E.statics)
+        for (const auto &v : *E.statics)
+            if (in_range(a, n, v.first, v.second)) return true;
+    return cur_fiber && in_range(a, n, cur_fiber->stack_lo, cur_fiber->stack_size);
+}
+static bool is_pinned(const void *p, size_t n);
+
+[[noreturn]] static void bad_access(uintptr_t a, size_t n, bool write)
+{
+    const char *what = write ? "store" : "load";
+    auto it = E.allocs.upper_bound(a);
+    if (it != E.allocs.begin()) {
+        --it;
+        size_t off = a - it->first;
+        if (off < it->second)
+            fail("%s of %zu bytes at %p crosses the end of the allocation %p of %zu bytes (offset %zu)", what, n,
+                 (void *)a, (void *)it->first, it->second, off);
+        if (off < it->second + 4096)
+            fail("%s of %zu bytes at %p, %zu bytes past the end of the allocation %p of %zu bytes (offset %zu)", what,
+                 n, (void *)a, off - it->second, (void *)it->first, it->second, off);
+    }
+    fail("%s of %zu bytes at %p: not in any device allocation or shared memory", what, n, (void *)a);
+}
+
+void check_access(const void *p, size_t n, bool write)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (!cur) return;   /* host code using the same ld()/st() helpers */
+    if ((n & (n - 1)) == 0 && (a & (n - 1)))
+        fail("%s of %zu bytes at %p: not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
+             write ? "store" : "load", n, p, n);
+    if (a >= acc_lo && a + n <= acc_hi) return;
+    auto it = E.allocs.upper_bound(a);
+    if (it != E.allocs.begin() && in_range(a, n, (const void *)std::prev(it)->first, std::prev(it)->second)) {
+        acc_lo = std::prev(it)->first;
+        acc_hi = acc_lo + std::prev(it)->second;
+        return;
+    }
+    if (!in_block_memory(a, n) && !is_pinned(p, n)) bad_access(a, n, write);
+}
+
+void check_aligned(const void *p, size_t n, bool write)
+{
+    if (cur && ((uintptr_t)p & (n - 1)))
+        fail("%s of a %zu-byte vector at %p: not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
+             write ? "store" : "load", n, p, n);
+}
+
 void seen(const void *p, size_t n, bool write)
 {
     if (!cur) return;   /* host code using the same ld()/st() helpers */
+    if (checking) check_seen(p, n, write);
     if (tracking) access(p, n, write);
     if (!counting) return;
     Touch &t = touched[(uintptr_t)p];
@@ -722,10 +844,152 @@ static bool kernel_image_for_device(const char *name)
     return false;
 }
 
-/* a kernel's blocks, when its stream gets to it */
-static void run_launch(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body,
-                       const char *file, int line)
+/* Rule LAUNCH_BOUNDS.  __launch_bounds__(N) left N nops before the
+ * kernel's entry and their address in __patchable_function_entries (emu.h):
+ * N is the distance from the nearest such address below the entry, when
+ * only nops lie between (0: no bound). */
+extern "C" const uintptr_t __start___patchable_function_entries[] __attribute__((weak));
+extern "C" const uintptr_t __stop___patchable_function_entries[] __attribute__((weak));
+static unsigned long launch_bound(const void *fn)
 {
+    uintptr_t f = (uintptr_t)fn, best = 0;
+    for (const uintptr_t *e = __start___patchable_function_entries; e && e < __stop___patchable_function_entries; e++)
+        if (*e < f && *e > best) best = *e;
+    if (!best || f - best > 1024) return 0;
+    for (const unsigned char *c = (const unsigned char *)best; c < (const unsigned char *)f; c++)
+        if (*c != 0x90) return 0;
+    return (unsigned long)(f - best);
+}
+
+/* Rule REGISTERS: the registers per thread nvcc gave each kernel
+ * (cuda/resource-usage.txt, from ptxas -v, compiled in; CUDA_EMU_RESOURCES
+ * names another table), the most over its instantiations and
+ * architectures, by the kernel's name without template arguments */
+static const char resource_table[] =
+#include "resource-usage.inc"
+    "";
+static std::map<std::string, int> read_registers(const char *f)
+{
+    std::string text = resource_table;
+    if (f) {
+        FILE *fp = fopen(f, "r");
+        if (!fp) fail("CUDA_EMU_RESOURCES=%s: %s", f, strerror(errno));
+        text.clear();
+        for (int c; (c = fgetc(fp)) != EOF;) text += (char)c;
+        fclose(fp);
+    }
+    std::map<std::string, int> m;
+    char arch[32], kernel[256];
+    int r;
+    for (size_t i = 0; i < text.size();) {
+        size_t j = text.find('\n', i);
+        if (j == std::string::npos) j = text.size();
+        std::string line = text.substr(i, j - i);
+        i = j + 1;
+        if (line[0] == '#' || sscanf(line.c_str(), "%31s %255s %d", arch, kernel, &r) != 3) continue;
+        std::string base(kernel, strcspn(kernel, "<"));
+        m[base] = std::max(m[base], r);
+    }
+    return m;
+}
+static int kernel_registers(const char *name)
+{
+    static std::string file = "-";   /* the table read (none yet) */
+    static std::map<std::string, int> regs;
+    const char *f = getenv("CUDA_EMU_RESOURCES");
+    if (file != (f ? f : "")) {
+        regs = read_registers(f);
+        file = f ? f : "";
+    }
+    auto it = regs.find(std::string(name, strcspn(name, "<( ")));
+    return it == regs.end() ? 0 : it->second;
+}
+
+/* A block's threads must fit the kernel's bound and, at its register
+ * count (allocated per warp, 8 registers per thread at a time), the 64K
+ * registers of an SM; a GPU refuses the launch otherwise
+ * (cudaErrorInvalidValue past the bound, cudaErrorLaunchOutOfResources) */
+static void check_launch_resources(const char *name, const void *fn, unsigned long nt)
+{
+    unsigned long bound = strict("LAUNCH_BOUNDS") ? launch_bound(fn) : 0;
+    if (bound && nt > bound)
+        fail("launch of %lu threads per block, over the kernel's __launch_bounds__(%lu) (a GPU refuses it)", nt, bound);
+    int r = strict("REGISTERS") ? kernel_registers(name) : 0;
+    unsigned long need = (nt + 31) / 32 * 32 * (unsigned long)((r + 7) / 8 * 8);
+    if (need > 65536)
+        fail("%lu threads per block x %d registers (cuda/resource-usage.txt) need %lu registers, over the 65536 of a "
+             "block (cudaErrorLaunchOutOfResources on a GPU)", nt, r, need);
+}
+
+/* Rule SHARED: a kernel's static __shared__ variables are the writable
+ * function-local statics of its symbol (emu.h's __shared__ is `static`),
+ * found in this program's symbol table (.symtab of /proc/self/exe) once:
+ * kernel entry -> (address, bytes) of each */
+typedef std::vector<std::pair<char *, size_t>> Statics;
+static uintptr_t exe_bias;
+static std::map<uintptr_t, Statics> read_statics(FILE *f)
+{
+    std::map<uintptr_t, Statics> out;
+    Elf64_Ehdr eh;
+    if (fread(&eh, sizeof eh, 1, f) != 1 || memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64)
+        return out;
+    std::vector<Elf64_Shdr> sh(eh.e_shnum);
+    if (fseek(f, (long)eh.e_shoff, SEEK_SET) || fread(sh.data(), sizeof(Elf64_Shdr), sh.size(), f) != sh.size())
+        return out;
+    for (const Elf64_Shdr &s : sh) {
+        if (s.sh_type != SHT_SYMTAB || s.sh_link >= sh.size()) continue;
+        std::vector<Elf64_Sym> sym(s.sh_size / sizeof(Elf64_Sym));
+        std::string str(sh[s.sh_link].sh_size, '\0');
+        if (fseek(f, (long)s.sh_offset, SEEK_SET) || fread(sym.data(), sizeof(Elf64_Sym), sym.size(), f) != sym.size() ||
+            fseek(f, (long)sh[s.sh_link].sh_offset, SEEK_SET) || fread(&str[0], 1, str.size(), f) != str.size())
+            return out;
+        std::map<std::string, const Elf64_Sym *> locals;   /* "_ZZ<function>E<name>" */
+        for (const Elf64_Sym &y : sym)
+            if (ELF64_ST_TYPE(y.st_info) == STT_OBJECT && y.st_name < str.size() && y.st_shndx < sh.size() &&
+                (sh[y.st_shndx].sh_flags & SHF_WRITE) && !strncmp(&str[y.st_name], "_ZZ", 3))
+                locals[&str[y.st_name]] = &y;
+        for (const Elf64_Sym &y : sym) {
+            if (ELF64_ST_TYPE(y.st_info) != STT_FUNC || y.st_name >= str.size() || strncmp(&str[y.st_name], "_Z", 2))
+                continue;
+            std::string key = "_ZZ" + std::string(&str[y.st_name] + 2) + "E";
+            for (auto it = locals.lower_bound(key); it != locals.end() && !it->first.compare(0, key.size(), key); ++it)
+                out[exe_bias + y.st_value].emplace_back((char *)(exe_bias + it->second->st_value), it->second->st_size);
+        }
+    }
+    return out;
+}
+static const Statics *kernel_statics(const void *fn)
+{
+    static std::map<uintptr_t, Statics> all = [] {
+        dl_iterate_phdr([](struct dl_phdr_info *i, size_t, void *) { exe_bias = i->dlpi_addr; return 1; }, nullptr);
+        FILE *f = fopen("/proc/self/exe", "rb");
+        std::map<uintptr_t, Statics> m;
+        if (f) m = read_statics(f);
+        if (f) fclose(f);
+        return m;
+    }();
+    auto it = all.find((uintptr_t)fn);
+    return it == all.end() ? nullptr : &it->second;
+}
+
+/* its static and dynamic shared memory against the 48 KiB a block gets
+ * without the cudaFuncAttributeMaxDynamicSharedMemorySize opt-in */
+static const Statics *check_shared(const void *fn, size_t smem)
+{
+    const Statics *st = strict("SHARED") ? kernel_statics(fn) : nullptr;
+    size_t bytes = 0;
+    if (st)
+        for (const auto &v : *st) bytes += v.second;
+    if (smem + bytes > 48 * 1024)
+        fail("%zu bytes of static and %zu of dynamic shared memory exceed the default limit of 48 KiB", bytes, smem);
+    return st;
+}
+
+/* a kernel's blocks, when its stream gets to it */
+static void run_launch(const char *name, const Statics *statics, dim3 grid, dim3 block, size_t smem,
+                       const std::function<void()> &body, const char *file, int line)
+{
+    E.statics = statics;
     E.kname = name;
     E.kfile = file;
     E.kline = line;
@@ -746,23 +1010,24 @@ static void run_launch(const char *name, dim3 grid, dim3 block, size_t smem, con
     } else if (use_pthreads) {
         pt_launch(nt);
     } else {
-        for (unsigned z = 0; z < grid.z; z++)
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
-                    E.bidx = make_uint3(x, y, z);
-                    run_block((int)nt);
-                }
+        checking = strict("ACCESS");
+        for_each_block(grid, [nt](uint3 b) {
+            E.bidx = b;
+            run_block((int)nt);
+        });
+        checking = false;
         if (counting) report_launch(name);
     }
     E.body = nullptr;
     E.kname = "";
+    E.statics = nullptr;
 }
 
 /* the launch's checks now (a GPU refuses a bad configuration at the
  * launch), its blocks as the next work of `stream` (by value: the
  * arguments were converted at the call) */
-void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body,
-            const char *file, int line)
+void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            std::function<void()> body, const char *file, int line)
 {
     if (cur_fiber || cur) fail("kernel %s launched from inside a kernel", name);
     init_order();
@@ -778,11 +1043,14 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
         fail("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
     if (smem > 48 * 1024) fail("%zu bytes of dynamic shared memory exceed the default limit of 48 KiB", smem);
     if (counting && use_pthreads) fail("byte counting needs the fiber backend");
+    check_launch_resources(name, fn, nt);
+    const Statics *statics = check_shared(fn, smem);
     E.kname = "";
     if (!kernel_image_for_device(name)) return;
     if (cuda_cost_shape) cuda_cost_shape(name, (double)grid.x * grid.y * grid.z, (double)nt);
     E.launches++;
-    enqueue(stream, name, [=, body = std::move(body)] { run_launch(name, grid, block, smem, body, file, line); });
+    enqueue(stream, name,
+            [=, body = std::move(body)] { run_launch(name, statics, grid, block, smem, body, file, line); });
 }
 
 /* ------------------------------------------------------------- streams */
@@ -826,12 +1094,14 @@ struct Op {
     const char *what;
     Clock host;                   /* the host's clock at the call */
 };
+struct Capture;
 struct Stream {
     std::deque<Op> q;
     bool nonblocking;
     int id;                       /* for messages: 0 the legacy stream, then 1, 2, ... */
     long seq;                     /* operations started */
     Clock vc;
+    Capture *cap = nullptr;       /* cudaStreamBeginCapture: its work is recorded, not queued */
 };
 struct Event {
     std::shared_ptr<Mark> last;   /* the latest record; null before the first */
@@ -1063,11 +1333,31 @@ static void drain_blocking()
     run_until([&b] { return empty(b); }, b);
 }
 
-/* op as the next work of stream h: queued, or run now (above) */
+/* stream capture (graphs, at the end of this file): op recorded into s's
+ * capture, or refused; a legacy-stream op while a blocking stream captures */
+static void capture_op(Stream *s, Op op);
+static void capture_legacy_use(const char *what);
+static void count_submit(const Op &op);
+static void capture_drop(Stream *s);
+/* an unsafe call (allocation, synchronous copy, device synchronisation)
+ * from a thread a capture forbids it: the capture is invalidated, and the
+ * call must answer cudaErrorStreamCaptureUnsupported without acting */
+static bool capture_refuses(const char *what);
+/* a synchronisation or query of a capturing stream (s; the legacy stream
+ * as an unsafe call) */
+static bool capture_refuses_sync(Stream *s, const char *what);
+/* a copy a capture cannot record: from or to pageable host memory */
+static bool capture_refuses_copy(cudaStream_t h, const void *src, void *dst, cudaMemcpyKind kind);
+
+/* op as the next work of stream h: queued, or run now (above), or
+ * recorded while h captures */
 static void submit(cudaStream_t h, Op op)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    count_submit(op);
+    if (s && s->cap) return capture_op(s, std::move(op));
+    if (!s) capture_legacy_use(op.what);
     op.host = Q.host;
     if (s && deferring()) {
         if (!Q.have_owner) {
@@ -1385,6 +1675,7 @@ static bool dev_charge_alloc(size_t size, int *dev, size_t *charged)
 
 cudaError_t cudaMalloc(void **p, size_t size)
 {
+    if (capture_refuses("cudaMalloc")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (!p) return set_err(cudaErrorInvalidValue);
     bool shared = strict("DEVMEM");
     int dev = 0;
@@ -1427,11 +1718,14 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
+    if (capture_refuses("cudaFree")) return set_err(cudaErrorStreamCaptureUnsupported);
     device_sync();
     auto it = E.allocs.find((uintptr_t)p);
     if (it == E.allocs.end()) fail("cudaFree(%p): not a pointer returned by cudaMalloc", p);
     E.dev_bytes -= it->second;
     forget(it->first);
+    acc_lo = 1;
+    acc_hi = 0;
     E.allocs.erase(it);
     auto c = dev_charged.find((uintptr_t)p);
     if (c != dev_charged.end()) {   /* given back to the device it came from */
@@ -1444,6 +1738,7 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
+    if (capture_refuses("cudaMallocHost")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (!p) return set_err(cudaErrorInvalidValue);
     /* whole pages, for rule PINNED's guards */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -1456,6 +1751,7 @@ cudaError_t cudaMallocHost(void **p, size_t size)
 cudaError_t cudaFreeHost(void *p)
 {
     if (!p) return cudaSuccess;
+    if (capture_refuses("cudaFreeHost")) return set_err(cudaErrorStreamCaptureUnsupported);
     device_sync();
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     if (!Q.pinned.erase((uintptr_t)p)) fail("cudaFreeHost(%p): not a pointer returned by cudaMallocHost", p);
@@ -1485,6 +1781,7 @@ static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
+    if (capture_refuses("cudaMemcpy")) return set_err(cudaErrorStreamCaptureUnsupported);
     check_legacy_stream("cudaMemcpy");
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpy");
@@ -1508,29 +1805,47 @@ static void copy_run(void *dst, const void *src, size_t n)
  * for the copy (an event or stream synchronisation).  The buffer's pages
  * are inaccessible from the call until the host's clock has the copy: a
  * premature host access faults and is reported. */
+/* Rule PINNED_SRC (with STREAMS): the same for the source of a copy from
+ * pinned memory to the device, read when its stream gets there: the host
+ * must not refill it before it waited for the copy, so its pages are
+ * read-only until then, and a host write faults and is reported, naming
+ * the copy. */
 struct Guard {
     uintptr_t lo, hi;          /* whole pages */
     std::shared_ptr<Mark> m;   /* after the copy */
+    const void *src, *dst;     /* the copy, for messages; */
+    size_t n;
+    bool source;               /* its source (read-only), else its destination (no access) */
 };
 static std::vector<Guard> guards;
 
+/* (a page both guards share gets the stricter, no access) */
 static void protect_all()
 {
-    for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_NONE);
+    for (const Guard &g : guards)
+        if (g.source) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ);
+    for (const Guard &g : guards)
+        if (!g.source) mprotect((void *)g.lo, g.hi - g.lo, PROT_NONE);
 }
 
 static void on_segv(int sig, siginfo_t *si, void *)
 {
     uintptr_t a = (uintptr_t)si->si_addr;
     for (const Guard &g : guards)
-        if (a >= g.lo && a < g.hi)
+        if (a >= g.lo && a < g.hi && !g.source)
             fail("host access to pinned memory %p before waiting for the cudaMemcpyAsync into it (an event or stream "
                  "synchronisation after the copy)", si->si_addr);
+    for (const Guard &g : guards)
+        if (a >= g.lo && a < g.hi)
+            fail("host write to pinned memory %p, the source of cudaMemcpyAsync(%p, %p, %zu, cudaMemcpyHostToDevice), "
+                 "before waiting for that copy (an event or stream synchronisation after it): the copy may read the "
+                 "new values", si->si_addr, g.dst, g.src, g.n);
     signal(sig, SIG_DFL);   /* not ours: fault again, as without the rule */
 }
 
-/* pages of [p, p+n) guarded until the host knows m done */
-static void guard(void *p, size_t n, const std::shared_ptr<Mark> &m)
+/* pages of [p, p+n) guarded until the host knows m done (the copy's
+ * source, else its destination) */
+static void guard(const void *src, void *dst, size_t n, const std::shared_ptr<Mark> &m, bool source)
 {
     static bool installed = [] {
         struct sigaction sa;
@@ -1541,8 +1856,8 @@ static void guard(void *p, size_t n, const std::shared_ptr<Mark> &m)
         return true;
     }();
     (void)installed;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
-    guards.push_back(Guard{ a & ~(page - 1), (a + n + page - 1) & ~(page - 1), m });
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)(source ? src : dst);
+    guards.push_back(Guard{ a & ~(page - 1), (a + n + page - 1) & ~(page - 1), m, src, dst, n, source });
     protect_all();
 }
 
@@ -1560,7 +1875,7 @@ static void release_guards()
     if (guards.size() != before) protect_all();
 }
 
-/* the copy itself writes through the guard */
+/* the copy itself reads and writes through the guards */
 static void copy_into_guarded(void *dst, const void *src, size_t n)
 {
     for (const Guard &g : guards) mprotect((void *)g.lo, g.hi - g.lo, PROT_READ | PROT_WRITE);
@@ -1576,9 +1891,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 {
     if (!n) return cudaSuccess;
     check_copy(dst, src, n, kind, "cudaMemcpyAsync");
+    if (capture_refuses_copy(s, src, dst, kind)) return set_err(cudaErrorStreamCaptureUnsupported);
     double dn = (double)n, rd = kind == cudaMemcpyHostToDevice ? 0 : dn, wr = kind == cudaMemcpyDeviceToHost ? 0 : dn;
     report("cudaMemcpyAsync", rd, wr, rd, wr);
-    if (dry_run && kind != cudaMemcpyDeviceToHost) return cudaSuccess;
+    if (dry_run && kind != cudaMemcpyDeviceToHost) {
+        dry_submit();
+        return cudaSuccess;
+    }
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
         enqueue(s, "cudaMemcpyAsync", [dst, staged, n] { copy_run(dst, staged->data(), n); });
@@ -1591,7 +1910,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
         std::lock_guard<std::recursive_mutex> g(Q.mu);
         auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {}, 0 });
         submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
-        guard(dst, n, m);
+        guard(src, dst, n, m, false);
+    } else if (kind == cudaMemcpyHostToDevice && stream_of(s) && deferring() && strict("PINNED_SRC")) {
+        std::lock_guard<std::recursive_mutex> g(Q.mu);
+        auto m = std::make_shared<Mark>(Mark{ stream_of(s), false, {}, 0 });
+        submit(s, Op{ [dst, src, n] { copy_into_guarded(dst, src, n); }, nullptr, m, nullptr, false, "cudaMemcpyAsync", {} });
+        guard(src, dst, n, m, true);
     } else {
         enqueue(s, "cudaMemcpyAsync", [dst, src, n] { copy_run(dst, src, n); });
     }
@@ -1605,6 +1929,7 @@ static void check_memset(void *p, size_t n, const char *what)
 
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
+    if (capture_refuses("cudaMemset")) return set_err(cudaErrorStreamCaptureUnsupported);
     check_legacy_stream("cudaMemset");
     if (!n) return cudaSuccess;
     check_memset(p, n, "cudaMemset");
@@ -1618,7 +1943,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
     report("cudaMemsetAsync", 0, (double)n, 0, (double)n);
     if (!n) return cudaSuccess;
     check_memset(p, n, "cudaMemsetAsync");
-    if (!dry_run)
+    if (dry_run) dry_submit();
+    else
         enqueue(s, "cudaMemsetAsync", [p, v, n] {
             if (tracking) access(p, n, true);
             memset(p, v, n);
@@ -1648,6 +1974,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t h)
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    capture_drop(s);   /* a capture still open ends with its stream */
     drain(s);
     if (s->nonblocking) E.nonblocking_streams--;
     Q.all.erase(std::find(Q.all.begin(), Q.all.end(), s));
@@ -1658,6 +1985,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    if (capture_refuses_sync(s, "cudaStreamSynchronize")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (s) drain(s);
     else drain_blocking();
     return cudaSuccess;
@@ -1736,6 +2064,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    if (capture_refuses("cudaDeviceSynchronize")) return set_err(cudaErrorStreamCaptureUnsupported);
     device_sync();
     return cudaSuccess;
 }
@@ -1781,6 +2110,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
 {
     std::lock_guard<std::recursive_mutex> g(Q.mu);
     Stream *s = stream_of(h);
+    if (capture_refuses_sync(s, "cudaStreamQuery")) return set_err(cudaErrorStreamCaptureUnsupported);
     if (s && !s->q.empty()) {
         if (is_owner()) step({ s });
         if (!s->q.empty()) return set_err(cudaErrorNotReady);
@@ -1873,6 +2203,236 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     default: return "emulated CUDA error";
     }
+}
+
+/* ------------------------------------------------------ stream capture */
+
+/* CUDA Graphs by stream capture (cudaStreamBeginCapture .. EndCapture,
+ * cudaGraphInstantiate, cudaGraphLaunch).  While a stream captures, the
+ * work submitted to it is recorded, not run: each operation as it would
+ * have been queued, so a kernel keeps the arguments converted at the
+ * launch, a cuBLAS call its pointers and scalars, a copy its addresses.
+ * A launch of the graph queues exactly those operations again, every time:
+ * a pointer or scalar that changed on the host since the capture is not
+ * seen (it must live in device memory, or the graph be captured again),
+ * as on a GPU.  The rules of the CUDA Runtime API that the emulator keeps:
+ *  - the legacy default stream cannot capture; a capture ends on the
+ *    stream and, unless relaxed, on the thread that began it;
+ *  - an unsafe call (cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
+ *    cudaMemcpy, cudaMemset, cudaDeviceSynchronize) from the capturing
+ *    thread (cudaStreamCaptureModeThreadLocal) or any thread (Global), a
+ *    synchronisation or query of the capturing stream, a copy from or to
+ *    pageable host memory into the capture, or the legacy stream used
+ *    while a blocking stream captures: the call answers
+ *    cudaErrorStreamCaptureUnsupported (the legacy stream
+ *    cudaErrorStreamCaptureImplicit) and the capture is invalidated, so
+ *    cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated with
+ *    no graph;
+ *  - not emulated (a misuse here): events recorded in a capture (forks and
+ *    joins across streams) and collectives in a capture. */
+namespace cuda_emu {
+
+struct Capture {
+    std::vector<Op> ops;
+    cudaStreamCaptureMode mode;
+    pthread_t thread;
+    cudaError_t invalid = cudaSuccess;   /* why it is invalidated */
+    const char *why = nullptr;
+};
+struct GraphOps {   /* a cudaGraph_t and a cudaGraphExec_t alike */
+    std::vector<Op> ops;
+};
+static long n_submits, n_graph_launches, n_replayed;
+static bool replaying;   /* cudaGraphLaunch's own submissions */
+
+void dry_submit()
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    n_submits++;
+}
+
+static void count_submit(const Op &op)
+{
+    if (!op.run) return;   /* records and waits */
+    if (replaying) n_replayed++;
+    else n_submits++;
+}
+
+static void capture_drop(Stream *s)
+{
+    delete s->cap;
+    s->cap = nullptr;
+}
+
+static void invalidate(Capture *c, cudaError_t why, const char *what)
+{
+    if (c->invalid != cudaSuccess) return;
+    c->invalid = why;
+    c->why = what;
+}
+
+static void capture_op(Stream *s, Op op)
+{
+    Capture *c = s->cap;
+    if (op.mark) fail("%s into a capture: events recorded in a capture are not emulated", op.what);
+    if (op.poll) fail("%s into a capture: collectives in a capture are not emulated", op.what);
+    if (op.wait) {   /* an event recorded outside the capture */
+        invalidate(c, cudaErrorStreamCaptureIsolation, op.what);
+        set_err(cudaErrorStreamCaptureIsolation);
+        return;
+    }
+    if (c->invalid != cudaSuccess) {
+        set_err(cudaErrorStreamCaptureInvalidated);
+        return;
+    }
+    c->ops.push_back(std::move(op));
+}
+
+/* does a capture forbid this thread's unsafe calls? */
+static bool forbids(const Capture *c)
+{
+    if (c->mode == cudaStreamCaptureModeRelaxed) return false;
+    return c->mode == cudaStreamCaptureModeGlobal || pthread_equal(c->thread, pthread_self());
+}
+
+static bool capture_refuses(const char *what)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    bool refused = false;
+    for (Stream *s : Q.all)
+        if (s->cap && forbids(s->cap)) {
+            invalidate(s->cap, cudaErrorStreamCaptureUnsupported, what);
+            refused = true;
+        }
+    return refused;
+}
+
+static bool capture_refuses_sync(Stream *s, const char *what)
+{
+    if (!s) return capture_refuses(what);
+    if (!s->cap) return false;
+    invalidate(s->cap, cudaErrorStreamCaptureUnsupported, what);
+    return true;
+}
+
+static bool capture_refuses_copy(cudaStream_t h, const void *src, void *dst, cudaMemcpyKind kind)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!s || !s->cap) return false;
+    bool pageable = (kind == cudaMemcpyHostToDevice && !is_pinned(src, 1)) ||
+                    (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, 1));
+    if (kind == cudaMemcpyDeviceToHost && !pageable)
+        fail("cudaMemcpyAsync into pinned memory in a capture: not emulated");
+    if (pageable) invalidate(s->cap, cudaErrorStreamCaptureUnsupported, "cudaMemcpyAsync with pageable host memory");
+    return pageable;
+}
+
+/* legacy-stream work waits for the blocking streams: a capturing one
+ * would gain a dependency from outside its capture */
+static void capture_legacy_use(const char *what)
+{
+    for (Stream *s : Q.all)
+        if (s->cap && !s->nonblocking) {
+            invalidate(s->cap, cudaErrorStreamCaptureImplicit, what);
+            set_err(cudaErrorStreamCaptureImplicit);
+        }
+}
+
+} // namespace cuda_emu
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!s) return set_err(cudaErrorStreamCaptureUnsupported);   /* the legacy stream */
+    if (s->cap) return set_err(cudaErrorIllegalState);
+    s->cap = new Capture();
+    s->cap->mode = mode;
+    s->cap->thread = pthread_self();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t h, cudaStreamCaptureStatus *st)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!st) return set_err(cudaErrorInvalidValue);
+    *st = !s || !s->cap ? cudaStreamCaptureStatusNone
+        : s->cap->invalid != cudaSuccess ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *graph)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    Stream *s = stream_of(h);
+    if (!graph) return set_err(cudaErrorInvalidValue);
+    *graph = nullptr;
+    if (!s || !s->cap) return set_err(cudaErrorStreamCaptureUnmatched);
+    Capture *c = s->cap;
+    if (c->mode != cudaStreamCaptureModeRelaxed && !pthread_equal(c->thread, pthread_self()))
+        return set_err(cudaErrorStreamCaptureWrongThread);
+    s->cap = nullptr;
+    cudaError_t r = c->invalid == cudaSuccess ? cudaSuccess : cudaErrorStreamCaptureInvalidated;
+    if (r == cudaSuccess) *graph = (cudaGraph_t) new GraphOps{ std::move(c->ops) };
+    delete c;
+    return set_err(r);
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    (void)flags;
+    if (!exec || !graph) return set_err(cudaErrorInvalidValue);
+    *exec = (cudaGraphExec_t) new GraphOps(*(GraphOps *)graph);   /* a copy: the graph may be destroyed */
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    return cudaGraphInstantiate(exec, graph, flags);
+}
+
+/* the captured operations again, as captured */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t h)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    if (!exec) return set_err(cudaErrorInvalidValue);
+    Stream *s = stream_of(h);
+    if (s && s->cap) fail("cudaGraphLaunch into a capture: not emulated");
+    n_graph_launches++;
+    replaying = true;
+    for (const Op &op : ((GraphOps *)exec)->ops) submit(h, Op{ op.run, nullptr, nullptr, nullptr, false, op.what, {} });
+    replaying = false;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete (GraphOps *)exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete (GraphOps *)graph;
+    return cudaSuccess;
+}
+
+/* the work the host has submitted to streams (kernel launches, library
+ * calls, async copies and memsets, collectives; captured ones included),
+ * the graphs it launched, and the operations those launches queued: a
+ * step's host launches are the first two */
+extern "C" void cuda_emu_work_counts(long *submits, long *graph_launches, long *replayed)
+{
+    std::lock_guard<std::recursive_mutex> g(Q.mu);
+    *submits = n_submits;
+    *graph_launches = n_graph_launches;
+    *replayed = n_replayed;
 }

@@ -6,13 +6,27 @@
  *   types and the runtime/cuBLAS prototypes (so a wrong signature in the
  *   emulated runtime, emu.cc, or cuBLAS, cublas_emu.cc, is a compile error).
  * - Each CUDA thread of a block is a fiber with its own small stack (guard
- *   page below it); blocks run one after another.  __syncthreads() is a
+ *   page below it); blocks run one after another, in ascending order or,
+ *   under rule BLOCKORDER, reversed or shuffled per launch (CUDA_EMU_SEED):
+ *   a block reading another block's output of the same launch then reads
+ *   it unwritten.  __syncthreads() is a
  *   barrier that fails loudly when threads reach different barriers or when
  *   some exited while others wait.  Warp intrinsics (shuffles, ballots,
  *   __syncwarp) are resolved per warp once every lane of the mask arrived,
  *   with mask checks.
  * - Dynamic shared memory is refilled with 0xFF (a NaN pattern) before each
- *   block; red zones around it catch out-of-bounds writes.
+ *   block; red zones around it catch out-of-bounds writes.  Under rule
+ *   SHARED static __shared__ variables (the kernel's function-local
+ *   statics, found in the symbol table) are refilled so too, and static
+ *   plus dynamic shared memory over 48 KiB fails the launch.
+ * - Rule LAUNCH_BOUNDS refuses a launch of more threads per block than the
+ *   kernel's __launch_bounds__ (kept below as patchable nops); rule
+ *   REGISTERS one whose threads x registers (cuda/resource-usage.txt, or
+ *   the table CUDA_EMU_RESOURCES names) pass the 64K registers of a block.
+ * - Rule ACCESS checks each kernel load and store through ld()/st()/ldp()/
+ *   stp() (memory.cuh): inside one cudaMalloc'd allocation (or shared,
+ *   local or pinned memory) and naturally aligned (16 bytes for ldp/stp);
+ *   the error names the kernel, the address, the allocation and the offset.
  * - The order in which threads run between two barriers is chosen at run
  *   time (CUDA_EMU_ORDER=forward|reverse|random[:seed], or
  *   cuda_emu_set_order): a missing barrier shows up under some order.
@@ -34,7 +48,9 @@
  *   runs at the call.  Rule RACE then checks the byte ranges each
  *   operation reads and writes against other streams' (vector clocks):
  *   an overlap with a write and no event between them is reported; rule
- *   PINNED guards a pinned buffer a copy writes until the host waited.
+ *   PINNED guards a pinned buffer a copy writes until the host waited, rule
+ *   PINNED_SRC keeps the pinned source of a queued upload read-only until
+ *   then (a host refill fails, naming the copy).
  *   A cudaMemcpy or cudaMemset (legacy default stream) while a
  *   non-blocking stream exists, which races on a GPU, is a misuse.
  * - For the GPU cost model (cuda/cost.h): cuda_emu_count_bytes(1) counts
@@ -59,11 +75,18 @@
 #include <tuple>
 #include <utility>
 
+/* static __shared__: one static variable per kernel, which rule SHARED
+ * finds in the symbol table (a function-local static of the kernel), fills
+ * with 0xFF before each block and counts against 48 KiB (emu.cc) */
 #undef __shared__
 #define __shared__ static
-#ifndef __launch_bounds__
-#define __launch_bounds__(...)
-#endif
+/* __launch_bounds__(N): N nops placed before the kernel's entry (never
+ * run), and their address in __patchable_function_entries, from which rule
+ * LAUNCH_BOUNDS reads N back at each launch (emu.cc; a constant expression
+ * such as FA_THREADS, in templates too, which a section name could not
+ * carry) */
+#undef __launch_bounds__
+#define __launch_bounds__(n, ...) __attribute__((patchable_function_entry((n), (n))))
 
 namespace cuda_emu {
 
@@ -78,8 +101,8 @@ enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC
 void syncthreads(const char *file, int line);
 uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
 void *dynamic_shared();
-void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> body,
-            const char *file, int line);
+void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            std::function<void()> body, const char *file, int line);
 /* work as the next operation of stream s: queued under rule STREAMS
  * (emu.cc), else run now; with poll, work only starts it (an NCCL
  * collective), and it is done once poll() answers true */
@@ -108,10 +131,26 @@ long grid_cap(long cap);
 /* is [p, p+bytes) inside one cudaMalloc'd allocation? */
 bool is_device_range(const void *p, size_t bytes);
 /* byte counting (cuda_emu_count_bytes): an access of n bytes at p by the
- * running kernel */
-extern bool counting;
+ * running kernel; rule ACCESS (checking): each such access must lie in one
+ * allocation (or shared memory) and be naturally aligned */
+extern bool counting, checking;
+/* rule ACCESS: a vector access of n bytes at p must be n-byte aligned */
+void check_aligned(const void *p, size_t n, bool write);
+/* rule ACCESS: the check of one access; inline where it falls in the
+ * allocation of the last one (the common case, kept cheap) */
+extern uintptr_t acc_lo, acc_hi;
+void check_access(const void *p, size_t n, bool write);
+inline void check_seen(const void *p, size_t n, bool write)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (a < acc_lo || a + n > acc_hi || (a & (n - 1))) check_access(p, n, write);
+}
 extern bool dry_run;
 void seen(const void *p, size_t n, bool write);
+/* work the host submitted that a dry run does not queue (a GEMM, a
+ * memset, a copy to the device): counted as queued work is
+ * (cuda_emu_work_counts) */
+void dry_submit();
 /* a GEMM's or copy's bytes, reported to the cost log (cuda_cost_seen) */
 void report(const char *call, double rd, double wr, double rd_all, double wr_all);
 
@@ -142,7 +181,7 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
                           const char *file, int line, void (*k)(P...), A &&...a)
 {
     std::tuple<P...> args(std::forward<A>(a)...);
-    launch(name, grid, block, smem, stream, [k, args]() { std::apply(k, args); }, file, line);
+    launch(name, (const void *)k, grid, block, smem, stream, [k, args]() { std::apply(k, args); }, file, line);
 }
 
 } // namespace cuda_emu
@@ -163,12 +202,24 @@ inline void launch_kernel(const char *name, dim3 grid, dim3 block, size_t smem, 
 #define __any_sync(...) cuda_emu::any_at(__FILE__, __LINE__, __VA_ARGS__)
 #define __all_sync(...) cuda_emu::all_at(__FILE__, __LINE__, __VA_ARGS__)
 
-#define LAUNCH(kernel, grid, block, smem, stream, ...) \
-    cuda_emu::launch_kernel(#kernel, dim3(grid), dim3(block), (smem), (stream), __FILE__, __LINE__, kernel, __VA_ARGS__)
+#ifndef LAUNCH_GATE
+#define LAUNCH_GATE(...) true   /* cuda/cuda_compat.h */
+#endif
+#define LAUNCH(kernel, grid, block, smem, stream, ...)                                                       \
+    do {                                                                                                   \
+        if (LAUNCH_GATE(kernel, grid, block, smem, stream, __VA_ARGS__))                                   \
+            cuda_emu::launch_kernel(#kernel, dim3(grid), dim3(block), (smem), (stream), __FILE__, __LINE__, \
+                                    kernel, __VA_ARGS__);                                                  \
+    } while (0)
 #define DYNAMIC_SHARED(T, name) T *name = reinterpret_cast<T *>(cuda_emu::dynamic_shared())
 #define EMU_SEEN(p, n, write)                                 \
     do {                                                      \
         if (cuda_emu::counting || cuda_emu::tracking) cuda_emu::seen((p), (n), (write)); \
+        else if (cuda_emu::checking) cuda_emu::check_seen((p), (n), (write));          \
+    } while (0)
+#define EMU_ALIGNED(p, n, write)                                          \
+    do {                                                                  \
+        if (cuda_emu::checking) cuda_emu::check_aligned((p), (n), (write)); \
     } while (0)
 
 /* device intrinsics on the host (IEEE versions: the emulator checks logic,

@@ -151,6 +151,17 @@ static void report_gradsync(TrainRun *r, int steps, double train_s)
            g->total * 4.0 / 1048576, D->size, 1e3 * t, algbw / 1e9, busbw / 1e9);
 }
 
+/* how rank 0's micro-batches ran under CUDA Graphs (ops.h graph_stats) */
+static void report_graphs(TrainRun *r)
+{
+    Backend *be = r->be;
+    if (!be->graph_stats || be->graph_shapes <= 0 || r->dist.rank != 0) return;
+    long st[4];
+    be->graph_stats(be, st);
+    printf("cuda graphs: %ld micro-batches replayed, %ld captured, %ld eager (warm-up), %ld shapes dropped "
+           "(cuda_graph_cache %d)\n", st[2], st[1], st[0], st[3], be->graph_shapes);
+}
+
 static void train_help(void)
 {
     printf("usage: transformer train [--config FILE] [key=value ...]\n\n"
@@ -552,6 +563,7 @@ static int publish_outputs(Training *t, int how)
         fflush(stdout);
     }
     report_gradsync(r, r->sync.n_syncs, now_seconds() - t->t_start);
+    report_graphs(r);
     if (t->args.dump_params) {
         size_t bytes = sizeof(float) * r->model.pt.total;
         float *host = xmalloc(bytes);

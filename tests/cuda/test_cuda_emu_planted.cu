@@ -17,7 +17,18 @@
  *    the copy into it;
  *  - rule ELAPSED: cudaEventElapsedTime of events the host has not waited
  *    for (the per-call timing mode of cuda/cost.cuh reads them after a
- *    stream synchronisation).
+ *    stream synchronisation);
+ *  - rule BLOCKORDER: a last block summing the other blocks' partials of
+ *    the same launch (no grid-wide synchronisation): wrong sums;
+ *  - rules LAUNCH_BOUNDS and REGISTERS: a launch of more threads than the
+ *    kernel's __launch_bounds__, or than its registers let a block have;
+ *  - rule ACCESS: a load past an allocation's end, one crossing it, a
+ *    misaligned scalar and a misaligned 16-byte vector access;
+ *  - rule PINNED_SRC: the host refilling the pinned source of a queued
+ *    host-to-device copy before waiting for it;
+ *  - rule SHARED: a static __shared__ variable read before any write (0xFF
+ *    in each block, not zero nor the previous block's value), and static
+ *    plus dynamic shared memory over 48 KiB.
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -141,6 +152,41 @@ static int race_mode(int with_barrier)
     LAUNCH(k_neighbour, 1, 64, 64 * sizeof(int), 0, d, with_barrier);
     cudaFree(d);
     return 0;
+}
+
+/* `launches`: blocks of alternating sizes on the pthread backend, each
+ * thread counting its own run; every (block, thread) of every launch must
+ * run exactly once.  With CUDA_EMU_SPURIOUS_WAKEUPS=1 every worker wakes
+ * between a launch's set-up and its first block: a worker that slept
+ * through the last block of a smaller launch once counted itself into the
+ * next launch there, ran its body early with a stale block index, and let a
+ * block end before one of its threads ran (tests/test_cuda_emu.sh) */
+static __global__ void k_count_runs(int *count)
+{
+    __atomic_fetch_add(&count[blockIdx.x * blockDim.x + threadIdx.x], 1, __ATOMIC_RELAXED);
+}
+
+static int launch_sequence(void)
+{
+    const int sizes[] = { 256, 32, 256, 64, 512, 16 }, iters = 20, n = 2 * 512;
+    int *d = NULL, h[2 * 512], wrong = 0;
+    if (cudaMalloc((void **)&d, sizeof h) != cudaSuccess) return 1;
+    cuda_emu_set_backend("pthread");
+    for (int it = 0; it < iters; it++)
+        for (int s = 0; s < 6; s++) {
+            cudaMemset(d, 0, sizeof h);
+            LAUNCH(k_count_runs, 2, sizes[s], 0, 0, d);
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+            for (int i = 0; i < n; i++)
+                if (h[i] != (i < 2 * sizes[s])) {
+                    if (wrong++ < 5)
+                        printf("launch %d of %d threads a block: thread %d of block %d ran %d times\n", 6 * it + s,
+                               sizes[s], i % sizes[s], i / sizes[s], h[i]);
+                }
+        }
+    cudaFree(d);
+    printf("%d thread runs of %d launches other than once\n", wrong, 6 * iters);
+    return wrong ? 1 : 0;
 }
 
 /* Rule CC: a kernel launched on an emulated GPU the build has no code for
@@ -399,6 +445,186 @@ static void elapsed_rule(int *d)
     cudaEventDestroy(e);
 }
 
+/* rule BLOCKORDER: each block writes its partial, and the last block (by
+ * index) sums them all, relying on running last: right in ascending
+ * order, wrong wherever the blocks run in another */
+static __global__ void k_last_block_sums(int *partial, int *sum)
+{
+    if (threadIdx.x) return;
+    partial[blockIdx.x] = (int)blockIdx.x + 1;
+    if (blockIdx.x != gridDim.x - 1) return;
+    int s = 0;
+    for (unsigned b = 0; b < gridDim.x; b++) s += partial[b];
+    *sum = s;
+}
+
+/* launches of 8 blocks whose sum is wrong (of 10) */
+static int last_block_wrong(int *d)
+{
+    int wrong = 0;
+    for (int i = 0; i < 10; i++) {
+        cudaMemset(d, 0xFF, 9 * sizeof(int));
+        LAUNCH(k_last_block_sums, 8, 32, 0, 0, d, d + 8);
+        int sum;
+        cudaMemcpy(&sum, d + 8, sizeof sum, cudaMemcpyDeviceToHost);
+        wrong += sum != 36;
+    }
+    return wrong;
+}
+
+static void blockorder_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_BLOCKORDER", "0", 1);
+    check(last_block_wrong(d) == 0, "BLOCKORDER off: ascending blocks, the last block's sum of partials is right");
+    setenv("CUDA_EMU_STRICT_BLOCKORDER", "1", 1);
+    int wrong = last_block_wrong(d);
+    printf("     blocks in a seeded order: %d of 10 launches sum partials not yet written\n", wrong);
+    check(wrong > 0, "BLOCKORDER: a block reading other blocks' partials of the same launch gets wrong sums");
+}
+
+/* rules LAUNCH_BOUNDS and REGISTERS */
+#define PLANTED_BOUND (2 * 32)
+static __global__ void __launch_bounds__(PLANTED_BOUND) k_bounded(int *out) { out[threadIdx.x] = 1; }
+template <typename T> static __global__ void __launch_bounds__(PLANTED_BOUND, 2) k_bounded_t(T *out)
+{
+    out[threadIdx.x] = 1;
+}
+static __global__ void k_heavy(int *out) { if (threadIdx.x < 32) out[threadIdx.x] = 2; }
+static void run_over_bound(int *b) { LAUNCH(k_bounded, 1, 96, 0, 0, b); }
+static void run_over_bound_t(int *b) { LAUNCH(k_bounded_t<int>, 1, 128, 0, 0, b); }
+static void run_heavy(int *b) { LAUNCH(k_heavy, 1, 1024, 0, 0, b); }
+
+static void launch_rules(int *d)
+{
+    setenv("CUDA_EMU_STRICT_LAUNCH_BOUNDS", "1", 1);
+    setenv("CUDA_EMU_STRICT_REGISTERS", "1", 1);
+    expect_caught("LAUNCH_BOUNDS: 96 threads for __launch_bounds__(2 * 32)", run_over_bound, d,
+                  "kernel k_bounded (launched at");
+    expect_caught("LAUNCH_BOUNDS: 128 threads for a template's __launch_bounds__(2 * 32, 2)", run_over_bound_t, d,
+                  "over the kernel's __launch_bounds__(64)");
+    LAUNCH(k_bounded, 1, PLANTED_BOUND, 0, 0, d);
+    LAUNCH(k_bounded_t<int>, 1, PLANTED_BOUND, 0, 0, d);
+    check(1, "LAUNCH_BOUNDS: launches of the bound's 64 threads run");
+    /* k_heavy at 72 registers: 1024 threads need 73728 of the 65536 */
+    char path[] = "/tmp/emu-resources-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) { perror("mkstemp"); failures++; return; }
+    fprintf(f, "# arch kernel registers static_smem stack spill_stores spill_loads\nsm_90 k_heavy 72 0 0 0 0\n");
+    fclose(f);
+    setenv("CUDA_EMU_RESOURCES", path, 1);
+    expect_caught("REGISTERS: 1024 threads x 72 registers", run_heavy, d, "need 73728 registers, over the 65536");
+    LAUNCH(k_heavy, 1, 512, 0, 0, d);
+    check(cudaGetLastError() == cudaSuccess, "REGISTERS: 512 threads x 72 registers fit");
+    unsetenv("CUDA_EMU_RESOURCES");
+    unlink(path);
+}
+
+/* rule ACCESS: accesses reported as memory.cuh's ld()/st()/ldp() do */
+static __global__ void k_load_at(const int *p, long off, int bytes)
+{
+    const char *q = (const char *)p + off;
+    if (bytes == 16) {
+        EMU_ALIGNED(q, 16, false);
+        for (int e = 0; e < 4; e++) EMU_SEEN(q + 4 * e, 4, false);
+    } else {
+        EMU_SEEN(q, bytes, false);
+    }
+}
+static int *acc_buf;   /* 100 bytes */
+static void load_past(int *) { LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 100L, 4); }
+static void load_crossing(int *) { LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 96L, 8); }
+static void load_misaligned(int *) { LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 2L, 4); }
+static void load_vector_misaligned(int *) { LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 4L, 16); }
+
+static void access_rule(int *)
+{
+    setenv("CUDA_EMU_STRICT_ACCESS", "1", 1);
+    cudaMalloc((void **)&acc_buf, 100);
+    expect_caught("ACCESS: a load one element past the end of an allocation", load_past, NULL,
+                  "0 bytes past the end of the allocation");
+    expect_caught("ACCESS: an 8-byte load crossing an allocation's end", load_crossing, NULL,
+                  "crosses the end of the allocation");
+    expect_caught("ACCESS: a 4-byte load at offset 2", load_misaligned, NULL, "not 4-byte aligned");
+    expect_caught("ACCESS: a 16-byte vector load at offset 4", load_vector_misaligned, NULL,
+                  "16-byte vector at");
+    LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 80L, 16);
+    LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 88L, 8);
+    LAUNCH(k_load_at, 1, 1, 0, 0, acc_buf, 96L, 4);
+    check(1, "ACCESS: aligned loads inside the allocation pass");
+    cudaFree(acc_buf);
+}
+
+/* rule PINNED_SRC: the host refills a pinned buffer that a queued
+ * host-to-device copy reads, before or after waiting for the copy */
+static int pinned_refill(int *d, int early)
+{
+    cudaStream_t a;
+    int *h = NULL, got = 0;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaMallocHost((void **)&h, 32 * sizeof(int));
+    h[0] = 11;
+    cudaMemcpyAsync(d, h, 32 * sizeof(int), cudaMemcpyHostToDevice, a);
+    if (!early) cudaStreamSynchronize(a);
+    *(volatile int *)h = 12;   /* the next batch */
+    cudaMemcpyAsync(&got, d, sizeof got, cudaMemcpyDeviceToHost, a);   /* pageable: returns when done */
+    cudaFreeHost(h);
+    cudaStreamDestroy(a);
+    return got;
+}
+static void pinned_refill_early(int *d) { pinned_refill(d, 1); }
+
+static void pinned_src_rule(int *d)
+{
+    setenv("CUDA_EMU_STRICT_STREAMS", "1", 1);
+    setenv("CUDA_EMU_STRICT_PINNED_SRC", "1", 1);
+    expect_caught("PINNED_SRC: the host refills a pinned upload's source before waiting for it", pinned_refill_early,
+                  d, "the source of cudaMemcpyAsync(");
+    check(pinned_refill(d, 0) == 11, "PINNED_SRC: refilled after cudaStreamSynchronize, the device has the upload");
+    setenv("CUDA_EMU_STRICT_PINNED_SRC", "0", 1);
+    int got = pinned_refill(d, 1);
+    printf("     rule off: the early refill goes unreported, the device got %d (uploaded 11)\n", got);
+    check(got == 12, "PINNED_SRC off: the queued copy reads the refilled value");
+}
+
+/* rule SHARED: a static __shared__ counter read before any write in the
+ * block; a static array with dynamic shared memory over 48 KiB */
+static __global__ void k_static_shared(int *out)
+{
+    __shared__ int count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = count;
+        count = 100 + (int)blockIdx.x;
+    }
+}
+static __global__ void k_static_big(int *out)
+{
+    __shared__ float tile[64][65];   /* 16640 bytes */
+    tile[threadIdx.x][0] = 1;
+    out[threadIdx.x] = (int)tile[threadIdx.x][0];
+}
+static void run_static_big(int *b) { LAUNCH(k_static_big, 1, 32, 32 * 1024, 0, b); }
+
+static void shared_rule(int *d)
+{
+    int h[4];
+    setenv("CUDA_EMU_STRICT_BLOCKORDER", "0", 1);
+    setenv("CUDA_EMU_STRICT_SHARED", "0", 1);
+    LAUNCH(k_static_shared, 4, 32, 0, 0, d);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    check(h[0] == 0 && h[1] == 100 && h[3] == 102, "SHARED off: static shared starts zero and keeps the last block's");
+    setenv("CUDA_EMU_STRICT_SHARED", "1", 1);
+    LAUNCH(k_static_shared, 4, 32, 0, 0, d);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    check(h[0] == -1 && h[1] == -1 && h[3] == -1, "SHARED: static shared starts each block as 0xFF");
+    expect_caught("SHARED: 16640 bytes static + 32 KiB dynamic", run_static_big, d,
+                  "16640 bytes of static and 32768 of dynamic shared memory exceed");
+    LAUNCH(k_static_big, 1, 32, 16 * 1024, 0, d);
+    check(cudaGetLastError() == cudaSuccess, "SHARED: 16640 bytes static + 16 KiB dynamic fit");
+    setenv("CUDA_EMU_STRICT_BLOCKORDER", "1", 1);
+}
+
 /* rule STREAMS: queued work runs where the program synchronises, in a
  * seeded order that keeps stream order and event waits */
 static void streams_rule(int *d)
@@ -422,6 +648,7 @@ static void streams_rule(int *d)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "launches")) return launch_sequence();
     if (argc > 1) return race_mode(!strcmp(argv[1], "norace"));
     const int n = 96;
     int *d = NULL, h[96];
@@ -467,6 +694,11 @@ int main(int argc, char **argv)
     race_rule(d);
     pinned_rule(d);
     elapsed_rule(d);
+    blockorder_rule(d);
+    launch_rules(d);
+    access_rule(d);
+    pinned_src_rule(d);
+    shared_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;

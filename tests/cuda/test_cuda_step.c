@@ -17,7 +17,8 @@
  * Then precision=fp16 the same way, with the loss scaled by S = 1024 before
  * backward (model.loss_scale, as train.c does) and Adam dividing by it
  * again: the gradients compared are the scaled ones divided by S, with
- * tolerances from fp16's rounding (see check_lowp). */
+ * tolerances from fp16's rounding (see check_lowp); and an fp16 step whose
+ * attention scores pass 65504 before the 1/sqrt(d_k) scale (check_big_scores). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,8 @@ static void embed_backward_padcheck(Backend *be, float *dE, float *dpos, Act dou
     free(h);
     embed_backward_orig(be, dE, dpos, dout, tokens, host_tokens, sent_id, B, T, d, vocab, scale, p, key);
 }
+/* where set, run_step's parameters instead of the initial ones */
+static const float *params_override;
 
 /* one step; backward differentiates loss_scale x the loss, and the
  * gradients returned are divided by it again (exact: a power of two) */
@@ -79,6 +82,7 @@ static StepOut run_step(Dist *D, const Config *c, Backend *be, const Batch *b, f
 {
     Model m;
     if (model_init(&m, &c->model, be)) die(1, "model_init failed");
+    if (params_override) be->upload(be, m.params, params_override, sizeof(float) * m.pt.total);
     m.loss_scale = loss_scale;
     GradSync gs;
     gradsync_init(&gs, D, &m.pt, m.grads, 4096);   /* small buckets: many allreduces during backward */
@@ -279,6 +283,61 @@ static int check_chunks(Dist *D, const Config *c, Backend *be, const Batch *b, c
     return bad > 0;
 }
 
+/* fp16 attention scores past 65504 before the 1/sqrt(d_k) scale, in a
+ * whole step (issue 44: the kernel test caught that defect, this step did
+ * not, its scores being small).  Encoder layer 0's W_K is set to its W_Q,
+ * so that a row's largest score is its own |q|^2 (Cauchy-Schwarz), and
+ * both are scaled so that the largest over every rank's batch, padding
+ * included, is 2 x 65504 unscaled: 49517 scaled (d_k = 7), inside fp16.
+ * Scaled before storing (alpha of the score GEMM), the fp16 step is
+ * finite and near the CPU's; scaled after, its scores are inf and its
+ * loss NaN.  Dropout off, so that the bound is exact.  Tolerances: loss
+ * 1e-2 relative, all gradients together 0.1 in 2-norm, as check_lowp. */
+static int check_big_scores(Dist *D, Config c, const Batch *b, Allreduce ar)
+{
+    c.dropout = 0;
+    ParamTable pt;
+    param_table_build(&pt, &c.model);
+    float *h = xmalloc(sizeof(float) * pt.total), *Wq = h + pt.enc[0].self_attn.Wq, *Wk = h + pt.enc[0].self_attn.Wk;
+    param_init_host(&pt, &c.model, h);
+    int d = c.d_model, dk = c.d_k, hk = c.n_heads * dk;
+    memcpy(Wk, Wq, sizeof(float) * hk * d);
+    double big = 0, all;
+    for (int i = 0; i < b->B * b->S; i++) {
+        const float *e = h + pt.embedding + (size_t)b->src[i] * d, *pos = h + pt.pos_embedding + (size_t)(i % b->S) * d;
+        for (int hd = 0; hd < c.n_heads; hd++) {
+            double n2 = 0;
+            for (int j = hd * dk; j < (hd + 1) * dk; j++) {
+                double q = 0;
+                for (int k = 0; k < d; k++) q += (double)Wq[(size_t)j * d + k] * (e[k] * sqrt((double)d) + pos[k]);
+                n2 += q * q;
+            }
+            big = fmax(big, n2);
+        }
+    }
+    MPI_Allreduce(&big, &all, 1, MPI_DOUBLE, MPI_MAX, D->comm);
+    float f = (float)sqrt(2 * 65504.0 / all);
+    for (size_t i = 0; i < (size_t)hk * d; i++) Wq[i] *= f, Wk[i] *= f;
+    Backend *cpu = backend_cpu_create(1), *g16 = backend_cuda_create(PRECISION_FP16, ar, D->local_rank);
+    if (!g16) die(1, "test_cuda_step: no fp16 backend");
+    params_override = h;
+    StepOut r = run_step(D, &c, cpu, b, 1.0f), g = run_step(D, &c, g16, b, 1024.0f);
+    params_override = NULL;
+    double le = fabs(r.loss - g.loss) / fabs(r.loss), rn, err = norm_err(r.grads, g.grads, pt.total, &rn);
+    int ok = le <= 1e-2 && err <= 0.1 * rn;
+    if (D->rank == 0)
+        printf("%s ranks %d fp16, scores up to %.0f before the 1/sqrt(d_k) scale: loss cpu %.7f cuda-fp16 %.7f "
+               "(rel %.1e), gradients relative norm error %.2e\n", ok ? "ok  " : "FAIL", D->size, 2 * 65504.0,
+               r.loss / r.ntok, g.loss / g.ntok, le, err / rn);
+    step_free(&r);
+    step_free(&g);
+    g16->destroy(g16);
+    cpu->destroy(cpu);
+    free(h);
+    param_table_free(&pt);
+    return !ok;
+}
+
 int main(int argc, char **argv)
 {
     Dist D;
@@ -287,6 +346,9 @@ int main(int argc, char **argv)
     const char *allreduce_name = argc > 1 && !strncmp(argv[1], "allreduce=", 10) ? argv[1] + 10 : NULL;
     int allreduce = allreduce_name ? config_choice_value("allreduce", allreduce_name) : ALLREDUCE_AUTO;
     if (allreduce < 0) die(2, "test_cuda_step: allreduce '%s' is not auto, nccl or mpi", allreduce_name);
+    /* argument big-scores: also check_big_scores (tests/test_cuda_emu.sh, once) */
+    int big_scores = 0;
+    for (int i = 1; i < argc; i++) big_scores |= !strcmp(argv[i], "big-scores");
     int failures = 0;
     const char *pos[2] = { "sinusoid", "learned" };
     for (int pe = 0; pe < 2; pe++) {
@@ -359,6 +421,7 @@ int main(int argc, char **argv)
         failures += check_lowp(&D, &c, &pt, pos[pe], "fp16", &r, &f, &g);
         failures += check_pad_rows(&D, pos[pe], "cuda-fp16", &f);
         gfp16->destroy(gfp16);
+        if (pe == 1 && big_scores) failures += check_big_scores(&D, c, &b, (Allreduce)allreduce);
         param_table_free(&pt);
         step_free(&r); step_free(&g); step_free(&h); step_free(&f);
         batch_free(&b);

@@ -102,16 +102,21 @@ void run_steps(const Config *c, const Args *a)
     Model m;
     if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
     m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
+    be->graph_shapes = a->graphs ? c->cuda_graph_cache : 0;
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
-    train_step(&m, &b, 1, c->precision == PRECISION_FP16);   /* warm-up: buffers grown, plans made */
+    /* warm-up: buffers grown, plans made; with --graphs the second step is
+     * the capture, then every timed step replays (two without too, so that
+     * the parameters' hash compares) */
+    train_step(&m, &b, 1, c->precision == PRECISION_FP16);
+    train_step(&m, &b, 2, c->precision == PRECISION_FP16);
     double t0 = host_seconds();
     CostCall *first = NULL;
     size_t n = 0;
     double *dev = NULL, *host = NULL;
     for (int s = 0; s < steps; s++) {
         if (a->time_calls) cuda_cost_log(1), cuda_cost_time(1);
-        train_step(&m, &b, 2 + s, c->precision == PRECISION_FP16);
+        train_step(&m, &b, 3 + s, c->precision == PRECISION_FP16);
         if (!a->time_calls) continue;
         cuda_cost_time(0);
         cuda_cost_log(0);
@@ -129,9 +134,9 @@ void run_steps(const Config *c, const Args *a)
         if (a->write_trace) write_trace(a->write_trace, first, n);
         printf("time-calls: %zu calls per step, the median of %d timed steps: %s\n", n, steps, a->time_calls);
     }
-    printf("run-steps: %s, %d steps of %d x %d after a warm-up; %.3f ms/step, %.0f tok/s (wall clock%s); parameters "
-           "fnv1a %016llx\n", a->model, steps, a->B, a->L, 1e3 * per_step, a->B * a->L / per_step,
-           a->time_calls ? ", with the timing's events" : "", params_hash(&m));
+    printf("run-steps: %s, %d steps of %d x %d after 2 warm-up steps%s; %.3f ms/step, %.0f tok/s (wall clock%s); parameters "
+           "fnv1a %016llx\n", a->model, steps, a->B, a->L, a->graphs ? " (the second the capture), CUDA Graphs" : "", 1e3 * per_step,
+           a->B * a->L / per_step, a->time_calls ? ", with the timing's events" : "", params_hash(&m));
     free(first), free(dev), free(host);
     batch_free(&b);
     model_free(&m);

@@ -7,6 +7,7 @@
  *                       [--write-timing CSV | --fit CSV] [key=value ...]
  *   bin/tests/gpu_model ... --run-steps N [--time-calls CSV [--write-trace CSV]]
  *   bin/tests/gpu_model ... --gemm-sweep CSV [--reps R] [--real]
+ *   bin/tests/gpu_model [--config FILE] ... --graphs
  *
  * Runs one training step of the CUDA backend (as train.c's step: zero the
  * gradients, forward and backward of one batch, Adam, sync) under the
@@ -26,7 +27,11 @@
  * writes the per-call timing CSV the model predicts, --fit refits the
  * settings to a measured one (fit.c); --run-steps runs N real steps and
  * --time-calls times each call of them (call_timing.c); --gemm-sweep times
- * each GEMM class of the step (gemm_sweep.c).  It
+ * each GEMM class of the step (gemm_sweep.c).  --graphs prices the step
+ * under its CUDA Graphs (cuda/graph.cuh) beside the same step without, and
+ * counts the host's launches of an eager and a replayed step on the
+ * emulator; --config FILE takes a config file (e.g. Table 3's scaled base,
+ * input/table3-m30k/base.cfg) instead of input/table3/MODEL.cfg.  It
  * also prints the max_tokens that max_tokens = 0 would pick on the
  * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
 #include <math.h>
@@ -44,9 +49,11 @@
 #include "roofline.h"
 #include "util.h"
 
-/* the emulator's dry run; absent from a GPU build (bin/gpu/gpu_model),
- * which logs a real step */
+/* the emulator's dry run and counters; absent from a GPU build
+ * (bin/gpu/gpu_model), which logs a real step */
 #pragma weak cuda_emu_dry_run
+void cuda_emu_work_counts(long *submits, long *graph_launches, long *replayed);
+#pragma weak cuda_emu_work_counts
 
 /* ------------------------------------------------------------ the step */
 
@@ -100,6 +107,9 @@ static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act
     Model m;
     if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
     m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
+    /* --graphs: the logged step runs eagerly, its calls marked with the
+     * graph segment they are nodes of (cuda/cost.h graph) */
+    be->graph_shapes = a->graphs ? c->cuda_graph_cache : 0;
     report_auto_tokens(&m);
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
@@ -115,6 +125,74 @@ static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act
     batch_free(&b);
     model_free(&m);
     return out;
+}
+
+/* --graphs on the emulator: the host's launches of a replayed step (the
+ * third: a warm-up, the capture, the replay) and of the same step without
+ * graphs (the fourth), counted by the emulator (cuda_emu_work_counts), in
+ * a dry run */
+static void count_launches(const Config *c, const Args *a)
+{
+    if (!cuda_emu_work_counts || !a->graphs) return;
+    cuda_emu_dry_run(1);
+    Backend *be = backend_cuda_create(c->precision, c->allreduce, 0);
+    if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
+    be->graph_shapes = c->cuda_graph_cache;
+    Model m;
+    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
+    Batch b = {0};
+    make_batch(&b, a->B, a->L, c->vocab_size, 1);
+    long s[5][3];
+    cuda_emu_work_counts(&s[0][0], &s[0][1], &s[0][2]);
+    for (int step = 1; step <= 4; step++) {
+        if (step == 4) be->graph_shapes = 0;
+        train_step(&m, &b, step, c->precision == PRECISION_FP16);
+        cuda_emu_work_counts(&s[step][0], &s[step][1], &s[step][2]);
+    }
+    long eager = s[4][0] - s[3][0], host = s[3][0] - s[2][0], graphs = s[3][1] - s[2][1], nodes = s[3][2] - s[2][2];
+    printf("emulator: host launches per step: %ld eager; %ld replayed (%ld graph launches + %ld calls between "
+           "them; %ld operations replayed)\n", eager, host + graphs, graphs, host, nodes);
+    batch_free(&b);
+    model_free(&m);
+    be->destroy(be);
+}
+
+/* the host's launches of a logged step (kernels, cuBLAS calls, copies and
+ * memsets; not syncs): issued one by one, and under its CUDA Graphs (a
+ * launch per graph segment, plus the calls between them) */
+static int graph_only(const CostCall *c) { return !strcmp(c->op, "graph_step"); }   /* the step number's kernel */
+
+static void launches(const CostCall *calls, size_t n, long *eager, long *graphed, long *segs)
+{
+    *eager = *graphed = *segs = 0;
+    for (size_t i = 0; i < n; i++) {
+        const CostCall *c = &calls[i];
+        if (c->kind == COST_SYNC || c->kind == COST_COMM) continue;
+        *eager += !graph_only(c);
+        if (c->graph <= 0) ++*graphed;
+        else if (i == 0 || calls[i - 1].graph != c->graph) ++*graphed, ++*segs;
+    }
+}
+
+/* --graphs: the same step priced with and without its graphs */
+static void report_graphs(const Args *a, const CostCall *calls, size_t n)
+{
+    long eager, graphed, segs;
+    launches(calls, n, &eager, &graphed, &segs);
+    if (!segs) return;
+    CostCall *plain = xmalloc(sizeof(CostCall) * n);
+    size_t np = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!graph_only(&calls[i])) plain[np] = calls[i], plain[np++].graph = 0;
+    printf("CUDA Graphs: host launches per step %ld without, %ld with (%ld graph launches + %ld calls between them)\n",
+           eager, graphed, segs, graphed - segs);
+    for (int g = 0; g < N_GPUS; g++) {
+        double t0 = roofline_step(&GPUS[g], &a->ach, plain, np, NULL, NULL);
+        double t1 = roofline_step(&GPUS[g], &a->ach, calls, n, NULL, NULL);
+        printf("CUDA Graphs: %-9s %8.3f ms/step without, %8.3f ms/step with: %.2fx\n", GPUS[g].name, 1e3 * t0, 1e3 * t1,
+               t0 / t1);
+    }
+    free(plain);
 }
 
 /* -------------------------------------------------------------- report */
@@ -198,9 +276,10 @@ static void report(const Config *c, const Args *a, const CostCall *calls, size_t
     long per_kind[COST_KINDS] = {0};
     for (size_t i = 0; i < n; i++) per_kind[calls[i].kind]++;
     double tok = (double)a->B * a->L, mf = model_flops(c, a->B, a->L);
-    printf("gpu-model: %s, precision %s, batch %d x %d (%.0f target tokens)%s; %ld kernel launches, %ld cuBLAS calls, "
+    printf("gpu-model: %s, precision %s, batch %d x %d (%.0f target tokens)%s%s; %ld kernel launches, %ld cuBLAS calls, "
            "%ld memsets/copies, %ld host copies, %ld host syncs",
-           a->model, config_choice("precision", c->precision), a->B, a->L, tok, a->trace ? " from the trace" : "", per_kind[COST_KERNEL],
+           a->model, config_choice("precision", c->precision), a->B, a->L, tok, a->trace ? " from the trace" : "",
+           a->graphs ? ", under CUDA Graphs" : "", per_kind[COST_KERNEL],
            per_kind[COST_GEMM], per_kind[COST_COPY], per_kind[COST_HOST], per_kind[COST_SYNC]);
     if (act_bytes) printf("; activations %.2f GiB", act_bytes / 1073741824.0);
     printf("\n%-24s %6s %9s %9s %9s", "op class", "calls", "GB", "TFLOP tc", "TFLOP");
@@ -255,12 +334,16 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         else if (!strcmp(argv[i], "--gemm-sweep") && i + 1 < argc) a->gemm_sweep = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) a->reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--real")) a->real = 1;
+        else if (!strcmp(argv[i], "--graphs")) a->graphs = 1;
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc) a->config = a->model = argv[++i];
     char cfg[256];
     snprintf(cfg, sizeof cfg, "input/table3/%s.cfg", a->model);
-    if (config_load_file(c, cfg)) exit(2);
+    if (config_load_file(c, a->config ? a->config : cfg)) exit(2);
     for (int i = 1; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
-        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range") || !strcmp(argv[i], "--real")) continue;
+        if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range") || !strcmp(argv[i], "--real") ||
+            !strcmp(argv[i], "--graphs"))
+            continue;
         if (!strcmp(argv[i], "--calibration")) { i += 2; continue; }
         if (argv[i][0] == '-') { i += i + 1 < argc; continue; }
         if (!eq) die(2, "gpu-model: '%s': expected key=value or an option", argv[i]);
@@ -298,6 +381,8 @@ int main(int argc, char **argv)
         return 0;
     }
     report(&c, &a, calls, n, act);
+    report_graphs(&a, calls, n);
+    if (!a.trace) count_launches(&c, &a);
     if (a.range) report_range(&c, &a, calls, n);
     free(calls);
     return 0;

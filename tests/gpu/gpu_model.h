@@ -21,6 +21,8 @@ typedef struct {
     int reps;                         /* --reps R: its repeats per call */
     int real;                         /* --real: the emulator runs the swept step for real, not dry */
     int B, L, by_call, range;
+    int graphs;                       /* --graphs: the step under CUDA Graphs (cuda/graph.cuh) */
+    const char *config;               /* --config FILE instead of input/table3/MODEL.cfg */
     double measured, cal_measured;
     Achieved ach;                     /* ACHIEVED with key=value overrides */
 } Args;

@@ -31,6 +31,11 @@ const int N_GPUS = sizeof GPUS / sizeof GPUS[0];
  * - device: 1 us per kernel and 2 us per cuBLAS call between the end of one
  *   and the start of the next; host: 3 us to issue a kernel, 8 us a cuBLAS
  *   call, 10 us to wake up after a synchronisation;
+ * - under CUDA Graphs (cuda/graph.cuh; calls with a graph segment): the
+ *   host launches each segment once, 4 us whatever its nodes (a
+ *   straight-line graph's launch costs about as much as one kernel's), and
+ *   each node costs the device 0.7 us instead of 1 (a cuBLAS call 1.4
+ *   instead of 2): guesses, until a GPU window measures them;
  * - GEMM tiles of 128 x 128 outputs, one per SM at a time: a GEMM whose
  *   tiles do not fill the last wave wastes its idle SMs.  Fewer tiles than
  *   SMs with a long K (the weight gradients, K = tokens) are split along K
@@ -47,6 +52,7 @@ const Achieved ACHIEVED = {
     .pcie_frac = 0.4,
     .latency_s = 800e-9, .threads_sm = 2048, .blocks_sm = 32,
     .dev_launch_s = 1e-6, .dev_gemm_s = 2e-6, .host_launch_s = 3e-6, .host_gemm_s = 8e-6, .host_sync_s = 10e-6,
+    .host_graph_s = 4e-6, .dev_graph_s = 0.7e-6,
     .tile = 128, .k_fixed = 256, .splitk_depth = 4, .overlap32 = 0, .overlap16 = 1,
 };
 
@@ -75,6 +81,8 @@ const Setting SETTINGS[] = {
     { "host_gemm_s", AT(host_gemm_s), 0, 2, { 20e-6, 4e-6 }, "host cost per cuBLAS call" },
     { "host_sync_s", AT(host_sync_s), 0, 2, { 30e-6, 5e-6 }, "host wake-up after a sync" },
     { "pcie_frac", AT(pcie_frac), 0, 2, { 0.2, 0.8 }, "host link reached by pageable copies" },
+    { "host_graph_s", AT(host_graph_s), 0, 2, { 10e-6, 2.5e-6 }, "host cost per CUDA Graph launch (--graphs)" },
+    { "dev_graph_s", AT(dev_graph_s), 0, 2, { 1e-6, 0.4e-6 }, "device cost per kernel node of a graph (--graphs)" },
 };
 const int N_SETTINGS = sizeof SETTINGS / sizeof SETTINGS[0];
 
@@ -169,8 +177,21 @@ double roofline_call(const Gpu *g, const Achieved *a, const CostCall *c)
     }
 }
 
-static double host_cost(const Achieved *a, const CostCall *c)
+/* a call's fixed device cost (in roofline_call) as a node of a CUDA
+ * Graph: dev_graph_s per kernel, twice that per cuBLAS call */
+static double graph_node_time(const Gpu *g, const Achieved *a, const CostCall *c)
 {
+    double t = roofline_call(g, a, c);
+    if (c->kind == COST_GEMM) return t - a->dev_gemm_s + 2 * a->dev_graph_s;
+    return t - a->dev_launch_s + a->dev_graph_s;
+}
+
+/* the host's cost of issuing call i: a graph's nodes cost one launch, at
+ * the first node of the graph */
+static double host_cost(const Achieved *a, const CostCall *calls, size_t i)
+{
+    const CostCall *c = &calls[i];
+    if (c->graph > 0) return i > 0 && calls[i - 1].graph == c->graph ? 0 : a->host_graph_s;
     switch (c->kind) {
     case COST_GEMM: return a->host_gemm_s;
     case COST_SYNC: return a->host_sync_s;
@@ -186,14 +207,14 @@ double roofline_timeline(const Gpu *g, const Achieved *a, const CostCall *calls,
     for (size_t i = 0; i < n; i++) {
         const CostCall *c = &calls[i];
         double host0 = host;
-        host += host_cost(a, c);
+        host += host_cost(a, calls, i);
         if (c->kind == COST_SYNC) {   /* the host waits for the device */
             host = fmax(host, device + a->host_sync_s);
             if (dev) dev[i] = 0, idle[i] = 0;
             if (host_t) host_t[i] = host - host0;
             continue;
         }
-        double t = roofline_call(g, a, c), start = fmax(host, device);
+        double t = c->graph > 0 ? graph_node_time(g, a, c) : roofline_call(g, a, c), start = fmax(host, device);
         if (dev) dev[i] = t, idle[i] = start - device;
         if (host_t) host_t[i] = host - host0;
         device = start + t;

@@ -36,6 +36,8 @@ typedef struct {
     double host_launch_s; /* host: issuing a kernel */
     double host_gemm_s;   /* host: a cuBLAS call (heuristics, argument checks) */
     double host_sync_s;   /* host: waking up after the stream drained */
+    double host_graph_s;  /* host: launching a CUDA Graph (one segment of a step, cuda/graph.cuh) */
+    double dev_graph_s;   /* device: a kernel node's start and drain inside a graph (a cuBLAS call: 2) */
     double tile;          /* GEMM output tile edge (wave quantisation) */
     double k_fixed;       /* GEMM: a tile's fixed cost (prologue, epilogue) in K steps */
     double splitk_depth;  /* GEMM split-K: pieces at least this many tiles deep (0: no split) */
