@@ -57,7 +57,7 @@ rm -f "$OUT"/outputs/*.txt
 # step LOG CMD...: runs a setup command; on failure its last line, exit 2
 step() {
     local log=$1; shift
-    "$@" >"$W/$log" 2>&1 || { echo "$(tail -1 "$W/$log")" >&2; exit 2; }
+    "$@" >"$W/$log" 2>&1 || { tail -1 "$W/$log" >&2; exit 2; }
 }
 step prep.log "$PY" tests/bench/ct2_decode.py prep "$CKPT" "$DATA" "$SPLIT" "$SENTENCES" "$W"
 D=$DATA
@@ -83,7 +83,8 @@ ours() {
         --reference "$W/ref.txt" --batch-size "$BATCH" device=cpu threads="$th" beam="$K" len_alpha="$ALPHA" \
         max_len_a="$MAX_LEN_A" >"$W/ours.log" 2>&1 || die "translate: $(tail -1 "$W/ours.log")"
     t1=$(now)
-    read -r n tok sps < <(sed -nE 's/^translate: ([0-9]+) sentences, ([0-9]+) target tokens in [0-9.]+s: ([0-9.]+) sentences\/s.*/\1 \2 \3/p' "$W/ours.log")
+    read -r n tok sps < <(sed -nE 's/^translate: ([0-9]+) sentences, ([0-9]+) target tokens in [0-9.]+s: '\
+'([0-9.]+) sentences\/s.*/\1 \2 \3/p' "$W/ours.log")
     [ -n "${sps:-}" ] || die "translate printed no timing line: $(tail -1 "$W/ours.log")"
     awk -v r="$r" -v K="$K" -v th="$th" -v n="$n" -v tok="$tok" -v sps="$sps" -v w="$(echo "$t1 - $t0" | bc)" \
         'BEGIN { d = n / sps; printf "%s,ours,%s,%s,%s,%s,%.4f,%.4f,%.4f\n", r, K, th, n, tok, d, w - d, w }' >>"$CSV"
@@ -144,5 +145,5 @@ fi
     "$PY" tests/bench/ct2_decode.py table "$CSV" "$W/bleu.tsv" "$OUT/outputs"
     echo
     echo "sacreBLEU signature: $sig"
-    echo "command: CKPT=$CKPT DATA=$DATA SPLIT=$SPLIT SENTENCES=$SENTENCES REPEATS=$REPEATS THREADS=\"$THREADS\" BEAMS=\"$BEAMS\" BATCH=$BATCH make bench-ct2"
+    echo "command: CKPT=$CKPT DATA=$DATA SPLIT=$SPLIT SENTENCES=$SENTENCES REPEATS=$REPEATS THREADS=\"$THREADS\" BEAMS=\"$BEAMS\" BATCH=$BATCH MAX_LEN_A=$MAX_LEN_A make bench-ct2"
 } | tee "$OUT/table.md"
