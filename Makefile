@@ -168,7 +168,7 @@ TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tes
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
 endif
 
-.PHONY: all test test-sanitizers test-slurm bench clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
+.PHONY: all test test-sanitizers test-slurm bench bench-ct2 clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
 all: bin/transformer
 
 bin/tests/gen_corpus: tests/scale/gen_corpus.c $(LIBOBJ) | bin/tests
@@ -347,6 +347,10 @@ test-slurm: all
 
 bench: all bin/bench/gemm_peak
 	$(Q)tests/bench/run.sh
+# decoding speed against CTranslate2 (issue 45): CKPT=FILE, optional DATA,
+# SPLIT, SENTENCES, REPEATS, THREADS, BEAMS (tests/bench/decode_ct2.sh)
+bench-ct2: all
+	$(Q)tests/bench/decode_ct2.sh
 
 clean:
 	rm -rf build bin
