@@ -201,7 +201,7 @@ def choose(judged):
     reason). None while a setting is pending, or when no setting passes."""
     pending = [k for k, j in judged.items() if j["ok"] is None]
     if pending:
-        return None, "pending: " + ", ".join(setting_name(k) for k in pending) + " not finished"
+        return None, f"pending: {len(pending)} setting(s) not finished ({'; '.join(map(setting_name, pending))})"
     ok = {k: j for k, j in judged.items() if j["ok"]}
     if not ok:
         return None, "no setting meets rules 1 and 2"
