@@ -26,7 +26,7 @@ import os
 
 from common import AnalysisError, main_wrapper, write_atomic
 from row_result import parse_config_text
-from table3_conv_pilot import EVAL_STEPS, d_rows, fmt_rate, pilot_state, setting_name
+from table3_conv_pilot import EVAL_STEPS, d_rows, fmt_drop, fmt_rate, pilot_state, setting_name
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PROTOCOL = "docs/results-multi30k/converged/protocol.md"
@@ -94,11 +94,6 @@ def read_cfg(path):
             return parse_config_text(f.read(), path)
     except OSError as e:
         raise AnalysisError(path, e.strerror or str(e)) from None
-
-
-def fmt_drop(p):
-    """0.0, 0.1, ...: the configs' spelling of a dropout rate."""
-    return f"{p:.1f}" if abs(p * 10 - round(p * 10)) < 1e-9 else f"{p:g}"
 
 
 def eight_epoch_change(row, source):
