@@ -9,7 +9,8 @@ dev NLL first STUCK_NATS_BELOW_PLATEAU below the unigram NLL), and picks the set
 the protocol asks for (docs/results-multi30k.md): every seed healthy and the seeds'
 final dev NLLs within --tol nats of each other, then the lowest mean final dev NLL.
 Writes PREFIX.md and a figure PREFIX.{png,pdf} of the dev NLL curves (default
-PREFIX: SWEEP_DIR/pilot).
+PREFIX: SWEEP_DIR/pilot).  The converged protocol's pilot has a rule of its
+own: analysis/table3_conv_pilot.py.
 
 Example:
   table3_pilot.py docs/results-multi30k/pilot --tol 0.05
