@@ -279,14 +279,15 @@ def bleu_pair(r, test):
     return " / ".join(fmt(v, ".2f") for v in vals) + flag
 
 
-def run_line(run, progress):
+def run_line(run, progress, skipped=()):
     """One row of the runs table."""
     head = f"| {run['dropout']:g} | {fmt_rate(run['peak'])} | {run['seed']} "
     r = run["result"]
     if r is None:
         p = progress.get(run["name"])
         where = f"training: last reported dev NLL {p[1]:.4f} at {p[0]} (progress.csv)" if p else "not finished"
-        return head + f"| pending | {where} |" + " |" * 9
+        status = "not needed" if run["name"] in skipped else "pending"
+        return head + f"| {status} | {where} |" + " |" * 9
     at_first = nll_at(r, FIRST_CAP)
     if at_first is None and r.get("stop_step") is not None and r["stop_step"] < FIRST_CAP:
         first = f"– (stopped at {r['stop_step']})"
@@ -305,7 +306,8 @@ def runs_table(st):
            f"| dev NLL at {FIRST_CAP} | stopped by {FIRST_CAP} | test2016 best / avg5 | test2017 best / avg5 "
            "| verdict | converged under its cap |",
            "|---:|---:|---:|---|---|---:|---:|---:|---:|---|---|---|---|---|"]
-    out += [run_line(run, st["progress"]) for cell in st["cells"].values() for run in cell]
+    skipped = not_needed(st)
+    out += [run_line(run, st["progress"], skipped) for cell in st["cells"].values() for run in cell]
     return out
 
 
@@ -320,20 +322,32 @@ def settings_table(st):
     return out
 
 
+def not_needed(st):
+    """Unfinished runs of a setting that a finished seed has already ruled
+    out (rule 1 or 2 cannot pass whatever they give: the protocol's
+    amendment of 2026-11-28 skips them)."""
+    return [run["name"] for run in st["runs"]
+            if not finished(run) and st["judged"][(run["dropout"], run["peak"])]["ok"] is False]
+
+
 def choice_lines(st, sweep):
     """The choice, its reason and what follows from it; or what is missing."""
-    runs = st["runs"]
-    waiting = [run["name"] for run in runs if not finished(run)]
+    runs, skipped = st["runs"], not_needed(st)
+    waiting = [run["name"] for run in runs if not finished(run) and run["name"] not in skipped]
+    out = []
+    if skipped:
+        out = [f"Not needed: {', '.join(skipped)} (their setting is already ruled out by a finished seed; "
+               "the protocol's amendment of 2026-11-28 skips them)."]
     if waiting:
-        out = [f"**Pending: {len(runs) - len(waiting)} of {len(runs)} runs finished.** Nothing is chosen "
-               f"until all {len(runs)} have; waiting for {', '.join(waiting)}."]
+        out += [f"**Pending: {len(runs) - len(waiting) - len(skipped)} of {len(runs)} runs finished.** Nothing "
+                f"is chosen until the runs that can change the choice have; waiting for {', '.join(waiting)}."]
     elif st["chosen"] is None:
-        out = [f"**No choice: {st['reason']}.** The protocol gives no fallback: the cause is found "
-               "(and the pilot extended) before the sweep runs."]
+        out += [f"**No choice: {st['reason']}.** The protocol gives no fallback: the cause is found "
+                "(and the pilot extended) before the sweep runs."]
     else:
         k, b = st["chosen"], st["best_steps"]
         window = PATIENCE * EVAL_STEPS
-        out = [f"**Chosen: {setting_name(k)}**: {st['reason']}.",
+        out += [f"**Chosen: {setting_name(k)}**: {st['reason']}.",
                f"- The sweep's step cap: {CAP_FACTOR:g} × {max(b)} (the largest best_step of "
                f"{', '.join(map(str, b))}) + {PATIENCE} × {EVAL_STEPS} = {CAP_FACTOR * max(b) + window:g}, "
                f"rounded up to a multiple of {EVAL_STEPS}: **{st['cap']} updates**.",

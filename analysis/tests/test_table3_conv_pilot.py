@@ -150,7 +150,10 @@ def test_partial_pilot_is_pending(tmp_path):
     cli("table3_conv_pilot.py", top)
     md = (top / "pilot.md").read_text()
     assert "**Pending: 3 of 8 runs finished.**" in md
-    assert "waiting for d0.1-p1e-3-s1, d0.1-p1e-3-s2, d0.3-p1e-3-s1, d0.3-p2e-3-s1, d0.3-p2e-3-s2." in md
+    assert "waiting for d0.1-p1e-3-s1, d0.1-p1e-3-s2, d0.3-p2e-3-s1, d0.3-p2e-3-s2." in md
+    # d0.3-p1e-3-s1 is missing but its setting is out already (seed 2 reached the cap)
+    assert "Not needed: d0.3-p1e-3-s1 (their setting is already ruled out" in md
+    assert "| 0.3 | 1e-3 | 1 | not needed | not finished |" in md
     assert "Chosen" not in md and "first cap" not in md.split("## Settings")[0]
     assert "training: last reported dev NLL 1.5235 at 27300 (progress.csv)" in md
     assert "| eligible" in setting_row(md, 0.1, 2e-3)
@@ -170,3 +173,16 @@ def test_errors(tmp_path):
     assert "dropout 0.1 differs from its config's 0.3" in cli_error("table3_conv_pilot.py", top)
     (top / "configs" / "d0.1-p2e-3-s2.cfg").unlink()
     assert "result files of runs no config names: d0.1-p2e-3-s2" in cli_error("table3_conv_pilot.py", top)
+
+
+def test_a_ruled_out_settings_missing_seed_is_not_waited_for(tmp_path):
+    """The amendment of 2026-11-28: a setting whose first seed reached the
+    cap cannot pass rule 1, so its second seed is skipped; with every other
+    setting complete the choice is made as with all 8 runs."""
+    top = plant_pilot(tmp_path, COMPLETE, missing={(0.3, 1e-3, 1)})
+    cli("table3_conv_pilot.py", top)
+    md = (top / "pilot.md").read_text()
+    assert "Not needed: d0.3-p1e-3-s1" in md and "Pending" not in md
+    assert "**Chosen: P_drop 0.1, peak 2e-3**" in md and "**36300 updates**" in md
+    full = pilot.pilot_state(str(plant_pilot(tmp_path / "all", COMPLETE)))
+    assert pilot.pilot_state(str(top))["chosen"] == full["chosen"] and full["cap"] == 36300
