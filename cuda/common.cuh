@@ -72,11 +72,14 @@ struct CudaImpl {
      * the host in double exactly as the CPU backend does */
     float *sin_table;
     int sin_d, sin_n;
-    /* scratch: column-sum partials, embedding-gradient segments */
+    /* scratch: column-sum partials, embedding-gradient segments and chunk
+     * sums (apart from part: embed.cuh embed_partial says why) */
     float *part;
     size_t part_cap;
     int32_t *seg;
     size_t seg_cap;
+    float *embed_part;
+    size_t embed_part_cap;
     /* device pointer arrays of cublasGemmBatchedEx (A | B | C) */
     void **gptrs;
     size_t gptrs_cap;

@@ -14,6 +14,7 @@ static void cuda_destroy(Backend *be)
     if (I->sin_table) cudaFree(I->sin_table);
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
+    if (I->embed_part) cudaFree(I->embed_part);
     if (I->gptrs) cudaFree(I->gptrs);
     for (int k = 0; k < 2; k++) {
         if (I->seg_host[k]) cudaFreeHost(I->seg_host[k]);

@@ -232,6 +232,27 @@ static const int32_t *embed_upload(CudaImpl *I, const EmbedSegs &g, const int32_
     return I->seg;
 }
 
+/* The rows of chunk sums of at least n floats.  Not part_buffer's scratch:
+ * the column sums in a step's graphs hold its address, and these rows
+ * follow the batch's tokens, not the step's shape, so a replayed step can
+ * need more than any before; the embedding backward runs between two of
+ * its segments, which would leave the next replaying a freed address
+ * (graph.cuh's check ends the run there).  No graph holds this buffer: the
+ * kernels that use it run eagerly (GraphEager). */
+static float *embed_partial(CudaImpl *I, size_t n)
+{
+    if (n > I->embed_part_cap) {
+        if (I->embed_part) {
+            stream_sync(I, "embed_backward");   /* the last combine may still read it */
+            CK(cudaFree(I->embed_part));
+        }
+        I->embed_part = NULL;
+        CK(cudaMalloc((void **)&I->embed_part, n * sizeof(float)));
+        I->embed_part_cap = n;
+    }
+    return I->embed_part;
+}
+
 /* dE += the token rows of dout: the chunks, then the combine of the tokens
  * cut into several (seg: embed_upload's device layout) */
 template <typename A>
@@ -241,7 +262,7 @@ static void embed_launch_tokens(Backend *be, float *dE, Act dout, const EmbedSeg
     CudaImpl *I = IMPL(be);
     const int32_t *order = seg, *cstart = order + g.n, *ctok = cstart + g.nc + 1, *cslot = ctok + g.nc;
     const int32_t *lfirst = cslot + g.nc, *ltok = lfirst + g.nl + 1;
-    float *partial = g.nslots ? part_buffer(be, (size_t)g.nslots * d, "embed_backward") : NULL;
+    float *partial = g.nslots ? embed_partial(I, (size_t)g.nslots * d) : NULL;
     /* dout's rows of the n positions once, the rows of dE of the tokens of
      * one chunk read and written, the partial rows written, the chunk
      * tables; a Philox call per element with dropout */

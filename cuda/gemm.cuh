@@ -440,8 +440,8 @@ static __global__ void k_colsum_final(const float *part, int chunks, int cols, f
     if (threadIdx.x == 0) st(out, c, ld(out, c) + s);
 }
 
-/* the partial-sum scratch of at least n floats (column sums, embedding
- * gradient chunks), for op (the cost log's name of a sync that grows it) */
+/* the column sums' partial-sum scratch of at least n floats, for op (the
+ * cost log's name of a sync that grows it) */
 static float *part_buffer(Backend *be, size_t n, const char *op)
 {
     CudaImpl *I = IMPL(be);

@@ -338,6 +338,71 @@ static int check_big_scores(Dist *D, Config c, const Batch *b, Allreduce ar)
     return !ok;
 }
 
+/* the gradients of step 3 on batch f, after steps 1 and 2 on b (same
+ * shape), on a CUDA backend keeping graphs of `shapes` step shapes (0:
+ * none); the graph statistics into st */
+static float *graph_steps(Dist *D, const Config *c, const Batch *b, const Batch *f, int shapes, long st[4])
+{
+    Backend *be = backend_cuda_create(PRECISION_FP32, ALLREDUCE_AUTO, D->local_rank);
+    if (!be) die(1, "test_cuda_step: no CUDA backend");
+    be->graph_shapes = shapes;
+    Model m;
+    if (model_init(&m, &c->model, be)) die(1, "model_init failed");
+    for (uint32_t step = shapes ? 1 : 3; step <= 3; step++) {
+        be->zero(be, m.grads, sizeof(float) * m.pt.total);
+        model_forward_backward(&m, step < 3 ? b : f, step, 1, 1, NULL, NULL);
+    }
+    float *g = xmalloc(sizeof(float) * m.pt.total);
+    be->download(be, g, m.grads, sizeof(float) * m.pt.total);
+    be->graph_stats(be, st);
+    model_free(&m);
+    be->destroy(be);
+    return g;
+}
+
+/* CUDA Graphs: a replayed step whose embedding gradient needs more rows of
+ * chunk sums than any step before.  Batch f is b (so its step replays b's
+ * graphs) with every word made one token, cut into many chunks of
+ * EMBED_CHUNK = 32 positions.  Those rows grow with the batch's tokens,
+ * between two segments of the step (the embedding backward runs eagerly);
+ * in the column sums' scratch, which the captured encoder segment holds,
+ * the replay ended the run ("segment 1 of a replayed step differs from its
+ * capture").  The replayed step must equal the same step without graphs,
+ * bitwise.  Rank-local (no allreduce). */
+static int check_graph_chunk_growth(Dist *D, const Config *c, const Corpus *corp)
+{
+    int B = 16, idx[16];
+    for (int i = 0; i < B; i++) idx[i] = (D->rank * B + i) % corp->n;
+    Batch b = { 0 }, f = { 0 };
+    batch_build(&b, corp, idx, B, c->max_len);
+    batch_build(&f, corp, idx, B, c->max_len);
+    long word = 0;
+    for (int i = 0; i < B * f.T; i++)
+        if (f.tgt_in[i] >= TOK_FIRST_SYMBOL) f.tgt_in[i] = TOK_FIRST_SYMBOL, word++;
+    for (int i = 0; i < B * f.S; i++)
+        if (f.src[i] >= TOK_FIRST_SYMBOL) f.src[i] = TOK_FIRST_SYMBOL;
+    /* the target's chunk rows against the column sums' largest need (2
+     * quantities per column, 256 rows a chunk; cuda/gemm.cuh colsums) */
+    int rows = B * (f.S > f.T ? f.S : f.T), cols = c->d_ff > c->d_model ? c->d_ff : c->d_model;
+    long chunk_floats = (word + 31) / 32 * c->d_model, colsum_floats = 2L * ((rows + 255) / 256) * cols;
+    long sg[4], se[4];
+    float *gg = graph_steps(D, c, &b, &f, 4, sg), *ge = graph_steps(D, c, &b, &f, 0, se);
+    ParamTable pt;
+    param_table_build(&pt, &c->model);
+    int same = !memcmp(gg, ge, sizeof(float) * pt.total);
+    int ok = same && sg[0] == 1 && sg[1] == 1 && sg[2] == 1 && chunk_floats > colsum_floats;
+    printf("%s rank %d graphs: a replayed step whose embedding gradient needs %ld floats of chunk sums (column sums "
+           "%ld; steps eager/captured/replayed %ld/%ld/%ld): gradients %s the same step without graphs\n",
+           ok ? "ok  " : "FAIL", D->rank, chunk_floats, colsum_floats, sg[0], sg[1], sg[2],
+           same ? "bitwise equal to" : "differ from");
+    free(gg);
+    free(ge);
+    param_table_free(&pt);
+    batch_free(&b);
+    batch_free(&f);
+    return !ok;
+}
+
 int main(int argc, char **argv)
 {
     Dist D;
@@ -422,6 +487,7 @@ int main(int argc, char **argv)
         failures += check_pad_rows(&D, pos[pe], "cuda-fp16", &f);
         gfp16->destroy(gfp16);
         if (pe == 1 && big_scores) failures += check_big_scores(&D, c, &b, (Allreduce)allreduce);
+        if (pe == 0) failures += check_graph_chunk_growth(&D, &c, &corp);
         param_table_free(&pt);
         step_free(&r); step_free(&g); step_free(&h); step_free(&f);
         batch_free(&b);
