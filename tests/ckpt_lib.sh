@@ -21,6 +21,28 @@ wait_file() {
     return 1
 }
 
+# wait_usr1_pending PID...: wait until every stopped process of PIDs has a
+# SIGUSR1 pending (bit 0x200 of SigPnd or ShdPnd in /proc/PID/status).
+# mpirun forwards a signal to its ranks asynchronously: under load that can
+# take longer than any fixed sleep, and a rank continued before it arrives
+# runs to the end and exits 0 (seen in CI)
+wait_usr1_pending() {
+    local i p st waiting
+    for i in $(seq 1 6000); do
+        waiting=0
+        for p in "$@"; do
+            case "$(ps -o stat= -p "$p" 2>/dev/null)" in T*) ;; *) continue ;; esac
+            st=$(awk '$1 == "SigPnd:" || $1 == "ShdPnd:" { print $2 }' "/proc/$p/status" 2>/dev/null)
+            local any=0 m
+            for m in $st; do [ $(( 0x$m & 0x200 )) -ne 0 ] && any=1; done
+            [ $any = 1 ] || waiting=1
+        done
+        [ $waiting = 0 ] && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
 # a Python with h5py and numpy: the analysis venv, else the system one
 PY=/usr/bin/python3
 [ -x "$TOP/.venv/bin/python" ] && "$TOP/.venv/bin/python" -c "import h5py, numpy" 2>/dev/null && PY=$TOP/.venv/bin/python

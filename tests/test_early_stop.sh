@@ -100,7 +100,7 @@ mp=$!
 wait_file "$(ck $W/p $((best + 10)))" $mp || fail "no checkpoint $((best + 10)) (2 ranks)"
 wait_stopped $(pgrep -P $mp) || fail "rank 0 did not stop at checkpoint $((best + 10))"
 kill -USR1 $mp
-sleep 0.5   # mpirun forwards the signal
+wait_usr1_pending $(pgrep -P $mp) || fail "mpirun did not forward SIGUSR1 to the stopped rank within 60 s"
 for p in $(pgrep -P $mp); do kill -CONT $p; done
 rc=0; wait $mp || rc=$?
 [ $rc -eq 99 ] || fail "preempted 2-rank run exited $rc, expected 99: $(tail -3 $W/p1.log)"
