@@ -44,6 +44,10 @@
 #   nvidia-smi, small model): kit.md with PASS lines and the fit, kit.tgz
 #   with the CSVs and the clock log; a stage past its budget fails, saying
 #   so; a bad CALL is refused in one line.
+# - the levers stage (issue 44's A/B pairs: base′ with and without CUDA
+#   Graphs, attention gemm and fused, ReLU mask 1 and 0) on the emulator:
+#   each pair's times and speed-up, the graphs pair's hashes equal; a
+#   planted gpu_model whose --graphs runs print another hash fails it.
 set -u
 . "$(dirname "$0")/lib.sh"
 M=$TOP/bin/tests/gpu_model
@@ -221,7 +225,7 @@ PY
 KIT_BUDGET_compile=900 bash tests/gpu/kit.sh --plan > /dev/null 2> $W/planerr.txt && fail "a 900 s compile stage was accepted"
 grep -q '^error: gpu-kit: plan: call 1 takes up to' $W/planerr.txt || fail "over-budget plan: $(cat $W/planerr.txt)"
 KIT_BUDGET_compile=220 bash tests/gpu/kit.sh --plan > /dev/null 2> $W/planerr.txt && fail "a plan over the kit's 360 s was accepted"
-grep -qx 'error: gpu-kit: plan: the calls take up to 380 s, over 360 s' $W/planerr.txt || fail "over the kit's share: $(cat $W/planerr.txt)"
+grep -qx 'error: gpu-kit: plan: the calls take up to 430 s, over 360 s' $W/planerr.txt || fail "over the kit's share: $(cat $W/planerr.txt)"
 CALL=7 bash tests/gpu/kit.sh $W/x > /dev/null 2> $W/callerr.txt && fail "CALL=7 accepted"
 [ "$(wc -l < $W/callerr.txt)" = 1 ] || fail "CALL=7: $(cat $W/callerr.txt)"
 cat > $W/fake/nvidia-smi <<'SH'
@@ -246,3 +250,30 @@ done
 PATH=$W/fake:$PATH KIT_BUDGET_sweep=1 STAGE=sweep bash tests/gpu/kit.sh $W/kitout2 > /dev/null 2>&1 && fail "a stage past its budget passed"
 grep -q '^- FAIL sweep: stopped at its budget of 1 s' $W/kitout2/kit.md || fail "budget: $(cat $W/kitout2/kit.md)"
 ok "kit.sh: plan $(cat $W/plancheck.txt); over-budget plan refused; timing and sweep end to end on the emulator (8 PASS, the fit, 7 files in kit.tgz); a stage past its budget fails"
+
+# the levers stage (issue 44's A/B pairs in one window): base′ with and
+# without CUDA Graphs, base's attention gemm and fused, the ReLU mask 1 and
+# 0; each pair's times and speed-up reported, the graphs pair's hashes equal.
+# Then a gpu_model whose --graphs runs end with other parameters (a planted
+# wrapper changing the hash it prints): the equality check fails the stage.
+export KIT_PRIME_ARGS="--model base $KIT_MODEL_ARGS" KIT_LEVER_STEPS=2
+PATH=$W/fake:$PATH KIT_BUDGET_levers=600 STAGE=levers bash tests/gpu/kit.sh $W/lev > $W/lev.txt 2>&1 ||
+    fail "kit.sh levers: $(cat $W/lev.txt; cat $W/lev/kit.md)"
+m=$W/lev/kit.md
+[ "$(grep -c '^- PASS' $m)" = 7 ] && ! grep -q '^- FAIL' $m || fail "levers: not 7 PASS lines: $(cat $m)"
+grep -q '^- PASS base′: the same parameters with and without CUDA Graphs ([0-9a-f]*, [0-9a-f]*)$' $m || fail "levers: no hash check: $(cat $m)"
+for w in "base′, CUDA Graphs: .* ms/step (prime-eager), .* ms/step (prime-graphs): prime-graphs is [0-9.]*x as fast" \
+         "base, attention: .* (attention-gemm), .* (attention-fused): attention-fused is [0-9.]*x as fast" \
+         "base, feed-forward backward: .* (relu-mask-1), .* (relu-mask-0): relu-mask-0 is [0-9.]*x as fast"; do
+    grep -q "^  $w" $m || fail "levers: no line '$w': $(cat $m)"
+done
+for f in lever_prime-eager.txt lever_prime-graphs.txt lever_attention-fused.txt lever_relu-mask-0.txt; do
+    tar tzf $W/lev/kit.tgz | grep -qx "./$f" || fail "levers: kit.tgz has no $f"
+done
+printf '#!/bin/sh\ncase "$*" in *--graphs*) "%s" "$@" | sed "s/fnv1a [0-9a-f]*/fnv1a 0123456789abcdef/" ;; *) exec "%s" "$@" ;; esac\n' "$M" "$M" > $W/gm_planted
+chmod +x $W/gm_planted
+PATH=$W/fake:$PATH KIT_GPU_MODEL=$W/gm_planted KIT_BUDGET_levers=600 STAGE=levers bash tests/gpu/kit.sh $W/lev2 > /dev/null 2>&1 &&
+    fail "levers: parameters that differ with CUDA Graphs passed"
+grep -q '^- FAIL base′: the same parameters with and without CUDA Graphs ([0-9a-f]*, 0123456789abcdef)' $W/lev2/kit.md ||
+    fail "levers: the planted hash was not caught: $(cat $W/lev2/kit.md)"
+ok "kit.sh levers on the emulator: 3 A/B pairs with their speed-ups, equal hashes with CUDA Graphs; a planted hash difference fails it"

@@ -19,6 +19,12 @@
 #   torch    the strong PyTorch baseline (tests/gpu/torch_train_strong.py),
 #            eager, base and big, at the same batch: ratios to ours
 #   compile  the same with torch.compile
+#   levers   the A/B pairs issue 44 asks a window to settle, each two runs
+#            of --run-steps: base′ (Table 3's scaled base) without and
+#            with CUDA Graphs (the speed-up; the parameters' hashes must
+#            be equal), base with TRANSFORMER_ATTENTION=gemm and =fused
+#            (tensor cores in 16-bit), base with TRANSFORMER_RELU_MASK=1
+#            and =0 (the faster becomes the default)
 # Results: OUTDIR/kit.md (one PASS/FAIL line per check and the figures) and
 # OUTDIR/kit.tgz (every CSV and log, the clock log among them): with
 # gpu-accept's files at most 8 per call.
@@ -27,7 +33,8 @@
 # in place of bin/gpu/...), KIT_MODEL_ARGS (default --batch 610 --len 41
 # precision=bf16), KIT_MODELS (base big), KIT_PEAK_N, KIT_REPS, KIT_WORK
 # (scratch, default build/gpu-kit), KIT_NO_ACCEPT=1 (skip the gpu-accept
-# stages), KIT_BUDGET_<stage> (one budget, s), TORCH_PY.
+# stages), KIT_BUDGET_<stage> (one budget, s), TORCH_PY, KIT_PRIME_ARGS
+# (base′'s gpu_model arguments for levers), KIT_LEVER_STEPS (10).
 set -uo pipefail
 TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$TOP" || exit 2
@@ -39,7 +46,7 @@ PLAN_LIMIT=360        # s: all calls, the kit's share of a session (accept/plan.
 CMD_LIMIT=2000        # characters of one device command
 CALL_FILES=8          # files a call brings back
 KIT_OVERHEAD=10       # s of a call's kit part outside its stages (kit.md, kit.tgz)
-KIT_STAGES="timing sweep torch compile"
+KIT_STAGES="timing sweep torch compile levers"
 # budgets: about twice the times of the first GPU run (an H200, 2026-11-26:
 # timing 14 s, sweep 8 s, torch 20 s, compile 44 + 49 s), compile 1.6x
 declare -A KIT_BUDGET=(
@@ -47,18 +54,20 @@ declare -A KIT_BUDGET=(
     [sweep]=20        # 327 GEMM calls x 21 per model (~1 s of GPU), gemm_peak 6 x 8192^3 sets + host RNG: 8 s
     [torch]=45        # per model: PyTorch import + 15 eager steps: 20 s for both
     [compile]=150     # per model: ours 10 steps ~5 s (for the ratio), torch.compile ~40 s, then 15 steps: 93 s
+    [levers]=50       # 6 runs of ~5 s CUDA start and init + 12 steps (base′ ~1-2 ms, base ~36 ms): ~35 s (not yet run)
 )
 declare -A KIT_WHAT=(
     [timing]="ours untimed; per-call CUDA-event timing joined with the step's trace; --fit per class of call"
     [sweep]="every GEMM shape class of base and big through the backend's own call, median of 20; gemm_peak constant and random"
     [torch]="strong PyTorch (SDPA, bf16 logits, fused Adam) eager, base and big, same tokens per step: ratio to ours"
     [compile]="the strong PyTorch baseline under torch.compile, base and big: ratio to ours"
+    [levers]="A/B in one window: base′ with and without CUDA Graphs (equal hashes); base's attention gemm vs fused; ReLU mask 1 vs 0"
 )
 # one call, after make gpu-accept's two in the same session (which checked
 # the GPU's training step against the CPU before any speed is trusted): the
 # build stage finds the binaries on the warm machine, or unpacks them
 PLAN_ACCEPT=("build")
-PLAN_KIT=("timing sweep torch compile")
+PLAN_KIT=("timing sweep torch compile levers")
 PLAN_CARRY='["build/gpu-pack.tgz"]'
 plan_command() { echo "CALL=$1 bash tests/gpu/kit.sh \"\$OUT\""; }
 
@@ -209,6 +218,45 @@ torch_runs() {  # eager|compile
 }
 stage_torch() { torch_runs eager; }
 stage_compile() { torch_runs compile; }
+
+# lever_run NAME "ENV" GM_ARGS...: one --run-steps run into $W/lever_NAME.txt
+# (ENV: VAR=value words for env); prints its ms/step and parameters' hash
+lever_run() {
+    local name=$1 env=$2
+    shift 2
+    check "$name: ours, ${KIT_LEVER_STEPS:-10} untimed steps" \
+        bash -c "env $env '$GM' $* --run-steps ${KIT_LEVER_STEPS:-10} > '$W/lever_$name.txt'" || return 1
+    sed -n 's/^run-steps: .* \([0-9.]*\) ms\/step.*fnv1a \([0-9a-f]*\)$/\1 \2/p' "$W/lever_$name.txt"
+}
+
+# lever_pair WHAT NAME_A "ENV_A" "ARGS_A" NAME_B "ENV_B" "ARGS_B" GM_ARGS...:
+# both runs; reports their times and B's speed-up over A; LEVER_HASHES="hA hB"
+lever_pair() {
+    local what=$1 na=$2 ea=$3 aa=$4 nb=$5 eb=$6 ab=$7 ta tb
+    shift 7
+    # shellcheck disable=SC2086
+    ta=$(lever_run "$na" "$ea" "$@" $aa) && tb=$(lever_run "$nb" "$eb" "$@" $ab) && [ -n "$ta" ] && [ -n "$tb" ] || return 1
+    report "  $what: ${ta% *} ms/step ($na), ${tb% *} ms/step ($nb): $nb is $(python3 -c \
+        "print('%.2f' % (${ta% *} / ${tb% *}))")x as fast; parameters fnv1a ${ta#* } and ${tb#* }"
+    LEVER_HASHES="${ta#* } ${tb#* }"
+}
+
+stage_levers() {
+    local ok=0 prime h
+    read -r -a prime <<<"${KIT_PRIME_ARGS:---config input/table3-m30k/base.cfg --batch 140 --len 14 precision=bf16}"
+    # CUDA Graphs change no result: the same steps end in the same parameters
+    if lever_pair "base′, CUDA Graphs" prime-eager "" "" prime-graphs "" "--graphs" "${prime[@]}"; then
+        read -r -a h <<<"$LEVER_HASHES"
+        check "base′: the same parameters with and without CUDA Graphs (${h[0]}, ${h[1]})" [ "${h[0]}" = "${h[1]}" ] || ok=1
+    else
+        ok=1
+    fi
+    lever_pair "base, attention" attention-gemm "TRANSFORMER_ATTENTION=gemm" "" attention-fused \
+        "TRANSFORMER_ATTENTION=fused" "" --model base "${MODEL_ARGS[@]}" || ok=1
+    lever_pair "base, feed-forward backward" relu-mask-1 "TRANSFORMER_RELU_MASK=1" "" relu-mask-0 \
+        "TRANSFORMER_RELU_MASK=0" "" --model base "${MODEL_ARGS[@]}" || ok=1
+    return $ok
+}
 
 # run_stages STAGE...: each under its budget, into $W/report.md
 run_stages() {
