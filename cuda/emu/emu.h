@@ -96,7 +96,8 @@ struct Ctx {
 };
 extern thread_local Ctx *cur;
 
-enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC };
+enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC,
+              OP_WMMA_LOAD, OP_WMMA_STORE, OP_WMMA_MMA };   /* the last three: wmma.h */
 
 void syncthreads(const char *file, int line);
 uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
@@ -235,5 +236,8 @@ static inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; ret
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline int atomicMax(int *p, int v) { int o = *p; if (v > o) *p = v; return o; }
+
+/* nvcuda::wmma, the tensor cores' warp matrix functions */
+#include "wmma.h"
 
 #endif
