@@ -19,7 +19,8 @@
  * over all queries in one block, so no two blocks add into one element.
  *
  * Arithmetic is fp32 on the CUDA cores; loads and stores go through
- * ld()/st() (memory.cuh), so the kernels run for every storage type.
+ * ld()/st() (memory.cuh).  They run for fp32 storage; bf16 and fp16 run
+ * the tensor-core kernels of attention_tc.cuh (same blocks and outputs).
  * The CPU reference applies no dropout to the attention weights
  * (src/attention.c, ops_cpu.c): neither do these kernels.
  *
