@@ -13,7 +13,8 @@
  *   barrier that fails loudly when threads reach different barriers or when
  *   some exited while others wait.  Warp intrinsics (shuffles, ballots,
  *   __syncwarp) are resolved per warp once every lane of the mask arrived,
- *   with mask checks.
+ *   with mask checks; so are nvcuda::wmma's warp matrix functions, with
+ *   the Programming Guide's rules on their arguments (wmma.h).
  * - Dynamic shared memory is refilled with 0xFF (a NaN pattern) before each
  *   block; red zones around it catch out-of-bounds writes.  Under rule
  *   SHARED static __shared__ variables (the kernel's function-local
