@@ -19,7 +19,8 @@
  * over all queries in one block, so no two blocks add into one element.
  *
  * Arithmetic is fp32 on the CUDA cores; loads and stores go through
- * ld()/st() (memory.cuh), so the kernels run for every storage type.
+ * ld()/st() (memory.cuh).  They run for fp32 storage; bf16 and fp16 run
+ * the tensor-core kernels of attention_tc.cuh (same blocks and outputs).
  * The CPU reference applies no dropout to the attention weights
  * (src/attention.c, ops_cpu.c): neither do these kernels.
  *
@@ -308,6 +309,8 @@ UNROLL
     }
 }
 
+#include "attention_tc.cuh"
+
 /* ------------------------------------------------------------------ host */
 
 /* why the fused kernels cannot take this call, or NULL where they can */
@@ -341,6 +344,22 @@ static size_t fa_rows_smem(int width, int Tk, int dk, int dv)
     return sizeof(float) * ((size_t)FA_QT * width + (size_t)FA_QT * Tk + (size_t)FA_KT * fa_stride(std::max(dk, dv)));
 }
 
+/* 16-bit storage: the tensor-core kernels of attention_tc.cuh; their
+ * tensor FLOPs are those of the padded 16 x 16 x 16 tiles they run */
+template <typename T>
+static void tc_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act ctx,
+                                 int Tq, int Tk, const int32_t *key_len, int causal)
+{
+    double bh = (double)s.B * s.h, e = sizeof(T), tq = 16.0 * ((Tq + 15) / 16), tk = tc_up(Tk);
+    DECLARE_KERNEL_TC(k_attention_forward_tc<T>, "attention_forward", FA_DEEP * e,
+                      bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e + s.B * sizeof(int32_t),
+                      bh * Tq * ((double)Tk + s.dv) * e, bh * 2 * tq * tk * (tc_up(s.dk) + tc_up(s.dv)),
+                      bh * Tq * Tk * 6.0);
+    LAUNCH(k_attention_forward_tc<T>, dim3(s.B * s.h, (Tq + TC_QT - 1) / TC_QT), FA_THREADS,
+           tc_rows_smem(s.dk, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv, tp<T>(P),
+           tp<T>(ctx), key_len, attention_scale(s.dk), s.h, s.dk, s.dv, Tq, Tk, causal);
+}
+
 static int cuda_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act ctx,
                                   int Tq, int Tk, const int32_t *key_len, int causal)
 {
@@ -348,16 +367,42 @@ static int cuda_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act 
     if ((long)s.B * s.h * Tq <= 0 || Tk <= 0) return 1;
     dispatch(Q.dtype, [&](auto z) {
         using T = decltype(z);
-        double bh = (double)s.B * s.h, e = sizeof(T);
-        DECLARE_KERNEL(k_attention_forward<T>, "attention_forward", FA_DEEP * e,
-                       bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e + s.B * sizeof(int32_t),
-                       bh * Tq * ((double)Tk + s.dv) * e, bh * Tq * Tk * (2.0 * (s.dk + s.dv) + 6));
-        LAUNCH(k_attention_forward<T>, dim3(s.B * s.h, (Tq + FA_QT - 1) / FA_QT), FA_THREADS,
-               fa_rows_smem(s.dk, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv, tp<T>(P),
-               tp<T>(ctx), key_len, attention_scale(s.dk), s.h, s.dk, s.dv, Tq, Tk, causal);
+        if constexpr (sizeof(T) == 2) {
+            tc_attention_forward<T>(be, s, Q, ldq, K, V, ldkv, P, ctx, Tq, Tk, key_len, causal);
+        } else {
+            double bh = (double)s.B * s.h, e = sizeof(T);
+            DECLARE_KERNEL(k_attention_forward<T>, "attention_forward", FA_DEEP * e,
+                           bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e + s.B * sizeof(int32_t),
+                           bh * Tq * ((double)Tk + s.dv) * e, bh * Tq * Tk * (2.0 * (s.dk + s.dv) + 6));
+            LAUNCH(k_attention_forward<T>, dim3(s.B * s.h, (Tq + FA_QT - 1) / FA_QT), FA_THREADS,
+                   fa_rows_smem(s.dk, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv,
+                   tp<T>(P), tp<T>(ctx), key_len, attention_scale(s.dk), s.h, s.dk, s.dv, Tq, Tk, causal);
+        }
     });
     CKL();
     return 1;
+}
+
+template <typename T>
+static void tc_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act dP,
+                                  Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk)
+{
+    double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk, tq = 16.0 * ((Tq + 15) / 16);
+    double tk = tc_up(Tk), tkb = 16.0 * ((Tk + TC_KB - 1) / TC_KB), dkv = tc_up(s.dk) + tc_up(s.dv);
+    float scale = attention_scale(s.dk);
+    DECLARE_KERNEL_TC(k_attention_backward_dq_tc<T>, "attention_backward", FA_DEEP * e,
+                      bh * (Tq * s.dv + qk + (double)Tk * (s.dk + s.dv)) * e, bh * (qk + (double)Tq * s.dk) * e,
+                      bh * 2 * tq * tk * dkv, bh * qk * 4.0);
+    LAUNCH(k_attention_backward_dq_tc<T>, dim3(s.B * s.h, (Tq + TC_QT - 1) / TC_QT), FA_THREADS,
+           tc_rows_smem(s.dv, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(K), tp<T>(V), ldkv, tp<T>(P), tp<T>(dP),
+           tp<T>(dctx), tp<T>(dQ), ldq, scale, s.h, s.dk, s.dv, Tq, Tk);
+    CKL();
+    DECLARE_KERNEL_TC(k_attention_backward_dkv_tc<T>, "attention_backward", FA_DEEP * e,
+                      bh * (2 * qk + (double)Tq * (s.dk + s.dv)) * e, bh * Tk * (double)(s.dk + s.dv) * e,
+                      bh * 2 * tkb * tq * dkv, 0);
+    LAUNCH(k_attention_backward_dkv_tc<T>, dim3(s.B * s.h, (Tk + TC_KB - 1) / TC_KB), FA_THREADS,
+           tc_dkv_smem(s.dk, s.dv), IMPL(be)->stream, tp<T>(Q), ldq, tp<T>(P), tp<T>(dP), tp<T>(dctx), tp<T>(dK),
+           tp<T>(dV), ldkv, scale, s.h, s.dk, s.dv, Tq, Tk);
 }
 
 static int cuda_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act dP,
@@ -367,21 +412,26 @@ static int cuda_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act
     if ((long)s.B * s.h <= 0 || Tq <= 0 || Tk <= 0) return 0;   /* (the GEMM path's zero-size handling) */
     dispatch(Q.dtype, [&](auto z) {
         using T = decltype(z);
-        double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk;
-        float scale = attention_scale(s.dk);
-        DECLARE_KERNEL(k_attention_backward_dq<T>, "attention_backward", FA_DEEP * e,
-                       bh * (Tq * s.dv + qk + (double)Tk * (s.dk + s.dv)) * e, bh * (qk + (double)Tq * s.dk) * e,
-                       bh * qk * (2.0 * (s.dk + s.dv) + 4));
-        LAUNCH(k_attention_backward_dq<T>, dim3(s.B * s.h, (Tq + FA_QT - 1) / FA_QT), FA_THREADS,
-               fa_rows_smem(s.dv, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(K), tp<T>(V), ldkv, tp<T>(P), tp<T>(dP),
-               tp<T>(dctx), tp<T>(dQ), ldq, scale, s.h, s.dk, s.dv, Tq, Tk);
-        CKL();
-        DECLARE_KERNEL(k_attention_backward_dkv<T>, "attention_backward", FA_DEEP * e,
-                       bh * (2 * qk + (double)Tq * (s.dk + s.dv)) * e, bh * Tk * (double)(s.dk + s.dv) * e,
-                       bh * qk * 2.0 * (s.dk + s.dv));
-        LAUNCH(k_attention_backward_dkv<T>, dim3(s.B * s.h, (Tk + FA_KB - 1) / FA_KB), FA_THREADS,
-               sizeof(float) * (2 * FA_KB * FA_QC + (size_t)FA_QC * (s.dk + s.dv)), IMPL(be)->stream, tp<T>(Q), ldq,
-               tp<T>(P), tp<T>(dP), tp<T>(dctx), tp<T>(dK), tp<T>(dV), ldkv, scale, s.h, s.dk, s.dv, Tq, Tk);
+        if constexpr (sizeof(T) == 2) {
+            tc_attention_backward<T>(be, s, Q, ldq, K, V, ldkv, P, dP, dctx, dQ, dK, dV, Tq, Tk);
+            return;
+        } else {
+            double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk;
+            float scale = attention_scale(s.dk);
+            DECLARE_KERNEL(k_attention_backward_dq<T>, "attention_backward", FA_DEEP * e,
+                           bh * (Tq * s.dv + qk + (double)Tk * (s.dk + s.dv)) * e, bh * (qk + (double)Tq * s.dk) * e,
+                           bh * qk * (2.0 * (s.dk + s.dv) + 4));
+            LAUNCH(k_attention_backward_dq<T>, dim3(s.B * s.h, (Tq + FA_QT - 1) / FA_QT), FA_THREADS,
+                   fa_rows_smem(s.dv, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(K), tp<T>(V), ldkv, tp<T>(P),
+                   tp<T>(dP), tp<T>(dctx), tp<T>(dQ), ldq, scale, s.h, s.dk, s.dv, Tq, Tk);
+            CKL();
+            DECLARE_KERNEL(k_attention_backward_dkv<T>, "attention_backward", FA_DEEP * e,
+                           bh * (2 * qk + (double)Tq * (s.dk + s.dv)) * e, bh * Tk * (double)(s.dk + s.dv) * e,
+                           bh * qk * 2.0 * (s.dk + s.dv));
+            LAUNCH(k_attention_backward_dkv<T>, dim3(s.B * s.h, (Tk + FA_KB - 1) / FA_KB), FA_THREADS,
+                   sizeof(float) * (2 * FA_KB * FA_QC + (size_t)FA_QC * (s.dk + s.dv)), IMPL(be)->stream, tp<T>(Q),
+                   ldq, tp<T>(P), tp<T>(dP), tp<T>(dctx), tp<T>(dK), tp<T>(dV), ldkv, scale, s.h, s.dk, s.dv, Tq, Tk);
+        }
     });
     CKL();
     return 1;

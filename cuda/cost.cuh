@@ -256,6 +256,16 @@ static void declare_shape(int m, int n, int k, long batch, size_t operand)
         cost_calls.back().inflight = (double)(per_thread);                                                  \
     } while (0)
 
+/* a kernel whose products run on the tensor cores (wmma, cuda/attention_tc.cuh):
+ * flop_tc FLOPs of 16-bit tiles, which the model prices at the rate such
+ * hand-written tiles reach (gpu_model's wmma_frac), and flop on the CUDA cores */
+#define DECLARE_KERNEL_TC(kernel, op, per_thread, rd, wr, flop_tc, flop)                                            \
+    do {                                                                                                           \
+        if (!cost_on) break;                                                                                       \
+        declare((op), #kernel, COST_KERNEL, (double)(rd), (double)(wr), (double)(flop_tc), (double)(flop), TC_16BIT); \
+        cost_calls.back().inflight = (double)(per_thread);                                                         \
+    } while (0)
+
 /* ------------------------------------------- copies, memsets and syncs */
 
 static void memset_async(CudaImpl *I, const char *op, void *p, size_t n)

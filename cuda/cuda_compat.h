@@ -46,8 +46,9 @@ extern "C" void cuda_cost_shape(const char *call, double blocks, double threads)
                         (double)launch_block_.x * launch_block_.y * launch_block_.z);     \
         kernel<<<launch_grid_, launch_block_, (smem), (stream)>>>(__VA_ARGS__);           \
     } while (0)
+/* 32-byte aligned: wmma's tiles (attention_tc.cuh) must be */
 #define DYNAMIC_SHARED(T, name)                                  \
-    extern __shared__ __align__(16) unsigned char cuda_dyn_smem_[]; \
+    extern __shared__ __align__(32) unsigned char cuda_dyn_smem_[]; \
     T *name = reinterpret_cast<T *>(cuda_dyn_smem_)
 #define EMU_SEEN(p, n, write) ((void)0)
 #define EMU_ALIGNED(p, n, write) ((void)0)

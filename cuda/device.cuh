@@ -187,7 +187,8 @@ static int kernels_run(int dev)
 
 /* The environment's switches of the CUDA path, checked: 0 after a
  * one-line message on a value that is not one of theirs.
- * TRANSFORMER_ATTENTION=fused runs cuda/attention.cuh; the default is
+ * TRANSFORMER_ATTENTION=fused runs cuda/attention.cuh (on tensor cores for
+ * bf16 and fp16: attention_tc.cuh); the default is
  * attention.c's batched GEMMs and separate softmax, the path measured on a
  * GPU, until a GPU run shows the fused kernels faster: the model prices
  * them from 4% faster to 13% slower (docs/performance.md).

@@ -77,7 +77,8 @@ struct Fiber {
 };
 
 static const char *op_names[] = { "__shfl_sync", "__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync",
-                                  "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp" };
+                                  "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp",
+                                  "wmma::load_matrix_sync", "wmma::store_matrix_sync", "wmma::mma_sync" };
 
 enum Order { FORWARD, REVERSE, RANDOM };
 
@@ -311,6 +312,13 @@ struct LaneReq {
  * out-of-segment sources); a source lane outside the mask is an error */
 static void warp_results(unsigned m, const LaneReq *req, uint64_t *res)
 {
+    if (m == 0xffffffffu && req[0].op >= OP_WMMA_LOAD) {   /* wmma.h: the collective, once */
+        WmmaReq *lanes[32];
+        for (int b = 0; b < 32; b++) lanes[b] = (WmmaReq *)(uintptr_t)req[b].val;
+        lanes[0]->run(lanes, op_names[req[0].op]);
+        for (int b = 0; b < 32; b++) res[b] = 0;
+        return;
+    }
     uint64_t ballot = 0;
     for (int b = 0; b < 32; b++)
         if ((m >> b) & 1u) ballot |= (uint64_t)(req[b].val != 0) << b;
@@ -373,7 +381,9 @@ static bool resolve_warps(int n)
                     Fiber *g = E.pool[w0 + b];
                     req[b] = LaneReq{ g->op, g->arg, g->width, g->mask, g->val, g->file, g->line };
                 }
+            cur = &f->ctx;   /* a wmma collective's accesses are checked as the thread's */
             warp_results(m, req, res);
+            cur = nullptr;
             for (int b = 0; b < 32; b++)
                 if ((m >> b) & 1u) E.pool[w0 + b]->res = res[b];
             for (int b = 0; b < 32; b++)
@@ -479,6 +489,41 @@ template <class F> static void for_each_block(dim3 g, F &&f)
         unsigned long b = ord.empty() ? i : ord[i];
         f(make_uint3((unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / ((unsigned long)g.x * g.y))));
     }
+}
+
+/* ------------------------------------------------------------------ wmma */
+
+/* the warp matrix functions' rendezvous (wmma.h): all 32 lanes, one call
+ * site; a lane elsewhere or gone is reported by the warp operations' checks */
+void wmma_meet(int op, WmmaReq *r)
+{
+    warp_op(op, 0xffffffffu, (uint64_t)(uintptr_t)r, 0, 32, r->file, r->line);
+}
+
+static const char *wmma_layout(const WmmaReq *r) { return r->layout ? "column major" : "row major"; }
+
+/* the guide's rules for mptr and ldm, and the same arguments in every lane */
+void wmma_check_args(WmmaReq *const *lanes, const char *what)
+{
+    const WmmaReq *r = lanes[0];
+    for (int b = 1; b < 32; b++) {
+        const WmmaReq *g = lanes[b];
+        if (g->ptr != r->ptr || g->ldm != r->ldm || g->layout != r->layout)
+            fail("%s at %s:%d: the lanes' arguments differ: lane 0 passes %p, ldm %u, %s; lane %d %p, ldm %u, %s "
+                 "(each must be the same in every lane of the warp)",
+                 what, r->file, r->line, r->ptr, r->ldm, wmma_layout(r), b, g->ptr, g->ldm, wmma_layout(g));
+    }
+    if ((uintptr_t)r->ptr & 31)
+        fail("%s at %s:%d: pointer %p is not 32-byte (256-bit) aligned", what, r->file, r->line, r->ptr);
+    if ((r->ldm * (unsigned)r->elem) % 16)
+        fail("%s at %s:%d: ldm %u is not a multiple of %d elements of %d bytes (16 bytes)", what, r->file, r->line,
+             r->ldm, 16 / r->elem, r->elem);
+}
+
+void wmma_access(const void *p, size_t n, bool write)
+{
+    if ((counting || tracking) && is_device_range(p, n)) seen(p, n, write);
+    else if (checking) check_access(p, n, write);
 }
 
 /* ------------------------------------------------------ pthread backend */

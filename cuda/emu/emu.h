@@ -13,7 +13,8 @@
  *   barrier that fails loudly when threads reach different barriers or when
  *   some exited while others wait.  Warp intrinsics (shuffles, ballots,
  *   __syncwarp) are resolved per warp once every lane of the mask arrived,
- *   with mask checks.
+ *   with mask checks; so are nvcuda::wmma's warp matrix functions, with
+ *   the Programming Guide's rules on their arguments (wmma.h).
  * - Dynamic shared memory is refilled with 0xFF (a NaN pattern) before each
  *   block; red zones around it catch out-of-bounds writes.  Under rule
  *   SHARED static __shared__ variables (the kernel's function-local
@@ -96,7 +97,8 @@ struct Ctx {
 };
 extern thread_local Ctx *cur;
 
-enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC };
+enum WarpOp { OP_IDX, OP_XOR, OP_DOWN, OP_UP, OP_BALLOT, OP_ANY, OP_ALL, OP_SYNC,
+              OP_WMMA_LOAD, OP_WMMA_STORE, OP_WMMA_MMA };   /* the last three: wmma.h */
 
 void syncthreads(const char *file, int line);
 uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width, const char *file, int line);
@@ -235,5 +237,8 @@ static inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; ret
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline int atomicMax(int *p, int v) { int o = *p; if (v > o) *p = v; return o; }
+
+/* nvcuda::wmma, the tensor cores' warp matrix functions */
+#include "wmma.h"
 
 #endif

@@ -28,7 +28,12 @@
  *    host-to-device copy before waiting for it;
  *  - rule SHARED: a static __shared__ variable read before any write (0xFF
  *    in each block, not zero nor the previous block's value), and static
- *    plus dynamic shared memory over 48 KiB.
+ *    plus dynamic shared memory over 48 KiB;
+ *  - nvcuda::wmma (cuda/emu/wmma.h): a lane missing from mma_sync, lanes
+ *    passing different pointers or ldm, an ldm that is no multiple of 16
+ *    bytes, a pointer not 32-byte aligned, a tile read past shared memory;
+ *    code that assumes a fragment's element layout, and a lane reading
+ *    another lane's store_matrix_sync without __syncwarp(): wrong values.
  * Misuse makes the emulator exit 99 with a "cuda-emu: error:" line; each
  * planted kernel runs in a forked child and the message is checked. */
 #include "cuda_compat.h"
@@ -625,6 +630,146 @@ static void shared_rule(int *d)
     setenv("CUDA_EMU_STRICT_BLOCKORDER", "1", 1);
 }
 
+/* nvcuda::wmma: D = 2 (C + A B) for A 16 x 32 (row major, ldm 32), B
+ * given as B^T 16 x 32 (so col_major with ldm 32), C row major and D
+ * stored column major; small integers, so every backend is exact.  The
+ * bad modes plant one misuse each (wmma_rule) */
+enum { WM_OK, WM_MISSING, WM_PTR, WM_LDM, WM_ALIGN, WM_PAST, WM_STORE_LDM };
+template <typename T>
+static __global__ void k_wmma(const T *A, const T *Bt, const float *C, float *D, int mode)
+{
+    using namespace nvcuda;
+    DYNAMIC_SHARED(T, sh);   /* 512 elements, for WM_PAST */
+    int lane = threadIdx.x & 31;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, C, 16, wmma::mem_row_major);
+    for (int k0 = 0; k0 < 32; k0 += 16) {
+        const T *pa = A + k0 + (mode == WM_PTR && lane == 3 ? 16 : 0) + (mode == WM_ALIGN ? 8 : 0);
+        wmma::load_matrix_sync(a, pa, mode == WM_LDM ? 20 : 32);
+        if (mode == WM_PAST) wmma::load_matrix_sync(b, sh + 16, 64);   /* columns 8.. lie past the 512 */
+        else wmma::load_matrix_sync(b, Bt + k0, 32);
+        if (mode != WM_MISSING || lane != 7) wmma::mma_sync(acc, a, b, acc);
+    }
+    for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= 2.0f;   /* elementwise: no layout assumed */
+    wmma::store_matrix_sync(D, acc, mode == WM_STORE_LDM && lane == 0 ? 32 : 16, wmma::mem_col_major);
+}
+
+/* the same product, then written out assuming lane l holds row l / 2,
+ * columns 8 (l % 2) .. + 7 (a layout CUDA leaves unspecified), or read
+ * back from shared memory by lanes other than the storing ones, with or
+ * without __syncwarp() between */
+static __global__ void k_wmma_layout(const __half *A, const __half *Bt, const float *C, float *D, int mode)
+{
+    using namespace nvcuda;
+    DYNAMIC_SHARED(float, sh);
+    int lane = threadIdx.x & 31;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, C, 16, wmma::mem_row_major);
+    for (int k0 = 0; k0 < 32; k0 += 16) {
+        wmma::load_matrix_sync(a, A + k0, 32);
+        wmma::load_matrix_sync(b, Bt + k0, 32);
+        wmma::mma_sync(acc, a, b, acc);
+    }
+    if (mode == 0) {
+        for (int i = 0; i < 8; i++) D[(8 * (lane % 2) + i) * 16 + lane / 2] = 2.0f * acc.x[i];
+        return;
+    }
+    wmma::store_matrix_sync(sh, acc, 16, wmma::mem_row_major);
+    if (mode == 2) __syncwarp(0xffffffffu);
+    for (int i = 0; i < 8; i++) {
+        int e = lane * 8 + i, r = e / 16, c = e % 16;
+        D[c * 16 + r] = 2.0f * sh[e];
+    }
+}
+
+struct WmmaBufs {
+    void *A, *Bt;
+    float *C, *D, want[256];
+};
+static WmmaBufs wm;
+
+template <typename T> static void wmma_upload(void)
+{
+    T a[512], b[512];
+    float c[256];
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 32; k++) {
+            a[r * 32 + k] = (T)(float)((r * 3 + k) % 7 - 3);
+            b[r * 32 + k] = (T)(float)((r * 5 + 2 * k) % 9 - 4);
+        }
+    for (int i = 0; i < 256; i++) c[i] = (float)(i / 16 - i % 16);
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float s = c[r * 16 + n];
+            for (int k = 0; k < 32; k++) s += (float)a[r * 32 + k] * (float)b[n * 32 + k];
+            wm.want[n * 16 + r] = 2.0f * s;
+        }
+    cudaMemcpy(wm.A, a, sizeof a, cudaMemcpyHostToDevice);
+    cudaMemcpy(wm.Bt, b, sizeof b, cudaMemcpyHostToDevice);
+    cudaMemcpy(wm.C, c, sizeof c, cudaMemcpyHostToDevice);
+}
+
+/* elements of D unlike the reference */
+static int wmma_wrong(void)
+{
+    float h[256];
+    cudaMemcpy(h, wm.D, sizeof h, cudaMemcpyDeviceToHost);
+    int wrong = 0;
+    for (int i = 0; i < 256; i++) wrong += h[i] != wm.want[i];
+    return wrong;
+}
+
+static void wmma_run(int mode)
+{
+    LAUNCH(k_wmma<__nv_bfloat16>, 1, 32, 1024, 0, (const __nv_bfloat16 *)wm.A, (const __nv_bfloat16 *)wm.Bt, wm.C,
+           wm.D, mode);
+}
+static void wm_missing(int *) { wmma_run(WM_MISSING); }
+static void wm_ptr(int *) { wmma_run(WM_PTR); }
+static void wm_ldm(int *) { wmma_run(WM_LDM); }
+static void wm_align(int *) { wmma_run(WM_ALIGN); }
+static void wm_past(int *) { wmma_run(WM_PAST); }
+static void wm_store_ldm(int *) { wmma_run(WM_STORE_LDM); }
+
+static void wmma_rule(int *)
+{
+    cudaMalloc(&wm.A, 1024);
+    cudaMalloc(&wm.Bt, 1024);
+    cudaMalloc((void **)&wm.C, 1024);
+    cudaMalloc((void **)&wm.D, 1024);
+    wmma_upload<__half>();
+    LAUNCH(k_wmma<__half>, 1, 32, 1024, 0, (const __half *)wm.A, (const __half *)wm.Bt, wm.C, wm.D, (int)WM_OK);
+    check(!wmma_wrong(), "wmma: fp16 D = 2 (C + A B), 16x16x32, A row major, B column major, D stored column major");
+    LAUNCH(k_wmma_layout, 1, 32, 1024, 0, (const __half *)wm.A, (const __half *)wm.Bt, wm.C, wm.D, 2);
+    check(!wmma_wrong(), "wmma: store_matrix_sync, __syncwarp(), another lane reads it: right");
+    LAUNCH(k_wmma_layout, 1, 32, 1024, 0, (const __half *)wm.A, (const __half *)wm.Bt, wm.C, wm.D, 1);
+    int wrong = wmma_wrong();
+    check(wrong > 0, "wmma: another lane reads a store_matrix_sync without __syncwarp(): wrong values");
+    printf("     without __syncwarp(): %d of 256 wrong\n", wrong);
+    LAUNCH(k_wmma_layout, 1, 32, 1024, 0, (const __half *)wm.A, (const __half *)wm.Bt, wm.C, wm.D, 0);
+    wrong = wmma_wrong();
+    check(wrong > 0, "wmma: code assuming an accumulator's element layout gets wrong values");
+    printf("     layout assumed: %d of 256 wrong\n", wrong);
+    wmma_upload<__nv_bfloat16>();
+    wmma_run(WM_OK);
+    check(!wmma_wrong(), "wmma: bf16 D = 2 (C + A B), the same shapes");
+    setenv("CUDA_EMU_STRICT_ACCESS", "1", 1);
+    expect_caught("wmma: lane 7 skips mma_sync", wm_missing, NULL, "lane 7 of the mask never arrives");
+    expect_caught("wmma: lane 3 loads from another pointer", wm_ptr, NULL, "the lanes' arguments differ");
+    expect_caught("wmma: lane 0 stores with another ldm", wm_store_ldm, NULL, "the lanes' arguments differ");
+    expect_caught("wmma: ldm 20 of bf16 (40 bytes)", wm_ldm, NULL, "ldm 20 is not a multiple of 8 elements");
+    expect_caught("wmma: a pointer 16 bytes past 32-byte alignment", wm_align, NULL, "is not 32-byte (256-bit) aligned");
+    expect_caught("wmma: a tile read past shared memory", wm_past, NULL, "load of 2 bytes at");
+    cudaFree(wm.A);
+    cudaFree(wm.Bt);
+    cudaFree(wm.C);
+    cudaFree(wm.D);
+}
+
 /* rule STREAMS: queued work runs where the program synchronises, in a
  * seeded order that keeps stream order and event waits */
 static void streams_rule(int *d)
@@ -699,6 +844,7 @@ int main(int argc, char **argv)
     access_rule(d);
     pinned_src_rule(d);
     shared_rule(d);
+    wmma_rule(d);
     cudaFree(d);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;

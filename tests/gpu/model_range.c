@@ -44,7 +44,7 @@ static double floor_call(const CostCall *c)
         double rate = tf32 ? FLOOR_TF32 : c->tc == TC_16BIT ? PEAK_RANDOM : FLOOR_FP32_GEMM;
         return fmax(mem, (c->flop_tc + c->flop) / rate);
     }
-    case COST_KERNEL: return fmax(mem, c->flop / h->fp32);
+    case COST_KERNEL: return fmax(mem, c->flop_tc / PEAK_RANDOM + c->flop / h->fp32);   /* wmma at the GEMMs' peak */
     case COST_COPY: return mem;
     case COST_HOST: return (c->rd + c->wr) / h->pcie;
     default: return 0;

@@ -46,14 +46,19 @@ const int N_GPUS = sizeof GPUS / sizeof GPUS[0];
  *   before its K loop and writing C after it, worth 256 steps of K: a GEMM
  *   with K = 512 runs at 2/3 of the rate of a long one.  The measured peaks
  *   (K = 8192) include 8192 / 8448 of it, so the fractions below are the
- *   measured ones divided by that. */
+ *   measured ones divided by that;
+ * - the backend's own tensor-core kernels (wmma 16 x 16 x 16 tiles staged
+ *   through shared memory, the fused attention of cuda/attention_tc.cuh)
+ *   reach 0.2 of the 16-bit peak on their tensor FLOPs, added to their
+ *   CUDA-core FLOPs' time: a guess (short K loops of 64, a barrier per
+ *   chunk, no asynchronous copies), until a GPU window measures them. */
 const Achieved ACHIEVED = {
     .hbm_frac = 0.85, .tc_frac = 0.84 * 8448 / 8192, .tf32_frac = 0.92 * 8448 / 8192, .fp32_frac = 0.78 * 8448 / 8192,
     .pcie_frac = 0.4,
     .latency_s = 800e-9, .threads_sm = 2048, .blocks_sm = 32,
     .dev_launch_s = 1e-6, .dev_gemm_s = 2e-6, .host_launch_s = 3e-6, .host_gemm_s = 8e-6, .host_sync_s = 10e-6,
     .host_graph_s = 4e-6, .dev_graph_s = 0.7e-6,
-    .tile = 128, .k_fixed = 256, .splitk_depth = 4, .overlap32 = 0, .overlap16 = 1,
+    .tile = 128, .k_fixed = 256, .splitk_depth = 4, .overlap32 = 0, .overlap16 = 1, .wmma_frac = 0.2,
 };
 
 #define AT(f) offsetof(Achieved, f)
@@ -83,6 +88,7 @@ const Setting SETTINGS[] = {
     { "pcie_frac", AT(pcie_frac), 0, 2, { 0.2, 0.8 }, "host link reached by pageable copies" },
     { "host_graph_s", AT(host_graph_s), 0, 2, { 10e-6, 2.5e-6 }, "host cost per CUDA Graph launch (--graphs)" },
     { "dev_graph_s", AT(dev_graph_s), 0, 2, { 1e-6, 0.4e-6 }, "device cost per kernel node of a graph (--graphs)" },
+    { "wmma_frac", AT(wmma_frac), 0, 2, { 0.1, 0.4 }, "16-bit tensor rate of the backend's wmma kernels, of the data sheet" },
 };
 const int N_SETTINGS = sizeof SETTINGS / sizeof SETTINGS[0];
 
@@ -163,7 +169,8 @@ static double kernel_bandwidth(const Gpu *g, const Achieved *a, const CostCall *
 static double kernel_time(const Gpu *g, const Achieved *a, const CostCall *c)
 {
     double mem = (c->rd + c->wr) / kernel_bandwidth(g, a, c);
-    return fmax(mem, c->flop / (g->fp32 * a->fp32_frac)) + a->dev_launch_s;
+    double tc = c->flop_tc > 0 ? c->flop_tc / (g->tc16 * a->wmma_frac) : 0;   /* wmma (V100: fp16) */
+    return fmax(mem, tc + c->flop / (g->fp32 * a->fp32_frac)) + a->dev_launch_s;
 }
 
 double roofline_call(const Gpu *g, const Achieved *a, const CostCall *c)

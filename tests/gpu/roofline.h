@@ -44,6 +44,7 @@ typedef struct {
     /* GEMM: the share of the shorter of its memory and compute times that
      * hides under the longer, with 32-bit and with 16-bit operands */
     double overlap32, overlap16;
+    double wmma_frac;     /* of tc16, by the backend's own wmma kernels (cuda/attention_tc.cuh) */
 } Achieved;
 
 extern const Gpu GPUS[];

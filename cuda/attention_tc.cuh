@@ -1,0 +1,352 @@
+/* The fused attention core on tensor cores (issue 44, section 1) for
+ * 16-bit storage: the products Q K^T, P V and those of backward as
+ * nvcuda::wmma 16 x 16 x 16 tiles (bf16 or fp16 inputs, fp32
+ * accumulators), the softmax and its statistics in fp32, as
+ * attention.cuh's kernels on the CUDA cores, which fp32 keeps (the exact
+ * reference, no 16-bit inputs to round to).  Same blocks, masks, outputs
+ * and limits as attention.cuh; deterministic, no atomics.
+ *
+ * What differs from the CUDA-core kernels in 16-bit: the tensor cores
+ * multiply 16-bit inputs, so P is rounded to T before P V (the GEMM path
+ * rounds it too: it stores P and reads it back), and so is dS before dQ
+ * and dK (as attention.cuh does).  The products are exact in fp32 and the
+ * sums fp32, in an order that differs from the CPU's.
+ *
+ * Shared memory holds 16-bit tiles padded to multiples of 16 (zeros past
+ * the lengths, so a partial tile adds nothing), with rows of TC_SKEW more
+ * elements (wmma wants ldm a multiple of 16 bytes and 32-byte aligned
+ * tiles; the skew also spreads a tile's rows over the banks).  At the
+ * limits (d_k = d_v = 128, 256 keys) the forward and the dQ kernel use
+ * 16*136*2 + 16*260*4 + 16*264*2 + 64*136*2 = 46,848 bytes, the dK, dV
+ * kernel 2*64*24*2 + 2*64*136*2 = 40,960: under the 48 KiB of a block
+ * without the opt-in. */
+#pragma once
+
+#ifndef CUDA_EMULATION
+#include <mma.h>   /* the emulator's is cuda/emu/wmma.h */
+#endif
+
+#define TC_QT 16    /* queries per block (one tile row) */
+#define TC_KC 64    /* keys (forward, dQ) or queries (dK, dV) per staged chunk: a tile per warp */
+#define TC_KB 16    /* keys per block of the dK, dV kernel */
+#define TC_SKEW 8   /* extra elements per 16-bit shared row */
+#define TC_FSKEW 4  /* extra floats per fp32 shared row */
+#define TC_TILES 4  /* output tiles a warp holds at most: (128 + 128) / 16 / FA_WARPS */
+
+/* bf16 tensor-core instructions exist from sm_80; an sm_75 build's bf16
+ * kernels are empty (the backend refuses bf16 before 8.0, rule CC) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define TC_HAS(T) (!std::is_same<T, __nv_bfloat16>::value)
+#else
+#define TC_HAS(T) true
+#endif
+
+static __host__ __device__ __forceinline__ int tc_up(int n) { return (n + 15) & ~15; }
+
+namespace wmma = nvcuda::wmma;
+namespace tc {
+template <typename T> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using FragAt = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major>;
+template <typename T> using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+}
+
+/* rows [0, rows) x cols [0, cols) of shared s (row stride ss) from a
+ * strided matrix, zero past nr rows and nc columns; FA_DEEP loads in
+ * flight per thread as fa_stage */
+template <typename T>
+static __device__ __forceinline__ void tc_stage(T *s, int ss, const T *g, long ldg, int rows, int nr, int cols, int nc)
+{
+    int n = rows * cols;
+    for (int i0 = threadIdx.x; i0 < n; i0 += FA_DEEP * blockDim.x) {
+        float v[FA_DEEP];
+UNROLL
+        for (int u = 0; u < FA_DEEP; u++) {
+            int i = i0 + u * blockDim.x, r = i / cols, c = i % cols;
+            v[u] = i < n && r < nr && c < nc ? ld(g, r * ldg + c) : 0.0f;
+        }
+UNROLL
+        for (int u = 0; u < FA_DEEP; u++) {
+            int i = i0 + u * blockDim.x;
+            if (i < n) s[i / cols * ss + i % cols] = from_float<T>(v[u]);
+        }
+    }
+}
+
+/* out[0..16)[k0 + 16 w ..] = a (16 x d, row major) times the transpose of
+ * the staged chunk's key tile w (chunk rows are keys): each warp one tile
+ * of TC_KC / 16 */
+template <typename T>
+static __device__ __forceinline__ void tc_rows_by_chunk_t(float *out, int so, const T *a, int sa, const T *chunk, int sc,
+                                                         int keys, int d)
+{
+    int w = threadIdx.x >> 5;
+    if (16 * w >= keys) return;
+    tc::Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int d0 = 0; d0 < d; d0 += 16) {
+        tc::FragA<T> fa;
+        tc::FragBt<T> fb;
+        wmma::load_matrix_sync(fa, a + d0, sa);
+        wmma::load_matrix_sync(fb, chunk + 16 * w * sc + d0, sc);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + 16 * w, acc, so, wmma::mem_row_major);
+}
+
+/* acc[i] (output column tile w + FA_WARPS i) += a[0..16)[0..keys) (row
+ * major, from column k0) times the staged chunk (keys x d, row major) */
+template <typename T>
+static __device__ __forceinline__ void tc_rows_times_chunk(tc::Acc *acc, const T *a, int sa, const T *chunk, int sc,
+                                                          int keys, int d)
+{
+    int w = threadIdx.x >> 5;
+UNROLL
+    for (int i = 0; i < 2; i++) {
+        int t = w + FA_WARPS * i;
+        if (16 * t >= d) continue;
+        for (int k = 0; k < keys; k += 16) {
+            tc::FragA<T> fa;
+            tc::FragB<T> fb;
+            wmma::load_matrix_sync(fa, a + k, sa);
+            wmma::load_matrix_sync(fb, chunk + k * sc + 16 * t, sc);
+            wmma::mma_sync(acc[i], fa, fb, acc[i]);
+        }
+    }
+}
+
+/* the warp's output tiles (as tc_rows_times_chunk's) through fp32 shared
+ * memory (stride so) into rows [0, nr) x columns [0, nc) of g, times
+ * scale; the caller syncs the block before (out is free) */
+template <typename T>
+static __device__ __forceinline__ void tc_store_rows(tc::Acc *acc, float *out, int so, T *g, long ldg, int nr, int nc,
+                                                    int d, float scale)
+{
+    int w = threadIdx.x >> 5;
+UNROLL
+    for (int i = 0; i < 2; i++) {
+        int t = w + FA_WARPS * i;
+        if (16 * t < d) wmma::store_matrix_sync(out + 16 * t, acc[i], so, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nr * nc; i += blockDim.x)
+        st(g, (long)(i / nc) * ldg + i % nc, scale * out[i / nc * so + i % nc]);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* grid and masks as k_attention_forward; shared: Q [16][dkp+8] (T),
+ * scores [16][tkp+4] (fp32), P [16][tkp+8] (T), a K or V chunk
+ * [64][dmp+8] (T), where xp is x rounded up to 16 */
+template <typename T>
+static __device__ __forceinline__ void tc_forward(const T *Q, int ldq, const T *K, const T *V, int ldkv, T *P, T *ctx,
+                                                  const int32_t *key_len, float scale, int nh, int dk, int dv, int Tq,
+                                                  int Tk, int causal)
+{
+    DYNAMIC_SHARED(unsigned char, sh);
+    int b = blockIdx.x / nh, hd = blockIdx.x % nh, q0 = blockIdx.y * TC_QT, nq = fa_min(TC_QT, Tq - q0);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, dkp = tc_up(dk), dvp = tc_up(dv), tkp = tc_up(Tk);
+    int sq = dkp + TC_SKEW, sss = tkp + TC_FSKEW, sp = tkp + TC_SKEW, sc = fa_max(dkp, dvp) + TC_SKEW;
+    T *qs = (T *)sh, *ps = qs + TC_QT * sq + TC_QT * 2 * sss, *chunk = ps + TC_QT * sp;
+    float *ss = (float *)(qs + TC_QT * sq);
+    const T *Kb = K + (long)b * Tk * ldkv + hd * dk, *Vb = V + (long)b * Tk * ldkv + hd * dv;
+    tc_stage(qs, sq, Q + ((long)b * Tq + q0) * ldq + hd * dk, ldq, TC_QT, nq, dkp, dk);
+    for (int c0 = 0; c0 < tkp; c0 += TC_KC) {   /* raw scores Q K^T, fp32 */
+        __syncthreads();   /* the previous chunk is read (and, first, the queries staged) */
+        tc_stage(chunk, sc, Kb + (long)c0 * ldkv, ldkv, TC_KC, Tk - c0, dkp, dk);
+        __syncthreads();
+        tc_rows_by_chunk_t(ss + c0, sss, qs, sq, chunk, sc, fa_min(TC_KC, tkp - c0), dkp);
+    }
+    __syncthreads();
+    T *Pb = P + (((long)b * nh + hd) * Tq + q0) * Tk;
+    for (int r = warp; r < TC_QT; r += FA_WARPS) {   /* softmax over the valid keys; masked ones exact 0 */
+        float *s = ss + r * sss, mx = -INFINITY, sum = 0.0f;
+        int n = r < nq ? fa_keys(key_len, b, q0 + r, Tk, causal) : 0;
+        for (int k = lane; k < n; k += 32) mx = fmaxf(mx, scale * s[k]);
+        mx = warp_max(mx);
+        for (int k = lane; k < n; k += 32) {
+            s[k] = expf(scale * s[k] - mx);
+            sum += s[k];
+        }
+        sum = warp_sum(sum);
+        float inv = n > 0 ? 1.0f / sum : 0.0f;
+        for (int k = lane; k < tkp; k += 32) {
+            T p = from_float<T>(k < n ? s[k] * inv : 0.0f);
+            ps[r * sp + k] = p;
+            if (r < nq && k < Tk) st(Pb, (long)r * Tk + k, to_float(p));
+        }
+    }
+    tc::Acc acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int c0 = 0; c0 < tkp; c0 += TC_KC) {   /* ctx = P V, P rounded to T */
+        __syncthreads();   /* P written; every warp done with the K or the previous V chunk */
+        tc_stage(chunk, sc, Vb + (long)c0 * ldkv, ldkv, TC_KC, Tk - c0, dvp, dv);
+        __syncthreads();
+        tc_rows_times_chunk(acc, ps + c0, sp, chunk, sc, fa_min(TC_KC, tkp - c0), dvp);
+    }
+    __syncthreads();   /* the fp32 staging of ctx runs over P and the chunk (16 (dvp + 4) floats fit) */
+    tc_store_rows(acc, ss, dvp + TC_FSKEW, ctx + ((long)b * Tq + q0) * nh * dv + hd * dv, (long)nh * dv, nq, dv, dvp,
+                  1.0f);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    k_attention_forward_tc(const T *Q, int ldq, const T *K, const T *V, int ldkv, T *P, T *ctx,
+                           const int32_t *key_len, float scale, int nh, int dk, int dv, int Tq, int Tk, int causal)
+{
+    if constexpr (TC_HAS(T)) tc_forward(Q, ldq, K, V, ldkv, P, ctx, key_len, scale, nh, dk, dv, Tq, Tk, causal);
+}
+
+/* ------------------------------------------------------- backward: dS, dQ */
+
+/* grid as the forward's; shared as the forward's with dctx [16][dvp+8] in
+ * place of Q, dP in place of the scores and dS (T) in place of P.  dS is
+ * stored rounded to T and dQ computed from the rounded values, so that dQ
+ * and dK (next kernel) are the gradients of one dS (as attention.cuh) */
+template <typename T>
+static __device__ __forceinline__ void tc_backward_dq(const T *K, const T *V, int ldkv, const T *P, T *dS,
+                                                      const T *dctx, T *dQ, int ldq, float scale, int nh, int dk,
+                                                      int dv, int Tq, int Tk)
+{
+    DYNAMIC_SHARED(unsigned char, sh);
+    int b = blockIdx.x / nh, hd = blockIdx.x % nh, q0 = blockIdx.y * TC_QT, nq = fa_min(TC_QT, Tq - q0);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, dkp = tc_up(dk), dvp = tc_up(dv), tkp = tc_up(Tk);
+    int sd = dvp + TC_SKEW, sss = tkp + TC_FSKEW, sp = tkp + TC_SKEW, sc = fa_max(dkp, dvp) + TC_SKEW, hv = nh * dv;
+    T *dcs = (T *)sh, *dss = dcs + TC_QT * sd + TC_QT * 2 * sss, *chunk = dss + TC_QT * sp;
+    float *dps = (float *)(dcs + TC_QT * sd);
+    const T *Kb = K + (long)b * Tk * ldkv + hd * dk, *Vb = V + (long)b * Tk * ldkv + hd * dv;
+    tc_stage(dcs, sd, dctx + ((long)b * Tq + q0) * hv + hd * dv, hv, TC_QT, nq, dvp, dv);
+    for (int c0 = 0; c0 < tkp; c0 += TC_KC) {   /* dP = dctx V^T */
+        __syncthreads();
+        tc_stage(chunk, sc, Vb + (long)c0 * ldkv, ldkv, TC_KC, Tk - c0, dvp, dv);
+        __syncthreads();
+        tc_rows_by_chunk_t(dps + c0, sss, dcs, sd, chunk, sc, fa_min(TC_KC, tkp - c0), dvp);
+    }
+    __syncthreads();
+    long off = (((long)b * nh + hd) * Tq + q0) * Tk;
+    for (int r = warp; r < TC_QT; r += FA_WARPS) {   /* dS = P (dP - sum_k P dP) (softmax_backward) */
+        float *d = dps + r * sss, dot = 0.0f;
+        int n = r < nq ? Tk : 0;
+        for (int k = lane; k < n; k += 32) dot += ld(P, off + (long)r * Tk + k) * d[k];
+        dot = warp_sum(dot);
+        for (int k = lane; k < tkp; k += 32) {
+            T v = from_float<T>(k < n ? ld(P, off + (long)r * Tk + k) * (d[k] - dot) : 0.0f);
+            dss[r * sp + k] = v;
+            if (k < n) st(dS, off + (long)r * Tk + k, to_float(v));
+        }
+    }
+    tc::Acc acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int c0 = 0; c0 < tkp; c0 += TC_KC) {   /* dQ = dS K / sqrt(d_k) */
+        __syncthreads();
+        tc_stage(chunk, sc, Kb + (long)c0 * ldkv, ldkv, TC_KC, Tk - c0, dkp, dk);
+        __syncthreads();
+        tc_rows_times_chunk(acc, dss + c0, sp, chunk, sc, fa_min(TC_KC, tkp - c0), dkp);
+    }
+    __syncthreads();   /* the fp32 staging of dQ runs over dS and the chunk */
+    tc_store_rows(acc, dps, dkp + TC_FSKEW, dQ + ((long)b * Tq + q0) * ldq + hd * dk, ldq, nq, dk, dkp, scale);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    k_attention_backward_dq_tc(const T *K, const T *V, int ldkv, const T *P, T *dS, const T *dctx, T *dQ, int ldq,
+                               float scale, int nh, int dk, int dv, int Tq, int Tk)
+{
+    if constexpr (TC_HAS(T)) tc_backward_dq(K, V, ldkv, P, dS, dctx, dQ, ldq, scale, nh, dk, dv, Tq, Tk);
+}
+
+/* --------------------------------------------------- backward: dK and dV */
+
+/* the warp's tiles of [dV | dK] (16 keys x (dvp + dkp), tile t = warp +
+ * FA_WARPS i) += P^T dctx and dS^T Q over one staged chunk of nq16
+ * queries: P and dS [query][key] are read column major as P^T, dS^T */
+template <typename T>
+static __device__ __forceinline__ void tc_dkv_chunk(tc::Acc *acc, const T *pts, const T *dsts, const T *dcs, int sd,
+                                                    const T *qs, int sq, int nq16, int dvp, int dkp)
+{
+    int w = threadIdx.x >> 5, nvt = dvp / 16, nt = nvt + dkp / 16;
+UNROLL
+    for (int i = 0; i < TC_TILES; i++) {
+        int t = w + FA_WARPS * i;
+        if (t >= nt) continue;
+        bool v = t < nvt;
+        for (int q = 0; q < nq16; q += 16) {
+            tc::FragAt<T> fa;
+            tc::FragB<T> fb;
+            wmma::load_matrix_sync(fa, (v ? pts : dsts) + q * (TC_KB + TC_SKEW), TC_KB + TC_SKEW);
+            if (v) wmma::load_matrix_sync(fb, dcs + q * sd + 16 * t, sd);
+            else wmma::load_matrix_sync(fb, qs + q * sq + 16 * (t - nvt), sq);
+            wmma::mma_sync(acc[i], fa, fb, acc[i]);
+        }
+    }
+}
+
+/* grid (n_batch * n_heads, key tiles of 16); shared: P and dS of a chunk
+ * of 64 queries x the block's 16 keys [64][24], dctx [64][dvp+8] and Q
+ * [64][dkp+8] of the chunk (T) */
+template <typename T>
+static __device__ __forceinline__ void tc_backward_dkv(const T *Q, int ldq, const T *P, const T *dS, const T *dctx, T *dK,
+                                                       T *dV, int ldkv, float scale, int nh, int dk, int dv, int Tq,
+                                                       int Tk)
+{
+    DYNAMIC_SHARED(unsigned char, sh);
+    int b = blockIdx.x / nh, hd = blockIdx.x % nh, k0 = blockIdx.y * TC_KB, nk = fa_min(TC_KB, Tk - k0);
+    int w = threadIdx.x >> 5, dkp = tc_up(dk), dvp = tc_up(dv), hv = nh * dv, nvt = dvp / 16;
+    int st_ = TC_KB + TC_SKEW, sd = dvp + TC_SKEW, sq = dkp + TC_SKEW;
+    T *pts = (T *)sh, *dsts = pts + TC_KC * st_, *dcs = dsts + TC_KC * st_, *qs = dcs + TC_KC * sd;
+    long off = ((long)b * nh + hd) * Tq * Tk + k0;
+    tc::Acc acc[TC_TILES];
+UNROLL
+    for (int i = 0; i < TC_TILES; i++) wmma::fill_fragment(acc[i], 0.0f);
+    for (int q0 = 0; q0 < Tq; q0 += TC_KC) {
+        int nq = fa_min(TC_KC, Tq - q0);
+        __syncthreads();   /* the previous chunk is read */
+        tc_stage(pts, st_, P + off + (long)q0 * Tk, Tk, TC_KC, nq, TC_KB, nk);
+        tc_stage(dsts, st_, dS + off + (long)q0 * Tk, Tk, TC_KC, nq, TC_KB, nk);
+        tc_stage(dcs, sd, dctx + ((long)b * Tq + q0) * hv + hd * dv, hv, TC_KC, nq, dvp, dv);
+        tc_stage(qs, sq, Q + ((long)b * Tq + q0) * ldq + hd * dk, ldq, TC_KC, nq, dkp, dk);
+        __syncthreads();
+        tc_dkv_chunk(acc, pts, dsts, dcs, sd, qs, sq, tc_up(nq), dvp, dkp);
+    }
+    __syncthreads();   /* fp32 staging: dV over dcs, dK over qs (16 (x + 4) floats fit in 64 (x + 8) T) */
+    float *ov = (float *)dcs, *ok = (float *)qs;
+UNROLL
+    for (int i = 0; i < TC_TILES; i++) {
+        int t = w + FA_WARPS * i;
+        if (t < nvt) wmma::store_matrix_sync(ov + 16 * t, acc[i], dvp + TC_FSKEW, wmma::mem_row_major);
+        else if (t < nvt + dkp / 16)
+            wmma::store_matrix_sync(ok + 16 * (t - nvt), acc[i], dkp + TC_FSKEW, wmma::mem_row_major);
+    }
+    __syncthreads();
+    long row = ((long)b * Tk + k0) * ldkv;
+    for (int i = threadIdx.x; i < nk * dv; i += blockDim.x)
+        st(dV, row + (long)(i / dv) * ldkv + hd * dv + i % dv, ov[i / dv * (dvp + TC_FSKEW) + i % dv]);
+    for (int i = threadIdx.x; i < nk * dk; i += blockDim.x)
+        st(dK, row + (long)(i / dk) * ldkv + hd * dk + i % dk, scale * ok[i / dk * (dkp + TC_FSKEW) + i % dk]);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    k_attention_backward_dkv_tc(const T *Q, int ldq, const T *P, const T *dS, const T *dctx, T *dK, T *dV, int ldkv,
+                                float scale, int nh, int dk, int dv, int Tq, int Tk)
+{
+    if constexpr (TC_HAS(T)) tc_backward_dkv(Q, ldq, P, dS, dctx, dK, dV, ldkv, scale, nh, dk, dv, Tq, Tk);
+}
+
+/* ------------------------------------------------------------------ host */
+
+/* dynamic shared memory of the forward and dQ kernels (width: Q's d_k or
+ * dctx's d_v) and of the dK, dV kernel */
+static size_t tc_rows_smem(int width, int Tk, int dk, int dv)
+{
+    size_t e = 2, tkp = tc_up(Tk);
+    return e * TC_QT * (tc_up(width) + TC_SKEW) + 4 * TC_QT * (tkp + TC_FSKEW) + e * TC_QT * (tkp + TC_SKEW) +
+           e * TC_KC * (tc_up(std::max(dk, dv)) + TC_SKEW);
+}
+static size_t tc_dkv_smem(int dk, int dv)
+{
+    return 2 * (size_t)TC_KC * (2 * (TC_KB + TC_SKEW) + tc_up(dv) + TC_SKEW + tc_up(dk) + TC_SKEW);
+}
