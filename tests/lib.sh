@@ -125,3 +125,20 @@ def write(name, n):
 write("train", 1500); write("dev", 16)
 PY
 }
+
+# word_model DIR [KEY=VALUE...]: word_corpus's task prepared into DIR/d.h5
+# and a tiny model (N=2, d_model 32, 4 heads of 8) trained on it for 300
+# steps in DIR/run, KEY=VALUE added to train's; sets CK to its last
+# checkpoint and WORD_ARCH to the architecture keys (the export tests)
+WORD_ARCH="vocab_size=330 max_len=24 n_layers=2 d_model=32 d_ff=64 n_heads=4 max_tokens=512 warmup=60 lr_factor=1"
+word_model() {
+    local w=$1
+    shift
+    word_corpus "$w"
+    "$BIN" prepare --out "$w/d.h5" --split train "$w/train.en" "$w/train.de" --split dev "$w/dev.en" "$w/dev.de" \
+        vocab_size=330 max_len=24 --jobs 1 >"$w/prep.log" 2>&1 || fail "prepare: $(tail -2 "$w/prep.log")"
+    # shellcheck disable=SC2086
+    "$BIN" train data="$w/d.h5" $WORD_ARCH d_k=8 d_v=8 train_steps=300 dropout=0 threads=1 "$@" \
+        run_dir="$w/run" >"$w/train.log" 2>&1 || fail "train: $(tail -2 "$w/train.log")"
+    CK=$(ls "$w"/run/ckpt_*.h5 | tail -1)
+}

@@ -20,13 +20,7 @@ trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1
 BENCH=tests/bench/decode_ct2.sh
 
-word_corpus "$W"
-"$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/dev.en" "$W/dev.de" \
-    vocab_size=330 max_len=24 --jobs 1 >"$W/prep.log" 2>&1 || fail "prepare: $(tail -2 "$W/prep.log")"
-"$BIN" train data="$W/d.h5" vocab_size=330 max_len=24 n_layers=2 d_model=32 d_ff=64 n_heads=4 d_k=8 d_v=8 \
-    max_tokens=512 warmup=60 lr_factor=1 train_steps=300 dropout=0 threads=1 run_dir="$W/run" >"$W/train.log" 2>&1 \
-    || fail "train: $(tail -2 "$W/train.log")"
-CK=$(ls "$W"/run/ckpt_*.h5 | tail -1)
+word_model "$W"
 
 export DATA=$W/d.h5 SPLIT=dev SENTENCES=5 REPEATS=2 THREADS=1 OUT=$W/out
 CKPT=$CK bash "$BENCH" >"$W/bench.log" 2>&1 || { cat "$W/bench.log"; fail "decode_ct2.sh exited non-zero"; }

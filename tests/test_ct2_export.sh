@@ -17,14 +17,8 @@ W=$(mktemp -d /tmp/test_ct2_export.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1
 
-word_corpus "$W"
+word_model "$W"
 cp "$W/dev.en" "$W/dev.src"
-"$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/dev.en" "$W/dev.de" \
-    vocab_size=330 max_len=24 --jobs 1 >"$W/prep.log" 2>&1 || fail "prepare: $(tail -2 "$W/prep.log")"
-ARCH="vocab_size=330 max_len=24 n_layers=2 d_model=32 d_ff=64 n_heads=4 max_tokens=512 warmup=60 lr_factor=1"
-"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 train_steps=300 dropout=0 threads=1 \
-    run_dir="$W/run" >"$W/train.log" 2>&1 || fail "train: $(tail -2 "$W/train.log")"
-CK=$(ls "$W"/run/ckpt_*.h5 | tail -1)
 for run in "greedy.txt beam=1 len_alpha=0" "beam.txt beam=4 len_alpha=0.6"; do
     set -- $run
     "$BIN" translate --checkpoint "$CK" --data "$W/d.h5" --split dev --output "$W/$1" max_len_a=5 threads=1 \
@@ -40,7 +34,7 @@ lp=$(grep -o 'length_penalty [0-9.]*' "$W/export.log" | cut -d' ' -f2)
     || { cat "$W/check.log"; fail "ct2_check (above; stderr: $(tail -3 "$W/check.err"))"; }
 cat "$W/check.log"
 
-"$BIN" train data="$W/d.h5" $ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
+"$BIN" train data="$W/d.h5" $WORD_ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
     || fail "train row B: $(tail -2 "$W/rowb.log")"
 expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \
     "$PY" analysis/ct2_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/ct2_rowb"
