@@ -140,12 +140,14 @@ struct CudaImpl {
     bool relu_mask = true;
     int *flag;                           /* any_nonfinite's result on the device */
     /* CUDA Graphs of the training step (graph.cuh): the cached graphs, the
-     * step number the dropout kernels read under them, and a count of the
-     * reallocations of scratch that graphs may hold the address of */
+     * step number the dropout kernels read under them, a count of the
+     * allocations of scratch (a capture during one is not kept) and of the
+     * frees of scratch that graphs may hold the address of (every cached
+     * graph is dropped) */
     struct StepGraphs *graphs;
     uint32_t *d_step;
     uint32_t graph_step;
-    long mem_gen;
+    long mem_gen, freed_gen;
 };
 
 static CudaImpl *IMPL(Backend *be) { return (CudaImpl *)be->impl; }

@@ -20,7 +20,7 @@ static const float *sinusoids(Backend *be, int n_pos, int d)
             double a = pos / rate;
             h[(size_t)pos * d + j] = (float)((j & 1) ? cos(a) : sin(a));
         }
-    graph_realloc(I);
+    graph_realloc(I, I->sin_table != NULL);
     stream_sync(I, "embed_forward");
     if (I->sin_table) CK(cudaFree(I->sin_table));
     CK(cudaMalloc((void **)&I->sin_table, h.size() * sizeof(float)));
@@ -220,7 +220,7 @@ static const int32_t *embed_upload(CudaImpl *I, const EmbedSegs &g, const int32_
     }
     embed_fill(I->seg_host[k], g, I->count, tok, n, vocab);
     if (g.need > I->seg_cap) {
-        graph_realloc(I);
+        graph_realloc(I, I->seg != NULL);
         stream_sync(I, "embed_backward");
         if (I->seg) CK(cudaFree(I->seg));
         I->seg_cap = g.need * 2;

@@ -20,7 +20,7 @@ static void *gemm_scratch(Backend *be, int k, size_t bytes)
 {
     CudaImpl *I = IMPL(be);
     if (bytes > I->gscratch_cap[k]) {
-        graph_realloc(I);
+        graph_realloc(I, I->gscratch[k] != NULL);
         /* queued work may still read the old buffer: cudaFree happens to
          * wait for the device, cudaFreeAsync or a pool would not */
         if (I->gscratch[k]) {
@@ -165,7 +165,7 @@ static void cuda_gemm_batched(Backend *be, int tA, int tB, int M, int N, int K, 
                                                  lda, sAo, &beta, g.c.data, tc, ldc, sCo, n_outer, g.ct, CUBLAS_GEMM_DEFAULT)));
     } else {
         if ((size_t)(3 * n) > I->gptrs_cap) {
-            graph_realloc(I);
+            graph_realloc(I, I->gptrs != NULL);
             stream_sync(I, "gemm_batched");   /* the old arrays may still be read */
             if (I->gptrs) CK(cudaFree(I->gptrs));
             I->gptrs_cap = (size_t)(3 * n) * 2;
@@ -441,19 +441,21 @@ static __global__ void k_colsum_final(const float *part, int chunks, int cols, f
 }
 
 /* the column sums' partial-sum scratch of at least n floats, for op (the
- * cost log's name of a sync that grows it) */
+ * cost log's name of a sync that grows it); it grows to twice the need, as
+ * the other scratch does, so that batches creeping up in length do not
+ * regrow it (each growth drops the captured CUDA Graphs: graph_realloc) */
 static float *part_buffer(Backend *be, size_t n, const char *op)
 {
     CudaImpl *I = IMPL(be);
     if (n > I->part_cap) {
-        graph_realloc(I);
+        graph_realloc(I, I->part != NULL);
         if (I->part) {
             stream_sync(I, op);   /* as gemm_scratch */
             CK(cudaFree(I->part));
         }
         I->part = NULL;
-        CK(cudaMalloc((void **)&I->part, n * sizeof(float)));
-        I->part_cap = n;
+        CK(cudaMalloc((void **)&I->part, 2 * n * sizeof(float)));
+        I->part_cap = 2 * n;
     }
     return I->part;
 }

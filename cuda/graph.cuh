@@ -129,12 +129,17 @@ static double graph_node_of(int k)
     return (double)r.seg + 1;
 }
 
-/* a reallocation of scratch that captured graphs may hold the address of:
- * graphs of earlier captures are dropped (step_graph.cuh) */
-static void graph_realloc(CudaImpl *I)
+/* scratch is (re)allocated: a capture in progress ends its segment there
+ * (no cudaMalloc inside a capture) and is not kept, since a replay, which
+ * allocates nothing, would not break there.  frees: a buffer that captured
+ * graphs may hold the address of is freed or replaced, so the graphs of
+ * earlier captures are dropped too (step_graph.cuh); a first allocation
+ * leaves them, as no graph can hold an address that did not exist */
+static void graph_realloc(CudaImpl *I, bool frees)
 {
     if (graph_stream(I->stream)) graph_break();
     I->mem_gen++;
+    if (frees) I->freed_gen++;
 }
 
 /* the calls in its scope run eagerly in every mode (a segment ends before) */

@@ -330,7 +330,7 @@ static void cuda_set_params(Backend *be, float *params, size_t n)
     CudaImpl *I = IMPL(be);
     I->params = params;
     I->n_params = n;
-    graph_realloc(I);
+    graph_realloc(I, true);   /* graphs hold the old parameters' addresses */
     if (I->shadow) {
         stream_sync(I, "set_params");   /* a queued GEMM may still read it */
         CK(cudaFree(I->shadow));

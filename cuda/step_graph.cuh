@@ -17,7 +17,7 @@
  * sighting captures again.  At most graph_shapes shapes are kept
  * (cuda_graph_cache), the least recently used dropped first; all are
  * dropped when a buffer they use is freed (the model's graph_reset, the
- * backend's scratch reallocated). */
+ * backend's scratch freed to grow: a first allocation keeps them). */
 #pragma once
 
 #include "memory.cuh"
@@ -25,7 +25,7 @@
 struct StepGraphs {
     std::map<std::vector<int64_t>, StepGraph> by_key;
     long clock = 0;
-    long mem_gen = 0;   /* I->mem_gen the graphs were captured under */
+    long freed_gen = 0;   /* I->freed_gen the graphs were captured under */
     long stats[4] = { 0, 0, 0, 0 };   /* steps eager, captured, replayed; shapes dropped */
 };
 
@@ -89,8 +89,8 @@ static void cuda_graph_begin(Backend *be, const int64_t *key, int n_key, uint32_
     if (be->graph_shapes <= 0) return;
     if (!I->graphs) I->graphs = new StepGraphs();
     StepGraphs &G = *I->graphs;
-    if (G.mem_gen != I->mem_gen) graphs_flush(G);
-    G.mem_gen = I->mem_gen;
+    if (G.freed_gen != I->freed_gen) graphs_flush(G);
+    G.freed_gen = I->freed_gen;
     StepGraph &g = graph_entry(G, std::vector<int64_t>(key, key + n_key), be->graph_shapes);
     int mode = g.captured ? GRAPH_REPLAY : G.stats[GRAPH_EAGER] ? GRAPH_CAPTURE : GRAPH_EAGER;
     /* the cost model's logs time and count the calls one by one: eager,
