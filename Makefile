@@ -251,7 +251,7 @@ bin/tests/emu-transformer: $(CMD_OBJ) $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) $^ -o $@ $(EMU_LDLIBS)
 bin/tests/test_cuda_costs: tests/cuda/test_cuda_costs.c cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $< $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)
-GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/roofline.c \
+GPU_MODEL_SRC = tests/gpu/gpu_model.c tests/gpu/trace.c tests/gpu/model_range.c tests/gpu/fit.c tests/gpu/anchor.c tests/gpu/roofline.c \
                 tests/gpu/call_timing.c tests/gpu/gemm_sweep.c
 bin/tests/gpu_model: $(GPU_MODEL_SRC) tests/gpu/gpu_model.h tests/gpu/roofline.h cuda/cost.h $(EMU_LIBOBJ) | bin/tests
 	$(call say,LINK,$@)$(CC) $(CFLAGS) -Isrc $(GPU_MODEL_SRC) $(EMU_LIBOBJ) -o $@ $(LDFLAGS) $(EMU_LDLIBS)

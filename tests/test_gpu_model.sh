@@ -27,7 +27,12 @@
 #   residual under the common rate is beyond 10% (the model too fast), and
 #   the lowest own tile rate by a margin;
 # - the default of TRANSFORMER_RELU_MASK is the one the model prices
-#   faster (issue 44: the model decides until a GPU measures both).
+#   faster (issue 44: the model decides until a GPU measures both);
+# - --anchor: a step anchored to its own timing prices as the model does;
+#   the fused-attention step anchored to the GEMM path's timing splits into
+#   measured and priced sums that equal an independent join in Python;
+#   --changed alone, --anchor with --graphs and a timing that does not
+#   join its trace are refused with one line.
 # - --graphs on base' (Table 3's scaled base): the model's host launches
 #   per step without and with CUDA Graphs equal the emulator's counts of an
 #   eager and a replayed step, and the step is predicted shorter with them.
@@ -125,8 +130,10 @@ for model in base big; do
 done
 
 # --fit against settings planted in a timing CSV that the model writes itself
+PLANTED="hbm_frac=0.6 host_gemm_s=20e-6 k_fixed=512 overlap16=0.5"
+# shellcheck disable=SC2086
 $M --model base --batch 610 --len 41 precision=bf16 --write-trace $W/trace.csv --write-timing $W/planted.csv \
-    hbm_frac=0.6 host_gemm_s=20e-6 k_fixed=512 overlap16=0.5 > /dev/null || fail "--write-timing"
+    $PLANTED > /dev/null || fail "--write-timing"
 $M --model base --trace $W/trace.csv --fit $W/planted.csv precision=bf16 > $W/fit.txt || fail "--fit: $(tail -1 $W/fit.txt)"
 python3 - "$W/fit.txt" <<'PY' > $W/fitted.txt || fail "--fit did not recover the planted settings: $(cat $W/fitted.txt $W/fit.txt)"
 import re, sys
@@ -198,6 +205,72 @@ for bad in dropped swapped header other; do
     [ $rc -eq 2 ] && [ "$(wc -l < $W/err.txt)" -eq 1 ] && grep -q '^error: ' $W/err.txt && [ ! -s $W/out.txt ] ||
         fail "--fit $bad.csv: exit $rc, stderr $(cat $W/err.txt), stdout $(head -2 $W/out.txt)"
     ok "--fit $bad.csv refused: $(cat $W/err.txt)"
+done
+
+# --anchor (docs/gpu-model.md section 12): a step anchored to its own
+# timing takes every call's time from it and prices as the model does at
+# the settings that wrote the timing
+# shellcheck disable=SC2086
+out=$($M --model base --batch 610 --len 41 precision=bf16 $PLANTED --anchor $W/trace.csv $W/planted.csv) ||
+    fail "--anchor: $out"
+read -r own priced <<< "$(sed -n 's/^this step: .* (\([0-9.]*\) ms), \([0-9]*\) priced .*/\1 \2/p' <<< "$out")"
+read -r pred <<< "$(awk '/^total/ { print $6 }' <<< "$out")"
+read -r anch <<< "$(sed -n 's/^anchored step: \([0-9.]*\) ms.*/\1/p' <<< "$out")"
+[ "$priced" = 0 ] && python3 -c "import sys; sys.exit(abs($anch / $pred - 1) > 1e-4)" ||
+    fail "--anchor to its own timing: $priced calls priced, anchored $anch ms, the model $pred ms"
+ok "--anchor to its own timing: every call taken from it, anchored $anch ms = the model's $pred ms at those settings"
+# the fused-attention step anchored to the GEMM path's timing, k_xent
+# marked changed: the measured and priced sums equal an independent join
+# of the two traces by class (op, call, kind, bytes, FLOPs, shape) in
+# Python, with the waits taken out of both timings as measured_waits does
+TRANSFORMER_ATTENTION=fused $M --model base --batch 610 --len 41 precision=bf16 --write-trace $W/fused.csv \
+    --write-timing $W/fused_time.csv > /dev/null || fail "--write-trace fused"
+out=$(TRANSFORMER_ATTENTION=fused $M --model base --batch 610 --len 41 precision=bf16 \
+      --anchor $W/trace.csv $W/planted.csv --changed k_xent) || fail "--anchor fused: $out"
+echo "$out" > $W/anchor_out.txt
+python3 - "$W" <<'PY' > $W/anchored.txt || fail "--anchor fused: $(cat $W/anchored.txt)"
+import csv, re, sys
+w = sys.argv[1]
+out = open(w + "/anchor_out.txt").read()
+def step(trace, timing):
+    rows = list(csv.DictReader(open(trace)))
+    t = list(csv.DictReader(open(timing)))
+    H = D = 0.0
+    dev = []
+    for r, m in zip(rows, t):
+        if r["kind"] == "sync": H += float(m["host_us"]); dev.append(None); continue
+        H += float(m["host_us"]); wait = max(0.0, H - D); D += float(m["measured_us"])
+        dev.append(None if r["kind"] == "comm" else float(m["measured_us"]) - wait)
+    key = lambda r: tuple(r[k] for k in ("op", "call", "kind", "rd", "wr", "flop_tc", "flop", "tc", "m", "n", "k", "batch", "operand"))
+    return [(key(r), d) for r, d in zip(rows, dev)]
+anchor, classes = step(w + "/trace.csv", w + "/planted.csv"), {}
+for k, d in anchor:
+    if d is not None: classes.setdefault(k, []).append(d)
+measured = priced = 0.0
+n_priced = 0
+for k, d in step(w + "/fused.csv", w + "/fused_time.csv"):
+    if d is None: continue
+    if k in classes and not k[1].startswith("k_xent<"): measured += sum(classes[k]) / len(classes[k])
+    else: priced += d; n_priced += 1
+got = re.search(r"^this step: (\d+) calls .* \(([\d.]+) ms\), (\d+) priced .* \(([\d.]+) ms\)", out, re.M).groups()
+assert abs(float(got[1]) - measured / 1e3) < 2e-3 and abs(float(got[3]) - priced / 1e3) < 2e-3 and int(got[2]) == n_priced, \
+    (got, measured / 1e3, priced / 1e3, n_priced)
+for want in (r"attention_forward +k_attention_forward_tc<T> .*not in the anchor", r"xent +k_xent<A> .*changed since",
+             r"gemm_batched +cublasGemmBatchedEx +41x41x64xB"):
+    assert re.search(want, out), want
+print("measured %.3f ms, priced %.3f ms over %d calls (Python's join: %.3f, %.3f)" % (float(got[1]), float(got[3]),
+      n_priced, measured / 1e3, priced / 1e3))
+PY
+ok "--anchor fused to the GEMM path's timing: $(cat $W/anchored.txt)"
+# refused with one line: --changed alone, --anchor under --graphs, a
+# timing that does not join its trace
+for bad in "--changed k_xent" "--graphs --anchor $W/trace.csv $W/planted.csv" "--anchor $W/trace.csv $W/other.csv"; do
+    # shellcheck disable=SC2086
+    $M --model base --batch 610 --len 41 precision=bf16 $bad > $W/out.txt 2> $W/err.txt
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l < $W/err.txt)" -eq 1 ] && grep -q '^error: ' $W/err.txt ||
+        fail "$bad: exit $rc, stderr $(cat $W/err.txt)"
+    ok "${bad%% *} refused: $(cat $W/err.txt)"
 done
 
 # CUDA Graphs (cuda/graph.cuh; gpu_model --graphs): base' (Table 3's scaled

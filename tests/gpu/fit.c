@@ -67,7 +67,7 @@ static void join_row(const char *path, int ln, char *line, size_t i, const CostC
 }
 
 /* a timing CSV, joined with the step's calls: measured device and host seconds */
-static void read_timing(const char *path, const CostCall *calls, size_t n, double *dev, double *host)
+void read_timing(const char *path, const CostCall *calls, size_t n, double *dev, double *host)
 {
     FILE *f = fopen(path, "r");
     if (!f) die(2, "%s: cannot open the timing CSV", path);
@@ -192,7 +192,7 @@ static void fit_gemms(Rows *r, Achieved *a, int *in)
  * of the host times so far, and the device frees at D_i, the sum of the
  * measured device times (each with its wait); call i waits max(0, H_i -
  * D_i-1).  wait[i] of a sync: how long the host waited for the device. */
-static void measured_waits(const CostCall *calls, size_t n, const double *meas, const double *host, double *wait)
+void measured_waits(const CostCall *calls, size_t n, const double *meas, const double *host, double *wait)
 {
     double H = 0, D = 0;
     for (size_t i = 0; i < n; i++) {

@@ -8,6 +8,7 @@
  *   bin/tests/gpu_model ... --run-steps N [--time-calls CSV [--write-trace CSV]]
  *   bin/tests/gpu_model ... --gemm-sweep CSV [--reps R] [--real]
  *   bin/tests/gpu_model [--config FILE] ... --graphs
+ *   bin/tests/gpu_model ... --anchor TRACE TIMING [--changed K,...] [--range]
  *
  * Runs one training step of the CUDA backend (as train.c's step: zero the
  * gradients, forward and backward of one batch, Adam, sync) under the
@@ -33,7 +34,9 @@
  * emulator; --config FILE takes a config file (e.g. Table 3's scaled base,
  * input/table3-m30k/base.cfg) instead of input/table3/MODEL.cfg.  It
  * also prints the max_tokens that max_tokens = 0 would pick on the
- * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len. */
+ * emulated device (CUDA_EMU_MEMORY, else 80 GiB) for the config's max_len.
+ * --anchor prices the step with a GPU's per-call times wherever it makes
+ * the calls the GPU timed, the model pricing the rest (anchor.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,6 +339,8 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         else if (!strcmp(argv[i], "--real")) a->real = 1;
         else if (!strcmp(argv[i], "--graphs")) a->graphs = 1;
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) a->config = a->model = argv[++i];
+        else if (!strcmp(argv[i], "--anchor") && i + 2 < argc) a->anchor_trace = argv[++i], a->anchor_timing = argv[++i];
+        else if (!strcmp(argv[i], "--changed") && i + 1 < argc) a->changed = argv[++i];
     char cfg[256];
     snprintf(cfg, sizeof cfg, "input/table3/%s.cfg", a->model);
     if (config_load_file(c, a->config ? a->config : cfg)) exit(2);
@@ -344,7 +349,7 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         if (!strcmp(argv[i], "--by-call") || !strcmp(argv[i], "--range") || !strcmp(argv[i], "--real") ||
             !strcmp(argv[i], "--graphs"))
             continue;
-        if (!strcmp(argv[i], "--calibration")) { i += 2; continue; }
+        if (!strcmp(argv[i], "--calibration") || !strcmp(argv[i], "--anchor")) { i += 2; continue; }
         if (argv[i][0] == '-') { i += i + 1 < argc; continue; }
         if (!eq) die(2, "gpu-model: '%s': expected key=value or an option", argv[i]);
         *eq = 0;
@@ -354,6 +359,8 @@ static void parse(int argc, char **argv, Config *c, Args *a)
         *eq = '=';
     }
     if (a->B < 1 || a->L < 2) die(2, "gpu-model: --batch must be >= 1 and --len >= 2");
+    if (a->anchor_trace && a->graphs) die(2, "gpu-model: --anchor with --graphs: the anchor's times were measured eagerly");
+    if (a->changed && !a->anchor_trace) die(2, "gpu-model: --changed needs --anchor TRACE TIMING");
     c->max_len = a->L + 1 > c->max_len ? a->L + 1 : c->max_len;
     c->max_tokens = a->B * a->L;
 }
@@ -383,7 +390,10 @@ int main(int argc, char **argv)
     report(&c, &a, calls, n, act);
     report_graphs(&a, calls, n);
     if (!a.trace) count_launches(&c, &a);
+    double *given = a.anchor_trace ? anchor_step(&a, calls, n, model_flops(&c, a.B, a.L)) : NULL;
+    a.given = given;
     if (a.range) report_range(&c, &a, calls, n);
+    free(given);
     free(calls);
     return 0;
 }

@@ -23,6 +23,9 @@ typedef struct {
     int B, L, by_call, range;
     int graphs;                       /* --graphs: the step under CUDA Graphs (cuda/graph.cuh) */
     const char *config;               /* --config FILE instead of input/table3/MODEL.cfg */
+    const char *anchor_trace, *anchor_timing;   /* --anchor: a step timed per call on a GPU (anchor.c) */
+    const char *changed;              /* --changed K,...: kernels changed since the anchor (priced, not taken) */
+    const double *given;              /* the anchored device seconds per call (-1: priced), for --range */
     double measured, cal_measured;
     Achieved ach;                     /* ACHIEVED with key=value overrides */
 } Args;
@@ -48,6 +51,17 @@ void write_timing(const char *path, const Achieved *a, const CostCall *calls, si
 /* the header of a per-call timing CSV */
 #define TIMING_HEADER "index,op,call,kind,m,n,k,batch,measured_us,host_us"
 void fit_report(const char *path, const Achieved *a, const CostCall *calls, size_t n);
+/* a timing CSV joined row by row with the step's calls (one line and exit
+ * 2 where it does not join): measured device and host seconds per call */
+void read_timing(const char *path, const CostCall *calls, size_t n, double *dev, double *host);
+/* the device's wait for the host before each call, from the measurements
+ * alone (for a sync: the host's wait for the device) */
+void measured_waits(const CostCall *calls, size_t n, const double *meas, const double *host, double *wait);
+/* --anchor TRACE TIMING [--changed K,...]: each call of the step whose
+ * class the anchor measured takes that time, the rest are priced; prints
+ * the anchored step, what was measured and what was priced, and returns
+ * the given device seconds per call (-1: priced) for --range (anchor.c) */
+double *anchor_step(const Args *a, const CostCall *calls, size_t n, double model_flop);
 
 /* B pairs of L-1 random tokens each side; train.c's step on one rank */
 void make_batch(Batch *b, int B, int L, int vocab, uint64_t seed);

@@ -11,6 +11,12 @@
 #      the floor, the point estimate, each guessed setting at its other
 #      plausible values (with the calibration error it gives), the range;
 #      then the ranges of base and big together.
+#   4. Anchored to the H200's per-call times of commit cf63d2a
+#      (tests/gpu/calibration/cf63d2a-h200/, --anchor): this code's step
+#      with every call that commit made at its measured time and the rest
+#      priced at the settings fitted to that run, base and big, the
+#      default attention path and TRANSFORMER_ATTENTION=fused, each as a
+#      range; k_xent's body changed since (one pass fewer), so it is priced.
 # Exit status 1 if a calibration is outside +-20%.
 set -u
 cd "$(dirname "$0")/../.."
@@ -51,4 +57,22 @@ done
 echo
 echo "== predictions as ranges: H100-SXM, bf16, 610 x 41 = 25010 target tokens (docs/gpu-model.md \"Ranges\")"
 printf '%s' "$summary"
+
+H200=$CAL/cf63d2a-h200
+anchored=
+for model in base big; do
+    fitted=$(sed -n 's/^fitted: //p' "$H200/fit_$model.txt")
+    for attention in gemm fused; do
+        echo
+        echo "== anchored to the H200's per-call times of cf63d2a: $model, TRANSFORMER_ATTENTION=$attention, bf16, 610 x 41"
+        # shellcheck disable=SC2086
+        out=$(TRANSFORMER_ATTENTION=$attention $M --model $model --batch 610 --len 41 --range precision=bf16 $fitted \
+              --anchor "$H200/trace_$model.csv" "$H200/time_$model.csv" --changed k_xent) || exit 1
+        sed -n '/^== anchored/,$p' <<< "$out"
+        anchored+="$model, attention $attention: $(sed -n 's/^anchored step: \([0-9.]*\) ms.*, \([0-9.]*x\) the anchor.*/\1 ms, \2 the anchor/p' <<< "$out"); $(grep "^range $model:" <<< "$out" | cut -d'(' -f1)"$'\n'
+    done
+done
+echo
+echo "== anchored to the H200 run of cf63d2a (measured calls at their times, the rest priced; docs/gpu-model.md \"Anchored\")"
+printf '%s' "$anchored"
 exit $fail

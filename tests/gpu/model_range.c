@@ -51,15 +51,17 @@ static double floor_call(const CostCall *c)
     }
 }
 
-static double floor_step(const CostCall *calls, size_t n)
+/* given (not NULL): the anchored calls' measured seconds (anchor.c) */
+static double floor_step(const CostCall *calls, size_t n, const double *given)
 {
     double t = 0;
-    for (size_t i = 0; i < n; i++) t += floor_call(&calls[i]);
+    for (size_t i = 0; i < n; i++) t += given && given[i] >= 0 ? given[i] : floor_call(&calls[i]);
     return t;
 }
 
 typedef struct {
     const CostCall *calls, *cal;
+    const double *given;   /* --anchor: measured seconds of the anchored calls, which no setting moves */
     size_t n, ncal;
     double mf, tok, cal_tok, cal_measured;
 } Steps;
@@ -70,7 +72,7 @@ typedef struct {
 
 static Priced price(const Steps *s, const Achieved *a)
 {
-    Priced p = { roofline_step(&GPUS[0], a, s->calls, s->n, NULL, NULL), NAN };
+    Priced p = { roofline_timeline_given(&GPUS[0], a, s->calls, s->n, s->given, NULL, NULL, NULL), NAN };
     if (s->cal) {
         double t = roofline_step(&GPUS[0], a, s->cal, s->ncal, NULL, NULL);
         p.cal_err = 100 * (s->cal_tok / t / s->cal_measured - 1);
@@ -127,15 +129,16 @@ static void sensitivity(const Steps *s, const Achieved *point, Range *r)
 
 void report_range(const Config *c, const Args *a, const CostCall *calls, size_t n)
 {
-    Steps s = { .calls = calls, .n = n, .mf = model_flops(c, a->B, a->L), .tok = (double)a->B * a->L };
+    Steps s = { .calls = calls, .given = a->given, .n = n, .mf = model_flops(c, a->B, a->L), .tok = (double)a->B * a->L };
     if (a->cal_trace) {
         s.cal = read_trace(a->cal_trace, &s.ncal);
         s.cal_tok = 300.0 * 41, s.cal_measured = a->cal_measured;   /* gpu-bench's batch */
     }
-    double fl = floor_step(calls, n);
+    double fl = floor_step(calls, n, s.given);
     Priced pt = price(&s, &a->ach);
     printf("\n== range, %s, H100-SXM (docs/gpu-model.md \"Ranges\"); MFU of %.0f (data sheet) / %.0f (measured, random "
-           "data) TFLOP/s\n", a->model, PEAK_SHEET / 1e12, PEAK_RANDOM / 1e12);
+           "data) TFLOP/s%s\n", a->model, PEAK_SHEET / 1e12, PEAK_RANDOM / 1e12,
+           s.given ? "; anchored: only the priced calls move" : "");
     printf("floor: every call at the measured peaks (%.0f TFLOP/s bf16, %.1f TB/s), no launch or host cost: %.2f ms  ",
            PEAK_RANDOM / 1e12, FLOOR_HBM / 1e12, 1e3 * fl);
     print_mfu(s.mf, fl);

@@ -210,6 +210,19 @@ static double host_cost(const Achieved *a, const CostCall *calls, size_t i)
 double roofline_timeline(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, double *dev, double *idle,
                          double *host_t)
 {
+    return roofline_timeline_given(g, a, calls, n, NULL, dev, idle, host_t);
+}
+
+/* a call's device seconds: given (measured, eager: gpu_model --anchor) or priced */
+static double device_time(const Gpu *g, const Achieved *a, const CostCall *c, double given)
+{
+    if (given >= 0) return given;
+    return c->graph > 0 ? graph_node_time(g, a, c) : roofline_call(g, a, c);
+}
+
+double roofline_timeline_given(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, const double *given,
+                               double *dev, double *idle, double *host_t)
+{
     double host = 0, device = 0;   /* when each is free */
     for (size_t i = 0; i < n; i++) {
         const CostCall *c = &calls[i];
@@ -221,7 +234,7 @@ double roofline_timeline(const Gpu *g, const Achieved *a, const CostCall *calls,
             if (host_t) host_t[i] = host - host0;
             continue;
         }
-        double t = c->graph > 0 ? graph_node_time(g, a, c) : roofline_call(g, a, c), start = fmax(host, device);
+        double t = device_time(g, a, c, given ? given[i] : -1), start = fmax(host, device);
         if (dev) dev[i] = t, idle[i] = start - device;
         if (host_t) host_t[i] = host - host0;
         device = start + t;

@@ -79,5 +79,9 @@ double roofline_step(const Gpu *g, const Achieved *a, const CostCall *calls, siz
  * issue cost, and for a sync also its wait for the device */
 double roofline_timeline(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, double *dev, double *idle,
                          double *host);
+/* the same, with given[i] >= 0 (given not NULL) as call i's device seconds
+ * in place of its price: a time measured on a GPU (gpu_model --anchor) */
+double roofline_timeline_given(const Gpu *g, const Achieved *a, const CostCall *calls, size_t n, const double *given,
+                               double *dev, double *idle, double *host);
 
 #endif
