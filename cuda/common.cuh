@@ -137,7 +137,7 @@ struct CudaImpl {
     std::unordered_map<const void *, bool> lt_mask_written;
     /* whether the FFN forward writes the ReLU bit-mask for the DRELU
      * backward (TRANSFORMER_RELU_MASK, cuda/device.cuh) */
-    bool relu_mask = true;
+    bool relu_mask = false;
     int *flag;                           /* any_nonfinite's result on the device */
     /* CUDA Graphs of the training step (graph.cuh): the cached graphs, the
      * step number the dropout kernels read under them, a count of the

@@ -192,12 +192,13 @@ static int kernels_run(int dev)
  * attention.c's batched GEMMs and separate softmax, the path measured on a
  * GPU, until a GPU run shows the fused kernels faster: the model prices
  * them from 4% faster to 13% slower (docs/performance.md).
- * TRANSFORMER_RELU_MASK=0: the FFN forward keeps no ReLU bit-mask and the
- * backward is a plain GEMM and one masking pass, for measuring against the
- * default DRELU matmul, which an H200 ran at a fifth of a plain GEMM's rate
- * (docs/performance.md).  The default is the path the cost model prices
- * faster, until a GPU measures both (issue 44; test_gpu_model checks it,
- * docs/gpu-model.md section 10). */
+ * TRANSFORMER_RELU_MASK=0 (the default): the FFN forward keeps no ReLU
+ * bit-mask and the backward is a plain GEMM and one masking pass; =1 keeps
+ * the cuBLASLt bit-mask for one DRELU matmul, which an H200 ran at a fifth
+ * of a plain GEMM's rate (docs/performance.md).  The default is the path
+ * the cost model, anchored to that H200's per-call times, prices faster,
+ * until a GPU measures both (issue 44; test_gpu_model checks it,
+ * docs/gpu-model.md section 11). */
 static int env_switches(bool *fused_attention, bool *relu_mask)
 {
     const char *attn = getenv("TRANSFORMER_ATTENTION");
@@ -211,7 +212,7 @@ static int env_switches(bool *fused_attention, bool *relu_mask)
         return 0;
     }
     *fused_attention = attn && !strcmp(attn, "fused");
-    *relu_mask = !(rm && !strcmp(rm, "0"));
+    *relu_mask = rm && !strcmp(rm, "1");
     return 1;
 }
 
@@ -274,7 +275,7 @@ static Backend *op_table(CudaImpl *I, bool fused_attention)
     be->gemm = cuda_gemm;
     be->gemm_batched = cuda_gemm_batched;
     be->bias_forward = cuda_bias_forward;
-    be->relu_mask_bytes = cuda_relu_mask_bytes;
+    be->relu_mask_bytes = I->relu_mask ? cuda_relu_mask_bytes : NULL;   /* no mask kept: none allocated */
     be->linear_bias_forward = cuda_linear_bias_forward;
     be->linear_relu_backward = cuda_linear_relu_backward;
     be->bias_backward = cuda_bias_backward;

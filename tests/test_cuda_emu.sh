@@ -57,12 +57,13 @@ expect_error 2 "error: device=cuda: TRANSFORMER_ATTENTION 'flash' is not fused o
 ok "training step: TRANSFORMER_ATTENTION=fused the fused kernels, =gemm the GEMM path, both = CPU"
 
 # cuBLASLt without an algorithm for the fused feed-forward epilogues
-# (cuda/emu/cublaslt_emu.cc): every one refused, NCCL; the forward's only
+# (cuda/emu/cublaslt_emu.cc), with the ReLU mask on (TRANSFORMER_RELU_MASK=1):
+# every one refused, NCCL; the forward's only
 # (its ReLU mask never written: the backward must not read it), MPI
 # fallback.  fp32, bf16 and fp16 each; the model's d_ff = 50 also puts
 # biases off 16-byte boundaries (LT_ALIGN)
 for mode_ar in 1:nccl forward:mpi; do
-    out=$(mpirun -np 2 -x CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} "$STEP" allreduce=${mode_ar#*:}) \
+    out=$(mpirun -np 2 -x CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} -x TRANSFORMER_RELU_MASK=1 "$STEP" allreduce=${mode_ar#*:}) \
         && echo "$out" | grep -q "ok   ranks 2" \
         || fail "2-rank training step with CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} differs from CPU: $out"
 done
@@ -71,19 +72,20 @@ ok "2-rank training step without cuBLASLt epilogues (all, forward only) = CPU"
 out=$(CUDA_EMU_LT_NO_EPILOGUE=1 "$TOP/bin/tests/test_cuda_costs" 2>&1) \
     || fail "declared costs without cuBLASLt epilogues differ from the counted ones: $(echo "$out" | grep FAIL | head -3)"
 ok "declared costs without cuBLASLt epilogues = counted (fp32, bf16, fp16)"
-# TRANSFORMER_RELU_MASK=0 (cuda/device.cuh): the FFN forward keeps no ReLU
-# mask and the backward is the unfused GEMM + masking pass: = CPU, its
-# declared costs = counted, and its linear_relu_backward moves fewer bytes
-# (no mask read) than the default's DRELU matmul; a bad value refused
-out=$(mpirun -np 2 -x TRANSFORMER_RELU_MASK=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
-    || fail "2-rank training step with TRANSFORMER_RELU_MASK=0 differs from CPU: $out"
+# TRANSFORMER_RELU_MASK (cuda/device.cuh): =0 (the default) keeps no ReLU
+# mask and runs the unfused GEMM + masking pass, =1 the cuBLASLt bit-mask
+# and DRELU matmul: each = CPU, its declared costs = counted, and =0's
+# linear_relu_backward moves fewer bytes (no mask read) than =1's DRELU
+# matmul; a bad value refused
+out=$(mpirun -np 2 -x TRANSFORMER_RELU_MASK=1 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+    || fail "2-rank training step with TRANSFORMER_RELU_MASK=1 differs from CPU: $out"
 relu_bytes() { "$TOP/bin/tests/test_cuda_costs" 2>&1 | awk '$1 == "fp32" && $2 == "linear_relu_backward" { print $6 }'; }
-b0=$(TRANSFORMER_RELU_MASK=0 relu_bytes) b1=$(relu_bytes)
-out=$(TRANSFORMER_RELU_MASK=0 "$TOP/bin/tests/test_cuda_costs" 2>&1) && [ -n "$b0" ] && [ -n "$b1" ] && [ "$b0" -lt "$b1" ] \
-    || fail "TRANSFORMER_RELU_MASK=0: costs not as counted, or the mask still read ($b0 vs $b1 bytes): $out"
+b0=$(relu_bytes) b1=$(TRANSFORMER_RELU_MASK=1 relu_bytes)
+out=$(TRANSFORMER_RELU_MASK=1 "$TOP/bin/tests/test_cuda_costs" 2>&1) && [ -n "$b0" ] && [ -n "$b1" ] && [ "$b0" -lt "$b1" ] \
+    || fail "TRANSFORMER_RELU_MASK=1: costs not as counted, or =0 (default) reads a mask ($b0 vs $b1 bytes): $out"
 expect_error 2 "error: device=cuda: TRANSFORMER_RELU_MASK 'x' is not 0 or 1" \
     env TRANSFORMER_RELU_MASK=x "$EMU" train device=cuda train_steps=1
-ok "TRANSFORMER_RELU_MASK=0: no mask, the unfused FFN backward ($b0 bytes, not $b1) = CPU; 'x' refused"
+ok "TRANSFORMER_RELU_MASK=1: the DRELU matmul = CPU; the default =0 moves $b0 bytes, not $b1; 'x' refused"
 
 # a short `train` on 2 ranks, device=cuda (emulated) against device=cpu:
 # the losses of every step, and the checkpoint and attention maps the run

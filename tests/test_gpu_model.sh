@@ -26,8 +26,9 @@
 #   25010x2048x512, 24 calls) is the one --fit flags: the only class whose
 #   residual under the common rate is beyond 10% (the model too fast), and
 #   the lowest own tile rate by a margin;
-# - the default of TRANSFORMER_RELU_MASK is the one the model prices
-#   faster (issue 44: the model decides until a GPU measures both);
+# - the default of TRANSFORMER_RELU_MASK is the one the model, anchored to
+#   the H200's per-call times of cf63d2a, prices faster (issue 44: the
+#   model decides until a GPU measures both);
 # - --anchor: a step anchored to its own timing prices as the model does;
 #   the fused-attention step anchored to the GEMM path's timing splits into
 #   measured and priced sums that equal an independent join in Python;
@@ -103,11 +104,12 @@ for m in ("base", "big"):
     print("%s: floor %.2f ms <= range %.2f..%.2f ms, point %.2f ms;" % (m, floor, lo, hi, point), end=" ")
 PY
 ok "ranges: $(cat $W/ranges.txt)MFU of 989 and 798 named; measured and guessed settings named"
-# the floor of the GEMM path (TRANSFORMER_ATTENTION=gemm) equals the gpu-review
+# the floor of the GEMM path (TRANSFORMER_ATTENTION=gemm, with the ReLU
+# bit-mask's DRELU matmul, TRANSFORMER_RELU_MASK=1) equals the gpu-review
 # notes' floors, computed apart from this code for that path
 for row in "base 20.2" "big 56.25"; do
     set -- $row
-    floor=$(TRANSFORMER_ATTENTION=gemm $M --model $1 --batch 610 --len 41 --range precision=bf16 |
+    floor=$(TRANSFORMER_ATTENTION=gemm TRANSFORMER_RELU_MASK=1 $M --model $1 --batch 610 --len 41 --range precision=bf16 |
             sed -n 's/^floor: .*cost: \([0-9.]*\) ms.*$/\1/p')
     python3 -c "import sys; sys.exit(not abs($floor / $2 - 1) < 0.01)" 2>/dev/null ||
         fail "$1: the floor of the GEMM path is '$floor' ms, the review's $2"
@@ -115,18 +117,22 @@ for row in "base 20.2" "big 56.25"; do
 done
 
 # the DRELU path (issue 44): until a GPU measures both, the model's point
-# estimate decides TRANSFORMER_RELU_MASK's default, so the default must
-# price as the faster of =0 and =1 (docs/gpu-model.md section 11)
-# (the H100 column of the total: ms to three decimals)
+# estimate anchored to the H200's per-call times of cf63d2a (gpu_model
+# --anchor, the settings fitted to them) decides TRANSFORMER_RELU_MASK's
+# default, so the default must price as the faster of =0 and =1 there
+# (docs/gpu-model.md sections 11 and 12)
+C=tests/gpu/calibration/cf63d2a-h200
 relu_ms() {
-    env -u TRANSFORMER_RELU_MASK ${2:+TRANSFORMER_RELU_MASK=$2} $M --model $1 --batch 610 --len 41 precision=bf16 |
-        awk '/^total/ {print $6}'
+    # shellcheck disable=SC2046
+    env -u TRANSFORMER_RELU_MASK ${2:+TRANSFORMER_RELU_MASK=$2} $M --model $1 --batch 610 --len 41 precision=bf16 \
+        $(sed -n 's/^fitted: //p' $C/fit_$1.txt) --anchor $C/trace_$1.csv $C/time_$1.csv --changed k_xent |
+        sed -n 's/^anchored step: \([0-9.]*\) ms.*/\1/p'
 }
 for model in base big; do
     d=$(relu_ms $model) m0=$(relu_ms $model 0) m1=$(relu_ms $model 1)
     python3 -c "import sys; d, a, b = $d, $m0, $m1; sys.exit(not (a != b and d == min(a, b)))" 2>/dev/null ||
-        fail "$model: the default prices '$d' ms, TRANSFORMER_RELU_MASK=0 '$m0', =1 '$m1': the default is not the faster"
-    ok "$model: the default's step $d ms = the faster of TRANSFORMER_RELU_MASK=0 ($m0 ms) and =1 ($m1 ms)"
+        fail "$model: the default's anchored step is '$d' ms, TRANSFORMER_RELU_MASK=0 '$m0', =1 '$m1': the default is not the faster"
+    ok "$model: the default's anchored step $d ms = the faster of TRANSFORMER_RELU_MASK=0 ($m0 ms) and =1 ($m1 ms)"
 done
 
 # --fit against settings planted in a timing CSV that the model writes itself

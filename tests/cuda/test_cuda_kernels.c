@@ -24,9 +24,12 @@
 #include <cublasLt.h>    /* the argument checks of test_cublaslt_args */
 
 /* the CUDA backend of precision prec, named as the config key names it
- * ("fp32", "bf16", ...: the checks loop over and print these names) */
+ * ("fp32", "bf16", ...: the checks loop over and print these names), with
+ * the ReLU bit-mask on (TRANSFORMER_RELU_MASK=1): the feed-forward checks
+ * pass a mask or none, so both backward paths run */
 static Backend *cuda_backend(const char *prec)
 {
+    setenv("TRANSFORMER_RELU_MASK", "1", 1);
     return backend_cuda_create((Precision)config_choice_value("precision", prec), ALLREDUCE_AUTO, 0);
 }
 /* the emulator's thread-order switch; absent (NULL) in the real-GPU build of
