@@ -2,7 +2,9 @@
 result files: the protocol's rule (docs/results-multi30k/converged/protocol.md)
 picks a setting, leaves out a setting with a seed at the cap and one whose
 seeds are 0.06 nats apart, settles a tie within 0.02 nats by test2016 BLEU,
-computes the sweep's cap, and waits without a choice while runs are missing."""
+computes the sweep's cap, and waits without a choice while runs are missing;
+its quality section scores the files' hypotheses on lowercased tokenised
+text against Wu et al.'s 41.0."""
 
 import math
 
@@ -38,7 +40,7 @@ def dev_curve(best, best_step, last):
     return steps, nll
 
 
-def plant_run(top, dropout, peak, seed, spec, status="done"):
+def plant_run(top, dropout, peak, seed, spec, status="done", texts=None):
     """configs/<run>.cfg (the frozen config, cap 15000 as the real pilot's)
     and, unless spec is None, results/<run>.h5 as row_result.py writes it."""
     name = run_name(dropout, peak, seed)
@@ -57,7 +59,7 @@ def plant_run(top, dropout, peak, seed, spec, status="done"):
              "bleu_test2016.avg5": bleu, "bleu_test2016.final": bleu + 0.1,
              "bleu_test2017.avg5": bleu - 8, "bleu_test2017.final": bleu - 8.2}
     write_result(str(top / "results" / f"{name}.h5"), attrs,
-                 curves={"dev_step": steps, "dev_nll": nll, "dev_loss": nll + 0.6})
+                 curves={"dev_step": steps, "dev_nll": nll, "dev_loss": nll + 0.6}, texts=texts)
 
 
 def plant_pilot(top, plan, missing=()):
@@ -186,3 +188,32 @@ def test_a_ruled_out_settings_missing_seed_is_not_waited_for(tmp_path):
     assert "**Chosen: P_drop 0.1, peak 2e-3**" in md and "**36300 updates**" in md
     full = pilot.pilot_state(str(plant_pilot(tmp_path / "all", COMPLETE)))
     assert pilot.pilot_state(str(top))["chosen"] == full["chosen"] and full["cap"] == 36300
+
+
+REFS = ["Ein Mann mit einem orangefarbenen Hut starrt etwas an.", "Zwei Hunde spielen im Schnee am Fluss.",
+        "Eine Frau in einem roten Kleid geht über die Straße.", "Kinder spielen Fußball auf einer grünen Wiese."] * 5
+
+
+@pytest.mark.parametrize("hyps, within", [([r.title() for r in REFS], True), (REFS[1:] + REFS[:1], False)])
+def test_quality_both_ways_against_wu_et_al(tmp_path, hyps, within):
+    """The quality section scores the result files' hypotheses on lowercased
+    tokenised text: title-cased references score 100 there (the cased
+    sacreBLEU stays the file's), shifted ones far below 41.0 - 5."""
+    top = plant_pilot(tmp_path, COMPLETE)
+    texts = {"refs/test2016": REFS, "hyps/test2016.avg5": hyps, "hyps/test2016.final": REFS}
+    for seed, spec in enumerate(COMPLETE[(0.1, 2e-3)], 1):
+        plant_run(top, 0.1, 2e-3, seed, spec, texts=texts)
+    st = pilot.pilot_state(str(top))
+    md = pilot.to_markdown(st, str(top))
+    quality = md.split("## Quality of base")[1]
+    row = next(l for l in quality.splitlines() if l.startswith("| 0.1 | 2e-3 | 1 "))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[4] == "36.30 / 36.20"  # the file's cased sacreBLEU, untouched
+    best, avg5 = (float(x) for x in cells[5].split(" / "))
+    assert best == pytest.approx(100.0)
+    assert (avg5 == pytest.approx(100.0)) if within else avg5 < 20
+    assert cells[6] == "– / –"  # no test2017 hypotheses in the file
+    chosen = next(l for l in quality.splitlines() if l.startswith("Chosen setting"))
+    assert ("within the protocol's 5 BLEU" in chosen) == within
+    assert ("more than 5 below" in chosen) != within
+    assert "| 0.3 | 2e-3 | 1 | 37.60 / 37.50 | – / – | – / – |" in quality  # no hypotheses: no score
