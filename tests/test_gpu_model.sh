@@ -32,8 +32,9 @@
 # - --anchor: a step anchored to its own timing prices as the model does;
 #   the fused-attention step anchored to the GEMM path's timing splits into
 #   measured and priced sums that equal an independent join in Python;
-#   --changed alone, --anchor with --graphs and a timing that does not
-#   join its trace are refused with one line.
+#   --changed alone or naming no kernel of the step, --anchor with
+#   --graphs and a timing that does not join its trace are refused with
+#   one line.
 # - --graphs on base' (Table 3's scaled base): the model's host launches
 #   per step without and with CUDA Graphs equal the emulator's counts of an
 #   eager and a replayed step, and the step is predicted shorter with them.
@@ -269,8 +270,9 @@ print("measured %.3f ms, priced %.3f ms over %d calls (Python's join: %.3f, %.3f
 PY
 ok "--anchor fused to the GEMM path's timing: $(cat $W/anchored.txt)"
 # refused with one line: --changed alone, --anchor under --graphs, a
-# timing that does not join its trace
-for bad in "--changed k_xent" "--graphs --anchor $W/trace.csv $W/planted.csv" "--anchor $W/trace.csv $W/other.csv"; do
+# timing that does not join its trace, a --changed name no kernel has
+for bad in "--changed k_xent" "--graphs --anchor $W/trace.csv $W/planted.csv" "--anchor $W/trace.csv $W/other.csv" \
+           "--anchor $W/trace.csv $W/planted.csv --changed k_xent,k_xnet"; do
     # shellcheck disable=SC2086
     $M --model base --batch 610 --len 41 precision=bf16 $bad > $W/out.txt 2> $W/err.txt
     rc=$?

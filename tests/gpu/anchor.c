@@ -58,6 +58,18 @@ static int is_changed(const char *list, const char *call)
     return 0;
 }
 
+/* every name of the --changed list is a kernel of this step (a misspelt
+ * one would leave the kernel it meant at its old measured time) */
+static void check_changed(const char *list, const CostCall *calls, size_t n)
+{
+    while (list && *list) {
+        size_t k = strcspn(list, ","), i = 0;
+        while (i < n && !(strcspn(calls[i].call, "<") == k && !strncmp(calls[i].call, list, k))) i++;
+        if (i == n) die(2, "gpu-model: --changed %.*s: no call of this step has that name", (int)k, list);
+        list += k + (list[k] == ',');
+    }
+}
+
 static int timed(const CostCall *c) { return c->kind != COST_SYNC && c->kind != COST_COMM; }
 
 /* the anchor's classes with their measured device seconds; *given0 the
@@ -146,6 +158,7 @@ double *anchor_step(const Args *a, const CostCall *calls, size_t n, double model
     int ncl, npr = 0;
     CostCall *trace;
     double *given0, *given = xmalloc(sizeof(double) * (n + 1)), meas_s = 0, priced_s = 0;
+    check_changed(a->changed, calls, n);
     Class *cl = anchor_classes(a, &trace, &nt, &ncl, &given0), *pr = xmalloc(sizeof(Class) * (n + 1));
     long taken = 0, priced = 0;
     for (size_t i = 0; i < n; i++) {
