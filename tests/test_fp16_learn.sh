@@ -5,13 +5,16 @@
 # GEMM inputs, dynamic loss scaling (loss_scale=auto) -- against the same
 # run on the CPU backend in fp32, made here on the same machine (the
 # trajectories depend on the OpenBLAS kernel, so no figure is hard-coded).
-# Measured (OpenBLAS Haswell / Sandybridge kernels): fp32 dev nll 0.664 /
-# 0.642, greedy exact match 0.28 / 0.33; fp16 0.661 / 0.739, 0.33 / 0.25.
-# fp32 alone spreads as widely over seeds 1-6: nll 0.60-0.97, exact match
-# 0.20-0.34 (fp16's rounding moves the trajectory as another seed would);
-# chance is ~1e-4 and an untrained model's nll ~2.4.  Asserted: fp16's dev
-# nll at most 1.4x fp32's, its exact match at most 0.2 (13 of 64
-# sentences) below fp32's and at least 0.1, and no step skipped (nothing
+# Measured 2026-11-28 (code of adb50f9, TRANSFORMER_RELU_MASK=0 the
+# default), seeds 1-4, OpenBLAS Cooperlake / Haswell kernels: fp16's dev
+# nll / fp32's 0.955 0.879 0.948 0.919 / 1.120 0.857 1.049 0.923 (at most
+# 1.12); greedy exact match fp32 0.22-0.39, fp16 0.16-0.48, fp16 minus
+# fp32 from -0.20 to +0.20: at 200 steps the exact match moves between
+# the two precisions as much as between seeds, so it is not compared
+# between them (the Haswell kernel put seed 1 at 0.36 against 0.16).
+# Chance is ~1e-4 and an untrained model's nll ~2.4.  Asserted: fp16's dev
+# nll at most 1.4x fp32's, its exact match at least 0.05 (4 of 64
+# sentences; a model that does not decode scores 0), and no step skipped (nothing
 # overflows at the initial scale on this task).  Also: on an emulated
 # sm_75 (CUDA_EMU_CC=75) bf16 and tf32 are refused in one line suggesting
 # fp16, and fp16 trains; on sm_70 the same where the build has sm_70, else
@@ -37,8 +40,8 @@ em32=$(echo "$out32" | awk '/^dev greedy exact match/ { print $5 }')
 em16=$(echo "$out16" | awk '/^dev greedy exact match/ { print $5 }')
 [ -n "$nll32" ] && [ -n "$nll16" ] && [ -n "$em32" ] && [ -n "$em16" ] || fail "no dev results"
 awk -v a="$nll32" -v b="$nll16" 'BEGIN { exit !(b <= 1.4 * a) }' || fail "fp16 dev nll $nll16 is more than 1.4x fp32's $nll32"
-awk -v a="$em32" -v b="$em16" 'BEGIN { exit !(b >= a - 0.2 && b >= 0.1) }' \
-    || fail "fp16 greedy exact match $em16 (fp32: $em32): more than 0.2 below fp32's, or below 0.1"
+awk -v b="$em16" 'BEGIN { exit !(b >= 0.05) }' \
+    || fail "fp16 greedy exact match $em16 (fp32: $em32): below 0.05 (4 of 64 sentences)"
 ok "200 steps: fp16 (emulated) dev nll $nll16, exact match $em16; fp32 $nll32, $em32 ($((SECONDS - t0)) s)"
 # beam search in fp16 (fp16 key/value caches and log-probabilities) from the
 # fp32 run's checkpoint translates as the CPU does: exact match within 2 of
