@@ -126,6 +126,14 @@ write("train", 1500); write("dev", 16)
 PY
 }
 
+# ct2_python: PY = .venv-hf's Python with ctranslate2, or skip the test
+# with one line (tests/install-deps.sh creates the venv)
+ct2_python() {
+    PY=$TOP/.venv-hf/bin/python
+    [ -x "$PY" ] || skip "no .venv-hf (bash tests/install-deps.sh creates it)"
+    "$PY" -c "import ctranslate2" 2>/dev/null || skip "no ctranslate2 in .venv-hf (bash tests/install-deps.sh)"
+}
+
 # word_model DIR [KEY=VALUE...]: word_corpus's task prepared into DIR/d.h5
 # and a tiny model (N=2, d_model 32, 4 heads of 8) trained on it for 300
 # steps in DIR/run, KEY=VALUE added to train's; sets CK to its last

@@ -10,9 +10,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
-PY=$TOP/.venv-hf/bin/python
-[ -x "$PY" ] || skip "no .venv-hf (bash tests/install-deps.sh creates it)"
-"$PY" -c "import ctranslate2" 2>/dev/null || skip "no ctranslate2 in .venv-hf (bash tests/install-deps.sh)"
+ct2_python
 W=$(mktemp -d /tmp/test_ct2_export.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1

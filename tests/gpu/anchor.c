@@ -37,11 +37,19 @@ static int same_class(const CostCall *a, const CostCall *b)
            a->flop_tc == b->flop_tc && a->flop == b->flop && a->tc == b->tc && a->operand == b->operand;
 }
 
+/* the class of c in cl[0..ncl), or NULL */
+static Class *find_class(Class *cl, int ncl, const CostCall *c)
+{
+    for (int k = 0; k < ncl; k++)
+        if (same_class(cl[k].c, c)) return &cl[k];
+    return NULL;
+}
+
 /* the class of c in cl[0..*ncl), added if new */
 static Class *class_for(Class *cl, int *ncl, const CostCall *c)
 {
-    for (int k = 0; k < *ncl; k++)
-        if (same_class(cl[k].c, c)) return &cl[k];
+    Class *k = find_class(cl, *ncl, c);
+    if (k) return k;
     cl[*ncl] = (Class){ .c = c };
     return &cl[(*ncl)++];
 }
@@ -164,9 +172,7 @@ double *anchor_step(const Args *a, const CostCall *calls, size_t n, double model
     for (size_t i = 0; i < n; i++) {
         given[i] = -1;
         if (!timed(&calls[i])) continue;
-        Class *k = NULL;
-        for (int j = 0; j < ncl && !k; j++)
-            if (same_class(cl[j].c, &calls[i])) k = &cl[j];
+        Class *k = find_class(cl, ncl, &calls[i]);
         int chg = is_changed(a->changed, calls[i].call);
         if (k && !chg) {
             given[i] = k->sum / k->calls;
