@@ -365,29 +365,6 @@ static __global__ void k_bias_store(T *Y, const float *acc, const float *bias, l
     }
 }
 
-/* dY = 0 where the ReLU was off (Y <= 0).  In 16-byte packs when dY and Y
- * are equally aligned: a pack of dY is read and written back whole where
- * any of its Y is off, which costs more bytes than scalar stores but keeps
- * 8x the bytes in flight (and DRAM writes whole 32-byte sectors anyway) */
-template <typename T> static __global__ void k_relu_mask(T *dY, const T *Y, long n)
-{
-    constexpr int N = Pack<T>::N;
-    grid_for<T>(n, { dY, Y },
-                [&](long i) {
-                    if (!(ld(Y, i) > 0.0f)) st(dY, i, 0.0f);
-                },
-                [&](long i0) {
-                    Pack<T> y = ldp(Y + i0);
-                    bool off = false;
-                    for (int e = 0; e < N; e++) off = off || !(to_float(y.v[e]) > 0.0f);
-                    if (!off) return;
-                    Pack<T> d = ldp(dY + i0);
-                    for (int e = 0; e < N; e++)
-                        if (!(to_float(y.v[e]) > 0.0f)) d.v[e] = from_float<T>(0.0f);
-                    stp(dY + i0, d);
-                });
-}
-
 /* Deterministic column sums in two stages.  Stage 1: block (32, 8) owns 32
  * columns and a chunk of rows; thread row ty adds rows ty, ty+8, ... of the
  * chunk, then the 8 partials are added in order.  Stage 2 adds the chunk
@@ -428,11 +405,50 @@ static __global__ void k_colsum_partial(const T *X, const T *R, const float *mea
     }
 }
 
+/* Stage 1 of the bias gradient behind the FFN's ReLU (eq. 2): dY = 0 where
+ * the forward's ReLU was off (!(Y > 0): a NaN is off), and the chunk
+ * partials of the masked dY's column sums, in one pass over dY and Y
+ * instead of a masking pass and k_colsum_partial's second read of dY
+ * (issue 44: fewer memory-bound passes).  The same threads add the same
+ * rows in the same order as k_colsum_partial: the partials are bitwise
+ * those of the two-pass path. */
+template <typename T>
+static __global__ void k_relu_colsum_partial(T *dY, const T *Y, int rows, int cols, float *part)
+{
+    DYNAMIC_SHARED(float, sh);   /* [CS_Y][CS_X] */
+    int c = blockIdx.x * CS_X + threadIdx.x, chunk = blockIdx.y;
+    int r0 = chunk * CS_ROWS, r1 = r0 + CS_ROWS < rows ? r0 + CS_ROWS : rows;
+    float b = 0.0f;
+    if (c < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += CS_Y) {
+            size_t i = (size_t)r * cols + c;
+            float y = ld(Y, i), v = ld(dY, i);   /* whole: about half of a row is off, so DRAM */
+            v = y > 0.0f ? v : 0.0f;              /* moves nearly every sector of dY both ways */
+            st(dY, i, v);
+            b += v;
+        }
+    sh[threadIdx.y * CS_X + threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float sb = 0.0f;
+        for (int y = 0; y < CS_Y; y++) sb += sh[y * CS_X + threadIdx.x];
+        st(part, (size_t)chunk * cols + c, sb);
+    }
+}
+
 #define CF_COLS 8   /* columns (warps) per block of k_colsum_final */
 
-static __global__ void k_colsum_final(const float *part, int chunks, int cols, float *out)
+/* out2: a second set of partials right after the first (chunks x cols
+ * floats on), into out2, in the same launch (the LayerNorm's dgamma and
+ * dbeta: one launch fewer) */
+static __global__ void k_colsum_final(const float *part, int chunks, int cols, float *out, float *out2)
 {
     int c = blockIdx.x * CF_COLS + threadIdx.y;
+    if (out2 && c >= cols) {
+        part += (size_t)chunks * cols;
+        out = out2;
+        c -= cols;
+    }
     if (c >= cols) return;   /* the whole warp: c is the warp's */
     float s = 0.0f;
     for (int k = threadIdx.x; k < chunks; k += 32) s += ld(part, (size_t)k * cols + c);
@@ -460,6 +476,19 @@ static float *part_buffer(Backend *be, size_t n, const char *op)
     return I->part;
 }
 
+/* out += the column sums of chunks rows of partials (stage 2); with out2,
+ * out2 += those of the chunks rows after them, in the same launch */
+static void colsum_final(Backend *be, const float *part, int chunks, int cols, float *out, float *out2 = NULL)
+{
+    /* the partials, and out read and written */
+    int n = out2 ? 2 * cols : cols;
+    dim3 fgrid((n + CF_COLS - 1) / CF_COLS), fblock(32, CF_COLS);
+    DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * n * sizeof(float),
+                   n * sizeof(float), (double)chunks * n);
+    LAUNCH(k_colsum_final, fgrid, fblock, 0, IMPL(be)->stream, part, chunks, cols, out, out2);
+    CKL();
+}
+
 /* out_b += column sums of X; with Rr: out_a += column sums of X*(Rr-mean)*rstd */
 static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *rstd, int rows, int cols,
                     float *out_a, float *out_b)
@@ -480,36 +509,35 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
                rstd, rows, cols, pa, pb);
     });
     CKL();
-    /* the partials, and out read and written */
-    dim3 fgrid((cols + CF_COLS - 1) / CF_COLS), fblock(32, CF_COLS);
-    DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float),
-                   cols * sizeof(float), (double)chunks * cols);
-    LAUNCH(k_colsum_final, fgrid, fblock, 0, s, pb, chunks, cols, out_b);
+    colsum_final(be, pb, chunks, cols, out_b);
+    if (Rr.data) colsum_final(be, pa, chunks, cols, out_a);
+}
+
+/* dY = 0 where the ReLU was off (!(Y > 0)), dbias += column sums of dY:
+ * k_relu_colsum_partial, then the final stage as colsums' */
+static void relu_colsums(Backend *be, Act dY, Act Y, int rows, int cols, float *dbias)
+{
+    if (rows <= 0 || cols <= 0) return;
+    int chunks = (rows + CS_ROWS - 1) / CS_ROWS;
+    float *part = part_buffer(be, (size_t)chunks * cols, "bias_backward");
+    dim3 grid((cols + CS_X - 1) / CS_X, chunks), block(CS_X, CS_Y);
+    dispatch(act_type("bias_backward", { dY, Y }), [&](auto z) {
+        using T = decltype(z);
+        /* Y and dY read, dY written, the partials of each chunk */
+        double n = (double)rows * cols;
+        DECLARE_KERNEL(k_relu_colsum_partial<T>, "bias_backward", 4 * 2 * sizeof(T), 2 * n * sizeof(T),
+                       n * sizeof(T) + (double)chunks * cols * sizeof(float), 2 * n);
+        LAUNCH(k_relu_colsum_partial<T>, grid, block, CS_X * CS_Y * sizeof(float), IMPL(be)->stream, tp<T>(dY),
+               tp<T>(Y), rows, cols, part);
+    });
     CKL();
-    if (Rr.data) {
-        DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * cols * sizeof(float),
-                       cols * sizeof(float), (double)chunks * cols);
-        LAUNCH(k_colsum_final, fgrid, fblock, 0, s, pa, chunks, cols, out_a);
-        CKL();
-    }
+    colsum_final(be, part, chunks, cols, dbias);
 }
 
 static void cuda_bias_backward(Backend *be, Act dY, float *dbias, Act Y, int rows, int cols, int relu)
 {
-    long n = (long)rows * cols;
-    if (n <= 0) return;
-    if (relu) {
-        dispatch(act_type("bias_backward", { dY, Y }), [&](auto z) {
-            using T = decltype(z);
-            /* reads Y, and dY where a pack has a ReLU off: about half of the
-             * hidden layer is off at any stage of training, so nearly every
-             * pack of 8 (4 in fp32) has one; written back likewise */
-            DECLARE_KERNEL(k_relu_mask<T>, "bias_backward", 2 * 16, 2.0 * n * sizeof(T), n * sizeof(T), n);
-            LAUNCH(k_relu_mask<T>, nblocks(n, 256), 256, 0, IMPL(be)->stream, tp<T>(dY), tp<T>(Y), n);
-        });
-        CKL();
-    }
-    colsums(be, dY, act_none(), NULL, NULL, rows, cols, NULL, dbias);
+    if (relu) relu_colsums(be, dY, Y, rows, cols, dbias);
+    else colsums(be, dY, act_none(), NULL, NULL, rows, cols, NULL, dbias);
 }
 
 /* ------------------------------------------ feed-forward with cuBLASLt */
@@ -616,12 +644,13 @@ static bool lt_mask_written(CudaImpl *I, const void *mask)
 /* dX = (dY W) where the forward's ReLU was on, dbias += column sums of dX.
  * With the forward's mask: one cuBLASLt matmul with the DRELU epilogue,
  * which zeroes dX from the bit-mask as it stores it, instead of a GEMM and
- * k_relu_mask's pass over X and dX.  DRELU_BGRAD would also give the bias
- * gradient, but it writes it (it does not add into the gradient that
- * micro-batches accumulate), in dX's type (bf16: not the fp32 of the
- * master gradient) and in an order of its own: the deterministic fp32
- * column sums stay.  Without a mask (none kept, or the forward fell back
- * and did not write it) or without a DRELU algorithm: the unfused pair. */
+ * the masking in k_relu_colsum_partial's pass over X and dX.  DRELU_BGRAD
+ * would also give the bias gradient, but it writes it (it does not add
+ * into the gradient that micro-batches accumulate), in dX's type (bf16:
+ * not the fp32 of the master gradient) and in an order of its own: the
+ * deterministic fp32 column sums stay.  Without a mask (none kept, or the
+ * forward fell back and did not write it) or without a DRELU algorithm: a
+ * plain GEMM, then the masked column sums (cuda_bias_backward). */
 static void cuda_linear_relu_backward(Backend *be, Act dX, float *dbias, Act dY, Act W, Act X, const void *mask,
                                       int rows, int in, int out)
 {

@@ -139,11 +139,163 @@ static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const
             });
 }
 
+/* The same backward a warp per row, with the LayerNorm's parameter
+ * gradients (dgamma = sum dy xhat, dbeta = sum dy over the rows) added up
+ * on the way into the warp's column sums in shared memory, and one row of
+ * chunk partials per block for colsum_final (gemm.cuh).  This replaces
+ * colsums' second read of dy and r (k_colsum_partial, 51 MB a call for
+ * base at 25,010 tokens; issue 44, fewer memory-bound passes).  The row's
+ * reductions are warp shuffles, without the block barriers of the kernel
+ * above; the dropout keep-flags come from dropout_keep4 for the lane's own
+ * packs (the flags drop_mask_row gives).  The column sums sit in shared
+ * memory, not registers: in registers they took 160-207 a thread (ptxas),
+ * one block an SM.  Their layout [warp][dgamma, dbeta][e][pack] puts a
+ * warp's 32 lanes on 32 banks.  Rows of d = N x (at most 32 LNB_MAXP)
+ * elements in 16-byte packs, the arrays 16-byte aligned (ln_rows_fit); dx
+ * may alias dy (a lane reads its packs of a row before it writes them). */
+#define LNB_WARPS 4
+#define LNB_RPW 8                        /* rows a warp walks */
+#define LNB_ROWS (LNB_WARPS * LNB_RPW)   /* rows per block: a chunk of partials */
+#define LNB_MAXP 4                       /* packs per lane at most */
+
+static size_t ln_rows_smem(int d) { return (size_t)LNB_WARPS * 2 * d * sizeof(float); }
+
+template <typename A, int P>
+static __device__ __forceinline__ void ln_backward_rows(A *dx, A *dsub, const A *dy, const A *r, const float *mean,
+                                                        const float *rstd, const float *gamma, int rows, int d,
+                                                        float p, float ks, DropArg key_arg, const uint32_t *sent_id,
+                                                        int T, float *part_g, float *part_b)
+{
+    constexpr int N = Pack<A>::N;
+    DYNAMIC_SHARED(float, sh);   /* [LNB_WARPS][2][N][d / N] */
+    const DropoutKey key = drop_key(key_arg);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, np = d / N;
+    float *sg = sh + (size_t)warp * 2 * d, *sb = sg + d;   /* this warp's sums: element e of pack k at e np + k */
+UNROLL
+    for (int q = 0; q < P; q++)
+        if (lane + 32 * q < np)
+            for (int e = 0; e < N; e++) sg[e * np + lane + 32 * q] = sb[e * np + lane + 32 * q] = 0.0f;
+    for (int k = 0; k < LNB_RPW; k++) {
+        long i = (long)blockIdx.x * LNB_ROWS + k * LNB_WARPS + warp;
+        if (i >= rows) break;   /* warp-uniform; no barrier inside the loop */
+        float mu = ld(mean, i), rs = ld(rstd, i), m1 = 0.0f, m2 = 0.0f;
+UNROLL
+        for (int q = 0; q < P; q++) {
+            int pk = lane + 32 * q, j0 = pk * N;
+            if (pk >= np) continue;
+            Pack<A> gv = ldp(dy + i * d + j0), rv = ldp(r + i * d + j0);
+            for (int e = 0; e < N; e++) {
+                float g = to_float(gv.v[e]), xh = (to_float(rv.v[e]) - mu) * rs, gg = g * ld(gamma, j0 + e);
+                m1 += gg;
+                m2 += gg * xh;
+                sg[e * np + pk] += g * xh;
+                sb[e * np + pk] += g;
+            }
+        }
+        m1 = warp_sum(m1) / d;
+        m2 = warp_sum(m2) / d;
+        uint32_t sent = p > 0.0f ? ld(sent_id, i / T) : 0, pos = (uint32_t)(i % T);
+UNROLL
+        for (int q = 0; q < P; q++) {
+            int j0 = (lane + 32 * q) * N;
+            if (j0 >= d) continue;
+            Pack<A> gv = ldp(dy + i * d + j0), rv = ldp(r + i * d + j0), xv, sv;   /* again, from cache */
+            unsigned keep = 0;
+            for (int e = 0; e < N; e++) {
+                if (p > 0.0f && e % 4 == 0) keep = dropout_keep4(key, p, sent, pos, (uint32_t)(j0 + e) / 4);
+                float xh = (to_float(rv.v[e]) - mu) * rs;
+                float dr = rs * (to_float(gv.v[e]) * ld(gamma, j0 + e) - m1 - xh * m2);
+                xv.v[e] = from_float<A>(dr);
+                sv.v[e] = from_float<A>(p > 0.0f ? ((keep >> (e % 4)) & 1 ? dr * ks : 0.0f) : dr);
+            }
+            stp(dx + i * d + j0, xv);
+            stp(dsub + i * d + j0, sv);
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {   /* the warps' sums in warp order: deterministic */
+        int at = j % N * np + j / N;
+        float g = 0.0f, b = 0.0f;
+        for (int w = 0; w < LNB_WARPS; w++) {
+            g += sh[(size_t)w * 2 * d + at];
+            b += sh[(size_t)w * 2 * d + d + at];
+        }
+        st(part_g, (size_t)blockIdx.x * d + j, g);
+        st(part_b, (size_t)blockIdx.x * d + j, b);
+    }
+}
+
+/* P packs per lane at most: the narrow kernel for rows of up to 64 packs
+ * (bf16 d_model 512), the wide one up to LNB_MAXP x 32 (d_model 1024):
+ * ptxas gives each the registers of its own P */
+#define LNB_KERNEL(name, P, B)                                                                                       \
+    template <typename A>                                                                                           \
+    static __global__ void __launch_bounds__(32 * LNB_WARPS, B)                                                     \
+        name(A *dx, A *dsub, const A *dy, const A *r, const float *mean, const float *rstd, const float *gamma,    \
+             int rows, int d, float p, float ks, DropArg key_arg, const uint32_t *sent_id, int T, float *part_g, \
+             float *part_b)                                                                                         \
+    {                                                                                                               \
+        ln_backward_rows<A, P>(dx, dsub, dy, r, mean, rstd, gamma, rows, d, p, ks, key_arg, sent_id, T, part_g,   \
+                               part_b);                                                                             \
+    }
+LNB_KERNEL(k_residual_ln_backward_rows, 2, 6)
+LNB_KERNEL(k_residual_ln_backward_rows_wide, LNB_MAXP, 1)
+
+/* whether k_residual_ln_backward_rows takes rows of d elements of size e
+ * at these addresses */
+static bool ln_rows_fit(int d, size_t e, std::initializer_list<const void *> p)
+{
+    size_t n = 16 / e;
+    if (d <= 0 || d % n || (size_t)d > 32 * LNB_MAXP * n) return false;
+    for (const void *q : p)
+        if ((uintptr_t)q & 15) return false;
+    return true;
+}
+
+/* the warp-per-row backward and its parameter gradients (colsum_final of
+ * the chunk partials) */
+static void residual_ln_backward_rows(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, Act dy, Act r,
+                                      const float *mean, const float *rstd, const float *gamma, int rows, int d,
+                                      float p, DropoutKey key, const uint32_t *sent_id, int T)
+{
+    int chunks = (rows + LNB_ROWS - 1) / LNB_ROWS;
+    float *part = part_buffer(be, 2 * (size_t)chunks * d, "residual_ln_backward");
+    float *pg = part, *pb = part + (size_t)chunks * d;
+    dispatch(act_type("residual_ln_backward", { dx, dsub, dy, r }), [&](auto z) {
+        using A = decltype(z);
+        /* dy and r read (the second pass re-reads a lane's packs from
+         * cache), dx and dsub written (dx may be dy); mean, rstd, gamma;
+         * the chunk partials of dgamma and dbeta.  In flight: a lane's
+         * packs of dy and r */
+        double e = (double)rows * d, packs = std::min(LNB_MAXP, (d / Pack<A>::N + 31) / 32);
+        double rd = 2 * e * sizeof(A) + 2.0 * rows * sizeof(float) + d * sizeof(float) +
+                    (p > 0 ? rows / T * sizeof(uint32_t) : 0);
+        double wr = 2 * e * sizeof(A) + 2.0 * chunks * d * sizeof(float), flop = 16 * e + (p > 0 ? 25 * e : 0);
+        if (d / Pack<A>::N <= 64) {
+            DECLARE_KERNEL(k_residual_ln_backward_rows<A>, "residual_ln_backward", packs * 2 * 16, rd, wr, flop);
+            LAUNCH(k_residual_ln_backward_rows<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d), IMPL(be)->stream,
+                   tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p, drop_scale(p),
+                   drop_arg(IMPL(be), key), sent_id, T, pg, pb);
+        } else {
+            DECLARE_KERNEL(k_residual_ln_backward_rows_wide<A>, "residual_ln_backward", packs * 2 * 16, rd, wr, flop);
+            LAUNCH(k_residual_ln_backward_rows_wide<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d), IMPL(be)->stream,
+                   tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p, drop_scale(p),
+                   drop_arg(IMPL(be), key), sent_id, T, pg, pb);
+        }
+    });
+    CKL();
+    colsum_final(be, pg, chunks, d, dgamma, dbeta);   /* pb follows pg */
+}
+
 static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, Act dy, Act r,
                                       const float *mean, const float *rstd, const float *gamma, int rows, int d,
                                       float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
+    if (ln_rows_fit(d, dtype_size(dy.dtype), { dx.data, dsub.data, dy.data, r.data })) {
+        residual_ln_backward_rows(be, dx, dsub, dgamma, dbeta, dy, r, mean, rstd, gamma, rows, d, p, key, sent_id, T);
+        return;
+    }
     /* parameter gradients first, so that dx may alias dy */
     colsums(be, dy, r, mean, rstd, rows, d, dgamma, dbeta);
     dispatch(act_type("residual_ln_backward", { dx, dsub, dy, r }), [&](auto z) {

@@ -306,13 +306,36 @@ static void test_softmax(void)
     }
 }
 
+/* The LayerNorm backward's widths (cuda/norm.cuh, ln_rows_fit): rows of
+ * d elements in 16-byte packs of N go to the warp-per-row kernels, which
+ * add up dgamma and dbeta themselves (narrow up to 64 packs, wide up to
+ * 128); other widths (d % N != 0, or more packs) to the block-per-row
+ * kernel and colsums.  75 rows: two whole chunks of the row kernels' 32
+ * rows and a partial one. */
+typedef struct {
+    int d;
+    const char *kernel;
+} LnCase;
+#define LN_BLOCK "k_residual_ln_backward<A>"
+#define LN_ROWS "k_residual_ln_backward_rows<A>"
+#define LN_WIDE "k_residual_ln_backward_rows_wide<A>"
+static void ln_kernel_was(const char *what, const char *want);
+static void test_residual_ln_d(int d, const char *kernel);
+
 static void test_residual_ln(void)
 {
-    int B = 3, T = 7, d = 77, rows = B * T;
+    static const LnCase cases[] = { { 77, LN_BLOCK }, { 40, LN_ROWS }, { 264, LN_WIDE }, { 520, LN_BLOCK } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) test_residual_ln_d(cases[k].d, cases[k].kernel);
+}
+
+static void test_residual_ln_d(int d, const char *kernel)
+{
+    int B = 3, T = 25, rows = B * T;
     uint32_t sid[3] = { 5, 900, 77777 };
     uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
     DropoutKey key = { 0x1234567890ull, 17, 42 };
     size_t n = (size_t)rows * d;
+    printf("     residual_ln d = %d (%s)\n", d, kernel);
     for (int alias = 0; alias < 2; alias++) {
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_rand(n, 1), sub = pair_rand(n, 2), g = pair_rand(d, 1), b = pair_rand(d, 1);
@@ -329,8 +352,10 @@ static void test_residual_ln(void)
         Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
         cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
                                   key, sc, T);
+        cuda_cost_log(1);
         gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r.g, F(mu.g), F(rs.g), F(g.g), rows, d, p,
                                   key, sg, T);
+        ln_kernel_was("residual_ln_backward", kernel);
         compare(alias ? "residual_ln_backward: dx (aliasing dy)" : "residual_ln_backward: dx", alias ? dy : dx, 1e-4, 1e-6);
         compare("residual_ln_backward: dsub", ds, 1e-4, 1e-6);
         compare("residual_ln_backward: dgamma", dg, FP32);
@@ -396,6 +421,21 @@ static void check(int ok, const char *what)
     checks++;
     failures += !ok;
     printf("%s [%s] %s\n", ok ? "ok  " : "FAIL", order_name, what);
+}
+
+/* the LayerNorm backward kernel logged since cuda_cost_log(1) was want */
+static void ln_kernel_was(const char *what, const char *want)
+{
+    const CostCall *c;
+    size_t n = cuda_cost_calls(&c);
+    const char *got = "none";
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(c[i].op, "residual_ln_backward") && !strncmp(c[i].call, "k_residual_ln_backward", 22))
+            got = c[i].call;
+    cuda_cost_log(0);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: ran %s (want %s)", what, got, want);
+    check(!strcmp(got, want), msg);
 }
 
 /* The CUDA embedding gradient beyond its agreement with the CPU: padding
@@ -811,13 +851,12 @@ static void test_bf16_elementwise(void)
     pair_free(x);
 }
 
-static void test_bf16_residual_ln_embed(void)
+static void test_bf16_residual_ln_d(int d, const char *kernel, uint32_t *sc, uint32_t *sg)
 {
-    int B = 3, T = 7, d = 77, rows = B * T;
-    uint32_t sid[3] = { 5, 900, 77777 };
-    uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
+    int B = 3, T = 25, rows = B * T;
     DropoutKey key = { 0x1234567890ull, 17, 42 };
     size_t n = (size_t)rows * d;
+    printf("     16-bit residual_ln d = %d (%s)\n", d, kernel);
     for (int alias = 0; alias < 2; alias++) {
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_bf(n, 1, 1), sub = pair_bf(n, 2, 1), g = pair_bf(d, 1, 0), b = pair_bf(d, 1, 0);
@@ -841,8 +880,10 @@ static void test_bf16_residual_ln_embed(void)
         Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
         cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r2.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
                                   key, sc, T);
+        cuda_cost_log(1);
         gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r2.g, F(mu.g), F(rs.g), F(g.g), rows, d,
                                   p, key, sg, T);
+        ln_kernel_was("16-bit residual_ln_backward", kernel);
         compare(alias ? "16-bit residual_ln_backward: dx (aliasing dy)" : "16-bit residual_ln_backward: dx",
                 alias ? dy : dx, BF_OUT);
         compare("16-bit residual_ln_backward: dsub", ds, BF_OUT);
@@ -851,6 +892,16 @@ static void test_bf16_residual_ln_embed(void)
         pair_free(x); pair_free(sub); pair_free(g); pair_free(b); pair_free(y); pair_free(r); pair_free(mu);
         pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db); pair_free(r2);
     }
+}
+
+
+static void test_bf16_residual_ln_embed(void)
+{
+    static const LnCase cases[] = { { 77, LN_BLOCK }, { 40, LN_ROWS }, { 520, LN_WIDE }, { 1032, LN_BLOCK } };
+    uint32_t sid[3] = { 5, 900, 77777 };
+    uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        test_bf16_residual_ln_d(cases[k].d, cases[k].kernel, sc, sg);
     cpu->free(cpu, sc);
     gpu->free(gpu, sg);
 
