@@ -67,23 +67,124 @@ static __global__ void k_residual_ln_forward(A *y, A *r, float *mean, float *rst
             });
 }
 
+/* the warp-per-row kernels: a warp a row, lanes owning packs lane + 32 q */
+#define LNF_WARPS 4                      /* rows (warps) per block of the forward */
+#define LNB_WARPS 4                      /* warps per block of the backward */
+#define LNB_RPW 8                        /* rows a warp walks */
+#define LNB_ROWS (LNB_WARPS * LNB_RPW)   /* rows per block: a chunk of partials */
+#define LNB_MAXP 4                       /* packs per lane at most */
+
+/* whether the warp-per-row kernels (forward and backward) take rows of d
+ * elements of size e at these addresses: 16-byte packs, at most
+ * LNB_MAXP per lane */
+static bool ln_rows_fit(int d, size_t e, std::initializer_list<const void *> p)
+{
+    size_t n = 16 / e;
+    if (d <= 0 || d % n || (size_t)d > 32 * LNB_MAXP * n) return false;
+    for (const void *q : p)
+        if ((uintptr_t)q & 15) return false;
+    return true;
+}
+
+/* The same forward a warp per row (the backward's layout below: lanes
+ * own packs lane + 32 q of the row), for rows that fit it (ln_rows_fit):
+ * the row's sums are warp shuffles instead of the block barriers above,
+ * the dropout keep-flags come from dropout_keep4 for the lane's own packs,
+ * and the rounded r stays in registers for the variance and y.  The mean
+ * is of the unrounded sums, as above. */
+template <typename A, int P>
+static __device__ __forceinline__ void ln_forward_rows(A *y, A *r, float *mean, float *rstd, const A *x, const A *sub,
+                                                       const float *gamma, const float *beta, int rows, int d,
+                                                       float eps, float p, float ks, DropArg key_arg,
+                                                       const uint32_t *sent_id, int T)
+{
+    constexpr int N = Pack<A>::N;
+    const DropoutKey key = drop_key(key_arg);
+    int lane = threadIdx.x & 31, np = d / N;
+    long i = (long)blockIdx.x * LNF_WARPS + (threadIdx.x >> 5);
+    if (i >= rows) return;   /* warp-uniform; no barriers */
+    uint32_t sent = p > 0.0f ? ld(sent_id, i / T) : 0, pos = (uint32_t)(i % T);
+    Pack<A> rv[P];
+    float sum = 0.0f;
+UNROLL
+    for (int q = 0; q < P; q++) {
+        int j0 = (lane + 32 * q) * N;
+        if (lane + 32 * q >= np) continue;
+        Pack<A> xv = ldp(x + i * d + j0), sv = ldp(sub + i * d + j0);
+        unsigned keep = 0;
+        for (int e = 0; e < N; e++) {
+            if (p > 0.0f && e % 4 == 0) keep = dropout_keep4(key, p, sent, pos, (uint32_t)(j0 + e) / 4);
+            float s_ = to_float(sv.v[e]);
+            float v = to_float(xv.v[e]) + (p > 0.0f ? ((keep >> (e % 4)) & 1 ? s_ * ks : 0.0f) : s_);
+            rv[q].v[e] = from_float<A>(v);
+            sum += v;
+        }
+        stp(r + i * d + j0, rv[q]);
+    }
+    float mu = warp_sum(sum) / d, var = 0.0f;
+UNROLL
+    for (int q = 0; q < P; q++)
+        if (lane + 32 * q < np)
+            for (int e = 0; e < N; e++) var += (to_float(rv[q].v[e]) - mu) * (to_float(rv[q].v[e]) - mu);
+    float rs = 1.0f / sqrtf(warp_sum(var) / d + eps);
+    if (lane == 0) {
+        st(mean, i, mu);
+        st(rstd, i, rs);
+    }
+UNROLL
+    for (int q = 0; q < P; q++) {
+        int j0 = (lane + 32 * q) * N;
+        if (lane + 32 * q >= np) continue;
+        Pack<A> yv;
+        for (int e = 0; e < N; e++)
+            yv.v[e] = from_float<A>((to_float(rv[q].v[e]) - mu) * rs * ld(gamma, j0 + e) + ld(beta, j0 + e));
+        stp(y + i * d + j0, yv);
+    }
+}
+
+#define LNF_KERNEL(name, P)                                                                                           \
+    template <typename A>                                                                                            \
+    static __global__ void __launch_bounds__(32 * LNF_WARPS)                                                         \
+        name(A *y, A *r, float *mean, float *rstd, const A *x, const A *sub, const float *gamma, const float *beta, \
+             int rows, int d, float eps, float p, float ks, DropArg key_arg, const uint32_t *sent_id, int T)       \
+    {                                                                                                                \
+        ln_forward_rows<A, P>(y, r, mean, rstd, x, sub, gamma, beta, rows, d, eps, p, ks, key_arg, sent_id, T);    \
+    }
+LNF_KERNEL(k_residual_ln_forward_rows, 2)
+LNF_KERNEL(k_residual_ln_forward_rows_wide, LNB_MAXP)
+
 static void cuda_residual_ln_forward(Backend *be, Act y, Act r, float *mean, float *rstd, Act x, Act sub,
                                      const float *gamma, const float *beta, int rows, int d, float eps, float p,
                                      DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
+    bool fit = ln_rows_fit(d, dtype_size(x.dtype), { y.data, r.data, x.data, sub.data });
     dispatch(act_type("residual_ln_forward", { y, r, x, sub }), [&](auto z) {
         using A = decltype(z);
         /* x and sub read, r and y written, once each (r is re-read from
-         * cache); gamma, beta, the sentence ids; mean and rstd written.
-         * FLOPs: ~8 per element, and the dropout bits (a Philox call of
-         * ~100 integer operations per 4 features) */
-        double e = (double)rows * d;
-        DECLARE_KERNEL(k_residual_ln_forward<A>, "residual_ln_forward", 2 * 16,
-                       2 * e * sizeof(A) + 2.0 * d * sizeof(float) + (p > 0 ? rows / T * sizeof(uint32_t) : 0),
-                       2 * e * sizeof(A) + 2.0 * rows * sizeof(float), 8 * e + (p > 0 ? 25 * e : 0));
-        LAUNCH(k_residual_ln_forward<A>, rows, row_threads(d / Pack<A>::N), row_drop_smem(d, p), IMPL(be)->stream, tp<A>(y),
-               tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, d, eps, p, drop_scale(p), drop_arg(IMPL(be), key), sent_id, T);
+         * cache, or kept in registers); gamma, beta, the sentence ids; mean
+         * and rstd written.  FLOPs: ~8 per element, and the dropout bits
+         * (a Philox call of ~100 integer operations per 4 features) */
+        double e = (double)rows * d, packs = std::min(LNB_MAXP, (d / Pack<A>::N + 31) / 32);
+        double rd = 2 * e * sizeof(A) + 2.0 * d * sizeof(float) + (p > 0 ? rows / T * sizeof(uint32_t) : 0);
+        double wr = 2 * e * sizeof(A) + 2.0 * rows * sizeof(float), flop = 8 * e + (p > 0 ? 25 * e : 0);
+        unsigned blocks = (unsigned)((rows + LNF_WARPS - 1) / LNF_WARPS);
+        if (fit && d / Pack<A>::N <= 64) {
+            DECLARE_KERNEL(k_residual_ln_forward_rows<A>, "residual_ln_forward", packs * 2 * 16, rd, wr, flop);
+            LAUNCH(k_residual_ln_forward_rows<A>, blocks, 32 * LNF_WARPS, 0, IMPL(be)->stream, tp<A>(y), tp<A>(r),
+                   mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, rows, d, eps, p, drop_scale(p),
+                   drop_arg(IMPL(be), key), sent_id, T);
+        } else if (fit) {
+            DECLARE_KERNEL(k_residual_ln_forward_rows_wide<A>, "residual_ln_forward", packs * 2 * 16, rd, wr, flop);
+            LAUNCH(k_residual_ln_forward_rows_wide<A>, blocks, 32 * LNF_WARPS, 0, IMPL(be)->stream, tp<A>(y),
+                   tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, rows, d, eps, p, drop_scale(p),
+                   drop_arg(IMPL(be), key), sent_id, T);
+        } else {
+            DECLARE_KERNEL(k_residual_ln_forward<A>, "residual_ln_forward", 2 * 16, rd, wr, flop);
+            LAUNCH(k_residual_ln_forward<A>, rows, row_threads(d / Pack<A>::N), row_drop_smem(d, p),
+                   IMPL(be)->stream, tp<A>(y), tp<A>(r), mean, rstd, tp<A>(x), tp<A>(sub), gamma, beta, d, eps, p,
+                   drop_scale(p), drop_arg(IMPL(be), key), sent_id, T);
+        }
     });
     CKL();
 }
@@ -153,11 +254,6 @@ static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const
  * warp's 32 lanes on 32 banks.  Rows of d = N x (at most 32 LNB_MAXP)
  * elements in 16-byte packs, the arrays 16-byte aligned (ln_rows_fit); dx
  * may alias dy (a lane reads its packs of a row before it writes them). */
-#define LNB_WARPS 4
-#define LNB_RPW 8                        /* rows a warp walks */
-#define LNB_ROWS (LNB_WARPS * LNB_RPW)   /* rows per block: a chunk of partials */
-#define LNB_MAXP 4                       /* packs per lane at most */
-
 static size_t ln_rows_smem(int d) { return (size_t)LNB_WARPS * 2 * d * sizeof(float); }
 
 template <typename A, int P>
@@ -240,17 +336,6 @@ UNROLL
     }
 LNB_KERNEL(k_residual_ln_backward_rows, 2, 6)
 LNB_KERNEL(k_residual_ln_backward_rows_wide, LNB_MAXP, 1)
-
-/* whether k_residual_ln_backward_rows takes rows of d elements of size e
- * at these addresses */
-static bool ln_rows_fit(int d, size_t e, std::initializer_list<const void *> p)
-{
-    size_t n = 16 / e;
-    if (d <= 0 || d % n || (size_t)d > 32 * LNB_MAXP * n) return false;
-    for (const void *q : p)
-        if ((uintptr_t)q & 15) return false;
-    return true;
-}
 
 /* the warp-per-row backward and its parameter gradients (colsum_final of
  * the chunk partials) */

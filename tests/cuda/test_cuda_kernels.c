@@ -306,20 +306,20 @@ static void test_softmax(void)
     }
 }
 
-/* The LayerNorm backward's widths (cuda/norm.cuh, ln_rows_fit): rows of
- * d elements in 16-byte packs of N go to the warp-per-row kernels, which
- * add up dgamma and dbeta themselves (narrow up to 64 packs, wide up to
- * 128); other widths (d % N != 0, or more packs) to the block-per-row
- * kernel and colsums.  75 rows: two whole chunks of the row kernels' 32
- * rows and a partial one. */
+/* The LayerNorm's widths (cuda/norm.cuh, ln_rows_fit): rows of d elements
+ * in 16-byte packs of N go to the warp-per-row kernels (narrow up to 64
+ * packs, wide up to 128), whose backward adds up dgamma and dbeta itself;
+ * other widths (d % N != 0, or more packs) to the block-per-row kernels
+ * and colsums.  75 rows: two whole chunks of the backward's 32 rows and a
+ * partial one; 19 blocks of the forward's 4 rows, the last partial. */
 typedef struct {
     int d;
-    const char *kernel;
+    const char *kernel;   /* suffix of k_residual_ln_forward, _backward */
 } LnCase;
-#define LN_BLOCK "k_residual_ln_backward<A>"
-#define LN_ROWS "k_residual_ln_backward_rows<A>"
-#define LN_WIDE "k_residual_ln_backward_rows_wide<A>"
-static void ln_kernel_was(const char *what, const char *want);
+#define LN_BLOCK ""
+#define LN_ROWS "_rows"
+#define LN_WIDE "_rows_wide"
+static void ln_kernel_was(const char *op, const char *want);
 static void test_residual_ln_d(int d, const char *kernel);
 
 static void test_residual_ln(void)
@@ -335,15 +335,17 @@ static void test_residual_ln_d(int d, const char *kernel)
     uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
     DropoutKey key = { 0x1234567890ull, 17, 42 };
     size_t n = (size_t)rows * d;
-    printf("     residual_ln d = %d (%s)\n", d, kernel);
+    printf("     residual_ln d = %d (kernels k_residual_ln_*%s)\n", d, kernel);
     for (int alias = 0; alias < 2; alias++) {
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_rand(n, 1), sub = pair_rand(n, 2), g = pair_rand(d, 1), b = pair_rand(d, 1);
         Pair y = pair_rand(n, 1), r = pair_rand(n, 1), mu = pair_rand(rows, 1), rs = pair_rand(rows, 1);
         cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key,
                                  sc, T);
+        cuda_cost_log(1);
         gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key,
                                  sg, T);
+        ln_kernel_was("residual_ln_forward", kernel);
         compare(p > 0 ? "residual_ln_forward p=0.1: r (dropout mask)" : "residual_ln_forward p=0: r", r, FP32);
         compare("residual_ln_forward: y", y, FP32);
         compare("residual_ln_forward: mean", mu, FP32);
@@ -423,18 +425,19 @@ static void check(int ok, const char *what)
     printf("%s [%s] %s\n", ok ? "ok  " : "FAIL", order_name, what);
 }
 
-/* the LayerNorm backward kernel logged since cuda_cost_log(1) was want */
-static void ln_kernel_was(const char *what, const char *want)
+/* the kernel of op (residual_ln_forward or _backward) logged since
+ * cuda_cost_log(1) was k_<op><suffix><A> */
+static void ln_kernel_was(const char *op, const char *suffix)
 {
     const CostCall *c;
     size_t n = cuda_cost_calls(&c);
     const char *got = "none";
+    char want[80], msg[200];
+    snprintf(want, sizeof want, "k_%s%s<A>", op, suffix);
     for (size_t i = 0; i < n; i++)
-        if (!strcmp(c[i].op, "residual_ln_backward") && !strncmp(c[i].call, "k_residual_ln_backward", 22))
-            got = c[i].call;
+        if (!strcmp(c[i].op, op) && !strncmp(c[i].call, "k_residual_ln_", 14)) got = c[i].call;
     cuda_cost_log(0);
-    char msg[160];
-    snprintf(msg, sizeof msg, "%s: ran %s (want %s)", what, got, want);
+    snprintf(msg, sizeof msg, "%s: ran %s (want %s)", op, got, want);
     check(!strcmp(got, want), msg);
 }
 
@@ -856,15 +859,17 @@ static void test_bf16_residual_ln_d(int d, const char *kernel, uint32_t *sc, uin
     int B = 3, T = 25, rows = B * T;
     DropoutKey key = { 0x1234567890ull, 17, 42 };
     size_t n = (size_t)rows * d;
-    printf("     16-bit residual_ln d = %d (%s)\n", d, kernel);
+    printf("     16-bit residual_ln d = %d (kernels k_residual_ln_*%s)\n", d, kernel);
     for (int alias = 0; alias < 2; alias++) {
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_bf(n, 1, 1), sub = pair_bf(n, 2, 1), g = pair_bf(d, 1, 0), b = pair_bf(d, 1, 0);
         Pair y = pair_bf(n, 1, 1), r = pair_bf(n, 1, 1), mu = pair_bf(rows, 1, 0), rs = pair_bf(rows, 1, 0);
         cpu->residual_ln_forward(cpu, y.c, r.c, F(mu.c), F(rs.c), x.c, sub.c, F(g.c), F(b.c), rows, d, 1e-6f, p, key,
                                  sc, T);
+        cuda_cost_log(1);
         gpu->residual_ln_forward(gpu, y.g, r.g, F(mu.g), F(rs.g), x.g, sub.g, F(g.g), F(b.g), rows, d, 1e-6f, p, key,
                                  sg, T);
+        ln_kernel_was("residual_ln_forward", kernel);
         compare("16-bit residual_ln_forward: r", r, BF_OUT);
         compare("16-bit residual_ln_forward: mean (fp32)", mu, BF_F32);
         /* rstd and y are computed from the rounded r: each r_j moves by
@@ -883,7 +888,7 @@ static void test_bf16_residual_ln_d(int d, const char *kernel, uint32_t *sc, uin
         cuda_cost_log(1);
         gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r2.g, F(mu.g), F(rs.g), F(g.g), rows, d,
                                   p, key, sg, T);
-        ln_kernel_was("16-bit residual_ln_backward", kernel);
+        ln_kernel_was("residual_ln_backward", kernel);
         compare(alias ? "16-bit residual_ln_backward: dx (aliasing dy)" : "16-bit residual_ln_backward: dx",
                 alias ? dy : dx, BF_OUT);
         compare("16-bit residual_ln_backward: dsub", ds, BF_OUT);
