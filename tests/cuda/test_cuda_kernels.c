@@ -482,8 +482,12 @@ static void check_embed_gpu(Pair dout, const float *dE0, const int32_t *tok, con
     free(got);
 }
 
+static void embed_forward_at(int d, int bf);
+
 static void test_embed(void)
 {
+    embed_forward_at(45, 0);
+    embed_forward_at(48, 0);
     int B = EB_B, T = EB_T, d = 45, V = EB_V, maxlen = 64;
     int32_t tok[EB_B * EB_T];
     embed_batch(tok);
@@ -626,6 +630,45 @@ static Pair pair_bf(size_t n, float scale, int act)
     gpu->upload_act(gpu, p.g, h, n);
     free(h);
     return p;
+}
+
+/* embed_forward at width d against the CPU (16-bit storage: bf), and the
+ * kernel that ran: four features a thread where d is a multiple of 4
+ * (cuda/embed.cuh), one elsewhere */
+static void embed_forward_at(int d, int bf)
+{
+    int B = EB_B, T = EB_T, V = EB_V, maxlen = 64;
+    int32_t tok[EB_B * EB_T];
+    embed_batch(tok);
+    uint32_t sid[EB_B] = { 3, 1, 4, 15 };
+    int32_t *tc = dev_copy(cpu, tok, sizeof tok), *tg = dev_copy(gpu, tok, sizeof tok);
+    uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
+    DropoutKey key = { 99, 3, 1 };
+    Pair E = bf ? pair_bf((size_t)V * d, 1, 0) : pair_rand((size_t)V * d, 1);
+    Pair pos = bf ? pair_bf((size_t)maxlen * d, 1, 0) : pair_rand((size_t)maxlen * d, 1);
+    for (int learned = 0; learned < 2; learned++) {
+        size_t n = (size_t)B * T * d;
+        Pair out = bf ? pair_bf(n, 1, 1) : pair_rand(n, 1);
+        char name[96];
+        cpu->embed_forward(cpu, out.c, F(E.c), learned ? F(pos.c) : NULL, tc, sc, B, T, d, 6.7f, 3, 0.1f, key);
+        cuda_cost_log(1);
+        gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
+        const CostCall *c;
+        size_t nc = cuda_cost_calls(&c);
+        const char *want = d % 4 ? "k_embed_forward<A>" : "k_embed_forward4<A>", *got = "none";
+        for (size_t k = 0; k < nc; k++)
+            if (!strcmp(c[k].op, "embed_forward") && !strncmp(c[k].call, "k_embed_forward", 15)) got = c[k].call;
+        cuda_cost_log(0);
+        snprintf(name, sizeof name, "%sembed_forward d %d: ran %s (want %s)", bf ? "16-bit " : "", d, got, want);
+        check(!strcmp(got, want), name);
+        snprintf(name, sizeof name, "%sembed_forward d %d %s", bf ? "16-bit " : "", d,
+                 learned ? "learned positions" : "sinusoids, pos_offset 3");
+        if (bf) compare(name, out, BF_OUT);
+        else compare(name, out, FP32);
+        pair_free(out);
+    }
+    pair_free(E); pair_free(pos);
+    cpu->free(cpu, tc); gpu->free(gpu, tg); cpu->free(cpu, sc); gpu->free(gpu, sg);
 }
 
 /* the CPU side takes the GPU's (bf16-rounded) values */
@@ -910,6 +953,8 @@ static void test_bf16_residual_ln_embed(void)
     cpu->free(cpu, sc);
     gpu->free(gpu, sg);
 
+    embed_forward_at(45, 1);
+    embed_forward_at(48, 1);
     int Bt = EB_B, Tt = EB_T, de = 45, V = EB_V, maxlen = 64;
     int32_t tok[EB_B * EB_T];
     embed_batch(tok);
