@@ -20,7 +20,8 @@
  *
  * Arithmetic is fp32 on the CUDA cores; loads and stores go through
  * ld()/st() (memory.cuh).  They run for fp32 storage; bf16 and fp16 run
- * the tensor-core kernels of attention_tc.cuh (same blocks and outputs).
+ * the tensor-core kernels of attention_tc.cuh (same outputs and blocks,
+ * but backward in one kernel where Tq, Tk, d_k, d_v <= 64).
  * The CPU reference applies no dropout to the attention weights
  * (src/attention.c, ops_cpu.c): neither do these kernels.
  *
@@ -390,6 +391,15 @@ static void tc_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act 
     double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk, tq = 16.0 * ((Tq + 15) / 16);
     double tk = tc_up(Tk), tkb = 16.0 * ((Tk + TC_KB - 1) / TC_KB), dkv = tc_up(s.dk) + tc_up(s.dv);
     float scale = attention_scale(s.dk);
+    if (tc_bwd_fits(Tq, Tk, s.dk, s.dv)) {   /* one block per (sentence, head): reads Q, K, V, P, dctx once */
+        DECLARE_KERNEL_TC(k_attention_backward_tc<T>, "attention_backward", FA_DEEP * e,
+                          bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv) + qk + (double)Tq * s.dv) * e,
+                          bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e, bh * 4 * tq * tk * dkv, bh * qk * 4.0);
+        LAUNCH(k_attention_backward_tc<T>, s.B * s.h, FA_THREADS, tc_bwd_smem(Tq, Tk, s.dk, s.dv), IMPL(be)->stream,
+               tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv, tp<T>(P), tp<T>(dctx), tp<T>(dQ), tp<T>(dK), tp<T>(dV), scale,
+               s.h, s.dk, s.dv, Tq, Tk);
+        return;
+    }
     DECLARE_KERNEL_TC(k_attention_backward_dq_tc<T>, "attention_backward", FA_DEEP * e,
                       bh * (Tq * s.dv + qk + (double)Tk * (s.dk + s.dv)) * e, bh * (qk + (double)Tq * s.dk) * e,
                       bh * 2 * tq * tk * dkv, bh * qk * 4.0);

@@ -3,8 +3,9 @@
  * nvcuda::wmma 16 x 16 x 16 tiles (bf16 or fp16 inputs, fp32
  * accumulators), the softmax and its statistics in fp32, as
  * attention.cuh's kernels on the CUDA cores, which fp32 keeps (the exact
- * reference, no 16-bit inputs to round to).  Same blocks, masks, outputs
- * and limits as attention.cuh; deterministic, no atomics.
+ * reference, no 16-bit inputs to round to).  Same masks, outputs and
+ * limits as attention.cuh, and the same blocks but for the one-kernel
+ * backward of short sentences (below); deterministic, no atomics.
  *
  * What differs from the CUDA-core kernels in 16-bit: the tensor cores
  * multiply 16-bit inputs, so P is rounded to T before P V (the GEMM path
@@ -19,7 +20,10 @@
  * limits (d_k = d_v = 128, 256 keys) the forward and the dQ kernel use
  * 16*136*2 + 16*260*4 + 16*264*2 + 64*136*2 = 46,848 bytes, the dK, dV
  * kernel 2*64*24*2 + 2*64*136*2 = 40,960: under the 48 KiB of a block
- * without the opt-in. */
+ * without the opt-in.  Backward is one kernel, a block per (sentence,
+ * head), where Tq, Tk, d_k and d_v are all at most TC_BWD_MAX = 64
+ * (3*64*72*2 + 64*68*4 = 45,056 bytes there: k_attention_backward_tc),
+ * the dQ kernel and the dK, dV kernel beyond. */
 #pragma once
 
 #ifndef CUDA_EMULATION
@@ -336,6 +340,195 @@ static __global__ void __launch_bounds__(FA_THREADS)
     if constexpr (TC_HAS(T)) tc_backward_dkv(Q, ldq, P, dS, dctx, dK, dV, ldkv, scale, nh, dk, dv, Tq, Tk);
 }
 
+/* ----------------------------------- backward in one block per (b, head) */
+
+/* Translation's sentences are short (tens of tokens) and the heads narrow
+ * (d_k = d_v = 64 in the base and big models, section 3.2.2, Table 3):
+ * there the two kernels above each read P and dctx, the second also dS,
+ * which the first wrote for it, and each is a grid of small blocks that
+ * stage their inputs for a few tiles' work.  Where a whole (sentence,
+ * head) fits one block's shared memory, one block does it all: Q, K, V, P
+ * and dctx read once, dS never leaves shared memory (nothing after
+ * backward reads the dP scratch it went to: src/attention.c, model.c).
+ *
+ * Limits TC_BWD_MAX: Tq, Tk, d_k, d_v <= 64, padded to multiples of 16.
+ * Shared memory (tc_bwd_layout), in 16-bit elements with rows of TC_SKEW
+ * more, then floats with rows of TC_FSKEW more:
+ *   A  dctx [tqp][dvp+8], then K [tkp][dkp+8]
+ *   B  V [tkp][dvp+8], then Q [tqp][dkp+8]
+ *   S  P [tqp][tkp+8], then dS in place (each row a warp's)
+ *   F  dP [tqp][tkp+4], then the staging of dV [tkp][dvp+4], of dQ
+ *      [tqp][dkp+4], of dK [tkp][dkp+4], one after the other
+ * at the limits 3*64*72*2 + 64*68*4 = 45,056 bytes, under the 48 KiB of a
+ * block without the opt-in; any one of the four at the next multiple of
+ * 16, 80, takes 53,248 to 56,320 bytes.  A warp holds its output tiles of
+ * dV (then dK), (64/16)^2 / FA_WARPS = TC_TILES accumulators at most. */
+#define TC_BWD_MAX 64
+
+struct TcBwd {
+    int tqp, tkp, dkp, dvp;   /* the lengths padded to multiples of 16 */
+    int na, nb, ns, nf;       /* elements of the regions A, B, S (T) and F (float) */
+};
+
+static constexpr __host__ __device__ int tc_cmax(int a, int b) { return a > b ? a : b; }
+
+static constexpr __host__ __device__ TcBwd tc_bwd_layout(int Tq, int Tk, int dk, int dv)
+{
+    int tqp = (Tq + 15) & ~15, tkp = (Tk + 15) & ~15, dkp = (dk + 15) & ~15, dvp = (dv + 15) & ~15;
+    int sk = dkp + TC_SKEW, sv = dvp + TC_SKEW;
+    return TcBwd{ tqp,
+                  tkp,
+                  dkp,
+                  dvp,
+                  tc_cmax(tqp * sv, tkp * sk),
+                  tc_cmax(tkp * sv, tqp * sk),
+                  tqp * (tkp + TC_SKEW),
+                  tc_cmax(tc_cmax(tqp * (tkp + TC_FSKEW), tkp * (dvp + TC_FSKEW)),
+                          tc_cmax(tqp, tkp) * (dkp + TC_FSKEW)) };
+}
+
+/* dynamic shared memory of k_attention_backward_tc (bytes); every region
+ * starts at a multiple of 32 bytes (its element count is one of 16), as
+ * wmma's tile pointers must */
+static constexpr __host__ __device__ size_t tc_bwd_smem(int Tq, int Tk, int dk, int dv)
+{
+    const TcBwd L = tc_bwd_layout(Tq, Tk, dk, dv);
+    return 2 * ((size_t)L.na + L.nb + L.ns) + 4 * (size_t)L.nf;
+}
+static_assert(tc_bwd_smem(TC_BWD_MAX, TC_BWD_MAX, TC_BWD_MAX, TC_BWD_MAX) <= 48 * 1024,
+              "k_attention_backward_tc at its limits needs more than 48 KiB of shared memory");
+static_assert((TC_BWD_MAX / 16) * (TC_BWD_MAX / 16) <= FA_WARPS * TC_TILES,
+              "a warp holds at most TC_TILES of dV's or dK's tiles");
+
+/* the output tiles t = warp, warp + FA_WARPS, ... of an m/16 x nc grid,
+ * each summed over n (k ascending) and stored into out (fp32, stride so)
+ * as it completes: a (m x n, row major) times b, where b is n x 16 nc
+ * row major or, with Fb = tc::FragBt<T>, its transpose (16 nc rows of n) */
+template <typename Fb, typename T>
+static __device__ __forceinline__ void tc_tiles_to(float *out, int so, const T *a, int sa, const T *b, int sb,
+                                                   int ntiles, int nc, int n)
+{
+    constexpr bool bt = std::is_same<Fb, tc::FragBt<T>>::value;
+    for (int t = threadIdx.x >> 5; t < ntiles; t += FA_WARPS) {
+        int i = t / nc, j = t % nc;
+        tc::Acc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k = 0; k < n; k += 16) {
+            tc::FragA<T> fa;
+            Fb fb;
+            wmma::load_matrix_sync(fa, a + 16 * i * sa + k, sa);
+            wmma::load_matrix_sync(fb, bt ? b + 16 * j * sb + k : b + k * sb + 16 * j, sb);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(out + 16 * i * so + 16 * j, acc, so, wmma::mem_row_major);
+    }
+}
+
+/* acc[i] = tile t = warp + FA_WARPS i of a^T b (an m/16 x nc grid), summed
+ * over the n rows of a (n x m, read column major as a^T) and b (n x 16 nc),
+ * ascending; tiles past ntiles stay 0 */
+template <typename T>
+static __device__ __forceinline__ void tc_tiles_tn(tc::Acc *acc, const T *a, int sa, const T *b, int sb, int ntiles,
+                                                   int nc, int n)
+{
+    int w = threadIdx.x >> 5;
+UNROLL
+    for (int i = 0; i < TC_TILES; i++) {
+        int t = w + FA_WARPS * i;
+        wmma::fill_fragment(acc[i], 0.0f);
+        if (t >= ntiles) continue;
+        for (int q = 0; q < n; q += 16) {
+            tc::FragAt<T> fa;
+            tc::FragB<T> fb;
+            wmma::load_matrix_sync(fa, a + q * sa + 16 * (t / nc), sa);
+            wmma::load_matrix_sync(fb, b + q * sb + 16 * (t % nc), sb);
+            wmma::mma_sync(acc[i], fa, fb, acc[i]);
+        }
+    }
+}
+
+/* tc_tiles_tn's tiles into out (fp32, stride so); the caller syncs the
+ * block before (out is free) and after */
+static __device__ __forceinline__ void tc_tiles_store(const tc::Acc *acc, float *out, int so, int ntiles, int nc)
+{
+    int w = threadIdx.x >> 5;
+UNROLL
+    for (int i = 0; i < TC_TILES; i++) {
+        int t = w + FA_WARPS * i;
+        if (t < ntiles)
+            wmma::store_matrix_sync(out + 16 * (t / nc) * so + 16 * (t % nc), acc[i], so, wmma::mem_row_major);
+    }
+}
+
+/* rows [0, nr) x columns [0, nc) of the fp32 staging s (stride ss), times
+ * scale, into g (row stride ldg) */
+template <typename T>
+static __device__ __forceinline__ void tc_write(T *g, long ldg, const float *s, int ss, int nr, int nc, float scale)
+{
+    for (int i = threadIdx.x; i < nr * nc; i += blockDim.x)
+        st(g, (long)(i / nc) * ldg + i % nc, scale * s[i / nc * ss + i % nc]);
+}
+
+/* grid n_batch * n_heads; shared as tc_bwd_layout.  dS is rounded to T
+ * before both products, as tc_backward_dq stores it, so that dQ and dK are
+ * the gradients of one dS; each output element is the two kernels' sum of
+ * the same tile products in the same order */
+template <typename T>
+static __device__ __forceinline__ void tc_backward(const T *Q, int ldq, const T *K, const T *V, int ldkv, const T *P,
+                                                   const T *dctx, T *dQ, T *dK, T *dV, float scale, int nh, int dk,
+                                                   int dv, int Tq, int Tk)
+{
+    DYNAMIC_SHARED(unsigned char, sh);
+    const TcBwd L = tc_bwd_layout(Tq, Tk, dk, dv);
+    int b = blockIdx.x / nh, hd = blockIdx.x % nh, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hv = nh * dv;
+    int tqp = L.tqp, tkp = L.tkp, dkp = L.dkp, dvp = L.dvp, nkt = tkp / 16, nvt = dvp / 16, nqt = dkp / 16;
+    int sv = dvp + TC_SKEW, sk = dkp + TC_SKEW, sp = tkp + TC_SKEW, sf = tkp + TC_FSKEW;
+    int sfv = dvp + TC_FSKEW, sfk = dkp + TC_FSKEW;
+    T *dcs = (T *)sh, *vs = dcs + L.na, *ps = vs + L.nb, *ks = dcs, *qs = vs;
+    float *fs = (float *)(ps + L.ns);
+    long row_kv = (long)b * Tk * ldkv;
+    tc_stage(dcs, sv, dctx + (long)b * Tq * hv + hd * dv, hv, tqp, Tq, dvp, dv);
+    tc_stage(vs, sv, V + row_kv + hd * dv, ldkv, tkp, Tk, dvp, dv);
+    tc_stage(ps, sp, P + ((long)b * nh + hd) * Tq * Tk, Tk, tqp, Tq, tkp, Tk);
+    __syncthreads();
+    tc_tiles_to<tc::FragBt<T>>(fs, sf, dcs, sv, vs, sv, tqp / 16 * nkt, nkt, dvp);   /* dP = dctx V^T */
+    tc::Acc acc[TC_TILES];
+    tc_tiles_tn(acc, ps, sp, dcs, sv, nkt * nvt, nvt, tqp);   /* dV = P^T dctx */
+    __syncthreads();   /* dP complete; dctx and V read */
+    tc_stage(ks, sk, K + row_kv + hd * dk, ldkv, tkp, Tk, dkp, dk);
+    tc_stage(qs, sk, Q + (long)b * Tq * ldq + hd * dk, ldq, tqp, Tq, dkp, dk);
+    for (int r = warp; r < tqp; r += FA_WARPS) {   /* dS = P (dP - sum_k P dP) (softmax_backward), over P */
+        T *p = ps + r * sp;
+        const float *d = fs + r * sf;
+        float dot = 0.0f;
+        int n = r < Tq ? Tk : 0;
+        for (int k = lane; k < n; k += 32) dot += to_float(p[k]) * d[k];
+        dot = warp_sum(dot);
+        for (int k = lane; k < tkp; k += 32) p[k] = from_float<T>(k < n ? to_float(p[k]) * (d[k] - dot) : 0.0f);
+    }
+    __syncthreads();   /* dS written, dP read: F free; K, Q staged */
+    tc_tiles_store(acc, fs, sfv, nkt * nvt, nvt);
+    __syncthreads();
+    tc_write(dV + row_kv + hd * dv, ldkv, fs, sfv, Tk, dv, 1.0f);
+    tc_tiles_tn(acc, ps, sp, qs, sk, nkt * nqt, nqt, tqp);   /* dK = dS^T Q (/ sqrt(d_k) when written) */
+    __syncthreads();   /* dV's staging read */
+    tc_tiles_to<tc::FragB<T>>(fs, sfk, ps, sp, ks, sk, tqp / 16 * nqt, nqt, tkp);   /* dQ = dS K */
+    __syncthreads();
+    tc_write(dQ + (long)b * Tq * ldq + hd * dk, ldq, fs, sfk, Tq, dk, scale);
+    __syncthreads();   /* dQ's staging read */
+    tc_tiles_store(acc, fs, sfk, nkt * nqt, nqt);
+    __syncthreads();
+    tc_write(dK + row_kv + hd * dk, ldkv, fs, sfk, Tk, dk, scale);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(FA_THREADS)
+    k_attention_backward_tc(const T *Q, int ldq, const T *K, const T *V, int ldkv, const T *P, const T *dctx, T *dQ,
+                            T *dK, T *dV, float scale, int nh, int dk, int dv, int Tq, int Tk)
+{
+    if constexpr (TC_HAS(T)) tc_backward(Q, ldq, K, V, ldkv, P, dctx, dQ, dK, dV, scale, nh, dk, dv, Tq, Tk);
+}
+
 /* ------------------------------------------------------------------ host */
 
 /* dynamic shared memory of the forward and dQ kernels (width: Q's d_k or
@@ -349,4 +542,10 @@ static size_t tc_rows_smem(int width, int Tk, int dk, int dv)
 static size_t tc_dkv_smem(int dk, int dv)
 {
     return 2 * (size_t)TC_KC * (2 * (TC_KB + TC_SKEW) + tc_up(dv) + TC_SKEW + tc_up(dk) + TC_SKEW);
+}
+
+/* whether k_attention_backward_tc takes the shape (its limits above) */
+static bool tc_bwd_fits(int Tq, int Tk, int dk, int dv)
+{
+    return Tq <= TC_BWD_MAX && Tk <= TC_BWD_MAX && dk <= TC_BWD_MAX && dv <= TC_BWD_MAX;
 }

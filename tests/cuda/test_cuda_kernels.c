@@ -1505,12 +1505,17 @@ static Pair pair_act(const float *h, size_t n)
  * over Q, K, V interleaved in one buffer as the model stores them (so a
  * stray write into a neighbour's columns shows up; the cross-attention
  * case has row strides with unused columns, which must stay untouched).
- * In 16-bit storage the inputs are exact in the 16-bit type (pair_bf). */
+ * In 16-bit storage the inputs are exact in the 16-bit type (pair_bf).
+ * 16-bit backward runs in one kernel where Tq, Tk, d_k and d_v are all at
+ * most 64 (cuda/attention_tc.cuh, TC_BWD_MAX), in the dQ and the dK, dV
+ * kernels beyond: the cases put each of the four at 64 and at 65, and each
+ * says which must run (one_kernel). */
 typedef struct {
     const char *what;
     AttnShape s;
     int Tq, Tk, causal, self;
     int32_t klen[3];
+    int one_kernel;   /* 16-bit backward: k_attention_backward_tc (1) or the dQ and dK, dV kernels (0) */
 } FaCase;
 
 /* every element that is exactly 0 on the CPU (masked: ops.h) is exactly 0
@@ -1539,25 +1544,37 @@ static void fa_masked_zero(const char *what, Pair p)
 
 /* the attention kernels logged since cuda_cost_log(1) were the tensor-core
  * ones (cuda/attention_tc.cuh, named *_tc) for 16-bit storage and the
- * CUDA-core ones (cuda/attention.cuh) for fp32 */
-static void fa_kernels_were(const char *what, int lowp)
+ * CUDA-core ones (cuda/attention.cuh) for fp32, and backward was
+ * k_attention_backward_tc alone where the case says one_kernel (16-bit
+ * only), else one dQ kernel and one dK, dV kernel */
+static void fa_kernels_were(const FaCase *fc, int lowp)
 {
     const CostCall *c;
-    size_t n = cuda_cost_calls(&c), att = 0, wrong = 0;
+    size_t n = cuda_cost_calls(&c), att = 0, wrong = 0, one = 0, dq = 0, dkv = 0;
     for (size_t i = 0; i < n; i++)
         if (strstr(c[i].call, "k_attention_")) {
             att++;
             wrong += (strstr(c[i].call, "_tc<") != NULL) != (lowp != 0);
+            one += strstr(c[i].call, "k_attention_backward_tc<") != NULL;
+            dq += strstr(c[i].call, "k_attention_backward_dq") != NULL;
+            dkv += strstr(c[i].call, "k_attention_backward_dkv") != NULL;
         }
     cuda_cost_log(0);
+    int want_one = lowp && fc->one_kernel;
+    int bwd_ok = want_one ? one == 1 && dq == 0 && dkv == 0 : one == 0 && dq == 1 && dkv == 1;
     checks++;
     if (!att || wrong) {
         failures++;
-        printf("FAIL [%s] fused attention %s: %zu of %zu attention kernels not the %s ones\n", order_name, what, wrong,
-               att, lowp ? "tensor-core" : "CUDA-core");
+        printf("FAIL [%s] fused attention %s: %zu of %zu attention kernels not the %s ones\n", order_name, fc->what,
+               wrong, att, lowp ? "tensor-core" : "CUDA-core");
+    } else if (!bwd_ok) {
+        failures++;
+        printf("FAIL [%s] fused attention %s: backward ran %zu one-kernel, %zu dQ and %zu dK, dV launches, not %s\n",
+               order_name, fc->what, one, dq, dkv,
+               want_one ? "k_attention_backward_tc alone" : "one dQ and one dK, dV");
     } else {
-        printf("ok   [%s] fused attention %-34s ran the %s kernels\n", order_name, what,
-               lowp ? "tensor-core" : "CUDA-core");
+        printf("ok   [%s] fused attention %-34s ran the %s kernels, backward in %s\n", order_name, fc->what,
+               lowp ? "tensor-core" : "CUDA-core", want_one ? "one" : "two");
     }
 }
 
@@ -1615,7 +1632,7 @@ static void fa_case(const FaCase *fc, int lowp)
         failures++;
         printf("FAIL [%s] fused attention backward %s: the fused kernels did not take it\n", order_name, fc->what);
     }
-    fa_kernels_were(fc->what, lowp);
+    fa_kernels_were(fc, lowp);
     snprintf(name, sizeof name, "fused attention backward %s: dQ%s", fc->what, fc->self ? ", dK, dV" : "");
     if (lowp) compare(name, dQ, 2 * U, 4 * U); else compare(name, dQ, FP32);
     if (!fc->self) {
@@ -1658,10 +1675,17 @@ static void fa_beyond_limits(void)
 static void test_fused_attention(int lowp)
 {
     static const FaCase cases[] = {
-        { "cross 37x45 d_k 7 d_v 11", { 3, 2, 7, 11 }, 37, 45, 0, 0, { 45, 20, 0 } },
-        { "self causal 35 d_k 9 d_v 5", { 2, 3, 9, 5 }, 35, 35, 1, 1, { 35, 17 } },
-        { "d_k = d_v = 128 (limit)", { 1, 2, 128, 128 }, 18, 40, 0, 0, { 33 } },
-        { "256 keys (limit), d_k 16 d_v 24", { 1, 1, 16, 24 }, 17, 256, 0, 0, { 250 } },
+        { "cross 37x45 d_k 7 d_v 11", { 3, 2, 7, 11 }, 37, 45, 0, 0, { 45, 20, 0 }, 1 },
+        { "self causal 35 d_k 9 d_v 5", { 2, 3, 9, 5 }, 35, 35, 1, 1, { 35, 17 }, 1 },
+        { "d_k = d_v = 128 (limit)", { 1, 2, 128, 128 }, 18, 40, 0, 0, { 33 }, 0 },
+        { "256 keys (limit), d_k 16 d_v 24", { 1, 1, 16, 24 }, 17, 256, 0, 0, { 250 }, 0 },
+        /* the one-kernel backward's limits: all four at 64, then each at 65 */
+        { "64x64 d_k = d_v = 64 (1-kernel limit)", { 2, 2, 64, 64 }, 64, 64, 0, 0, { 64, 50 }, 1 },
+        { "self causal 57 d_k 64 d_v 40", { 2, 2, 64, 40 }, 57, 57, 1, 1, { 57, 30 }, 1 },
+        { "64x65 d_k = d_v = 64 (65 keys)", { 2, 2, 64, 64 }, 64, 65, 0, 0, { 65, 40 }, 0 },
+        { "65x64 d_k 16 d_v 24 (65 queries)", { 1, 2, 16, 24 }, 65, 64, 0, 0, { 61 }, 0 },
+        { "20x30 d_k 65 d_v 8", { 1, 2, 65, 8 }, 20, 30, 0, 0, { 27 }, 0 },
+        { "self causal 30 d_k 24 d_v 65", { 1, 2, 24, 65 }, 30, 30, 1, 1, { 30 }, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fa_case(&cases[i], lowp);
     if (!lowp) fa_beyond_limits();
