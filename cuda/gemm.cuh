@@ -409,15 +409,16 @@ static __global__ void k_colsum_partial(const T *X, const T *R, const float *mea
  * the forward's ReLU was off (!(Y > 0): a NaN is off), and the chunk
  * partials of the masked dY's column sums, in one pass over dY and Y
  * instead of a masking pass and k_colsum_partial's second read of dY
- * (issue 44: fewer memory-bound passes).  The same threads add the same
- * rows in the same order as k_colsum_partial: the partials are bitwise
- * those of the two-pass path. */
+ * (issue 44: fewer memory-bound passes).  With chunks of CS_ROWS the
+ * same threads add the same rows in the same order as k_colsum_partial:
+ * the partials are bitwise those of the two-pass path; small batches take
+ * shorter chunks (relu_colsums). */
 template <typename T>
-static __global__ void k_relu_colsum_partial(T *dY, const T *Y, int rows, int cols, float *part)
+static __global__ void k_relu_colsum_partial(T *dY, const T *Y, int rows, int cols, int chunk_rows, float *part)
 {
     DYNAMIC_SHARED(float, sh);   /* [CS_Y][CS_X] */
     int c = blockIdx.x * CS_X + threadIdx.x, chunk = blockIdx.y;
-    int r0 = chunk * CS_ROWS, r1 = r0 + CS_ROWS < rows ? r0 + CS_ROWS : rows;
+    int r0 = chunk * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
     float b = 0.0f;
     if (c < cols)
         for (int r = r0 + threadIdx.y; r < r1; r += CS_Y) {
@@ -518,7 +519,11 @@ static void colsums(Backend *be, Act X, Act Rr, const float *mean, const float *
 static void relu_colsums(Backend *be, Act dY, Act Y, int rows, int cols, float *dbias)
 {
     if (rows <= 0 || cols <= 0) return;
-    int chunks = (rows + CS_ROWS - 1) / CS_ROWS;
+    /* chunks of CS_ROWS rows, shorter where that leaves fewer than 4 blocks
+     * an SM of an H100 (Table 3's base': 1960 x 512, 128 blocks at 256) */
+    int cblocks = (cols + CS_X - 1) / CS_X, chunk_rows = CS_ROWS;
+    while (chunk_rows > 4 * CS_Y && (long)cblocks * ((rows + chunk_rows - 1) / chunk_rows) < 4 * 132) chunk_rows /= 2;
+    int chunks = (rows + chunk_rows - 1) / chunk_rows;
     float *part = part_buffer(be, (size_t)chunks * cols, "bias_backward");
     dim3 grid((cols + CS_X - 1) / CS_X, chunks), block(CS_X, CS_Y);
     dispatch(act_type("bias_backward", { dY, Y }), [&](auto z) {
@@ -528,7 +533,7 @@ static void relu_colsums(Backend *be, Act dY, Act Y, int rows, int cols, float *
         DECLARE_KERNEL(k_relu_colsum_partial<T>, "bias_backward", 4 * 2 * sizeof(T), 2 * n * sizeof(T),
                        n * sizeof(T) + (double)chunks * cols * sizeof(float), 2 * n);
         LAUNCH(k_relu_colsum_partial<T>, grid, block, CS_X * CS_Y * sizeof(float), IMPL(be)->stream, tp<T>(dY),
-               tp<T>(Y), rows, cols, part);
+               tp<T>(Y), rows, cols, chunk_rows, part);
     });
     CKL();
     colsum_final(be, part, chunks, cols, dbias);

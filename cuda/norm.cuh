@@ -70,8 +70,7 @@ static __global__ void k_residual_ln_forward(A *y, A *r, float *mean, float *rst
 /* the warp-per-row kernels: a warp a row, lanes owning packs lane + 32 q */
 #define LNF_WARPS 4                      /* rows (warps) per block of the forward */
 #define LNB_WARPS 4                      /* warps per block of the backward */
-#define LNB_RPW 8                        /* rows a warp walks */
-#define LNB_ROWS (LNB_WARPS * LNB_RPW)   /* rows per block: a chunk of partials */
+#define LNB_RPW 8                        /* rows a warp walks, at most (ln_rows_per_warp) */
 #define LNB_MAXP 4                       /* packs per lane at most */
 
 /* whether the warp-per-row kernels (forward and backward) take rows of d
@@ -260,7 +259,7 @@ template <typename A, int P>
 static __device__ __forceinline__ void ln_backward_rows(A *dx, A *dsub, const A *dy, const A *r, const float *mean,
                                                         const float *rstd, const float *gamma, int rows, int d,
                                                         float p, float ks, DropArg key_arg, const uint32_t *sent_id,
-                                                        int T, float *part_g, float *part_b)
+                                                        int T, int rpw, float *part_g, float *part_b)
 {
     constexpr int N = Pack<A>::N;
     DYNAMIC_SHARED(float, sh);   /* [LNB_WARPS][2][N][d / N] */
@@ -271,8 +270,8 @@ UNROLL
     for (int q = 0; q < P; q++)
         if (lane + 32 * q < np)
             for (int e = 0; e < N; e++) sg[e * np + lane + 32 * q] = sb[e * np + lane + 32 * q] = 0.0f;
-    for (int k = 0; k < LNB_RPW; k++) {
-        long i = (long)blockIdx.x * LNB_ROWS + k * LNB_WARPS + warp;
+    for (int k = 0; k < rpw; k++) {
+        long i = ((long)blockIdx.x * rpw + k) * LNB_WARPS + warp;
         if (i >= rows) break;   /* warp-uniform; no barrier inside the loop */
         float mu = ld(mean, i), rs = ld(rstd, i), m1 = 0.0f, m2 = 0.0f;
 UNROLL
@@ -328,11 +327,11 @@ UNROLL
     template <typename A>                                                                                           \
     static __global__ void __launch_bounds__(32 * LNB_WARPS, B)                                                     \
         name(A *dx, A *dsub, const A *dy, const A *r, const float *mean, const float *rstd, const float *gamma,    \
-             int rows, int d, float p, float ks, DropArg key_arg, const uint32_t *sent_id, int T, float *part_g, \
-             float *part_b)                                                                                         \
+             int rows, int d, float p, float ks, DropArg key_arg, const uint32_t *sent_id, int T, int rpw,      \
+             float *part_g, float *part_b)                                                                          \
     {                                                                                                               \
-        ln_backward_rows<A, P>(dx, dsub, dy, r, mean, rstd, gamma, rows, d, p, ks, key_arg, sent_id, T, part_g,   \
-                               part_b);                                                                             \
+        ln_backward_rows<A, P>(dx, dsub, dy, r, mean, rstd, gamma, rows, d, p, ks, key_arg, sent_id, T, rpw,      \
+                               part_g, part_b);                                                                     \
     }
 LNB_KERNEL(k_residual_ln_backward_rows, 2, 6)
 LNB_KERNEL(k_residual_ln_backward_rows_wide, LNB_MAXP, 1)
@@ -343,7 +342,12 @@ static void residual_ln_backward_rows(Backend *be, Act dx, Act dsub, float *dgam
                                       const float *mean, const float *rstd, const float *gamma, int rows, int d,
                                       float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
-    int chunks = (rows + LNB_ROWS - 1) / LNB_ROWS;
+    /* rows a warp walks: LNB_RPW where the rows fill the GPU anyway (base's
+     * 25,010: 782 blocks), fewer for small batches (Table 3's base', ~2000
+     * rows: 1 a warp, 490 blocks, not 62), so that a small step keeps
+     * blocks on every SM; each block's rows are a chunk of partials */
+    int rpw = std::max(1, std::min(LNB_RPW, rows / (LNB_WARPS * 512)));
+    int chunk_rows = LNB_WARPS * rpw, chunks = (rows + chunk_rows - 1) / chunk_rows;
     float *part = part_buffer(be, 2 * (size_t)chunks * d, "residual_ln_backward");
     float *pg = part, *pb = part + (size_t)chunks * d;
     dispatch(act_type("residual_ln_backward", { dx, dsub, dy, r }), [&](auto z) {
@@ -360,12 +364,12 @@ static void residual_ln_backward_rows(Backend *be, Act dx, Act dsub, float *dgam
             DECLARE_KERNEL(k_residual_ln_backward_rows<A>, "residual_ln_backward", packs * 2 * 16, rd, wr, flop);
             LAUNCH(k_residual_ln_backward_rows<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d), IMPL(be)->stream,
                    tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p, drop_scale(p),
-                   drop_arg(IMPL(be), key), sent_id, T, pg, pb);
+                   drop_arg(IMPL(be), key), sent_id, T, rpw, pg, pb);
         } else {
             DECLARE_KERNEL(k_residual_ln_backward_rows_wide<A>, "residual_ln_backward", packs * 2 * 16, rd, wr, flop);
             LAUNCH(k_residual_ln_backward_rows_wide<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d), IMPL(be)->stream,
                    tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p, drop_scale(p),
-                   drop_arg(IMPL(be), key), sent_id, T, pg, pb);
+                   drop_arg(IMPL(be), key), sent_id, T, rpw, pg, pb);
         }
     });
     CKL();

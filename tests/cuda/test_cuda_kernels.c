@@ -310,32 +310,36 @@ static void test_softmax(void)
  * in 16-byte packs of N go to the warp-per-row kernels (narrow up to 64
  * packs, wide up to 128), whose backward adds up dgamma and dbeta itself;
  * other widths (d % N != 0, or more packs) to the block-per-row kernels
- * and colsums.  75 rows: two whole chunks of the backward's 32 rows and a
- * partial one; 19 blocks of the forward's 4 rows, the last partial. */
+ * and colsums.  3 x T rows: at T = 25, 19 blocks of 4 rows, the last
+ * partial, forward and backward (a row a warp); at T = 1401, 4203 rows,
+ * the backward's warps walk 2 rows each (chunks of 8, the last partial). */
 typedef struct {
     int d;
     const char *kernel;   /* suffix of k_residual_ln_forward, _backward */
+    int T;
 } LnCase;
 #define LN_BLOCK ""
 #define LN_ROWS "_rows"
 #define LN_WIDE "_rows_wide"
 static void ln_kernel_was(const char *op, const char *want);
-static void test_residual_ln_d(int d, const char *kernel);
+static void test_residual_ln_d(int d, const char *kernel, int T);
 
 static void test_residual_ln(void)
 {
-    static const LnCase cases[] = { { 77, LN_BLOCK }, { 40, LN_ROWS }, { 264, LN_WIDE }, { 520, LN_BLOCK } };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) test_residual_ln_d(cases[k].d, cases[k].kernel);
+    static const LnCase cases[] = { { 77, LN_BLOCK, 25 }, { 40, LN_ROWS, 25 }, { 40, LN_ROWS, 1401 },
+                                    { 264, LN_WIDE, 25 }, { 520, LN_BLOCK, 25 } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        test_residual_ln_d(cases[k].d, cases[k].kernel, cases[k].T);
 }
 
-static void test_residual_ln_d(int d, const char *kernel)
+static void test_residual_ln_d(int d, const char *kernel, int T)
 {
-    int B = 3, T = 25, rows = B * T;
+    int B = 3, rows = B * T;
     uint32_t sid[3] = { 5, 900, 77777 };
     uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
     DropoutKey key = { 0x1234567890ull, 17, 42 };
     size_t n = (size_t)rows * d;
-    printf("     residual_ln d = %d (kernels k_residual_ln_*%s)\n", d, kernel);
+    printf("     residual_ln d = %d, %d rows (kernels k_residual_ln_*%s)\n", d, rows, kernel);
     for (int alias = 0; alias < 2; alias++) {
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_rand(n, 1), sub = pair_rand(n, 2), g = pair_rand(d, 1), b = pair_rand(d, 1);
@@ -360,8 +364,12 @@ static void test_residual_ln_d(int d, const char *kernel)
         ln_kernel_was("residual_ln_backward", kernel);
         compare(alias ? "residual_ln_backward: dx (aliasing dy)" : "residual_ln_backward: dx", alias ? dy : dx, 1e-4, 1e-6);
         compare("residual_ln_backward: dsub", ds, 1e-4, 1e-6);
-        compare("residual_ln_backward: dgamma", dg, FP32);
-        compare("residual_ln_backward: dbeta", db, FP32);
+        /* over 4203 rows the CPU's own serial fp32 sums drift: its rms
+         * error ~ sqrt(n) 2^-24 times the partial sums (~50 here), ~2e-4,
+         * so atol 1e-5 of max|ref| (~8e-4) there; FP32 at 75 rows */
+        double lat = rows > 1000 ? 1e-5 : 1e-6;
+        compare("residual_ln_backward: dgamma", dg, 1e-5, lat);
+        compare("residual_ln_backward: dbeta", db, 1e-5, lat);
         pair_free(x); pair_free(sub); pair_free(g); pair_free(b); pair_free(y); pair_free(r); pair_free(mu);
         pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db);
     }
@@ -897,12 +905,12 @@ static void test_bf16_elementwise(void)
     pair_free(x);
 }
 
-static void test_bf16_residual_ln_d(int d, const char *kernel, uint32_t *sc, uint32_t *sg)
+static void test_bf16_residual_ln_d(int d, const char *kernel, int T, uint32_t *sc, uint32_t *sg)
 {
-    int B = 3, T = 25, rows = B * T;
+    int B = 3, rows = B * T;
     DropoutKey key = { 0x1234567890ull, 17, 42 };
     size_t n = (size_t)rows * d;
-    printf("     16-bit residual_ln d = %d (kernels k_residual_ln_*%s)\n", d, kernel);
+    printf("     16-bit residual_ln d = %d, %d rows (kernels k_residual_ln_*%s)\n", d, rows, kernel);
     for (int alias = 0; alias < 2; alias++) {
         float p = alias ? 0.0f : 0.1f;
         Pair x = pair_bf(n, 1, 1), sub = pair_bf(n, 2, 1), g = pair_bf(d, 1, 0), b = pair_bf(d, 1, 0);
@@ -935,8 +943,9 @@ static void test_bf16_residual_ln_d(int d, const char *kernel, uint32_t *sc, uin
         compare(alias ? "16-bit residual_ln_backward: dx (aliasing dy)" : "16-bit residual_ln_backward: dx",
                 alias ? dy : dx, BF_OUT);
         compare("16-bit residual_ln_backward: dsub", ds, BF_OUT);
-        compare("16-bit residual_ln_backward: dgamma (fp32)", dg, BF_F32);
-        compare("16-bit residual_ln_backward: dbeta (fp32)", db, BF_F32);
+        double lat = rows > 1000 ? 1e-5 : 2e-6;   /* as test_residual_ln_d's */
+        compare("16-bit residual_ln_backward: dgamma (fp32)", dg, 2e-5, lat);
+        compare("16-bit residual_ln_backward: dbeta (fp32)", db, 2e-5, lat);
         pair_free(x); pair_free(sub); pair_free(g); pair_free(b); pair_free(y); pair_free(r); pair_free(mu);
         pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db); pair_free(r2);
     }
@@ -945,11 +954,12 @@ static void test_bf16_residual_ln_d(int d, const char *kernel, uint32_t *sc, uin
 
 static void test_bf16_residual_ln_embed(void)
 {
-    static const LnCase cases[] = { { 77, LN_BLOCK }, { 40, LN_ROWS }, { 520, LN_WIDE }, { 1032, LN_BLOCK } };
+    static const LnCase cases[] = { { 77, LN_BLOCK, 25 }, { 40, LN_ROWS, 25 }, { 40, LN_ROWS, 1401 },
+                                    { 520, LN_WIDE, 25 }, { 1032, LN_BLOCK, 25 } };
     uint32_t sid[3] = { 5, 900, 77777 };
     uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        test_bf16_residual_ln_d(cases[k].d, cases[k].kernel, sc, sg);
+        test_bf16_residual_ln_d(cases[k].d, cases[k].kernel, cases[k].T, sc, sg);
     cpu->free(cpu, sc);
     gpu->free(gpu, sg);
 
