@@ -511,13 +511,8 @@ static void test_embed(void)
     int32_t *tc = dev_copy(cpu, tok, sizeof tok), *tg = dev_copy(gpu, tok, sizeof tok);
     uint32_t *sc = dev_copy(cpu, sid, sizeof sid), *sg = dev_copy(gpu, sid, sizeof sid);
     DropoutKey key = { 99, 3, 1 };
-    Pair E = pair_rand((size_t)V * d, 1), pos = pair_rand((size_t)maxlen * d, 1);
-    for (int learned = 0; learned < 2; learned++) {
+    for (int learned = 0; learned < 2; learned++) {   /* (the forward: embed_forward_at above) */
         size_t n = (size_t)B * T * d;
-        Pair out = pair_rand(n, 1);
-        cpu->embed_forward(cpu, out.c, F(E.c), learned ? F(pos.c) : NULL, tc, sc, B, T, d, 6.7f, 3, 0.1f, key);
-        gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, sg, B, T, d, 6.7f, 3, 0.1f, key);
-        compare(learned ? "embed_forward learned positions" : "embed_forward sinusoids, pos_offset 3", out, FP32);
         float *dE0 = rand_host((size_t)V * d, 1);
         Pair dout = pair_rand(n, 1), dE = pair_from(dE0, (size_t)V * d), dpos = pair_rand((size_t)maxlen * d, 1);
         pad_rows(dout, tok, B * T, d, 0.0f);
@@ -531,10 +526,9 @@ static void test_embed(void)
                         : "embed_backward: dE (chunked token segments, ids read back, no atomics)", dE, FP32);
         if (learned) compare("embed_backward: dpos", dpos, FP32);
         else check_embed_gpu(dout, dE0, tok, sg, d, key, cuda_emu_set_order != NULL);
-        pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
+        pair_free(dout); pair_free(dE); pair_free(dpos);
         free(dE0);
     }
-    pair_free(E); pair_free(pos);
     cpu->free(cpu, tc); gpu->free(gpu, tg); cpu->free(cpu, sc); gpu->free(gpu, sg);
 }
 
@@ -980,13 +974,8 @@ static void test_bf16_residual_ln_embed(void)
     int32_t *tc = dev_copy(cpu, tok, sizeof tok), *tg = dev_copy(gpu, tok, sizeof tok);
     uint32_t *s2c = dev_copy(cpu, sid2, sizeof sid2), *s2g = dev_copy(gpu, sid2, sizeof sid2);
     DropoutKey k2 = { 99, 3, 1 };
-    Pair E = pair_bf((size_t)V * de, 1, 0), pos = pair_bf((size_t)maxlen * de, 1, 0);
-    for (int learned = 0; learned < 2; learned++) {
+    for (int learned = 0; learned < 2; learned++) {   /* (the forward: embed_forward_at above) */
         size_t ne = (size_t)Bt * Tt * de;
-        Pair out = pair_bf(ne, 1, 1);
-        cpu->embed_forward(cpu, out.c, F(E.c), learned ? F(pos.c) : NULL, tc, s2c, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
-        gpu->embed_forward(gpu, out.g, F(E.g), learned ? F(pos.g) : NULL, tg, s2g, Bt, Tt, de, 6.7f, 3, 0.1f, k2);
-        compare(learned ? "16-bit embed_forward learned positions" : "16-bit embed_forward sinusoids", out, BF_OUT);
         Pair dout = pair_bf(ne, 1, 1), dE = pair_bf((size_t)V * de, 1, 0), dpos = pair_bf((size_t)maxlen * de, 1, 0);
         float *dE0 = malloc(sizeof(float) * V * de);
         gpu->download(gpu, dE0, F(dE.g), sizeof(float) * V * de);
@@ -998,10 +987,9 @@ static void test_bf16_residual_ln_embed(void)
         compare("16-bit embed_backward: dE (fp32)", dE, BF_F32);
         if (learned) compare("16-bit embed_backward: dpos (fp32)", dpos, BF_F32);
         else check_embed_gpu(dout, dE0, tok, s2g, de, k2, 0);
-        pair_free(out); pair_free(dout); pair_free(dE); pair_free(dpos);
+        pair_free(dout); pair_free(dE); pair_free(dpos);
         free(dE0);
     }
-    pair_free(E); pair_free(pos);
     cpu->free(cpu, tc); gpu->free(gpu, tg); cpu->free(cpu, s2c); gpu->free(gpu, s2g);
 }
 
