@@ -439,18 +439,17 @@ static __global__ void k_relu_colsum_partial(T *dY, const T *Y, int rows, int co
 
 #define CF_COLS 8   /* columns (warps) per block of k_colsum_final */
 
-/* out2: a second set of partials right after the first (chunks x cols
- * floats on), into out2, in the same launch (the LayerNorm's dgamma and
- * dbeta: one launch fewer) */
-static __global__ void k_colsum_final(const float *part, int chunks, int cols, float *out, float *out2)
+/* out2 (and out3): a second (third) set of partials right after the
+ * first (chunks x cols floats on), into out2 (out3), in the same launch
+ * (the LayerNorm's dgamma, dbeta and the FFN's b2: launches fewer) */
+static __global__ void k_colsum_final(const float *part, int chunks, int cols, float *out, float *out2, float *out3)
 {
-    int c = blockIdx.x * CF_COLS + threadIdx.y;
-    if (out2 && c >= cols) {
-        part += (size_t)chunks * cols;
-        out = out2;
-        c -= cols;
-    }
-    if (c >= cols) return;   /* the whole warp: c is the warp's */
+    int c = blockIdx.x * CF_COLS + threadIdx.y, set = c / cols;   /* out3 only with out2 (colsum_final) */
+    if (set > 2) return;   /* the whole warp: c is the warp's */
+    out = set == 0 ? out : set == 1 ? out2 : out3;
+    if (!out) return;
+    part += (size_t)set * chunks * cols;
+    c -= set * cols;
     float s = 0.0f;
     for (int k = threadIdx.x; k < chunks; k += 32) s += ld(part, (size_t)k * cols + c);
     s = warp_sum(s);
@@ -478,15 +477,17 @@ static float *part_buffer(Backend *be, size_t n, const char *op)
 }
 
 /* out += the column sums of chunks rows of partials (stage 2); with out2,
- * out2 += those of the chunks rows after them, in the same launch */
-static void colsum_final(Backend *be, const float *part, int chunks, int cols, float *out, float *out2 = NULL)
+ * out2 += those of the chunks rows after them, and with out3 too, out3 +=
+ * those of the third set, in the same launch */
+static void colsum_final(Backend *be, const float *part, int chunks, int cols, float *out, float *out2 = NULL,
+                         float *out3 = NULL)
 {
     /* the partials, and out read and written */
-    int n = out2 ? 2 * cols : cols;
+    int n = (1 + (out2 != NULL) + (out2 && out3)) * cols;
     dim3 fgrid((n + CF_COLS - 1) / CF_COLS), fblock(32, CF_COLS);
     DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * n * sizeof(float),
                    n * sizeof(float), (double)chunks * n);
-    LAUNCH(k_colsum_final, fgrid, fblock, 0, IMPL(be)->stream, part, chunks, cols, out, out2);
+    LAUNCH(k_colsum_final, fgrid, fblock, 0, IMPL(be)->stream, part, chunks, cols, out, out2, out3);
     CKL();
 }
 

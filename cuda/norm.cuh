@@ -242,7 +242,9 @@ static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const
 /* The same backward a warp per row, with the LayerNorm's parameter
  * gradients (dgamma = sum dy xhat, dbeta = sum dy over the rows) added up
  * on the way into the warp's column sums in shared memory, and one row of
- * chunk partials per block for colsum_final (gemm.cuh).  This replaces
+ * chunk partials per block for colsum_final (gemm.cuh); with part_s also
+ * the column sums of dsub as stored (the FFN's b2 gradient: colsums' pass
+ * over dsub and its launches gone).  This replaces
  * colsums' second read of dy and r (k_colsum_partial, 51 MB a call for
  * base at 25,010 tokens; issue 44, fewer memory-bound passes).  The row's
  * reductions are warp shuffles, without the block barriers of the kernel
@@ -253,23 +255,28 @@ static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const
  * warp's 32 lanes on 32 banks.  Rows of d = N x (at most 32 LNB_MAXP)
  * elements in 16-byte packs, the arrays 16-byte aligned (ln_rows_fit); dx
  * may alias dy (a lane reads its packs of a row before it writes them). */
-static size_t ln_rows_smem(int d) { return (size_t)LNB_WARPS * 2 * d * sizeof(float); }
+static size_t ln_rows_smem(int d, int sums) { return (size_t)LNB_WARPS * sums * d * sizeof(float); }
 
 template <typename A, int P>
 static __device__ __forceinline__ void ln_backward_rows(A *dx, A *dsub, const A *dy, const A *r, const float *mean,
                                                         const float *rstd, const float *gamma, int rows, int d,
                                                         float p, float ks, DropArg key_arg, const uint32_t *sent_id,
-                                                        int T, int rpw, float *part_g, float *part_b)
+                                                        int T, int rpw, float *part_g, float *part_b,
+                                                        float *part_s)
 {
     constexpr int N = Pack<A>::N;
-    DYNAMIC_SHARED(float, sh);   /* [LNB_WARPS][2][N][d / N] */
+    DYNAMIC_SHARED(float, sh);   /* [LNB_WARPS][sums: 2, or 3 with part_s][N][d / N] */
     const DropoutKey key = drop_key(key_arg);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, np = d / N;
-    float *sg = sh + (size_t)warp * 2 * d, *sb = sg + d;   /* this warp's sums: element e of pack k at e np + k */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, np = d / N, sums = part_s ? 3 : 2;
+    /* this warp's sums (dgamma, dbeta, dsub): element e of pack k at e np + k */
+    float *sg = sh + (size_t)warp * sums * d, *sb = sg + d, *ss = sg + 2 * d;
 UNROLL
     for (int q = 0; q < P; q++)
         if (lane + 32 * q < np)
-            for (int e = 0; e < N; e++) sg[e * np + lane + 32 * q] = sb[e * np + lane + 32 * q] = 0.0f;
+            for (int e = 0; e < N; e++) {
+                sg[e * np + lane + 32 * q] = sb[e * np + lane + 32 * q] = 0.0f;
+                if (part_s) ss[e * np + lane + 32 * q] = 0.0f;
+            }
     for (int k = 0; k < rpw; k++) {
         long i = ((long)blockIdx.x * rpw + k) * LNB_WARPS + warp;
         if (i >= rows) break;   /* warp-uniform; no barrier inside the loop */
@@ -292,7 +299,7 @@ UNROLL
         uint32_t sent = p > 0.0f ? ld(sent_id, i / T) : 0, pos = (uint32_t)(i % T);
 UNROLL
         for (int q = 0; q < P; q++) {
-            int j0 = (lane + 32 * q) * N;
+            int pk = lane + 32 * q, j0 = pk * N;
             if (j0 >= d) continue;
             Pack<A> gv = ldp(dy + i * d + j0), rv = ldp(r + i * d + j0), xv, sv;   /* again, from cache */
             unsigned keep = 0;
@@ -302,6 +309,7 @@ UNROLL
                 float dr = rs * (to_float(gv.v[e]) * ld(gamma, j0 + e) - m1 - xh * m2);
                 xv.v[e] = from_float<A>(dr);
                 sv.v[e] = from_float<A>(p > 0.0f ? ((keep >> (e % 4)) & 1 ? dr * ks : 0.0f) : dr);
+                if (part_s) ss[e * np + pk] += to_float(sv.v[e]);   /* the value the GEMMs read */
             }
             stp(dx + i * d + j0, xv);
             stp(dsub + i * d + j0, sv);
@@ -310,13 +318,15 @@ UNROLL
     __syncthreads();
     for (int j = threadIdx.x; j < d; j += blockDim.x) {   /* the warps' sums in warp order: deterministic */
         int at = j % N * np + j / N;
-        float g = 0.0f, b = 0.0f;
+        float g = 0.0f, b = 0.0f, s = 0.0f;
         for (int w = 0; w < LNB_WARPS; w++) {
-            g += sh[(size_t)w * 2 * d + at];
-            b += sh[(size_t)w * 2 * d + d + at];
+            g += sh[(size_t)w * sums * d + at];
+            b += sh[(size_t)w * sums * d + d + at];
+            if (part_s) s += sh[(size_t)w * sums * d + 2 * d + at];
         }
         st(part_g, (size_t)blockIdx.x * d + j, g);
         st(part_b, (size_t)blockIdx.x * d + j, b);
+        if (part_s) st(part_s, (size_t)blockIdx.x * d + j, s);
     }
 }
 
@@ -328,61 +338,63 @@ UNROLL
     static __global__ void __launch_bounds__(32 * LNB_WARPS, B)                                                     \
         name(A *dx, A *dsub, const A *dy, const A *r, const float *mean, const float *rstd, const float *gamma,    \
              int rows, int d, float p, float ks, DropArg key_arg, const uint32_t *sent_id, int T, int rpw,      \
-             float *part_g, float *part_b)                                                                          \
+             float *part_g, float *part_b, float *part_s)                                                           \
     {                                                                                                               \
         ln_backward_rows<A, P>(dx, dsub, dy, r, mean, rstd, gamma, rows, d, p, ks, key_arg, sent_id, T, rpw,      \
-                               part_g, part_b);                                                                     \
+                               part_g, part_b, part_s);                                                             \
     }
 LNB_KERNEL(k_residual_ln_backward_rows, 2, 6)
 LNB_KERNEL(k_residual_ln_backward_rows_wide, LNB_MAXP, 1)
 
 /* the warp-per-row backward and its parameter gradients (colsum_final of
- * the chunk partials) */
-static void residual_ln_backward_rows(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, Act dy, Act r,
-                                      const float *mean, const float *rstd, const float *gamma, int rows, int d,
-                                      float p, DropoutKey key, const uint32_t *sent_id, int T)
+ * the chunk partials; with dbias_sub also dsub's column sums) */
+static void residual_ln_backward_rows(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, float *dbias_sub,
+                                      Act dy, Act r, const float *mean, const float *rstd, const float *gamma,
+                                      int rows, int d, float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
     /* rows a warp walks: LNB_RPW where the rows fill the GPU anyway (base's
      * 25,010: 782 blocks), fewer for small batches (Table 3's base', ~2000
      * rows: 1 a warp, 490 blocks, not 62), so that a small step keeps
      * blocks on every SM; each block's rows are a chunk of partials */
     int rpw = std::max(1, std::min(LNB_RPW, rows / (LNB_WARPS * 512)));
-    int chunk_rows = LNB_WARPS * rpw, chunks = (rows + chunk_rows - 1) / chunk_rows;
-    float *part = part_buffer(be, 2 * (size_t)chunks * d, "residual_ln_backward");
-    float *pg = part, *pb = part + (size_t)chunks * d;
+    int chunk_rows = LNB_WARPS * rpw, chunks = (rows + chunk_rows - 1) / chunk_rows, sums = dbias_sub ? 3 : 2;
+    float *part = part_buffer(be, sums * (size_t)chunks * d, "residual_ln_backward");
+    float *pg = part, *pb = part + (size_t)chunks * d, *ps = dbias_sub ? part + 2 * (size_t)chunks * d : NULL;
     dispatch(act_type("residual_ln_backward", { dx, dsub, dy, r }), [&](auto z) {
         using A = decltype(z);
         /* dy and r read (the second pass re-reads a lane's packs from
          * cache), dx and dsub written (dx may be dy); mean, rstd, gamma;
-         * the chunk partials of dgamma and dbeta.  In flight: a lane's
-         * packs of dy and r */
+         * the chunk partials of dgamma and dbeta (and dsub's sums).  In
+         * flight: a lane's packs of dy and r */
         double e = (double)rows * d, packs = std::min(LNB_MAXP, (d / Pack<A>::N + 31) / 32);
         double rd = 2 * e * sizeof(A) + 2.0 * rows * sizeof(float) + d * sizeof(float) +
                     (p > 0 ? rows / T * sizeof(uint32_t) : 0);
-        double wr = 2 * e * sizeof(A) + 2.0 * chunks * d * sizeof(float), flop = 16 * e + (p > 0 ? 25 * e : 0);
+        double wr = 2 * e * sizeof(A) + (double)sums * chunks * d * sizeof(float);
+        double flop = (dbias_sub ? 17 : 16) * e + (p > 0 ? 25 * e : 0);
         if (d / Pack<A>::N <= 64) {
             DECLARE_KERNEL(k_residual_ln_backward_rows<A>, "residual_ln_backward", packs * 2 * 16, rd, wr, flop);
-            LAUNCH(k_residual_ln_backward_rows<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d), IMPL(be)->stream,
+            LAUNCH(k_residual_ln_backward_rows<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d, sums), IMPL(be)->stream,
                    tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p, drop_scale(p),
-                   drop_arg(IMPL(be), key), sent_id, T, rpw, pg, pb);
+                   drop_arg(IMPL(be), key), sent_id, T, rpw, pg, pb, ps);
         } else {
             DECLARE_KERNEL(k_residual_ln_backward_rows_wide<A>, "residual_ln_backward", packs * 2 * 16, rd, wr, flop);
-            LAUNCH(k_residual_ln_backward_rows_wide<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d), IMPL(be)->stream,
-                   tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p, drop_scale(p),
-                   drop_arg(IMPL(be), key), sent_id, T, rpw, pg, pb);
+            LAUNCH(k_residual_ln_backward_rows_wide<A>, chunks, 32 * LNB_WARPS, ln_rows_smem(d, sums),
+                   IMPL(be)->stream, tp<A>(dx), tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, rows, d, p,
+                   drop_scale(p), drop_arg(IMPL(be), key), sent_id, T, rpw, pg, pb, ps);
         }
     });
     CKL();
-    colsum_final(be, pg, chunks, d, dgamma, dbeta);   /* pb follows pg */
+    colsum_final(be, pg, chunks, d, dgamma, dbeta, dbias_sub);   /* pb follows pg, ps pb */
 }
 
-static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, Act dy, Act r,
-                                      const float *mean, const float *rstd, const float *gamma, int rows, int d,
-                                      float p, DropoutKey key, const uint32_t *sent_id, int T)
+static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, float *dbias_sub,
+                                      Act dy, Act r, const float *mean, const float *rstd, const float *gamma,
+                                      int rows, int d, float p, DropoutKey key, const uint32_t *sent_id, int T)
 {
     if (rows <= 0) return;
     if (ln_rows_fit(d, dtype_size(dy.dtype), { dx.data, dsub.data, dy.data, r.data })) {
-        residual_ln_backward_rows(be, dx, dsub, dgamma, dbeta, dy, r, mean, rstd, gamma, rows, d, p, key, sent_id, T);
+        residual_ln_backward_rows(be, dx, dsub, dgamma, dbeta, dbias_sub, dy, r, mean, rstd, gamma, rows, d, p, key,
+                                  sent_id, T);
         return;
     }
     /* parameter gradients first, so that dx may alias dy */
@@ -399,4 +411,5 @@ static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgam
                tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, d, p, drop_scale(p), drop_arg(IMPL(be), key), sent_id, T);
     });
     CKL();
+    if (dbias_sub) colsums(be, dsub, act_none(), NULL, NULL, rows, d, NULL, dbias_sub);
 }

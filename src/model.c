@@ -477,9 +477,9 @@ static void ffn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Ac
     Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int d = c->d_model, dff = c->d_ff;
-    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln3.gamma), GRD(L->ln3.beta), m->g_x, a->r3, a->m3,
-                             a->s3, PRM(L->ln3.gamma), rows, d, p, key, m->d_sent_id, T);
-    be->bias_backward(be, m->g_sub, GRD(L->ffn.b2), act_none(), rows, d, 0);
+    /* b2's gradient, the column sums of dsub, comes with the LayerNorm's */
+    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln3.gamma), GRD(L->ln3.beta), GRD(L->ffn.b2), m->g_x,
+                             a->r3, a->m3, a->s3, PRM(L->ln3.gamma), rows, d, p, key, m->d_sent_id, T);
     be->gemm(be, 1, 0, d, dff, rows, 1.0f, m->g_sub, d, a->hid, dff, 1.0f, GW(L->ffn.W2), dff);
     be->linear_relu_backward(be, m->g_hid, GRD(L->ffn.b1), m->g_sub, W(L->ffn.W2), a->hid, a->relu_mask, rows, dff,
                              d);
@@ -546,8 +546,8 @@ static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs 
     Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, w3 = 2 * hk + c->n_heads * c->d_v;
-    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln1.gamma), GRD(L->ln1.beta), m->g_x, a->r1, a->m1,
-                             a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
+    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln1.gamma), GRD(L->ln1.beta), NULL, m->g_x, a->r1,
+                             a->m1, a->s1, PRM(L->ln1.gamma), rows, d, p, key, m->d_sent_id, T);
     attn_output_backward(m, gate, dgate, a->ctx, L->self_attn.Wo, rows);
     Act dqkv = m->g_big;
     attention_core_backward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3,
@@ -579,8 +579,8 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
     const ModelConfig *c = &m->cfg;
     int T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model;
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
-    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln2.gamma), GRD(L->ln2.beta), m->g_x, a->r2, a->m2,
-                             a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
+    be->residual_ln_backward(be, m->g_x, m->g_sub, GRD(L->ln2.gamma), GRD(L->ln2.beta), NULL, m->g_x, a->r2,
+                             a->m2, a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
     attn_output_backward(m, gate, dgate, a->ctx2, L->cross_attn.Wo, nt);
     Act dkv = m->g_big, dq = act_at(m->g_big, (size_t)ns * w2);
     attention_core_backward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_P,

@@ -170,8 +170,11 @@ struct Backend {
                                 Act x, Act sub, const float *gamma, const float *beta,
                                 int rows, int d, float eps, float p_drop, DropoutKey key,
                                 const uint32_t *sent_id, int T);
-    /* dx = dr (residual path), dsub = dropout'(dr), dgamma/dbeta +=; dx may alias dy */
-    void (*residual_ln_backward)(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta,
+    /* dx = dr (residual path), dsub = dropout'(dr), dgamma/dbeta +=; dx may
+     * alias dy.  dbias_sub (or NULL): += the column sums of dsub as stored,
+     * the bias gradient of the sublayer's last linear map (the FFN's b2,
+     * eq. 2), which CUDA sums in the same pass */
+    void (*residual_ln_backward)(Backend *be, Act dx, Act dsub, float *dgamma, float *dbeta, float *dbias_sub,
                                  Act dy, Act r, const float *mean, const float *rstd,
                                  const float *gamma, int rows, int d, float p_drop, DropoutKey key,
                                  const uint32_t *sent_id, int T);

@@ -222,7 +222,7 @@ static void cpu_residual_ln_forward(Backend *be, Act yv, Act rv, float *mean, fl
 }
 
 static void cpu_residual_ln_backward(Backend *be, Act dxv, Act dsubv, float *dgamma, float *dbeta,
-                                     Act dyv, Act rv, const float *mean, const float *rstd,
+                                     float *dbias_sub, Act dyv, Act rv, const float *mean, const float *rstd,
                                      const float *gamma, int rows, int d, float p, DropoutKey key,
                                      const uint32_t *sent_id, int T)
 {
@@ -266,6 +266,7 @@ static void cpu_residual_ln_backward(Backend *be, Act dxv, Act dsubv, float *dga
         if (p > 0.0f) vm_dropout_row(key, p, sent_id[i / T], (uint32_t)(i % T), dxi, dsi, d);
         else memcpy(dsi, dxi, sizeof(float) * d);
     }
+    if (dbias_sub) cpu_bias_backward(be, dsubv, dbias_sub, act_none(), rows, d, 0);
 }
 
 /* PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)  (section 3.5) */

@@ -231,6 +231,22 @@ static double ln_loss(void *p)
     return L;
 }
 
+/* the central difference of the loss under a shift of column j of sub by
+ * +-h: the gradient of a bias on the sublayer's output (the FFN's b2) */
+static double ln_column_shift(LnCtx *c, int j, double h)
+{
+    float *col0 = malloc(sizeof(float) * c->rows);
+    for (int i = 0; i < c->rows; i++) col0[i] = c->sub[(size_t)i * c->d + j];
+    double f[2];
+    for (int s = 0; s < 2; s++) {
+        for (int i = 0; i < c->rows; i++) c->sub[(size_t)i * c->d + j] = (float)(col0[i] + (s ? -h : h));
+        f[s] = ln_loss(c);
+    }
+    for (int i = 0; i < c->rows; i++) c->sub[(size_t)i * c->d + j] = col0[i];
+    free(col0);
+    return (f[0] - f[1]) / (2 * h);
+}
+
 static void check_residual_ln(float p, int d)
 {
     uint32_t sent[2] = { 17, 3 };
@@ -270,13 +286,14 @@ static void check_residual_ln(float p, int d)
         fprintf(stderr, "FAIL %s: dropout dropped %d of %zu\n", name, dropped, n);
         gc_failures++;
     }
-    float *dx, *dsub, *dg, *db;
-    AL(dx, n); AL(dsub, n); AL(dg, d); AL(db, d);
+    float *dx, *dsub, *dg, *db, *dbs;
+    AL(dx, n); AL(dsub, n); AL(dg, d); AL(db, d); AL(dbs, d);
     memset(dg, 0, sizeof(float) * d);
     memset(db, 0, sizeof(float) * d);
+    for (int j = 0; j < d; j++) dbs[j] = 0.25f;   /* accumulated into */
     /* dx aliases dy, as in model.c */
     memcpy(dx, c.w, sizeof(float) * n);
-    be->residual_ln_backward(be, act_f32(dx), act_f32(dsub), dg, db, act_f32(dx), act_f32(c.r), c.mean, c.rstd,
+    be->residual_ln_backward(be, act_f32(dx), act_f32(dsub), dg, db, dbs, act_f32(dx), act_f32(c.r), c.mean, c.rstd,
                              c.gamma, c.rows, d, p, key, sent, c.T);
     char nm[96];
     snprintf(nm, sizeof nm, "%s dx", name);
@@ -287,8 +304,10 @@ static void check_residual_ln(float p, int d)
     for (int j = 0; j < d; j++) gc_compare(nm, j, dg[j], gc_central(&c.gamma[j], H_LN, ln_loss, &c), RTOL, ATOL);
     snprintf(nm, sizeof nm, "%s dbeta", name);
     for (int j = 0; j < d; j++) gc_compare(nm, j, db[j], gc_central(&c.beta[j], H_LN, ln_loss, &c), RTOL, ATOL);
+    snprintf(nm, sizeof nm, "%s dbias_sub", name);
+    for (int j = 0; j < d; j++) gc_compare(nm, j, dbs[j] - 0.25f, ln_column_shift(&c, j, H_LN), RTOL, ATOL);
     free(c.x); free(c.sub); free(c.gamma); free(c.beta); free(c.y); free(c.r); free(c.mean); free(c.rstd);
-    free(c.w); free(dx); free(dsub); free(dg); free(db);
+    free(c.w); free(dx); free(dsub); free(dg); free(db); free(dbs);
 }
 
 /* ------------------------------------------------------------- embedding */

@@ -363,12 +363,13 @@ static void test_residual_ln_d(int d, const char *kernel, int T)
         compare("residual_ln_forward: mean", mu, FP32);
         compare("residual_ln_forward: rstd", rs, FP32);
         Pair dy = pair_rand(n, 1), dx = pair_rand(n, 1), ds = pair_rand(n, 1), dg = pair_rand(d, 1), db = pair_rand(d, 1);
+        Pair dbs = pair_rand(d, 1);   /* dsub's column sums (the FFN's b2): asked for without the alias */
         Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
-        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
-                                  key, sc, T);
+        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), alias ? NULL : F(dbs.c), dy.c, r.c, F(mu.c),
+                                  F(rs.c), F(g.c), rows, d, p, key, sc, T);
         cuda_cost_log(1);
-        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r.g, F(mu.g), F(rs.g), F(g.g), rows, d, p,
-                                  key, sg, T);
+        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), alias ? NULL : F(dbs.g), dy.g, r.g, F(mu.g),
+                                  F(rs.g), F(g.g), rows, d, p, key, sg, T);
         ln_kernel_was("residual_ln_backward", kernel);
         compare(alias ? "residual_ln_backward: dx (aliasing dy)" : "residual_ln_backward: dx", alias ? dy : dx, 1e-4, 1e-6);
         compare("residual_ln_backward: dsub", ds, 1e-4, 1e-6);
@@ -378,8 +379,10 @@ static void test_residual_ln_d(int d, const char *kernel, int T)
         double lat = rows > 1000 ? 1e-5 : 1e-6;
         compare("residual_ln_backward: dgamma", dg, 1e-5, lat);
         compare("residual_ln_backward: dbeta", db, 1e-5, lat);
+        compare(alias ? "residual_ln_backward: no dbias_sub asked, untouched" : "residual_ln_backward: dbias_sub",
+                dbs, 1e-5, lat);
         pair_free(x); pair_free(sub); pair_free(g); pair_free(b); pair_free(y); pair_free(r); pair_free(mu);
-        pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db);
+        pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db); pair_free(dbs);
     }
     cpu->free(cpu, sc);
     gpu->free(gpu, sg);
@@ -934,13 +937,13 @@ static void test_bf16_residual_ln_d(int d, const char *kernel, int T, uint32_t *
         compare("16-bit residual_ln_forward: y", y, 5 * U, 2 * U);
         sync_pair(rs);   /* backward below: the same statistics on both sides */
         Pair dy = pair_bf(n, 1, 1), dx = pair_bf(n, 1, 1), ds = pair_bf(n, 1, 1), dg = pair_bf(d, 1, 0);
-        Pair db = pair_bf(d, 1, 0), r2 = pair_bf(n, 1, 1);
+        Pair db = pair_bf(d, 1, 0), r2 = pair_bf(n, 1, 1), dbs = pair_bf(d, 1, 0);
         Act dxc = alias ? dy.c : dx.c, dxg = alias ? dy.g : dx.g;
-        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), dy.c, r2.c, F(mu.c), F(rs.c), F(g.c), rows, d, p,
-                                  key, sc, T);
+        cpu->residual_ln_backward(cpu, dxc, ds.c, F(dg.c), F(db.c), NULL, dy.c, r2.c, F(mu.c), F(rs.c), F(g.c), rows,
+                                  d, p, key, sc, T);
         cuda_cost_log(1);
-        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), dy.g, r2.g, F(mu.g), F(rs.g), F(g.g), rows, d,
-                                  p, key, sg, T);
+        gpu->residual_ln_backward(gpu, dxg, ds.g, F(dg.g), F(db.g), alias ? NULL : F(dbs.g), dy.g, r2.g, F(mu.g),
+                                  F(rs.g), F(g.g), rows, d, p, key, sg, T);
         ln_kernel_was("residual_ln_backward", kernel);
         compare(alias ? "16-bit residual_ln_backward: dx (aliasing dy)" : "16-bit residual_ln_backward: dx",
                 alias ? dy : dx, BF_OUT);
@@ -948,8 +951,15 @@ static void test_bf16_residual_ln_d(int d, const char *kernel, int T, uint32_t *
         double lat = rows > 1000 ? 1e-5 : 2e-6;   /* as test_residual_ln_d's */
         compare("16-bit residual_ln_backward: dgamma (fp32)", dg, 2e-5, lat);
         compare("16-bit residual_ln_backward: dbeta (fp32)", db, 2e-5, lat);
+        /* dbias_sub sums dsub as stored (rounded, what the GEMMs read): the
+         * reference is the CPU's column sums of the GPU's dsub */
+        sync_pair(ds);
+        if (!alias) cpu->bias_backward(cpu, ds.c, F(dbs.c), act_none(), rows, d, 0);
+        compare(alias ? "16-bit residual_ln_backward: no dbias_sub asked, untouched"
+                      : "16-bit residual_ln_backward: dbias_sub (fp32, of the rounded dsub)", dbs, 2e-5, lat);
         pair_free(x); pair_free(sub); pair_free(g); pair_free(b); pair_free(y); pair_free(r); pair_free(mu);
         pair_free(rs); pair_free(dy); pair_free(dx); pair_free(ds); pair_free(dg); pair_free(db); pair_free(r2);
+        pair_free(dbs);
     }
 }
 
