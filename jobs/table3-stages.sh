@@ -165,7 +165,7 @@ table3_print_layout() {
         echo "layout: ${seen[$n]}: rows ${rows[$n]}"
     done
     awk -v t="$total" -v m="$missing" -v p="${PRECISION:-auto}" 'BEGIN {
-        printf "estimate: %.1f GPU-hours of training at bf16 on H200s (measured step, docs/performance.md; PRECISION=%s; fp32 is 6-8x slower, other GPUs differ)%s\n",
+        printf "estimate: %.1f GPU-hours of training at bf16 on H200s, a lower bound (base and big measured at 25,010-token steps, docs/performance.md, scaled by parameters; a small model'"'"'s short steps are launch-bound; PRECISION=%s; fp32 is 6-8x slower, other GPUs differ)%s\n",
             t, p, m == "" ? "" : "; no estimate for" m " (params failed)" }'
 }
 
