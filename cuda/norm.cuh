@@ -257,6 +257,27 @@ static __global__ void k_residual_ln_backward(A *dx, A *dsub, const A *dy, const
  * may alias dy (a lane reads its packs of a row before it writes them). */
 static size_t ln_rows_smem(int d, int sums) { return (size_t)LNB_WARPS * sums * d * sizeof(float); }
 
+/* the block's row of chunk partials: the warps' column sums (dgamma,
+ * dbeta and, with part_s, dsub's) added in warp order, deterministic */
+template <int N>
+static __device__ __forceinline__ void ln_rows_partials(const float *sh, int d, int sums, float *part_g,
+                                                        float *part_b, float *part_s)
+{
+    int np = d / N;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        int at = j % N * np + j / N;   /* element e of pack k at e np + k */
+        float g = 0.0f, b = 0.0f, s = 0.0f;
+        for (int w = 0; w < LNB_WARPS; w++) {
+            g += sh[(size_t)w * sums * d + at];
+            b += sh[(size_t)w * sums * d + d + at];
+            if (part_s) s += sh[(size_t)w * sums * d + 2 * d + at];
+        }
+        st(part_g, (size_t)blockIdx.x * d + j, g);
+        st(part_b, (size_t)blockIdx.x * d + j, b);
+        if (part_s) st(part_s, (size_t)blockIdx.x * d + j, s);
+    }
+}
+
 template <typename A, int P>
 static __device__ __forceinline__ void ln_backward_rows(A *dx, A *dsub, const A *dy, const A *r, const float *mean,
                                                         const float *rstd, const float *gamma, int rows, int d,
@@ -316,18 +337,7 @@ UNROLL
         }
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {   /* the warps' sums in warp order: deterministic */
-        int at = j % N * np + j / N;
-        float g = 0.0f, b = 0.0f, s = 0.0f;
-        for (int w = 0; w < LNB_WARPS; w++) {
-            g += sh[(size_t)w * sums * d + at];
-            b += sh[(size_t)w * sums * d + d + at];
-            if (part_s) s += sh[(size_t)w * sums * d + 2 * d + at];
-        }
-        st(part_g, (size_t)blockIdx.x * d + j, g);
-        st(part_b, (size_t)blockIdx.x * d + j, b);
-        if (part_s) st(part_s, (size_t)blockIdx.x * d + j, s);
-    }
+    ln_rows_partials<N>(sh, d, sums, part_g, part_b, part_s);
 }
 
 /* P packs per lane at most: the narrow kernel for rows of up to 64 packs
