@@ -195,6 +195,17 @@ table3_python() {
     else echo python3; fi
 }
 
+# table3_python_check: the interpreter that writes a row's result file,
+# BLEU and attention summary imports what they need; checked before the row
+# trains, so a wrong PYTHON costs seconds, not a run whose result is lost
+table3_python_check() {
+    local py err
+    py=$(table3_python)
+    err=$("$py" -c 'import h5py, numpy, sacrebleu, sacremoses' 2>&1 | tail -n 1) && return 0
+    echo "error: table3: PYTHON=$py cannot import what a row's result needs (${err:-it does not run}): set PYTHON to an interpreter with analysis/requirements.txt (make venv: .venv/bin/python)" >&2
+    return 1
+}
+
 # has_command NAME: the transformer binary has the command NAME
 has_command() { grep -qx "$1" < <("$BIN" --help 2>/dev/null | awk '{ print $1 }'); }
 
@@ -555,6 +566,7 @@ table3_element() {
         if [ -f "$SWEEP/results/$row-rerun.h5" ]; then row_attention "$row-rerun" || exit 1; fi
         return 0
     fi
+    table3_python_check || exit 2
     table3_row "$row"; rc=$?
     # no verdict where no curve was logged (a row that failed before training)
     verdict=$(row_verdict "$row" 2>/dev/null) && echo "table3: row $row: $verdict"

@@ -6,6 +6,8 @@
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
 #      not the first one of its appended log, even after a partial last line;
 #   3. PARALLEL=2 runs rows side by side and still reports a failed one;
+#   3b. a PYTHON that cannot import what a row's result needs fails the row
+#      in one line before it trains (the GPU image lacked sacremoses);
 #   4. the batch layout of the real row configs is printed (1 GPU a row,
 #      25000 tokens a step, GPU-hours); MAX_TOKENS recomputes update_freq and
 #      says so; a layout that changes the global batch is refused in one line.
@@ -85,6 +87,21 @@ for r in r1 r2; do
     grep -q "table3: row $r done" "$tmp/sw3/logs/"local_*.out || fail "PARALLEL=2: row $r not done: $(cat "$tmp/run3.log")"
 done
 ok "PARALLEL=2: rows r1, r2 done side by side, the bad row reported"
+
+# ---- 3b: a PYTHON without the analysis packages: refused before training ---
+printf '#!/bin/sh\necho "ModuleNotFoundError: No module named '"'"'sacremoses'"'"'" >&2\nexit 1\n' > "$tmp/nopy"
+chmod +x "$tmp/nopy"
+rm -f "$tmp/c3/bad.cfg"
+PYTHON=$tmp/nopy TABLE3_DIR=$tmp/c3 STEPS=2 EXTRA="threads=1" DEVICE=cpu jobs/run-local.sh table3 "$tmp/sw3b" r1 \
+    > "$tmp/run3b.log" 2>&1 && fail "PYTHON without sacremoses: the row succeeded"
+want="error: table3: PYTHON=$tmp/nopy cannot import what a row's result needs (ModuleNotFoundError: No module named 'sacremoses')"
+grep -qF "$want" "$tmp/sw3b/logs/local_0.out" || fail "no one-line reason: $(cat "$tmp/sw3b/logs/local_0.out")"
+if [ -e "$tmp/sw3b/runs/r1/metrics.h5" ] || ls "$tmp/sw3b/runs/r1/"ckpt_* >/dev/null 2>&1; then
+    fail "the row trained before the check: $(ls "$tmp/sw3b/runs/r1")"
+fi
+grep -q "^error: table3 row r1: failed (exit 2): error: table3: PYTHON=" "$tmp/run3b.log" ||
+    fail "run-local.sh does not report it: $(cat "$tmp/run3b.log")"
+ok "a PYTHON without sacremoses fails the row in one line before it trains"
 
 # ---- 4: the batch layout: printed, and never changed silently ---------------
 # the real row configs (batch_tokens = 25000): one GPU a row by default, one

@@ -151,6 +151,16 @@ pack() {
         cp "$(command -v $t)" build/gpu-libs/bin/
         ldd "$(command -v $t)" | awk '/libsentencepiece/ {print $3}' | xargs -r -I{} cp -L {} build/gpu-libs/
     done
+    # sacremoses (analysis/bleu.py's Moses tokens, which every Table 3 row's
+    # result imports): pure Python, absent from the GPU image, whose python3
+    # has its dependencies (regex, click, joblib, tqdm); libs_env puts it on
+    # PYTHONPATH
+    local moses
+    moses=$("$TOP/.venv/bin/python" -c 'import os, sacremoses; print(os.path.dirname(sacremoses.__file__))') ||
+        { err "--pack: no sacremoses in .venv (make venv)"; return 1; }
+    mkdir -p build/gpu-libs/python
+    cp -r "$moses" build/gpu-libs/python/
+    find build/gpu-libs/python -name __pycache__ -prune -exec rm -rf {} +
     git rev-parse --short=12 HEAD >build/gpu-libs/COMMIT
     [ -f "$DATA" ] || input/prepare.sh multi30k
     # the scaled Table 3's data (tests/gpu/table3.sh)

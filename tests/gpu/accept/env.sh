@@ -96,6 +96,7 @@ libs_env() {  # the bundled libraries of --pack, where carried and no build here
         export LD_LIBRARY_PATH
     fi
     if [ -d "$g/bin" ]; then export PATH=$g/bin:$PATH; fi   # spm_decode, spm_encode
+    if [ -d "$g/python" ]; then export PYTHONPATH=$g/python${PYTHONPATH:+:$PYTHONPATH}; fi   # sacremoses
     if [ -d "$g/ompi" ]; then   # the bundled libmpi with its own components and mpirun
         export OMPI_MCA_mca_base_component_path=$g/ompi/components OMPI_MCA_orte_launch_agent=$g/ompi/bin/orted
         export PATH=$g/ompi/bin:$PATH
