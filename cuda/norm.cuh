@@ -421,5 +421,5 @@ static void cuda_residual_ln_backward(Backend *be, Act dx, Act dsub, float *dgam
                tp<A>(dsub), tp<A>(dy), tp<A>(r), mean, rstd, gamma, d, p, drop_scale(p), drop_arg(IMPL(be), key), sent_id, T);
     });
     CKL();
-    if (dbias_sub) colsums(be, dsub, act_none(), NULL, NULL, rows, d, NULL, dbias_sub);
+    if (dbias_sub) cuda_bias_backward(be, dsub, dbias_sub, act_none(), rows, d, 0);   /* as the CPU's */
 }
