@@ -9,7 +9,11 @@
  * P (backward reads it, and so do the attention maps), and multiplied by V
  * in registers.  The scores never go through device memory, and 16-bit
  * storage never rounds them (the GEMM path stores them bf16/fp16, then the
- * softmax reads them back).
+ * softmax reads them back).  In a training step (16-bit, where the
+ * one-kernel backward takes the shape) only each row's maximum and 1/sum
+ * are stored, and that backward recomputes P from Q and K, bit for bit
+ * (attention_tc.cuh tc_recompute_p): P's write and read, 33 MB a layer
+ * for base at 25,010 tokens, are gone (issue 44).
  *
  * Backward, two kernels and no atomics (results deterministic run to run,
  * as every kernel of the backend): per (sentence, head, query tile)
@@ -345,32 +349,45 @@ static size_t fa_rows_smem(int width, int Tk, int dk, int dv)
     return sizeof(float) * ((size_t)FA_QT * width + (size_t)FA_QT * Tk + (size_t)FA_KT * fa_stride(std::max(dk, dv)));
 }
 
-/* 16-bit storage: the tensor-core kernels of attention_tc.cuh; their
- * tensor FLOPs are those of the padded 16 x 16 x 16 tiles they run */
-template <typename T>
-static void tc_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act ctx,
-                                 int Tq, int Tk, const int32_t *key_len, int causal)
+/* whether a 16-bit forward keeps the row statistics instead of P: where
+ * it is given them and k_attention_backward_tc, the one backward that
+ * recomputes P, takes the shape (the same test in forward and backward) */
+static bool tc_keeps_stats(const float *stats, AttnShape s, int Tq, int Tk)
 {
+    return stats && tc_bwd_fits(Tq, Tk, s.dk, s.dv);
+}
+
+/* 16-bit storage: the tensor-core kernels of attention_tc.cuh; their
+ * tensor FLOPs are those of the padded 16 x 16 x 16 tiles they run.
+ * ATTN_KEPT_STATS where the rows' statistics replace P (ops.h) */
+template <typename T>
+static int tc_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P,
+                                float *stats, Act ctx, int Tq, int Tk, const int32_t *key_len, int causal)
+{
+    bool keep_stats = tc_keeps_stats(stats, s, Tq, Tk);
     double bh = (double)s.B * s.h, e = sizeof(T), tq = 16.0 * ((Tq + 15) / 16), tk = tc_up(Tk);
+    double kept = keep_stats ? 2.0 * sizeof(float) : (double)Tk * e;   /* a row's statistics, or its weights */
     DECLARE_KERNEL_TC(k_attention_forward_tc<T>, "attention_forward", FA_DEEP * e,
                       bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e + s.B * sizeof(int32_t),
-                      bh * Tq * ((double)Tk + s.dv) * e, bh * 2 * tq * tk * (tc_up(s.dk) + tc_up(s.dv)),
+                      bh * Tq * (kept + s.dv * e), bh * 2 * tq * tk * (tc_up(s.dk) + tc_up(s.dv)),
                       bh * Tq * Tk * 6.0);
     LAUNCH(k_attention_forward_tc<T>, dim3(s.B * s.h, (Tq + TC_QT - 1) / TC_QT), FA_THREADS,
            tc_rows_smem(s.dk, Tk, s.dk, s.dv), IMPL(be)->stream, tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv, tp<T>(P),
-           tp<T>(ctx), key_len, attention_scale(s.dk), s.h, s.dk, s.dv, Tq, Tk, causal);
+           keep_stats ? stats : NULL, tp<T>(ctx), key_len, attention_scale(s.dk), s.h, s.dk, s.dv, Tq, Tk, causal);
+    return keep_stats ? ATTN_KEPT_STATS : ATTN_KEPT_P;
 }
 
-static int cuda_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act ctx,
-                                  int Tq, int Tk, const int32_t *key_len, int causal)
+static int cuda_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P,
+                                  float *stats, Act ctx, int Tq, int Tk, const int32_t *key_len, int causal)
 {
-    if (!fa_fits(s, Tq, Tk, Q.dtype, { K, V, P, ctx })) return 0;
-    if ((long)s.B * s.h * Tq <= 0 || Tk <= 0) return 1;
+    if (!fa_fits(s, Tq, Tk, Q.dtype, { K, V, P, ctx })) return ATTN_DECLINED;
+    if ((long)s.B * s.h * Tq <= 0 || Tk <= 0) return ATTN_KEPT_P;
+    int kept = ATTN_KEPT_P;
     dispatch(Q.dtype, [&](auto z) {
         using T = decltype(z);
         if constexpr (sizeof(T) == 2) {
-            tc_attention_forward<T>(be, s, Q, ldq, K, V, ldkv, P, ctx, Tq, Tk, key_len, causal);
-        } else {
+            kept = tc_attention_forward<T>(be, s, Q, ldq, K, V, ldkv, P, stats, ctx, Tq, Tk, key_len, causal);
+        } else {   /* fp32: P stored (the CUDA-core backward reads it) */
             double bh = (double)s.B * s.h, e = sizeof(T);
             DECLARE_KERNEL(k_attention_forward<T>, "attention_forward", FA_DEEP * e,
                            bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e + s.B * sizeof(int32_t),
@@ -381,23 +398,32 @@ static int cuda_attention_forward(Backend *be, AttnShape s, Act Q, int ldq, Act 
         }
     });
     CKL();
-    return 1;
+    return kept;
 }
 
 template <typename T>
-static void tc_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act dP,
-                                  Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk)
+static void tc_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P,
+                                  const float *stats, const int32_t *key_len, int causal, Act dP, Act dctx, Act dQ,
+                                  Act dK, Act dV, int Tq, int Tk)
 {
     double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk, tq = 16.0 * ((Tq + 15) / 16);
     double tk = tc_up(Tk), tkb = 16.0 * ((Tk + TC_KB - 1) / TC_KB), dkv = tc_up(s.dk) + tc_up(s.dv);
     float scale = attention_scale(s.dk);
-    if (tc_bwd_fits(Tq, Tk, s.dk, s.dv)) {   /* one block per (sentence, head): reads Q, K, V, P, dctx once */
+    if (tc_bwd_fits(Tq, Tk, s.dk, s.dv)) {
+        /* one block per (sentence, head): reads Q, K, V, dctx and P once,
+         * or with stats the rows' statistics (and key_len) for P, its
+         * scores Q K^T one more product of the padded tiles (Q and K read
+         * again, from cache: the block read them a moment before) */
+        double weights = stats ? Tq * 2.0 * sizeof(float) : qk * e;
         DECLARE_KERNEL_TC(k_attention_backward_tc<T>, "attention_backward", FA_DEEP * e,
-                          bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv) + qk + (double)Tq * s.dv) * e,
-                          bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e, bh * 4 * tq * tk * dkv, bh * qk * 4.0);
+                          bh * ((Tq * s.dk + (double)Tk * (s.dk + s.dv) + (double)Tq * s.dv) * e + weights) +
+                              (stats ? s.B * sizeof(int32_t) : 0),
+                          bh * (Tq * s.dk + (double)Tk * (s.dk + s.dv)) * e,
+                          bh * (4 * tq * tk * dkv + (stats ? 2 * tq * tk * tc_up(s.dk) : 0)),
+                          bh * qk * (stats ? 7.0 : 4.0));
         LAUNCH(k_attention_backward_tc<T>, s.B * s.h, FA_THREADS, tc_bwd_smem(Tq, Tk, s.dk, s.dv), IMPL(be)->stream,
-               tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv, tp<T>(P), tp<T>(dctx), tp<T>(dQ), tp<T>(dK), tp<T>(dV), scale,
-               s.h, s.dk, s.dv, Tq, Tk);
+               tp<T>(Q), ldq, tp<T>(K), tp<T>(V), ldkv, tp<T>(P), stats, key_len, causal, tp<T>(dctx), tp<T>(dQ),
+               tp<T>(dK), tp<T>(dV), scale, s.h, s.dk, s.dv, Tq, Tk);
         return;
     }
     DECLARE_KERNEL_TC(k_attention_backward_dq_tc<T>, "attention_backward", FA_DEEP * e,
@@ -415,15 +441,19 @@ static void tc_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act 
            tp<T>(dV), ldkv, scale, s.h, s.dk, s.dv, Tq, Tk);
 }
 
-static int cuda_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act dP,
-                                   Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk)
+static int cuda_attention_backward(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P,
+                                   const float *stats, const int32_t *key_len, int causal, Act dP, Act dctx, Act dQ,
+                                   Act dK, Act dV, int Tq, int Tk)
 {
     if (!fa_fits(s, Tq, Tk, Q.dtype, { K, V, P, dP, dctx, dQ, dK, dV })) return 0;
     if ((long)s.B * s.h <= 0 || Tq <= 0 || Tk <= 0) return 0;   /* (the GEMM path's zero-size handling) */
+    /* stats only where this backend's forward kept them (tc_keeps_stats) */
+    if (stats && (dtype_size(Q.dtype) != 2 || !tc_keeps_stats(stats, s, Tq, Tk))) return 0;
     dispatch(Q.dtype, [&](auto z) {
         using T = decltype(z);
         if constexpr (sizeof(T) == 2) {
-            tc_attention_backward<T>(be, s, Q, ldq, K, V, ldkv, P, dP, dctx, dQ, dK, dV, Tq, Tk);
+            tc_attention_backward<T>(be, s, Q, ldq, K, V, ldkv, P, stats, key_len, causal, dP, dctx, dQ, dK, dV, Tq,
+                                     Tk);
             return;
         } else {
             double bh = (double)s.B * s.h, e = sizeof(T), qk = (double)Tq * Tk;

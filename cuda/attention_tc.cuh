@@ -138,15 +138,24 @@ UNROLL
         st(g, (long)(i / nc) * ldg + i % nc, scale * out[i / nc * so + i % nc]);
 }
 
+/* eq. 1's softmax of one raw score s (Q K^T, fp32) of a row whose largest
+ * scaled score is mx: exp(scale s - mx); times the row's 1/sum it is the
+ * weight.  The forward and the backward that recomputes P (stats) call
+ * these two, so that both round the same fp32 value to T */
+static __device__ __forceinline__ float tc_softmax_exp(float s, float scale, float mx) { return expf(scale * s - mx); }
+template <typename T> static __device__ __forceinline__ T tc_weight(float e, float inv) { return from_float<T>(e * inv); }
+
 /* ---------------------------------------------------------------- forward */
 
 /* grid and masks as k_attention_forward; shared: Q [16][dkp+8] (T),
  * scores [16][tkp+4] (fp32), P [16][tkp+8] (T), a K or V chunk
- * [64][dmp+8] (T), where xp is x rounded up to 16 */
+ * [64][dmp+8] (T), where xp is x rounded up to 16.  With stats, each
+ * row's maximum and 1/sum go there ([row][2]) and P is not stored: the
+ * one-kernel backward recomputes it (tc_recompute_p) */
 template <typename T>
-static __device__ __forceinline__ void tc_forward(const T *Q, int ldq, const T *K, const T *V, int ldkv, T *P, T *ctx,
-                                                  const int32_t *key_len, float scale, int nh, int dk, int dv, int Tq,
-                                                  int Tk, int causal)
+static __device__ __forceinline__ void tc_forward(const T *Q, int ldq, const T *K, const T *V, int ldkv, T *P,
+                                                  float *stats, T *ctx, const int32_t *key_len, float scale, int nh,
+                                                  int dk, int dv, int Tq, int Tk, int causal)
 {
     DYNAMIC_SHARED(unsigned char, sh);
     int b = blockIdx.x / nh, hd = blockIdx.x % nh, q0 = blockIdx.y * TC_QT, nq = fa_min(TC_QT, Tq - q0);
@@ -170,15 +179,20 @@ static __device__ __forceinline__ void tc_forward(const T *Q, int ldq, const T *
         for (int k = lane; k < n; k += 32) mx = fmaxf(mx, scale * s[k]);
         mx = warp_max(mx);
         for (int k = lane; k < n; k += 32) {
-            s[k] = expf(scale * s[k] - mx);
+            s[k] = tc_softmax_exp(s[k], scale, mx);
             sum += s[k];
         }
         sum = warp_sum(sum);
         float inv = n > 0 ? 1.0f / sum : 0.0f;
         for (int k = lane; k < tkp; k += 32) {
-            T p = from_float<T>(k < n ? s[k] * inv : 0.0f);
+            T p = k < n ? tc_weight<T>(s[k], inv) : from_float<T>(0.0f);
             ps[r * sp + k] = p;
-            if (r < nq && k < Tk) st(Pb, (long)r * Tk + k, to_float(p));
+            if (!stats && r < nq && k < Tk) st(Pb, (long)r * Tk + k, to_float(p));
+        }
+        if (stats && r < nq && lane == 0) {
+            long row = ((long)b * nh + hd) * Tq + q0 + r;
+            st(stats, 2 * row, mx);
+            st(stats, 2 * row + 1, inv);
         }
     }
     tc::Acc acc[2];
@@ -197,10 +211,11 @@ static __device__ __forceinline__ void tc_forward(const T *Q, int ldq, const T *
 
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    k_attention_forward_tc(const T *Q, int ldq, const T *K, const T *V, int ldkv, T *P, T *ctx,
+    k_attention_forward_tc(const T *Q, int ldq, const T *K, const T *V, int ldkv, T *P, float *stats, T *ctx,
                            const int32_t *key_len, float scale, int nh, int dk, int dv, int Tq, int Tk, int causal)
 {
-    if constexpr (TC_HAS(T)) tc_forward(Q, ldq, K, V, ldkv, P, ctx, key_len, scale, nh, dk, dv, Tq, Tk, causal);
+    if constexpr (TC_HAS(T))
+        tc_forward(Q, ldq, K, V, ldkv, P, stats, ctx, key_len, scale, nh, dk, dv, Tq, Tk, causal);
 }
 
 /* ------------------------------------------------------- backward: dS, dQ */
@@ -469,12 +484,44 @@ static __device__ __forceinline__ void tc_write(T *g, long ldg, const float *s, 
         st(g, (long)(i / nc) * ldg + i % nc, scale * s[i / nc * ss + i % nc]);
 }
 
+/* P of one (sentence, head) into ps (stride sp, zero past the lengths),
+ * recomputed from the forward's row statistics as the forward computed
+ * it: the scores Q K^T in the same 16 x 16 x 16 tile products summed over
+ * d_k ascending (fp32, into fs, stride sf), then tc_softmax_exp and
+ * tc_weight with the row's stored maximum and 1/sum, under the same masks
+ * (fa_keys), so that every weight is the T value the forward would have
+ * stored.  K and Q are staged in the A and B regions (ks, qs, stride sk),
+ * which the caller refills after; the block syncs before it returns */
+template <typename T>
+static __device__ __forceinline__ void tc_recompute_p(T *ps, int sp, float *fs, int sf, T *ks, T *qs, int sk,
+                                                      const T *Q, int ldq, const T *K, int ldkv, const float *stats,
+                                                      const int32_t *key_len, int causal, float scale, int nh,
+                                                      int dk, int Tq, int Tk, const TcBwd &L)
+{
+    int b = blockIdx.x / nh, hd = blockIdx.x % nh, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nkt = L.tkp / 16;
+    tc_stage(ks, sk, K + (long)b * Tk * ldkv + hd * dk, ldkv, L.tkp, Tk, L.dkp, dk);
+    tc_stage(qs, sk, Q + (long)b * Tq * ldq + hd * dk, ldq, L.tqp, Tq, L.dkp, dk);
+    __syncthreads();
+    tc_tiles_to<tc::FragBt<T>>(fs, sf, qs, sk, ks, sk, L.tqp / 16 * nkt, nkt, L.dkp);   /* S = Q K^T */
+    __syncthreads();
+    for (int r = warp; r < L.tqp; r += FA_WARPS) {
+        long row = ((long)b * nh + hd) * Tq + r;
+        int n = r < Tq ? fa_keys(key_len, b, r, Tk, causal) : 0;
+        float mx = n > 0 ? ld(stats, 2 * row) : 0.0f, inv = n > 0 ? ld(stats, 2 * row + 1) : 0.0f;
+        for (int k = lane; k < L.tkp; k += 32)
+            ps[r * sp + k] = k < n ? tc_weight<T>(tc_softmax_exp(fs[r * sf + k], scale, mx), inv) : from_float<T>(0.0f);
+    }
+    __syncthreads();   /* P written; K and Q read */
+}
+
 /* grid n_batch * n_heads; shared as tc_bwd_layout.  dS is rounded to T
  * before both products, as tc_backward_dq stores it, so that dQ and dK are
  * the gradients of one dS; each output element is the two kernels' sum of
  * the same tile products in the same order */
 template <typename T>
 static __device__ __forceinline__ void tc_backward(const T *Q, int ldq, const T *K, const T *V, int ldkv, const T *P,
+                                                   const float *stats, const int32_t *key_len, int causal,
                                                    const T *dctx, T *dQ, T *dK, T *dV, float scale, int nh, int dk,
                                                    int dv, int Tq, int Tk)
 {
@@ -487,9 +534,11 @@ static __device__ __forceinline__ void tc_backward(const T *Q, int ldq, const T 
     T *dcs = (T *)sh, *vs = dcs + L.na, *ps = vs + L.nb, *ks = dcs, *qs = vs;
     float *fs = (float *)(ps + L.ns);
     long row_kv = (long)b * Tk * ldkv;
+    if (stats) tc_recompute_p(ps, sp, fs, sf, ks, qs, sk, Q, ldq, K, ldkv, stats, key_len, causal, scale, nh, dk, Tq,
+                              Tk, L);
+    else tc_stage(ps, sp, P + ((long)b * nh + hd) * Tq * Tk, Tk, tqp, Tq, tkp, Tk);
     tc_stage(dcs, sv, dctx + (long)b * Tq * hv + hd * dv, hv, tqp, Tq, dvp, dv);
     tc_stage(vs, sv, V + row_kv + hd * dv, ldkv, tkp, Tk, dvp, dv);
-    tc_stage(ps, sp, P + ((long)b * nh + hd) * Tq * Tk, Tk, tqp, Tq, tkp, Tk);
     __syncthreads();
     tc_tiles_to<tc::FragBt<T>>(fs, sf, dcs, sv, vs, sv, tqp / 16 * nkt, nkt, dvp);   /* dP = dctx V^T */
     tc::Acc acc[TC_TILES];
@@ -523,10 +572,12 @@ static __device__ __forceinline__ void tc_backward(const T *Q, int ldq, const T 
 
 template <typename T>
 static __global__ void __launch_bounds__(FA_THREADS)
-    k_attention_backward_tc(const T *Q, int ldq, const T *K, const T *V, int ldkv, const T *P, const T *dctx, T *dQ,
-                            T *dK, T *dV, float scale, int nh, int dk, int dv, int Tq, int Tk)
+    k_attention_backward_tc(const T *Q, int ldq, const T *K, const T *V, int ldkv, const T *P, const float *stats,
+                            const int32_t *key_len, int causal, const T *dctx, T *dQ, T *dK, T *dV, float scale,
+                            int nh, int dk, int dv, int Tq, int Tk)
 {
-    if constexpr (TC_HAS(T)) tc_backward(Q, ldq, K, V, ldkv, P, dctx, dQ, dK, dV, scale, nh, dk, dv, Tq, Tk);
+    if constexpr (TC_HAS(T))
+        tc_backward(Q, ldq, K, V, ldkv, P, stats, key_len, causal, dctx, dQ, dK, dV, scale, nh, dk, dv, Tq, Tk);
 }
 
 /* ------------------------------------------------------------------ host */

@@ -284,6 +284,7 @@ static void free_acts(Model *m)
             FREE_ACT(a->x1); FREE_ACT(a->q2); FREE_ACT(a->kv2); FREE_ACT(a->P2); FREE_ACT(a->ctx2);
             FREE_ACT(a->r2); FREE(a->m2); FREE(a->s2); FREE_ACT(a->x2);
             FREE_ACT(a->hid); FREE(a->relu_mask); FREE_ACT(a->r3); FREE(a->m3); FREE(a->s3); FREE_ACT(a->x3);
+            FREE(a->Pst); FREE(a->P2st);
         }
     }
     FREE_ACT(m->enc_in); FREE_ACT(m->dec_in); FREE_ACT(m->logits); FREE(m->row_loss); FREE(m->row_nll);
@@ -380,14 +381,14 @@ void model_reserve(Model *m, int B, int S, int T)
     ((p) = be->relu_mask_bytes ? reserve_alloc(be, be->relu_mask_bytes(be, (int)(r), (int)(c)), #p, layer) : NULL)
     for (layer = 0; layer < c->n_layers; layer++) {
         LayerActs *enc = &m->enc[layer];
-        X(enc->qkv, ns * w3); X(enc->P, pss); X(enc->ctx, ns * hv);
+        X(enc->qkv, ns * w3); X(enc->P, pss); A(enc->Pst, ns * h * 2); X(enc->ctx, ns * hv);
         X(enc->r1, ns * d); A(enc->m1, ns); A(enc->s1, ns); X(enc->x1, ns * d);
         X(enc->hid, ns * dff); M(enc->relu_mask, ns, dff);
         X(enc->r3, ns * d); A(enc->m3, ns); A(enc->s3, ns); X(enc->x3, ns * d);
         LayerActs *dec = &m->dec[layer];
-        X(dec->qkv, nt * w3); X(dec->P, ptt); X(dec->ctx, nt * hv);
+        X(dec->qkv, nt * w3); X(dec->P, ptt); A(dec->Pst, nt * h * 2); X(dec->ctx, nt * hv);
         X(dec->r1, nt * d); A(dec->m1, nt); A(dec->s1, nt); X(dec->x1, nt * d);
-        X(dec->q2, nt * hk); X(dec->kv2, ns * w2); X(dec->P2, pts); X(dec->ctx2, nt * hv);
+        X(dec->q2, nt * hk); X(dec->kv2, ns * w2); X(dec->P2, pts); A(dec->P2st, nt * h * 2); X(dec->ctx2, nt * hv);
         X(dec->r2, nt * d); A(dec->m2, nt); A(dec->s2, nt); X(dec->x2, nt * d);
         X(dec->hid, nt * dff); M(dec->relu_mask, nt, dff);
         X(dec->r3, nt * d); A(dec->m3, nt); A(dec->s3, nt); X(dec->x3, nt * d);
@@ -533,15 +534,16 @@ static void self_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs *
     const ModelConfig *c = &m->cfg;
     int rows = m->B * T, d = c->d_model, hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w3 = 2 * hk + hv;
     be->gemm(be, 0, 1, rows, w3, d, 1.0f, x, d, W(L->self_attn.Wq), d, 0.0f, a->qkv, w3);
-    attention_core_forward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3, a->P, a->ctx, T, T, key_len,
-                           causal);
+    a->P_kept = attention_core_forward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk),
+                                       w3, a->P, m->attn_stats ? a->Pst : NULL, a->ctx, T, T, key_len, causal);
     attn_output_forward(m, gate, a->ctx, m->g_ctx, L->self_attn.Wo, m->g_sub, rows);
     be->residual_ln_forward(be, a->x1, a->r1, a->m1, a->s1, x, m->g_sub, PRM(L->ln1.gamma), PRM(L->ln1.beta),
                             rows, d, c->ln_eps, p, key, m->d_sent_id, T);
 }
 
 static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs *a, Act x, int T,
-                                     const float *gate, float *dgate, float p, DropoutKey key)
+                                     const int32_t *key_len, int causal, const float *gate, float *dgate, float p,
+                                     DropoutKey key)
 {
     Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
@@ -551,7 +553,8 @@ static void self_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs 
     attn_output_backward(m, gate, dgate, a->ctx, L->self_attn.Wo, rows);
     Act dqkv = m->g_big;
     attention_core_backward(m->be, attn_shape(m), a->qkv, w3, act_at(a->qkv, hk), act_at(a->qkv, 2 * hk), w3,
-                            a->P, m->g_P, m->g_ctx, dqkv, act_at(dqkv, hk), act_at(dqkv, 2 * hk), T, T);
+                            a->P, a->P_kept ? NULL : a->Pst, key_len, causal, m->g_P, m->g_ctx, dqkv,
+                            act_at(dqkv, hk), act_at(dqkv, 2 * hk), T, T);
     be->gemm(be, 1, 0, w3, d, rows, 1.0f, dqkv, w3, x, d, 1.0f, GW(L->self_attn.Wq), d);
     be->gemm(be, 0, 0, rows, d, w3, 1.0f, dqkv, w3, W(L->self_attn.Wq), d, 1.0f, m->g_x, d);
 }
@@ -566,7 +569,8 @@ static void cross_attn_block_forward(Model *m, const LayerOffsets *L, LayerActs 
     int hk = c->n_heads * c->d_k, hv = c->n_heads * c->d_v, w2 = hk + hv;
     be->gemm(be, 0, 1, nt, hk, d, 1.0f, a->x1, d, W(L->cross_attn.Wq), d, 0.0f, a->q2, hk);
     be->gemm(be, 0, 1, ns, w2, d, 1.0f, enc_out, d, W(L->cross_attn.Wk), d, 0.0f, a->kv2, w2);
-    attention_core_forward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, a->ctx2, T, S, m->d_src_len, 0);
+    a->P2_kept = attention_core_forward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2,
+                                        m->attn_stats ? a->P2st : NULL, a->ctx2, T, S, m->d_src_len, 0);
     attn_output_forward(m, gate, a->ctx2, m->g_ctx, L->cross_attn.Wo, m->g_sub, nt);
     be->residual_ln_forward(be, a->x2, a->r2, a->m2, a->s2, a->x1, m->g_sub, PRM(L->ln2.gamma), PRM(L->ln2.beta),
                             nt, d, c->ln_eps, p, key, m->d_sent_id, T);
@@ -583,8 +587,9 @@ static void cross_attn_block_backward(Model *m, const LayerOffsets *L, LayerActs
                              a->m2, a->s2, PRM(L->ln2.gamma), nt, d, p, key, m->d_sent_id, T);
     attn_output_backward(m, gate, dgate, a->ctx2, L->cross_attn.Wo, nt);
     Act dkv = m->g_big, dq = act_at(m->g_big, (size_t)ns * w2);
-    attention_core_backward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2, m->g_P,
-                            m->g_ctx, dq, dkv, act_at(dkv, hk), T, S);
+    attention_core_backward(m->be, attn_shape(m), a->q2, hk, a->kv2, act_at(a->kv2, hk), w2, a->P2,
+                            a->P2_kept ? NULL : a->P2st, m->d_src_len, 0, m->g_P, m->g_ctx, dq, dkv,
+                            act_at(dkv, hk), T, S);
     be->gemm(be, 1, 0, hk, d, nt, 1.0f, dq, hk, a->x1, d, 1.0f, GW(L->cross_attn.Wq), d);
     be->gemm(be, 0, 0, nt, d, hk, 1.0f, dq, hk, W(L->cross_attn.Wq), d, 1.0f, m->g_x, d);
     be->gemm(be, 1, 0, w2, d, ns, 1.0f, dkv, w2, enc_out, d, 1.0f, GW(L->cross_attn.Wk), d);
@@ -724,8 +729,10 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
     int N = c->n_layers, T = m->T, S = m->S, nt = m->B * T, ns = m->B * S, d = c->d_model, V = c->vocab_size;
     float p = pdrop(m, train);
     int graphed = step_graph_begin(m, step, train, do_backward, ready);
+    m->attn_stats = do_backward;   /* a backward follows: the weights may be recomputed there (attention.h) */
     Act enc_out = model_encode(m, train, step);
     Act y = model_decode(m, enc_out, train, step);
+    m->attn_stats = 0;   /* other forwards (the attention maps' among them) keep P */
 
     model_output_layer(m, y, nt, do_backward);
     /* the per-row losses are read back only after backward has been issued:
@@ -743,8 +750,8 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         ffn_block_backward(m, L, a, a->x2, nt, T, p, drop_key(m, step, SITE_DEC + 4 * l + 2));
         cross_attn_block_backward(m, L, a, enc_out, layer_gates(m, HEAD_CROSS, l), layer_gate_grad(m, HEAD_CROSS, l), p,
                                   drop_key(m, step, SITE_DEC + 4 * l + 1));
-        self_attn_block_backward(m, L, a, x, T, layer_gates(m, HEAD_DEC_SELF, l), layer_gate_grad(m, HEAD_DEC_SELF, l), p,
-                                 drop_key(m, step, SITE_DEC + 4 * l));
+        self_attn_block_backward(m, L, a, x, T, m->d_tgt_len, 1, layer_gates(m, HEAD_DEC_SELF, l),
+                                 layer_gate_grad(m, HEAD_DEC_SELF, l), p, drop_key(m, step, SITE_DEC + 4 * l));
         grads_ready(m, graphed, ready, ready_ctx, l ? m->pt.dec[l - 1].self_attn.Wq : m->pt.enc_begin);
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_tgt_in, b->tgt_in, m->d_sent_id, m->B, T, d, V, sqrtf((float)d), p,
@@ -755,8 +762,8 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
         LayerActs *a = &m->enc[l];
         Act x = l ? m->enc[l - 1].x3 : m->enc_in;
         ffn_block_backward(m, L, a, a->x1, ns, S, p, drop_key(m, step, SITE_ENC + 4 * l + 2));
-        self_attn_block_backward(m, L, a, x, S, layer_gates(m, HEAD_ENC, l), layer_gate_grad(m, HEAD_ENC, l), p,
-                                 drop_key(m, step, SITE_ENC + 4 * l));
+        self_attn_block_backward(m, L, a, x, S, m->d_src_len, 0, layer_gates(m, HEAD_ENC, l),
+                                 layer_gate_grad(m, HEAD_ENC, l), p, drop_key(m, step, SITE_ENC + 4 * l));
         grads_ready(m, graphed, ready, ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
     }
     be->embed_backward(be, dE, dpos, m->g_x, m->d_src, b->src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,

@@ -66,6 +66,12 @@ typedef struct {
     Act hid, r3, x3;                    /* feed-forward */
     void *relu_mask;                    /* hid's ReLU mask (ops.h relu_mask_bytes) or NULL */
     float *m1, *s1, *m2, *s2, *m3, *s3;
+    /* the attention softmax's row statistics [B, h, T, 2] (self: Pst,
+     * cross: P2st), where a fused forward keeps them instead of P for a
+     * backward that recomputes the weights (attention.h); P_kept, P2_kept:
+     * whether the last forward stored P (1) or only these (0) */
+    float *Pst, *P2st;
+    int P_kept, P2_kept;
 } LayerActs;
 
 /* Called by backward whenever the gradients of buffer range [0, hi) are
@@ -90,6 +96,7 @@ typedef struct Model {
     size_t cap_ns, cap_nt, cap_pss, cap_ptt, cap_pts, cap_B;
     Act enc_in, dec_in;
     LayerActs *enc, *dec;
+    int attn_stats;   /* 1 while a training forward runs: attention may keep row statistics for P */
     Act logits;   /* [logits_rows, V]: one chunk of target rows (model_logits_rows) */
     size_t logits_rows;
     float *row_loss, *row_nll;

@@ -34,6 +34,9 @@ typedef struct Backend Backend;
  * (attention.h) */
 typedef struct { int B, h, dk, dv; } AttnShape;
 
+/* what a fused attention forward kept for backward (Backend.attention_forward) */
+enum { ATTN_DECLINED = 0, ATTN_KEPT_P = 1, ATTN_KEPT_STATS = 2 };
+
 /* element type of an activation's storage: fp32, bf16 (CUDA
  * precision=bf16: fp32's exponent range with an 8-bit mantissa, half the
  * bytes) or fp16 (CUDA precision=fp16: an 11-bit significand but a range
@@ -145,14 +148,21 @@ struct Backend {
 
     /* Optional (NULL: none): the multi-head attention core of attention.c
      * (attention_core_forward / _backward, same arguments and results) in
-     * fused kernels (CUDA: cuda/attention.cuh).  Each returns 1 when it ran,
-     * or 0, having done nothing, where the shape or the element types are
-     * beyond the kernels' limits: the caller then runs the GEMM and
-     * softmax sequence. */
-    int (*attention_forward)(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act ctx,
-                             int Tq, int Tk, const int32_t *key_len, int causal);
-    int (*attention_backward)(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, Act dP,
-                              Act dctx, Act dQ, Act dK, Act dV, int Tq, int Tk);
+     * fused kernels (CUDA: cuda/attention.cuh).  Each returns 0, having
+     * done nothing, where the shape or the element types are beyond the
+     * kernels' limits: the caller then runs the GEMM and softmax sequence.
+     * Forward returns ATTN_KEPT_P when it stored the weights in P, or,
+     * given stats ([B, h, Tq, 2] fp32, else NULL), ATTN_KEPT_STATS where
+     * it stored only each row's softmax maximum and 1/sum there and its
+     * backward recomputes P from Q, K and them (P is then left as it was:
+     * issue 44, fewer memory-bound passes).  Backward with stats (the
+     * forward's ATTN_KEPT_STATS) must run (it returns 1); without, it
+     * reads P. */
+    int (*attention_forward)(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P, float *stats,
+                             Act ctx, int Tq, int Tk, const int32_t *key_len, int causal);
+    int (*attention_backward)(Backend *be, AttnShape s, Act Q, int ldq, Act K, Act V, int ldkv, Act P,
+                              const float *stats, const int32_t *key_len, int causal, Act dP, Act dctx, Act dQ,
+                              Act dK, Act dV, int Tq, int Tk);
 
     /* Attention weights, in place over S [n_batch, n_heads, Tq, Tk]:
      * P = softmax(scale*S) over keys k < key_len[b] (and k <= q + q_offset if

@@ -1594,6 +1594,66 @@ static void fa_kernels_were(const FaCase *fc, int lowp)
     }
 }
 
+/* a new GPU activation of a's type holding a's n elements */
+static Act gpu_clone(Act a, size_t n)
+{
+    Act c = a.dtype == DT_F32 ? act_f32(gpu->alloc(gpu, 4 * n)) : gpu->alloc_act(gpu, n);
+    gpu->copy_act(gpu, c, a, n);
+    return c;
+}
+
+/* the n elements of GPU activations a and b, bit for bit (16-bit values
+ * widen to fp32 exactly), or (b.data NULL) all exactly 0 */
+static int gpu_same_bits(Act a, Act b, size_t n)
+{
+    float *x = malloc(4 * n), *y = calloc(n, 4);
+    gpu->download_act(gpu, x, a, n);
+    if (b.data) gpu->download_act(gpu, y, b, n);
+    int same = !memcmp(x, y, 4 * n);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* 16-bit: the forward given row statistics keeps them instead of P
+ * exactly where the one-kernel backward takes the shape, leaves P as it
+ * was (zeroed here) and writes the same ctx; that backward, recomputing
+ * P from Q, K and the statistics, writes dQ, dK, dV bit for bit as from
+ * the stored P.  ctx0, dQ0, dKV0: the outputs' contents before the first
+ * run (so that a kernel writing nothing fails) */
+static void fa_recompute_case(const FaCase *fc, Pair Q, Pair KV, Pair P, Pair ctx, Pair dctx, Pair dP, Pair dQ,
+                              Pair dKV, Act ctx0, Act dQ0, Act dKV0, const int32_t *kg, int ldq, int ldkv)
+{
+    AttnShape s = fc->s;
+    size_t ko = fc->self ? (size_t)s.h * s.dk : 0, vo = ko + (size_t)s.h * s.dk;
+    float *stats = gpu->alloc(gpu, sizeof(float) * 2 * s.B * s.h * fc->Tq);
+    Act Pz = gpu_clone(P.g, P.n);
+    gpu->zero_act(gpu, Pz, P.n);
+    int kept = gpu->attention_forward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, Pz, stats, ctx0,
+                                      fc->Tq, fc->Tk, kg, fc->causal);
+    int want = fc->one_kernel ? ATTN_KEPT_STATS : ATTN_KEPT_P;
+    int fwd_ok = kept == want && gpu_same_bits(ctx0, ctx.g, ctx.n) &&
+                 gpu_same_bits(Pz, want == ATTN_KEPT_P ? P.g : act_none(), P.n);
+    int bwd_ok = 1;
+    if (kept == ATTN_KEPT_STATS) {
+        int took = gpu->attention_backward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, Pz, stats, kg,
+                                           fc->causal, dP.g, dctx.g, dQ0, act_at(fc->self ? dQ0 : dKV0, ko),
+                                           act_at(fc->self ? dQ0 : dKV0, vo), fc->Tq, fc->Tk);
+        bwd_ok = took && gpu_same_bits(dQ0, dQ.g, dQ.n) && (fc->self || gpu_same_bits(dKV0, dKV.g, dKV.n));
+    }
+    checks++;
+    if (!fwd_ok || !bwd_ok) {
+        failures++;
+        printf("FAIL [%s] fused attention %s with row statistics: kept %d (want %d), forward %s, backward %s\n",
+               order_name, fc->what, kept, want, fwd_ok ? "same" : "differs", bwd_ok ? "same" : "differs");
+    } else {
+        printf("ok   [%s] fused attention %-34s %s\n", order_name, fc->what,
+               want == ATTN_KEPT_STATS ? "P recomputed from row statistics: same bits" : "keeps P (two-kernel backward)");
+    }
+    gpu->free(gpu, stats);
+    gpu->free(gpu, Pz.data);
+}
+
 /* Tolerances.  fp32: only the order of fp32 sums differs (FP32; measured
  * worst err/tol 0.16 for ctx, under 0.1 elsewhere).  16-bit (the tensor-core
  * kernels): the scores stay fp32 and P is rounded once when stored
@@ -1621,12 +1681,13 @@ static void fa_case(const FaCase *fc, int lowp)
     Pair dP = batched_pair(nP, lowp), dQ = batched_pair(nq, lowp), dKV = fc->self ? dQ : batched_pair(nkv, lowp);
     size_t ko = fc->self ? hk : 0, vo = ko + hk;
     char name[128];
+    Act ctx0 = gpu_clone(ctx.g, nctx), dQ0 = gpu_clone(dQ.g, nq), dKV0 = fc->self ? act_none() : gpu_clone(dKV.g, nkv);
     cuda_cost_log(1);
-    attention_core_forward(cpu, s, Q.c, ldq, act_at(KV.c, ko), act_at(KV.c, vo), ldkv, P.c, ctx.c, Tq, Tk, kc,
+    attention_core_forward(cpu, s, Q.c, ldq, act_at(KV.c, ko), act_at(KV.c, vo), ldkv, P.c, NULL, ctx.c, Tq, Tk, kc,
                            fc->causal);
     int took = gpu->attention_forward &&
-               gpu->attention_forward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, P.g, ctx.g, Tq, Tk,
-                                      kg, fc->causal);
+               gpu->attention_forward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, P.g, NULL, ctx.g, Tq,
+                                      Tk, kg, fc->causal);
     checks++;
     if (!took) {
         failures++;
@@ -1638,11 +1699,11 @@ static void fa_case(const FaCase *fc, int lowp)
     snprintf(name, sizeof name, "fused attention %s: ctx", fc->what);
     if (lowp) compare(name, ctx, 2 * U, 2 * U); else compare(name, ctx, FP32);
     if (lowp) sync_pair(P);
-    attention_core_backward(cpu, s, Q.c, ldq, act_at(KV.c, ko), act_at(KV.c, vo), ldkv, P.c, dP.c, dctx.c, dQ.c,
-                            act_at(dKV.c, ko), act_at(dKV.c, vo), Tq, Tk);
+    attention_core_backward(cpu, s, Q.c, ldq, act_at(KV.c, ko), act_at(KV.c, vo), ldkv, P.c, NULL, kc, fc->causal,
+                            dP.c, dctx.c, dQ.c, act_at(dKV.c, ko), act_at(dKV.c, vo), Tq, Tk);
     took = gpu->attention_backward &&
-           gpu->attention_backward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, P.g, dP.g, dctx.g, dQ.g,
-                                   act_at(dKV.g, ko), act_at(dKV.g, vo), Tq, Tk);
+           gpu->attention_backward(gpu, s, Q.g, ldq, act_at(KV.g, ko), act_at(KV.g, vo), ldkv, P.g, NULL, kg,
+                                   fc->causal, dP.g, dctx.g, dQ.g, act_at(dKV.g, ko), act_at(dKV.g, vo), Tq, Tk);
     checks++;
     if (!took) {
         failures++;
@@ -1655,6 +1716,10 @@ static void fa_case(const FaCase *fc, int lowp)
         snprintf(name, sizeof name, "fused attention backward %s: dK, dV", fc->what);
         if (lowp) compare(name, dKV, 2 * U, 4 * U); else compare(name, dKV, FP32);
     }
+    if (lowp) fa_recompute_case(fc, Q, KV, P, ctx, dctx, dP, dQ, dKV, ctx0, dQ0, dKV0, kg, ldq, ldkv);
+    gpu->free(gpu, ctx0.data);
+    gpu->free(gpu, dQ0.data);
+    if (!fc->self) gpu->free(gpu, dKV0.data);
     cpu->free(cpu, kc);
     gpu->free(gpu, kg);
     pair_free(Q); pair_free(P); pair_free(ctx); pair_free(dctx); pair_free(dP); pair_free(dQ);
@@ -1671,8 +1736,8 @@ static void fa_beyond_limits(void)
     Pair Q = batched_pair((size_t)3 * 130, 0), K = batched_pair((size_t)257 * 130, 0);
     Pair P = batched_pair((size_t)3 * 257, 0), ctx = batched_pair(3 * 4, 0);
     int have = gpu->attention_forward != NULL;
-    int took_d = have && gpu->attention_forward(gpu, wide, Q.g, 130, K.g, K.g, 130, P.g, ctx.g, 3, 5, kg, 0);
-    int took_t = have && gpu->attention_forward(gpu, narrow, Q.g, 4, K.g, K.g, 4, P.g, ctx.g, 3, 257, kg, 0);
+    int took_d = have && gpu->attention_forward(gpu, wide, Q.g, 130, K.g, K.g, 130, P.g, NULL, ctx.g, 3, 5, kg, 0);
+    int took_t = have && gpu->attention_forward(gpu, narrow, Q.g, 4, K.g, K.g, 4, P.g, NULL, ctx.g, 3, 257, kg, 0);
     checks++;
     if (!have) {
         failures++;
@@ -1740,16 +1805,16 @@ static void fp16_attention_scale_on(const char *path)
         }
     Pair Q = pair_act(q, nq), KV = pair_act(kv, nkv), P = pair_bf(nP, 1, 1), dP = pair_bf(nP, 1, 1);
     Pair ctx = pair_bf(nctx, 1, 1), dctx = pair_bf(nctx, 1, 1), dQ = pair_bf(nq, 1, 1), dKV = pair_bf(nkv, 1, 1);
-    attention_core_forward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, ctx.c, Tq, Tk, kc, 0);
-    attention_core_forward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, ctx.g, Tq, Tk, kg, 0);
+    attention_core_forward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, NULL, ctx.c, Tq, Tk, kc, 0);
+    attention_core_forward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, NULL, ctx.g, Tq, Tk, kg, 0);
     snprintf(name, sizeof name, "fp16 attention (%s), unscaled scores 88000: P", path);
     compare(name, P, BF_OUT);
     snprintf(name, sizeof name, "fp16 attention (%s), unscaled scores 88000: ctx", path);
     compare(name, ctx, BF_OUT);
-    attention_core_backward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, dP.c, dctx.c, dQ.c, dKV.c,
-                            act_at(dKV.c, hk), Tq, Tk);
-    attention_core_backward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, dP.g, dctx.g, dQ.g, dKV.g,
-                            act_at(dKV.g, hk), Tq, Tk);
+    attention_core_backward(cpu, sh, Q.c, hk, KV.c, act_at(KV.c, hk), w2, P.c, NULL, kc, 0, dP.c, dctx.c, dQ.c,
+                            dKV.c, act_at(dKV.c, hk), Tq, Tk);
+    attention_core_backward(gpu, sh, Q.g, hk, KV.g, act_at(KV.g, hk), w2, P.g, NULL, kg, 0, dP.g, dctx.g, dQ.g,
+                            dKV.g, act_at(dKV.g, hk), Tq, Tk);
     snprintf(name, sizeof name, "fp16 attention backward (%s): dQ", path);
     compare(name, dQ, 2 * U, 0.1);
     snprintf(name, sizeof name, "fp16 attention backward (%s): dK, dV", path);
@@ -1767,15 +1832,12 @@ static void fp16_attention_scale_on(const char *path)
 static void test_fp16_attention_scale(void)
 {
     fp16_attention_scale_on("fused");
-    int (*fwd)(Backend *, AttnShape, Act, int, Act, Act, int, Act, Act, int, int, const int32_t *, int) =
-        gpu->attention_forward;
-    int (*bwd)(Backend *, AttnShape, Act, int, Act, Act, int, Act, Act, Act, Act, Act, Act, int, int) =
-        gpu->attention_backward;
+    Backend hooks = *gpu;
     gpu->attention_forward = NULL;
     gpu->attention_backward = NULL;
     fp16_attention_scale_on("GEMM path");
-    gpu->attention_forward = fwd;
-    gpu->attention_backward = bwd;
+    gpu->attention_forward = hooks.attention_forward;
+    gpu->attention_backward = hooks.attention_backward;
 }
 
 /* The build's kernel list (Makefile CUDA_ARCH, '_' for spaces): a GPU runs
