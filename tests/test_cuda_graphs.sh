@@ -3,7 +3,7 @@
 # the CUDA emulator: a run with cuda_graphs=1 ends with parameters bitwise
 # equal to the same run with cuda_graphs=0, and logs the same losses, in
 # fp32 (1 rank; with head gates and the attention probe; with the fused
-# attention kernels), bf16 (2 ranks, NCCL and the MPI fallback; 2 ranks with
+# attention kernels), bf16 (1 rank with the tensor-core attention; 2 ranks, NCCL and the MPI fallback; 2 ranks with
 # update_freq 2), fp16 across loss-scale skips and growths, and across a
 # checkpoint and resume; each run replayed graphs (its "cuda graphs:" line).
 # The emulator replays exactly what a capture recorded, so a kernel argument
@@ -57,6 +57,9 @@ for s in 4 8 12; do
 done
 ok "attention probe between graph steps: the same maps at steps 4, 8, 12"
 TRANSFORMER_ATTENTION=fused same_run "fp32, 1 rank, fused attention kernels" one
+# bf16: the tensor-core kernels, whose forward keeps row statistics and whose
+# backward recomputes P from them (the model records which, per layer)
+TRANSFORMER_ATTENTION=fused same_run "bf16, 1 rank, tensor-core attention, P recomputed" one precision=bf16
 same_run "bf16, 2 ranks, NCCL" two precision=bf16
 same_run "bf16, 2 ranks, MPI on host copies" two precision=bf16 allreduce=mpi
 same_run "bf16, 2 ranks, update_freq 2" two precision=bf16 update_freq=2
