@@ -189,9 +189,11 @@ static int kernels_run(int dev)
  * one-line message on a value that is not one of theirs.
  * TRANSFORMER_ATTENTION=fused runs cuda/attention.cuh (on tensor cores for
  * bf16 and fp16: attention_tc.cuh); the default is
- * attention.c's batched GEMMs and separate softmax, the path measured on a
- * GPU, until a GPU run shows the fused kernels faster: the model prices
- * them from 4% faster to 13% slower (docs/performance.md).
+ * attention.c's batched GEMMs and separate softmax, the path a GPU has
+ * checked (gpu-accept), until a GPU run checks and times the fused
+ * kernels: the cost model, anchored to an H200's per-call times, prices
+ * them faster (base bf16 33.39 -> 27.67 ms; docs/performance.md
+ * "Anchored predictions"), but they have run on the emulator only.
  * TRANSFORMER_RELU_MASK=0 (the default): the FFN forward keeps no ReLU
  * bit-mask and the backward is a plain GEMM and one masking pass; =1 keeps
  * the cuBLASLt bit-mask for one DRELU matmul, which an H200 ran at a fifth
