@@ -62,6 +62,22 @@ static bool event_ready(cudaEvent_t e)
     return true;
 }
 
+/* a column sum whose last stage is held back (defer_sums, gemm.cuh): its
+ * chunk partials (sets x chunks x cols floats, in the sums arena) and the
+ * gradients they add into; no padding, as a launch's arguments are hashed
+ * byte for byte under CUDA Graphs (graph.cuh) */
+struct SumsEntry {
+    const float *part;
+    float *out[3];
+    int chunks, cols, sets, pad;
+};
+#define SUMS_MAX 48   /* entries one final launch takes (its argument: 2.5 KB of the 4 KB) */
+struct SumsList {
+    SumsEntry e[SUMS_MAX];
+    int col_start[SUMS_MAX + 2];   /* entry i's columns (sets x cols) start at col_start[i] */
+    int n, pad;
+};
+
 struct CudaImpl {
     int device;
     Precision precision;   /* the config key's (config.h) */
@@ -80,6 +96,14 @@ struct CudaImpl {
     size_t seg_cap;
     float *embed_part;
     size_t embed_part_cap;
+    /* held-back column sums (defer_sums, gemm.cuh): while defer_sums is
+     * on, the partials go to sums_arena (bump-allocated: sums_used of
+     * sums_cap floats; sums_asked since the last release) and their last
+     * stages wait in sums_pending */
+    bool defer_sums;
+    float *sums_arena;
+    size_t sums_cap, sums_used, sums_asked;
+    std::vector<SumsEntry> sums_pending;
     /* device pointer arrays of cublasGemmBatchedEx (A | B | C) */
     void **gptrs;
     size_t gptrs_cap;

@@ -15,6 +15,7 @@ static void cuda_destroy(Backend *be)
     if (I->part) cudaFree(I->part);
     if (I->seg) cudaFree(I->seg);
     if (I->embed_part) cudaFree(I->embed_part);
+    if (I->sums_arena) cudaFree(I->sums_arena);
     if (I->gptrs) cudaFree(I->gptrs);
     for (int k = 0; k < 2; k++) {
         if (I->seg_host[k]) cudaFreeHost(I->seg_host[k]);
@@ -192,7 +193,7 @@ static int kernels_run(int dev)
  * attention.c's batched GEMMs and separate softmax, the path a GPU has
  * checked (gpu-accept), until a GPU run checks and times the fused
  * kernels: the cost model, anchored to an H200's per-call times, prices
- * them faster (base bf16 33.39 -> 27.67 ms; docs/performance.md
+ * them faster (base bf16 32.88 -> 27.16 ms; docs/performance.md
  * "Anchored predictions"), but they have run on the emulator only.
  * TRANSFORMER_RELU_MASK=0 (the default): the FFN forward keeps no ReLU
  * bit-mask and the backward is a plain GEMM and one masking pass; =1 keeps
@@ -287,6 +288,7 @@ static Backend *op_table(CudaImpl *I, bool fused_attention)
     be->attention_backward = fused_attention ? cuda_attention_backward : NULL;
     be->residual_ln_forward = cuda_residual_ln_forward;
     be->residual_ln_backward = cuda_residual_ln_backward;
+    be->defer_sums = cuda_defer_sums;
     be->embed_forward = cuda_embed_forward;
     be->embed_backward = cuda_embed_backward;
     be->head_gate_forward = cuda_head_gate_forward;

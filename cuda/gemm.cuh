@@ -456,13 +456,109 @@ static __global__ void k_colsum_final(const float *part, int chunks, int cols, f
     if (threadIdx.x == 0) st(out, c, ld(out, c) + s);
 }
 
+/* The last stages held back (issue 44, fewer launches).  A step's
+ * backward ends 42 column sums (base: each LayerNorm's dgamma, dbeta and
+ * the FFN's b2, each FFN's b1) with a launch of k_colsum_final each, a
+ * kernel that is little more than its launch.  While defer_sums is on (the
+ * model turns it on for a backward: ops.h), each partial kernel writes
+ * into a slot of its own in the sums arena and its last stage waits in
+ * sums_pending, and one launch of k_colsum_final_list runs them all where
+ * the model releases them, before anything reads a gradient (the
+ * gradient hook, the end of backward).  Each column is summed by the same
+ * warp arithmetic as k_colsum_final's: the gradients are bitwise those of
+ * the launches one by one. */
+static __global__ void k_colsum_final_list(SumsList L)
+{
+    int c = blockIdx.x * CF_COLS + threadIdx.y, i = 0;
+    if (c >= L.col_start[L.n]) return;   /* the whole warp: c is the warp's */
+    while (c >= L.col_start[i + 1]) i++;
+    const SumsEntry &e = L.e[i];
+    c -= L.col_start[i];
+    int set = c / e.cols;
+    c -= set * e.cols;
+    const float *part = e.part + (size_t)set * e.chunks * e.cols;
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < e.chunks; k += 32) s += ld(part, (size_t)k * e.cols + c);
+    s = warp_sum(s);
+    if (threadIdx.x == 0) st(e.out[set], c, ld(e.out[set], c) + s);
+}
+
+/* the held-back last stages, in one launch (nothing pending: none) */
+static void sums_flush(Backend *be)
+{
+    CudaImpl *I = IMPL(be);
+    size_t n = I->sums_pending.size();
+    if (!n) return;
+    SumsList L;
+    memset(&L, 0, sizeof L);   /* hashed byte for byte under graphs: no stray bytes */
+    double rd = 0, wr = 0;
+    for (size_t i = 0; i < n; i++) {
+        const SumsEntry &e = I->sums_pending[i];
+        L.e[i] = e;
+        L.col_start[i + 1] = L.col_start[i] + e.sets * e.cols;
+        rd += ((double)e.chunks + 1) * e.sets * e.cols * sizeof(float);
+        wr += (double)e.sets * e.cols * sizeof(float);
+    }
+    L.n = (int)n;
+    int cols = L.col_start[n];
+    dim3 fgrid((cols + CF_COLS - 1) / CF_COLS), fblock(32, CF_COLS);
+    DECLARE_KERNEL(k_colsum_final_list, "colsums", 4 * sizeof(float), rd, wr, rd / sizeof(float));
+    LAUNCH(k_colsum_final_list, fgrid, fblock, 0, I->stream, L);
+    CKL();
+    I->sums_pending.clear();
+}
+
+/* n floats of the sums arena for one held-back column sum's partials;
+ * where it is full, the pending last stages run first and it grows to
+ * twice what has been asked since the last release (sums_asked), so that
+ * the next step fits whole: a growth drops the step's graphs */
+static float *sums_slot(Backend *be, size_t n)
+{
+    CudaImpl *I = IMPL(be);
+    n = (n + 3) & ~(size_t)3;   /* 16-byte aligned slots */
+    I->sums_asked += n;
+    if (I->sums_used + n > I->sums_cap) {
+        sums_flush(be);
+        size_t want = 2 * I->sums_asked;
+        graph_realloc(I, I->sums_arena != NULL);
+        if (I->sums_arena) {
+            stream_sync(I, "colsums");   /* the flush above reads the old arena */
+            CK(cudaFree(I->sums_arena));
+        }
+        I->sums_arena = NULL;
+        CK(cudaMalloc((void **)&I->sums_arena, want * sizeof(float)));
+        I->sums_cap = want;
+        I->sums_used = 0;
+    }
+    float *p = I->sums_arena + I->sums_used;
+    I->sums_used += n;
+    return p;
+}
+
+/* Backend.defer_sums (ops.h): on, the column sums' last stages wait;
+ * off, they run now (one launch) and the arena is free again.
+ * TRANSFORMER_DEFER_SUMS=0 (tests) keeps every last stage a launch of its
+ * own, for the bitwise comparison */
+static void cuda_defer_sums(Backend *be, int on)
+{
+    CudaImpl *I = IMPL(be);
+    static const bool off = getenv("TRANSFORMER_DEFER_SUMS") && !strcmp(getenv("TRANSFORMER_DEFER_SUMS"), "0");
+    if (!on || off) {
+        sums_flush(be);
+        I->sums_used = I->sums_asked = 0;
+    }
+    I->defer_sums = on && !off;
+}
+
 /* the column sums' partial-sum scratch of at least n floats, for op (the
  * cost log's name of a sync that grows it); it grows to twice the need, as
  * the other scratch does, so that batches creeping up in length do not
- * regrow it (each growth drops the captured CUDA Graphs: graph_realloc) */
+ * regrow it (each growth drops the captured CUDA Graphs: graph_realloc).
+ * While the last stages are held back, a slot of the sums arena instead */
 static float *part_buffer(Backend *be, size_t n, const char *op)
 {
     CudaImpl *I = IMPL(be);
+    if (I->defer_sums) return sums_slot(be, n);
     if (n > I->part_cap) {
         graph_realloc(I, I->part != NULL);
         if (I->part) {
@@ -478,16 +574,24 @@ static float *part_buffer(Backend *be, size_t n, const char *op)
 
 /* out += the column sums of chunks rows of partials (stage 2); with out2,
  * out2 += those of the chunks rows after them, and with out3 too, out3 +=
- * those of the third set, in the same launch */
+ * those of the third set, in the same launch; held back (sums_pending)
+ * while defer_sums is on */
 static void colsum_final(Backend *be, const float *part, int chunks, int cols, float *out, float *out2 = NULL,
                          float *out3 = NULL)
 {
+    CudaImpl *I = IMPL(be);
+    int sets = 1 + (out2 != NULL) + (out2 && out3);
+    if (I->defer_sums) {
+        if (I->sums_pending.size() == SUMS_MAX) sums_flush(be);
+        I->sums_pending.push_back(SumsEntry{ part, { out, out2, out3 }, chunks, cols, sets, 0 });
+        return;
+    }
     /* the partials, and out read and written */
-    int n = (1 + (out2 != NULL) + (out2 && out3)) * cols;
+    int n = sets * cols;
     dim3 fgrid((n + CF_COLS - 1) / CF_COLS), fblock(32, CF_COLS);
     DECLARE_KERNEL(k_colsum_final, "colsums", 4 * sizeof(float), ((double)chunks + 1) * n * sizeof(float),
                    n * sizeof(float), (double)chunks * n);
-    LAUNCH(k_colsum_final, fgrid, fblock, 0, IMPL(be)->stream, part, chunks, cols, out, out2, out3);
+    LAUNCH(k_colsum_final, fgrid, fblock, 0, I->stream, part, chunks, cols, out, out2, out3);
     CKL();
 }
 

@@ -715,9 +715,12 @@ static int step_graph_begin(Model *m, uint32_t step, int train, int do_backward,
  * allreduce, runs between two of the step graph's segments */
 static void grads_ready(Model *m, int graphed, GradReadyFn ready, void *ready_ctx, size_t hi)
 {
+    Backend *be = m->be;
     if (!ready) return;
-    if (graphed) m->be->graph_break(m->be);
+    if (be->defer_sums) be->defer_sums(be, 0);   /* the pending column sums: the hook reads the gradients */
+    if (graphed) be->graph_break(be);
     ready(ready_ctx, hi);
+    if (be->defer_sums && hi < m->pt.total) be->defer_sums(be, 1);
 }
 
 LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int train, int do_backward,
@@ -742,6 +745,7 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
 
     float *dE = GRD(m->pt.embedding);
     float *dpos = m->pt.has_pos ? GRD(m->pt.pos_embedding) : NULL;
+    if (be->defer_sums) be->defer_sums(be, 1);   /* released before each gradient hook and the source embedding */
     be->zero_act(be, m->g_enc, (size_t)ns * d);
     for (int l = N - 1; l >= 0; l--) {
         const LayerOffsets *L = &m->pt.dec[l];
@@ -766,6 +770,9 @@ LossStats model_forward_backward(Model *m, const Batch *b, uint32_t step, int tr
                                  layer_gate_grad(m, HEAD_ENC, l), p, drop_key(m, step, SITE_ENC + 4 * l));
         grads_ready(m, graphed, ready, ready_ctx, l ? m->pt.enc[l - 1].self_attn.Wq : m->pt.emb_begin);
     }
+    /* the last column sum is done: release them here, in the step graph's
+     * segment before the source embedding's eager one */
+    if (be->defer_sums) be->defer_sums(be, 0);
     be->embed_backward(be, dE, dpos, m->g_x, m->d_src, b->src, m->d_sent_id, m->B, S, d, V, sqrtf((float)d), p,
                        drop_key(m, step, SITE_SRC_EMB));
     grads_ready(m, graphed, ready, ready_ctx, m->pt.total);

@@ -188,6 +188,15 @@ struct Backend {
                                  Act dy, Act r, const float *mean, const float *rstd,
                                  const float *gamma, int rows, int d, float p_drop, DropoutKey key,
                                  const uint32_t *sent_id, int T);
+    /* Optional (NULL: every op's gradients are final when it returns).
+     * defer_sums(be, 1): from now on the parameter gradients that the ops
+     * above sum over rows (bias_backward, linear_relu_backward,
+     * residual_ln_backward) may be left pending, to be added in one pass;
+     * defer_sums(be, 0): add every pending sum into its gradient now, and
+     * stop deferring.  The model defers during a backward and releases
+     * before anything reads a gradient (the gradient hook, the end of
+     * backward); the results are bitwise those without deferring. */
+    void (*defer_sums)(Backend *be, int on);
 
     /* out[b,t] = dropout(E[tok]*scale + pos[t]) with pos the sinusoids of
      * section 3.5 (pos_table == NULL) or learned rows pos_table[t] */
