@@ -10,6 +10,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
 # skip REASON: the test cannot run here (exit 77, counted as skipped by run_all.sh)
 skip() { echo "skipped: $*"; exit 77; }
+# need_emulator BINARY...: the CUDA emulator's tests need the CUDA headers
+# (a machine without them skips, with one line) and the emulator binaries
+# that make tests builds from them (missing: a failure)
+need_emulator() {
+    if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
+        echo "skip: no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"; exit 0
+    fi
+    local b
+    for b in "$@"; do
+        [ -x "$b" ] || fail "emulator binary $b missing (make tests; needs the CUDA headers)"
+    done
+}
 # need_multi30k: sets M to a folder holding Multi30k's text files: the shared
 # data beside the checkout, else data/raw/multi30k, fetched there once through
 # input/prepare.sh's download path (sha256-checked).  A clone without

@@ -9,10 +9,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 EMU=$TOP/bin/tests/emu-transformer
 STEP=$TOP/bin/tests/test_cuda_step
-if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
-    echo "skip: no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"; exit 0
-fi
-[ -x "$EMU" ] && [ -x "$STEP" ] || fail "emulator binaries missing (make tests; needs the CUDA headers)"
+need_emulator "$EMU" "$STEP"
 export OMP_NUM_THREADS=1
 # two emulated GPUs: the 2-rank runs below take one each (one rank per GPU)
 export CUDA_EMU_DEVICES=2

@@ -13,10 +13,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 EMU=$TOP/bin/tests/emu-transformer
-if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
-    echo "skip: no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"; exit 0
-fi
-[ -x "$EMU" ] || fail "emulator binary missing (make tests; needs the CUDA headers)"
+need_emulator "$EMU"
 export OMP_NUM_THREADS=1 CUDA_EMU_DEVICES=2
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 # 40 pairs in batches of at most 160 tokens: a few shapes, each seen again

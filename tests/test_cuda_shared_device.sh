@@ -15,10 +15,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 EMU=$TOP/bin/tests/emu-transformer
 INIT=$TOP/bin/tests/emu-nccl-init
-if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
-    echo "skip: no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"; exit 0
-fi
-[ -x "$EMU" ] && [ -x "$INIT" ] || fail "emulator binaries missing (make tests; needs the CUDA headers)"
+need_emulator "$EMU" "$INIT"
 export OMP_NUM_THREADS=1 CUDA_EMU_DEVICES=1 CUDA_EMU_STRICT=${CUDA_EMU_STRICT:-1}
 # this test's accounting files (/dev/shm/cuda-emu-SESSION-UUID), apart from any other run's
 export CUDA_EMU_SESSION=test-shared-device-$$
