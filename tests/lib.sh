@@ -11,12 +11,11 @@ ok() { echo "ok: $*"; }
 # skip REASON: the test cannot run here (exit 77, counted as skipped by run_all.sh)
 skip() { echo "skipped: $*"; exit 77; }
 # need_emulator BINARY...: the CUDA emulator's tests need the CUDA headers
-# (a machine without them skips, with one line) and the emulator binaries
-# that make tests builds from them (missing: a failure)
+# (a machine without them skips, with one line, counted as skipped) and the
+# emulator binaries that make tests builds from them (missing: a failure)
 need_emulator() {
-    if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
-        echo "skip: no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"; exit 0
-    fi
+    [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ] ||
+        skip "no CUDA headers under ${CUDA_HOME:-/usr/local/cuda} (the emulator needs them; see README)"
     local b
     for b in "$@"; do
         [ -x "$b" ] || fail "emulator binary $b missing (make tests; needs the CUDA headers)"
