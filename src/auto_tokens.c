@@ -14,7 +14,9 @@
  * cuBLAS workspace (on the first GEMM; up to 32 MiB per handle on
  * Hopper), NCCL's buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer:
  * hundreds of MiB on a node), the bf16/fp16 GEMM conversion scratch (as
- * large as the widest fp32 operand converted), greedy decoding's logits,
+ * large as the widest fp32 operand converted), the column sums' partials
+ * held back during a backward (cuda/gemm.cuh's sums arena: about 2% of
+ * base's activations at 25,000 tokens), greedy decoding's logits,
  * kernels loaded on first use (CUDA lazy loading) and allocation rounding
  * and fragmentation (2 MiB pages).  The CUDA context itself already exists
  * when free memory is read.  The half cap is for small devices (a MIG
