@@ -136,34 +136,62 @@ table3_layout() {
 # (docs/performance.md, tests/gpu/calibration/cf63d2a-h200/kit-call1.md):
 # base (63,045,632 parameters) 694,824 tok/s, big (214,171,648) 303,571
 MEASURED_RATES="63045632 694824 214171648 303571"
+# the measured CPU rate of one lane (one rank, threads=1, two lanes side by
+# side on the 2-core VM): base′ (1,639,936 parameters, 2000-token steps) of
+# the converged sweep, 141,000,000 target tokens in 20,717 s of training over
+# its three seeds, 0.294 s a step (docs/results-multi30k.md, "Compute")
+MEASURED_CPU_RATE="1639936 6806"
+
+# table3_row_hours PARAMS STEPS TOKENS: hours of training for a row of PARAMS
+# parameters, STEPS steps of TOKENS target tokens.  On a GPU (DEVICE=cuda,
+# the default) at the rate of a power law through base's and big's measured
+# rates; on the CPU (DEVICE=cpu) at base′'s measured lane rate times
+# base′'s parameters / PARAMS (a CPU step is bound by its FLOPs, ~6 x
+# parameters a token)
+table3_row_hours() {
+    if [ "${DEVICE:-cuda}" = cpu ]; then
+        awk -v p="$1" -v s="$2" -v t="$3" -v r="$MEASURED_CPU_RATE" 'BEGIN {
+            split(r, m, " "); printf "%.6f", s * t / (m[2] * m[1] / p) / 3600 }'
+    else
+        awk -v p="$1" -v s="$2" -v t="$3" -v r="$MEASURED_RATES" 'BEGIN {
+            split(r, m, " "); a = log(m[4] / m[2]) / log(m[1] / m[3])
+            printf "%.6f", s * t / (m[2] * (m[1] / p) ^ a) / 3600 }'
+    fi
+}
 
 # table3_print_layout: one line per distinct layout of the selected rows
 # (GPUs per row, micro-batch tokens, update_freq, tokens a step against the
-# paper's ~25000), and the sweep's estimated GPU-hours from the measured
-# step: each row's steps x tokens a step at the rate of its parameter count
-# (a power law through base's and big's measured rates), on the GPUs of
-# the row at no loss to communication (a lower bound)
+# paper's ~25000), and the sweep's estimated hours of training from the
+# measured step: each row's steps x tokens a step at the rate of its
+# parameter count (table3_row_hours): GPU-hours on the GPUs of the row at no
+# loss to communication (a lower bound), or with DEVICE=cpu lane-hours
 table3_print_layout() {
-    local i i2 cfg key p steps seen=() rows=() n gpuh total=0 missing=""
+    local i i2 cfg key p steps seen=() rows=() n gpuh total=0 missing="" unit=GPU
+    [ "${DEVICE:-cuda}" = cpu ] && unit=rank
     for i in "${IDX[@]}"; do
         cfg=$SWEEP/configs/${ROWS[$i]}.cfg
         table3_overrides "$cfg" || return 1
         CFG=$cfg
-        key="$LAYOUT_R GPU$([ "$LAYOUT_R" = 1 ] || echo s) a row, micro-batch $LAYOUT_M tokens x update_freq $LAYOUT_U = $LAYOUT_STEP tokens a step (the paper: ~25000)${LAYOUT_NOTE:+; $LAYOUT_NOTE}"
+        key="$LAYOUT_R $unit$([ "$LAYOUT_R" = 1 ] || echo s) a row, micro-batch $LAYOUT_M tokens x update_freq $LAYOUT_U = $LAYOUT_STEP tokens a step (the paper: ~25000)${LAYOUT_NOTE:+; $LAYOUT_NOTE}"
         n=""
         for i2 in "${!seen[@]}"; do [ "${seen[$i2]}" = "$key" ] && n=$i2; done
         if [ -z "$n" ]; then seen+=("$key"); rows+=("${ROWS[$i]}"); else rows[$n]+=" ${ROWS[$i]}"; fi
         p=$("$BIN" params --config "$cfg" "${OVR[@]}" 2>/dev/null | awk '$1 == "params" { print $2; exit }')
         steps=$(row_key train_steps); steps=${steps:-2000}
         if [ -z "$p" ]; then missing+=" ${ROWS[$i]}"; continue; fi
-        gpuh=$(awk -v p="$p" -v s="$steps" -v t="$LAYOUT_STEP" -v r="$MEASURED_RATES" 'BEGIN {
-            split(r, m, " "); a = log(m[4] / m[2]) / log(m[1] / m[3])
-            printf "%.6f", s * t / (m[2] * (m[1] / p) ^ a) / 3600 }')
+        gpuh=$(table3_row_hours "$p" "$steps" "$LAYOUT_STEP")
         total=$(awk -v a="$total" -v b="$gpuh" 'BEGIN { printf "%.6f", a + b }')
     done
     for n in "${!seen[@]}"; do
         echo "layout: ${seen[$n]}: rows ${rows[$n]}"
     done
+    if [ "${DEVICE:-cuda}" = cpu ]; then
+        awk -v t="$total" -v m="$missing" -v n="${PARALLEL:-}" 'BEGIN {
+            printf "estimate: %.1f lane-hours of training on the CPU at train_steps (a run that stops by patience takes fewer; base′ measured at 6,806 tokens/s a lane, one rank with threads=1, scaled by parameters; evaluations and decoding on top)%s%s\n",
+                t, n == "" ? "" : sprintf("; %.1f hours with PARALLEL=%d lanes", t / n, n),
+                m == "" ? "" : "; no estimate for" m " (params failed)" }'
+        return 0
+    fi
     awk -v t="$total" -v m="$missing" -v p="${PRECISION:-auto}" 'BEGIN {
         printf "estimate: %.1f GPU-hours of training at bf16 on H200s, a lower bound (base and big measured at 25,010-token steps, docs/performance.md, scaled by parameters; a small model'"'"'s short steps are launch-bound; PRECISION=%s; fp32 is 6-8x slower, other GPUs differ)%s\n",
             t, p, m == "" ? "" : "; no estimate for" m " (params failed)" }'

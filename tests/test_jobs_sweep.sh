@@ -9,7 +9,7 @@
 #   3b. a PYTHON that cannot import what a row's result needs fails the row
 #      in one line before it trains (the GPU image lacked sacremoses);
 #   4. the batch layout of the real row configs is printed (1 GPU a row,
-#      25000 tokens a step, GPU-hours); MAX_TOKENS recomputes update_freq and
+#      25000 tokens a step, GPU-hours; DEVICE=cpu: lane-hours); MAX_TOKENS recomputes update_freq and
 #      says so; a layout that changes the global batch is refused in one line.
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
@@ -108,11 +108,21 @@ ok "a PYTHON without sacremoses fails the row in one line before it trains"
 # 25000-token micro-batch a step; MAX_TOKENS recomputes update_freq and says
 # so; MAX_TOKENS or UPDATE_FREQ that would change the global batch are
 # refused in one line, before anything is written; BATCH_TOKENS changes it
-layout() { bash -c '. jobs/table3-stages.sh; table3_prepare "$@" && table3_print_layout' - "$@"; }
+layout() { BIN=$BIN bash -c '. jobs/table3-stages.sh; table3_prepare "$@" && table3_print_layout' - "$@"; }
 out=$(layout "$tmp/lay1" base big) || fail "layout of the default sweep failed: $out"
 grep -qx 'layout: 1 GPU a row, micro-batch 25000 tokens x update_freq 1 = 25000 tokens a step (the paper: ~25000): rows base big' \
     <<< "$out" || fail "default layout not printed as expected: $out"
-grep -qE '^estimate: [0-9.]+ GPU-hours of training at bf16 on H200s' <<< "$out" || fail "no GPU-hour estimate: $out"
+# by hand: base 100000 steps x 25000 tokens at the measured 694,824 tok/s
+# (1.000 h) and big 300000 x 25000 at 303,571 (6.863 h): 7.9 GPU-hours
+grep -qE '^estimate: 7\.9 GPU-hours of training at bf16 on H200s' <<< "$out" || fail "not base's and big's 7.9 GPU-hours: $out"
+# DEVICE=cpu: lane-hours at base′'s measured lane rate, by hand: base′ and A1
+# have 1,639,936 parameters each, 35400 steps of 2000 tokens at 6806 tokens/s
+# = 2.889 h a run; two runs on PARALLEL=2 lanes 2.9 h
+out=$(DEVICE=cpu PARALLEL=2 TABLE3_DIR=input/table3-m30k-conv layout "$tmp/layc" base A1) || fail "DEVICE=cpu layout failed: $out"
+grep -q '^layout: 1 rank a row, micro-batch 2000 tokens x update_freq 1 = 2000 tokens a step' <<< "$out" ||
+    fail "DEVICE=cpu: the layout should count ranks: $out"
+grep -qE '^estimate: 5\.8 lane-hours of training on the CPU at train_steps .*; 2\.9 hours with PARALLEL=2 lanes$' <<< "$out" ||
+    fail "DEVICE=cpu: not base′'s and A1's 2 x 2.889 lane-hours: $out"
 out=$(MAX_TOKENS=6250 layout "$tmp/lay2" base) || fail "MAX_TOKENS=6250 on 1 GPU refused: $out"
 grep -q 'micro-batch 6250 tokens x update_freq 4 = 25000 tokens a step.*update_freq 4 recomputed from MAX_TOKENS=6250' \
     <<< "$out" || fail "MAX_TOKENS=6250: the recomputed update_freq is not stated: $out"
@@ -124,7 +134,7 @@ expect_error 2 "^error: row base: 1 GPU(s) x max_tokens 3125 x update_freq 2 = 6
     env UPDATE_FREQ=2 MAX_TOKENS=3125 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay4" base
 out=$(MAX_TOKENS=6250 GPUS_PER_ROW=8 BATCH_TOKENS=50000 layout "$tmp/lay5" base) || fail "BATCH_TOKENS=50000 refused: $out"
 grep -q '8 GPUs a row, micro-batch 6250 tokens x update_freq 1 = 50000 tokens a step' <<< "$out" || fail "BATCH_TOKENS=50000: $out"
-ok "layout: printed (1 GPU a row, 25000 tokens a step, GPU-hours); MAX_TOKENS recomputes update_freq and says so; a changed global batch is refused in one line"
+ok "layout: printed (1 GPU a row, 25000 tokens a step, GPU-hours; DEVICE=cpu: lane-hours by hand); MAX_TOKENS recomputes update_freq and says so; a changed global batch is refused in one line"
 
 # ---- 5: the jobs' precision: the fast one the GPU has, said; recorded per row --
 prec() { bash -c '. jobs/lib.sh; job_precision "$@"; print_precision' - "$@"; }

@@ -101,10 +101,10 @@ out=$(GPUS_PER_ROW=8 MAX_TOKENS=6250 BATCH_TOKENS= TABLE3_DIR=$TABLE3_SRC jobs/s
 ok "submit-table3.sh: 8 GPUs x MAX_TOKENS=6250 (a 50000-token step) refused in one line, nothing submitted"
 TABLE3_DIR=$TABLE3_SRC jobs/submit-table3.sh "$T/sweep" > "$T/submit.out" 2>&1 || { cat "$T/submit.out"; fail "submit-table3.sh failed"; }
 read -r A1 AN1 < <(tail -n 1 "$T/submit.out")
-grep -qx "layout: 1 GPU a row, micro-batch 400 tokens x update_freq 1 = 400 tokens a step (the paper: ~25000): rows $(cd $TABLE3_SRC && ls *.cfg | sed 's/\.cfg$//' | tr '\n' ' ' | sed 's/ $//')" "$T/submit.out" ||
+grep -qx "layout: 1 rank a row, micro-batch 400 tokens x update_freq 1 = 400 tokens a step (the paper: ~25000): rows $(cd $TABLE3_SRC && ls *.cfg | sed 's/\.cfg$//' | tr '\n' ' ' | sed 's/ $//')" "$T/submit.out" ||
     { cat "$T/submit.out"; fail "submit-table3.sh did not print the layout before submitting"; }
-grep -q '^estimate: .* GPU-hours' "$T/submit.out" || fail "submit-table3.sh printed no GPU-hour estimate"
-ok "submit-table3.sh printed the layout (1 GPU a row, 400 tokens a step) and the GPU-hours before submitting"
+grep -qE '^estimate: [0-9.]+ lane-hours of training on the CPU' "$T/submit.out" || fail "submit-table3.sh (DEVICE=cpu) printed no lane-hour estimate"
+ok "submit-table3.sh printed the layout (1 rank a row, 400 tokens a step) and the CPU lane-hours before submitting"
 mkdir -p "$T/bad-configs"
 cp $TABLE3_SRC/A1.cfg "$T/bad-configs/"
 printf 'row = bad\nn_layers = 2\nd_modle = 64\n' > "$T/bad-configs/bad.cfg"
