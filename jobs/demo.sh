@@ -5,16 +5,26 @@
 # the last checkpoints, translates the dev set with beam search, writes the
 # attention maps of a few sentences and plots them with the training curves.
 #   bash jobs/demo.sh [RUN_DIR]      (RANKS=2, STEPS=... override)
+# RUN_DIR is emptied first, so a directory that holds anything but an earlier
+# demo's files (its marker .demo-run) is refused, never deleted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tests/install-deps.sh
-make -j2
-. tests/lib.sh
 RUN=${1:-runs/demo}
 RANKS=${RANKS:-2}
 STEPS=${STEPS:-2000}
+die() { echo "error: $*" >&2; exit 2; }
+case $RANKS in ''|*[!0-9]*|0*) die "RANKS='$RANKS': not a positive integer" ;; esac
+case $STEPS in ''|*[!0-9]*|0*) die "STEPS='$STEPS': not a positive integer" ;; esac
+[ "$STEPS" -ge 10 ] || die "STEPS=$STEPS: the demo checkpoints every STEPS/10 steps; give at least 10"
+if [ -e "$RUN" ] && [ ! -e "$RUN/.demo-run" ] && [ -n "$(ls -A "$RUN" 2>/dev/null || echo x)" ]; then
+    die "$RUN: exists and is not an earlier demo's directory (no $RUN/.demo-run): the demo empties its RUN_DIR; give a new one"
+fi
+bash tests/install-deps.sh
+make -j2
+. tests/lib.sh
 rm -rf "$RUN"
 mkdir -p "$RUN"
+touch "$RUN/.demo-run"
 echo "== train: $RANKS ranks, $STEPS steps, embedded synthetic task (reversal) -> $RUN"
 mpirun -np "$RANKS" --bind-to none bin/transformer train run_dir="$RUN" train_steps="$STEPS" \
     ckpt_steps=$((STEPS / 10)) keep_ckpts=5 log_steps=100 eval_steps=500 attn_steps=250 threads=1 |
