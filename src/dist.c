@@ -203,6 +203,27 @@ static void cpu_list(const cpu_set_t *s, char *out, int cap)
     }
 }
 
+/* Open MPI 4 binds each rank to one core when a job has at most 2 ranks and
+ * the user asked for no binding: `mpirun -n 1` trains on one core of a
+ * 64-core node, and two such jobs share core 0.  That default is told apart
+ * from a binding the user chose by its environment: the launcher bound the
+ * rank (OMPI_MCA_orte_bound_at_launch=1) with no policy passed down (any
+ * --bind-to, or the MCA variable, sets OMPI_MCA_hwloc_base_binding_policy).
+ * Then the CPUs the job was given are the launcher's own (mpirun or orted,
+ * the rank's parent: a cgroup or taskset still applies), which the node's
+ * ranks split as if they were unbound.  Returns 1 and sets *allowed to them. */
+static int undo_default_binding(cpu_set_t *allowed)
+{
+    const char *bound = getenv("OMPI_MCA_orte_bound_at_launch");
+    if (!bound || strcmp(bound, "1") || getenv("OMPI_MCA_hwloc_base_binding_policy")) return 0;
+    cpu_set_t launcher;
+    CPU_ZERO(&launcher);
+    if (sched_getaffinity(getppid(), sizeof launcher, &launcher)) return 0;
+    if (CPU_COUNT(&launcher) <= CPU_COUNT(allowed)) return 0;
+    *allowed = launcher;
+    return 1;
+}
+
 int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
 {
     cpu_set_t allowed, mine;
@@ -213,6 +234,7 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
         int t = (int)(n / d->local_size);
         return threads > 0 ? threads : t > 0 ? t : 1;
     }
+    int unbound = undo_default_binding(&allowed);
     int n_allowed = CPU_COUNT(&allowed);
     /* Did the launcher already give each local rank its own CPUs (mpirun
      * --bind-to, srun --cpu-bind)?  Then the sets differ between ranks. */
@@ -224,6 +246,7 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
     if (!shared) {
         mine = allowed;
         how = d->local_size > 1 ? "bound by launcher" : "all allowed";
+        if (unbound && sched_setaffinity(0, sizeof mine, &mine)) sched_getaffinity(0, sizeof mine, &mine);
     } else if (n_allowed >= d->local_size) {
         /* split the shared set: local rank r takes the r-th contiguous slice */
         int per = n_allowed / d->local_size, k = 0;
@@ -240,6 +263,7 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
         mine = allowed;
         how = "oversubscribed, not pinned";
         if (threads <= 0) threads = 1;
+        if (unbound) sched_setaffinity(0, sizeof mine, &mine);
     }
     int n_mine = CPU_COUNT(&mine);
     if (threads <= 0) threads = n_mine > 0 ? n_mine : 1;
@@ -264,7 +288,8 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
     }
     char list[128];
     cpu_list(&mine, list, sizeof list);
-    snprintf(desc, cap, "cpus %s (%s)%s", list, how, pinned ? ", threads pinned" : "");
+    snprintf(desc, cap, "cpus %s (%s)%s%s", list, how, pinned ? ", threads pinned" : "",
+             unbound ? "; mpirun's default one-core binding undone" : "");
     return threads;
 }
 

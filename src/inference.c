@@ -104,11 +104,10 @@ int inference_check_vocab(const InferenceArgs *a, const Config *c, const CkptSta
     return rc;
 }
 
-int inference_threads(const Config *c, const Dist *D)
+int inference_threads(const Config *c, Dist *D)
 {
-    if (c->threads > 0) return c->threads;
-    int threads = (int)(sysconf(_SC_NPROCESSORS_ONLN) / (D->local_size > 0 ? D->local_size : 1));
-    return threads < 1 ? 1 : threads;
+    char cpus[160];   /* what train prints per rank; inference keeps it quiet */
+    return dist_bind_cpu(D, c->threads, cpus, sizeof cpus);
 }
 
 int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend **be)

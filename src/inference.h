@@ -35,8 +35,9 @@ int inference_read_config(const InferenceArgs *a, Config *c, CkptState *st, Data
  * if not NULL, gets the dataset's vocabulary.  0, or 2 after one line. */
 int inference_check_vocab(const InferenceArgs *a, const Config *c, const CkptState *st, DatasetVocab *voc);
 
-/* OpenMP threads of a rank: c->threads, else the node's cores shared by its ranks */
-int inference_threads(const Config *c, const Dist *D);
+/* OpenMP threads of a rank, its CPUs pinned as train's are (dist_bind_cpu):
+ * c->threads, else its share of the node's CPUs.  Collective over the node. */
+int inference_threads(const Config *c, Dist *D);
 
 /* Every rank, with the c of inference_read_config: the backend c names,
  * the checkpoint's model with c's head masks; max_tokens = 0 resolved if
