@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int cli_wants_help(int argc, char **argv)
 {
@@ -56,4 +57,16 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
         return 2;
     }
     return config_validate(c, file ? file : "command line");
+}
+
+int cli_output_not_input(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in)
+{
+    struct stat so, si;
+    if (!out || stat(out, &so)) return 0;   /* a new file is nobody's input */
+    for (int k = 0; k < n_in; k++)
+        if (in[k] && !stat(in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "error: %s: %s is also an input of %s (%s): choose another name\n", out, opt, cmd, in[k]);
+            return 2;
+        }
+    return 0;
 }

@@ -18,4 +18,12 @@ int cli_set(Config *c, const char *cmd, const char *word, const char *arch_from)
 int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
                       int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
 
+/* An output about to be written is none of the command's inputs (the same
+ * existing file by device and inode, whatever its path): `translate --input
+ * in.txt --output in.txt` or `prepare --out train.en` would overwrite the
+ * user's data.  in[] holds n_in paths (NULL entries skipped); opt names the
+ * output option.  0, or 2 after one line "error: OUT: OPT is also an input
+ * of CMD (IN): choose another name". */
+int cli_output_not_input(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
+
 #endif

@@ -85,7 +85,7 @@ cp $C $W/step.h5
 $PY -c "import h5py; h5py.File('$W/step.h5', 'r+').attrs['step'] = -7"
 expect_error 2 "error: $W/step.h5: checkpoint run state out of range (step -7" $BIN average --output $W/o.h5 $W/step.h5
 cp $C $W/in.h5
-expect_error 2 "error: $W/in.h5: --output is one of the checkpoints being averaged" $BIN average --output $W/in.h5 $C $W/in.h5
+expect_error 2 "error: $W/in.h5: --output is also an input of average" $BIN average --output $W/in.h5 $C $W/in.h5
 cmp -s $C $W/in.h5 || fail "average overwrote its input"
 
 # the run directory: a file, or in use by a running training

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "average.h"
 #include "checkpoint.h"
+#include "cli.h"
 #include "util.h"
 
 static void average_help(void)
@@ -129,14 +129,7 @@ static int check_inputs(const Average *a)
 {
     if (!a->out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); return 2; }
     if (a->n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); return 2; }
-    struct stat so, si;
-    for (int k = 0; k < a->n && !stat(a->out, &so); k++)
-        if (!stat(a->in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-            fprintf(stderr, "error: %s: --output is one of the checkpoints being averaged (%s): choose another name\n",
-                    a->out, a->in[k]);
-            return 2;
-        }
-    return 0;
+    return cli_output_not_input("average", "--output", a->out, (const char *const *)a->in, a->n);
 }
 
 /* input k: same vocabulary and architecture as the newest; its parameters
