@@ -307,6 +307,8 @@ int cmd_attention(int argc, char **argv)
         fprintf(stderr, "error: attention: --checkpoint, --output and one of --sentences or --sample are required\n");
         return 2;
     }
+    const char *in[] = { a.ckpt, a.data };
+    if (cli_output_not_input("attention", "--output", a.out, in, 2)) return 2;
     Dist D;
     dist_init(&D, &argc, &argv);
     int rc = attention_main(&a, &D);

@@ -373,6 +373,10 @@ static int prepare_parse(Prepare *p, int argc, char **argv)
         fprintf(stderr, "error: prepare: --id-bits 16 cannot hold the ids of vocab_size=%d\n", p->cfg.vocab_size);
         return 2;
     }
+    for (int i = 0; i < o->n_args; i++) {
+        const char *in[] = { o->args[i].src, o->args[i].tgt };
+        if (cli_output_not_input("prepare", "--out", o->out, in, 2)) return 2;
+    }
     p->nf = o->n_args;
     return 0;
 }

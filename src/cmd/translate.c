@@ -101,7 +101,9 @@ static int parse(Opts *o, int argc, char **argv)
     if (!o->split == !o->input) { fprintf(stderr, "error: translate: give exactly one of --split NAME and --input FILE\n"); return 2; }
     if (!o->output) { fprintf(stderr, "error: translate: --output OUT.txt is required\n"); return 2; }
     if (o->reference && !o->split) { fprintf(stderr, "error: translate: --reference needs --split\n"); return 2; }
-    return 0;
+    const char *in[] = { o->ckpt, o->data, o->input, o->reference };
+    if (cli_output_not_input("translate", "--output", o->output, in, 4)) return 2;
+    return cli_output_not_input("translate", "--reference", o->reference, in, 3);
 }
 
 /* run argv[0] (PATH lookup) with stdin/stdout/stderr from/to files */

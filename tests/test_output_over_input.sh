@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# No command writes its output over one of its inputs (src/cli.c
+# cli_output_not_input): `translate --input in.txt --output in.txt` replaced
+# the user's text with translations and `prepare --out train.en` the corpus
+# with a dataset.  For every command that writes a file, its output option
+# given the path of each of its inputs, also spelt another way (./NAME, a
+# hard link, a symbolic link): exit 2, one line naming the output, the option
+# and the input, and every input byte for byte as before.  An output that is
+# a new file still works (the command's own tests cover it; here one run of
+# translate and prepare each).
+set -u
+. "$(dirname "$0")/lib.sh"
+cd "$TOP"
+W=$(mktemp -d /tmp/test_output_over_input.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+text_corpus 300 7 tr.en tr.de
+text_corpus 40 8 dev.en dev.de
+head -n 5 dev.en > in.txt
+"$BIN" prepare --out data.h5 --split train tr.en tr.de --split dev dev.en dev.de vocab_size=400 --jobs 1 \
+    > prep.log 2>&1 || fail "prepare: $(tail -n 2 prep.log)"
+"$BIN" train data=data.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 train_steps=2 \
+    threads=1 run_dir=run > train.log 2>&1 || fail "train: $(tail -n 2 train.log)"
+CK=run/ckpt_00000002.h5
+[ -f "$CK" ] || fail "no checkpoint: $(ls run)"
+cp "$CK" ck2.h5
+ln in.txt in.hard
+ln -s "$W/data.h5" data.link
+sums() { sha256sum tr.en tr.de dev.en dev.de in.txt data.h5 "$CK" ck2.h5; }
+before=$(sums)
+
+# refused OUT INPUT CMD...: exit 2, the one line, nothing changed
+refused() {
+    local out=$1 input=$2; shift 2
+    expect_error 2 "^error: $out: --[a-z]* is also an input of [a-z]* ($input): choose another name$" "$@"
+    [ "$(sums)" = "$before" ] || fail "'$*' changed an input"
+}
+refused tr.en tr.en "$BIN" prepare --out tr.en --split train tr.en tr.de vocab_size=400
+refused ./dev.de dev.de "$BIN" prepare --out ./dev.de --split train tr.en tr.de --split dev dev.en dev.de vocab_size=400
+refused in.txt in.txt "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output in.txt
+refused in.hard in.txt "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output in.hard
+refused data.link data.h5 "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output data.link
+refused "$CK" "$CK" "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output out.txt --reference "$CK"
+refused "$CK" "$CK" "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output "$CK"
+refused data.h5 data.h5 "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output data.h5
+refused ck2.h5 ck2.h5 "$BIN" average --output ck2.h5 "$CK" ck2.h5
+ok "prepare, translate (--output, --reference), attention, heads, average: an output over an input refused, inputs unchanged"
+
+# a new output is written as before
+"$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output out.txt > tr.log 2>&1 ||
+    fail "translate to a new file: $(tail -n 2 tr.log)"
+[ "$(wc -l < out.txt)" -eq 5 ] || fail "translate to a new file: $(wc -l < out.txt) lines for 5"
+"$BIN" prepare --out data2.h5 --split train tr.en tr.de vocab_size=400 --jobs 1 > prep2.log 2>&1 ||
+    fail "prepare to a new file: $(tail -n 2 prep2.log)"
+ok "translate and prepare to new files: written"
