@@ -413,11 +413,12 @@ def compute_attrs(cfg, comp, vals, data):
     return out, strings
 
 
-def verdict_of(curves, cfg, unigram_nll, message="", stop_step=None):
+def verdict_of(curves, cfg, unigram_nll, message="", stop_step=None, best_step=None):
     """(verdict, reason) of the curves (analysis/verdict.py).  The trainer
     stops at a non-finite loss before logging it (src/train.c): a failed
     run whose message says so diverged, whatever its curves show.  A run
-    that early stopping ended (stop_step) is judged over the steps it ran."""
+    that early stopping ended (stop_step) is judged over the steps it ran;
+    best_step: the trainer's (a fall of more than patience_delta)."""
     from verdict import verdict
 
     if "not finite" in message:
@@ -425,7 +426,7 @@ def verdict_of(curves, cfg, unigram_nll, message="", stop_step=None):
     if not curves:
         return "unknown", "no curves (no --metrics)"
     stopped = stop_step if stop_step is not None and stop_step > 0 else None
-    return verdict(curves, unigram_nll, cfg_int(cfg, "train_steps"), stopped)
+    return verdict(curves, unigram_nll, cfg_int(cfg, "train_steps"), stopped, best_step)
 
 
 def show(path):
@@ -450,7 +451,8 @@ def show_verdict(path):
     r = read_result(path)
     v, why = r["verdict"], r["verdict_reason"]
     if not v:
-        v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"], stop_step=r["stop_step"])
+        v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"], stop_step=r["stop_step"],
+                            best_step=r.get("best_step"))
     print(f"{v} {why}")
     return 0
 
@@ -578,7 +580,7 @@ def main(argv):
     vals.update(extra)
     vals = typed_numbers(vals, a)
     strings["verdict"], strings["verdict_reason"] = verdict_of(curves, cfg, vals["unigram_nll"], a.message,
-                                                               vals["stop_step"])
+                                                               vals["stop_step"], vals.get("best_step"))
     strings["stopped_by"] = stopped_by
     strings["bleu_signature"] = sig
     attrs = {

@@ -139,7 +139,7 @@ def as_curves(c):
     return {k: np.asarray(c.get(k, ()), float).reshape(-1) for k in keys}
 
 
-def verdict(curves, unigram_nll=None, total_steps=None, stopped_at=None):
+def verdict(curves, unigram_nll=None, total_steps=None, stopped_at=None, best_step=None):
     """(verdict, reason) of a run from its curves: dict of 1-D arrays
     train_step, train_loss, dev_step, dev_loss, dev_nll (as row_result.py
     stores them).  total_steps: the run's length (default: the last logged
@@ -169,6 +169,10 @@ def verdict(curves, unigram_nll=None, total_steps=None, stopped_at=None):
     nll = c["dev_nll"]
     note = f"; {why}" if why else ""
     if stopped_at:
-        best = int(c["dev_step"][int(np.argmin(nll))])
-        note += f"; stopped by patience at step {int(stopped_at)} (best step {best})"
+        # the trainer's best step counts only a fall of more than patience_delta;
+        # the lowest logged NLL may come later by less (C1 of the converged sweep)
+        low = int(c["dev_step"][int(np.argmin(nll))])
+        best = int(best_step) if best_step is not None and best_step >= 0 else low
+        note += f"; stopped by patience at step {int(stopped_at)} (best step {best}"
+        note += f", lowest dev NLL at step {low})" if low != best else ")"
     return "healthy", f"dev NLL {nll[0]:.3f} -> {nll[-1]:.3f} (min {nll.min():.3f}){note}"

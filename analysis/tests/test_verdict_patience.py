@@ -81,3 +81,16 @@ def test_a_run_to_train_steps_records_no_stop(tmp_path, capsys):
     assert line.startswith("healthy ") and "patience" not in line, line
     with h5py.File(out, "r") as f:
         assert f.attrs["stopped_by"] == "train_steps" and f.attrs["stop_step"] == -1 and f.attrs["best_step"] == 1200
+
+
+def test_the_best_step_is_the_trainers_not_the_lowest_logged(tmp_path, capsys):
+    """The trainer's best step counts only a fall of more than patience_delta
+    (0.001 nats): C1 of the converged sweep stopped at 35400 with its best at
+    33000 and its last evaluation 0.0002 nats lower.  The verdict names the
+    trainer's best step and, apart, where the lowest logged NLL lies."""
+    curve = lambda s: _late(s) - (0.0002 if s == 1100 else 0.0)  # noqa: E731
+    m = _stopped(write_metrics(tmp_path / "c1" / "metrics.h5", curve, steps=1100), 1100, 1000)
+    line, out = _verdict(tmp_path, capsys, m, "c1")
+    assert "stopped by patience at step 1100 (best step 1000, lowest dev NLL at step 1100)" in line, line
+    with h5py.File(out, "r") as f:
+        assert f.attrs["best_step"] == 1000
