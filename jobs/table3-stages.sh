@@ -186,9 +186,10 @@ table3_print_layout() {
         echo "layout: ${seen[$n]}: rows ${rows[$n]}"
     done
     if [ "${DEVICE:-cuda}" = cpu ]; then
-        awk -v t="$total" -v m="$missing" -v n="${PARALLEL:-}" 'BEGIN {
-            printf "estimate: %.1f lane-hours of training on the CPU at train_steps (a run that stops by patience takes fewer; base′ measured at 6,806 tokens/s a lane, one rank with threads=1, scaled by parameters; evaluations and decoding on top)%s%s\n",
-                t, n == "" ? "" : sprintf("; %.1f hours with PARALLEL=%d lanes", t / n, n),
+        awk -v t="$total" -v m="$missing" -v n="${PARALLEL:-}" -v r="$MEASURED_CPU_RATE" 'BEGIN {
+            split(r, rate, " ")
+            printf "estimate: %.1f lane-hours of training on the CPU at train_steps (a run that stops by patience takes fewer; base′ measured at %d tokens/s a lane, one rank with threads=1, scaled by parameters; evaluations and decoding on top)%s%s\n",
+                t, rate[2], n == "" ? "" : sprintf("; %.1f hours with PARALLEL=%d lanes", t / n, n),
                 m == "" ? "" : "; no estimate for" m " (params failed)" }'
         return 0
     fi

@@ -246,7 +246,7 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
     if (!shared) {
         mine = allowed;
         how = d->local_size > 1 ? "bound by launcher" : "all allowed";
-        if (unbound && sched_setaffinity(0, sizeof mine, &mine)) sched_getaffinity(0, sizeof mine, &mine);
+        if (unbound) sched_setaffinity(0, sizeof mine, &mine);
     } else if (n_allowed >= d->local_size) {
         /* split the shared set: local rank r takes the r-th contiguous slice */
         int per = n_allowed / d->local_size, k = 0;

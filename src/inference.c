@@ -104,15 +104,12 @@ int inference_check_vocab(const InferenceArgs *a, const Config *c, const CkptSta
     return rc;
 }
 
-int inference_threads(const Config *c, Dist *D)
-{
-    char cpus[160];   /* what train prints per rank; inference keeps it quiet */
-    return dist_bind_cpu(D, c->threads, cpus, sizeof cpus);
-}
-
 int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend **be)
 {
-    *be = backend_create(c, inference_threads(c, D), D->local_rank);
+    /* the rank's CPUs pinned as train's are; c->threads becomes the count */
+    char cpus[160];   /* what train prints per rank; inference keeps it quiet */
+    c->threads = dist_bind_cpu(D, c->threads, cpus, sizeof cpus);
+    *be = backend_create(c, c->threads, D->local_rank);
     if (!*be) die(2, "rank %d: cannot create backend '%s'", D->rank, config_choice("device", c->device));
     Config stored;   /* the checkpoint's own, which c holds with the command line's settings */
     if (checkpoint_open_model(a->ckpt, &stored, NULL, m, *be)) return 2;

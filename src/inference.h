@@ -35,13 +35,12 @@ int inference_read_config(const InferenceArgs *a, Config *c, CkptState *st, Data
  * if not NULL, gets the dataset's vocabulary.  0, or 2 after one line. */
 int inference_check_vocab(const InferenceArgs *a, const Config *c, const CkptState *st, DatasetVocab *voc);
 
-/* OpenMP threads of a rank, its CPUs pinned as train's are (dist_bind_cpu):
- * c->threads, else its share of the node's CPUs.  Collective over the node. */
-int inference_threads(const Config *c, Dist *D);
 
 /* Every rank, with the c of inference_read_config: the backend c names,
  * the checkpoint's model with c's head masks; max_tokens = 0 resolved if
- * a->auto_tokens (the run's settings stay in c: the model holds none).  *be is set once created
+ * a->auto_tokens (the run's settings stay in c: the model holds none); the
+ * rank's CPUs pinned as train's are (dist_bind_cpu, collective over the
+ * node) and c->threads set to its thread count.  *be is set once created
  * (destroy it on error too).  0, or 2 after a one-line error. */
 int inference_open(const InferenceArgs *a, Dist *D, Config *c, Model *m, Backend **be);
 

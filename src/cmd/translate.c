@@ -313,8 +313,9 @@ static int open_model(Translate *t, int argc, char **argv)
                          .backend_from_command_line = 1 };
     t->synth = corpus_is_synthetic(o->data);
     if (inference_read_config(&ia, &t->c, &t->st, t->synth ? NULL : &t->voc)) return 2;
-    t->threads = inference_threads(&t->c, &t->D);
-    return inference_open(&ia, &t->D, &t->c, &t->m, &t->be);
+    int rc = inference_open(&ia, &t->D, &t->c, &t->m, &t->be);
+    t->threads = t->c.threads;
+    return rc;
 }
 
 /* rank 0's temporary directory for the SentencePiece tools' files */
