@@ -216,7 +216,7 @@ static void train_help(void)
            "backward, and the bus bandwidth of a blocking allreduce (docs/scaling.md).\n"
            "batch_tokens=N (> 0) sets update_freq = ceil(N / (ranks x max_tokens)), so a\n"
            "config keeps the paper's global batch on any number of ranks (rank 0 warns\n"
-           "where ranks x max_tokens alone exceed it).\n"
+           "where the step this makes exceeds N by more than a quarter).\n"
            "max_tokens=0 (device=cuda) takes the micro-batch size from the free device\n"
            "memory after the model (the least over the ranks; one line 'max_tokens: N from\n"
            "free device memory'); a resumed run keeps the value of its checkpoints.\n"
