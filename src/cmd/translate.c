@@ -63,7 +63,7 @@ static void help(void)
            "                   (the slow reference, for benchmarks; implies beam=1)\n"
            "Decoding keys: beam (4; 1 = greedy), len_alpha (0.6: length penalty\n"
            "((5+|Y|)/6)^alpha), max_len_a (50: max output = input length + max_len_a);\n"
-           "device (default: a visible GPU, else cpu; said on stderr) and threads select the\n"
+           "device (default: a visible GPU, else cpu; said on stdout) and threads select the\n"
            "backend; mask_heads=LIST masks attention heads\n"
            "(docs/attention.md).  Architecture keys come from the checkpoint.\n"
            "Empty lines give empty lines; lines longer than the model's max_len positions are\n"
