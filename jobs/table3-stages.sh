@@ -9,8 +9,8 @@
 # SWEEP/attention/<row>.h5 (docs/attention.md).  table3_element runs a row,
 # skips it if it finished earlier (its result file, committed or kept, is
 # enough; a missing attention summary is written then from the run's
-# checkpoint, where it is still there), and reruns once with the next seed a
-# row whose curve failed (docs/results.md).
+# checkpoint, where it is still there), and reruns once, with seed + 100, a
+# row whose curve failed (docs/results.md; rerun_config).
 #
 # Row configs: TABLE3_DIR/*.cfg (default input/table3); TABLE3_DIR/seeds.txt
 # ("ROW N" lines) adds rows ROW-seed2 .. ROW-seedN.
@@ -314,8 +314,8 @@ stage_eval() {
     local rc data
     data=$(row_data)
     if [ "$data" = synthetic ]; then
-        # `eval` reads dataset files only; train evaluated the same final
-        # parameters on the synthetic dev split (RUN/metrics.h5, /dev/ppl)
+        # train evaluated the same final parameters on the synthetic dev
+        # split (RUN/metrics.h5, /dev/ppl): no second evaluation
         echo "table3: $ROW: synthetic data: dev PPL from train's final evaluation ($RUN/metrics.h5)"
         return 0
     fi

@@ -28,7 +28,8 @@ static void quiet_on(ErrSave *s)
 }
 static void quiet_off(const ErrSave *s) { H5Eset_auto2(H5E_DEFAULT, s->fn, s->data); }
 
-/* 1-D dataset, chunked + deflate for the big id arrays (they compress ~2x) */
+/* 1-D dataset, chunked + deflate from 4096 elements: the vocabulary's pieces
+ * and the SentencePiece model (the id arrays are flat: write_flat) */
 static int write_1d(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *data, size_t n)
 {
     hsize_t dim = n;

@@ -334,7 +334,8 @@ static int step_ckpt_would_stall(RunDir *rd)
  * intervals (section 6.1), unless writing would take more than
  * CKPT_IO_SHARE of the time: a slow or shared file system, or a big model
  * on a fast GPU, then gets one checkpoint per write time / CKPT_IO_SHARE,
- * measured on the last write, said once each time it grows.  Writes under
+ * measured on the last write, said once each time it grows by more than a
+ * tenth (so that a jittering write time does not re-say it).  Writes under
  * CKPT_IO_FLOOR_S are left alone: at any interval of a minute or more they
  * cost under 2% (and the tests' sub-second intervals stay as asked). */
 #define CKPT_IO_SHARE 0.05
