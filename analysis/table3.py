@@ -860,7 +860,7 @@ def plot_delta(curves, prefix, band=PAPER_EQUIV_NATS):
         ax.axhline(0, color="0.6", lw=0.5)
         for row in rows:
             steps, d, pairs = curves[row]
-            ax.plot(steps, d, "-", marker="o", markersize=2, label=f"{row} ({pairs} seeds)")
+            ax.plot(steps, d, "-", marker="o", markersize=2, label=f"{row} ({pairs} seed{'' if pairs == 1 else 's'})")
         ax.set_title(f"({g})" if len(g) == 1 else g)
         ax.legend(frameon=False, fontsize=6)
     for ax in axes.flat[len(panels):]:
