@@ -7,7 +7,8 @@
 # hard link, a symbolic link): exit 2, one line naming the output, the option
 # and the input, and every input byte for byte as before.  An output that is
 # a new file still works (the command's own tests cover it; here one run of
-# translate and prepare each).
+# translate and prepare each).  train --dump-params also refuses an existing
+# file of its run directory (a checkpoint it resumes from, its metrics).
 set -u
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
@@ -32,7 +33,7 @@ before=$(sums)
 # refused OUT INPUT CMD...: exit 2, the one line, nothing changed
 refused() {
     local out=$1 input=$2; shift 2
-    expect_error 2 "^error: $out: --[a-z]* is also an input of [a-z]* ($input): choose another name$" "$@"
+    expect_error 2 "^error: $out: --[a-z-]* is also an input of [a-z]* ($input): choose another name$" "$@"
     [ "$(sums)" = "$before" ] || fail "'$*' changed an input"
 }
 refused tr.en tr.en "$BIN" prepare --out tr.en --split train tr.en tr.de vocab_size=400
@@ -44,7 +45,17 @@ refused "$CK" "$CK" "$BIN" translate --checkpoint "$CK" --data data.h5 --split d
 refused "$CK" "$CK" "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output "$CK"
 refused data.h5 data.h5 "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output data.h5
 refused ck2.h5 ck2.h5 "$BIN" average --output ck2.h5 "$CK" ck2.h5
-ok "prepare, translate (--output, --reference), attention, heads, average: an output over an input refused, inputs unchanged"
+# train --dump-params: its raw floats replaced the dataset or the config
+TA=(vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 train_steps=2 threads=1)
+printf 'data = data.h5\n' > tiny.cfg
+sums() { sha256sum tr.en tr.de dev.en dev.de in.txt data.h5 "$CK" ck2.h5 tiny.cfg; }
+before=$(sums)
+refused data.link data.h5 "$BIN" train data=data.h5 "${TA[@]}" --dump-params data.link
+refused ./tiny.cfg tiny.cfg "$BIN" train --config tiny.cfg "${TA[@]}" --dump-params ./tiny.cfg
+expect_error 2 "^error: $CK: --dump-params is a file of the run directory run: choose another name$" \
+    "$BIN" train data=data.h5 "${TA[@]}" run_dir=run --dump-params "$CK"
+[ "$(sums)" = "$before" ] || fail "train --dump-params over a checkpoint changed an input"
+ok "prepare, translate (--output, --reference), attention, heads, average, train --dump-params: an output over an input refused, inputs unchanged"
 
 # a new output is written as before
 "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output out.txt > tr.log 2>&1 ||

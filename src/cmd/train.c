@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attention_maps.h"
@@ -290,6 +291,36 @@ static void set_update_freq(Config *c, const Dist *D)
                 (double)global / c->batch_tokens, c->batch_tokens / D->size > 0 ? (long)c->batch_tokens / D->size : 1L);
 }
 
+/* --dump-params replaces its file (by rename) after the last step: given
+ * the config, the dataset or an existing file of the run directory (a
+ * checkpoint the run resumes from, its metrics) it would destroy them.
+ * Checked by rank 0, which writes it.  0, or 2 on every rank after one
+ * line. */
+static int dump_not_input(Training *t)
+{
+    const Config *c = &t->r->cfg;
+    const char *out = t->args.dump_params;
+    int rc = 0;
+    if (out && t->r->dist.rank == 0) {
+        const char *in[] = { c->config_file, c->data };
+        rc = cli_output_not_input("train", "--dump-params", out, in, 2);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", out);
+        char *slash = strrchr(dir, '/');
+        if (slash) slash[slash == dir] = '\0';   /* "/x": the root */
+        else snprintf(dir, sizeof dir, ".");
+        struct stat so, sd, sr;
+        if (!rc && c->run_dir[0] && !stat(out, &so) && !stat(dir, &sd) && !stat(c->run_dir, &sr) &&
+            sd.st_dev == sr.st_dev && sd.st_ino == sr.st_ino) {
+            fprintf(stderr, "error: %s: --dump-params is a file of the run directory %s: choose another name\n",
+                    out, c->run_dir);
+            rc = 2;
+        }
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, t->r->dist.comm);
+    return rc;
+}
+
 /* the config on every rank, the same on all */
 static int train_parse(Training *t, int argc, char **argv)
 {
@@ -300,7 +331,7 @@ static int train_parse(Training *t, int argc, char **argv)
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
     if (dist_check_config(D, text, msg, sizeof msg)) return train_reject(t, msg);
-    return 0;
+    return dump_not_input(t);
 }
 
 /* max_tokens = 0: a run that resumes takes the value its checkpoints were
