@@ -44,7 +44,8 @@ import re
 
 import numpy as np
 
-from common import AnalysisError, pyplot, as_strings, attr_str, main_wrapper, open_h5, paper_style, savefig, write_atomic
+from common import (AnalysisError, pyplot, as_strings, attr_str, main_wrapper, open_h5, output_not_input, paper_style,
+                    savefig, write_atomic)
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLE = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -1156,6 +1157,7 @@ def main(argv):
         return _print(compare_sweep(a.sweep, a.configs, a.out or os.path.join(a.sweep, "attention-compare"),
                                     a.kind, a.stat, not a.no_plot))
     if a.cmd == "summary":
+        output_not_input("attention.py summary", "--out", a.out, a.file, a.align)
         return _print(summarize_maps(a.file, a.out, a.run, a.align))
     data = load(a.file)
     if a.cmd == "heatmap":

@@ -62,6 +62,16 @@ def open_h5(path):
         raise AnalysisError(path, "not an HDF5 file (or truncated)") from None
 
 
+def output_not_input(cmd, opt, out, *inputs):
+    """Refuse an output that is one of the command's inputs (the same existing
+    file, whatever its path; bin/transformer's cli_output_not_input does the
+    same): `attention.py summary maps.h5 --out maps.h5` replaced the maps with
+    their summary.  None inputs are skipped; raises the one-line AnalysisError."""
+    for path in inputs:
+        if path and os.path.exists(out) and os.path.exists(path) and os.path.samefile(out, path):
+            raise AnalysisError(out, f"{opt} is also an input of {cmd} ({path}): choose another name")
+
+
 def attr_str(obj, name, default=None):
     """An attribute as a Python str (h5py returns bytes or str depending on how it was written)."""
     if name not in obj.attrs:

@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 import attention as A
-from common import AnalysisError, as_strings, attr_str, h5_atomic, main_wrapper, open_h5
+from common import AnalysisError, as_strings, attr_str, h5_atomic, main_wrapper, open_h5, output_not_input
 
 SILVER_FORMAT = "transformer-silver-alignment"
 SILVER_VERSION = 1
@@ -243,6 +243,7 @@ def main(argv):
     a = build_parser().parse_args(argv)
     if a.split == a.train_split:
         raise AnalysisError("--split", f"'{a.split}' is also the training split")
+    output_not_input("silver_align.py", "--out", a.out, a.data)
     try:
         import eflomal  # noqa: F401
     except ImportError:

@@ -455,6 +455,19 @@ def test_summary_align_errors(tmp_path):
         assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".s.h5")]
 
 
+def test_summary_output_over_input_refused(tmp_path):
+    """--out naming the maps or the silver file (also through a link) replaced
+    that input with the summary: refused in one line, both unchanged."""
+    maps = _maps_file(tmp_path / "m.h5", [np.eye(4)], n_sent=2)
+    silver = _silver(tmp_path / "silver.h5", {0: IDENTITY3, 2: IDENTITY3})
+    os.symlink(maps, tmp_path / "m.link")
+    before = [p.read_bytes() for p in (maps, silver)]
+    for out, inp in ((maps, maps), (tmp_path / "m.link", maps), (silver, silver)):
+        err = cli_error("attention.py", "summary", maps, "--out", out, "--align", silver)
+        assert err == f"{out}: --out is also an input of attention.py summary ({inp}): choose another name", err
+    assert [p.read_bytes() for p in (maps, silver)] == before
+
+
 @pytest.fixture(scope="module")
 def aer_sweep(tmp_path_factory):
     """base and A1, 2 seeds each, scored against identity links of 3 sentences;

@@ -54,6 +54,16 @@ def test_silver_file_round_trip_and_refusals(tmp_path):
         S.load_silver(str(bad))
 
 
+def test_out_over_the_dataset_refused(tmp_path):
+    """--out naming the dataset replaced it with the silver links: refused in
+    one line (before eflomal is needed), the dataset unchanged."""
+    data = tmp_path / "d.h5"
+    data.write_bytes(b"not read: refused before")
+    err = cli_error("silver_align.py", data, "--out", f"{tmp_path}/./d.h5")
+    assert err == f"{tmp_path}/./d.h5: --out is also an input of silver_align.py ({data}): choose another name", err
+    assert data.read_bytes() == b"not read: refused before"
+
+
 def _planted_corpus(path, n_train=300, n_dev=20, seed=7):
     """A dataset file (docs/data.md layout) of a planted language pair: source
     words s0..s14, target word tK the translation of sK, except that s3 is two
