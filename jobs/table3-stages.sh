@@ -253,10 +253,18 @@ run_logged() {
     return "$rc"
 }
 
-# the first "error: ..." line of a stage's stderr (else its last line)
+# the first "error: ..." line of a stage's stderr; else, where the launcher
+# failed, the first paragraph of its last boxed message, joined into one line
+# (Open MPI frames "not enough slots", "run as root", "exited on signal 11"
+# between rows of dashes: the last line, a row of dashes, said nothing);
+# else its last line
 stage_message() {
     local m
     m=$(grep -m1 '^error:' "$RUN/$1.err" 2>/dev/null)
+    [ -n "$m" ] || m=$(awk '/^----------+$/ { box = !box; if (box) { p = ""; done = 0 } else if (p != "") m = p; next }
+                            box && !done { if (NF) { sub(/^[ \t]+/, ""); p = p (p == "" ? "" : " ") $0 }
+                                           else if (p != "") done = 1 }
+                            END { print m }' "$RUN/$1.err" 2>/dev/null)
     [ -n "$m" ] || m=$(grep -v '^srun: ' "$RUN/$1.err" 2>/dev/null | tail -n 1)
     echo "${m:-exit code $2, no message}"
 }

@@ -5,6 +5,7 @@
 #      override; unset or equal overrides are accepted;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
 #      not the first one of its appended log, even after a partial last line;
+#      and the text of a launcher's boxed message, not its row of dashes;
 #   3. PARALLEL=2 runs rows side by side and still reports a failed one;
 #   3b. a PYTHON that cannot import what a row's result needs fails the row
 #      in one line before it trains (the GPU image lacked sacremoses);
@@ -66,6 +67,32 @@ echo "$msg" | grep -q "d_modle\|partial line" && fail "second run: reports an ea
 grep -qx 'error: a partial line of a killed run' "$tmp/sw2/logs/local_0.out" ||
     fail "the new run's output was appended to the partial line"
 ok "run-local.sh table3: the latest run's error ($msg)"
+
+# a launcher that fails in Open MPI's boxed messages (a rank killed by a
+# signal; also too few slots, mpirun as root): the row's reason is the last
+# box's text, not its closing row of dashes
+mkdir -p "$tmp/fakempi" "$tmp/c2b"
+dashes=--------------------------------------------------------------------------
+cat > "$tmp/fakempi/mpirun" <<EOF
+#!/bin/sh
+cat >&2 <<'BOX'
+$dashes
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+$dashes
+$dashes
+mpirun noticed that process rank 0 with PID 0 on node vm exited on signal 11 (Segmentation fault).
+$dashes
+BOX
+exit 1
+EOF
+chmod +x "$tmp/fakempi/mpirun"
+printf 'row = r1\nn_layers = 1\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\n' > "$tmp/c2b/r1.cfg"
+PATH=$tmp/fakempi:$PATH TABLE3_DIR=$tmp/c2b DEVICE=cpu jobs/run-local.sh table3 "$tmp/sw2b" > "$tmp/run2b.log" 2>&1 &&
+    fail "a row whose launcher failed succeeded"
+want="error: table3 row r1: failed (exit 1): train: mpirun noticed that process rank 0 with PID 0 on node vm exited on signal 11 (Segmentation fault). (log "
+grep -qF "$want" "$tmp/run2b.log" || fail "a launcher's boxed message: not its text: $(grep '^error: table3 row' "$tmp/run2b.log")"
+ok "a launcher's boxed failure: the row's reason is the message's text, not a row of dashes"
 
 # ---- 3: PARALLEL=2 runs rows side by side; a failure is still reported -----
 mkdir -p "$tmp/c3"
