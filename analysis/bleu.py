@@ -70,6 +70,11 @@ def sentence_stats(hyp, refs):
     return np.array(BLEU()._extract_corpus_statistics(list(hyp), [list(r) for r in refs]), dtype=float)
 
 
+def _error(path, problem):
+    print(f"error: {path}: {problem}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("hyp", help="detokenised translations, one per line")
@@ -78,13 +83,21 @@ def main(argv=None):
     ap.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU (both numbers)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead")
     a = ap.parse_args(argv)
-    try:
-        hyp = read_lines(a.hyp)
-        refs = [read_lines(r) for r in a.refs]
-        s, sig, t = scores(hyp, refs, a.lowercase, a.lang)
-    except (OSError, ValueError) as e:
-        print(f"error: {a.hyp}: {e}", file=sys.stderr)
-        return 2
+    # each problem named by its own file: a missing, binary or short
+    # reference is not the hypothesis's fault
+    texts = {}
+    for path in (a.hyp, *a.refs):
+        try:
+            texts[path] = read_lines(path)
+        except OSError as e:
+            return _error(path, e.strerror or str(e))
+        except UnicodeDecodeError as e:
+            return _error(path, f"not UTF-8 text ({e.reason} at byte {e.start})")
+    hyp = texts[a.hyp]
+    for r in a.refs:
+        if len(texts[r]) != len(hyp):
+            return _error(r, f"{len(texts[r])} reference lines but {len(hyp)} hypothesis lines ({a.hyp})")
+    s, sig, t = scores(hyp, [texts[r] for r in a.refs], a.lowercase, a.lang)
     if a.json:
         print(json.dumps({"sacrebleu": round(s.score, 2), "signature": sig, "tokenized_bleu": round(t.score, 2),
                           "sacrebleu_version": sacrebleu.__version__, "sentences": len(hyp)}))

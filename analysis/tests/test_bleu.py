@@ -74,3 +74,26 @@ def test_line_count_mismatch_is_one_line_error(tmp_path):
     p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), str(h), str(r)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+
+
+def test_errors_name_the_file_at_fault(tmp_path):
+    """A missing, binary or short reference is named itself, not the
+    hypothesis (which was named for every problem, with a Python errno
+    message)."""
+    h = tmp_path / "h.txt"
+    r = tmp_path / "r.txt"
+    h.write_text("a\nb\n")
+    r.write_text("a\nb\n")
+    (tmp_path / "bin.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    (tmp_path / "short.txt").write_text("a\n")
+    cases = [
+        ([h, tmp_path / "none.txt"], f"error: {tmp_path}/none.txt: No such file or directory"),
+        ([h, tmp_path / "bin.h5"], f"error: {tmp_path}/bin.h5: not UTF-8 text (invalid start byte at byte 0)"),
+        ([h, r, tmp_path / "short.txt"],
+         f"error: {tmp_path}/short.txt: 1 reference lines but 2 hypothesis lines ({h})"),
+        ([tmp_path, r], f"error: {tmp_path}: Is a directory"),
+    ]
+    for args, want in cases:
+        p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), *map(str, args)],
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and p.stderr == want + "\n", p.stderr
