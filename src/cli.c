@@ -59,7 +59,7 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     return config_validate(c, file ? file : "command line");
 }
 
-int cli_output_not_input(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in)
+int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in)
 {
     struct stat so, si;
     if (!out || stat(out, &so)) return 0;   /* a new file is nobody's input */

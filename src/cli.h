@@ -24,6 +24,6 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
  * user's data.  in[] holds n_in paths (NULL entries skipped); opt names the
  * output option.  0, or 2 after one line "error: OUT: OPT is also an input
  * of CMD (IN): choose another name". */
-int cli_output_not_input(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
+int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
 
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # No command writes its output over one of its inputs (src/cli.c
-# cli_output_not_input): `translate --input in.txt --output in.txt` replaced
+# cli_check_output): `translate --input in.txt --output in.txt` replaced
 # the user's text with translations and `prepare --out train.en` the corpus
 # with a dataset.  For every command that writes a file, its output option
 # given the path of each of its inputs, also spelt another way (./NAME, a

@@ -308,7 +308,7 @@ int cmd_attention(int argc, char **argv)
         return 2;
     }
     const char *in[] = { a.ckpt, a.data };
-    if (cli_output_not_input("attention", "--output", a.out, in, 2)) return 2;
+    if (cli_check_output("attention", "--output", a.out, in, 2)) return 2;
     Dist D;
     dist_init(&D, &argc, &argv);
     int rc = attention_main(&a, &D);

@@ -129,7 +129,7 @@ static int check_inputs(const Average *a)
 {
     if (!a->out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); return 2; }
     if (a->n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); return 2; }
-    return cli_output_not_input("average", "--output", a->out, (const char *const *)a->in, a->n);
+    return cli_check_output("average", "--output", a->out, (const char *const *)a->in, a->n);
 }
 
 /* input k: same vocabulary and architecture as the newest; its parameters

@@ -375,7 +375,7 @@ static int prepare_parse(Prepare *p, int argc, char **argv)
     }
     for (int i = 0; i < o->n_args; i++) {
         const char *in[] = { o->args[i].src, o->args[i].tgt };
-        if (cli_output_not_input("prepare", "--out", o->out, in, 2)) return 2;
+        if (cli_check_output("prepare", "--out", o->out, in, 2)) return 2;
     }
     p->nf = o->n_args;
     return 0;

@@ -303,7 +303,7 @@ static int dump_not_input(Training *t)
     int rc = 0;
     if (out && t->r->dist.rank == 0) {
         const char *in[] = { c->config_file, c->data };
-        rc = cli_output_not_input("train", "--dump-params", out, in, 2);
+        rc = cli_check_output("train", "--dump-params", out, in, 2);
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", out);
         char *slash = strrchr(dir, '/');
