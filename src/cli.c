@@ -59,10 +59,32 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     return config_validate(c, file ? file : "command line");
 }
 
+/* the output can be placed where it is asked: not over a directory, and
+ * in a directory that exists (else the command would find out only at its
+ * rename, after all its work) */
+static int output_place(const char *cmd, const char *opt, const char *out)
+{
+    struct stat so, sd;
+    if (!stat(out, &so)) {
+        if (!S_ISDIR(so.st_mode)) return 0;
+        fprintf(stderr, "error: %s: %s of %s is a directory: give a file name\n", out, opt, cmd);
+        return 2;
+    }
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    if (!slash) return 0;   /* in the working directory */
+    snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    if (!stat(dir, &sd) && S_ISDIR(sd.st_mode)) return 0;
+    fprintf(stderr, "error: %s: %s of %s: no such directory %s\n", out, opt, cmd, dir);
+    return 2;
+}
+
 int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in)
 {
     struct stat so, si;
-    if (!out || stat(out, &so)) return 0;   /* a new file is nobody's input */
+    if (!out) return 0;
+    if (output_place(cmd, opt, out)) return 2;
+    if (stat(out, &so)) return 0;   /* a new file is nobody's input */
     for (int k = 0; k < n_in; k++)
         if (in[k] && !stat(in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
             fprintf(stderr, "error: %s: %s is also an input of %s (%s): choose another name\n", out, opt, cmd, in[k]);

@@ -21,9 +21,12 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
 /* An output about to be written is none of the command's inputs (the same
  * existing file by device and inode, whatever its path): `translate --input
  * in.txt --output in.txt` or `prepare --out train.en` would overwrite the
- * user's data.  in[] holds n_in paths (NULL entries skipped); opt names the
+ * user's data; nor is it a directory or in a directory that does not exist,
+ * which the command would find only when it renames its finished output
+ * into place.  in[] holds n_in paths (NULL entries skipped); opt names the
  * output option.  0, or 2 after one line "error: OUT: OPT is also an input
- * of CMD (IN): choose another name". */
+ * of CMD (IN): choose another name" (or "... is a directory", "... no such
+ * directory DIR"). */
 int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
 
 #endif

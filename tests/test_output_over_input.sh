@@ -9,6 +9,8 @@
 # a new file still works (the command's own tests cover it; here one run of
 # translate and prepare each).  train --dump-params also refuses an existing
 # file of its run directory (a checkpoint it resumes from, its metrics).
+# An output that is a directory, or in a missing directory, is refused
+# before the command's work, not at its final rename.
 set -u
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
@@ -56,6 +58,28 @@ expect_error 2 "^error: $CK: --dump-params is a file of the run directory run: c
     "$BIN" train data=data.h5 "${TA[@]}" run_dir=run --dump-params "$CK"
 [ "$(sums)" = "$before" ] || fail "train --dump-params over a checkpoint changed an input"
 ok "prepare, translate (--output, --reference), attention, heads, average, train --dump-params: an output over an input refused, inputs unchanged"
+
+# an output that is a directory, or in a directory that does not exist:
+# refused before any work (they failed only at the rename, after it)
+mkdir outdir
+misplaced() {
+    local out=$1; shift
+    local why=" is a directory: give a file name"
+    [ -d "$out" ] || why=": no such directory ${out%/*}"
+    expect_error 2 "^error: $out: --[a-z-]* of [a-z]*$why$" "$@"
+}
+for o in outdir nodir/out.x; do
+    misplaced $o "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output $o
+    misplaced $o "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output out.txt --reference $o
+    misplaced $o "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output $o
+    misplaced $o "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output $o
+    misplaced $o "$BIN" average --output $o "$CK" ck2.h5
+    misplaced $o "$BIN" prepare --out $o --split train tr.en tr.de vocab_size=400
+    misplaced $o "$BIN" train data=data.h5 "${TA[@]}" --dump-params $o
+done
+[ "$(sums)" = "$before" ] || fail "a misplaced output changed an input"
+[ ! -e nodir ] && [ -z "$(ls outdir)" ] || fail "a misplaced output left files: $(ls -d nodir outdir/* 2>/dev/null)"
+ok "every output option: a directory, or a file in a missing directory, refused in one line before any work"
 
 # a new output is written as before
 "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output out.txt > tr.log 2>&1 ||
