@@ -22,6 +22,18 @@ common_opts=(--chdir="$TRANSFORMER_HOME" --export=ALL)
 # shellcheck disable=SC2206
 [ -n "$SBATCH_EXTRA" ] && common_opts+=($SBATCH_EXTRA)
 
+# job_data CONFIG [key=value ...]: the dataset file a training job of
+# CONFIG reads (its data key, or the last data= given), as the job sees it:
+# a relative path from TRANSFORMER_HOME, where jobs run (--chdir); empty
+# without a data key, "synthetic" as it is
+job_data() {
+    local data o
+    data=$(awk '{ sub(/#.*/, "") } /^[ \t]*data[ \t]*=/ { sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]+$/, ""); v = $0 } END { print v }' "$1")
+    for o in "${@:2}"; do case $o in data=*) data=${o#data=} ;; esac; done
+    case $data in "" | synthetic | /*) ;; *) data=$TRANSFORMER_HOME/$data ;; esac
+    echo "$data"
+}
+
 # mem_request CONFIG [key=value ...]: the --mem option for a training job of
 # CONFIG on GPUS_PER_NODE ranks per node (MEM_PER_NODE=auto), in MB with a
 # 25% margin: the node holds the dataset once (its file size: train maps
@@ -38,9 +50,7 @@ mem_request() {
     params=$("$BIN" params --config "$@" 2>/dev/null |
              awk '$1 == "params" { print $2; exit }') || return 0
     [ -n "$params" ] || return 0
-    data=$(awk '{ sub(/#.*/, "") } /^[ \t]*data[ \t]*=/ { sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]+$/, ""); v = $0 } END { print v }' "$1")
-    for o in "${@:2}"; do case $o in data=*) data=${o#data=} ;; esac; done
-    case $data in /*) ;; *) data=$TRANSFORMER_HOME/$data ;; esac   # jobs run in TRANSFORMER_HOME
+    data=$(job_data "$@")
     [ -f "$data" ] && bytes=$(stat -c %s "$data")
     local node=$bytes rank=$((bytes / 5))
     if [ "$bytes" -gt 0 ] && command -v h5dump >/dev/null &&
