@@ -98,6 +98,7 @@ table3)
     BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
     . "$HERE/table3-stages.sh"
     TABLE3_RANKS=${LOCAL_RANKS:-1} table3_prepare "$@"
+    table3_check_data "$PWD"   # the rows run here
     table3_print_layout
     table3_local_rows
     bash "$HERE/analysis.sbatch" "$SWEEP"

@@ -36,6 +36,7 @@ set -euo pipefail
 SWEEP=$1; shift
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
 table3_prepare "$SWEEP" "$@"
+table3_check_data "$TRANSFORMER_HOME"   # the elements run there (--chdir)
 # the layout of the rows and the sweep's cost, before anything is submitted
 table3_print_layout || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
 array=$(IFS=,; echo "${IDX[*]}")${MAX_PARALLEL:+%$MAX_PARALLEL}

@@ -10,6 +10,11 @@ set -euo pipefail
 . "$(dirname "$0")/submit.sh"
 RUN_DIR=$1 CONFIG=$2
 [ -f "$CONFIG" ] || { echo "error: $CONFIG: no such config file" >&2; exit 2; }
+# a missing dataset fails the job at its start, after its wait in the queue
+data=$(job_data "$CONFIG" "${@:3}")
+case $data in "" | synthetic) ;; *)
+    [ -f "$data" ] || { echo "error: $data: no such dataset file (data of $CONFIG or the command line; input/prepare.sh makes one)" >&2; exit 2; } ;;
+esac
 mkdir -p "$RUN_DIR"
 RUN_DIR=$(cd "$RUN_DIR" && pwd)
 CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")

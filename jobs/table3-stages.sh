@@ -671,6 +671,24 @@ table3_prepare() {
     table3_check_layouts
 }
 
+# table3_check_data DIR: exit 2 with one line if a selected row's dataset
+# (DATA, else its config's data) is not a file, relative paths taken from
+# DIR, where the rows run (Slurm: TRANSFORMER_HOME; run-local.sh: here);
+# else every row would fail at its start, on a cluster after its wait in
+# the queue.  "synthetic" and a config without data are train's to judge.
+table3_check_data() {
+    local i d from
+    for i in "${IDX[@]}"; do
+        d=$(CFG=$SWEEP/configs/${ROWS[$i]}.cfg row_data)
+        case $d in "" | synthetic) continue ;; /*) ;; *) d=$1/$d ;; esac
+        [ -f "$d" ] && continue
+        from="from row ${ROWS[$i]}'s config"
+        [ -n "${DATA:-}" ] && from="from DATA"
+        echo "error: $d: no such dataset file ($from; input/prepare.sh makes one)" >&2
+        exit 2
+    done
+}
+
 # table3_check_layouts: exit 2 with one line if a selected row's layout is
 # refused (table3_layout), before anything is submitted
 table3_check_layouts() {

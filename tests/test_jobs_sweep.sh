@@ -3,6 +3,8 @@
 #   1. a resubmission that sets an override to another value than the sweep's
 #      (SWEEP/sweep.env) is refused with one line naming the row and the
 #      override; unset or equal overrides are accepted;
+#      a row (or submit-train.sh's job) whose dataset file is missing is
+#      refused before it runs or is submitted;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
 #      not the first one of its appended log, even after a partial last line;
 #      and the text of a launcher's boxed message, not its row of dashes;
@@ -49,6 +51,30 @@ done
 expect_error 2 "^error: SEEDS=2: no base.cfg among the row configs ($tmp/configs)" \
     env TABLE3_DIR="$tmp/configs" SEEDS=2 jobs/run-local.sh table3 "$tmp/sw-noseed"
 ok "bad STEPS/SEEDS/WARMUP/SHRINK and SEEDS without a base row are refused in one line"
+
+# a row whose dataset is missing: refused in one line before any row runs
+# (run-local.sh: relative to here) or is submitted (submit-table3.sh, with an
+# sbatch that only records a call: relative to TRANSFORMER_HOME)
+mkdir -p "$tmp/cdata" "$tmp/fakesb"
+sed 's/^data = .*/data = no-such-dir\/m30k.h5/' "$tmp/configs/r1.cfg" > "$tmp/cdata/r1.cfg"
+expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (from row r1's config; input/prepare.sh makes one)$" \
+    env TABLE3_DIR="$tmp/cdata" jobs/run-local.sh table3 "$tmp/sw-nodata"
+expect_error 2 "^error: /nowhere/d.h5: no such dataset file (from DATA; " \
+    env TABLE3_DIR="$tmp/configs" DATA=/nowhere/d.h5 jobs/run-local.sh table3 "$tmp/sw-nodata2"
+[ -z "$(find "$tmp/sw-nodata/logs" "$tmp/sw-nodata2/logs" -type f)" ] || fail "a sweep without its data ran rows"
+printf '#!/bin/sh\necho "$*" >> %s/sbatch.calls; echo 1\n' "$tmp" > "$tmp/fakesb/sbatch"
+chmod +x "$tmp/fakesb/sbatch"
+expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (from row r1's config; " \
+    env PATH="$tmp/fakesb:$PATH" TABLE3_DIR="$tmp/cdata" jobs/submit-table3.sh "$tmp/sw-nodata3"
+expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (data of $tmp/cdata/r1.cfg or the command line; " \
+    env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/cdata/r1.cfg"
+expect_error 2 "^error: /nowhere/d.h5: no such dataset file " \
+    env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/configs/r1.cfg" data=/nowhere/d.h5
+[ ! -e "$tmp/sbatch.calls" ] || fail "a job without its data was submitted: $(cat "$tmp/sbatch.calls")"
+PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-synth" "$tmp/configs/r1.cfg" > /dev/null ||
+    fail "submit-train.sh refused a synthetic-data config"
+grep -q 'train.sbatch' "$tmp/sbatch.calls" || fail "submit-train.sh with synthetic data did not submit"
+ok "a missing dataset (a row config's, DATA, a config's or data=) is refused in one line before any row runs or job is submitted"
 
 # ---- 2: run-local.sh reports the latest run's error ------------------------
 printf 'row = bad\nn_layers = 1\nd_modle = 16\n' > "$tmp/configs/bad.cfg"
