@@ -96,6 +96,11 @@ if [ "$name" = fetch ]; then
 fi
 root=${2:-$TOP/../shared/data}
 out=${3:-$TOP/data/$name.h5}
+# the output given in ROOT's place would become a folder of downloads
+case $root in
+    *.h5) die "$root: ROOT is the folder of the dataset folders, not the output file (input/prepare.sh NAME [ROOT] [OUT]; \"\" for the default ROOT)" ;;
+esac
+[ ! -e "$root" ] || [ -d "$root" ] || die "$root: ROOT is not a folder (input/prepare.sh NAME [ROOT] [OUT])"
 mkdir -p "$(dirname "$out")"
 max_len=${MAX_LEN:-256}
 args=()

@@ -6,6 +6,7 @@
 # manifest is the real input/datasets.manifest with only the URL prefixes
 # rewritten (and the sums of re-packed archives, whose bytes differ from the
 # originals), so the text files are checked against the published sha256.
+# An output file given as ROOT, or a file as ROOT, is refused in one line.
 set -u
 . "$(dirname "$0")/lib.sh"
 S=$SHARED_DATA
@@ -93,4 +94,10 @@ VOCAB=1000 MAX_LEN=64 "$P" multi30k "$R" "$W/m.h5" >"$W/log" 2>&1 || { cat "$W/l
 grep -q "fetch:" "$W/log" && fail "downloaded although the folder is present"
 h5dump -a /split_names "$W/m.h5" | grep -q '"test2017"' || fail "dataset lacks test2017"
 ok "input/prepare.sh multi30k built $(h5dump -a /splits/train/n_pairs "$W/m.h5" | awk '/\(0\)/ {print $2}') training pairs"
+
+# ---- 6. the output file given in ROOT's place, or a file as ROOT: refused,
+# no folder of downloads made under the output's name
+expect_error 2 "^error: $W/m2.h5: ROOT is the folder of the dataset folders, not the output file" "$P" multi30k "$W/m2.h5"
+expect_error 2 "^error: $W/log: ROOT is not a folder" "$P" multi30k "$W/log" "$W/m3.h5"
+[ ! -e "$W/m2.h5" ] && [ ! -e "$W/m3.h5" ] || fail "a refused prepare.sh left $(ls -d "$W"/m[23].h5)"
 echo "test_data_fetch: all checks passed"
