@@ -44,6 +44,9 @@ ok "averaged checkpoint loads back"
 # no output left behind on error; usage errors
 expect_error 2 "error: average: --output" $BIN average $A
 expect_error 2 "error: .*no checkpoints" $BIN average --output $W/x.h5 --last 3 $W
+expect_error 2 "^error: $W/nodir: --last K needs a run directory: No such file or directory$" \
+    $BIN average --output $W/x.h5 --last 3 $W/nodir
+expect_error 2 "^error: $A: --last K needs a run directory: not a directory$" $BIN average --output $W/x.h5 --last 3 $A
 [ ! -e $W/x.h5 ] || fail "output written despite error"
 # --last K takes the interval checkpoints (multiples of ckpt_steps and the
 # final step; section 6.1) and skips one written in between by wall time or on

@@ -1,9 +1,11 @@
 /* `transformer average`: the element-wise mean of the parameters of several
  * checkpoints of one architecture, as the paper does for its final models
  * (section 6.1: the last 5 checkpoints for base, 20 for big). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "average.h"
 #include "checkpoint.h"
@@ -96,6 +98,12 @@ static int list_run_dir(Average *a)
 {
     const char *run_dir = a->run_dir;
     if (a->n) { fprintf(stderr, "error: average: give either checkpoint files or --last K RUN_DIR\n"); return 2; }
+    struct stat sd;
+    if (stat(run_dir, &sd) || !S_ISDIR(sd.st_mode)) {
+        fprintf(stderr, "error: %s: --last K needs a run directory: %s\n", run_dir,
+                stat(run_dir, &sd) ? strerror(errno) : "not a directory");
+        return 2;
+    }
     a->nlisted = checkpoint_list(run_dir, &a->listed, &a->steps);
     if (a->nlisted == 0) { fprintf(stderr, "error: %s: no checkpoints (ckpt_*.h5)\n", run_dir); return 2; }
     Config run_cfg;
