@@ -1,6 +1,7 @@
 """Shared helpers of the analysis scripts: one-line errors, HDF5 access,
 figure style and atomic output (temporary name, fsync, rename)."""
 
+import argparse
 import contextlib
 import os
 import sys
@@ -70,6 +71,21 @@ def output_not_input(cmd, opt, out, *inputs):
     for path in inputs:
         if path and os.path.exists(out) and os.path.exists(path) and os.path.samefile(out, path):
             raise AnalysisError(out, f"{opt} is also an input of {cmd} ({path}): choose another name")
+
+
+def int_at_least(low):
+    """An argparse type: an integer >= low, else argparse's one-line usage
+    error naming the option ("--top -1" made an empty table, "--levels 0" no
+    pruning curve, both without a word)."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not an integer") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{v}: must be at least {low}")
+        return v
+    return parse
 
 
 def attr_str(obj, name, default=None):

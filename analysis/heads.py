@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+from common import AnalysisError, attr_str, int_at_least, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 KIND_TITLE = {"enc": "encoder self-attention", "dec_self": "decoder self-attention",
@@ -148,7 +148,7 @@ def main(argv):
     ap.add_argument("what", choices=("heatmap", "curve", "table", "all"))
     ap.add_argument("heads", metavar="HEADS.h5")
     ap.add_argument("--out", required=True, help="output prefix, e.g. runs/base/figs/heads")
-    ap.add_argument("--top", type=int, default=10, help="heads at each end of the table (default 10)")
+    ap.add_argument("--top", type=int_at_least(1), default=10, help="heads at each end of the table (default 10)")
     a = ap.parse_args(argv)
     d = load(a.heads)
     out = []

@@ -41,7 +41,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, h5_atomic, main_wrapper, open_h5  # noqa: E402
+from common import AnalysisError, attr_str, h5_atomic, int_at_least, main_wrapper, open_h5  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 
@@ -201,20 +201,20 @@ def build_parser():
     ap.add_argument("heads", metavar="HEADS.h5", help="file of 'transformer heads'")
     ap.add_argument("--split", default="dev",
                     help="split the curves are scored on (default dev); never the one importance was measured on")
-    ap.add_argument("--levels", type=int, default=10, help="pruning levels: 0, 1/L, ... (default 10: steps of 10%%)")
+    ap.add_argument("--levels", type=int_at_least(1), default=10, help="pruning levels: 0, 1/L, ... (default 10: steps of 10%%)")
     ap.add_argument("--score", choices=("norm", "raw"), default="norm",
                     help="order by importance normalised per layer (norm, Michel et al.; curve 'importance') "
                          "or by raw importance (raw; curve 'importance_raw')")
     ap.add_argument("--per-kind", action="store_true",
                     help="also one curve per attention kind, pruning that kind's heads alone")
-    ap.add_argument("--min-per-layer", type=int, default=0, help="heads every layer keeps (default 0)")
-    ap.add_argument("--random-orders", type=int, default=3, help="random orders for the baseline (default 3)")
+    ap.add_argument("--min-per-layer", type=int_at_least(0), default=0, help="heads every layer keeps (default 0)")
+    ap.add_argument("--random-orders", type=int_at_least(0), default=3, help="random orders for the baseline (default 3)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the random orders (default 1)")
     ap.add_argument("--single", action="store_true", help="also mask each head alone")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bin",
                                                   "transformer"), help="the transformer binary")
     ap.add_argument("--launcher", default="", help="prefix of every command, e.g. 'mpirun -np 2'")
-    ap.add_argument("--beam", type=int, default=4, help="beam size of the BLEU translations (default 4)")
+    ap.add_argument("--beam", type=int_at_least(1), default=4, help="beam size of the BLEU translations (default 4)")
     ap.add_argument("keys", nargs="*", help="key=value for eval and translate (threads, max_tokens, ...)")
     return ap
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import heads as H
 import prune_heads as P
-from conftest import assert_figure, assert_public, cli, cli_error, script
+from conftest import ANALYSIS, assert_figure, assert_public, cli, cli_error, script
 
 KINDS = ("enc", "dec_self", "cross")
 
@@ -135,3 +135,23 @@ def test_single_head_masks_each_head_alone():
     bleu, ppl = P.single_head(FakeRunner(), (3, 2, 4))
     assert len(seen) == 24 == len(set(seen)) and seen[0] == "enc:0:0" and seen[-1] == "cross:1:3"
     assert bleu[2, 1, 3] == 30.0 - 2.13 and ppl[1, 0, 2] == 5.0 + 1 + 0.02
+
+
+def test_counts_below_their_least_are_usage_errors(tmp_path):
+    """--top -1 made an empty table and --levels 0 no curve, silently: now
+    argparse's usage error (exit 2) naming the option and its least value."""
+    import subprocess
+    import sys
+
+    f = make_file(tmp_path / "h.h5")
+    for name, args, msg in (("heads.py", ["table", f, "--out", tmp_path / "x", "--top", "-1"],
+                             "argument --top: -1: must be at least 1"),
+                            ("heads.py", ["table", f, "--out", tmp_path / "x", "--top", "two"],
+                             "argument --top: 'two': not an integer"),
+                            ("prune_heads.py", [f, "--levels", "0"], "argument --levels: 0: must be at least 1"),
+                            ("prune_heads.py", [f, "--random-orders", "-2"],
+                             "argument --random-orders: -2: must be at least 0")):
+        p = subprocess.run([sys.executable, f"{ANALYSIS}/{name}", *map(str, args)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (name, args, p.stderr)
+    assert not list(tmp_path.glob("x*")), "a refused command wrote its output"
