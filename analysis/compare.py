@@ -6,6 +6,7 @@ correction and the rank correlation with the paper.  Used by table3.py;
 the statistics themselves are in stats.py."""
 
 import functools
+import itertools
 import math
 import os
 import re
@@ -212,8 +213,8 @@ def summarize(runs, order, converged=False):
     correlation of our Δ dev NLL with the paper's over rows with both,
     agreement counts.  converged: the converged protocol's statistics
     (converged_comparisons) replace the Welch ones, and overall adds the
-    rank correlation's tests, the band's sensitivity and the pooled
-    variances."""
+    rank correlation's tests, the band's sensitivity, the pooled variances
+    and the data order's share of the dev noise (order_noise)."""
     groups = group_runs(runs)
     rows = [row_summary(name, groups[name]) for name in sorted(groups, key=order)]
     base = next((s for s in rows if s["row"] == "base"), None)
@@ -231,7 +232,7 @@ def summarize(runs, order, converged=False):
     overall = {"spearman": stats.spearman([s["d_nll"] for s in ranked], [s["paper_d"] for s in ranked]),
                "n_ranked": len(ranked), "base": base, "agree": agreement_counts(others, "agree")}
     if converged:
-        overall.update(rank_tests(ranked), pools=pools,
+        overall.update(rank_tests(ranked), pools=pools, noise=order_noise(rows),
                        bands={b: agreement_counts(others, ("agree_at", b)) for b in BANDS})
     return rows, overall
 
@@ -386,6 +387,54 @@ def delta_curve(s, base):
     steps = functools.reduce(np.intersect1d, [c[0] for pair in pairs for c in pair])
     d = [np.interp(steps, *ca) - np.interp(steps, *cb) for ca, cb in pairs]  # at stored steps: exact values
     return steps, np.mean(d, axis=0), len(pairs)
+
+
+NOISE_FROM_STEP = 6000   # evaluations before it still carry the fast early fall
+NOISE_WINDOW = 5         # the centred mean a fluctuation is measured from
+
+
+def dev_fluctuation(r):
+    """(steps, residuals): a run's dev NLL less its centred NOISE_WINDOW-
+    evaluation mean, from NOISE_FROM_STEP on (the ends, without a full
+    window, dropped): the evaluation-to-evaluation noise, without the trend."""
+    steps, nll = dev_curve(r)
+    keep = steps >= NOISE_FROM_STEP
+    steps, nll = steps[keep], nll[keep]
+    h = NOISE_WINDOW // 2
+    if len(nll) < NOISE_WINDOW + 3:
+        return np.array([]), np.array([])
+    mean = np.convolve(nll, np.ones(NOISE_WINDOW) / NOISE_WINDOW, mode="valid")
+    return steps[h:len(steps) - h], nll[h:len(nll) - h] - mean
+
+
+def fluctuation_r(a, b):
+    """Pearson r of two runs' fluctuations at their common steps (NaN with
+    fewer than 10)."""
+    (sa, ra), (sb, rb) = dev_fluctuation(a), dev_fluctuation(b)
+    common, ia, ib = np.intersect1d(sa, sb, return_indices=True)
+    if len(common) < 10:
+        return math.nan
+    return float(np.corrcoef(ra[ia], rb[ib])[0, 1])
+
+
+def order_noise(summaries):
+    """The matched-seed pairing's premise, measured: the mean Pearson r of
+    the dev NLL's fluctuations (dev_fluctuation) between runs of one seed in
+    two rows (the same data order and initial draw; 'same_seed') and between
+    two seeds of one row ('across_seeds'), with the numbers of pairs.  Where
+    the first is the larger, part of a run's noise is its data order, and
+    the paired differences cancel it."""
+    by_seed, same, across = {}, [], []
+    for s in summaries:
+        runs = matched_runs(s)
+        for seed, r in runs.items():
+            by_seed.setdefault(seed, []).append(r)
+        across += [fluctuation_r(runs[x], runs[y]) for x, y in itertools.combinations(sorted(runs), 2)]
+    for runs in by_seed.values():
+        same += [fluctuation_r(x, y) for x, y in itertools.combinations(runs, 2)]
+    same, across = [v for v in same if not math.isnan(v)], [v for v in across if not math.isnan(v)]
+    return {"same_seed": float(np.mean(same)) if same else math.nan, "n_same": len(same),
+            "across_seeds": float(np.mean(across)) if across else math.nan, "n_across": len(across)}
 
 
 def convergence(r):

@@ -487,7 +487,18 @@ def converged_note(overall):
            f"where the paper is ≈, |Δ| ≤ band, ours agrees when its pooled interval lies within ±band), "
            f"by band:\n\n" + band_table(o))
     spread = base_spread_note(o["base"])
-    return out + ("\n" + spread + "\n" if spread else "")
+    return out + ("\n" + spread + "\n" if spread else "") + noise_note(o["noise"])
+
+
+def noise_note(n):
+    """The pairing's premise (compare.order_noise), where pairs exist."""
+    if not n["n_same"] and not n["n_across"]:
+        return ""
+    return (f"\nData order in the dev noise: the dev NLL's fluctuations (each evaluation less the centred mean of "
+            f"{compare.NOISE_WINDOW}, from update {compare.NOISE_FROM_STEP}) correlate r = "
+            f"{fmt_num(n['same_seed'], 2)} on average between two rows' runs of one seed ({n['n_same']} pairs: "
+            f"the same data order and initial draw) and r = {fmt_num(n['across_seeds'], 2)} between two seeds of "
+            f"one row ({n['n_across']} pairs). Pairing by seed cancels the shared part.\n")
 
 
 def overall_note(overall, summaries):

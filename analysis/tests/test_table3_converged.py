@@ -262,3 +262,45 @@ def test_a_rerun_stands_for_its_runs_seed_unmatched():
     assert c["paired"]["diff"] == pytest.approx(((3.5 - 3.0) + (3.3 - 3.1) + (3.6 - 3.2)) / 3)
     cells = table3._paired_cells(c, 3)
     assert cells[3] == "3 (2 unmatched)"
+
+
+def test_order_noise_same_seed_against_across_seeds():
+    """compare.order_noise against a computation written here: each run's
+    dev NLL is a trend, its seed's noise (the data order, shared by rows)
+    and its own; the fluctuations are the values less the centred mean of
+    5 from update 6000 on; r the plain Pearson formula over common steps."""
+    rng = np.random.default_rng(7)
+    steps = np.arange(300, 30001, 300)
+    shared = {seed: rng.normal(0, 0.01, len(steps)) for seed in (1, 2, 3)}
+
+    def run(row, seed, own):
+        nll = 1.4 + 3 * np.exp(-steps / 3000) + shared[seed] + rng.normal(0, own, len(steps))
+        return {"row": run_name(row, seed), "cfg": {"seed": seed},
+                "curves": {"dev_step": steps.astype(float), "dev_nll": nll}}
+
+    rows = [{"row": row, "used": [run(row, s, 0.004) for s in (1, 2, 3)]} for row in ("base", "A1", "C1")]
+
+    def fluct(r):
+        s, y = np.asarray(r["curves"]["dev_step"]), np.asarray(r["curves"]["dev_nll"])
+        y = y[s >= 6000]
+        return np.array([y[i] - sum(y[i - 2:i + 3]) / 5 for i in range(2, len(y) - 2)])
+
+    def pearson(a, b):
+        a, b = a - a.mean(), b - b.mean()
+        return float((a * b).sum() / math.sqrt((a * a).sum() * (b * b).sum()))
+
+    same = [pearson(fluct(x["used"][k]), fluct(y["used"][k])) for x, y in itertools.combinations(rows, 2)
+            for k in range(3)]
+    across = [pearson(fluct(s["used"][i]), fluct(s["used"][j])) for s in rows
+              for i, j in itertools.combinations(range(3), 2)]
+    got = compare.order_noise(rows)
+    assert got["n_same"] == 9 and got["n_across"] == 9
+    assert got["same_seed"] == pytest.approx(np.mean(same), abs=1e-9)
+    assert got["across_seeds"] == pytest.approx(np.mean(across), abs=1e-9)
+    # the planted shares: 0.01^2 / (0.01^2 + 0.004^2) = 0.86 within a seed, 0 across
+    assert got["same_seed"] > 0.7 and abs(got["across_seeds"]) < 0.25
+    # a run too short for the window (6 evaluations from 6000 on) counts in
+    # no pair: base seed 1's two with A1 and C1, and two with its seeds
+    rows[0]["used"][0]["curves"] = {"dev_step": steps[:25].astype(float), "dev_nll": np.ones(25)}
+    got = compare.order_noise(rows)
+    assert got["n_same"] == 7 and got["n_across"] == 7
