@@ -224,6 +224,62 @@ static int undo_default_binding(cpu_set_t *allowed)
     return 1;
 }
 
+static const char OVERSUBSCRIBED[] = "oversubscribed, not pinned";
+
+/* this rank's CPUs from the set it may run on: the whole set where the
+ * launcher already gave each local rank its own (mpirun --bind-to, srun
+ * --cpu-bind: the sets differ between ranks), else the rank's contiguous
+ * slice of the shared set, else (more ranks than CPUs) the whole set,
+ * unpinned, one thread unless asked (OVERSUBSCRIBED).  Returns how, for
+ * the log line. */
+static const char *rank_cpus(Dist *d, const cpu_set_t *allowed, int unbound, cpu_set_t *mine, int *threads)
+{
+    int n_allowed = CPU_COUNT(allowed);
+    unsigned long long h = fnv1a64(allowed, sizeof *allowed, 0), hmin, hmax;
+    MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, d->node);
+    MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, d->node);
+    int shared = hmin == hmax && d->local_size > 1;
+    if (shared && n_allowed >= d->local_size) {
+        /* split the shared set: local rank r takes the r-th contiguous slice */
+        int per = n_allowed / d->local_size, k = 0;
+        CPU_ZERO(mine);
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, allowed)) {
+                if (k / per == d->local_rank) CPU_SET(c, mine);
+                k++;
+            }
+        if (sched_setaffinity(0, sizeof *mine, mine)) *mine = *allowed;
+        return "own slice";
+    }
+    *mine = *allowed;
+    if (unbound) sched_setaffinity(0, sizeof *mine, mine);
+    if (!shared) return d->local_size > 1 ? "bound by launcher" : "all allowed";
+    /* oversubscribed: more ranks than CPUs, leave scheduling to the OS */
+    if (*threads <= 0) *threads = 1;
+    return OVERSUBSCRIBED;
+}
+
+/* One thread per CPU when the threads fill the rank's set exactly; fewer
+ * threads stay free to move within it (pinning them all to the first
+ * CPUs would pile jobs that share a node onto the same cores), and
+ * OMP_PLACES/OMP_PROC_BIND mean the user places threads.  1 if pinned. */
+static int pin_threads(const cpu_set_t *mine, int threads)
+{
+    if (getenv("OMP_PLACES") || getenv("OMP_PROC_BIND") || threads != CPU_COUNT(mine)) return 0;
+    int cpus[CPU_SETSIZE], k = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, mine)) cpus[k++] = c;
+    int fails = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : fails)
+    {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[omp_get_thread_num()], &one);
+        fails += pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0;
+    }
+    return fails == 0;
+}
+
 int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
 {
     cpu_set_t allowed, mine;
@@ -235,57 +291,10 @@ int dist_bind_cpu(Dist *d, int threads, char *desc, int cap)
         return threads > 0 ? threads : t > 0 ? t : 1;
     }
     int unbound = undo_default_binding(&allowed);
-    int n_allowed = CPU_COUNT(&allowed);
-    /* Did the launcher already give each local rank its own CPUs (mpirun
-     * --bind-to, srun --cpu-bind)?  Then the sets differ between ranks. */
-    unsigned long long h = fnv1a64(&allowed, sizeof allowed, 0), hmin, hmax;
-    MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, d->node);
-    MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, d->node);
-    int shared = hmin == hmax && d->local_size > 1;
-    const char *how;
-    if (!shared) {
-        mine = allowed;
-        how = d->local_size > 1 ? "bound by launcher" : "all allowed";
-        if (unbound) sched_setaffinity(0, sizeof mine, &mine);
-    } else if (n_allowed >= d->local_size) {
-        /* split the shared set: local rank r takes the r-th contiguous slice */
-        int per = n_allowed / d->local_size, k = 0;
-        CPU_ZERO(&mine);
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &allowed)) {
-                if (k / per == d->local_rank) CPU_SET(c, &mine);
-                k++;
-            }
-        if (sched_setaffinity(0, sizeof mine, &mine)) mine = allowed;
-        how = "own slice";
-    } else {
-        /* oversubscribed: more ranks than CPUs, leave scheduling to the OS */
-        mine = allowed;
-        how = "oversubscribed, not pinned";
-        if (threads <= 0) threads = 1;
-        if (unbound) sched_setaffinity(0, sizeof mine, &mine);
-    }
+    const char *how = rank_cpus(d, &allowed, unbound, &mine, &threads);
     int n_mine = CPU_COUNT(&mine);
     if (threads <= 0) threads = n_mine > 0 ? n_mine : 1;
-    /* one thread per CPU when the threads fill our set exactly; fewer
-     * threads stay free to move within it (pinning them all to the first
-     * CPUs would pile jobs that share a node onto the same cores), and
-     * OMP_PLACES/OMP_PROC_BIND mean the user places threads */
-    int pinned = 0;
-    if (!getenv("OMP_PLACES") && !getenv("OMP_PROC_BIND") && threads == n_mine && strcmp(how, "oversubscribed, not pinned")) {
-        int cpus[CPU_SETSIZE], k = 0;
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &mine)) cpus[k++] = c;
-        int fails = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : fails)
-        {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(cpus[omp_get_thread_num()], &one);
-            fails += pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0;
-        }
-        pinned = fails == 0;
-    }
+    int pinned = how != OVERSUBSCRIBED && pin_threads(&mine, threads);
     char list[128];
     cpu_list(&mine, list, sizeof list);
     snprintf(desc, cap, "cpus %s (%s)%s%s", list, how, pinned ? ", threads pinned" : "",
