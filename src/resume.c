@@ -234,6 +234,47 @@ int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
     return v;
 }
 
+/* every rank takes the checkpoint rank 0 loaded (host: params | adam_m |
+ * adam_v, rank 0's; others allocate it) and its state; says where the run
+ * resumes, and warns where it will not continue bitwise */
+static float *adopt_checkpoint(TrainRun *r, float *host, const CkptState *st, const char *used)
+{
+    Dist *D = &r->dist;
+    size_t N = r->model.pt.total;
+    int64_t step = st->step;
+    double el = st->elapsed;
+    MPI_Bcast(&step, 1, MPI_INT64_T, 0, D->comm);
+    MPI_Bcast(&el, 1, MPI_DOUBLE, 0, D->comm);
+    if (!host) host = xmalloc(sizeof(float) * 3 * N);
+    /* params | adam_m | adam_v, in pieces of 256 MiB: below the int
+     * count limit, and within what MPI libraries and fabrics move well
+     * in one message (4 GiB ones have failed on some) */
+    const size_t piece = (size_t)64 << 20;   /* floats */
+    for (size_t off = 0; off < 3 * N; off += piece) {
+        size_t k = 3 * N - off < piece ? 3 * N - off : piece;
+        MPI_Bcast(host + off, (int)k, MPI_FLOAT, 0, D->comm);
+    }
+    Model *m = &r->model;
+    size_t bytes = sizeof(float) * N;
+    r->be->upload(r->be, m->params, host, bytes);
+    r->be->upload(r->be, m->adam_m, host + N, bytes);
+    r->be->upload(r->be, m->adam_v, host + 2 * N, bytes);
+    r->step = (int)step;
+    r->elapsed = el;
+    restore_loss_scale(r, st);
+    restore_dev_best(r, st);
+    if (D->rank == 0) {
+        printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
+        CkptState now;
+        fill_state(&now, r, el);
+        if (st->seed != now.seed || st->ranks != now.ranks || st->update_freq != now.update_freq
+            || st->plan_hash != now.plan_hash)
+            fprintf(stderr, "warning: %s: seed, ranks, update_freq or the batch plan differ from the "
+                    "checkpoint's: training continues but is not bitwise identical to an uninterrupted run\n", used);
+    }
+    return host;
+}
+
 void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
 {
     memset(rd, 0, sizeof *rd);
@@ -247,7 +288,6 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
         return;
     }
     int status = 0;   /* -1 error, 0 fresh, 1 resumed */
-    size_t N = r->model.pt.total;
     float *host = NULL;
     CkptState st;
     memset(&st, 0, sizeof st);
@@ -255,44 +295,12 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
     if (D->rank == 0) {
         if (mkdir_p(c->run_dir)) die(2, "%s: cannot create run directory: %s", c->run_dir, strerror(errno));
         rd->lock_fd = lock_run_dir(c->run_dir, c->lock_wait);
-        host = xmalloc(sizeof(float) * 3 * N);
+        host = xmalloc(sizeof(float) * 3 * r->model.pt.total);
         status = load_newest(r, host, &st, used, sizeof used);
         if (!status && resume_flag) die(2, "%s: --resume: no complete checkpoint in the run directory", c->run_dir);
     }
     MPI_Bcast(&status, 1, MPI_INT, 0, D->comm);
-    if (status == 1) {
-        int64_t step = st.step;
-        double el = st.elapsed;
-        MPI_Bcast(&step, 1, MPI_INT64_T, 0, D->comm);
-        MPI_Bcast(&el, 1, MPI_DOUBLE, 0, D->comm);
-        if (!host) host = xmalloc(sizeof(float) * 3 * N);
-        /* params | adam_m | adam_v, in pieces of 256 MiB: below the int
-         * count limit, and within what MPI libraries and fabrics move well
-         * in one message (4 GiB ones have failed on some) */
-        const size_t piece = (size_t)64 << 20;   /* floats */
-        for (size_t off = 0; off < 3 * N; off += piece) {
-            size_t k = 3 * N - off < piece ? 3 * N - off : piece;
-            MPI_Bcast(host + off, (int)k, MPI_FLOAT, 0, D->comm);
-        }
-        Model *m = &r->model;
-        size_t bytes = sizeof(float) * N;
-        r->be->upload(r->be, m->params, host, bytes);
-        r->be->upload(r->be, m->adam_m, host + N, bytes);
-        r->be->upload(r->be, m->adam_v, host + 2 * N, bytes);
-        r->step = (int)step;
-        r->elapsed = el;
-        restore_loss_scale(r, &st);
-        restore_dev_best(r, &st);
-        if (D->rank == 0) {
-            printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
-            CkptState now;
-            fill_state(&now, r, el);
-            if (st.seed != now.seed || st.ranks != now.ranks || st.update_freq != now.update_freq
-                || st.plan_hash != now.plan_hash)
-                fprintf(stderr, "warning: %s: seed, ranks, update_freq or the batch plan differ from the "
-                        "checkpoint's: training continues but is not bitwise identical to an uninterrupted run\n", used);
-        }
-    }
+    if (status == 1) host = adopt_checkpoint(r, host, &st, used);
     free(host);
     rd->last_step = r->step;
     rd->t_last = now_seconds();
