@@ -688,15 +688,19 @@ def _committed_sweep():
     return ROOT, sweep
 
 
-def _rebuild_differences(sweep, rebuilt, page_path):
-    """What differs between the committed table files in SWEEP and those
-    table3.py rebuilt into REBUILT, and the results page's embedded rows
+EMBEDDED_8_EPOCH = ("Rows against base (dev set, log space):", "![dev NLL curves per group]", 40)
+
+
+def _rebuild_differences(sweep, rebuilt, page_path, names=COMMITTED, embedded=EMBEDDED_8_EPOCH):
+    """What differs between the committed table files NAMES in SWEEP and
+    those table3.py rebuilt into REBUILT, and the results page's embedded
+    rows (between EMBEDDED's two markers, more than its count of them)
     that are not lines of the table: a list of messages, empty when equal.
     Text equality throughout: the CSVs hold floats at the precision the
     table means (table3.CSV_DIGITS), so a last-place difference of numpy's
     SIMD sums between CPUs does not reach them (issue 41)."""
     diffs, committed = [], {}
-    for name in COMMITTED:
+    for name in names:
         with open(os.path.join(rebuilt, name)) as f, open(os.path.join(sweep, name)) as g:
             committed[name], new = g.read(), f.read()
         if new != committed[name]:
@@ -705,10 +709,13 @@ def _rebuild_differences(sweep, rebuilt, page_path):
             diffs.append(f"{name}: rebuilding from the committed result files changes line {line + 1}")
     with open(page_path) as f:
         page = f.read()
-    embedded = page[page.index("Rows against base (dev set, log space):"):page.index("![dev NLL curves per group]")]
+    start, end, least = embedded
+    if start not in page or end not in page:
+        return diffs + [f"{page_path}: no embedded table between '{start}' and '{end}'"]
+    embedded = page[page.index(start):page.index(end)]
     generated = set(committed["table3.md"].splitlines())
     rows = [line for line in embedded.splitlines() if line.startswith("|")]
-    if len(rows) <= 40:
+    if len(rows) <= least:
         diffs.append(f"{page_path}: only {len(rows)} embedded table lines")
     diffs += [f"{page_path}: not a line of table3.md: {line}" for line in rows if line not in generated]
     return diffs

@@ -8,6 +8,7 @@ not float equality: the tests run again with NPY_DISABLE_CPU_FEATURES."""
 import csv
 import itertools
 import math
+import os
 import random
 import re
 
@@ -304,3 +305,48 @@ def test_order_noise_same_seed_against_across_seeds():
     rows[0]["used"][0]["curves"] = {"dev_step": steps[:25].astype(float), "dev_nll": np.ones(25)}
     got = compare.order_noise(rows)
     assert got["n_same"] == 7 and got["n_across"] == 7
+
+
+CONVERGED_COMMITTED = ("table3.md", "table3.csv", "table3-rows.csv", "table3.tex", "table3-delta.csv")
+EMBEDDED_CONVERGED = ("Rows against base (dev set, log space; best dev checkpoint; paired over matched seeds):",
+                      "<!-- end of the converged table so far -->", 19)
+
+
+def _converged_rebuild(tmp_path):
+    from conftest import ROOT, script
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    sweep = os.path.join(ROOT, "docs", "results-multi30k", "converged", "sweep")
+    if not os.path.isdir(os.path.join(sweep, "results")):
+        pytest.skip("no committed converged sweep")
+    script("table3.py", sweep, "--protocol", "converged", "--out", tmp_path / "table3", "--no-plot")
+    return sweep, os.path.join(ROOT, "docs", "results-multi30k.md")
+
+
+def test_committed_converged_table_rebuilds_from_its_result_files(tmp_path):
+    """docs/results-multi30k/converged/sweep: the committed table files are
+    what table3.py --protocol converged makes of the committed result files
+    (so each run's commit carries its table), and the page embeds its rows
+    unchanged; text equality, on any CPU."""
+    from test_table3 import _rebuild_differences
+
+    sweep, page = _converged_rebuild(tmp_path)
+    assert _rebuild_differences(sweep, str(tmp_path), page, CONVERGED_COMMITTED, EMBEDDED_CONVERGED) == []
+
+
+def test_committed_converged_check_fails_on_a_changed_result(tmp_path):
+    """Not blind: a result file left out (a run committed without its
+    table) changes the rebuilt table."""
+    import shutil
+
+    from test_table3 import _rebuild_differences
+
+    sweep, page = _converged_rebuild(tmp_path / "ok")
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep, copy)
+    os.unlink(sorted((copy / "results").glob("C*.h5"))[-1])
+    (tmp_path / "less").mkdir()
+    from conftest import script
+    script("table3.py", copy, "--protocol", "converged", "--out", tmp_path / "less" / "table3", "--no-plot")
+    diffs = _rebuild_differences(sweep, str(tmp_path / "less"), page, CONVERGED_COMMITTED, EMBEDDED_CONVERGED)
+    assert any(d.startswith("table3.md: rebuilding") for d in diffs), diffs
