@@ -634,6 +634,11 @@ table3_prepare() {
     mkdir -p "$1" || { echo "error: $1: cannot create the sweep directory" >&2; exit 2; }
     SWEEP=$(cd "$1" && pwd); shift
     local dir=${TABLE3_DIR:-$TRANSFORMER_HOME/input/table3} c v r i found
+    if [ ! -f "$SWEEP/rows.txt" ] && compgen -G "$SWEEP/configs/*.cfg" > /dev/null; then
+        # the frozen configs record how the runs ran: never copied over
+        echo "error: $SWEEP: configs/ without rows.txt (its rows.txt lost, or not a sweep directory): restore rows.txt or use a new SWEEP_DIR" >&2
+        exit 2
+    fi
     if [ ! -f "$SWEEP/rows.txt" ]; then
         local cfgs=()
         for c in "$dir"/*.cfg; do [ -f "$c" ] && cfgs+=("$c"); done

@@ -3,6 +3,7 @@
 #   1. a resubmission that sets an override to another value than the sweep's
 #      (SWEEP/sweep.env) is refused with one line naming the row and the
 #      override; unset or equal overrides are accepted;
+#      a sweep directory with configs/ but no rows.txt keeps its configs;
 #      a row (or submit-train.sh's job) whose dataset file is missing is
 #      refused before it runs or is submitted;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
@@ -51,6 +52,14 @@ done
 expect_error 2 "^error: SEEDS=2: no base.cfg among the row configs ($tmp/configs)" \
     env TABLE3_DIR="$tmp/configs" SEEDS=2 jobs/run-local.sh table3 "$tmp/sw-noseed"
 ok "bad STEPS/SEEDS/WARMUP/SHRINK and SEEDS without a base row are refused in one line"
+
+# a sweep directory whose rows.txt is gone: its frozen configs are kept, not
+# copied over from TABLE3_DIR
+mkdir -p "$tmp/sw-lost/configs" && printf 'row = r1\nseed = 7\n' > "$tmp/sw-lost/configs/r1.cfg"
+expect_error 2 "^error: $tmp/sw-lost: configs/ without rows.txt" \
+    env TABLE3_DIR="$tmp/configs" jobs/run-local.sh table3 "$tmp/sw-lost"
+grep -q 'seed = 7' "$tmp/sw-lost/configs/r1.cfg" || fail "a sweep without rows.txt had its configs replaced"
+ok "a sweep directory with configs/ but no rows.txt is refused, its configs untouched"
 
 # a row whose dataset is missing: refused in one line before any row runs
 # (run-local.sh: relative to here) or is submitted (submit-table3.sh, with an
