@@ -562,11 +562,13 @@ def protocol_note(runs, summaries, env, converged=False):
                     if r.get("peak_lr") is not None and math.isfinite(r["peak_lr"])})
     seeds = sorted({len(s["runs"]) for s in summaries})
     sigs = sorted({r.get("bleu_signature") or "" for r in runs} - {""})
+    # the converged sweep's reruns train with seed + 100 (compare.pair_seed), not the next seed
+    rerun = f"seed + {compare.RERUN_SEED_OFFSET}" if converged else "the next seed"
     out = ["", "Protocol:",
            f"- Learning rate: {'; '.join(rules) if rules else 'not recorded in the result files'}"
            + (f" ({'; '.join(peaks)})" if peaks else "") + ".",
            f"- Runs per row: {', '.join(map(str, seeds))} (seeds and reruns); a failed run is rerun once with "
-           "the next seed (row `<row>-rerun`), both are shown, the statistics use the healthy one.",
+           f"{rerun} (row `<row>-rerun`), both are shown, the statistics use the healthy one.",
            f"- Verdicts (analysis/verdict.py): diverged = non-finite loss, final dev NLL > its minimum + "
            f"{V.DIVERGE_DEV_NATS} nats, or training loss > its minimum + {V.DIVERGE_TRAIN_NATS}; stuck = dev NLL "
            f"at {V.STUCK_FRACTION:.0%} of the run less than {V.STUCK_NATS_BELOW_PLATEAU} nats below the unigram "

@@ -265,6 +265,15 @@ def test_a_rerun_stands_for_its_runs_seed_unmatched():
     assert cells[3] == "3 (2 unmatched)"
 
 
+def test_protocol_note_states_the_rerun_seed(sweep):
+    """The table's protocol lines say what the job and the pairing do: a
+    rerun trains with seed + 100 (the plan's "a seed no row uses"), not the
+    next seed, which is another row's matched seed."""
+    top, _, _ = sweep
+    line = next(l for l in (top / "table3.md").read_text().splitlines() if l.startswith("- Runs per row:"))
+    assert "rerun once with seed + 100 (row `<row>-rerun`)" in line and "next seed" not in line
+
+
 def test_order_noise_same_seed_against_across_seeds():
     """compare.order_noise against a computation written here: each run's
     dev NLL is a trend, its seed's noise (the data order, shared by rows)
