@@ -92,3 +92,31 @@ int cli_check_output(const char *cmd, const char *opt, const char *out, const ch
         }
     return 0;
 }
+
+/* path's directory (".", "/" or what comes before its last slash) into
+ * dir; returns its last component */
+static const char *split_path(const char *path, char *dir, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) { snprintf(dir, n, "."); return path; }
+    snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return slash + 1;
+}
+
+static int same_inode(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int cli_check_outputs_differ(const char *cmd, const char *opt_a, const char *a, const char *opt_b, const char *b)
+{
+    if (!a || !b) return 0;
+    char da[4096], db[4096];
+    const char *na = split_path(a, da, sizeof da), *nb = split_path(b, db, sizeof db);
+    /* files that do not exist yet are the same when their names are, in
+     * the same directory however spelt */
+    if (!same_inode(a, b) && (strcmp(na, nb) || !same_inode(da, db))) return 0;
+    fprintf(stderr, "error: %s: %s is also the %s of %s (%s): choose another name\n", b, opt_b, opt_a, cmd, a);
+    return 2;
+}

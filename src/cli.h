@@ -28,5 +28,11 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
  * of CMD (IN): choose another name" (or "... is a directory", "... no such
  * directory DIR"). */
 int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
+/* Two outputs of one command are two files, existing or not (`translate
+ * --output o.txt --reference o.txt` wrote the references over the
+ * translations, and their BLEU was 100).  NULL paths pass.  0, or 2 after
+ * one line "error: B: OPT_B is also the OPT_A of CMD (A): choose another
+ * name". */
+int cli_check_outputs_differ(const char *cmd, const char *opt_a, const char *a, const char *opt_b, const char *b);
 
 #endif

@@ -10,7 +10,8 @@
 # translate and prepare each).  train --dump-params also refuses an existing
 # file of its run directory (a checkpoint it resumes from, its metrics).
 # An output that is a directory, or in a missing directory, is refused
-# before the command's work, not at its final rename.
+# before the command's work, not at its final rename.  translate's --output
+# and --reference are two files.
 set -u
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
@@ -47,6 +48,20 @@ refused "$CK" "$CK" "$BIN" translate --checkpoint "$CK" --data data.h5 --split d
 refused "$CK" "$CK" "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output "$CK"
 refused data.h5 data.h5 "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output data.h5
 refused ck2.h5 ck2.h5 "$BIN" average --output ck2.h5 "$CK" ck2.h5
+# translate's two outputs are two files, new or existing, however spelt:
+# --reference over --output replaced the translations with the references
+# (a BLEU of 100)
+for pair in "tr.txt ./tr.txt" "$W/tr.txt tr.txt"; do
+    set -- $pair
+    expect_error 2 "^error: $2: --reference is also the --output of translate ($1): choose another name$" \
+        "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output "$1" --reference "$2"
+done
+[ ! -e tr.txt ] || fail "translate wrote tr.txt despite the error"
+echo kept > tr.txt && ln -s tr.txt tr.link
+expect_error 2 "^error: tr.link: --reference is also the --output of translate (tr.txt): choose another name$" \
+    "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output tr.txt --reference tr.link
+[ "$(cat tr.txt)" = kept ] || fail "translate changed tr.txt despite the error"
+ok "translate --output and --reference one file: refused in one line, nothing written"
 # train --dump-params: its raw floats replaced the dataset or the config
 TA=(vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 train_steps=2 threads=1)
 printf 'data = data.h5\n' > tiny.cfg
