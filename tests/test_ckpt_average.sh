@@ -47,6 +47,9 @@ expect_error 2 "error: .*no checkpoints" $BIN average --output $W/x.h5 --last 3 
 expect_error 2 "^error: $W/nodir: --last K needs a run directory: No such file or directory$" \
     $BIN average --output $W/x.h5 --last 3 $W/nodir
 expect_error 2 "^error: $A: --last K needs a run directory: not a directory$" $BIN average --output $W/x.h5 --last 3 $A
+# a checkpoint given twice would count twice in the mean
+expect_error 2 "^error: $W/run/./ckpt_00000020.h5: checkpoint given twice to average (also as $A): each counts once$" \
+    $BIN average --output $W/x.h5 $A $B $W/run/./ckpt_00000020.h5
 [ ! -e $W/x.h5 ] || fail "output written despite error"
 # --last K takes the interval checkpoints (multiples of ckpt_steps and the
 # final step; section 6.1) and skips one written in between by wall time or on

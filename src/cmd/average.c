@@ -132,11 +132,29 @@ static int list_run_dir(Average *a)
     return 0;
 }
 
-/* an output and at least one input; the output is none of the inputs */
+/* every input once: a checkpoint given twice (by two overlapping globs,
+ * as ./NAME or through a link) would count twice in the mean, silently */
+static int check_distinct(const Average *a)
+{
+    struct stat si, sj;
+    for (int i = 0; i < a->n; i++) {
+        if (stat(a->in[i], &si)) continue;   /* a missing file: add_checkpoint names it */
+        for (int j = i + 1; j < a->n; j++)
+            if (!stat(a->in[j], &sj) && si.st_dev == sj.st_dev && si.st_ino == sj.st_ino) {
+                fprintf(stderr, "error: %s: checkpoint given twice to average (also as %s): each counts once\n",
+                        a->in[j], a->in[i]);
+                return 2;
+            }
+    }
+    return 0;
+}
+
+/* an output and at least one input, each once; the output is none of them */
 static int check_inputs(const Average *a)
 {
     if (!a->out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); return 2; }
     if (a->n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); return 2; }
+    if (check_distinct(a)) return 2;
     return cli_check_output("average", "--output", a->out, (const char *const *)a->in, a->n);
 }
 
