@@ -3,9 +3,10 @@
 # from Multi30k lines, a checkpoint of a briefly trained model.  Checks: split
 # and raw-text input give one detokenised line per input line in order; an
 # empty line gives an empty line; an over-long line is truncated with one
-# warning; 2 MPI ranks give the same output as 1; a dataset with another
-# vocabulary is a one-line error (size differs; same size, other pieces);
-# missing options are one-line errors.
+# warning; a pipe as --input (read once) gives the file's output; 2 MPI
+# ranks give the same output as 1; a dataset with another vocabulary is a
+# one-line error (size differs; same size, other pieces); missing options
+# are one-line errors.
 set -u
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
@@ -48,6 +49,14 @@ for l in 1 3 4; do [ "$(sed -n ${l}p "$W/raw.de")" = "$FIXED" ] || fail "raw lin
 [ "$(grep -c '^warning: .*truncated' "$W/tr2.err")" -eq 1 ] || fail "expected one truncation warning: $(cat "$W/tr2.err")"
 grep -q "first: line 3" "$W/tr2.err" || fail "warning does not name line 3: $(cat "$W/tr2.err")"
 ok "raw input: empty line -> empty line, long line truncated: $(cat "$W/tr2.err")"
+# a pipe is read once: --input /dev/stdin and <(...) give the file's lines
+cat "$W/raw.en" | "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input /dev/stdin --output "$W/pipe.de" \
+    max_len_a=5 threads=1 >/dev/null 2>"$W/pipe.err" || fail "translate --input /dev/stdin: $(cat "$W/pipe.err")"
+cmp -s "$W/raw.de" "$W/pipe.de" || fail "--input /dev/stdin: $(wc -l <"$W/pipe.de") lines unlike the file's"
+"$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input <(cat "$W/raw.en") --output "$W/pipe.de" \
+    max_len_a=5 threads=1 >/dev/null 2>"$W/pipe.err" || fail "translate --input <(...): $(cat "$W/pipe.err")"
+cmp -s "$W/raw.de" "$W/pipe.de" || fail "--input <(...): $(wc -l <"$W/pipe.de") lines unlike the file's"
+ok "raw input from a pipe (/dev/stdin, <(...)): the file's translations"
 
 # 2 ranks: same output, in order
 mpirun -np 2 "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split test --output "$W/out2.txt" beam=4 \
@@ -78,6 +87,9 @@ expect_error 2 "key 'd_model' is an architecture key; it comes from .*ckpt_" \
 printf '5 6 7\n5 x 7\n' >"$W/ids.txt"
 expect_error 2 "error: $W/ids.txt:2: expected token ids in \[0, " \
     "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input "$W/ids.txt" --output "$W/x.txt"
+printf '5 6 7\n\n8 9\n' | "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input /dev/stdin \
+    --output "$W/ids.out" >/dev/null 2>"$W/ids.err" || fail "synthetic --input /dev/stdin: $(cat "$W/ids.err")"
+[ "$(wc -l <"$W/ids.out")" -eq 3 ] && [ -z "$(sed -n 2p "$W/ids.out")" ] || fail "synthetic ids from a pipe: $(cat "$W/ids.out")"
 printf '5 6 99999999999999999999\n' >"$W/ids.txt"
 expect_error 2 "error: $W/ids.txt:1: expected token ids" \
     "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input "$W/ids.txt" --output "$W/x.txt"

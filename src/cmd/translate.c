@@ -176,16 +176,27 @@ static int read_id_lines(const char *path, Corpus *c, int expect, int vocab)
     return bad ? bad : k == expect ? 0 : -1;
 }
 
-static int count_lines(const char *path)
+/* the lines of path (a last one without a newline counted), -1 if it
+ * cannot be read; with copy, also copied there (-2 if that fails), so
+ * that a pipe (--input /dev/stdin, <(...)), which reads only once, is
+ * read once and what is tokenised is what was counted */
+static int count_lines(const char *path, const char *copy)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "r"), *w = NULL;
     if (!f) return -1;
     struct stat sb;
     if (fstat(fileno(f), &sb) || S_ISDIR(sb.st_mode)) { fclose(f); errno = EISDIR; return -1; }
-    int n = 0, ch, last = '\n';
-    while ((ch = getc(f)) != EOF) { if (ch == '\n') n++; last = ch; }
+    if (copy && !(w = fopen(copy, "w"))) { fclose(f); return -2; }
+    int n = 0, ch, last = '\n', wbad = 0;
+    while ((ch = getc(f)) != EOF) {
+        if (ch == '\n') n++;
+        last = ch;
+        if (w && putc(ch, w) == EOF) wbad = 1;
+    }
+    int rbad = ferror(f);
     fclose(f);
-    return n + (last != '\n');
+    if (w && fclose(w)) wbad = 1;
+    return rbad ? -1 : wbad ? -2 : n + (last != '\n');
 }
 
 static void write_file(const char *path, const void *data, size_t n)
@@ -242,7 +253,7 @@ static void emit(const char *dest, int n, const int *len, const int32_t *tok, in
         snprintf(mo, sizeof mo, "--model=%s", spm_path);
         char *av[] = { "spm_decode", mo, "--input_format=id", NULL };
         if (run_tool(av, p_in, p_out, p_err)) tool_error("spm_decode", p_err);
-        int got = count_lines(p_out);
+        int got = count_lines(p_out, NULL);
         if (got != n) die(1, "translate: spm_decode returned %d lines for %d sentences", got, n);
         text = p_out;
     }
@@ -341,17 +352,18 @@ static void read_raw_input(Translate *t)
 {
     const char *input = t->o.input;
     int vocab_size = t->c.vocab_size;
-    int n = count_lines(input);
+    int n = count_lines(input, t->p_in);   /* the copy is what is read from here on */
+    if (n == -2) die(1, "%s: cannot write a copy of %s: %s", t->p_in, input, strerror(errno));
     if (n < 0) die(2, "%s: cannot read: %s", input, strerror(errno));
     if (t->synth) {
-        int bad = read_id_lines(input, &t->src, n, vocab_size);
+        int bad = read_id_lines(t->p_in, &t->src, n, vocab_size);
         if (bad > 0) die(2, "%s:%d: expected token ids in [0, %d) separated by spaces", input, bad, vocab_size);
         if (bad) die(2, "%s: cannot read", input);
     } else {
         char mo[160];
         snprintf(mo, sizeof mo, "--model=%s", t->spm_path);
         char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
-        if (run_tool(av, input, t->p_out, t->p_err)) tool_error("spm_encode", t->p_err);
+        if (run_tool(av, t->p_in, t->p_out, t->p_err)) tool_error("spm_encode", t->p_err);
         if (read_id_lines(t->p_out, &t->src, n, vocab_size))
             die(2, "%s: spm_encode returned fewer lines than the input's %d", input, n);
     }
