@@ -3,7 +3,8 @@
 # teacher forcing) matches an independent NumPy forward pass of the
 # checkpoint (rows sum to 1, decoder self-attention lower-triangular,
 # shapes = token counts); 1-rank and 2-rank (MPI-IO) files are identical;
-# the training probe file has one group per attn_steps.
+# the training probe file has one group per attn_steps; errors under mpirun
+# are one line.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -60,5 +61,14 @@ PY
 [ "$res" = ok ] || fail "--sample: $res"
 ok "--sample 6 of 40 dev pairs: indices floor(i*40/6), attribute sample; --sample 50: all 40"
 expect_error 2 "error: --sample '0': expected a number of pairs" $BIN attention --checkpoint $C --sample 0 --output $W/x.h5
+# under mpirun an error of the arguments, the checkpoint or the split is
+# rank 0's one line, not one per rank
+for bad in "--bogus" "--checkpoint $W/nope.h5 --sentences 0" "--checkpoint $C --split nosuch --sentences 0" \
+           "--checkpoint $C --sentences 999" "--checkpoint $C --sentences 0 mask_heads=x"; do
+    err=$(mpirun -np 2 $BIN attention $bad --output $W/x.h5 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] && [ "$(echo "$err" | grep -c '^error:')" -eq 1 ] || fail "mpirun -np 2 attention $bad: exit $rc, stderr: $err"
+done
+[ ! -e $W/x.h5 ] || fail "a refused attention wrote its output"
+ok "mpirun -np 2 attention: argument, checkpoint, split, sentence and key errors are one line each"
 expect_error 2 "one of --sentences or --sample are required" $BIN attention --checkpoint $C --sample 3 --sentences 1 --output $W/x.h5
 [ ! -e $W/x.h5 ] || fail "output written despite an error"

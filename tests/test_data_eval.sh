@@ -8,7 +8,8 @@
 #  - 2 ranks give the same perplexity as 1;
 #  - errors: dataset/model vocabulary mismatch (size; or same size, other
 #    pieces, also for translate, attention and resuming train), unknown split, an architecture
-#    key on the command line, a missing checkpoint -- one line each.
+#    key on the command line, a missing checkpoint -- one line each, also
+#    under mpirun (an unknown argument or split).
 set -u
 . "$(dirname "$0")/lib.sh"
 need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
@@ -57,4 +58,10 @@ expect_error 2 "$pat" "$BIN" train data="$W/same.h5" $ARCH max_tokens=512 train_
 expect_error 2 "d.h5: dataset has no split 'test9'" "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" --split test9
 expect_error 2 "key 'd_model' is an architecture key" "$BIN" eval --checkpoint "$ck" --data "$W/d.h5" d_model=64
 expect_error 2 "nockpt.h5" "$BIN" eval --checkpoint "$W/nockpt.h5" --data "$W/d.h5"
+# under mpirun an argument or dataset error is rank 0's one line, not one per rank
+for bad in "--bogus" "--checkpoint $ck --data $W/d.h5 --split test9"; do
+    err=$(mpirun -np 2 "$BIN" eval $bad threads=1 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] && [ "$(echo "$err" | grep -c '^error:')" -eq 1 ] || fail "mpirun -np 2 eval $bad: exit $rc, stderr: $err"
+done
+ok "mpirun -np 2 eval: an unknown argument, an unknown split: one error line each"
 echo "test_data_eval: all checks passed"

@@ -177,9 +177,11 @@ expect_error 2 "mask_heads': 'cross:1' is not KIND:LAYER:HEAD" \
     $BIN attention --checkpoint $C --data synthetic --sentences 0 --output $W/x.h5 mask_heads=cross:1
 expect_error 2 "mask_heads': empty entry" $BIN heads --checkpoint $C --data synthetic --output $W/x.h5 mask_heads=enc:0:1,,
 expect_error 2 "heads: --checkpoint, --data and --output are required" $BIN heads --checkpoint $C --data synthetic
-err=$(mpirun -np 2 $BIN heads --checkpoint $C --data synthetic --split nosuch --output $W/x.h5 threads=1 2>&1 >/dev/null)
-[ $? -eq 2 ] && [ "$(echo "$err" | grep -c '^error:')" -eq 1 ] || fail "mpirun -np 2 heads --split nosuch: $err"
-ok "mpirun -np 2 heads, unknown split: one error line ($(echo "$err" | grep '^error:'))"
+for bad in "--split nosuch" "--sample x" "--bogus"; do
+    err=$(mpirun -np 2 $BIN heads --checkpoint $C --data synthetic $bad --output $W/x.h5 threads=1 2>&1 >/dev/null)
+    [ $? -eq 2 ] && [ "$(echo "$err" | grep -c '^error:')" -eq 1 ] || fail "mpirun -np 2 heads $bad: $err"
+done
+ok "mpirun -np 2 heads, an unknown split or argument, a bad --sample: one error line each"
 [ ! -e $W/x.h5 ] || fail "a refused command wrote its output"
 
 # --- pruning curves and figures

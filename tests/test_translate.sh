@@ -97,9 +97,10 @@ expect_error 2 "error: $W: cannot read: Is a directory" \
     "$BIN" translate --checkpoint "$W/syn/ckpt_00000002.h5" --data synthetic --input "$W" --output "$W/x.txt"
 # under mpirun an argument or file error is rank 0's one line, not one per rank
 for bad in "--bogus" "--checkpoint $W/nockpt.h5 --data synthetic --split dev --output $W/x.txt" \
+           "--checkpoint $CK --data $W/a.h5 --split nosuch --output $W/x.txt" \
            "--checkpoint $W/syn/ckpt_00000002.h5 --data synthetic --split dev --output $W/x.txt d_model=8"; do
     err=$(mpirun -np 2 "$BIN" translate $bad threads=1 2>&1 >/dev/null); rc=$?
     [ $rc -eq 2 ] && [ "$(echo "$err" | grep -c '^error:')" -eq 1 ] || fail "mpirun -np 2 translate $bad: exit $rc, stderr: $err"
 done
-ok "mpirun -np 2: argument, checkpoint and key errors are one line each"
+ok "mpirun -np 2: argument, checkpoint, key and split errors are one line each"
 echo "all translate checks passed"

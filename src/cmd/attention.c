@@ -262,22 +262,32 @@ static int write_maps(const AttnArgs *a, const Attention *at)
     return 0;
 }
 
-static int attention_main(const AttnArgs *a, Dist *D)
+/* every rank alike: the config, the model and the chosen pairs; 2 after
+ * one line */
+static int attention_open(const AttnArgs *a, Attention *at, Dist *D)
 {
-    Attention at = {0};
     char *over[1] = { a->mask_heads };
     InferenceArgs ia = { .cmd = "attention", .ckpt = a->ckpt, .data = a->data, .over = over,
                          .n_over = a->mask_heads != NULL, .backend_from_command_line = 1 };
     int synth = corpus_is_synthetic(a->data);
-    if (inference_read_config(&ia, &at.cfg, &at.st, synth ? NULL : &at.dv)) return 2;
-    at.have_dv = !synth;
+    if (inference_read_config(&ia, &at->cfg, &at->st, synth ? NULL : &at->dv)) return 2;
+    at->have_dv = !synth;
     /* fp32 on the CPU, one thread: the maps do not depend on the device or
      * on how many ranks share the cores */
-    at.cfg.device = DEVICE_CPU;
-    at.cfg.precision = PRECISION_FP32;
-    at.cfg.threads = 1;
-    int rc = 2;
-    if (inference_open(&ia, D, &at.cfg, &at.m, &at.be) == 0 && select_sentences(a, &at) == 0) {
+    at->cfg.device = DEVICE_CPU;
+    at->cfg.precision = PRECISION_FP32;
+    at->cfg.threads = 1;
+    if (inference_open(&ia, D, &at->cfg, &at->m, &at->be)) return 2;
+    return select_sentences(a, at);
+}
+
+static int attention_main(const AttnArgs *a, Dist *D)
+{
+    Attention at = {0};
+    /* the same arguments and files on every rank: one error line, rank 0's */
+    int held = dist_hold_stderr(D);
+    int rc = dist_release_stderr(D, held, attention_open(a, &at, D));
+    if (!rc) {
         compute_maps(a, &at, D);
         gather_maps(&at, D, a->greedy);
         int bad = D->rank == 0 ? write_maps(a, &at) : 0;
@@ -288,30 +298,37 @@ static int attention_main(const AttnArgs *a, Dist *D)
     return rc;
 }
 
-int cmd_attention(int argc, char **argv)
+/* the command line into a; 0, or 2 after one line */
+static int attention_parse(AttnArgs *a, int argc, char **argv)
 {
-    AttnArgs a = { NULL, DATA_SYNTHETIC, "dev", NULL, NULL, NULL, NULL, 0 };
-    if (cli_wants_help(argc, argv)) { attention_help(); return 0; }
     for (int i = 2; i < argc; i++) {
         const char *o = argv[i];
-        if (!strcmp(o, "--greedy")) { a.greedy = 1; continue; }
-        if (!strncmp(o, "mask_heads=", 11)) { a.mask_heads = argv[i]; continue; }
-        const char **dst = !strcmp(o, "--checkpoint") ? &a.ckpt : !strcmp(o, "--data") ? &a.data
-                         : !strcmp(o, "--split") ? &a.split : !strcmp(o, "--sentences") ? &a.list
-                         : !strcmp(o, "--sample") ? &a.sample : !strcmp(o, "--output") ? &a.out : NULL;
+        if (!strcmp(o, "--greedy")) { a->greedy = 1; continue; }
+        if (!strncmp(o, "mask_heads=", 11)) { a->mask_heads = argv[i]; continue; }
+        const char **dst = !strcmp(o, "--checkpoint") ? &a->ckpt : !strcmp(o, "--data") ? &a->data
+                         : !strcmp(o, "--split") ? &a->split : !strcmp(o, "--sentences") ? &a->list
+                         : !strcmp(o, "--sample") ? &a->sample : !strcmp(o, "--output") ? &a->out : NULL;
         if (!dst) { fprintf(stderr, "error: attention: unknown argument '%s' (see 'transformer attention --help')\n", o); return 2; }
         if (i + 1 >= argc) { fprintf(stderr, "error: attention: %s needs a value\n", o); return 2; }
         *dst = argv[++i];
     }
-    if (!a.ckpt || !a.out || !a.list == !a.sample) {
+    if (!a->ckpt || !a->out || !a->list == !a->sample) {
         fprintf(stderr, "error: attention: --checkpoint, --output and one of --sentences or --sample are required\n");
         return 2;
     }
-    const char *in[] = { a.ckpt, a.data };
-    if (cli_check_output("attention", "--output", a.out, in, 2)) return 2;
+    const char *in[] = { a->ckpt, a->data };
+    return cli_check_output("attention", "--output", a->out, in, 2);
+}
+
+int cmd_attention(int argc, char **argv)
+{
+    AttnArgs a = { NULL, DATA_SYNTHETIC, "dev", NULL, NULL, NULL, NULL, 0 };
+    if (cli_wants_help(argc, argv)) { attention_help(); return 0; }
     Dist D;
     dist_init(&D, &argc, &argv);
-    int rc = attention_main(&a, &D);
+    int held = dist_hold_stderr(&D);
+    int rc = dist_release_stderr(&D, held, attention_parse(&a, argc, argv));
+    if (!rc) rc = attention_main(&a, &D);
     /* every rank reports the same rc: no abort needed */
     dist_finalize(&D);
     return rc;

@@ -104,7 +104,9 @@ int cmd_eval(int argc, char **argv)
     Eval e = { .r = xcalloc(1, sizeof(TrainRun)), .split = "dev" };
     dist_init(&e.r->dist, &argc, &argv);
     dist_install_abort(&e.r->dist);
-    int rc = eval_parse(&e, argc, argv);
+    /* the same arguments on every rank: one error line, rank 0's */
+    int held = dist_hold_stderr(&e.r->dist);
+    int rc = dist_release_stderr(&e.r->dist, held, eval_parse(&e, argc, argv));
     InferenceArgs ia = { .cmd = "eval", .ckpt = e.ckpt, .data = e.data, .over = e.over, .n_over = e.n_over,
                          .auto_tokens = 1 };
     if (!rc && e.r->dist.rank == 0) rc = inference_read_config(&ia, &e.r->cfg, &e.st, NULL);
@@ -115,10 +117,12 @@ int cmd_eval(int argc, char **argv)
     MPI_Bcast(&e.r->cfg, sizeof e.r->cfg, MPI_BYTE, 0, e.r->dist.comm);
     rc = inference_open(&ia, &e.r->dist, &e.r->cfg, &e.r->model, &e.r->be);
     e.have_model = e.r->be != NULL;
-    if (rc || corpus_open(e.data, e.split, &e.r->cfg, &e.corp)) {
+    if (rc) {
         if (util_abort_hook) util_abort_hook(2);
         return 2;
     }
-    e.have_corp = 1;
+    held = dist_hold_stderr(&e.r->dist);   /* the same split on every rank: likewise */
+    e.have_corp = !corpus_open(e.data, e.split, &e.r->cfg, &e.corp);
+    if (dist_release_stderr(&e.r->dist, held, e.have_corp ? 0 : 2)) return eval_end(&e, 2);
     return eval_end(&e, evaluate_split(&e));
 }

@@ -387,7 +387,9 @@ int cmd_heads(int argc, char **argv)
                 .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);
-    int rc = heads_parse(&h.a, argc, argv);
+    /* the same arguments on every rank: one error line, rank 0's */
+    int held = dist_hold_stderr(&h.r->dist);
+    int rc = dist_release_stderr(&h.r->dist, held, heads_parse(&h.a, argc, argv));
     InferenceArgs ia = { .cmd = "heads", .ckpt = h.a.ckpt, .data = h.a.data, .over = h.a.over, .n_over = h.a.n_over,
                          .auto_tokens = 1 };
     if (!rc && h.r->dist.rank == 0) rc = inference_read_config(&ia, &h.r->cfg, &h.st, NULL);

@@ -306,13 +306,6 @@ typedef struct {
     double t_max;
 } Translate;
 
-/* every error path: the message is printed; take the other ranks down */
-static int translate_fail(const Translate *t)
-{
-    if (t->D.size > 1) MPI_Abort(MPI_COMM_WORLD, 2);
-    return 2;
-}
-
 /* the checkpoint's config with the command line's settings, the data's
  * vocabulary checked, the backend (from the command line's device and
  * threads) and the model (every rank alike: 2 after a one-line error,
@@ -398,7 +391,9 @@ static int load_sources(Translate *t)
     const Opts *o = &t->o;
     const Config *c = &t->c;
     if (o->split) {
-        if (corpus_open(o->data, o->split, c, &t->src)) return translate_fail(t);
+        /* the same split on every rank: one error line, rank 0's */
+        int held = dist_hold_stderr(&t->D);
+        if (dist_release_stderr(&t->D, held, corpus_open(o->data, o->split, c, &t->src) ? 2 : 0)) return 2;
     } else
         load_raw_sources(t);
     const Corpus *src = &t->src;
@@ -559,7 +554,10 @@ int cmd_translate(int argc, char **argv)
         return 2;
     }
     make_tmp_dir(&t);
-    if (load_sources(&t)) return 2;
+    if (load_sources(&t)) {   /* every rank alike, after one line */
+        dist_finalize(&t.D);
+        return 2;
+    }
     decode_sentences(&t);
     gather_outputs(&t);
     if (t.D.rank == 0) publish_outputs(&t);
