@@ -47,6 +47,10 @@ expect_error 2 "error: .*no checkpoints" $BIN average --output $W/x.h5 --last 3 
 expect_error 2 "^error: $W/nodir: --last K needs a run directory: No such file or directory$" \
     $BIN average --output $W/x.h5 --last 3 $W/nodir
 expect_error 2 "^error: $A: --last K needs a run directory: not a directory$" $BIN average --output $W/x.h5 --last 3 $A
+# --last's K in int range: (int) of 2^32 + 1 was 1, one checkpoint averaged silently
+for k in 0 4294967297 -2 3x ""; do
+    expect_error 2 "^error: average: --last '$k': not an integer from 1 to 2147483647$" $BIN average --output $W/x.h5 --last "$k" $W/run
+done
 # a checkpoint given twice would count twice in the mean
 expect_error 2 "^error: $W/run/./ckpt_00000020.h5: checkpoint given twice to average (also as $A): each counts once$" \
     $BIN average --output $W/x.h5 $A $B $W/run/./ckpt_00000020.h5

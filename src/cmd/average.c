@@ -2,6 +2,7 @@
  * checkpoints of one architecture, as the paper does for its final models
  * (section 6.1: the last 5 checkpoints for base, 20 for big). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +78,9 @@ static int average_parse(Average *a, int argc, char **argv)
             if (argv[i][2] == 'o') a->out = argv[++i];
             else {
                 char *end;
-                a->last = (int)strtol(argv[++i], &end, 10);
-                if (*end || a->last < 1) { fprintf(stderr, "error: average: --last '%s' is not a positive integer\n", argv[i]); return 2; }
+                long k = strtol(argv[++i], &end, 10);   /* (int) of 2^32 + 1 was 1 */
+                a->last = k >= 1 && k <= INT_MAX ? (int)k : 0;
+                if (*end || end == argv[i] || a->last < 1) { fprintf(stderr, "error: average: --last '%s': not an integer from 1 to %d\n", argv[i], INT_MAX); return 2; }
                 if (i + 1 < argc && !strcmp(argv[i + 1], "--upto-best")) { a->upto_best = 1; i++; }
                 if (i + 1 >= argc) { fprintf(stderr, "error: average: --last K needs a run directory\n"); return 2; }
                 a->run_dir = argv[++i];
