@@ -39,4 +39,8 @@ uint64_t fnv1a64(const void *data, size_t n, uint64_t h);
  * tensors; not cryptographic.  Hashes bytes as little-endian words. */
 uint64_t checksum64(const void *data, size_t n);
 
+/* first byte offset of invalid UTF-8 in s[0..n) (or n): rejects overlong
+ * forms, surrogates, code points > U+10FFFF and NUL */
+size_t utf8_bad(const unsigned char *s, size_t n);
+
 #endif

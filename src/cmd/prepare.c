@@ -120,32 +120,6 @@ typedef struct {
     long long *cut_lines;/* [n_cut] lines of each piece */
 } TextFile;
 
-/* first byte offset of invalid UTF-8 in s[0..n) (or n): rejects overlong
- * forms, surrogates, code points > U+10FFFF and NUL */
-static size_t utf8_bad(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c == 0) return i;
-        if (c < 0x80) { i++; continue; }
-        int k;
-        unsigned cp;
-        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
-        else return i;
-        for (int j = 1; j <= k; j++) {
-            if (i + j >= n || (s[i + j] & 0xC0) != 0x80) return i;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return i;
-        i += k + 1;
-    }
-    return n;
-}
-
 static int read_text(const char *path, TextFile *t)
 {
     memset(t, 0, sizeof *t);
