@@ -4,7 +4,8 @@
 # and raw-text input give one detokenised line per input line in order; an
 # empty line gives an empty line; an over-long line is truncated with one
 # warning; a pipe as --input (read once) gives the file's output; 2 MPI
-# ranks give the same output as 1; a dataset with another vocabulary is a
+# ranks give the same output as 1; text that is not UTF-8 is a one-line
+# error naming its line; a dataset with another vocabulary is a
 # one-line error (size differs; same size, other pieces); missing options
 # are one-line errors.
 set -u
@@ -82,6 +83,15 @@ expect_error 2 "error: .*: unknown split\|error: .*nosuch" \
     "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split nosuch --output "$W/x.txt"
 expect_error 2 "key 'd_model' is an architecture key; it comes from .*ckpt_" \
     "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --split test --output "$W/x.txt" d_model=64
+# --input text that is not UTF-8 (Latin-1 "ü", a NUL byte): one line naming
+# the file and line, no output (spm_encode made U+FFFD of it, translated)
+printf 'a dog runs\nover the gr\374n meadow\n' >"$W/latin1.txt"
+expect_error 2 "^error: $W/latin1.txt: line 2: invalid UTF-8 at byte 12 of the line" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input "$W/latin1.txt" --output "$W/l1.txt"
+printf 'a dog\000 runs\n' >"$W/nul.txt"
+expect_error 2 "^error: $W/nul.txt: line 1: NUL byte at byte 6 of the line" \
+    "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input "$W/nul.txt" --output "$W/l1.txt"
+[ ! -e "$W/l1.txt" ] || fail "a refused --input left an output"
 # --input of token ids (synthetic task): anything else on a line is an error
 "$BIN" train threads=1 train_steps=2 run_dir="$W/syn" >/dev/null 2>&1 || fail "synthetic train"
 printf '5 6 7\n5 x 7\n' >"$W/ids.txt"

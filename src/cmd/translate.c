@@ -199,6 +199,27 @@ static int count_lines(const char *path, const char *copy)
     return rbad ? -1 : wbad ? -2 : n + (last != '\n');
 }
 
+/* the copy of a text --input is UTF-8 line by line, as prepare requires of
+ * a corpus: spm_encode would turn a Latin-1 byte into U+FFFD and translate
+ * the damaged line without a word */
+static void check_utf8(const char *copy, const char *shown)
+{
+    FILE *f = fopen(copy, "rb");
+    if (!f) die(2, "%s: cannot read: %s", copy, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    for (int k = 1; (len = getline(&line, &cap, f)) >= 0; k++) {
+        size_t n = (size_t)len - (len > 0 && line[len - 1] == '\n');
+        size_t bad = utf8_bad((const unsigned char *)line, n);
+        if (bad < n)
+            die(2, "%s: line %d: %s at byte %zu of the line (translate reads UTF-8 text)", shown, k,
+                line[bad] ? "invalid UTF-8" : "NUL byte", bad + 1);
+    }
+    free(line);
+    fclose(f);
+}
+
 static void write_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -353,6 +374,7 @@ static void read_raw_input(Translate *t)
         if (bad > 0) die(2, "%s:%d: expected token ids in [0, %d) separated by spaces", input, bad, vocab_size);
         if (bad) die(2, "%s: cannot read", input);
     } else {
+        check_utf8(t->p_in, input);
         char mo[160];
         snprintf(mo, sizeof mo, "--model=%s", t->spm_path);
         char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
