@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 void (*util_abort_hook)(int code) = NULL;
+void (*util_cleanup_hook)(void) = NULL;
 
 void die(int code, const char *fmt, ...)
 {
@@ -23,6 +24,7 @@ void die(int code, const char *fmt, ...)
     fflush(stdout);
     fputs(line, stderr);
     fflush(stderr);
+    if (util_cleanup_hook) util_cleanup_hook();
     if (util_abort_hook) util_abort_hook(code);
     exit(code);
 }

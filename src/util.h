@@ -19,6 +19,9 @@ void watchdog_check(double t0, int timeout_s, int rank, const char *what);
 void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 /* set by dist.c: called by die() instead of exit() when MPI is running */
 extern void (*util_abort_hook)(int code);
+/* set by a command that leaves files to remove: die() calls it before the
+ * abort hook, whose MPI_Abort skips atexit's handlers */
+extern void (*util_cleanup_hook)(void);
 /* stderr to the file descriptor fd (or to /dev/null: stderr_quiet) until
  * stderr_restore(saved) with the value returned; -1 where it could not be
  * diverted (stderr stays as it was, and stderr_restore(-1) does nothing).

@@ -113,4 +113,14 @@ for bad in "--bogus" "--checkpoint $W/nockpt.h5 --data synthetic --split dev --o
     [ $rc -eq 2 ] && [ "$(echo "$err" | grep -c '^error:')" -eq 1 ] || fail "mpirun -np 2 translate $bad: exit $rc, stderr: $err"
 done
 ok "mpirun -np 2: argument, checkpoint, key and split errors are one line each"
+# translate's temporary files go to TMPDIR, and are removed also when rank 0
+# dies under mpirun (MPI_Abort skips atexit; they stayed in /tmp)
+mkdir -p "$W/tmpd"
+TMPDIR=$W/tmpd mpirun -x TMPDIR -np 2 "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input "$W/nofile" \
+    --output "$W/x.txt" threads=1 >/dev/null 2>&1 && fail "translate of a missing --input succeeded"
+TMPDIR=$W/tmpd "$BIN" translate --checkpoint "$CK" --data "$W/a.h5" --input "$W/dev.en" --output "$W/td.txt" \
+    >/dev/null 2>&1 || fail "translate with TMPDIR set failed"
+left=$(ls "$W/tmpd" | grep '^transformer-translate-')   # (Open MPI keeps its own session there)
+[ -z "$left" ] || fail "translate left temporary files: $left"
+ok "temporary files in TMPDIR, removed after a success and after rank 0's error under mpirun"
 echo "all translate checks passed"

@@ -40,6 +40,8 @@
 
 extern char **environ;
 
+#define TR_PATH 1024   /* the temporary directory's path, at most */
+
 typedef struct {
     const char *ckpt, *data, *split, *input, *output, *reference;
     int batch, recompute;
@@ -227,11 +229,11 @@ static void write_file(const char *path, const void *data, size_t n)
 }
 
 /* the temporary directory of rank 0, removed at exit (also after die()) */
-static char tmp_dir[64];
+static char tmp_dir[TR_PATH];
 static void remove_tmp_dir(void)
 {
     static const char *names[] = { "spm.model", "in.txt", "out.txt", "err.txt" };
-    char p[128];
+    char p[TR_PATH + 16];
     if (!tmp_dir[0]) return;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", tmp_dir, names[i]);
@@ -270,7 +272,7 @@ static void emit(const char *dest, int n, const int *len, const int32_t *tok, in
     if (fclose(f)) die(1, "%s: cannot write", p_in);
     const char *text = p_in;
     if (!raw) {
-        char mo[160];
+        char mo[TR_PATH + 32];
         snprintf(mo, sizeof mo, "--model=%s", spm_path);
         char *av[] = { "spm_decode", mo, "--input_format=id", NULL };
         if (run_tool(av, p_in, p_out, p_err)) tool_error("spm_decode", p_err);
@@ -311,8 +313,8 @@ typedef struct {
     CkptState st;
     int synth;           /* --data synthetic: ids in and out, no SentencePiece */
     DatasetVocab voc;
-    char tmpdir[40];     /* rank 0's temporary directory (other ranks: the template) */
-    char spm_path[128], p_in[128], p_out[128], p_err[128];
+    char tmpdir[TR_PATH];   /* rank 0's temporary directory (other ranks: the template) */
+    char spm_path[TR_PATH + 16], p_in[TR_PATH + 16], p_out[TR_PATH + 16], p_err[TR_PATH + 16];
     Corpus src;
     DecodeOpts dopt;
     int lo, nl;          /* this rank's sentences [lo, lo + nl) */
@@ -347,11 +349,15 @@ static int open_model(Translate *t, int argc, char **argv)
 /* rank 0's temporary directory for the SentencePiece tools' files */
 static void make_tmp_dir(Translate *t)
 {
-    snprintf(t->tmpdir, sizeof t->tmpdir, "/tmp/transformer-translate-XXXXXX");
+    /* in TMPDIR where set (a cluster's node-local scratch), else /tmp */
+    const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (snprintf(t->tmpdir, sizeof t->tmpdir, "%s/transformer-translate-XXXXXX", base) >= (int)sizeof t->tmpdir)
+        die(2, "%s: TMPDIR too long", base);
     if (t->D.rank == 0) {
-        if (!mkdtemp(t->tmpdir)) die(1, "translate: cannot create a temporary directory in /tmp");
+        if (!mkdtemp(t->tmpdir)) die(1, "%s: cannot create a temporary directory: %s", base, strerror(errno));
         snprintf(tmp_dir, sizeof tmp_dir, "%s", t->tmpdir);
         atexit(remove_tmp_dir);
+        util_cleanup_hook = remove_tmp_dir;   /* die() under mpirun: MPI_Abort skips atexit */
     }
     snprintf(t->spm_path, sizeof t->spm_path, "%s/spm.model", t->tmpdir);
     snprintf(t->p_in, sizeof t->p_in, "%s/in.txt", t->tmpdir);
@@ -375,7 +381,7 @@ static void read_raw_input(Translate *t)
         if (bad) die(2, "%s: cannot read", input);
     } else {
         check_utf8(t->p_in, input);
-        char mo[160];
+        char mo[TR_PATH + 32];
         snprintf(mo, sizeof mo, "--model=%s", t->spm_path);
         char *av[] = { "spm_encode", mo, "--output_format=id", NULL };
         if (run_tool(av, t->p_in, t->p_out, t->p_err)) tool_error("spm_encode", t->p_err);
