@@ -59,6 +59,20 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
     return config_validate(c, file ? file : "command line");
 }
 
+const char *cli_path_dir(const char *path, char *dir, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) { snprintf(dir, n, "."); return path; }
+    snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return slash + 1;
+}
+
+int cli_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /* the output can be placed where it is asked: not over a directory, and
  * in a directory that exists (else the command would find out only at its
  * rename, after all its work) */
@@ -71,9 +85,7 @@ static int output_place(const char *cmd, const char *opt, const char *out)
         return 2;
     }
     char dir[4096];
-    const char *slash = strrchr(out, '/');
-    if (!slash) return 0;   /* in the working directory */
-    snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    cli_path_dir(out, dir, sizeof dir);
     if (!stat(dir, &sd) && S_ISDIR(sd.st_mode)) return 0;
     fprintf(stderr, "error: %s: %s of %s: no such directory %s\n", out, opt, cmd, dir);
     return 2;
@@ -93,30 +105,14 @@ int cli_check_output(const char *cmd, const char *opt, const char *out, const ch
     return 0;
 }
 
-/* path's directory (".", "/" or what comes before its last slash) into
- * dir; returns its last component */
-static const char *split_path(const char *path, char *dir, size_t n)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) { snprintf(dir, n, "."); return path; }
-    snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    return slash + 1;
-}
-
-static int same_inode(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 int cli_check_outputs_differ(const char *cmd, const char *opt_a, const char *a, const char *opt_b, const char *b)
 {
     if (!a || !b) return 0;
     char da[4096], db[4096];
-    const char *na = split_path(a, da, sizeof da), *nb = split_path(b, db, sizeof db);
+    const char *na = cli_path_dir(a, da, sizeof da), *nb = cli_path_dir(b, db, sizeof db);
     /* files that do not exist yet are the same when their names are, in
      * the same directory however spelt */
-    if (!same_inode(a, b) && (strcmp(na, nb) || !same_inode(da, db))) return 0;
+    if (!cli_same_file(a, b) && (strcmp(na, nb) || !cli_same_file(da, db))) return 0;
     fprintf(stderr, "error: %s: %s is also the %s of %s (%s): choose another name\n", b, opt_b, opt_a, cmd, a);
     return 2;
 }

@@ -3,6 +3,8 @@
 #ifndef CLI_H
 #define CLI_H
 
+#include <stddef.h>
+
 #include "config.h"
 
 /* 1 if a word after the command is --help or -h */
@@ -28,6 +30,11 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
  * of CMD (IN): choose another name" (or "... is a directory", "... no such
  * directory DIR"). */
 int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
+/* path's directory (".", "/" or what comes before its last slash) into dir
+ * (n bytes); returns its last component */
+const char *cli_path_dir(const char *path, char *dir, size_t n);
+/* a and b exist and are the same file (device and inode) */
+int cli_same_file(const char *a, const char *b);
 /* Two outputs of one command are two files, existing or not (`translate
  * --output o.txt --reference o.txt` wrote the references over the
  * translations, and their BLEU was 100).  NULL paths pass.  0, or 2 after

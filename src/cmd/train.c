@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attention_maps.h"
@@ -305,13 +304,8 @@ static int dump_not_input(Training *t)
         const char *in[] = { c->config_file, c->data };
         rc = cli_check_output("train", "--dump-params", out, in, 2);
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s", out);
-        char *slash = strrchr(dir, '/');
-        if (slash) slash[slash == dir] = '\0';   /* "/x": the root */
-        else snprintf(dir, sizeof dir, ".");
-        struct stat so, sd, sr;
-        if (!rc && c->run_dir[0] && !stat(out, &so) && !stat(dir, &sd) && !stat(c->run_dir, &sr) &&
-            sd.st_dev == sr.st_dev && sd.st_ino == sr.st_ino) {
+        cli_path_dir(out, dir, sizeof dir);
+        if (!rc && c->run_dir[0] && !access(out, F_OK) && cli_same_file(dir, c->run_dir)) {
             fprintf(stderr, "error: %s: --dump-params is a file of the run directory %s: choose another name\n",
                     out, c->run_dir);
             rc = 2;
