@@ -160,12 +160,15 @@ TEST_BIN := $(TEST_SRC:tests/%.c=bin/tests/%) bin/tests/blas_core bin/tests/fsfa
 # generated En-Fr-shaped corpora (tests/test_data_shared.sh, tests/scale/)
 TEST_BIN += bin/tests/gen_corpus
 ifneq ($(EMU_HAVE),)
-TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_emu_planted \
-            bin/tests/test_cuda_graphs_planted \
-            bin/tests/test_cuda_kernels_tsan bin/tests/emu-planted-tsan \
+TEST_BIN += bin/tests/test_cuda_kernels bin/tests/test_cuda_emu_planted \
+            bin/tests/test_cuda_graphs_planted bin/tests/emu-planted-tsan \
             bin/tests/test_cuda_step bin/tests/emu-transformer bin/tests/test_cuda_costs bin/tests/gpu_model \
             bin/tests/emu-nccl-init bin/tests/gemm_peak
 TEST_BIN += bin/tests/test_cuda_kernels_fma bin/tests/emu-step-fma bin/tests/emu-transformer-fma
+# the ASan/UBSan and TSan kernel tests: two more compilations of ops_cuda.cu
+# (about 2 CPU-minutes), built by make test-sanitizers only, since make test
+# does not run them
+SAN_TEST_BIN := bin/tests/test_cuda_kernels_asan bin/tests/test_cuda_kernels_tsan
 endif
 
 .PHONY: all test test-sanitizers test-slurm bench bench-ct2 clean venv venv-hf cuda-resources gpu-test gpu-bench gpu-model fuzz
@@ -302,7 +305,7 @@ gpu-kit-plan:
 build bin bin/tests bin/gpu bin/fuzz build/cmd build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz build/fuzz/cmd:
 	$(Q)mkdir -p $@
 
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(SAN_TEST_BIN)
 
 # the compute capabilities the CUDA code is built for (tests/test_fp16_learn.sh)
 .PHONY: print-cuda-arch
@@ -312,7 +315,7 @@ print-cuda-arch:
 test: all $(TEST_BIN)
 	$(Q)tests/run_all.sh
 # the kernel tests built with ASan/UBSan and TSan (CI runs them after test)
-test-sanitizers: all $(TEST_BIN)
+test-sanitizers: all $(TEST_BIN) $(SAN_TEST_BIN)
 	$(Q)SANITIZERS=only tests/run_all.sh
 
 # the job scripts (jobs/) on a real single-node Slurm started for the test
