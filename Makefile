@@ -3,6 +3,13 @@
 # MPI: Open MPI (Debian's default mpicc) or MPICH (`make MPI=mpich`: Debian's
 # mpicc.mpich and hdf5-mpich).  Elsewhere: `make CC=mpicc HDF5_PKG=...`.
 MPI      ?= openmpi
+# build on every core unless -j is given (-j1 for one job at a time): a
+# cold `make test` compiles the emulated CUDA backend twice, about 40 s
+# each, and on 2 cores in turn that put it past 10 minutes.  One goal only:
+# `make clean all` or `make test test-slurm` keep running in turn
+ifeq ($(filter -j%,$(MAKEFLAGS))$(filter clean,$(MAKECMDGOALS))$(word 2,$(MAKECMDGOALS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
 # a module's mpicc (not the distribution's /usr/bin one) comes first; on
 # Debian mpicc.$(MPI) picks the MPI of MPI=
 MPICC_ON_PATH := $(shell command -v mpicc 2>/dev/null)
