@@ -10,6 +10,10 @@ MPI      ?= openmpi
 ifeq ($(filter -j%,$(MAKEFLAGS))$(filter clean,$(MAKECMDGOALS))$(word 2,$(MAKECMDGOALS)),)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
+# the test, benchmark and GPU scripts run as if from the shell: a make
+# they start (test_mpich builds with -j2) must not find this one's
+# jobserver, flags or level in its environment
+SCRIPT := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
 # a module's mpicc (not the distribution's /usr/bin one) comes first; on
 # Debian mpicc.$(MPI) picks the MPI of MPI=
 MPICC_ON_PATH := $(shell command -v mpicc 2>/dev/null)
@@ -288,13 +292,13 @@ bin/gpu/gemm_peak: tests/gpu/gemm_peak.cu | bin/gpu
 	$(call say,LINK,$@)$(NVCC) -O2 $(NVCC_ARCH) $< -o $@ -lcublas
 gpu-test: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-test: nvcc not found"; exit 2; }
-	$(Q)tests/gpu/gpu_test.sh
+	$(Q)$(SCRIPT) tests/gpu/gpu_test.sh
 gpu-bench: all $(GPU_BIN)
 	@[ -n "$(NVCC)" ] || { echo "error: gpu-bench: nvcc not found"; exit 2; }
-	$(Q)tests/gpu/gpu_bench.sh
+	$(Q)$(SCRIPT) tests/gpu/gpu_bench.sh
 # the GPU cost model of a training step, run here without a GPU (docs/gpu-model.md)
 gpu-model: bin/tests/gpu_model
-	$(Q)tests/gpu/gpu_model.sh
+	$(Q)$(SCRIPT) tests/gpu/gpu_model.sh
 # GPU acceptance (docs/gpu-accept.md) into GPU_ACCEPT_OUT, in device calls of
 # at most 9 minutes: call 1 (build, the multi-rank step vs the CPU, speed)
 # unless CALL=N; STAGE=train,mpi runs stages by name; it builds by itself.
@@ -302,12 +306,12 @@ gpu-model: bin/tests/gpu_model
 .PHONY: gpu-accept gpu-plan gpu-kit-plan
 GPU_ACCEPT_OUT ?= out/gpu-accept
 gpu-accept:
-	$(Q)CALL='$(CALL)' tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
+	$(Q)CALL='$(CALL)' $(SCRIPT) tests/gpu/accept.sh $(GPU_ACCEPT_OUT)
 gpu-plan:
-	$(Q)tests/gpu/accept.sh --plan
+	$(Q)$(SCRIPT) tests/gpu/accept.sh --plan
 # the measurement kit's device calls (issue 32, docs/gpu-accept.md "The kit")
 gpu-kit-plan:
-	$(Q)bash tests/gpu/kit.sh --plan
+	$(Q)$(SCRIPT) bash tests/gpu/kit.sh --plan
 
 build bin bin/tests bin/gpu bin/fuzz build/cmd build/cuda build/emu build/emu-asan build/emu-tsan build/emu-fma build/fuzz build/fuzz/cmd:
 	$(Q)mkdir -p $@
@@ -320,10 +324,10 @@ print-cuda-arch:
 	@echo $(CUDA_ARCH)
 
 test: all $(TEST_BIN)
-	$(Q)tests/run_all.sh
+	$(Q)$(SCRIPT) tests/run_all.sh
 # the kernel tests built with ASan/UBSan and TSan (CI runs them after test)
 test-sanitizers: all $(TEST_BIN) $(SAN_TEST_BIN)
-	$(Q)SANITIZERS=only tests/run_all.sh
+	$(Q)SANITIZERS=only $(SCRIPT) tests/run_all.sh
 
 # the job scripts (jobs/) on a real single-node Slurm started for the test
 # (root; installs Debian's slurm packages if missing); a few minutes
@@ -349,18 +353,18 @@ bin/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJ) | bin/
 	    $(filter-out $(patsubst %,build/fuzz/%.o,$(shell sed -n 's|^#include "../../src/\(.*\)\.c"|\1|p' $<)),$(FUZZ_OBJ)) \
 	    -o $@ $(BASE_LDLIBS) -lstdc++
 fuzz: $(FUZZ_BIN) all
-	$(Q)tests/fuzz/run.sh $(FUZZ_SECONDS)
+	$(Q)$(SCRIPT) tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 test-slurm: all
-	$(Q)tests/slurm/test_slurm.sh
-	$(Q)tests/slurm/test_two_node.sh
+	$(Q)$(SCRIPT) tests/slurm/test_slurm.sh
+	$(Q)$(SCRIPT) tests/slurm/test_two_node.sh
 
 bench: all bin/bench/gemm_peak
-	$(Q)tests/bench/run.sh
+	$(Q)$(SCRIPT) tests/bench/run.sh
 # decoding speed against CTranslate2 (issue 45): CKPT=FILE, optional DATA,
 # SPLIT, SENTENCES, REPEATS, THREADS, BEAMS (tests/bench/decode_ct2.sh)
 bench-ct2: all
-	$(Q)tests/bench/decode_ct2.sh
+	$(Q)$(SCRIPT) tests/bench/decode_ct2.sh
 
 clean:
 	rm -rf build bin
