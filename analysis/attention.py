@@ -765,7 +765,8 @@ def sweep_rows(sweep, configs):
         if base is not None and s is not base and s["n"] and base["n"]:
             C.nll_comparison(s, base)
     return [{"row": s["row"], "used": [r["row"] for r in s["used"]], "d_nll": s["d_nll"] if s is not base else 0.0,
-             "failed": [r["row"] for r in s["failed"]]} for s in rows]
+             "failed": [r["row"] for r in s["failed"]],
+             "seed_of": {r["row"]: k for k, r in C.matched_runs(s).items()}} for s in rows]
 
 
 def seed_interval(v):
@@ -815,6 +816,7 @@ def read_sweep_summaries(sweep, configs):
             raise AnalysisError(summ[have[0]]["path"], f"row {r['row']}: its runs differ in layers x heads: {sorted(shapes)}")
         kinds = [k for k in KINDS if all(k in summ[n]["mean"] for n in have)]
         rows.append({"row": r["row"], "runs": have, "d_nll": r["d_nll"], "L": shapes.pop()[0], "H": summ[have[0]]["H"],
+                     "seed_of": {n: k for n, k in r["seed_of"].items() if n in have},
                      "mean": {k: {s: np.stack([summ[n]["mean"][k][s] for n in have]) for s in STATS} for k in kinds}})
     _check_same_silver(summ)
     for r in rows:
@@ -954,6 +956,58 @@ def delta_vs_nll(rows, kind, stat):
     return list(names), list(ds), list(dn), stats.spearman(ds, dn)
 
 
+def by_seed(row, runs, values):
+    """{matched seed: value} of a row's runs (values in the order of runs),
+    finite values only; a run that is not its seed's first is left out."""
+    return {row["seed_of"][n]: float(v) for n, v in zip(runs, values) if n in row["seed_of"] and np.isfinite(v)}
+
+
+def paired_delta(row, base, runs_values):
+    """Row − base over their matched seeds (seed s of a row starts from base's
+    seed s: initialisation and data order; protocol.md), as Table 3's dev NLL
+    is compared: stats.paired_t_interval of the differences, with n (pairs).
+    runs_values(r) gives (run names, per-run values) of row r."""
+    import stats
+
+    a, b = by_seed(row, *runs_values(row)), by_seed(base, *runs_values(base))
+    d = [a[k] - b[k] for k in sorted(set(a) & set(b))]
+    return dict(stats.paired_t_interval(d) if d else {"diff": math.nan, "lo": math.nan, "hi": math.nan}, n=len(d))
+
+
+def paired_markdown(rows):
+    """Per kind, each row's Δ statistic (mean over all heads) against base,
+    paired over matched seeds; then the best head's AER the same way."""
+    base = next((r for r in rows if r["row"] == "base"), None)
+    others = [r for r in rows if r is not base]
+    if base is None or not others:
+        return []
+    cell = lambda t: f"{t['diff']:+.3f}" + (f" [{t['lo']:+.3f}, {t['hi']:+.3f}]" if np.isfinite(t["lo"]) else "") \
+        if np.isfinite(t["diff"]) else "–"
+    out = ["## Δ against base, paired over matched seeds\n",
+           "Row − base of the same seed (the same initialisation and data order), mean over the pairs with the "
+           "95% paired t interval, as the dev NLL of Table 3 is compared; one pair has no interval. Statistic: "
+           "the mean over all heads. Descriptive, none corrected.\n"]
+    for kd in KINDS:
+        have = [r for r in others if kd in r["mean"] and kd in base["mean"]]
+        if not have:
+            continue
+        out += [f"{KIND_TITLE[kd]}:\n", "| row | pairs | " + " | ".join(STAT_TITLE[s] for s in STATS) + " |",
+                "|:--|--:|" + "--:|" * len(STATS)]
+        for r in have:
+            ts = [paired_delta(r, base, lambda x: (x["runs"], overall(x, kd, s))) for s in STATS]
+            out.append(f"| {r['row']} | {max(t['n'] for t in ts)} | " + " | ".join(cell(t) for t in ts) + " |")
+        out.append("")
+    have = [r for r in others if r.get("aer_head") is not None]
+    if have and base.get("aer_head") is not None:
+        out += ["Best head's AER (per seed its lowest-AER cross-attention head):\n", "| row | pairs | Δ AER |",
+                "|:--|--:|--:|"]
+        for r in have:
+            t = paired_delta(r, base, lambda x: (x["aer_runs"], best_head_aer(x)))
+            out.append(f"| {r['row']} | {t['n']} | {cell(t)} |")
+        out.append("")
+    return out
+
+
 def compare_markdown(sweep, rows, notes, first, kind, stat):
     """Per kind: a table of rows x statistics (mean over all heads) and one of
     rows x layers x statistics, each [95% t interval over the seeds]; then
@@ -983,6 +1037,7 @@ def compare_markdown(sweep, rows, notes, first, kind, stat):
                 out.append(f"| {r['row']} | {l} | " + " | ".join(cells) + " |")
         out.append("")
     out += aer_markdown(rows)
+    out += paired_markdown(rows)
     out.append("## Δ statistic against Δ dev NLL\n")
     out.append("Spearman ρ over the rows (Δ = row − base, statistic = mean over all heads; Δ dev NLL as "
                "table3.py computes it). Exploratory: one ρ per kind and statistic, none corrected.\n")

@@ -344,6 +344,27 @@ def test_compare_end_to_end(planted_sweep, tmp_path):
     assert "+1.00 (n=3)" in text
 
 
+def test_compare_paired_over_seeds(planted_sweep, tmp_path):
+    """Δ against base pairs seed s of a row with base's seed s: A1 (2 pairs)
+    gets the paired t interval of its two differences, B1 (1 pair) none."""
+    top, runs = planted_sweep["top"], planted_sweep["runs"]
+    out = tmp_path / "cmp"
+    cli("attention.py", "compare", top, "--out", out)
+    text = open(str(out) + ".md").read()
+    part = text[text.index("## Δ against base, paired"):text.index("## Δ statistic against")]
+    cross = part[part.index("encoder-decoder attention:"):]
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]]
+             for ln in cross.splitlines() if ln.startswith("| ") and not ln.startswith("| row")}
+    ent = lambda w: A.head_stats(_uniform_eye_mix(w)[None, None])["entropy"][0, 0] / 2   # head 1: identity, 0
+    d = [ent(runs["A1"][0]) - ent(runs["base"][0]), ent(runs["A1-seed2"][0]) - ent(runs["base-seed2"][0])]
+    half = 12.706204736 * np.std(d, ddof=1) / math.sqrt(2)            # t(0.975, 1 df)
+    assert cells["A1"][0] == "2"
+    assert cells["A1"][1] == f"{np.mean(d):+.3f} [{np.mean(d) - half:+.3f}, {np.mean(d) + half:+.3f}]"
+    # unpaired, the same numbers would give another interval: pairing is what is computed
+    assert cells["B1"][:2] == ["1", f"{ent(runs['B1'][0]) - ent(runs['base'][0]):+.3f}"]
+    assert "base" not in cells
+
+
 def test_compare_errors(planted_sweep, tmp_path):
     top = planted_sweep["top"]
     assert "no such sweep directory" in cli_error("attention.py", "compare", tmp_path / "none")
@@ -513,6 +534,9 @@ def test_compare_aer_with_intervals(aer_sweep, tmp_path):
     assert f"| base | 2 | 0.000 [0.000, 0.000] (0:0) | 0.333 [{1 / 3 - half:.3f}, {1 / 3 + half:.3f}] |" in text
     assert "| A1 | 2 | 0.667 [0.667, 0.667] (0:0) | 0.667 [0.667, 0.667] |" in text
     assert "C1: no AER for C1 (summary written without --align)" in text
+    # paired over seeds: A1's best head minus base's, 2/3 - 0 for both seeds; C1 has no AER
+    paired = text[text.index("Best head's AER (per seed"):]
+    assert "| A1 | 2 | +0.667 [+0.667, +0.667] |" in paired and "| C1 |" not in paired.split("##")[0]
 
 
 def test_compare_refuses_two_silver_files(aer_sweep, tmp_path):
