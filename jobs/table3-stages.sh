@@ -39,6 +39,9 @@
 #   PYTHON       interpreter for analysis/*.py (default: .venv/bin/python)
 #   TABLE3_RERUN 0: no rerun of a row whose curve failed (default 1)
 #   TABLE3_REDO  1: run rows again that finished earlier (default 0)
+#   TABLE3_CAP_CONTINUE  how many times a row with patience that reaches its
+#                train_steps is continued with train_steps raised by half
+#                (default 2; 0: never; cap_continue)
 #   ATTN_SAMPLE  dev pairs of the attention stage (default 200), spread evenly
 #                over the split: the same pairs for every row and seed
 #   ATTN_ALIGN   silver word links of the dev split (analysis/silver_align.py;
@@ -572,6 +575,38 @@ row_finished() {
     esac
 }
 
+# cap_continue ROW: the converged protocol's rule for a run that reaches its
+# step cap without a patience stop (docs/results-multi30k/converged/
+# protocol.md): flagged not converged, and continued from its checkpoints
+# with train_steps raised by half, keeping its name, seed and pairs (eq. 3's
+# rate does not depend on train_steps, and a resumed run is bitwise the
+# uninterrupted one).  Raises train_steps in the frozen config, which records
+# how the run ran, with a comment line saying so, and returns 0; returns 1
+# where the run stopped otherwise, has no patience, takes its steps from an
+# override (STEPS, EXTRA), or was continued TABLE3_CAP_CONTINUE times
+# (default 2) already.  (CFG and OVR: the row's, as table3_row left them.)
+cap_continue() {
+    local cfg=$SWEEP/configs/$1.cfg stop steps every n new
+    [ "$(row_key patience)" -gt 0 ] 2>/dev/null && [ "$(row_key train_steps)" = "$(cfg_get "$cfg" train_steps)" ] ||
+        return 1
+    stop=$("$(table3_python)" -c 'import sys, h5py; v = h5py.File(sys.argv[1], "r").attrs.get("stopped_by", b"")
+print(v.decode() if isinstance(v, bytes) else v)' "$SWEEP/results/$1.h5" 2>/dev/null)
+    [ "$stop" = train_steps ] || return 1
+    steps=$(cfg_get "$cfg" train_steps) every=$(cfg_get "$cfg" eval_steps)
+    [ "${every:-0}" -gt 0 ] 2>/dev/null || every=1
+    n=$(grep -c '^# continued at the cap' "$cfg")
+    if [ "$n" -ge "${TABLE3_CAP_CONTINUE:-2}" ]; then
+        echo "table3: row $1: at its cap of $steps updates after $n continuations: left flagged not converged"
+        return 1
+    fi
+    new=$(( (steps * 3 / 2 + every - 1) / every * every ))
+    awk -v old="$steps" -v new="$new" -v when="$(date -u +%FT%TZ)" '
+        /^[ \t]*train_steps[ \t]*=/ { print "# continued at the cap: train_steps " old " -> " new " (" when ", protocol: a run at the cap)"
+                                       print "train_steps = " new; next } { print }' "$cfg" > "$cfg.tmp" &&
+        mv "$cfg.tmp" "$cfg" || { echo "error: $cfg: cannot raise train_steps" >&2; return 1; }
+    echo "table3: row $1: reached its cap of $steps updates without a patience stop: continued to $new"
+}
+
 # rerun_config ROW: SWEEP/configs/ROW-rerun.cfg, ROW with seed s + 100.
 # Not s + 1: under matched seeds (the converged protocol) seed s + 1 is
 # every row's next run, so the rerun would share base's seed-(s+1) data
@@ -605,6 +640,7 @@ table3_element() {
     fi
     table3_python_check || exit 2
     table3_row "$row"; rc=$?
+    while [ "$rc" -eq 0 ] && cap_continue "$row"; do table3_row "$row"; rc=$?; done
     # no verdict where no curve was logged (a row that failed before training)
     verdict=$(row_verdict "$row" 2>/dev/null) && echo "table3: row $row: $verdict"
     case $verdict in
