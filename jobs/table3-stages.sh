@@ -582,7 +582,8 @@ row_finished() {
 # rate does not depend on train_steps, and a resumed run is bitwise the
 # uninterrupted one).  Raises train_steps in the frozen config, which records
 # how the run ran, with a comment line saying so, and returns 0; returns 1
-# where the run stopped otherwise, has no patience, takes its steps from an
+# where the run stopped otherwise, its curve failed (diverged, stuck,
+# unstable: rerun instead), it has no patience, takes its steps from an
 # override (STEPS, EXTRA), or was continued TABLE3_CAP_CONTINUE times
 # (default 2) already.  (CFG and OVR: the row's, as table3_row left them.)
 cap_continue() {
@@ -592,6 +593,7 @@ cap_continue() {
     stop=$("$(table3_python)" -c 'import sys, h5py; v = h5py.File(sys.argv[1], "r").attrs.get("stopped_by", b"")
 print(v.decode() if isinstance(v, bytes) else v)' "$SWEEP/results/$1.h5" 2>/dev/null)
     [ "$stop" = train_steps ] || return 1
+    case $(row_verdict "$1" 2>/dev/null) in healthy*) ;; *) return 1 ;; esac   # a failed curve is rerun instead
     steps=$(cfg_get "$cfg" train_steps) every=$(cfg_get "$cfg" eval_steps)
     [ "${every:-0}" -gt 0 ] 2>/dev/null || every=1
     n=$(grep -c '^# continued at the cap' "$cfg")
@@ -632,7 +634,10 @@ table3_element() {
     row=$(sed -n "$((index + 1))p" "$SWEEP/rows.txt")
     [ -n "$row" ] || { echo "error: $SWEEP/rows.txt: no row with index $index" >&2; exit 2; }
     [ -f "$SWEEP/sweep.env" ] && . "$SWEEP/sweep.env"
-    if row_finished "$row"; then
+    # a finished row is skipped, unless it stopped at its cap and is continued
+    # (cap_continue: a sweep run again with TABLE3_CAP_CONTINUE raised, or one
+    # whose first run predates the rule)
+    if row_finished "$row" && ! { CFG=$SWEEP/configs/$row.cfg; table3_overrides "$CFG" && cap_continue "$row"; }; then
         echo "table3: row $row: finished earlier ($SWEEP/results/$row.h5; TABLE3_REDO=1 runs it again)"
         row_attention "$row" || exit 1
         if [ -f "$SWEEP/results/$row-rerun.h5" ]; then row_attention "$row-rerun" || exit 1; fi

@@ -157,32 +157,43 @@ PY
 grep -q "table3: best: evaluating $W/sw2/runs/best/best.h5 (best)" "$W/sw2/logs/local_0.out" ||
     fail "row best was not evaluated with best.h5: $(grep evaluating "$W/sw2/logs/local_0.out")"
 ok "a row with keep_best stopped by patience: dev, hypotheses and attention from best.h5, recorded as reported_checkpoint=best"
-# 5. a row at its cap without a patience stop (the converged protocol): the
+# 5. a row at its cap without a patience stop (the converged protocol; its
+# curve healthy by then, as a stuck one is rerun instead): the
 # element continues it from its checkpoints with train_steps raised by half
-# (200 -> 300), records that in its frozen
+# (260 -> 400, rounded up to an evaluation), records that in its frozen
 # config, and after TABLE3_CAP_CONTINUE continuations leaves it flagged; the
-# continued run's dev curve is that of a run given 300 steps from the start
-row_cfg cap 1e-2 200
-row_cfg cap300 1e-2 300
+# continued run's dev curve is that of a run given 400 steps from the start
+row_cfg cap 1e-2 260
+row_cfg cap400 1e-2 400
 printf '%s\n' keep_best=1 patience=50 patience_delta=0 >> "$W/configs/cap.cfg"
-echo keep_best=1 >> "$W/configs/cap300.cfg"   # no patience: not continued (patience does not change training)
-TABLE3_CAP_CONTINUE=1 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw3" cap cap300 > "$W/cap.log" 2>&1 ||
-    fail "rows cap, cap300: $(tail -3 "$W/cap.log")"
-grep -q "table3: row cap: reached its cap of 200 updates without a patience stop: continued to 300" "$W"/sw3/logs/*.out &&
-    grep -q "table3: row cap: at its cap of 300 updates after 1 continuations: left flagged not converged" "$W"/sw3/logs/*.out ||
+echo keep_best=1 >> "$W/configs/cap400.cfg"   # no patience: not continued (patience does not change training)
+TABLE3_CAP_CONTINUE=1 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw3" cap cap400 > "$W/cap.log" 2>&1 ||
+    fail "rows cap, cap400: $(tail -3 "$W/cap.log")"
+grep -q "table3: row cap: reached its cap of 260 updates without a patience stop: continued to 400" "$W"/sw3/logs/*.out &&
+    grep -q "table3: row cap: at its cap of 400 updates after 1 continuations: left flagged not converged" "$W"/sw3/logs/*.out ||
     fail "row cap was not continued once: $(grep 'row cap' "$W"/sw3/logs/*.out)"
-grep -q '^train_steps = 300$' "$W/sw3/configs/cap.cfg" && grep -q '^# continued at the cap: train_steps 200 -> 300 ' "$W/sw3/configs/cap.cfg" ||
+grep -q '^train_steps = 400$' "$W/sw3/configs/cap.cfg" && grep -q '^# continued at the cap: train_steps 260 -> 400 ' "$W/sw3/configs/cap.cfg" ||
     fail "the frozen config of row cap does not record its new cap: $(grep train_steps "$W/sw3/configs/cap.cfg")"
 "$PY" - "$W/sw3" <<'PY' || fail "row cap: see above"
 import sys, h5py, numpy as np
-f = {r: h5py.File(f"{sys.argv[1]}/results/{r}.h5", "r") for r in ("cap", "cap300")}
+f = {r: h5py.File(f"{sys.argv[1]}/results/{r}.h5", "r") for r in ("cap", "cap400")}
 for r, g in f.items():
     assert str(g.attrs["status"]) == "done" and str(g.attrs["stopped_by"]) == "train_steps", (r, dict(g.attrs))
-a, b = (f[r]["curves"] for r in ("cap", "cap300"))
-assert list(a["dev_step"][()]) == list(range(20, 301, 20)), a["dev_step"][()]
+a, b = (f[r]["curves"] for r in ("cap", "cap400"))
+assert list(a["dev_step"][()]) == list(range(20, 401, 20)), a["dev_step"][()]
 assert np.array_equal(a["dev_step"][()], b["dev_step"][()]) and np.array_equal(a["dev_nll"][()], b["dev_nll"][()]), \
     (a["dev_nll"][()], b["dev_nll"][()])
 print("ok")
 PY
-ok "a row at its cap without a patience stop: continued once from 200 to 300 updates (its config records it), then left flagged; its dev curve = a 300-step run's"
+ok "a row at its cap without a patience stop: continued once from 260 to 400 updates (its config records it), then left flagged; its dev curve = a 400-step run's"
+# run again with a second continuation allowed: the finished row at its cap
+# is continued (400 -> 600), the other skipped
+TABLE3_CAP_CONTINUE=2 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw3" cap cap400 > "$W/cap2.log" 2>&1 ||
+    fail "rows cap, cap400 again: $(tail -3 "$W/cap2.log")"
+grep -q "table3: row cap: reached its cap of 400 updates without a patience stop: continued to 600" "$W"/sw3/logs/*.out &&
+    grep -q "table3: row cap400: finished earlier" "$W"/sw3/logs/*.out && grep -q '^train_steps = 600$' "$W/sw3/configs/cap.cfg" ||
+    fail "the finished row cap was not continued when the sweep ran again: $(grep -h 'row cap' "$W"/sw3/logs/*.out | tail -4)"
+"$PY" -c 'import sys, h5py; s = h5py.File(sys.argv[1], "r")["curves/dev_step"][()]; assert s[-1] == 600, s' "$W/sw3/results/cap.h5" ||
+    fail "row cap's result is not of the continued run"
+ok "a finished row at its cap is continued when the sweep runs again with a continuation left (400 -> 600)"
 
