@@ -816,7 +816,7 @@ def read_sweep_summaries(sweep, configs):
             raise AnalysisError(summ[have[0]]["path"], f"row {r['row']}: its runs differ in layers x heads: {sorted(shapes)}")
         kinds = [k for k in KINDS if all(k in summ[n]["mean"] for n in have)]
         rows.append({"row": r["row"], "runs": have, "d_nll": r["d_nll"], "L": shapes.pop()[0], "H": summ[have[0]]["H"],
-                     "seed_of": {n: k for n, k in r["seed_of"].items() if n in have},
+                     "seed_of": r["seed_of"],
                      "mean": {k: {s: np.stack([summ[n]["mean"][k][s] for n in have]) for s in STATS} for k in kinds}})
     _check_same_silver(summ)
     for r in rows:

@@ -555,13 +555,18 @@ row_verdict() {
     "$(table3_python)" "$TRANSFORMER_HOME/analysis/row_result.py" --verdict "$SWEEP/results/$1.h5"
 }
 
+# row_attr ROW KEY: attribute KEY of ROW's result file, nothing without the
+# file or the key
+row_attr() {
+    [ -f "$SWEEP/results/$1.h5" ] || return 0
+    "$(table3_python)" -c 'import sys, h5py
+v = h5py.File(sys.argv[1], "r").attrs.get(sys.argv[2], "")
+print(v.decode() if isinstance(v, bytes) else v)' "$SWEEP/results/$1.h5" "$2" 2>/dev/null
+}
+
 # row_status ROW: the status recorded in ROW's result file (done, failed,
 # pending), nothing without one
-row_status() {
-    [ -f "$SWEEP/results/$1.h5" ] || return 0
-    "$(table3_python)" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r").attrs["status"])' \
-        "$SWEEP/results/$1.h5" 2>/dev/null
-}
+row_status() { row_attr "$1" status; }
 
 # row_finished ROW: ROW has a result file of status done, or its curve
 # failed and its rerun has one; a sweep run again (another session, another
@@ -587,12 +592,10 @@ row_finished() {
 # override (STEPS, EXTRA), or was continued TABLE3_CAP_CONTINUE times
 # (default 2) already.  (CFG and OVR: the row's, as table3_row left them.)
 cap_continue() {
-    local cfg=$SWEEP/configs/$1.cfg stop steps every n new
+    local cfg=$SWEEP/configs/$1.cfg steps every n new
     [ "$(row_key patience)" -gt 0 ] 2>/dev/null && [ "$(row_key train_steps)" = "$(cfg_get "$cfg" train_steps)" ] ||
         return 1
-    stop=$("$(table3_python)" -c 'import sys, h5py; v = h5py.File(sys.argv[1], "r").attrs.get("stopped_by", b"")
-print(v.decode() if isinstance(v, bytes) else v)' "$SWEEP/results/$1.h5" 2>/dev/null)
-    [ "$stop" = train_steps ] || return 1
+    [ "$(row_attr "$1" stopped_by)" = train_steps ] || return 1
     case $(row_verdict "$1" 2>/dev/null) in healthy*) ;; *) return 1 ;; esac   # a failed curve is rerun instead
     steps=$(cfg_get "$cfg" train_steps) every=$(cfg_get "$cfg" eval_steps)
     [ "${every:-0}" -gt 0 ] 2>/dev/null || every=1
