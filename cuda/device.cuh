@@ -193,7 +193,7 @@ static int kernels_run(int dev)
  * attention.c's batched GEMMs and separate softmax, the path a GPU has
  * checked (gpu-accept), until a GPU run checks and times the fused
  * kernels: the cost model, anchored to an H200's per-call times, prices
- * them faster (base bf16 32.88 -> 27.16 ms; docs/performance.md
+ * them faster (base bf16 32.61 -> 26.89 ms; docs/performance.md
  * "Anchored predictions"), but they have run on the emulator only.
  * TRANSFORMER_RELU_MASK=0 (the default): the FFN forward keeps no ReLU
  * bit-mask and the backward is a plain GEMM and one masking pass; =1 keeps

@@ -290,9 +290,12 @@ static void free_acts(Model *m)
     FREE_ACT(m->enc_in); FREE_ACT(m->dec_in); FREE_ACT(m->logits); FREE(m->row_loss); FREE(m->row_nll);
     FREE_ACT(m->g_x); FREE_ACT(m->g_sub); FREE_ACT(m->g_big); FREE_ACT(m->g_ctx); FREE_ACT(m->g_P);
     FREE_ACT(m->g_hid); FREE_ACT(m->g_enc);
-    FREE(m->d_src); FREE(m->d_tgt_in); FREE(m->d_tgt_out); FREE(m->d_src_len); FREE(m->d_tgt_len); FREE(m->d_sent_id);
-    free(m->h_row_loss); free(m->h_row_nll);
+    FREE(m->d_batch);
+    m->d_src = m->d_tgt_in = m->d_tgt_out = m->d_src_len = m->d_tgt_len = NULL;
+    m->d_sent_id = NULL;
+    free(m->h_row_loss); free(m->h_row_nll); free(m->h_batch);
     m->h_row_loss = m->h_row_nll = NULL;
+    m->h_batch = NULL;
 }
 
 void model_release_acts(Model *m)
@@ -322,6 +325,23 @@ static void reserve_fail(Backend *be, size_t bytes, const char *name, int layer)
     if (layer >= 0)
         die(1, "%s: out of device memory allocating %s of layer %d (%zu bytes)", be->name, name, layer, bytes);
     die(1, "%s: out of device memory allocating %s (%zu bytes)", be->name, name, bytes);
+}
+
+/* The batch's six arrays packed one after the other, each starting on a
+ * 256-byte boundary (the kernels' vector loads, the emulator's alignment
+ * rule): their offsets in int32s into off[6] (unless NULL) for B sentences
+ * and ns, nt source and target tokens; returns the ints the block spans.
+ * The offsets depend on the batch's shape only, so a step's CUDA Graph of
+ * that shape reads them where its capture did. */
+static size_t batch_layout(size_t B, size_t ns, size_t nt, size_t off[6])
+{
+    const size_t align = 256 / sizeof(int32_t), n[6] = { ns, nt, nt, B, B, B };
+    size_t o = 0;
+    for (int k = 0; k < 6; k++) {
+        if (off) off[k] = o;
+        o += (n[k] + align - 1) / align * align;
+    }
+    return o;
 }
 
 static void *reserve_alloc(Backend *be, size_t bytes, const char *name, int layer)
@@ -408,26 +428,34 @@ void model_reserve(Model *m, int B, int S, int T)
      * the running sum is rounded once (into g_x, for the encoder's
      * backward), not once per decoder layer as bf16 storage would */
     m->g_enc = act_f32(reserve_alloc(be, ns * d * F, "m->g_enc", layer));
-    A(m->d_src, ns); A(m->d_tgt_in, nt); A(m->d_tgt_out, nt);
-    A(m->d_src_len, (size_t)B); A(m->d_tgt_len, (size_t)B); A(m->d_sent_id, (size_t)B);
+    size_t batch_ints = batch_layout((size_t)B, ns, nt, NULL);
+    A(m->d_batch, batch_ints);
 #undef A
 #undef X
 #undef M
     m->h_row_loss = xmalloc(nt * F);
     m->h_row_nll = xmalloc(nt * F);
+    m->h_batch = xcalloc(batch_ints, sizeof(int32_t));   /* the gaps between the arrays: defined bytes */
 }
 
+/* the batch in one host-to-device copy (one launch and one wait for it,
+ * not six: issue 44's launch-bound small models) */
 void model_upload_batch(Model *m, const Batch *b)
 {
     model_reserve(m, b->B, b->S, b->T);
-    Backend *be = m->be;
+    size_t B = (size_t)b->B, ns = B * (size_t)b->S, nt = B * (size_t)b->T, off[6];
+    size_t ints = batch_layout(B, ns, nt, off);
+    const int32_t *src[6] = { b->src, b->tgt_in, b->tgt_out, b->src_len, b->tgt_len, (const int32_t *)b->sent_id };
+    const size_t n[6] = { ns, nt, nt, B, B, B };
+    for (int k = 0; k < 6; k++) memcpy(m->h_batch + off[k], src[k], n[k] * sizeof(int32_t));
     m->B = b->B; m->S = b->S; m->T = b->T;
-    be->upload(be, m->d_src, b->src, sizeof(int32_t) * b->B * b->S);
-    be->upload(be, m->d_tgt_in, b->tgt_in, sizeof(int32_t) * b->B * b->T);
-    be->upload(be, m->d_tgt_out, b->tgt_out, sizeof(int32_t) * b->B * b->T);
-    be->upload(be, m->d_src_len, b->src_len, sizeof(int32_t) * b->B);
-    be->upload(be, m->d_tgt_len, b->tgt_len, sizeof(int32_t) * b->B);
-    be->upload(be, m->d_sent_id, b->sent_id, sizeof(uint32_t) * b->B);
+    m->d_src = m->d_batch + off[0];
+    m->d_tgt_in = m->d_batch + off[1];
+    m->d_tgt_out = m->d_batch + off[2];
+    m->d_src_len = m->d_batch + off[3];
+    m->d_tgt_len = m->d_batch + off[4];
+    m->d_sent_id = (uint32_t *)(m->d_batch + off[5]);
+    m->be->upload(m->be, m->d_batch, m->h_batch, ints * sizeof(int32_t));
 }
 
 /* --------------------------------------------------------------- dropout */

@@ -87,10 +87,12 @@ typedef struct Model {
     float loss_scale;      /* backward differentiates loss_scale x the loss (loss_scale.h; 1 = off) */
     float *sinusoid;       /* [model_positions, d_model] fixed encodings (positional=sinusoid) */
 
-    /* device copies of the current batch */
+    /* device copies of the current batch: views into d_batch, which one
+     * upload fills from h_batch (model_upload_batch) */
     int B, S, T;
     int32_t *d_src, *d_tgt_in, *d_tgt_out, *d_src_len, *d_tgt_len;
     uint32_t *d_sent_id;
+    int32_t *d_batch, *h_batch;   /* device; host staging, the same layout */
 
     /* activations, sized by model_reserve */
     size_t cap_ns, cap_nt, cap_pss, cap_ptt, cap_pts, cap_B;

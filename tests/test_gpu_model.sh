@@ -16,6 +16,7 @@
 #   guessed setting in the sensitivity table and the measured ones named so,
 #   and the GEMM path's floor as cf63d2a logged it equals the review's
 #   independent 20.2 / 56.25 ms (this code's is lower: fewer passes);
+# - the step's batch goes up in one copy (its trace has one upload);
 # - --fit recovers settings planted in a per-call timing CSV made by the
 #   model itself (bandwidth fraction 0.6 instead of 0.85, 20 us per cuBLAS
 #   call instead of 8, GEMM fixed cost 512 instead of 256, 16-bit overlap
@@ -151,6 +152,13 @@ PLANTED="hbm_frac=0.6 host_gemm_s=20e-6 k_fixed=512 overlap16=0.5"
 # shellcheck disable=SC2086
 $M --model base --batch 610 --len 41 precision=bf16 --write-trace $W/trace.csv --write-timing $W/planted.csv \
     $PLANTED > /dev/null || fail "--write-timing"
+# the batch goes up in one copy and one wait (model_upload_batch), not one
+# per array: a step's trace has one upload, of at least the six arrays'
+# bytes (610 x 41 tokens a side: source, target in and out; 3 x 610 ints)
+read -r ups bytes <<< "$(awk -F, '$1 == "upload" && $3 == "host" { n++; b += $5 } END { print n + 0, b + 0 }' $W/trace.csv)"
+[ "$ups" = 1 ] && [ "$bytes" -ge $(( (3 * 610 * 41 + 3 * 610) * 4 )) ] ||
+    fail "the step's batch upload: $ups copies of $bytes bytes in all (want 1 of >= $(( (3 * 610 * 41 + 3 * 610) * 4 )))"
+ok "the step's batch in one upload of $bytes bytes"
 $M --model base --trace $W/trace.csv --fit $W/planted.csv precision=bf16 > $W/fit.txt || fail "--fit: $(tail -1 $W/fit.txt)"
 python3 - "$W/fit.txt" <<'PY' > $W/fitted.txt || fail "--fit did not recover the planted settings: $(cat $W/fitted.txt $W/fit.txt)"
 import re, sys
