@@ -329,16 +329,18 @@ static void reserve_fail(Backend *be, size_t bytes, const char *name, int layer)
 
 /* The batch's six arrays packed one after the other, each starting on a
  * 256-byte boundary (the kernels' vector loads, the emulator's alignment
- * rule): their offsets in int32s into off[6] (unless NULL) for B sentences
- * and ns, nt source and target tokens; returns the ints the block spans.
+ * rule): their offsets and lengths in int32s into off[6] and len[6] (unless
+ * NULL) for B sentences and ns, nt source and target tokens; returns the
+ * ints the block spans.
  * The offsets depend on the batch's shape only, so a step's CUDA Graph of
  * that shape reads them where its capture did. */
-static size_t batch_layout(size_t B, size_t ns, size_t nt, size_t off[6])
+static size_t batch_layout(size_t B, size_t ns, size_t nt, size_t off[6], size_t len[6])
 {
     const size_t align = 256 / sizeof(int32_t), n[6] = { ns, nt, nt, B, B, B };
     size_t o = 0;
     for (int k = 0; k < 6; k++) {
         if (off) off[k] = o;
+        if (len) len[k] = n[k];
         o += (n[k] + align - 1) / align * align;
     }
     return o;
@@ -428,7 +430,7 @@ void model_reserve(Model *m, int B, int S, int T)
      * the running sum is rounded once (into g_x, for the encoder's
      * backward), not once per decoder layer as bf16 storage would */
     m->g_enc = act_f32(reserve_alloc(be, ns * d * F, "m->g_enc", layer));
-    size_t batch_ints = batch_layout((size_t)B, ns, nt, NULL);
+    size_t batch_ints = batch_layout((size_t)B, ns, nt, NULL, NULL);
     A(m->d_batch, batch_ints);
 #undef A
 #undef X
@@ -443,11 +445,10 @@ void model_reserve(Model *m, int B, int S, int T)
 void model_upload_batch(Model *m, const Batch *b)
 {
     model_reserve(m, b->B, b->S, b->T);
-    size_t B = (size_t)b->B, ns = B * (size_t)b->S, nt = B * (size_t)b->T, off[6];
-    size_t ints = batch_layout(B, ns, nt, off);
+    size_t B = (size_t)b->B, off[6], len[6];
+    size_t ints = batch_layout(B, B * (size_t)b->S, B * (size_t)b->T, off, len);
     const int32_t *src[6] = { b->src, b->tgt_in, b->tgt_out, b->src_len, b->tgt_len, (const int32_t *)b->sent_id };
-    const size_t n[6] = { ns, nt, nt, B, B, B };
-    for (int k = 0; k < 6; k++) memcpy(m->h_batch + off[k], src[k], n[k] * sizeof(int32_t));
+    for (int k = 0; k < 6; k++) memcpy(m->h_batch + off[k], src[k], len[k] * sizeof(int32_t));
     m->B = b->B; m->S = b->S; m->T = b->T;
     m->d_src = m->d_batch + off[0];
     m->d_tgt_in = m->d_batch + off[1];
