@@ -46,7 +46,8 @@ static int on_command_line(const InferenceArgs *a, const char *key)
  * on stderr that a user or a script reads (issue 41: test_readers) */
 static void say_device(const InferenceArgs *a, const Config *c, int gpus)
 {
-    const char *why = on_command_line(a, "device=") ? "device= on the command line"
+    const char *why = a->cpu_fp32 ? "this command computes on the CPU in fp32"
+                      : on_command_line(a, "device=") ? "device= on the command line"
                       : gpus > 0 ? "a GPU is visible; device=cpu for the CPU"
                                  : "no GPU is visible to this build";
     printf("%s: device %s, precision %s (%s)\n", a->cmd, config_choice("device", c->device),
@@ -61,6 +62,10 @@ int inference_read_config(const InferenceArgs *a, Config *c, CkptState *st, Data
     for (int k = 0; k < a->n_over && !rc; k++) rc = cli_set(c, a->cmd, a->over[k], a->ckpt);
     /* device=cpu given alone: the CPU's fp32, not a bf16 checkpoint's precision */
     if (!rc && c->device == DEVICE_CPU && !on_command_line(a, "precision=")) c->precision = PRECISION_FP32;
+    if (!rc && a->cpu_fp32) {
+        c->device = DEVICE_CPU;
+        c->precision = PRECISION_FP32;
+    }
     if (!rc && a->n_over) rc = config_validate(c, "command line");
     if (!rc) say_device(a, c, gpus);
     return rc ? rc : inference_check_vocab(a, c, st, voc);

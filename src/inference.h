@@ -19,6 +19,9 @@ typedef struct {
      * command line and the defaults, not from the checkpoint's config
      * (translate, attention); else from the checkpoint (eval, heads) */
     int backend_from_command_line;
+    /* the command computes on the CPU in fp32 whatever the job's device
+     * (attention: maps that do not depend on the device) */
+    int cpu_fp32;
     int auto_tokens;        /* max_tokens = 0: from the free device memory (collective) */
 } InferenceArgs;
 

@@ -12,7 +12,10 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 $BIN train $CK_ARGS n_heads=2 run_dir=$W/run train_steps=30 ckpt_steps=0 attn_steps=10 > $W/train.log 2>&1 || fail "train: $(tail -3 $W/train.log)"
 C=$W/run/ckpt_00000030.h5
 [ -f $C ] || fail "no final checkpoint"
-$BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a1.h5 --greedy > /dev/null || fail "attention (1 rank)"
+$BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a1.h5 --greedy > $W/a1.out || fail "attention (1 rank)"
+# the maps are computed on the CPU in fp32 whatever the job's device, and the device line says so
+grep -qx "attention: device cpu, precision fp32 (this command computes on the CPU in fp32)" $W/a1.out \
+    || fail "device line: $(head -1 $W/a1.out)"
 mpirun -np 2 $BIN attention --checkpoint $C --data synthetic --split dev --sentences 0,2,5-7 --output $W/a2.h5 --greedy > /dev/null || fail "attention (2 ranks)"
 res=$($PY "$(dirname "$0")/attention_check.py" $W/a2.h5 $C) || fail "2-rank maps: $res"
 [ "${res%% *}" = ok ] || fail "check: $res"

@@ -268,14 +268,12 @@ static int attention_open(const AttnArgs *a, Attention *at, Dist *D)
 {
     char *over[1] = { a->mask_heads };
     InferenceArgs ia = { .cmd = "attention", .ckpt = a->ckpt, .data = a->data, .over = over,
-                         .n_over = a->mask_heads != NULL, .backend_from_command_line = 1 };
+                         .n_over = a->mask_heads != NULL, .backend_from_command_line = 1, .cpu_fp32 = 1 };
     int synth = corpus_is_synthetic(a->data);
     if (inference_read_config(&ia, &at->cfg, &at->st, synth ? NULL : &at->dv)) return 2;
     at->have_dv = !synth;
-    /* fp32 on the CPU, one thread: the maps do not depend on the device or
-     * on how many ranks share the cores */
-    at->cfg.device = DEVICE_CPU;
-    at->cfg.precision = PRECISION_FP32;
+    /* one thread (and fp32 on the CPU, .cpu_fp32): the maps do not depend
+     * on the device or on how many ranks share the cores */
     at->cfg.threads = 1;
     if (inference_open(&ia, D, &at->cfg, &at->m, &at->be)) return 2;
     return select_sentences(a, at);
