@@ -273,8 +273,8 @@ def write_checkpoint(path, text, attrs, params):
 def write_vocab_dataset(path, hf_dir, pieces, spm, max_len):
     """A dataset file with the vocabulary and SentencePiece model only
     (docs/dataset.md, no splits) at `path` (a temporary name): what
-    `translate --input` and `attention` need beside the checkpoint of a
-    model trained elsewhere."""
+    `translate --input` needs beside the checkpoint of a model trained
+    elsewhere (`attention` reads a split, so not from this file)."""
     import datetime
 
     import h5py
