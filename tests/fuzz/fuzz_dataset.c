@@ -1,7 +1,7 @@
 /* Fuzz target: dataset files (docs/dataset.md) -> the dataset readers
  * (dataset_load, and dataset_map that maps arrays from the file) and the
  * batcher.  The seed corpus holds valid small files; libFuzzer mutates
- * their bytes.  (fuzz_dataset_struct mutates their structure.)  A file is
+ * their bytes.  A file is
  * read into a corpus whose offsets and ids are consistent, or refused in
  * one line; a corpus that loads is then cut into batches and built. */
 #include "fuzz_common.h"
