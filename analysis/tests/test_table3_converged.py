@@ -359,3 +359,27 @@ def test_committed_converged_check_fails_on_a_changed_result(tmp_path):
     script("table3.py", copy, "--protocol", "converged", "--out", tmp_path / "less" / "table3", "--no-plot")
     diffs = _rebuild_differences(sweep, str(tmp_path / "less"), page, CONVERGED_COMMITTED, EMBEDDED_CONVERGED)
     assert any(d.startswith("table3.md: rebuilding") for d in diffs), diffs
+
+
+def test_committed_attention_comparison_rebuilds_from_its_summaries(tmp_path):
+    """docs/results-multi30k/converged/sweep/attention-compare.{md,csv}: what
+    attention.py compare makes of the committed attention summaries and
+    result files (docs/attention.md quotes it), so each run's commit
+    carries its comparison; a summary left out changes it (not blind)."""
+    import shutil
+
+    from conftest import ROOT, script
+
+    rel = os.path.join("docs", "results-multi30k", "converged", "sweep")   # as the page's command names it
+    sweep = os.path.join(ROOT, rel)
+    if not os.path.exists(os.path.join(sweep, "attention-compare.md")):
+        pytest.skip("no committed attention comparison")
+    script("attention.py", "compare", rel, "--out", tmp_path / "ac", "--no-plot")
+    for ext in ("md", "csv"):
+        with open(os.path.join(sweep, f"attention-compare.{ext}")) as f:
+            assert (tmp_path / f"ac.{ext}").read_text() == f.read(), f"attention-compare.{ext} does not rebuild"
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep, copy)
+    os.unlink(sorted((copy / "attention").glob("C*.h5"))[-1])
+    script("attention.py", "compare", copy, "--out", tmp_path / "less", "--no-plot")
+    assert (tmp_path / "less.md").read_text() != (tmp_path / "ac.md").read_text()
