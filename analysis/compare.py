@@ -45,6 +45,17 @@ def usable(r):
 
 
 def nll(r):
+    """A run's dev NLL. With a best step (the converged protocol's runs: the
+    best dev checkpoint) its curve's value there, the float32 number the
+    stopping rule compared; else (the 8-epoch protocol: the final
+    checkpoint) ln of the dev PPL that `transformer eval` printed to 3
+    decimals.  The PPL is the same checkpoint's, but rounded: ln of it is
+    off by up to 1.2e-4 nats, enough to move a paired interval's third
+    decimal."""
+    steps, nlls = dev_curve(r)
+    hit = np.flatnonzero(steps == r.get("best_step")) if r.get("best_step") is not None else []
+    if len(hit):
+        return float(nlls[hit[0]])
     return math.log(r["dev_ppl"]) if r.get("dev_ppl", 0) > 0 else math.nan
 
 

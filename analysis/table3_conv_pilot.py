@@ -98,14 +98,6 @@ def read_progress(sweep):
     return out
 
 
-def best_nll(r):
-    """The best dev NLL: the curve's value at best_step (the number the
-    stopping rule compared, float32), else ln of the reported dev PPL."""
-    steps, nlls = dev_curve(r)
-    hit = np.flatnonzero(steps == r.get("best_step")) if r.get("best_step") is not None else []
-    return float(nlls[hit[0]]) if len(hit) else nll(r)
-
-
 def nll_at(r, step):
     """Dev NLL of the evaluation at `step`, None where the curve has none."""
     steps, nlls = dev_curve(r)
@@ -178,7 +170,7 @@ def judge_setting(cell, cap=None):
     if late:
         out.update(ok=False, why="; ".join(f"seed {run['seed']}: {not_converged(run, cap)}" for run in late))
         return out
-    out["nlls"] = [best_nll(run["result"]) for run in done]
+    out["nlls"] = [nll(run["result"]) for run in done]
     if len(done) < len(cell):
         out["why"] = f"{len(cell) - len(done)} of {len(cell)} seeds still training"
         return out
@@ -306,7 +298,7 @@ def run_line(run, progress, skipped=()):
     conv = f"yes (cap {run['cap']})" if stopped_in_time(run, run["cap"]) else f"**{not_converged(run)}**"
     conv_first = "yes" if stopped_in_time(run, FIRST_CAP) else "no"
     return head + (f"| {r['status']} | {r.get('stopped_by') or '?'} | {fmt(r.get('stop_step'), 'd')} "
-                   f"| {fmt(r.get('best_step'), 'd')} | {fmt(best_nll(r) if r['status'] == 'done' else None)} "
+                   f"| {fmt(r.get('best_step'), 'd')} | {fmt(nll(r) if r['status'] == 'done' else None)} "
                    f"| {first} | {conv_first} | {bleu_pair(r, 'test2016')} | {bleu_pair(r, 'test2017')} "
                    f"| {r.get('verdict') or '?'} | {conv} |")
 

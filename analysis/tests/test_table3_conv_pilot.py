@@ -110,7 +110,7 @@ def test_page_values_from_the_files(tmp_path):
     st = pilot.pilot_state(str(plant_pilot(tmp_path, COMPLETE)))
     run = next(r for r in st["runs"] if r["name"] == "d0.1-p2e-3-s1")
     assert run["cap"] == CAP  # from the result's config, not the frozen 15000
-    assert pilot.best_nll(run["result"]) == pytest.approx(1.420, abs=1e-6)
+    assert pilot.nll(run["result"]) == pytest.approx(1.420, abs=1e-6)
     assert pilot.nll_at(run["result"], 15000) == pytest.approx(1.420 + 2.0 * 6900 / 21900, abs=1e-6)
     assert st["judged"][(0.1, 2e-3)]["mean"] == pytest.approx(1.425, abs=1e-6)
     assert st["judged"][(0.1, 2e-3)]["bleu"] == pytest.approx(36.1)

@@ -49,10 +49,18 @@ def final_nll(row, seed):
     return 3.0 + ROWS[row][1] + SEED_EFFECT[seed] + NOISE[(row, seed)]
 
 
+def best_step(row, seed):
+    """Where the run's dev NLL is lowest: its last step at the cap, else
+    one evaluation (300 steps) before the stop by patience."""
+    last = ROWS[row][4]
+    return last if run_name(row, seed) == CAP_RUN else last - 300
+
+
 def curve(row, seed):
-    """The run's dev NLL as a function of the step, ending at final_nll at its last step."""
-    amp, end, last = ROWS[row][2], final_nll(row, seed), ROWS[row][4]
-    return lambda s: end + amp * (math.exp(-s / 300) - math.exp(-last / 300))
+    """The run's dev NLL as a function of the step: falling to final_nll at
+    its best step, then 0.002 nats higher (what patience stopped on)."""
+    amp, end, best = ROWS[row][2], final_nll(row, seed), best_step(row, seed)
+    return lambda s: end + (amp * (math.exp(-s / 300) - math.exp(-best / 300)) if s <= best else 0.002)
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +82,13 @@ def sweep(tmp_path_factory):
                     f.attrs["stopped_by"], f.attrs["best_step"] = "train_steps", 1200
                 else:
                     f.attrs["stopped_by"], f.attrs["stop_step"], f.attrs["best_step"] = "patience", steps, steps - 300
+                assert f.attrs["best_step"] == best_step(row, seed)
             keep = 0.9 - 0.02 * k - 0.03 * seed
             hyp = [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split()) for r in refs]
             (top / f"{run}.hyp").write_text("\n".join(hyp) + "\n")
+            # the job's dev PPL: `transformer eval` of the best checkpoint, printed to 3 decimals
             cli("row_result.py", "--out", top / "results" / f"{run}.h5", "--config", cfg, "--metrics", m,
+                "--dev-ppl", f"{math.exp(final_nll(row, seed)):.3f}",
                 "--hyp-set", "test2016.avg5", top / f"{run}.hyp", top / "ref.txt", "--compute", "unigram_nll=5.94")
     cli("table3.py", top, "--protocol", "converged")
     with open(top / "table3-rows.csv") as f:
@@ -383,3 +394,15 @@ def test_committed_attention_comparison_rebuilds_from_its_summaries(tmp_path):
     os.unlink(sorted((copy / "attention").glob("C*.h5"))[-1])
     script("attention.py", "compare", copy, "--out", tmp_path / "less", "--no-plot")
     assert (tmp_path / "less.md").read_text() != (tmp_path / "ac.md").read_text()
+
+
+def test_dev_nll_of_a_run_at_full_precision():
+    """A converged run's dev NLL is its curve's value at the best step, not
+    ln of the 3-decimal PPL (off by up to 1.2e-4 nats); a run without a best
+    step (the 8-epoch protocol's) keeps ln of its final PPL."""
+    curves = {"dev_step": np.array([300.0, 600.0, 900.0]), "dev_nll": np.array([1.52, 1.4272801, 1.4290])}
+    converged = {"best_step": 600, "curves": curves, "dev_ppl": 4.167}
+    assert compare.nll(converged) == pytest.approx(1.4272801, abs=1e-9)
+    assert abs(compare.nll(converged) - math.log(4.167)) > 5e-5
+    assert compare.nll({"best_step": None, "curves": curves, "dev_ppl": 4.167}) == pytest.approx(math.log(4.167))
+    assert compare.nll({"curves": {}, "dev_ppl": 4.167}) == pytest.approx(math.log(4.167))
