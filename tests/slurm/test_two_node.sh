@@ -50,6 +50,16 @@ wait_log() {   # FILE PATTERN TIMEOUT
     while [ $SECONDS -lt $t ]; do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.2; done
     cat "$1" >&2; fail "$1: no '$2' within $3 s"
 }
+# crashed_in_mpi_init LOG: a rank died inside MPI_Init, in Open MPI or PMIx,
+# not in this code: Open MPI's own report ("*** Process received signal ***";
+# dist_install_abort's handler, installed after MPI_Init, says "error: rank N:
+# killed by signal") and not one step trained.  CI saw it once, srun
+# --mpi=pmix on the namespace nodes (rank 1 on n2, right after the Table 3
+# case).  It is not what these cases test, so they resubmit once, saying so;
+# a second crash fails the test.
+crashed_in_mpi_init() { grep -q '\*\*\* Process received signal \*\*\*' "$1" && ! grep -q '^step ' "$1"; }
+ended() { state "$1" | grep -qE 'FAILED|CANCELLED|TIMEOUT|COMPLETED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE'; }
+retry_note() { echo "note: $1: a rank crashed inside MPI_Init (Open MPI's report, no step trained); resubmitting once"; }
 pyexe=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3 )}
 export PYTHON=$pyexe
 h5attr() { "$pyexe" -c 'import h5py,sys; v=h5py.File(sys.argv[1],"r").attrs[sys.argv[2]]; print(v.decode() if isinstance(v,bytes) else v)' "$1" "$2"; }
@@ -57,9 +67,17 @@ h5attr() { "$pyexe" -c 'import h5py,sys; v=h5py.File(sys.argv[1],"r").attrs[sys.
 # ---- 1: training across two nodes, requeued once -----------------------------
 cfg=$T/train.cfg
 printf 'train_steps = 200\nlog_steps = 1\nsynth_train = 2000\nmax_tokens = 600\nseed = 3\nckpt_minutes = 0\nthreads = 1\n' > "$cfg"
-J=$(TRANSFORMER_STEP_SLEEP_MS=30 on_n1 jobs/submit-train.sh "$T/run2n" "$cfg") || fail "submit-train.sh failed"
-jlog=$T/run2n/slurm-$J.out
-wait_log "$jlog" '^step 20 ' 120
+for try in 1 2; do
+    J=$(TRANSFORMER_STEP_SLEEP_MS=30 on_n1 jobs/submit-train.sh "$T/run2n" "$cfg") || fail "submit-train.sh failed"
+    jlog=$T/run2n/slurm-$J.out
+    t=$((SECONDS + 120))
+    until grep -q '^step 20 ' "$jlog" 2>/dev/null || [ $SECONDS -ge $t ] || ended "$J"; do
+        sleep 0.2
+    done
+    [ "$try" = 1 ] && ! grep -q '^step 20 ' "$jlog" && crashed_in_mpi_init "$jlog" || break
+    wait_job "$J" 60; retry_note "job $J"; rm -rf "$T/run2n"
+done
+wait_log "$jlog" '^step 20 ' 1
 on_n1 scontrol -o show job "$J" | grep -q 'NodeList=n\[1-2\]' || fail "job $J: not on both nodes: $(on_n1 scontrol -o show job "$J")"
 # MEM_PER_NODE=auto: --mem from the model and the data (synthetic: none), at
 # least the ~4 GiB per rank of libraries and buffers, with a 25% margin
@@ -96,11 +114,15 @@ ok "Table 3 element on n1+n2: COMPLETED, result done, table written"
 # ---- 3: a rank killed on the second node -------------------------------------
 for mpi in pmix pmi2 none; do
     run=$T/kill-$mpi
-    J=$(SRUN_MPI=$mpi TRANSFORMER_FAIL_AT=1:30:KILL TRANSFORMER_STEP_SLEEP_MS=20 \
-        on_n1 jobs/submit-train.sh "$run" "$cfg" train_steps=100000) || fail "submit ($mpi) failed"
-    jlog=$run/slurm-$J.out
-    t0=$SECONDS
-    wait_job "$J" 60 || fail "srun --mpi=$mpi: job $J still running 60 s after submission (a rank is dead)"
+    for try in 1 2; do
+        J=$(SRUN_MPI=$mpi TRANSFORMER_FAIL_AT=1:30:KILL TRANSFORMER_STEP_SLEEP_MS=20 \
+            on_n1 jobs/submit-train.sh "$run" "$cfg" train_steps=100000) || fail "submit ($mpi) failed"
+        jlog=$run/slurm-$J.out
+        t0=$SECONDS
+        wait_job "$J" 60 || fail "srun --mpi=$mpi: job $J still running 60 s after submission (a rank is dead)"
+        [ "$mpi" = pmix ] && [ "$try" = 1 ] && crashed_in_mpi_init "$jlog" || break
+        retry_note "srun --mpi=$mpi, job $J"; rm -rf "$run"
+    done
     st=$(state "$J")
     [ "$st" = FAILED ] || { cat "$jlog" >&2; fail "srun --mpi=$mpi: job $J: $st, expected FAILED"; }
     if [ "$mpi" = pmix ]; then
