@@ -124,7 +124,9 @@ static void check_ready(Model *m, const Batch *b, const char *positional)
     free(g);
 }
 
-static void run(const char *positional, int logits_chunk)
+/* d_k != d_v != d_model/h (section 3.2.2 does not tie them), dropout and
+ * label smoothing on */
+static Config tiny_config(const char *positional, int logits_chunk)
 {
     Config cfg;
     config_defaults(&cfg);
@@ -141,20 +143,95 @@ static void run(const char *positional, int logits_chunk)
     cfg.seed = 7;
     cfg.logits_chunk = logits_chunk;
     if (config_set(&cfg, "test", 0, "positional", positional)) exit(2);
+    return cfg;
+}
 
-    Model m;
-    if (model_init(&m, &cfg.model, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
-    size_t P = m.pt.total;
-    /* move the LayerNorm gains and all biases away from their initial 1/0 so
-     * that their gradients are generic */
-    float *host = malloc(sizeof(float) * P);
-    be->download(be, host, m.params, sizeof(float) * P);
-    for (int t = 0; t < m.pt.n; t++) {
-        const ParamInfo *pi = &m.pt.t[t];
+/* move the LayerNorm gains and all biases away from their initial 1/0 so
+ * that their gradients are generic; host receives the parameters */
+static void perturb_ones_and_zeros(Model *m, float *host)
+{
+    size_t P = m->pt.total;
+    be->download(be, host, m->params, sizeof(float) * P);
+    for (int t = 0; t < m->pt.n; t++) {
+        const ParamInfo *pi = &m->pt.t[t];
         if (pi->init == PARAM_INIT_ONE || pi->init == PARAM_INIT_ZERO)
             for (size_t i = 0; i < pi->numel; i++) host[pi->offset + i] += (float)(0.3 * gc_rand());
     }
-    be->upload(be, m.params, host, sizeof(float) * P);
+    be->upload(be, m->params, host, sizeof(float) * P);
+}
+
+/* one tensor's gradient gt against central differences: (a) a few sampled
+ * elements, (b) the directional derivative along a random unit vector u;
+ * returns the worst sampled |analytic - fd| / (1 + max|g|) */
+static double check_tensor_fd(Ctx *c, const ParamInfo *pi, const float *gt, const char *positional)
+{
+    char nm[160];
+    float *w = c->host + pi->offset;
+    double gmax = 0, worst = 0;
+    for (size_t i = 0; i < pi->numel; i++) gmax = fmax(gmax, fabs(gt[i]));
+    if (gmax == 0 && strcmp(pi->name, "positional_embedding")) {
+        fprintf(stderr, "FAIL %s: gradient is identically zero\n", pi->name);
+        gc_failures++;
+    }
+    for (int k = 0; k < 4; k++) {
+        size_t i = (size_t)((gc_rand() + 1) * 0.5 * pi->numel) % pi->numel;
+        snprintf(nm, sizeof nm, "[%s] %s", positional, pi->name);
+        double fd;
+        if (!central(c, &w[i], NULL, 1, FD_STEP, &fd)) continue;
+        double e = gc_compare(nm, (long)i, gt[i], fd, 1e-2, 2e-3 * (1 + gmax));
+        worst = fmax(worst, e / (1 + gmax));
+    }
+    double *u = malloc(sizeof(double) * pi->numel), nu = 0, gu = 0;
+    for (size_t i = 0; i < pi->numel; i++) { u[i] = gc_rand(); nu += u[i] * u[i]; }
+    nu = sqrt(nu);
+    for (size_t i = 0; i < pi->numel; i++) { u[i] /= nu; gu += u[i] * gt[i]; }
+    double fd;
+    snprintf(nm, sizeof nm, "[%s] %s (direction)", positional, pi->name);
+    if (central(c, w, u, pi->numel, FD_STEP, &fd)) gc_compare(nm, 0, gu, fd, 1e-2, 2e-3 * (1 + gmax));
+    free(u);
+    return worst;
+}
+
+/* padding invariance: the padded batch's loss L0 and gradient g equal the
+ * sums over its sentences run alone (same sentence ids, hence the same
+ * dropout masks) */
+static void check_padding_invariance(Ctx *c, const Corpus *corp, const int *idx, int n, int max_len, double L0,
+                                     const float *g, const char *positional)
+{
+    Model *m = c->m;
+    size_t P = m->pt.total;
+    Batch *padded = c->b;
+    char nm[160];
+    be->upload(be, m->params, c->host, sizeof(float) * P);
+    float *gs = calloc(P, sizeof(float)), *g1 = malloc(sizeof(float) * P);
+    double Lsum = 0;
+    Batch one = {0};
+    for (int k = 0; k < n; k++) {
+        batch_build(&one, corp, &idx[k], 1, max_len);
+        c->b = &one;
+        Lsum += loss_of(c, NULL);
+        grads_of(m, &one, g1);
+        for (size_t i = 0; i < P; i++) gs[i] += g1[i];
+    }
+    c->b = padded;
+    snprintf(nm, sizeof nm, "[%s] padded batch loss vs sentences alone", positional);
+    gc_compare(nm, 0, L0, Lsum, 1e-5, 1e-5);
+    double gmax = 0;
+    for (size_t i = 0; i < P; i++) gmax = fmax(gmax, fabs(g[i]));
+    snprintf(nm, sizeof nm, "[%s] padded batch gradient vs sentences alone", positional);
+    for (size_t i = 0; i < P; i++) gc_compare(nm, (long)i, g[i], gs[i], 1e-4, 1e-5 * gmax);
+    batch_free(&one);
+    free(gs); free(g1);
+}
+
+static void run(const char *positional, int logits_chunk)
+{
+    Config cfg = tiny_config(positional, logits_chunk);
+    Model m;
+    if (model_init(&m, &cfg.model, be)) { fprintf(stderr, "model_init failed\n"); exit(1); }
+    size_t P = m.pt.total;
+    float *host = malloc(sizeof(float) * P);
+    perturb_ones_and_zeros(&m, host);
 
     /* lengths without EOS/BOS: sources 4, 2, 6; targets 3, 5, 1 */
     static const int src_len[3] = { 4, 2, 6 }, tgt_len[3] = { 3, 5, 1 };
@@ -177,66 +254,16 @@ static void run(const char *positional, int logits_chunk)
     if (fabs(Leval - L0) < 1e-4) { fprintf(stderr, "FAIL dropout has no effect\n"); gc_failures++; }
 
     check_ready(&m, &b, positional);
-
-    char nm[160];
     double worst = 0;
-    for (int t = 0; t < m.pt.n; t++) {
-        const ParamInfo *pi = &m.pt.t[t];
-        float *w = host + pi->offset;
-        const float *gt = g + pi->offset;
-        double gmax = 0;
-        for (size_t i = 0; i < pi->numel; i++) gmax = fmax(gmax, fabs(gt[i]));
-        if (gmax == 0 && strcmp(pi->name, "positional_embedding")) {
-            fprintf(stderr, "FAIL %s: gradient is identically zero\n", pi->name);
-            gc_failures++;
-        }
-        /* (a) sampled elements */
-        for (int k = 0; k < 4; k++) {
-            size_t i = (size_t)((gc_rand() + 1) * 0.5 * pi->numel) % pi->numel;
-            snprintf(nm, sizeof nm, "[%s] %s", positional, pi->name);
-            double fd;
-            if (!central(&c, &w[i], NULL, 1, FD_STEP, &fd)) continue;
-            double e = gc_compare(nm, (long)i, gt[i], fd, 1e-2, 2e-3 * (1 + gmax));
-            worst = fmax(worst, e / (1 + gmax));
-        }
-        /* (b) directional derivative along a random unit vector u */
-        double *u = malloc(sizeof(double) * pi->numel), nu = 0, gu = 0;
-        for (size_t i = 0; i < pi->numel; i++) { u[i] = gc_rand(); nu += u[i] * u[i]; }
-        nu = sqrt(nu);
-        for (size_t i = 0; i < pi->numel; i++) { u[i] /= nu; gu += u[i] * gt[i]; }
-        double fd;
-        snprintf(nm, sizeof nm, "[%s] %s (direction)", positional, pi->name);
-        if (central(&c, w, u, pi->numel, FD_STEP, &fd)) gc_compare(nm, 0, gu, fd, 1e-2, 2e-3 * (1 + gmax));
-        free(u);
-    }
+    for (int t = 0; t < m.pt.n; t++)
+        worst = fmax(worst, check_tensor_fd(&c, &m.pt.t[t], g + m.pt.t[t].offset, positional));
     printf("[%s] ReLU-kink retries %d, skipped %d\n", positional, n_kink_retries, n_kink_skips);
     printf("[%s] worst sampled |analytic - fd| / (1 + max|g|) = %.2e\n", positional, worst);
+    check_padding_invariance(&c, &corp, idx, 3, cfg.max_len, L0, g, positional);
 
-    /* padding invariance: the padded batch equals the sentences run alone
-     * (same sentence ids, hence the same dropout masks) */
-    be->upload(be, m.params, host, sizeof(float) * P);
-    float *gs = calloc(P, sizeof(float)), *g1 = malloc(sizeof(float) * P);
-    double Lsum = 0;
-    Batch one = {0};
-    for (int k = 0; k < 3; k++) {
-        batch_build(&one, &corp, &idx[k], 1, cfg.max_len);
-        c.b = &one;
-        Lsum += loss_of(&c, NULL);
-        grads_of(&m, &one, g1);
-        for (size_t i = 0; i < P; i++) gs[i] += g1[i];
-    }
-    c.b = &b;
-    snprintf(nm, sizeof nm, "[%s] padded batch loss vs sentences alone", positional);
-    gc_compare(nm, 0, L0, Lsum, 1e-5, 1e-5);
-    double gmax = 0;
-    for (size_t i = 0; i < P; i++) gmax = fmax(gmax, fabs(g[i]));
-    snprintf(nm, sizeof nm, "[%s] padded batch gradient vs sentences alone", positional);
-    for (size_t i = 0; i < P; i++) gc_compare(nm, (long)i, g[i], gs[i], 1e-4, 1e-5 * gmax);
-
-    batch_free(&one);
     batch_free(&b);
     corpus_free(&corp);
-    free(g); free(gs); free(g1); free(host);
+    free(g); free(host);
     model_free(&m);
 }
 
