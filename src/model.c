@@ -368,10 +368,74 @@ size_t model_logits_rows(const ModelConfig *c, size_t nt)
     return rows < nt ? rows : nt;
 }
 
-void model_reserve(Model *m, int B, int S, int T)
+/* X(): activations, typed views in the backend's activation type (bf16 on
+ * CUDA with precision=bf16, see ops.h alloc_act); A(): fp32/int32 storage:
+ * LayerNorm row statistics (mean, rstd), per-row losses, token ids and
+ * lengths; M(): the feed-forward ReLU's mask where the backend keeps one.
+ * Each names its buffer and layer (-1: none) if it fails; they expect `be`
+ * and `layer` in scope. */
+#define A(p, n) ((p) = reserve_alloc(be, (n) * sizeof(float), #p, layer))
+#define X(p, n) ((p) = reserve_act(be, (n), #p, layer))
+#define M(p, r, c) \
+    ((p) = be->relu_mask_bytes ? reserve_alloc(be, be->relu_mask_bytes(be, (int)(r), (int)(c)), #p, layer) : NULL)
+
+/* one encoder and one decoder layer's activations for ns source and nt
+ * target rows and the three attention-probability sizes */
+static void reserve_layer(Model *m, int layer, size_t ns, size_t nt, size_t pss, size_t ptt, size_t pts)
 {
     const ModelConfig *c = &m->cfg;
-    size_t h = c->n_heads;
+    Backend *be = m->be;
+    size_t h = c->n_heads, d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v;
+    size_t w3 = 2 * hk + hv, w2 = hk + hv;
+    LayerActs *enc = &m->enc[layer];
+    X(enc->qkv, ns * w3); X(enc->P, pss); A(enc->Pst, ns * h * 2); X(enc->ctx, ns * hv);
+    X(enc->r1, ns * d); A(enc->m1, ns); A(enc->s1, ns); X(enc->x1, ns * d);
+    X(enc->hid, ns * dff); M(enc->relu_mask, ns, dff);
+    X(enc->r3, ns * d); A(enc->m3, ns); A(enc->s3, ns); X(enc->x3, ns * d);
+    LayerActs *dec = &m->dec[layer];
+    X(dec->qkv, nt * w3); X(dec->P, ptt); A(dec->Pst, nt * h * 2); X(dec->ctx, nt * hv);
+    X(dec->r1, nt * d); A(dec->m1, nt); A(dec->s1, nt); X(dec->x1, nt * d);
+    X(dec->q2, nt * hk); X(dec->kv2, ns * w2); X(dec->P2, pts); A(dec->P2st, nt * h * 2); X(dec->ctx2, nt * hv);
+    X(dec->r2, nt * d); A(dec->m2, nt); A(dec->s2, nt); X(dec->x2, nt * d);
+    X(dec->hid, nt * dff); M(dec->relu_mask, nt, dff);
+    X(dec->r3, nt * d); A(dec->m3, nt); A(dec->s3, nt); X(dec->x3, nt * d);
+}
+
+/* the buffers every layer shares: embeddings, logits, gradient scratch,
+ * the batch on the device */
+static void reserve_shared(Model *m, size_t B, size_t ns, size_t nt, size_t pss, size_t ptt, size_t pts)
+{
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    int layer = -1;
+    size_t h = c->n_heads, d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v, V = c->vocab_size;
+    size_t w3 = 2 * hk + hv, nmax = ns > nt ? ns : nt;
+    X(m->enc_in, ns * d); X(m->dec_in, nt * d);
+    /* the logits of one chunk of target rows (model_output_layer), not of
+     * all nt: at 25,000 tokens and V = 37000 all would be 1.85 GB in bf16 */
+    m->logits_rows = model_logits_rows(c, nt);
+    X(m->logits, m->logits_rows * V); A(m->row_loss, nt); A(m->row_nll, nt);
+    X(m->g_x, nmax * d); X(m->g_sub, nmax * d);
+    X(m->g_big, nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
+    X(m->g_ctx, nmax * hv); X(m->g_P, max3(pss, ptt, pts)); X(m->g_hid, nmax * dff);
+    /* dL/d(encoder output) sums the cross-attention K/V gradients of all
+     * decoder layers (beta = 1 GEMMs): fp32 in every precision, so that
+     * the running sum is rounded once (into g_x, for the encoder's
+     * backward), not once per decoder layer as bf16 storage would */
+    m->g_enc = act_f32(reserve_alloc(be, ns * d * sizeof(float), "m->g_enc", layer));
+    size_t batch_ints = batch_layout(B, ns, nt, NULL, NULL);
+    A(m->d_batch, batch_ints);
+    m->h_row_loss = xmalloc(nt * sizeof(float));
+    m->h_row_nll = xmalloc(nt * sizeof(float));
+    m->h_batch = xcalloc(batch_ints, sizeof(int32_t));   /* the gaps between the arrays: defined bytes */
+}
+#undef A
+#undef X
+#undef M
+
+void model_reserve(Model *m, int B, int S, int T)
+{
+    size_t h = m->cfg.n_heads;
     size_t ns = (size_t)B * S, nt = (size_t)B * T;
     size_t pss = h * B * S * S, ptt = h * B * T * T, pts = h * B * T * S;
     if (ns <= m->cap_ns && nt <= m->cap_nt && pss <= m->cap_pss && ptt <= m->cap_ptt && pts <= m->cap_pts
@@ -386,58 +450,8 @@ void model_reserve(Model *m, int B, int S, int T)
     if (pts < m->cap_pts) pts = m->cap_pts;
     if ((size_t)B < m->cap_B) B = (int)m->cap_B;
     m->cap_ns = ns; m->cap_nt = nt; m->cap_pss = pss; m->cap_ptt = ptt; m->cap_pts = pts; m->cap_B = B;
-
-    Backend *be = m->be;
-    size_t d = c->d_model, dff = c->d_ff, hk = h * c->d_k, hv = h * c->d_v, V = c->vocab_size;
-    size_t w3 = 2 * hk + hv, w2 = hk + hv, F = sizeof(float);
-    /* X(): activations, typed views in the backend's activation type
-     * (bf16 on CUDA with precision=bf16, see ops.h alloc_act); A():
-     * fp32/int32 storage: LayerNorm row statistics (mean, rstd), per-row
-     * losses, token ids and lengths; each names its buffer and layer (-1:
-     * none) if it fails */
-    int layer;
-#define A(p, n) ((p) = reserve_alloc(be, (n) * F, #p, layer))
-#define X(p, n) ((p) = reserve_act(be, (n), #p, layer))
-    /* M(): the feed-forward ReLU's mask where the backend keeps one */
-#define M(p, r, c) \
-    ((p) = be->relu_mask_bytes ? reserve_alloc(be, be->relu_mask_bytes(be, (int)(r), (int)(c)), #p, layer) : NULL)
-    for (layer = 0; layer < c->n_layers; layer++) {
-        LayerActs *enc = &m->enc[layer];
-        X(enc->qkv, ns * w3); X(enc->P, pss); A(enc->Pst, ns * h * 2); X(enc->ctx, ns * hv);
-        X(enc->r1, ns * d); A(enc->m1, ns); A(enc->s1, ns); X(enc->x1, ns * d);
-        X(enc->hid, ns * dff); M(enc->relu_mask, ns, dff);
-        X(enc->r3, ns * d); A(enc->m3, ns); A(enc->s3, ns); X(enc->x3, ns * d);
-        LayerActs *dec = &m->dec[layer];
-        X(dec->qkv, nt * w3); X(dec->P, ptt); A(dec->Pst, nt * h * 2); X(dec->ctx, nt * hv);
-        X(dec->r1, nt * d); A(dec->m1, nt); A(dec->s1, nt); X(dec->x1, nt * d);
-        X(dec->q2, nt * hk); X(dec->kv2, ns * w2); X(dec->P2, pts); A(dec->P2st, nt * h * 2); X(dec->ctx2, nt * hv);
-        X(dec->r2, nt * d); A(dec->m2, nt); A(dec->s2, nt); X(dec->x2, nt * d);
-        X(dec->hid, nt * dff); M(dec->relu_mask, nt, dff);
-        X(dec->r3, nt * d); A(dec->m3, nt); A(dec->s3, nt); X(dec->x3, nt * d);
-    }
-    layer = -1;
-    size_t nmax = ns > nt ? ns : nt;
-    X(m->enc_in, ns * d); X(m->dec_in, nt * d);
-    /* the logits of one chunk of target rows (model_output_layer), not of
-     * all nt: at 25,000 tokens and V = 37000 all would be 1.85 GB in bf16 */
-    m->logits_rows = model_logits_rows(c, nt);
-    X(m->logits, m->logits_rows * V); A(m->row_loss, nt); A(m->row_nll, nt);
-    X(m->g_x, nmax * d); X(m->g_sub, nmax * d);
-    X(m->g_big, nmax * w3 + nt * hk);   /* dqkv, or dkv (encoder side) followed by dq */
-    X(m->g_ctx, nmax * hv); X(m->g_P, max3(pss, ptt, pts)); X(m->g_hid, nmax * dff);
-    /* dL/d(encoder output) sums the cross-attention K/V gradients of all
-     * decoder layers (beta = 1 GEMMs): fp32 in every precision, so that
-     * the running sum is rounded once (into g_x, for the encoder's
-     * backward), not once per decoder layer as bf16 storage would */
-    m->g_enc = act_f32(reserve_alloc(be, ns * d * F, "m->g_enc", layer));
-    size_t batch_ints = batch_layout((size_t)B, ns, nt, NULL, NULL);
-    A(m->d_batch, batch_ints);
-#undef A
-#undef X
-#undef M
-    m->h_row_loss = xmalloc(nt * F);
-    m->h_row_nll = xmalloc(nt * F);
-    m->h_batch = xcalloc(batch_ints, sizeof(int32_t));   /* the gaps between the arrays: defined bytes */
+    for (int layer = 0; layer < m->cfg.n_layers; layer++) reserve_layer(m, layer, ns, nt, pss, ptt, pts);
+    reserve_shared(m, (size_t)B, ns, nt, pss, ptt, pts);
 }
 
 /* the batch in one host-to-device copy (one launch and one wait for it,
