@@ -22,11 +22,10 @@ static void check(int ok, const char *what, double got, double want)
     }
 }
 
-int main(void)
+/* exp: relative error against exp() in double, on a dense grid of the
+ * range softmax uses (and beyond, up to the clamp) */
+static void test_exp(void)
 {
-    printf("vecmath: %s\n", VM_AVX2 ? "AVX2+FMA" : "scalar only");
-    /* exp: relative error against exp() in double, on a dense grid of the
-     * range softmax uses (and beyond, up to the clamp) */
     double worst = 0.0, worst_x = 0.0;
     for (int i = 0; i <= 2000000; i++) {
         float x = -87.0f + 175.0f * (float)i / 2000000.0f;
@@ -49,7 +48,11 @@ int main(void)
     }
     check(same, "vm_exp8 == vm_exp lane for lane", same, 1);
 #endif
-    /* row kernels, lengths around the vector width */
+}
+
+/* the row kernels on lengths around the vector width */
+static void test_row_kernels(void)
+{
     int lens[] = { 1, 2, 7, 8, 9, 15, 16, 17, 63, 100, 8000, 8003 };
     for (unsigned li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         int n = lens[li];
@@ -87,9 +90,13 @@ int main(void)
         free(z);
         free(w);
     }
-    /* dropout: the vectorised Philox gives exactly dropout_row's masks and
-     * values, for widths around the 32-feature block, several keys, steps,
-     * sites, sentences, positions and rates (and in place) */
+}
+
+/* dropout: the vectorised Philox gives exactly dropout_row's masks and
+ * values, for widths around the 32-feature block, several keys, steps,
+ * sites, sentences, positions and rates (and in place) */
+static void test_dropout(void)
+{
     int widths[] = { 1, 3, 4, 31, 32, 33, 64, 100, 512, 1027 };
     float rates[] = { 0.1f, 0.3f, 0.5f };
     long mismatches = 0, dropped = 0, total = 0;
@@ -115,6 +122,14 @@ int main(void)
            total, mismatches, (double)dropped / total);
     check(mismatches == 0, "vm_dropout_row == dropout_row", (double)mismatches, 0);
     check(dropped > total / 10 && dropped < total / 2, "vm_dropout_row drops about the rate", (double)dropped / total, 0.3);
+}
+
+int main(void)
+{
+    printf("vecmath: %s\n", VM_AVX2 ? "AVX2+FMA" : "scalar only");
+    test_exp();
+    test_row_kernels();
+    test_dropout();
     printf("test_vecmath: %d checks, %d failures\n", checks, fails);
     return fails != 0;
 }
