@@ -96,75 +96,69 @@ static Backend *test_backend(void)
 static uint32_t rng_state = 12345;
 static int rnd(int n) { rng_state = rng_state * 1664525u + 1013904223u; return (int)((rng_state >> 8) % (uint32_t)n); }
 
-/* 1. incremental == full recomputation */
-static void test_incremental(const char *pos)
+/* 1a. K = 1, no reordering: every step's logits against full (the
+ * recomputation of the whole batch) */
+static void check_incremental_greedy(Decoder *dec, Backend *be, const Batch *b, const float *full, int V, int T,
+                                     const char *pos)
 {
-    Config c;
-    int V = 13, B = 3, T = 9, K = 2;
-    tiny_config(&c, V, pos, 7);
-    Backend *be = test_backend();
-    Model m;
-    model_init(&m, &c.model, be);
-    Decoder *dec = decoder_create(&m);
-    int32_t s0[] = {4, 5, 6, 7, 8}, s1[] = {9, 10}, s2[] = {11, 12, 4, 3};
-    int32_t *src[] = {s0, s1, s2};
-    int sl[] = {5, 2, 4};
-    int32_t tg[3][8];
-    int32_t *tgt[3];
-    int tl[] = {8, 8, 8};
-    for (int k = 0; k < B; k++) { for (int t = 0; t < 8; t++) tg[k][t] = 3 + rnd(V - 3); tgt[k] = tg[k]; }
-    Batch b = {0};
-    make_batch(&b, B, src, sl, tgt, tl, c.max_len);
-    float *full = full_logits(&m, &b);
-
-    /* (a) K = 1, no reordering: every step's logits */
+    int B = b->B;
     double maxerr = 0;
-    decoder_begin(dec, &b, 1, T);
+    decoder_begin(dec, b, 1, T);
     float *inc = xmalloc(sizeof(float) * B * V);
     for (int t = 0; t < T; t++) {
         int32_t tok[3];
-        for (int k = 0; k < B; k++) tok[k] = b.tgt_in[k * b.T + t];
+        for (int k = 0; k < B; k++) tok[k] = b->tgt_in[k * b->T + t];
         Act dl = decoder_step(dec, tok, t, 0);
         be->download_act(be, inc, dl, (size_t)B * V);
         for (int k = 0; k < B; k++)
             for (int v = 0; v < V; v++) {
-                double e = fabs(inc[k * V + v] - full[((size_t)k * b.T + t) * V + v]);
+                double e = fabs(inc[k * V + v] - full[((size_t)k * b->T + t) * V + v]);
                 if (e > maxerr) maxerr = e;
             }
     }
     printf("incremental vs recomputation (%s positions): max |logit diff| %.2e over %d steps\n", pos, maxerr, T);
     CHECK(maxerr <= 1e-5, "incremental logits differ from recomputation by %.3e", maxerr);
+    free(inc);
+}
 
-    /* (b) K = 2 with random parent gathers and a sentence dropped midway:
-     * compare every hypothesis' logits with a recomputation of its own
-     * prefix */
-    decoder_begin(dec, &b, K, T);
+/* the largest |logit difference| at step t between inc (one hypothesis'
+ * incremental logits) and a recomputation of its prefix hist[1..t] */
+static double diff_to_recomputation(Model *m, int32_t *src, int src_len, const int *hist, int t, const float *inc,
+                                    int V, int max_len)
+{
+    int32_t tt[16];
+    for (int i = 0; i < t; i++) tt[i] = hist[i + 1];
+    int one_tl = t;
+    int32_t *pt = tt;
+    Batch rb = {0};
+    make_batch(&rb, 1, &src, &src_len, &pt, &one_tl, max_len);
+    float *ref = full_logits(m, &rb);
+    double maxerr = 0;
+    for (int v = 0; v < V; v++) maxerr = fmax(maxerr, fabs(inc[v] - ref[(size_t)t * V + v]));
+    free(ref);
+    batch_free(&rb);
+    return maxerr;
+}
+
+/* 1b. K = 2 with random parent gathers and a sentence dropped midway:
+ * every hypothesis' logits against a recomputation of its own prefix */
+static void check_incremental_beam(Model *m, Decoder *dec, Backend *be, const Batch *b, int32_t **src,
+                                   const int *sl, int V, int T, int K, int max_len)
+{
+    int B = b->B;
+    decoder_begin(dec, b, K, T);
     int n = B * K, n_sent = B;
     int sent[6], hist[6][16], parent[6], keep[3];
     int32_t tok[6];
     for (int r = 0; r < n; r++) { sent[r] = r / K; tok[r] = TOK_BOS; hist[r][0] = TOK_BOS; }
-    float *inc2 = xmalloc(sizeof(float) * n * V);
-    double maxerr2 = 0;
+    float *inc = xmalloc(sizeof(float) * n * V);
+    double maxerr = 0;
     for (int t = 0; t < T; t++) {
         Act dl = decoder_step(dec, tok, t, 0);
-        be->download_act(be, inc2, dl, (size_t)n_sent * K * V);
-        /* reference: recompute each hypothesis' prefix hist[r][0..t] */
-        for (int r = 0; r < n_sent * K; r++) {
-            int32_t *sp = src[sent[r]];
-            int32_t tt[16];
-            for (int i = 0; i < t; i++) tt[i] = hist[r][i + 1];
-            int one_sl = sl[sent[r]], one_tl = t;
-            int32_t *pt = tt;
-            Batch rb = {0};
-            make_batch(&rb, 1, &sp, &one_sl, &pt, &one_tl, c.max_len);
-            float *ref = full_logits(&m, &rb);
-            for (int v = 0; v < V; v++) {
-                double e = fabs(inc2[r * V + v] - ref[(size_t)t * V + v]);
-                if (e > maxerr2) maxerr2 = e;
-            }
-            free(ref);
-            batch_free(&rb);
-        }
+        be->download_act(be, inc, dl, (size_t)n_sent * K * V);
+        for (int r = 0; r < n_sent * K; r++)
+            maxerr = fmax(maxerr, diff_to_recomputation(m, src[sent[r]], sl[sent[r]], hist[r], t, inc + r * V, V,
+                                                        max_len));
         if (t == T - 1) break;
         /* new hypotheses: random parents; at t == 3 drop sentence 1 */
         int n_keep = 0;
@@ -185,9 +179,34 @@ static void test_incremental(const char *pos)
         memcpy(sent, nsent2, sizeof sent);
         memcpy(hist, nhist, sizeof hist);
     }
-    printf("incremental with beam reordering and dropped sentences: max |logit diff| %.2e\n", maxerr2);
-    CHECK(maxerr2 <= 1e-5, "reordered incremental logits differ by %.3e", maxerr2);
-    free(inc); free(inc2); free(full);
+    printf("incremental with beam reordering and dropped sentences: max |logit diff| %.2e\n", maxerr);
+    CHECK(maxerr <= 1e-5, "reordered incremental logits differ by %.3e", maxerr);
+    free(inc);
+}
+
+/* 1. incremental == full recomputation */
+static void test_incremental(const char *pos)
+{
+    Config c;
+    int V = 13, B = 3, T = 9, K = 2;
+    tiny_config(&c, V, pos, 7);
+    Backend *be = test_backend();
+    Model m;
+    model_init(&m, &c.model, be);
+    Decoder *dec = decoder_create(&m);
+    int32_t s0[] = {4, 5, 6, 7, 8}, s1[] = {9, 10}, s2[] = {11, 12, 4, 3};
+    int32_t *src[] = {s0, s1, s2};
+    int sl[] = {5, 2, 4};
+    int32_t tg[3][8];
+    int32_t *tgt[3];
+    int tl[] = {8, 8, 8};
+    for (int k = 0; k < B; k++) { for (int t = 0; t < 8; t++) tg[k][t] = 3 + rnd(V - 3); tgt[k] = tg[k]; }
+    Batch b = {0};
+    make_batch(&b, B, src, sl, tgt, tl, c.max_len);
+    float *full = full_logits(&m, &b);
+    check_incremental_greedy(dec, be, &b, full, V, T, pos);
+    check_incremental_beam(&m, dec, be, &b, src, sl, V, T, K, c.max_len);
+    free(full);
     batch_free(&b);
     decoder_free(dec);
     model_free(&m);
