@@ -53,26 +53,20 @@ static int fits(const Corpus *c, int i, int max_len)
     return corpus_src_len(c, i) + 1 <= max_len && corpus_tgt_len(c, i) + 1 <= max_len;
 }
 
-static void check_plan(const Corpus *c, int max_tokens, int max_len, uint64_t seed)
+/* budget on the real padded batches, and maximality */
+static void check_budget(const Corpus *c, const BatchPlan *bp, int max_tokens, int max_len, int n_fit)
 {
-    BatchPlan bp;
-    CHECK(batchplan_build(&bp, c, max_tokens, max_len, seed) == 0, "plan failed");
-    int n_fit = 0;
-    for (int i = 0; i < c->n; i++) n_fit += fits(c, i, max_len);
-    CHECK(bp.start[bp.n_batches] == n_fit, "plan holds %d pairs, %d fit max_len", bp.start[bp.n_batches], n_fit);
-
-    /* budget on the real padded batches, and maximality */
     Batch b = {0};
     long padded = 0;
-    for (int k = 0; k < bp.n_batches; k++) {
-        int cnt = bp.start[k + 1] - bp.start[k];
+    for (int k = 0; k < bp->n_batches; k++) {
+        int cnt = bp->start[k + 1] - bp->start[k];
         CHECK(cnt > 0, "empty batch %d", k);
-        batch_build(&b, c, bp.idx + bp.start[k], cnt, max_len);
+        batch_build(&b, c, bp->idx + bp->start[k], cnt, max_len);
         CHECK((long)b.B * b.S <= max_tokens && (long)b.B * b.T <= max_tokens,
               "batch %d: %d x (%d, %d) exceeds max_tokens %d", k, b.B, b.S, b.T, max_tokens);
         padded += (long)b.B * (b.S > b.T ? b.S : b.T);
-        if (k + 1 < bp.n_batches) {
-            int nx = bp.idx[bp.start[k + 1]];
+        if (k + 1 < bp->n_batches) {
+            int nx = bp->idx[bp->start[k + 1]];
             int S = b.S, T = b.T, s = corpus_src_len(c, nx) + 1, t = corpus_tgt_len(c, nx) + 1;
             if (s > S) S = s;
             if (t > T) T = t;
@@ -80,31 +74,34 @@ static void check_plan(const Corpus *c, int max_tokens, int max_len, uint64_t se
                   "batch %d is not maximal: the next pair would still fit", k);
         }
     }
-    double fill = (double)padded / ((double)bp.n_batches * max_tokens);
+    double fill = (double)padded / ((double)bp->n_batches * max_tokens);
     printf("  max_tokens %5d max_len %3d: %d pairs in %d batches, mean fill %.3f\n", max_tokens, max_len, n_fit,
-           bp.n_batches, fill);
+           bp->n_batches, fill);
     CHECK(fill > 0.85, "batches are poorly filled (%.3f)", fill);
     batch_free(&b);
+}
 
-    /* sharding: every pair once per epoch over all ranks/micro-batches */
+/* sharding: every pair once per epoch over all ranks/micro-batches */
+static void check_sharding(const Corpus *c, BatchPlan *bp, int max_len)
+{
     int *seen = calloc(c->n, sizeof(int));
     for (int P = 1; P <= 4; P++)
         for (int u = 1; u <= 3; u++) {
             for (int e = 0; e < 2; e++) {
                 memset(seen, 0, sizeof(int) * c->n);
-                long lo = (long)e * bp.n_batches, hi = lo + bp.n_batches;
+                long lo = (long)e * bp->n_batches, hi = lo + bp->n_batches;
                 int steps = (int)((hi + P * u - 1) / (P * u)) + 1;
                 for (int step = 1; step <= steps; step++) {
-                    int *in_step = calloc(bp.n_batches, sizeof(int));
+                    int *in_step = calloc(bp->n_batches, sizeof(int));
                     for (int r = 0; r < P; r++)
                         for (int m = 0; m < u; m++) {
                             long g = batchplan_position(step, r, m, P, u);
-                            int bi = batchplan_global(&bp, g);
+                            int bi = batchplan_global(bp, g);
                             /* disjoint batches within a step (P*u <= batches) */
                             CHECK(!in_step[bi], "P=%d u=%d step %d: batch %d twice", P, u, step, bi);
                             in_step[bi] = 1;
                             if (g < lo || g >= hi) continue;
-                            for (int j = bp.start[bi]; j < bp.start[bi + 1]; j++) seen[bp.idx[j]]++;
+                            for (int j = bp->start[bi]; j < bp->start[bi + 1]; j++) seen[bp->idx[j]]++;
                         }
                     free(in_step);
                 }
@@ -114,23 +111,39 @@ static void check_plan(const Corpus *c, int max_tokens, int max_len, uint64_t se
             }
         }
     free(seen);
+}
 
-    /* determinism and reshuffling */
+/* determinism and reshuffling */
+static void check_determinism(const Corpus *c, BatchPlan *bp, int max_tokens, int max_len, uint64_t seed)
+{
     BatchPlan b2, b3;
     batchplan_build(&b2, c, max_tokens, max_len, seed);
     batchplan_build(&b3, c, max_tokens, max_len, seed + 1);
     int same = 1, diff_seed = 0, diff_epoch = 0;
-    for (long g = 0; g < 3L * bp.n_batches; g++) {
-        int a = batchplan_global(&bp, g), a2 = batchplan_global(&b2, g), a3 = batchplan_global(&b3, g);
-        same &= a == a2 && !memcmp(bp.idx + bp.start[a], b2.idx + b2.start[a2], sizeof(int) * (bp.start[a + 1] - bp.start[a]));
+    for (long g = 0; g < 3L * bp->n_batches; g++) {
+        int a = batchplan_global(bp, g), a2 = batchplan_global(&b2, g), a3 = batchplan_global(&b3, g);
+        same &= a == a2 && !memcmp(bp->idx + bp->start[a], b2.idx + b2.start[a2], sizeof(int) * (bp->start[a + 1] - bp->start[a]));
         diff_seed |= a != a3;
-        if (g < bp.n_batches) diff_epoch |= a != batchplan_global(&b2, g + bp.n_batches);
+        if (g < bp->n_batches) diff_epoch |= a != batchplan_global(&b2, g + bp->n_batches);
     }
     CHECK(same, "same seed, different batches");
     CHECK(diff_seed, "different seed, same order");
-    CHECK(diff_epoch || bp.n_batches < 3, "epoch 1 has the same order as epoch 0");
+    CHECK(diff_epoch || bp->n_batches < 3, "epoch 1 has the same order as epoch 0");
     batchplan_free(&b2);
     batchplan_free(&b3);
+}
+
+static void check_plan(const Corpus *c, int max_tokens, int max_len, uint64_t seed)
+{
+    BatchPlan bp;
+    CHECK(batchplan_build(&bp, c, max_tokens, max_len, seed) == 0, "plan failed");
+    int n_fit = 0;
+    for (int i = 0; i < c->n; i++) n_fit += fits(c, i, max_len);
+    CHECK(bp.start[bp.n_batches] == n_fit, "plan holds %d pairs, %d fit max_len", bp.start[bp.n_batches], n_fit);
+
+    check_budget(c, &bp, max_tokens, max_len, n_fit);
+    check_sharding(c, &bp, max_len);
+    check_determinism(c, &bp, max_tokens, max_len, seed);
     batchplan_free(&bp);
 }
 
