@@ -190,34 +190,35 @@ static void poke(const char *path, const char *dset, long idx, long long v)
     H5Tclose(t); H5Sclose(ms); H5Sclose(fs); H5Dclose(d); H5Fclose(f);
 }
 
-int main(void)
+/* a two-split dataset (train 3000 pairs, dev 77) over a V-piece vocabulary
+ * with a 300-byte stand-in SentencePiece model */
+static void make_dataset(DatasetWrite *dw, DatasetSplit sp[2], DatasetFile fs[2], unsigned char model[300], int V)
 {
-    test_sha256();
-    char dir[] = "/tmp/test_dataset.XXXXXX";
-    if (!mkdtemp(dir)) return 1;
-    char path[256], bad[256], cmd[600];
-    snprintf(path, sizeof path, "%s/d.h5", dir);
-    snprintf(bad, sizeof bad, "%s/bad.h5", dir);
-
-    int V = 500;
-    DatasetSplit sp[2] = {0};
-    DatasetFile fs[2] = { { "a.en", 10, 3, "" }, { "a.de", 11, 3, "" } };
+    DatasetFile f0 = { "a.en", 10, 3, "" }, f1 = { "a.de", 11, 3, "" };
+    fs[0] = f0; fs[1] = f1;
     sha256_hex("x", 1, fs[0].sha256);
     sha256_hex("y", 1, fs[1].sha256);
+    memset(sp, 0, 2 * sizeof *sp);
     sp[0].name = "train"; make_corpus(&sp[0].corpus, 3000, V, 1); sp[0].n_files = 1; sp[0].src = &fs[0]; sp[0].tgt = &fs[1];
     sp[1].name = "dev"; make_corpus(&sp[1].corpus, 77, V, 2); sp[1].n_files = 1; sp[1].src = &fs[0]; sp[1].tgt = &fs[1];
-    DatasetWrite dw = { .n_splits = 2, .splits = sp, .spm_options = "spm_train --x", .command = "prepare", .max_len = 64 };
-    dw.vocab.vocab_size = V;
-    dw.vocab.pieces = malloc(sizeof(char *) * V);
-    for (int i = 0; i < V; i++) { dw.vocab.pieces[i] = malloc(16); snprintf(dw.vocab.pieces[i], 16, "\xe2\x96\x81p%d", i); }
-    unsigned char model[300];
+    DatasetWrite w = { .n_splits = 2, .splits = sp, .spm_options = "spm_train --x", .command = "prepare", .max_len = 64 };
+    *dw = w;
+    dw->vocab.vocab_size = V;
+    dw->vocab.pieces = malloc(sizeof(char *) * V);
+    for (int i = 0; i < V; i++) { dw->vocab.pieces[i] = malloc(16); snprintf(dw->vocab.pieces[i], 16, "\xe2\x96\x81p%d", i); }
     for (int i = 0; i < 300; i++) model[i] = (unsigned char)(i * 7);
-    dw.vocab.spm_model = model;
-    dw.vocab.spm_model_len = sizeof model;
-    CHECK(dataset_write(path, &dw) == 0, "write");
+    dw->vocab.spm_model = model;
+    dw->vocab.spm_model_len = 300;
+}
+
+/* write, no temporary file left, every split and the vocabulary read back */
+static void test_round_trip(const char *dir, const char *path, const DatasetWrite *dw, const DatasetSplit sp[2])
+{
+    char cmd[600];
+    int V = dw->vocab.vocab_size;
+    CHECK(dataset_write(path, dw) == 0, "write");
     snprintf(cmd, sizeof cmd, "ls -a %s | grep -q tmp", dir);
     CHECK(system(cmd) != 0, "temporary file left");
-
     Corpus c;
     CHECK(dataset_load(path, "train", &c) == 0 && same(&c, &sp[0].corpus), "train round trip");
     corpus_free(&c);
@@ -225,12 +226,19 @@ int main(void)
     corpus_free(&c);
     DatasetVocab v;
     CHECK(dataset_load_vocab(path, &v) == 0 && v.vocab_size == V && !strcmp(v.pieces[123], "\xe2\x96\x81p123")
-          && v.spm_model_len == sizeof model && !memcmp(v.spm_model, model, sizeof model), "vocab round trip");
+          && v.spm_model_len == dw->vocab.spm_model_len
+          && !memcmp(v.spm_model, dw->vocab.spm_model, dw->vocab.spm_model_len), "vocab round trip");
     dataset_vocab_free(&v);
     CHECK(dataset_vocab_size(path) == V, "vocab size");
-    test_widths(dir, &dw, &sp[0].corpus);
+}
 
-    /* errors */
+/* unknown or unsafe split names, a missing or truncated file, offsets and
+ * ids out of range (a damaged copy of path, bad), each refused with 2 */
+static void test_errors(const char *dir, const char *path, const char *bad, int V)
+{
+    char cmd[600];
+    Corpus c;
+    DatasetVocab v;
     printf("(expected error lines follow)\n");
     fflush(stdout);
     CHECK(dataset_load(path, "test", &c) == 2, "unknown split");
@@ -253,8 +261,28 @@ int main(void)
     poke(bad, "/splits/train/tgt_offsets", 7, 1000000);
     CHECK(dataset_map(bad, "train", &c) == 2, "dataset_map: bad offsets accepted");
     CHECK(dataset_map(bad, "nope", &c) == 2, "dataset_map: unknown split");
+}
+
+int main(void)
+{
+    test_sha256();
+    char dir[] = "/tmp/test_dataset.XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    char path[256], bad[256], cmd[600];
+    snprintf(path, sizeof path, "%s/d.h5", dir);
+    snprintf(bad, sizeof bad, "%s/bad.h5", dir);
+    int V = 500;
+    DatasetWrite dw;
+    DatasetSplit sp[2];
+    DatasetFile fs[2];
+    unsigned char model[300];
+    make_dataset(&dw, sp, fs, model, V);
+    test_round_trip(dir, path, &dw, sp);
+    test_widths(dir, &dw, &sp[0].corpus);
+    test_errors(dir, path, bad, V);
 
     /* atomic replace: writing again over an existing file gives the new content */
+    Corpus c;
     sp[1].corpus.tgt_tok[0] = 4 + (sp[1].corpus.tgt_tok[0] + 1) % (V - 5);
     CHECK(dataset_write(path, &dw) == 0 && dataset_load(path, "dev", &c) == 0 && same(&c, &sp[1].corpus), "rewrite");
     corpus_free(&c);
