@@ -100,6 +100,8 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     if (st->best_step > 0)
         bad |= h5io_attr_i64(f, "best_step", st->best_step) | h5io_attr_f64(f, "best_dev_nll", st->best_nll)
              | h5io_attr_i64(f, "patience_bad_evals", st->bad_evals);
+    if (st->log_tokens > 0)
+        bad |= h5io_attr_f64(f, "log_interval_loss", st->log_loss) | h5io_attr_f64(f, "log_interval_tokens", st->log_tokens);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
@@ -224,6 +226,21 @@ static int read_dev_best(hid_t f, const char *path, CkptState *st)
     return 0;
 }
 
+/* the log interval's sums, present when the checkpoint was written between
+ * two log lines: older files and checkpoints on a log line leave 0 */
+static int read_log_interval(hid_t f, const char *path, CkptState *st)
+{
+    if (H5Aexists(f, "log_interval_tokens") <= 0) return 0;
+    int bad = h5io_attr_read(f, "log_interval_loss", H5T_NATIVE_DOUBLE, &st->log_loss);
+    bad |= h5io_attr_read(f, "log_interval_tokens", H5T_NATIVE_DOUBLE, &st->log_tokens);
+    if (bad || !isfinite(st->log_loss) || !isfinite(st->log_tokens) || st->log_tokens <= 0) {
+        fprintf(stderr, "error: %s: log_interval attributes unreadable or out of range (loss %g, tokens %g)\n", path,
+                st->log_loss, st->log_tokens);
+        return 1;
+    }
+    return 0;
+}
+
 static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
 {
     char *text = h5io_attr_read_str(f, "config");
@@ -255,7 +272,8 @@ static int read_config_f(hid_t f, const char *path, Config *cfg, CkptState *st)
             fprintf(stderr, "error: %s: cannot read its vocab_hash attribute\n", path);
             return CKPT_DAMAGED;
         }
-        if (read_loss_scale(f, path, st) || read_dev_best(f, path, st)) return CKPT_DAMAGED;
+        if (read_loss_scale(f, path, st) || read_dev_best(f, path, st) || read_log_interval(f, path, st))
+            return CKPT_DAMAGED;
         if (st->step < 0 || st->step > INT32_MAX || !isfinite(st->elapsed) || st->elapsed < 0 || ranks < 1
             || ranks > INT32_MAX || update_freq < 1 || update_freq > INT32_MAX || st->data_position < 0 || n_batches < 0
             || n_batches > INT32_MAX) {

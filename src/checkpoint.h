@@ -40,6 +40,7 @@ typedef struct {
     int64_t best_step;        /* the best dev evaluation's step (run.h DevBest); 0: none, or an older file */
     double best_nll;          /* its dev NLL */
     int64_t bad_evals;        /* dev evaluations since it without improvement (patience) */
+    double log_loss, log_tokens; /* the training loss and tokens since the last log line (run.h LogInterval); 0: none, or an older file */
 } CkptState;
 
 /* Read the stored config into cfg_out (and the run state into st, if not

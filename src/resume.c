@@ -76,6 +76,8 @@ static void fill_state(CkptState *st, const TrainRun *r, double elapsed)
     st->best_step = r->best.best_step;
     st->best_nll = r->best.best_nll;
     st->bad_evals = r->best.bad_evals;
+    st->log_loss = r->log.loss;
+    st->log_tokens = r->log.tokens;
     if (r->scaler.enabled) {
         st->loss_scale = r->scaler.scale;
         st->loss_scale_good = r->scaler.good_steps;
@@ -107,6 +109,18 @@ static void restore_dev_best(TrainRun *r, const CkptState *st)
     r->best.best_step = (int)v[0];
     r->best.best_nll = v[1];
     r->best.bad_evals = (int)v[2];
+}
+
+/* the log interval's sums where the checkpoint's run left them (rank 0
+ * read them): the first log line after a checkpoint between two log lines
+ * covers the same steps as an uninterrupted run's.  An older checkpoint,
+ * or one on a log line, leaves none. */
+static void restore_log_interval(TrainRun *r, const CkptState *st)
+{
+    double v[2] = { st->log_loss, st->log_tokens };
+    MPI_Bcast(v, 2, MPI_DOUBLE, 0, r->dist.comm);
+    r->log.loss = v[0];
+    r->log.tokens = v[1];
 }
 
 /* rank 0: find the newest intact checkpoint and load it into host buffers;
@@ -263,6 +277,7 @@ static float *adopt_checkpoint(TrainRun *r, float *host, const CkptState *st, co
     r->elapsed = el;
     restore_loss_scale(r, st);
     restore_dev_best(r, st);
+    restore_log_interval(r, st);
     if (D->rank == 0) {
         printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
         CkptState now;

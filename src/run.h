@@ -19,6 +19,14 @@ typedef struct {
     int bad_evals;          /* evaluations since, none better by more than patience_delta */
 } DevBest;
 
+/* The label-smoothed loss and target tokens summed (over the ranks) since
+ * the last log line; saved in checkpoints, so that a run resumed from a
+ * checkpoint between two log lines logs the next one as an uninterrupted
+ * run does. */
+typedef struct {
+    double loss, tokens;
+} LogInterval;
+
 /* Everything a training run holds; resume.c saves and restores it (through checkpoint.c). */
 typedef struct {
     Config cfg;
@@ -30,6 +38,7 @@ typedef struct {
     GradSync sync;
     LossScaler scaler;      /* fp16: dynamic loss scaling (off: factor 1) */
     DevBest best;           /* early stopping and the best checkpoint */
+    LogInterval log;        /* the training loss since the last log line */
     int step;               /* completed optimiser steps */
     double elapsed;         /* training wall time, summed over resumes */
     uint64_t vocab_hash;    /* rank 0: the dataset's vocabulary fingerprint (0: synthetic) */

@@ -80,6 +80,31 @@ PY
 )
 [ "$python_ok" = yes ] || fail "metrics.h5 check failed"
 ok "metrics.h5: one row per 5 steps, resumed log equal to the uninterrupted one"
+# resumed from a checkpoint between two log lines (14, with log_steps=5):
+# the checkpoint carries the loss and tokens of steps 11-14, so the row of
+# step 15 and the log line are the uninterrupted run's (not step 15's alone)
+TRANSFORMER_CKPT_STOP_STEP=14 $BIN train $CK_ARGS run_dir=$W/m train_steps=$STEPS ckpt_steps=7 > $W/m1.log 2>&1 &
+pid=$!
+wait_stopped $pid || fail "run did not stop at checkpoint 14"
+kill -9 $pid; wait $pid 2>/dev/null
+[ -e $W/m/ckpt_00000014.h5 ] && [ ! -e $W/m/ckpt_00000021.h5 ] || fail "expected to resume from checkpoint 14: $(ls $W/m)"
+$BIN train $CK_ARGS run_dir=$W/m train_steps=$STEPS ckpt_steps=7 > $W/m2.log 2>&1 || fail "resume from 14: $(tail -3 $W/m2.log)"
+grep -q "^resume: .*ckpt_00000014.h5 (step 14" $W/m2.log || fail "did not resume from 14: $(head -2 $W/m2.log)"
+[ "$(grep '^step 15 ' $W/ref.log | cut -d' ' -f1-4)" = "$(grep '^step 15 ' $W/m2.log | cut -d' ' -f1-4)" ] ||
+    fail "log line of step 15 differs: $(grep '^step 15 ' $W/ref.log) / $(grep '^step 15 ' $W/m2.log)"
+python_ok=$($PY - "$W/ref/metrics.h5" "$W/m/metrics.h5" "$W/m/ckpt_00000035.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+assert list(b["train/step"][:]) == list(a["train/step"][:]), b["train/step"][:]
+assert np.array_equal(a["train/loss"][:], b["train/loss"][:]), (a["train/loss"][:], b["train/loss"][:])
+assert np.array_equal(a["train/tokens"][:], b["train/tokens"][:]), (a["train/tokens"][:], b["train/tokens"][:])
+# a checkpoint on a log line (35) carries no interval
+assert "log_interval_tokens" not in h5py.File(sys.argv[3], "r").attrs
+print("yes")
+PY
+)
+[ "$python_ok" = yes ] || fail "metrics.h5 after a resume between two log lines: $python_ok"
+ok "resumed from checkpoint 14, between log lines: the row and log line of step 15 equal the uninterrupted run's"
 # a log begun by a version without /train/tokens, resumed: the new column
 # reads NaN in the old rows and stays as long as /train/step
 cp -r $W/k $W/old

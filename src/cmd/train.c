@@ -237,7 +237,6 @@ typedef struct {
     int rd_open;
     Batch b;
     double t_start, t_log;
-    double log_loss, log_tok;   /* label-smoothed loss and target tokens since the last log line */
     int eval_step;              /* step of the last dev evaluation (-1: none) */
     EvalStats dev;              /* of the last dev evaluation */
 } Training;
@@ -476,27 +475,28 @@ static void log_progress(Training *t, int step, const double glob[G_N])
 {
     TrainRun *r = t->r;
     const Config *c = &r->cfg;
-    t->log_loss += glob[G_LOSS];
-    t->log_tok += glob[G_TOKENS];
+    LogInterval *li = &r->log;
+    li->loss += glob[G_LOSS];
+    li->tokens += glob[G_TOKENS];
     if (!(step % c->log_steps == 0 || step == c->train_steps)) return;
     double now = now_seconds(), log_tok_time = now - t->t_log;
     if (r->dist.rank == 0) {
         char scaling[64] = "";   /* with loss scaling: S and the steps skipped so far */
         if (r->scaler.enabled)
             snprintf(scaling, sizeof scaling, " loss_scale %g skipped %ld", r->scaler.scale, r->scaler.skipped);
-        printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs%s\n", step, t->log_loss / t->log_tok,
-               model_lrate(&c->model, step), t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9),
+        printf("step %d loss_ls %.6f lr %.3e tok/s %.0f elapsed %.1fs%s\n", step, li->loss / li->tokens,
+               model_lrate(&c->model, step), li->tokens / (log_tok_time > 0 ? log_tok_time : 1e-9),
                r->elapsed + now - t->t_start, scaling);
         fflush(stdout);
         if (t->rd.metrics) {
-            metrics_train(t->rd.metrics, step, t->log_loss / t->log_tok, model_lrate(&c->model, step), t->log_tok,
-                          t->log_tok / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t->t_start);
+            metrics_train(t->rd.metrics, step, li->loss / li->tokens, model_lrate(&c->model, step), li->tokens,
+                          li->tokens / (log_tok_time > 0 ? log_tok_time : 1e-9), r->elapsed + now - t->t_start);
             if (r->scaler.enabled) metrics_loss_scale(t->rd.metrics, step, r->scaler.scale, r->scaler.skipped);
             metrics_flush(t->rd.metrics, 0);
         }
     }
     t->t_log = now;
-    t->log_loss = t->log_tok = 0;
+    li->loss = li->tokens = 0;
 }
 
 /* every eval_steps steps: dev loss and perplexity */
