@@ -482,7 +482,9 @@ static void train_synthetic(Model *m, const Config *c, const Corpus *tr)
  * seed 4 under Nehalem 199 (both beams); seed 1 under Haswell and Zen, the
  * kernels OpenBLAS picks on AVX2 CPUs, 188 (beam 1) and 189 (beam 4). */
 #define EXACT_MIN 0.90
-static void test_synthetic(void)
+/* the synthetic task's model and recipe; TEST_* overrides are for
+ * experimenting with the recipe (not used by make test) */
+static Config synthetic_config(void)
 {
     Config c;
     config_defaults(&c);
@@ -491,7 +493,6 @@ static void test_synthetic(void)
     c.max_tokens = 1024; c.dropout = 0; c.label_smoothing = 0; c.warmup = 200; c.train_steps = 1500;
     c.lr_factor = 0.5;   /* steadier than 1 for this small model: 200/200 with margin */
     c.synth_train = 10000; c.synth_dev = 200;
-    /* overrides for experimenting with the training recipe (not used by make test) */
     if (getenv("TEST_TASK") && config_set(&c, "TEST_TASK", 0, "task", getenv("TEST_TASK"))) exit(2);
     if (getenv("TEST_SMAX")) c.synth_max_len = atoi(getenv("TEST_SMAX"));
     if (getenv("TEST_TOKENS")) c.max_tokens = atoi(getenv("TEST_TOKENS"));
@@ -499,6 +500,53 @@ static void test_synthetic(void)
     if (getenv("TEST_WARMUP")) c.warmup = atoi(getenv("TEST_WARMUP"));
     if (getenv("TEST_LR")) c.lr_factor = (float)atof(getenv("TEST_LR"));
     if (getenv("TEST_SEED")) c.seed = (uint64_t)atoll(getenv("TEST_SEED"));
+    return c;
+}
+
+/* sentences that differ between two decodings (outputs of max_out, lengths) */
+static int n_differ(const int32_t *o1, const int *l1, const int32_t *o2, const int *l2, int n, int max_out)
+{
+    int diff = 0;
+    for (int k = 0; k < n; k++) diff += l1[k] != l2[k] || memcmp(o1 + k * max_out, o2 + k * max_out, sizeof(int32_t) * l1[k]);
+    return diff;
+}
+
+/* the trained model on every dev sentence with beam 1 and 4: exact
+ * matches, and beam 1 equal to greedy recomputation */
+static void check_trained_decoding(Model *m, Decoder *dec, const Config *c, const Corpus *dev, const int *idx,
+                                   int max_out, int32_t *o1, int *l1, int32_t *o2, int *l2)
+{
+    Batch b = {0};
+    int beams[2] = { 1, 4 };
+    for (int bi = 0; bi < 2; bi++) {
+        DecodeOpts o;
+        decode_opts_from_config(&o, c);
+        o.beam = beams[bi];
+        int correct = 0, gdiff = 0;
+        for (int s = 0; s < dev->n; s += 50) {
+            int k = dev->n - s < 50 ? dev->n - s : 50;
+            batch_build(&b, dev, idx + s, k, c->max_len);
+            decode_batch(dec, &b, &o, o2, max_out, l2, NULL);
+            if (o.beam == 1) {
+                greedy_decode(m, &b, max_out, o1, l1);
+                gdiff += n_differ(o1, l1, o2, l2, k, max_out);
+            }
+            for (int j = 0; j < k; j++) {
+                int L = corpus_tgt_len(dev, s + j);
+                correct += l2[j] == L && !memcmp(o2 + j * max_out, dev->tgt_tok + dev->tgt_off[s + j], sizeof(int32_t) * L);
+            }
+        }
+        printf("trained model, beam %d: %d / %d dev sentences exact\n", o.beam, correct, dev->n);
+        CHECK(correct >= EXACT_MIN * dev->n, "beam %d: only %d of %d exact (at least %.0f%% expected)", o.beam,
+              correct, dev->n, 100 * EXACT_MIN);
+        if (o.beam == 1) CHECK(gdiff == 0, "trained model: beam 1 differs from greedy on %d sentences", gdiff);
+    }
+    batch_free(&b);
+}
+
+static void test_synthetic(void)
+{
+    Config c = synthetic_config();
     Backend *be = test_backend();   /* CPU: one thread, as fast for this tiny model and robust to load */
     Model m;
     model_init(&m, &c.model, be);
@@ -518,42 +566,16 @@ static void test_synthetic(void)
     batch_build(&b, &dev, idx, n, c.max_len);
     greedy_decode(&m, &b, max_out, o1, l1);
     decode_batch(dec, &b, &g, o2, max_out, l2, NULL);
-    int diff = 0;
-    for (int k = 0; k < n; k++) diff += l1[k] != l2[k] || memcmp(o1 + k * max_out, o2 + k * max_out, sizeof(int32_t) * l1[k]);
+    int diff = n_differ(o1, l1, o2, l2, n, max_out);
     printf("untrained model: beam 1 vs greedy recomputation: %d of %d sentences differ\n", diff, n);
     CHECK(diff == 0, "beam 1 differs from greedy on %d sentences", diff);
+    batch_free(&b);
 
     double t0 = now_seconds();
     train_synthetic(&m, &c, &tr);
     printf("trained %d steps in %.1fs\n", c.train_steps, now_seconds() - t0);
-
-    int beams[2] = { 1, 4 };
-    for (int bi = 0; bi < 2; bi++) {
-        DecodeOpts o;
-        decode_opts_from_config(&o, &c);
-        o.beam = beams[bi];
-        int correct = 0, gdiff = 0;
-        for (int s = 0; s < dev.n; s += 50) {
-            int k = dev.n - s < 50 ? dev.n - s : 50;
-            batch_build(&b, &dev, idx + s, k, c.max_len);
-            decode_batch(dec, &b, &o, o2, max_out, l2, NULL);
-            if (o.beam == 1) {
-                greedy_decode(&m, &b, max_out, o1, l1);
-                for (int j = 0; j < k; j++)
-                    gdiff += l1[j] != l2[j] || memcmp(o1 + j * max_out, o2 + j * max_out, sizeof(int32_t) * l1[j]);
-            }
-            for (int j = 0; j < k; j++) {
-                int L = corpus_tgt_len(&dev, s + j);
-                correct += l2[j] == L && !memcmp(o2 + j * max_out, dev.tgt_tok + dev.tgt_off[s + j], sizeof(int32_t) * L);
-            }
-        }
-        printf("trained model, beam %d: %d / %d dev sentences exact\n", o.beam, correct, dev.n);
-        CHECK(correct >= EXACT_MIN * dev.n, "beam %d: only %d of %d exact (at least %.0f%% expected)", o.beam,
-              correct, dev.n, 100 * EXACT_MIN);
-        if (o.beam == 1) CHECK(gdiff == 0, "trained model: beam 1 differs from greedy on %d sentences", gdiff);
-    }
+    check_trained_decoding(&m, dec, &c, &dev, idx, max_out, o1, l1, o2, l2);
     free(o1); free(o2); free(l1); free(l2); free(idx);
-    batch_free(&b);
     corpus_free(&tr);
     corpus_free(&dev);
     decoder_free(dec);
