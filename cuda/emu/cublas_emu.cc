@@ -78,12 +78,14 @@ const char *cublasGetStatusString(cublasStatus_t s)
 static int math_base(cublasHandle_t h) { return h->math & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; }
 static bool valid_op(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
 
-static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                                  int n, int k, const void *alpha, const void *A, cudaDataType At, int lda,
-                                  long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
-                                  const void *beta, void *C, cudaDataType Ct, int ldc, long long sC, int batch,
-                                  cublasComputeType_t ct, const void *const *Ap = NULL, const void *const *Bp = NULL,
-                                  void *const *Cp = NULL)
+/* what cuBLAS checks before it launches anything: the handle, shapes and
+ * leading dimensions, the type combination and the device's support of
+ * it; and what a real GPU may do that the emulator does not (16-bit
+ * split-K partials), which fails the run here */
+static cublasStatus_t gemm_check_args(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                      int m, int n, int k, const void *alpha, cudaDataType At, int lda,
+                                      cudaDataType Bt, int ldb, const void *beta, cudaDataType Ct, int ldc, int batch,
+                                      cublasComputeType_t ct)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (m < 0 || n < 0 || k < 0 || batch < 0 || !valid_op(ta) || !valid_op(tb) || !alpha || !beta)
@@ -97,6 +99,19 @@ static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperat
     if (is16(Ct) && !(h->math & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
         cuda_emu::fail("%s: 16-bit C without CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION in the handle's math mode: "
                        "cuBLAS may accumulate partial sums in 16 bits", fn);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                  int n, int k, const void *alpha, const void *A, cudaDataType At, int lda,
+                                  long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
+                                  const void *beta, void *C, cudaDataType Ct, int ldc, long long sC, int batch,
+                                  cublasComputeType_t ct, const void *const *Ap = NULL, const void *const *Bp = NULL,
+                                  void *const *Cp = NULL)
+{
+    cublasStatus_t bad = gemm_check_args(fn, h, ta, tb, m, n, k, alpha, At, lda, Bt, ldb, beta, Ct, ldc, batch, ct);
+    if (bad != CUBLAS_STATUS_SUCCESS) return bad;
+    bool nA = ta == CUBLAS_OP_N, nB = tb == CUBLAS_OP_N;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     if (cuda_emu::dry_run) {   /* no arithmetic, and the pointer arrays were never written */
         cuda_emu::dry_submit();
