@@ -2,7 +2,7 @@
 # Broken inputs give one-line errors and exit 2: a truncated checkpoint, a
 # foreign HDF5 file, a non-HDF5 file, a checkpoint of another architecture
 # (average and train resume), --resume without checkpoints, a flipped byte in
-# a tensor (its checksum), a run state out of range, --output naming an input,
+# a tensor (its checksum), a run state or log interval out of range, --output naming an input,
 # a run directory that is a file or in use by another run.  A truncated
 # newest checkpoint in a run directory is skipped for the previous one and
 # moved aside, an intact one of another format version stops the run; a
@@ -84,6 +84,10 @@ ok "a flipped tensor byte is caught: average refuses it, resume takes the previo
 cp $C $W/step.h5
 $PY -c "import h5py; h5py.File('$W/step.h5', 'r+').attrs['step'] = -7"
 expect_error 2 "error: $W/step.h5: checkpoint run state out of range (step -7" $BIN average --output $W/o.h5 $W/step.h5
+cp $C $W/logint.h5
+$PY -c "import h5py; f = h5py.File('$W/logint.h5', 'r+'); f.attrs['log_interval_loss'] = 1.0; f.attrs['log_interval_tokens'] = -3.0"
+expect_error 2 "error: $W/logint.h5: log_interval attributes unreadable or out of range (loss 1, tokens -3)" \
+    $BIN average --output $W/o.h5 $W/logint.h5
 cp $C $W/in.h5
 expect_error 2 "error: $W/in.h5: --output is also an input of average" $BIN average --output $W/in.h5 $C $W/in.h5
 cmp -s $C $W/in.h5 || fail "average overwrote its input"
