@@ -403,6 +403,101 @@ static int check_graph_chunk_growth(Dist *D, const Config *c, const Corpus *corp
     return !ok;
 }
 
+/* fp32 CUDA against the CPU reference: the loss, then every gradient and
+ * every parameter after the Adam steps, tensor by tensor */
+static int check_fp32(const Dist *D, const char *pos, const ParamTable *pt, const StepOut *r, const StepOut *g)
+{
+    double le = fabs(r->loss - g->loss) / fabs(r->loss);
+    int ok = le < 1e-5 && r->ntok == g->ntok, failures = !ok;
+    if (D->rank == 0)
+        printf("%s ranks %d positional %s: loss cpu %.7f cuda %.7f (rel %.1e), %ld target tokens\n",
+               ok ? "ok  " : "FAIL", D->size, pos, r->loss / r->ntok, g->loss / g->ntok, le, r->ntok);
+    for (int k = 0; k < 2; k++) {
+        const float *A = k ? r->params : r->grads, *G = k ? g->params : g->grads;
+        int bad = 0;
+        double worst = 0;
+        const char *wname = "";
+        for (int t = 0; t < pt->n; t++) {
+            const ParamInfo *p = &pt->t[t];
+            double mx = 0, err = 0;
+            for (size_t i = 0; i < p->numel; i++) {
+                mx = fmax(mx, fabs(A[p->offset + i]));
+                err = fmax(err, fabs((double)A[p->offset + i] - G[p->offset + i]));
+            }
+            /* gradients: relative to the tensor's largest entry.
+             * Parameters: zero-initialised biases move by ~lr = 2e-6 per
+             * step here, so the floor 1e-3 still resolves 0.1% of an update */
+            double rel = err / (k ? fmax(mx, 1e-3) : (mx > 0 ? mx : 1));
+            double tol = k ? 2e-6 : 1e-4;   /* GPU: FMA, other summation orders */
+            if (!(rel <= tol)) {
+                bad++;
+                if (D->rank == 0) printf("FAIL   %s %s: max error %.3g of max |ref| %.3g\n", k ? "param" : "grad", p->name, err, mx);
+            }
+            if (rel > worst) { worst = rel; wname = p->name; }
+        }
+        failures += bad > 0;
+        if (D->rank == 0)
+            printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
+                   D->size, pos, k ? "parameters after 3 Adam steps" : "gradients", pt->n, worst, wname);
+    }
+    return failures;
+}
+
+/* One positional encoding: fp32, bf16 and fp16 CUDA steps against the CPU
+ * step on the same batch.  Returns the failures, or minus the exit status
+ * where the setup failed: -2 an invalid config, -1 a backend that must
+ * exist could not be created */
+static int check_positional(Dist *D, int pe, Allreduce allreduce, const char *allreduce_name, int big_scores)
+{
+    const char *pos = pe ? "learned" : "sinusoid";
+    Config c;
+    step_config(&c, pos);
+    if (config_validate(&c, "test")) return -2;
+    Corpus corp;
+    synthetic_corpus(&corp, &c, SPLIT_TRAIN, 64);
+    int B = 5, idx[5];
+    for (int i = 0; i < B; i++) idx[i] = D->rank * B + i * 3;
+    Batch b = { 0 };
+    batch_build(&b, &corp, idx, B, c.max_len);
+
+    Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create(PRECISION_FP32, allreduce, D->local_rank);
+    if (!gpu) return -1;
+    if (D->rank == 0 && pe == 0) printf("allreduce=%s\n", allreduce_name ? allreduce_name : "(default)");
+    set_order(pe ? "random:99" : "reverse");
+    StepOut r = run_step(D, &c, cpu, &b, 1.0f), g = run_step(D, &c, gpu, &b, 1.0f);
+    ParamTable pt;
+    param_table_build(&pt, &c.model);
+    int failures = check_fp32(D, pos, &pt, &r, &g);
+    failures += check_pad_rows(D, pos, "cpu", &r) + check_pad_rows(D, pos, "cuda", &g);
+    failures += check_chunks(D, &c, cpu, &b, &r, &pt) + check_chunks(D, &c, gpu, &b, &g, &pt);
+    /* bf16 is refused below sm_80 (the backend says why): skipped on
+     * such a GPU, a failure under the emulator, which runs it */
+    Backend *gbf = backend_cuda_create(PRECISION_BF16, allreduce, D->local_rank);
+    if (!gbf && cuda_emu_set_order) return -1;
+    StepOut h = { 0 };
+    if (gbf) {
+        h = run_step(D, &c, gbf, &b, 1.0f);
+        failures += check_lowp(D, &c, &pt, pos, "bf16", &r, &h, &g);
+        failures += check_pad_rows(D, pos, "cuda-bf16", &h);
+    } else if (D->rank == 0) printf("skip precision=bf16: not available on this GPU\n");
+    Backend *gfp16 = backend_cuda_create(PRECISION_FP16, allreduce, D->local_rank);
+    if (!gfp16) return -1;
+    StepOut f = run_step(D, &c, gfp16, &b, 1024.0f);
+    failures += check_lowp(D, &c, &pt, pos, "fp16", &r, &f, &g);
+    failures += check_pad_rows(D, pos, "cuda-fp16", &f);
+    gfp16->destroy(gfp16);
+    if (pe == 1 && big_scores) failures += check_big_scores(D, c, &b, allreduce);
+    if (pe == 0) failures += check_graph_chunk_growth(D, &c, &corp);
+    param_table_free(&pt);
+    step_free(&r); step_free(&g); step_free(&h); step_free(&f);
+    batch_free(&b);
+    corpus_free(&corp);
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+    if (gbf) gbf->destroy(gbf);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     Dist D;
@@ -415,86 +510,10 @@ int main(int argc, char **argv)
     int big_scores = 0;
     for (int i = 1; i < argc; i++) big_scores |= !strcmp(argv[i], "big-scores");
     int failures = 0;
-    const char *pos[2] = { "sinusoid", "learned" };
-    for (int pe = 0; pe < 2; pe++) {
-        Config c;
-        step_config(&c, pos[pe]);
-        if (config_validate(&c, "test")) return 2;
-        Corpus corp;
-        synthetic_corpus(&corp, &c, SPLIT_TRAIN, 64);
-        int B = 5, idx[5];
-        for (int i = 0; i < B; i++) idx[i] = D.rank * B + i * 3;
-        Batch b = { 0 };
-        batch_build(&b, &corp, idx, B, c.max_len);
-
-        Backend *cpu = backend_cpu_create(1), *gpu = backend_cuda_create(PRECISION_FP32, (Allreduce)allreduce, D.local_rank);
-        if (!gpu) return 1;
-        if (D.rank == 0 && pe == 0) printf("allreduce=%s\n", allreduce_name ? allreduce_name : "(default)");
-        set_order(pe ? "random:99" : "reverse");
-        StepOut r = run_step(&D, &c, cpu, &b, 1.0f), g = run_step(&D, &c, gpu, &b, 1.0f);
-        ParamTable pt;
-        param_table_build(&pt, &c.model);
-        double le = fabs(r.loss - g.loss) / fabs(r.loss);
-        int ok = le < 1e-5 && r.ntok == g.ntok;
-        failures += !ok;
-        if (D.rank == 0)
-            printf("%s ranks %d positional %s: loss cpu %.7f cuda %.7f (rel %.1e), %ld target tokens\n",
-                   ok ? "ok  " : "FAIL", D.size, pos[pe], r.loss / r.ntok, g.loss / g.ntok, le, r.ntok);
-        for (int k = 0; k < 2; k++) {
-            const float *A = k ? r.params : r.grads, *G = k ? g.params : g.grads;
-            int bad = 0;
-            double worst = 0;
-            const char *wname = "";
-            for (int t = 0; t < pt.n; t++) {
-                const ParamInfo *p = &pt.t[t];
-                double mx = 0, err = 0;
-                for (size_t i = 0; i < p->numel; i++) {
-                    mx = fmax(mx, fabs(A[p->offset + i]));
-                    err = fmax(err, fabs((double)A[p->offset + i] - G[p->offset + i]));
-                }
-                /* gradients: relative to the tensor's largest entry.
-                 * Parameters: zero-initialised biases move by ~lr = 2e-6 per
-                 * step here, so the floor 1e-3 still resolves 0.1% of an update */
-                double rel = err / (k ? fmax(mx, 1e-3) : (mx > 0 ? mx : 1));
-                double tol = k ? 2e-6 : 1e-4;   /* GPU: FMA, other summation orders */
-                if (!(rel <= tol)) {
-                    bad++;
-                    if (D.rank == 0) printf("FAIL   %s %s: max error %.3g of max |ref| %.3g\n", k ? "param" : "grad", p->name, err, mx);
-                }
-                if (rel > worst) { worst = rel; wname = p->name; }
-            }
-            failures += bad > 0;
-            if (D.rank == 0)
-                printf("%s ranks %d positional %s: %s of %d tensors, worst relative error %.2e (%s)\n", bad ? "FAIL" : "ok  ",
-                       D.size, pos[pe], k ? "parameters after 3 Adam steps" : "gradients", pt.n, worst, wname);
-        }
-        failures += check_pad_rows(&D, pos[pe], "cpu", &r) + check_pad_rows(&D, pos[pe], "cuda", &g);
-        failures += check_chunks(&D, &c, cpu, &b, &r, &pt) + check_chunks(&D, &c, gpu, &b, &g, &pt);
-        /* bf16 is refused below sm_80 (the backend says why): skipped on
-         * such a GPU, a failure under the emulator, which runs it */
-        Backend *gbf = backend_cuda_create(PRECISION_BF16, (Allreduce)allreduce, D.local_rank);
-        if (!gbf && cuda_emu_set_order) return 1;
-        StepOut h = { 0 };
-        if (gbf) {
-            h = run_step(&D, &c, gbf, &b, 1.0f);
-            failures += check_lowp(&D, &c, &pt, pos[pe], "bf16", &r, &h, &g);
-            failures += check_pad_rows(&D, pos[pe], "cuda-bf16", &h);
-        } else if (D.rank == 0) printf("skip precision=bf16: not available on this GPU\n");
-        Backend *gfp16 = backend_cuda_create(PRECISION_FP16, (Allreduce)allreduce, D.local_rank);
-        if (!gfp16) return 1;
-        StepOut f = run_step(&D, &c, gfp16, &b, 1024.0f);
-        failures += check_lowp(&D, &c, &pt, pos[pe], "fp16", &r, &f, &g);
-        failures += check_pad_rows(&D, pos[pe], "cuda-fp16", &f);
-        gfp16->destroy(gfp16);
-        if (pe == 1 && big_scores) failures += check_big_scores(&D, c, &b, (Allreduce)allreduce);
-        if (pe == 0) failures += check_graph_chunk_growth(&D, &c, &corp);
-        param_table_free(&pt);
-        step_free(&r); step_free(&g); step_free(&h); step_free(&f);
-        batch_free(&b);
-        corpus_free(&corp);
-        cpu->destroy(cpu);
-        gpu->destroy(gpu);
-        if (gbf) gbf->destroy(gbf);
+    for (int pe = 0; pe < 2; pe++) {   /* sinusoid, learned */
+        int f = check_positional(&D, pe, (Allreduce)allreduce, allreduce_name, big_scores);
+        if (f < 0) return -f;
+        failures += f;
     }
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, D.comm);
