@@ -2031,6 +2031,33 @@ static void test_lt_fallbacks(void)
     order_name = save_order;
 }
 
+/* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
+ * (shared memory, barriers, shuffles), one order: for the pthread backend
+ * under ThreadSanitizer.  Returns the exit status */
+static int test_sync_subset(void)
+{
+    order_name = "sync subset";
+    test_softmax();         /* block reductions: shuffles + shared memory */
+    test_residual_ln();     /* the same, and the two-stage column sums */
+    test_xent();
+    test_fused_attention(0);   /* shared tiles, barriers, shuffles */
+    /* the bf16 variants of the same kernels (bf16 loads and stores,
+     * fp32 reductions; attention on the tensor cores, wmma's warp
+     * rendezvous and the lanes' own loads and stores); their fp16
+     * instantiations have the same barriers and shuffles, only ld/st
+     * differ: not repeated here */
+    Backend *fp32 = gpu;
+    gpu = cuda_backend("bf16");
+    if (!gpu) return 1;
+    test_bf16_elementwise();
+    test_bf16_residual_ln_embed();
+    test_fused_attention(1);
+    gpu->destroy(gpu);
+    gpu = fp32;
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
+
 int main(void)
 {
 #ifdef CUDA_TEST_FMA
@@ -2049,36 +2076,13 @@ int main(void)
     gpu = cuda_backend("fp32");
     if (!cpu || !gpu) return 1;
     const char *orders[] = { "forward", "reverse", "random:12345" };
-    /* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
-     * (shared memory, barriers, shuffles), one order: for the pthread
-     * backend under ThreadSanitizer */
+    /* CUDA_TEST_SUBSET=sync (test_sync_subset) */
     const char *subset = getenv("CUDA_TEST_SUBSET");
 #ifdef CUDA_TEST_TSAN
     cuda_emu_set_backend("pthread");
     subset = "sync";
 #endif
-    if (subset && !strcmp(subset, "sync")) {
-        order_name = "sync subset";
-        test_softmax();         /* block reductions: shuffles + shared memory */
-        test_residual_ln();     /* the same, and the two-stage column sums */
-        test_xent();
-        test_fused_attention(0);   /* shared tiles, barriers, shuffles */
-        /* the bf16 variants of the same kernels (bf16 loads and stores,
-         * fp32 reductions; attention on the tensor cores, wmma's warp
-         * rendezvous and the lanes' own loads and stores); their fp16
-         * instantiations have the same barriers and shuffles, only ld/st
-         * differ: not repeated here */
-        Backend *fp32 = gpu;
-        gpu = cuda_backend("bf16");
-        if (!gpu) return 1;
-        test_bf16_elementwise();
-        test_bf16_residual_ln_embed();
-        test_fused_attention(1);
-        gpu->destroy(gpu);
-        gpu = fp32;
-        printf("%d checks, %d failed\n", checks, failures);
-        return failures ? 1 : 0;
-    }
+    if (subset && !strcmp(subset, "sync")) return test_sync_subset();
     int n_orders = cuda_emu_set_order ? 3 : 1;   /* a real GPU has its own order */
     for (int o = 0; o < n_orders; o++) {
         order_name = cuda_emu_set_order ? orders[o] : "gpu";
