@@ -285,6 +285,63 @@ static void sharpen_embedding(Model *m, float eos_gain)
     free(E);
 }
 
+/* log p(y) from one row of logits z[0..V): the log-softmax written out */
+static double log_softmax_at(const float *z, int V, int y)
+{
+    double mx = z[0], se = 0;
+    for (int v = 1; v < V; v++) if (z[v] > mx) mx = z[v];
+    for (int v = 0; v < V; v++) se += exp(z[v] - mx);
+    return z[y] - mx - log(se);
+}
+
+/* every output of length 0..L over the A non-EOS tokens {3..3+A-1}, shortest
+ * first; returns their number */
+static int enumerate_outputs(int A, int L, int32_t ***tg_out, int **tl_out)
+{
+    int n_hyp = 0;
+    for (int n = 0, p = 1; n <= L; n++, p *= A) n_hyp += p;
+    int32_t **tg = xmalloc(sizeof(int32_t *) * n_hyp);
+    int *tl = xmalloc(sizeof(int) * n_hyp);
+    int h = 0;
+    for (int n = 0, p = 1; n <= L; n++, p *= A)
+        for (int code = 0; code < p; code++, h++) {
+            tg[h] = xmalloc(sizeof(int32_t) * (n + 1));
+            tl[h] = n;
+            for (int i = 0, x = code; i < n; i++, x /= A) tg[h][i] = 3 + x % A;
+        }
+    *tg_out = tg;
+    *tl_out = tl;
+    return n_hyp;
+}
+
+/* the output of src with the best length-normalised score (decode.h's rule),
+ * every hypothesis scored by full recomputation; returns its index */
+static int exhaustive_best(Model *m, const Config *c, int32_t *src, int sl, int32_t **tg, int *tl, int n_hyp,
+                           float alpha, double *best_score)
+{
+    int V = c->model.vocab_size;
+    int32_t **sp = xmalloc(sizeof(int32_t *) * n_hyp);
+    int *spl = xmalloc(sizeof(int) * n_hyp);
+    for (int i = 0; i < n_hyp; i++) { sp[i] = src; spl[i] = sl; }
+    Batch eb = {0};
+    make_batch(&eb, n_hyp, sp, spl, tg, tl, c->max_len);
+    float *lg = full_logits(m, &eb);
+    double best = -INFINITY;
+    int bi = -1;
+    for (int i = 0; i < n_hyp; i++) {
+        double lp = 0;
+        for (int t = 0; t <= tl[i]; t++)
+            lp += log_softmax_at(lg + ((size_t)i * eb.T + t) * V, V, eb.tgt_out[i * eb.T + t]);
+        double s = lp / decode_length_penalty(tl[i] + 1, alpha);
+        if (s > best) { best = s; bi = i; }
+    }
+    free(lg);
+    batch_free(&eb);
+    free(sp); free(spl);
+    *best_score = best;
+    return bi;
+}
+
 /* 2. exhaustive search: all y in {3..V-1}^n, n <= L, scored by recomputation */
 static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
 {
@@ -301,19 +358,9 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     int32_t *srcs[] = {s0, s1};
     int sls[] = {3, 2};
     int A = V - 3;   /* extensions other than EOS: UNK and the symbols */
-    int n_hyp = 0;
-    for (int n = 0, p = 1; n <= L; n++, p *= A) n_hyp += p;
-    int32_t **tg = xmalloc(sizeof(int32_t *) * n_hyp);
-    int *tl = xmalloc(sizeof(int) * n_hyp);
-    int32_t **sp = xmalloc(sizeof(int32_t *) * n_hyp);
-    int *spl = xmalloc(sizeof(int) * n_hyp);
-    int h = 0;
-    for (int n = 0, p = 1; n <= L; n++, p *= A)
-        for (int code = 0; code < p; code++, h++) {
-            tg[h] = xmalloc(sizeof(int32_t) * (n + 1));
-            tl[h] = n;
-            for (int i = 0, x = code; i < n; i++, x /= A) tg[h][i] = 3 + x % A;
-        }
+    int32_t **tg;
+    int *tl;
+    int n_hyp = enumerate_outputs(A, L, &tg, &tl);
     /* K_given = 0: the number of extensions at the widest step */
     int K = K_given;
     if (!K) { K = 1; for (int i = 0; i < L - 1; i++) K *= A; K *= A + 1; if (K < A + 1) K = A + 1; }
@@ -328,35 +375,16 @@ static void test_exhaustive(uint64_t seed, float alpha, int L, int K_given)
     Decoder *dec = decoder_create(&m);
     decode_batch(dec, &b, &o, out, 16, out_len, score);
     for (int k = 0; k < B; k++) {
-        for (int i = 0; i < n_hyp; i++) { sp[i] = srcs[k]; spl[i] = sls[k]; }
-        Batch eb = {0};
-        make_batch(&eb, n_hyp, sp, spl, tg, tl, c.max_len);
-        float *lg = full_logits(&m, &eb);
-        double best = -INFINITY;
-        int bi = -1;
-        for (int i = 0; i < n_hyp; i++) {
-            double lp = 0;
-            for (int t = 0; t <= tl[i]; t++) {
-                const float *z = lg + ((size_t)i * eb.T + t) * V;
-                double mx = z[0], se = 0;
-                for (int v = 1; v < V; v++) if (z[v] > mx) mx = z[v];
-                for (int v = 0; v < V; v++) se += exp(z[v] - mx);
-                int y = eb.tgt_out[i * eb.T + t];
-                lp += z[y] - mx - log(se);
-            }
-            double s = lp / decode_length_penalty(tl[i] + 1, alpha);
-            if (s > best) { best = s; bi = i; }
-        }
+        double best;
+        int bi = exhaustive_best(&m, &c, srcs[k], sls[k], tg, tl, n_hyp, alpha, &best);
         int same = out_len[k] == tl[bi] && !memcmp(out + k * 16, tg[bi], sizeof(int32_t) * tl[bi]);
         printf("exhaustive seed %llu alpha %.1f L %d beam %d sentence %d: best of %d = len %d score %.6f; beam: len %d "
                "score %.6f %s\n", (unsigned long long)seed, alpha, L, K, k, n_hyp, tl[bi], best, out_len[k], score[k],
                same ? "same" : "DIFFERENT");
         CHECK(same && fabs(score[k] - best) < 1e-4, "beam search missed the exhaustive optimum");
-        free(lg);
-        batch_free(&eb);
     }
     for (int i = 0; i < n_hyp; i++) free(tg[i]);
-    free(tg); free(tl); free(sp); free(spl);
+    free(tg); free(tl);
     batch_free(&b);
     decoder_free(dec);
     model_free(&m);
@@ -376,6 +404,53 @@ static int ref_cand_cmp(const void *a, const void *b)
     const RefHyp *x = a, *y = b;   /* descending score, ties in scan order */
     if (x->s != y->s) return x->s < y->s ? 1 : -1;
     return x->order - y->order;
+}
+
+/* decode.h's rule for one sentence, step by step to L without early
+ * stopping; returns the finished hypothesis with the best normalised score */
+static RefHyp reference_search(Model *m, const Config *c, int32_t *src, int sl, int K, int L, float alpha,
+                               double *best_score, int *n_eos_in_beam)
+{
+    int V = c->model.vocab_size, n_cand = K > 1 ? 2 * K : 1;
+    RefHyp live[8], cand[8 * 8];
+    int n_live = 1;
+    live[0].s = 0; live[0].len = 0;
+    double best = -INFINITY;
+    RefHyp fin = {0};
+    for (int t = 0; n_live > 0; t++) {
+        int32_t *sp[8], *tg[8];
+        int spl[8], tl[8];
+        for (int j = 0; j < n_live; j++) { sp[j] = src; spl[j] = sl; tg[j] = live[j].tok; tl[j] = t; }
+        Batch eb = {0};
+        make_batch(&eb, n_live, sp, spl, tg, tl, c->max_len);
+        float *lg = full_logits(m, &eb);
+        int nc = 0;
+        for (int j = 0; j < n_live; j++)
+            for (int v = TOK_EOS; v < V; v++) {
+                if (t >= L && v != TOK_EOS) break;
+                RefHyp *h = &cand[nc];
+                *h = live[j];
+                h->s = live[j].s + log_softmax_at(lg + ((size_t)j * eb.T + t) * V, V, v);
+                h->tok[t] = v;
+                h->len = t + 1;
+                h->order = nc++;   /* scan order (hypothesis, EOS, ids) for ties */
+            }
+        free(lg);
+        batch_free(&eb);
+        qsort(cand, nc, sizeof *cand, ref_cand_cmp);
+        n_live = 0;
+        for (int i = 0; i < nc && i < n_cand; i++) {
+            if (cand[i].tok[t] == TOK_EOS) {
+                double s = cand[i].s / decode_length_penalty(t + 1, alpha);
+                if (s > best) { best = s; fin = cand[i]; fin.len = t; }
+                if (K > 1) (*n_eos_in_beam)++;   /* where 2K and K candidates differ */
+            } else if (n_live < K) {
+                live[n_live++] = cand[i];
+            }
+        }
+    }
+    *best_score = best;
+    return fin;
 }
 
 static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float eos_gain, int *n_eos_in_beam)
@@ -399,50 +474,9 @@ static void test_reference_beam(uint64_t seed, float alpha, int L, int K, float 
     make_batch(&b, B, srcs, sls, srcs, zl, c.max_len);
     Decoder *dec = decoder_create(&m);
     decode_batch(dec, &b, &o, out, 16, out_len, score);
-    int n_cand = K > 1 ? 2 * K : 1;
     for (int k = 0; k < B; k++) {
-        RefHyp live[8], cand[8 * 8];
-        int n_live = 1;
-        live[0].s = 0; live[0].len = 0;
-        double best = -INFINITY;
-        RefHyp fin = {0};
-        for (int t = 0; n_live > 0; t++) {
-            int32_t *sp[8], *tg[8];
-            int spl[8], tl[8];
-            for (int j = 0; j < n_live; j++) { sp[j] = srcs[k]; spl[j] = sls[k]; tg[j] = live[j].tok; tl[j] = t; }
-            Batch eb = {0};
-            make_batch(&eb, n_live, sp, spl, tg, tl, c.max_len);
-            float *lg = full_logits(&m, &eb);
-            int nc = 0;
-            for (int j = 0; j < n_live; j++) {
-                const float *z = lg + ((size_t)j * eb.T + t) * V;
-                double mx = z[0], se = 0;
-                for (int v = 1; v < V; v++) if (z[v] > mx) mx = z[v];
-                for (int v = 0; v < V; v++) se += exp(z[v] - mx);
-                for (int v = TOK_EOS; v < V; v++) {
-                    if (t >= L && v != TOK_EOS) break;
-                    RefHyp *h = &cand[nc];
-                    *h = live[j];
-                    h->s = live[j].s + z[v] - mx - log(se);
-                    h->tok[t] = v;
-                    h->len = t + 1;
-                    h->order = nc++;   /* scan order (hypothesis, EOS, ids) for ties */
-                }
-            }
-            free(lg);
-            batch_free(&eb);
-            qsort(cand, nc, sizeof *cand, ref_cand_cmp);
-            n_live = 0;
-            for (int i = 0; i < nc && i < n_cand; i++) {
-                if (cand[i].tok[t] == TOK_EOS) {
-                    double s = cand[i].s / decode_length_penalty(t + 1, alpha);
-                    if (s > best) { best = s; fin = cand[i]; fin.len = t; }
-                    if (K > 1) (*n_eos_in_beam)++;   /* where 2K and K candidates differ */
-                } else if (n_live < K) {
-                    live[n_live++] = cand[i];
-                }
-            }
-        }
+        double best;
+        RefHyp fin = reference_search(&m, &c, srcs[k], sls[k], K, L, alpha, &best, n_eos_in_beam);
         int same = out_len[k] == fin.len && !memcmp(out + k * 16, fin.tok, sizeof(int32_t) * fin.len);
         printf("reference beam seed %llu alpha %.1f L %d beam %d sentence %d: len %d score %.6f; decode_batch: "
                "len %d score %.6f %s\n", (unsigned long long)seed, alpha, L, K, k, fin.len, best, out_len[k],
