@@ -32,6 +32,11 @@ ok "a dataset declaring 2^40 ids in $(stat -c %s "$W/huge.h5") bytes: $(cat "$W/
 expect_error 2 "error: --sentences '1,': expected indices like 0,5,10-19" \
     "$BIN" attention --checkpoint "$TOP/tests/fuzz/seeds/checkpoint/synthetic.h5" --sentences 1, --output "$W/a.h5"
 ok "--sentences with a trailing comma refused"
+for list in '1,,2' '+1' ' 1' '1, 2' '1-+3' '3-1' '1-' '-1'; do
+    expect_error 2 "error: --sentences '$list': expected indices like 0,5,10-19" \
+        "$BIN" attention --checkpoint "$TOP/tests/fuzz/seeds/checkpoint/synthetic.h5" --sentences "$list" --output "$W/a.h5"
+done
+ok "--sentences with a sign, a blank, an empty item or a reversed range refused"
 
 # every committed fuzz input through the real binary: exit 0 or 2, one error line
 n=0

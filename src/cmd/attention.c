@@ -2,6 +2,7 @@
  * checkpoint to HDF5 (attention_maps.h, docs/attention.md). */
 #include "attention.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <limits.h>
@@ -57,14 +58,17 @@ static int parse_list(const char *s, int64_t **out, int64_t *dup)
     while (*p) {
         char *end;
         errno = 0;
+        /* digits only: strtoll alone would take leading blanks and a sign */
+        if (!isdigit((unsigned char)*p)) return -1;
         long long a = strtoll(p, &end, 10), b;
-        if (end == p || a < 0 || a > INT_MAX || errno) return -1;   /* pair indices are ints */
+        if (a > INT_MAX || errno) return -1;   /* pair indices are ints */
         b = a;
         p = end;
         if (*p == '-') {
             errno = 0;
+            if (!isdigit((unsigned char)p[1])) return -1;
             b = strtoll(p + 1, &end, 10);
-            if (end == p + 1 || b < a || b > INT_MAX || errno) return -1;
+            if (b < a || b > INT_MAX || errno) return -1;
             p = end;
         }
         if (b - a >= MAX_SENTENCES - n) return -2;
