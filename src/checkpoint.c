@@ -57,26 +57,10 @@ static void slow_write_hook(int64_t step)
     while (nanosleep(&ts, &ts) && errno == EINTR) {}
 }
 
-int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
-                     const float *adam_v, const char *cfg_text, const CkptState *st, H5Buffer *reuse, char *msg,
-                     int cap)
+/* the checkpoint's attributes (docs/checkpoint.md): format, provenance and
+ * the training state a resume restores; nonzero if HDF5 refused one */
+static int write_state_attrs(hid_t f, const ParamTable *pt, const char *cfg_text, const CkptState *st, int has_adam)
 {
-    int has_adam = adam_m && adam_v;
-    /* built in memory, then written in one pass and renamed (h5io.h): a
-     * full disk costs the temporary, never the previous checkpoint */
-    H5Mem mem;
-    char tmp[4200];
-    h5io_tmp_name(path, tmp, sizeof tmp);
-    /* HDF5 (not thread-safe here) only while the file is built in memory;
-     * the disk write below runs without the lock */
-    hdf5_lock();
-    if (h5io_create(&mem, sizeof(float) * pt->total * (has_adam ? 3 : 1) + (1 << 20), reuse)) {
-        hdf5_unlock();
-        snprintf(msg, cap, "%s: cannot create the checkpoint in memory", tmp);
-        return -1;
-    }
-    hid_t f = mem.id, lcpl = H5Pcreate(H5P_LINK_CREATE);
-    H5Pset_create_intermediate_group(lcpl, 1);
     int bad = 0;
     bad |= h5io_attr_vstr(f, "format", CKPT_FORMAT);
     bad |= h5io_attr_i64(f, "format_version", CKPT_FORMAT_VERSION);
@@ -102,6 +86,30 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
              | h5io_attr_i64(f, "patience_bad_evals", st->bad_evals);
     if (st->log_tokens > 0)
         bad |= h5io_attr_f64(f, "log_interval_loss", st->log_loss) | h5io_attr_f64(f, "log_interval_tokens", st->log_tokens);
+    return bad;
+}
+
+int checkpoint_write(const char *path, const ParamTable *pt, const float *params, const float *adam_m,
+                     const float *adam_v, const char *cfg_text, const CkptState *st, H5Buffer *reuse, char *msg,
+                     int cap)
+{
+    int has_adam = adam_m && adam_v;
+    /* built in memory, then written in one pass and renamed (h5io.h): a
+     * full disk costs the temporary, never the previous checkpoint */
+    H5Mem mem;
+    char tmp[4200];
+    h5io_tmp_name(path, tmp, sizeof tmp);
+    /* HDF5 (not thread-safe here) only while the file is built in memory;
+     * the disk write below runs without the lock */
+    hdf5_lock();
+    if (h5io_create(&mem, sizeof(float) * pt->total * (has_adam ? 3 : 1) + (1 << 20), reuse)) {
+        hdf5_unlock();
+        snprintf(msg, cap, "%s: cannot create the checkpoint in memory", tmp);
+        return -1;
+    }
+    hid_t f = mem.id, lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    int bad = write_state_attrs(f, pt, cfg_text, st, has_adam);
     if (!bad) bad |= write_group(f, "params", pt, params, lcpl);
     if (!bad && has_adam) bad |= write_group(f, "adam_m", pt, adam_m, lcpl) | write_group(f, "adam_v", pt, adam_v, lcpl);
     H5Pclose(lcpl);
