@@ -131,43 +131,91 @@ static void restore_log_interval(TrainRun *r, const CkptState *st)
  * from loading (another architecture or vocabulary, another format version,
  * no permission) exits 2 rather than quietly resuming from an older one;
  * so does a directory none of whose checkpoints is intact. */
+/* The checkpoint readers print their own error line.  While load_newest
+ * tries a candidate, that line goes to a temporary file instead, so that a
+ * damaged checkpoint it can skip becomes part of one warning (or of the one
+ * error where none is intact) rather than an "error:" the run survives. */
+typedef struct { FILE *f; int saved; } StderrCapture;
+
+static void capture_begin(StderrCapture *c)
+{
+    c->f = tmpfile();
+    c->saved = c->f ? stderr_divert(fileno(c->f)) : -1;   /* -1: stderr as it was */
+}
+
+/* the captured line (its first) into line */
+static void capture_end(StderrCapture *c, char *line, int cap)
+{
+    stderr_restore(c->saved);
+    line[0] = '\0';
+    if (!c->f) return;
+    rewind(c->f);
+    if (fgets(line, cap, c->f)) line[strcspn(line, "\n")] = '\0';
+    fclose(c->f);
+}
+
+/* a reader's line "error: PATH: WHY" as WHY */
+static const char *damage_reason(const char *line, const char *path)
+{
+    size_t n = strlen(path);
+    if (!strncmp(line, "error: ", 7)) line += 7;
+    if (!strncmp(line, path, n) && !strncmp(line + n, ": ", 2)) line += n + 2;
+    return line;
+}
+
+/* read candidate path into host and st: 0, CKPT_DAMAGED (line holds the
+ * reader's error), or exit 2 for a checkpoint that is intact but not this
+ * run's to resume */
+static int read_candidate(TrainRun *r, const char *path, float *host, CkptState *st, char *line, int cap)
+{
+    size_t N = r->model.pt.total;
+    Config ck;
+    StderrCapture c;
+    capture_begin(&c);
+    int rc = checkpoint_read_config(path, &ck, st);
+    capture_end(&c, line, cap);
+    char msg[512];
+    if (!rc && config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
+        die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", path, msg);
+    if (!rc) {
+        capture_begin(&c);
+        rc = checkpoint_check_vocab(path, st, r->cfg.data) ? 2
+           : checkpoint_read_tensors(path, &r->model.pt, host, host + N, host + 2 * N);
+        capture_end(&c, line, cap);
+    }
+    if (rc && rc != CKPT_DAMAGED) {   /* not damaged, but not ours to resume from: say so, lose nothing */
+        fprintf(stderr, "%s\n", line);
+        if (util_abort_hook) util_abort_hook(2);
+        exit(2);
+    }
+    return rc;
+}
+
 static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size_t cap)
 {
     char **paths;
     int64_t *steps;
     int n = checkpoint_list(r->cfg.run_dir, &paths, &steps), found = -1;
-    size_t N = r->model.pt.total;
-    for (int i = n - 1; i >= 0 && found < 0; i--) {
-        Config ck;
-        int rc = checkpoint_read_config(paths[i], &ck, st);
-        char msg[512];
-        if (!rc && config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
-            die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", paths[i], msg);
-        if (!rc && checkpoint_check_vocab(paths[i], st, r->cfg.data)) rc = 2;
-        if (!rc) rc = checkpoint_read_tensors(paths[i], &r->model.pt, host, host + N, host + 2 * N);
-        if (rc == CKPT_DAMAGED) {
-            fprintf(stderr, "warning: %s: skipped (damaged), trying an older checkpoint\n", paths[i]);
-            continue;
+    char (*why)[1024] = xcalloc(n ? n : 1, sizeof *why);
+    for (int i = n - 1; i >= 0 && found < 0; i--)
+        if (read_candidate(r, paths[i], host, st, why[i], sizeof why[i]) == 0) {
+            snprintf(used, cap, "%s", paths[i]);
+            found = i;
         }
-        if (rc) {   /* not damaged, but not ours to resume from: say so, lose nothing */
-            if (util_abort_hook) util_abort_hook(2);
-            exit(2);
-        }
-        snprintf(used, cap, "%s", paths[i]);
-        found = i;
-    }
     if (n > 0 && found < 0)
-        die(2, "%s: none of its %d checkpoints is intact (errors above): move them away to start afresh",
-            r->cfg.run_dir, n);
+        die(2, "%s: none of its %d checkpoints is intact (the newest, %s: %s): move them away to start afresh",
+            r->cfg.run_dir, n, paths[n - 1], damage_reason(why[n - 1], paths[n - 1]));
     for (int i = found + 1; i < n; i++) {
         char bad[4300];
         snprintf(bad, sizeof bad, "%s.bad", paths[i]);
         if (rename(paths[i], bad)) die(2, "%s: cannot move the unreadable checkpoint aside: %s", paths[i], strerror(errno));
-        fprintf(stderr, "warning: %s: moved to %s (damaged, newer than %s)\n", paths[i], bad, used);
+        fprintf(stderr, "warning: %s: skipped (damaged: %s), moved to %s; resuming from %s\n", paths[i],
+                damage_reason(why[i], paths[i]), bad, used);
     }
     for (int i = 0; i < n; i++) free(paths[i]);
     free(paths);
     free(steps);
+    free(why);
     return found >= 0;
 }
 
@@ -308,6 +356,9 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
     memset(&st, 0, sizeof st);
     char used[4200] = "";
     if (D->rank == 0) {
+        struct stat sb;   /* --resume never creates the directory it resumes */
+        if (resume_flag && stat(c->run_dir, &sb) && errno == ENOENT)
+            die(2, "%s: --resume: no such run directory", c->run_dir);
         if (mkdir_p(c->run_dir)) die(2, "%s: cannot create run directory: %s", c->run_dir, strerror(errno));
         rd->lock_fd = lock_run_dir(c->run_dir, c->lock_wait);
         host = xmalloc(sizeof(float) * 3 * r->model.pt.total);

@@ -37,16 +37,23 @@ expect_error 2 "error: $W/missing.h5: checkpoint is missing tensor params/encode
 # resume into a different architecture
 expect_error 2 "error: .*ckpt_00000020.h5: cannot resume: architecture key 'd_model' differs: 32 vs 48" \
     $BIN train $CK_ARGS d_model=48 run_dir=$W/run train_steps=30
+mkdir $W/empty
 expect_error 2 "error: .*--resume: no complete checkpoint" $BIN train --resume $CK_ARGS run_dir=$W/empty
+expect_error 2 "error: $W/nodir: --resume: no such run directory" $BIN train --resume $CK_ARGS run_dir=$W/nodir
+[ ! -e $W/nodir ] || fail "--resume created the run directory it could not resume: $(ls -A $W/nodir)"
 # a truncated newest checkpoint (e.g. disk corruption) is skipped
 cp $W/trunc.h5 $W/run/ckpt_00000030.h5
 $BIN train $CK_ARGS run_dir=$W/run train_steps=20 > $W/r.log 2>&1 || fail "resume past a truncated file: $(tail -2 $W/r.log)"
-grep -q "warning: .*ckpt_00000030.h5: skipped" $W/r.log && grep -q "resume: .*ckpt_00000020.h5" $W/r.log \
-    || fail "truncated newest checkpoint not skipped: $(head -3 $W/r.log)"
+grep -q "^warning: .*ckpt_00000030.h5: skipped (damaged: cannot read checkpoint (truncated.*), moved to .*ckpt_00000030.h5.bad; resuming from .*ckpt_00000020.h5$" $W/r.log \
+    && grep -q "resume: .*ckpt_00000020.h5" $W/r.log || fail "truncated newest checkpoint not skipped: $(head -3 $W/r.log)"
+! grep -q "^error:" $W/r.log || fail "a skipped checkpoint reported as an error: $(grep '^error:' $W/r.log)"
 [ -e $W/run/ckpt_00000030.h5.bad ] && [ ! -e $W/run/ckpt_00000030.h5 ] || fail "unreadable newest not moved aside: $(ls $W/run)"
 ok "truncated newest checkpoint skipped with a warning and moved to ckpt_00000030.h5.bad"
 mkdir $W/allbad && cp $W/trunc.h5 $W/allbad/ckpt_00000010.h5
-expect_error 2 "error: $W/allbad: none of its 1 checkpoints is intact" $BIN train $CK_ARGS run_dir=$W/allbad
+$BIN train $CK_ARGS run_dir=$W/allbad > /dev/null 2> $W/allbad.err && fail "a run directory of damaged checkpoints: exit 0"
+[ "$(grep -c . $W/allbad.err)" -eq 1 ] && grep -q "^error: $W/allbad: none of its 1 checkpoints is intact (the newest, $W/allbad/ckpt_00000010.h5: cannot read checkpoint (truncated" $W/allbad.err \
+    || fail "a run directory of damaged checkpoints: not one error line: $(cat $W/allbad.err)"
+ok "a run directory of damaged checkpoints: $(cat $W/allbad.err)"
 [ -e $W/allbad/ckpt_00000010.h5 ] || fail "the only checkpoint was moved or removed"
 # a newest checkpoint that is intact but not ours to resume from (another
 # format version) stops the run instead of being skipped and moved aside
