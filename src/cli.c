@@ -29,17 +29,28 @@ int cli_set(Config *c, const char *cmd, const char *word, const char *arch_from)
     return config_set(c, "command line", 0, key, eq + 1);
 }
 
-int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
-                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+int cli_option(const char *cmd, int argc, char **argv, int *i, const char **slot)
+{
+    const char *opt = argv[*i];
+    if (*i + 1 >= argc) { fprintf(stderr, "error: %s: %s needs a value\n", cmd, opt); return 2; }
+    const char *v = argv[*i + 1];
+    if (!strncmp(v, "--", 2)) {
+        fprintf(stderr, "error: %s: %s needs a value, not the option '%s'\n", cmd, opt, v);
+        return 2;
+    }
+    if (*slot) { fprintf(stderr, "error: %s: %s given twice ('%s', '%s')\n", cmd, opt, *slot, v); return 2; }
+    *slot = v;
+    ++*i;
+    return 0;
+}
+
+int parse_config_words(Config *c, int argc, char **argv, int first, const char *cmd,
+                       int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx, const char **origin)
 {
     config_defaults(c);
     const char *file = NULL;
     for (int i = first; i < argc; i++)
-        if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: %s: --config needs a file name\n", cmd); return 2; }
-            if (file) { fprintf(stderr, "error: %s: --config given twice (%s, %s)\n", cmd, file, argv[i + 1]); return 2; }
-            file = argv[++i];
-        }
+        if (!strcmp(argv[i], "--config") && cli_option(cmd, argc, argv, &i, &file)) return 2;
     if (file && config_load_file(c, file)) return 2;
     for (int i = first; i < argc; i++) {
         char *a = argv[i];
@@ -56,7 +67,15 @@ int parse_config_args(Config *c, int argc, char **argv, int first, const char *c
         fprintf(stderr, "error: %s: unknown argument '%s' (see '%s --help')\n", cmd, a, cmd);
         return 2;
     }
-    return config_validate(c, file ? file : "command line");
+    *origin = file ? file : "command line";
+    return 0;
+}
+
+int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
+                      int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+{
+    const char *origin;
+    return parse_config_words(c, argc, argv, first, cmd, extra, ctx, &origin) ? 2 : config_validate(c, origin);
 }
 
 const char *cli_path_dir(const char *path, char *dir, size_t n)

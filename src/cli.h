@@ -16,9 +16,23 @@ int cli_is_setting(const char *word);
  * one line "error: CMD: key 'K' is an architecture key; it comes from
  * CKPT".  0, or 2 after a one-line error. */
 int cli_set(Config *c, const char *cmd, const char *word, const char *arch_from);
-/* options shared by commands: --config FILE and key=value overrides */
+/* The value of the option argv[*i] ("--NAME VALUE") into *slot, which is
+ * NULL until then (defaults are applied after parsing), *i advanced past
+ * it: every command's one parse of an option's value.  Refused in one
+ * line: no value; a value that is itself an option (`--output --recompute`
+ * wrote a file named "--recompute"); the option given twice (`--output a
+ * --output b` wrote b only).  0, or 2 after "error: CMD: ..." */
+int cli_option(const char *cmd, int argc, char **argv, int *i, const char **slot);
+/* options shared by commands: --config FILE and key=value overrides over
+ * config_defaults, the other words of argv[first..] offered to extra
+ * first (1 consumed, 0 not its own, 2 an error printed); then
+ * config_validate.  0, or 2 after one line */
 int parse_config_args(Config *c, int argc, char **argv, int first, const char *cmd,
                       int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
+/* the same without config_validate; *origin is the config file's name or
+ * "command line", for the caller's config_validate */
+int parse_config_words(Config *c, int argc, char **argv, int first, const char *cmd,
+                       int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx, const char **origin);
 
 /* An output about to be written is none of the command's inputs (the same
  * existing file by device and inode, whatever its path): `translate --input

@@ -347,9 +347,17 @@ int config_load_file(Config *c, const char *path)
     }
     char buf[4096];
     int line = 0, rc = 0;
-    while (!rc && fgets(buf, sizeof buf, f)) {
+    while (!rc && (memset(buf, 0, sizeof buf), fgets(buf, sizeof buf, f))) {
         line++;
-        if (!strchr(buf, '\n') && !feof(f)) {
+        /* a NUL byte ends the line early for the string functions below:
+         * the bytes fgets stored reach past the string's end */
+        const char *nl = memchr(buf, '\n', sizeof buf - 1);
+        if ((nl && strlen(buf) < (size_t)(nl - buf)) || (!nl && strlen(buf) < sizeof buf - 1 && !feof(f))) {
+            fprintf(stderr, "error: %s:%d: a NUL byte in the line (not a text file?)\n", path, line);
+            rc = 2;
+            break;
+        }
+        if (!nl && !feof(f)) {
             fprintf(stderr, "error: %s:%d: line longer than %zu characters\n", path, line, sizeof buf - 2);
             rc = 2;
             break;
@@ -443,6 +451,7 @@ int config_validate(const Config *c, const char *origin)
     if (validate_schedule(c, origin)) return 2;
     if (c->d_model % 2)
         FAIL("d_model", "key 'd_model': %d must be even (sinusoids pair sin and cos dimensions)", c->d_model);
+    if (!c->data[0]) FAIL("data", "key 'data': empty (a dataset file, or %s)", DATA_SYNTHETIC);
     if (!strcmp(c->data, DATA_SYNTHETIC)) {
         if (c->synth_min_len > c->synth_max_len)
             FAIL("synth_min_len", "key 'synth_min_len': %d is larger than synth_max_len %d", c->synth_min_len, c->synth_max_len);

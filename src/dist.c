@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -51,11 +52,23 @@ static void refuse_singletons(const Dist *d)
     exit(2);
 }
 
+/* Open MPI puts its session directory under TMPDIR: where that is not a
+ * directory, MPI_Init fails in some fifty lines of its own */
+static void check_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    struct stat sb;
+    if (!t || !*t) return;
+    if (stat(t, &sb)) die(2, "TMPDIR=%s: %s (MPI keeps its session files there)", t, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) die(2, "TMPDIR=%s: not a directory (MPI keeps its session files there)", t);
+}
+
 void dist_init(Dist *d, int *argc, char ***argv)
 {
     memset(d, 0, sizeof *d);
     int inited = 0;
     MPI_Initialized(&inited);
+    if (!inited) check_tmpdir();
     int provided = MPI_THREAD_SINGLE;
     if (!inited) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     else MPI_Query_thread(&provided);

@@ -73,5 +73,5 @@ for bad in "--bogus" "--checkpoint $W/nope.h5 --sentences 0" "--checkpoint $C --
 done
 [ ! -e $W/x.h5 ] || fail "a refused attention wrote its output"
 ok "mpirun -np 2 attention: argument, checkpoint, split, sentence and key errors are one line each"
-expect_error 2 "one of --sentences or --sample are required" $BIN attention --checkpoint $C --sample 3 --sentences 1 --output $W/x.h5
+expect_error 2 "give exactly one of --sentences and --sample" $BIN attention --checkpoint $C --sample 3 --sentences 1 --output $W/x.h5
 [ ! -e $W/x.h5 ] || fail "output written despite an error"

@@ -90,8 +90,47 @@ for cmd in params train; do
     one_line_error "^error: $tmp: is a directory, not a config file" "$BIN" $cmd --config "$tmp"
     f=$(cfg dup.cfg 'd_model = 512\nn_layers = 2\nd_model = 256\n')
     one_line_error "^error: $f:3: key 'd_model' set twice (first on line 1)" "$BIN" $cmd --config "$f"
-    one_line_error "^error: $cmd: --config given twice ($f, $tmp/odd.cfg)" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
+    one_line_error "^error: $cmd: --config given twice ('$f', '$tmp/odd.cfg')" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
 done
+# an option whose value is missing or is itself an option, an option given
+# twice, a numeric option out of its range: one line each, nothing written
+# (`translate --output --recompute` wrote a file named "--recompute";
+# `--output a --output b` wrote b only)
+CK=$TOP/tests/fuzz/seeds/checkpoint/synthetic.h5
+mkdir -p "$tmp/opts"
+(
+cd "$tmp/opts" || exit 1
+one_line_error "^error: translate: --output needs a value, not the option '--recompute'$" \
+    "$BIN" translate --checkpoint "$CK" --data synthetic --split dev --output --recompute
+one_line_error "^error: eval: --checkpoint needs a value, not the option '--data'$" "$BIN" eval --checkpoint --data x.h5
+one_line_error "^error: attention: --output given twice ('a.h5', 'b.h5')$" \
+    "$BIN" attention --checkpoint "$CK" --sentences 0 --output a.h5 --output b.h5
+one_line_error "^error: heads: --split given twice ('dev', 'train')$" \
+    "$BIN" heads --checkpoint "$CK" --data synthetic --split dev --split train --output a.h5
+one_line_error "^error: average: --output given twice ('a.h5', 'b.h5')$" "$BIN" average --output a.h5 --output b.h5 "$CK" "$CK"
+one_line_error "^error: train: --dump-params needs a value, not the option '--resume'$" "$BIN" train --dump-params --resume
+one_line_error "^error: prepare: --byte-fallback '99' must be an integer from 0 to 1$" \
+    "$BIN" prepare --out d.h5 --split train a b --byte-fallback 99
+one_line_error "^error: prepare: --jobs '4294967298' must be an integer from 0 to 4096$" \
+    "$BIN" prepare --out d.h5 --split train a b --jobs 4294967298
+one_line_error "^error: prepare: --split needs 3 arguments" "$BIN" prepare --split train a --out d.h5
+one_line_error "^error: translate: --batch-size '99999999999' is not an integer from 1 to 1000000$" \
+    "$BIN" translate --checkpoint "$CK" --data synthetic --split dev --output o.txt --batch-size 99999999999
+one_line_error "^error: command line: key 'data': empty" "$BIN" params data=
+printf 'd_model = 6\0004\n' > "$tmp/nul.cfg"
+one_line_error "^error: $tmp/nul.cfg:1: a NUL byte in the line" "$BIN" params --config "$tmp/nul.cfg"
+[ -z "$(ls -A)" ] || fail "files written by refused commands: $(ls -A)"
+) || exit 1
+# prepare's settings describe the dataset it writes, not the synthetic task:
+# max_len=10 (below synth_max_len + 1) is no reason to refuse it
+"$BIN" prepare --out "$tmp/opts/d.h5" --split train "$tmp/none.en" "$tmp/none.de" max_len=10 --jobs 1 2> "$tmp/p.err"
+grep -q "^error: $tmp/none.en: cannot open" "$tmp/p.err" || fail "prepare max_len=10: $(cat "$tmp/p.err")"
+ok "prepare max_len=10 is checked against its own data, not the synthetic task's limits"
+# TMPDIR that is no directory: one line before MPI starts (Open MPI's own
+# report of it is some fifty lines)
+touch "$tmp/file"
+one_line_error "^error: TMPDIR=$tmp/file: not a directory" env TMPDIR="$tmp/file" "$BIN" eval --checkpoint "$CK" --data synthetic
+
 # a missing dataset file says how to make it: input/prepare.sh NAME for a
 # dataset of input/prepare.sh (its file name), else where the datasets are.
 # The relative default path is tried from an empty directory (a checkout may

@@ -311,20 +311,19 @@ static int attention_parse(AttnArgs *a, int argc, char **argv)
                          : !strcmp(o, "--split") ? &a->split : !strcmp(o, "--sentences") ? &a->list
                          : !strcmp(o, "--sample") ? &a->sample : !strcmp(o, "--output") ? &a->out : NULL;
         if (!dst) { fprintf(stderr, "error: attention: unknown argument '%s' (see 'transformer attention --help')\n", o); return 2; }
-        if (i + 1 >= argc) { fprintf(stderr, "error: attention: %s needs a value\n", o); return 2; }
-        *dst = argv[++i];
+        if (cli_option("attention", argc, argv, &i, dst)) return 2;
     }
-    if (!a->ckpt || !a->out || !a->list == !a->sample) {
-        fprintf(stderr, "error: attention: --checkpoint, --output and one of --sentences or --sample are required\n");
-        return 2;
-    }
+    if (!a->ckpt || !a->out) { fprintf(stderr, "error: attention: --checkpoint and --output are required\n"); return 2; }
+    if (!a->list == !a->sample) { fprintf(stderr, "error: attention: give exactly one of --sentences and --sample\n"); return 2; }
+    if (!a->data) a->data = DATA_SYNTHETIC;
+    if (!a->split) a->split = "dev";
     const char *in[] = { a->ckpt, a->data };
     return cli_check_output("attention", "--output", a->out, in, 2);
 }
 
 int cmd_attention(int argc, char **argv)
 {
-    AttnArgs a = { NULL, DATA_SYNTHETIC, "dev", NULL, NULL, NULL, NULL, 0 };
+    AttnArgs a = { 0 };   /* data and split: defaults in attention_parse */
     if (cli_wants_help(argc, argv)) { attention_help(); return 0; }
     Dist D;
     dist_init(&D, &argc, &argv);

@@ -70,21 +70,24 @@ static void average_free(Average *a)
 static int average_parse(Average *a, int argc, char **argv)
 {
     a->in = xcalloc(argc, sizeof(char *));
+    const char *last_arg = NULL;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { average_help(); return 1; }
         if (!strcmp(argv[i], "--upto-best")) { a->upto_best = 1; continue; }
-        if (!strcmp(argv[i], "--output") || !strcmp(argv[i], "--last")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: average: %s needs a value\n", argv[i]); return 2; }
-            if (argv[i][2] == 'o') a->out = argv[++i];
-            else {
-                char *end;
-                long k = strtol(argv[++i], &end, 10);   /* (int) of 2^32 + 1 was 1 */
-                a->last = k >= 1 && k <= INT_MAX ? (int)k : 0;
-                if (*end || end == argv[i] || a->last < 1) { fprintf(stderr, "error: average: --last '%s': not an integer from 1 to %d\n", argv[i], INT_MAX); return 2; }
-                if (i + 1 < argc && !strcmp(argv[i + 1], "--upto-best")) { a->upto_best = 1; i++; }
-                if (i + 1 >= argc) { fprintf(stderr, "error: average: --last K needs a run directory\n"); return 2; }
-                a->run_dir = argv[++i];
+        if (!strcmp(argv[i], "--output")) {
+            if (cli_option("average", argc, argv, &i, &a->out)) return 2;
+        } else if (!strcmp(argv[i], "--last")) {
+            if (cli_option("average", argc, argv, &i, &last_arg)) return 2;
+            char *end;
+            long k = strtol(last_arg, &end, 10);   /* (int) of 2^32 + 1 was 1 */
+            a->last = k >= 1 && k <= INT_MAX ? (int)k : 0;
+            if (*end || end == last_arg || a->last < 1) { fprintf(stderr, "error: average: --last '%s': not an integer from 1 to %d\n", last_arg, INT_MAX); return 2; }
+            if (i + 1 < argc && !strcmp(argv[i + 1], "--upto-best")) { a->upto_best = 1; i++; }
+            if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {
+                fprintf(stderr, "error: average: --last K needs a run directory\n");
+                return 2;
             }
+            a->run_dir = argv[++i];
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "error: average: unknown option '%s' (see 'transformer average --help')\n", argv[i]);
             return 2;

@@ -57,15 +57,15 @@ static int eval_parse(Eval *e, int argc, char **argv)
     e->over = xmalloc(sizeof(char *) * (size_t)argc);
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--checkpoint") || !strcmp(a, "--data") || !strcmp(a, "--split")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: eval: %s needs a value\n", a); return 2; }
-            if (!strcmp(a, "--checkpoint")) e->ckpt = argv[++i];
-            else if (!strcmp(a, "--data")) e->data = argv[++i];
-            else e->split = argv[++i];
+        const char **dst = !strcmp(a, "--checkpoint") ? &e->ckpt : !strcmp(a, "--data") ? &e->data
+                         : !strcmp(a, "--split") ? &e->split : NULL;
+        if (dst) {
+            if (cli_option("eval", argc, argv, &i, dst)) return 2;
         } else if (cli_is_setting(a)) e->over[e->n_over++] = argv[i];
         else { fprintf(stderr, "error: eval: unknown argument '%s' (see 'transformer eval --help')\n", a); return 2; }
     }
     if (!e->ckpt || !e->data) { fprintf(stderr, "error: eval: --checkpoint and --data are required\n"); return 2; }
+    if (!e->split) e->split = "dev";
     return 0;
 }
 
@@ -101,7 +101,7 @@ static int evaluate_split(Eval *e)
 int cmd_eval(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { eval_help(); return 0; }
-    Eval e = { .r = xcalloc(1, sizeof(TrainRun)), .split = "dev" };
+    Eval e = { .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&e.r->dist, &argc, &argv);
     dist_install_abort(&e.r->dist);
     /* the same arguments on every rank: one error line, rank 0's */

@@ -117,17 +117,22 @@ static int heads_parse_unit(HeadsArgs *a, const char *opt, const char *v)
 static int heads_parse(HeadsArgs *a, int argc, char **argv)
 {
     a->over = xmalloc(sizeof(char *) * (size_t)argc);
+    const char *per = NULL, *sample = NULL, *sample_seed = NULL;
     for (int i = 2; i < argc; i++) {
         const char *o = argv[i];
         const char **dst = !strcmp(o, "--checkpoint") ? &a->ckpt : !strcmp(o, "--data") ? &a->data
-                         : !strcmp(o, "--split") ? &a->split : !strcmp(o, "--output") ? &a->out : NULL;
-        int unit = !strcmp(o, "--per") || !strcmp(o, "--sample") || !strcmp(o, "--sample-seed");
-        if ((dst || unit) && i + 1 >= argc) { fprintf(stderr, "error: heads: %s needs a value\n", o); return 2; }
-        if (dst) *dst = argv[++i];
-        else if (unit) { if (heads_parse_unit(a, o, argv[++i])) return 2; }
-        else if (cli_is_setting(o)) a->over[a->n_over++] = argv[i];
+                         : !strcmp(o, "--split") ? &a->split : !strcmp(o, "--output") ? &a->out
+                         : !strcmp(o, "--per") ? &per : !strcmp(o, "--sample") ? &sample
+                         : !strcmp(o, "--sample-seed") ? &sample_seed : NULL;
+        if (dst) {
+            if (cli_option("heads", argc, argv, &i, dst)) return 2;
+        } else if (cli_is_setting(o)) a->over[a->n_over++] = argv[i];
         else { fprintf(stderr, "error: heads: unknown argument '%s' (see 'transformer heads --help')\n", o); return 2; }
     }
+    if ((per && heads_parse_unit(a, "--per", per)) || (sample && heads_parse_unit(a, "--sample", sample))
+        || (sample_seed && heads_parse_unit(a, "--sample-seed", sample_seed)))
+        return 2;
+    if (!a->split) a->split = "train";
     if (!a->ckpt || !a->data || !a->out) {
         fprintf(stderr, "error: heads: --checkpoint, --data and --output are required\n");
         return 2;
@@ -383,7 +388,7 @@ static int heads_end(Heads *h, int rc)
 int cmd_heads(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) { heads_help(); return 0; }
-    Heads h = { .a = { .split = "train", .per_sentence = 1, .sample = -1, .sample_seed = 1 },
+    Heads h = { .a = { .per_sentence = 1, .sample = -1, .sample_seed = 1 },
                 .r = xcalloc(1, sizeof(TrainRun)) };
     dist_init(&h.r->dist, &argc, &argv);
     dist_install_abort(&h.r->dist);

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <sched.h>
@@ -43,48 +44,81 @@ typedef struct {
     int byte_fallback;
     int jobs;
     int id_bits;        /* --id-bits: 16, 32, or 0 (the narrowest that fits) */
+    /* the numeric options' words, read by prep_numbers after parsing */
+    const char *coverage_arg, *sentences_arg, *byte_fallback_arg, *jobs_arg, *id_bits_arg;
 } PrepOpts;
 
 /* ---------- command line ---------- */
+
+/* --split NAME SRC TGT (repeatable): three words, none of them an option */
+static int prep_split(PrepOpts *o, int argc, char **argv, int *i)
+{
+    for (int k = 1; k <= 3; k++)
+        if (*i + k >= argc || !strncmp(argv[*i + k], "--", 2)) {
+            fprintf(stderr, "error: prepare: --split needs 3 arguments, NAME SRC TGT (see 'transformer prepare --help')\n");
+            return 2;
+        }
+    o->args = xrealloc(o->args, sizeof(SplitArg) * (o->n_args + 1));
+    o->args[o->n_args++] = (SplitArg){ argv[*i + 1], argv[*i + 2], argv[*i + 3] };
+    *i += 3;
+    return 1;
+}
 
 static int prep_extra(void *ctx, int argc, char **argv, int *i)
 {
     PrepOpts *o = ctx;
     const char *a = argv[*i];
-    int need = !strcmp(a, "--split") ? 3
-             : (!strcmp(a, "--out") || !strcmp(a, "--character-coverage") || !strcmp(a, "--sentences")
-                || !strcmp(a, "--byte-fallback") || !strcmp(a, "--jobs") || !strcmp(a, "--id-bits")) ? 1 : 0;
-    if (!need) return 0;
-    if (*i + need >= argc) {
-        fprintf(stderr, "error: prepare: %s needs %d argument%s (see 'transformer prepare --help')\n", a, need,
-                need > 1 ? "s" : "");
+    if (!strcmp(a, "--split")) return prep_split(o, argc, argv, i);
+    const char **dst = !strcmp(a, "--out") ? &o->out : !strcmp(a, "--character-coverage") ? &o->coverage_arg
+                     : !strcmp(a, "--sentences") ? &o->sentences_arg : !strcmp(a, "--byte-fallback") ? &o->byte_fallback_arg
+                     : !strcmp(a, "--jobs") ? &o->jobs_arg : !strcmp(a, "--id-bits") ? &o->id_bits_arg : NULL;
+    if (!dst) return 0;
+    return cli_option("prepare", argc, argv, i, dst) ? 2 : 1;
+}
+
+/* an integer option's value in [lo, hi], else one line naming it */
+static int prep_int(const char *opt, const char *v, long long lo, long long hi, long long *x)
+{
+    char *end;
+    errno = 0;
+    *x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || *x < lo || *x > hi) {
+        fprintf(stderr, "error: prepare: %s '%s' must be an integer from %lld to %lld\n", opt, v, lo, hi);
         return 2;
     }
-    const char *v = argv[*i + 1];
-    char *end;
-    if (!strcmp(a, "--split")) {
-        o->args = xrealloc(o->args, sizeof(SplitArg) * (o->n_args + 1));
-        o->args[o->n_args++] = (SplitArg){ v, argv[*i + 2], argv[*i + 3] };
-    } else if (!strcmp(a, "--out")) o->out = v;
-    else if (!strcmp(a, "--character-coverage")) {
-        o->coverage = strtod(v, &end);
-        if (*end || !(o->coverage > 0 && o->coverage <= 1)) {
-            fprintf(stderr, "error: prepare: --character-coverage '%s' must be in (0, 1]\n", v);
+    return 0;
+}
+
+/* the numeric options, after parsing (each given at most once) */
+static int prep_numbers(PrepOpts *o)
+{
+    long long x;
+    if (o->coverage_arg) {
+        char *end;
+        o->coverage = strtod(o->coverage_arg, &end);
+        if (end == o->coverage_arg || *end || !(o->coverage > 0 && o->coverage <= 1)) {
+            fprintf(stderr, "error: prepare: --character-coverage '%s' must be in (0, 1]\n", o->coverage_arg);
             return 2;
         }
-    } else {
-        long long x = strtoll(v, &end, 10);
-        if (*end || x < 0) { fprintf(stderr, "error: prepare: %s '%s' must be a non-negative integer\n", a, v); return 2; }
-        if (!strcmp(a, "--sentences")) o->sentence_size = x;
-        else if (!strcmp(a, "--jobs")) o->jobs = (int)x;
-        else if (!strcmp(a, "--id-bits")) {
-            if (x != 16 && x != 32) { fprintf(stderr, "error: prepare: --id-bits '%s' must be 16 or 32\n", v); return 2; }
-            o->id_bits = (int)x;
-        }
-        else o->byte_fallback = x != 0;
     }
-    *i += need;
-    return 1;
+    if (o->sentences_arg) {
+        if (prep_int("--sentences", o->sentences_arg, 0, LLONG_MAX, &x)) return 2;
+        o->sentence_size = x;
+    }
+    if (o->byte_fallback_arg) {
+        if (prep_int("--byte-fallback", o->byte_fallback_arg, 0, 1, &x)) return 2;
+        o->byte_fallback = (int)x;
+    }
+    if (o->jobs_arg) {   /* 0: as many as the allocation has CPUs */
+        if (prep_int("--jobs", o->jobs_arg, 0, 4096, &x)) return 2;
+        o->jobs = (int)x;
+    }
+    if (o->id_bits_arg) {
+        if (prep_int("--id-bits", o->id_bits_arg, 16, 32, &x)) return 2;
+        if (x != 16 && x != 32) { fprintf(stderr, "error: prepare: --id-bits '%s' must be 16 or 32\n", o->id_bits_arg); return 2; }
+        o->id_bits = (int)x;
+    }
+    return 0;
 }
 
 static void prepare_help(void)
@@ -332,8 +366,13 @@ static void prepare_cleanup(Prepare *p)
 static int prepare_parse(Prepare *p, int argc, char **argv)
 {
     PrepOpts *o = &p->o;
-    if (parse_config_args(&p->cfg, argc, argv, 2, "prepare", prep_extra, o)) return 2;
+    const char *origin;
+    if (parse_config_words(&p->cfg, argc, argv, 2, "prepare", prep_extra, o, &origin) || prep_numbers(o)) return 2;
     if (!o->out) { fprintf(stderr, "error: prepare: --out DATA.h5 is required\n"); return 2; }
+    /* the settings describe the dataset being written, not the synthetic
+     * task, whose limits (synth_max_len) would refuse a short max_len */
+    snprintf(p->cfg.data, sizeof p->cfg.data, "%s", o->out);
+    if (config_validate(&p->cfg, origin)) return 2;
     int has_train = 0;
     for (int i = 0; i < o->n_args; i++) {
         has_train |= !strcmp(o->args[i].name, "train");

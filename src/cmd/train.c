@@ -22,17 +22,23 @@
 
 /* parse_config_args on every rank, its errors printed once: by rank 0, or
  * (an MPMD launch with other arguments) by the first rank that fails.
- * Collective; 0 or 2 on every rank. */
+ * ctx (ctx_size bytes) starts zeroed for each parse: an option seen by the
+ * first would be "given twice" to the second.  Collective; 0 or 2 on every
+ * rank. */
 static int parse_config_args_once(Dist *D, Config *c, int argc, char **argv, const char *cmd,
-                                  int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+                                  int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx, size_t ctx_size)
 {
+    memset(ctx, 0, ctx_size);
     int saved = D->rank != 0 ? stderr_quiet() : -1;   /* the other ranks quiet while parsing */
     int rc = parse_config_args(c, argc, argv, 2, cmd, extra, ctx);
     stderr_restore(saved);
     int mine = rc ? D->rank : D->size, first;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, D->comm);
     if (first == D->size) return 0;
-    if (D->rank == first && first != 0) parse_config_args(c, argc, argv, 2, cmd, extra, ctx);   /* again, aloud */
+    if (D->rank == first && first != 0) {   /* again, aloud */
+        memset(ctx, 0, ctx_size);
+        parse_config_args(c, argc, argv, 2, cmd, extra, ctx);
+    }
     MPI_Barrier(D->comm);
     return 2;
 }
@@ -121,9 +127,7 @@ static int train_extra(void *ctx, int argc, char **argv, int *i)
     TrainArgs *a = ctx;
     if (!strcmp(argv[*i], "--resume")) { a->resume = 1; return 1; }
     if (strcmp(argv[*i], "--dump-params")) return 0;
-    if (*i + 1 >= argc) { fprintf(stderr, "error: train: --dump-params needs a file name\n"); return 2; }
-    a->dump_params = argv[++*i];
-    return 1;
+    return cli_option("train", argc, argv, i, &a->dump_params) ? 2 : 1;
 }
 
 /* rank 0 prints what the gradient allreduce cost (make bench reads this) */
@@ -320,7 +324,7 @@ static int train_parse(Training *t, int argc, char **argv)
     TrainRun *r = t->r;
     Dist *D = &r->dist;
     Config *c = &r->cfg;
-    if (parse_config_args_once(D, c, argc, argv, "train", train_extra, &t->args)) return 2;
+    if (parse_config_args_once(D, c, argc, argv, "train", train_extra, &t->args, sizeof t->args)) return 2;
     char text[16384], msg[256];
     if (config_to_string(c, text, sizeof text) < 0) die(1, "config text too long");
     if (dist_check_config(D, text, msg, sizeof msg)) return train_reject(t, msg);

@@ -77,26 +77,27 @@ static int parse(Opts *o, int argc, char **argv)
     memset(o, 0, sizeof *o);
     o->batch = 64;
     o->over = xcalloc(argc, sizeof(char *));
+    const char *batch = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = !strcmp(a, "--checkpoint") ? &o->ckpt : !strcmp(a, "--data") ? &o->data
                          : !strcmp(a, "--split") ? &o->split : !strcmp(a, "--input") ? &o->input
-                         : !strcmp(a, "--output") ? &o->output : !strcmp(a, "--reference") ? &o->reference : NULL;
-        if (dst || !strcmp(a, "--batch-size")) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: translate: %s needs a value\n", a); return 2; }
-            if (dst) *dst = argv[++i];
-            else {
-                char *end;
-                long v = strtol(argv[++i], &end, 10);
-                if (*end || v < 1 || v > 1000000) {
-                    fprintf(stderr, "error: translate: --batch-size '%s' is not a positive integer\n", argv[i]);
-                    return 2;
-                }
-                o->batch = (int)v;
-            }
+                         : !strcmp(a, "--output") ? &o->output : !strcmp(a, "--reference") ? &o->reference
+                         : !strcmp(a, "--batch-size") ? &batch : NULL;
+        if (dst) {
+            if (cli_option("translate", argc, argv, &i, dst)) return 2;
         } else if (!strcmp(a, "--recompute")) o->recompute = 1;
         else if (cli_is_setting(a)) o->over[o->n_over++] = argv[i];
         else { fprintf(stderr, "error: translate: unknown argument '%s' (see 'transformer translate --help')\n", a); return 2; }
+    }
+    if (batch) {
+        char *end;
+        long v = strtol(batch, &end, 10);
+        if (*end || end == batch || v < 1 || v > 1000000) {
+            fprintf(stderr, "error: translate: --batch-size '%s' is not an integer from 1 to 1000000\n", batch);
+            return 2;
+        }
+        o->batch = (int)v;
     }
     if (!o->ckpt) { fprintf(stderr, "error: translate: --checkpoint CKPT is required\n"); return 2; }
     if (!o->data) { fprintf(stderr, "error: translate: --data DATA.h5 is required (its vocabulary and SentencePiece model)\n"); return 2; }
