@@ -135,12 +135,42 @@ def make_public(fd):
     os.fchmod(fd, 0o666 & ~umask())
 
 
+def why_cannot_write(path, e):
+    """Why path cannot be created, in words: an ancestor that is a regular
+    file ("w/file/out.md": makedirs says only "File exists"), else the OS's."""
+    d = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    if os.path.lexists(d) and not os.path.isdir(d):
+        return f"{d} is not a directory"
+    return e.strerror or str(e)
+
+
+def temp_beside(path, suffix=""):
+    """(fd, name) of a new temporary file in path's directory, made if
+    missing.  An OSError (a parent that is a regular file, no permission)
+    becomes the one-line error naming path, not a traceback."""
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+        return tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=suffix, dir=d)
+    except OSError as e:
+        raise AnalysisError(path, f"cannot create: {why_cannot_write(path, e)}") from None
+
+
+def _discard(tmp, path, e):
+    """Remove the temporary file of a failed write; an OSError (a full disk,
+    an output that is a directory) becomes the one-line error naming path."""
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    if isinstance(e, OSError):
+        raise AnalysisError(path, f"cannot write: {e.strerror or e}") from None
+
+
 def write_atomic(path, data, mode="w"):
     """Write text or bytes to path through a temporary name, fsync and rename:
     a crash never leaves a half-written output."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=d)
+    fd, tmp = temp_beside(path)
     try:
         make_public(fd)
         with os.fdopen(fd, mode + ("b" if isinstance(data, bytes) else "")) as f:
@@ -148,10 +178,18 @@ def write_atomic(path, data, mode="w"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as e:
+        _discard(tmp, path, e)
         raise
+
+
+def _fsync_replace(tmp, path):
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -163,9 +201,7 @@ def h5_atomic(path, copy_from=None):
 
     import h5py
 
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    fd, tmp = temp_beside(path, ".tmp")
     try:
         try:
             make_public(fd)
@@ -173,28 +209,31 @@ def h5_atomic(path, copy_from=None):
             os.close(fd)
         if copy_from:
             shutil.copyfile(copy_from, tmp)
-        with h5py.File(tmp, "r+" if copy_from else "w") as f:
+        f = h5py.File(tmp, "r+" if copy_from else "w")
+    except BaseException as e:
+        _discard(tmp, path, e)
+        raise
+    try:
+        # an OSError of the caller's block is its own (an input), not path's
+        with f:
             yield f
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        raise
+    try:
+        _fsync_replace(tmp, path)
+    except BaseException as e:
+        _discard(tmp, path, e)
         raise
 
 
 def savefig(fig, prefix):
     """Save fig as PREFIX.png (200 dpi) and PREFIX.pdf (vector), atomically. Returns the paths."""
     out = []
-    d = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(d, exist_ok=True)
     for ext in ("png", "pdf"):
         path = f"{prefix}.{ext}"
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix="." + ext, dir=d)
+        fd, tmp = temp_beside(path, "." + ext)
         try:
             make_public(fd)
             with os.fdopen(fd, "wb") as f:
@@ -204,9 +243,8 @@ def savefig(fig, prefix):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        except BaseException as e:
+            _discard(tmp, path, e)
             raise
         out.append(path)
     pyplot().close(fig)

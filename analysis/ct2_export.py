@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, main_wrapper, make_public, umask  # noqa: E402
+from common import AnalysisError, main_wrapper, make_public, umask, why_cannot_write  # noqa: E402
 from hf_export import hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -128,7 +128,12 @@ def export(args):
         raise AnalysisError(args.out_dir, "exists and is not an empty directory")
     spec = build_spec(cfg, params, pieces)
     parent = os.path.dirname(os.path.abspath(args.out_dir))
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out_dir))}.", dir=parent)
+    try:
+        # as hf_export.py: a missing parent is made; one under a file is the user's error
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out_dir))}.", dir=parent)
+    except OSError as e:
+        raise AnalysisError(args.out_dir, f"cannot create: {why_cannot_write(args.out_dir, e)}") from None
     try:
         spec.validate()
         spec.optimize(quantization=args.quantization)

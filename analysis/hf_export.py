@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, main_wrapper, open_h5, umask  # noqa: E402
+from common import AnalysisError, attr_str, main_wrapper, open_h5, umask, why_cannot_write  # noqa: E402
 import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -233,7 +233,7 @@ def export(args):
         os.makedirs(parent, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out_dir))}.", dir=parent)
     except OSError as e:
-        raise AnalysisError(args.out_dir, f"cannot create: {e.strerror}") from None
+        raise AnalysisError(args.out_dir, f"cannot create: {why_cannot_write(args.out_dir, e)}") from None
     try:
         gen, alpha, L = write_files(tmp, args, cfg, text, attrs, params, pieces, spm, lengths)
         publish(tmp, args.out_dir)
