@@ -94,6 +94,8 @@ def main(argv=None):
         except UnicodeDecodeError as e:
             return _error(path, f"not UTF-8 text ({e.reason} at byte {e.start})")
     hyp = texts[a.hyp]
+    if not hyp:   # sacreBLEU fails on no sentences with an IndexError
+        return _error(a.hyp, "empty: no lines to score")
     for r in a.refs:
         if len(texts[r]) != len(hyp):
             return _error(r, f"{len(texts[r])} reference lines but {len(hyp)} hypothesis lines ({a.hyp})")

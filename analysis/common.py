@@ -88,6 +88,25 @@ def int_at_least(low):
     return parse
 
 
+def finite_float(low=None, above=None):
+    """An argparse type: a finite float, >= low or > above where given, else
+    argparse's one-line usage error naming the option ("--tol nan" accepted
+    every setting, "--tflops 0" divided by zero)."""
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
+        if not np.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r}: not a finite number")
+        if low is not None and v < low:
+            raise argparse.ArgumentTypeError(f"{v:g}: must be at least {low:g}")
+        if above is not None and v <= above:
+            raise argparse.ArgumentTypeError(f"{v:g}: must be more than {above:g}")
+        return v
+    return parse
+
+
 def attr_str(obj, name, default=None):
     """An attribute as a Python str (h5py returns bytes or str depending on how it was written)."""
     if name not in obj.attrs:

@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 import stats
+from common import AnalysisError
 
 FAILED = ("diverged", "stuck", "unstable")
 # a paper effect this small (|ln PPL_row - ln PPL_base|, nats) is read as "≈":
@@ -387,12 +388,23 @@ def dev_curve(r):
     return uniq, nlls[::-1][idx]
 
 
+def stored_dev_curve(r):
+    """dev_curve() of a run the converged protocol compares: one without a
+    dev NLL curve (a version-1 file, curves/ damaged) is the user's error,
+    not an empty array that np.interp rejects with a traceback."""
+    steps, nlls = dev_curve(r)
+    if not len(steps):
+        raise AnalysisError(r.get("path", r.get("row", "?")),
+                            "no dev NLL curve (curves/dev_step, curves/dev_nll): the converged protocol needs it")
+    return steps, nlls
+
+
 def delta_curve(s, base):
     """Δ dev NLL of a row against base at every dev evaluation, the mean
     over the matched seeds, at the steps where every pair has both runs
     evaluated: (steps, mean Δ, number of pairs)."""
     a, b = matched_runs(s), matched_runs(base)
-    pairs = [(dev_curve(a[k]), dev_curve(b[k])) for k in sorted(set(a) & set(b))]
+    pairs = [(stored_dev_curve(a[k]), stored_dev_curve(b[k])) for k in sorted(set(a) & set(b))]
     if not pairs:
         return np.array([]), np.array([]), 0
     steps = functools.reduce(np.intersect1d, [c[0] for pair in pairs for c in pair])

@@ -32,16 +32,47 @@ def load(path):
     with open_h5(path) as f:
         if attr_str(f, "format") != "transformer-heads":
             raise AnalysisError(path, "not a file of 'transformer heads' (attribute format)")
-        try:
-            d = {k: np.stack([f[kind][k][()] for kind in KINDS]) for k in FIELDS}
-        except KeyError as e:
-            raise AnalysisError(path, f"missing dataset {e}") from None
+        d = {}
+        for k in FIELDS:
+            missing = [f"{kind}/{k}" for kind in KINDS if kind not in f or k not in f[kind]]
+            if missing:
+                raise AnalysisError(path, f"missing dataset {missing[0]}")
+            try:
+                d[k] = np.stack([np.asarray(f[kind][k][()], float) for kind in KINDS])
+            except (ValueError, TypeError):
+                raise AnalysisError(path, f"{k} of {', '.join(KINDS)}: not numbers of one shape") from None
         d["attrs"] = {k: attr_str(f, k) for k in ("checkpoint", "split", "data")}
         d["curves"] = {name: {k: g[k][()] for k in g} for name, g in f["prune"].items()} if "prune" in f else {}
         d["curve_split"] = "/".join(sorted({str(g.attrs.get("split", "")) for g in f["prune"].values()} - {""})
                                     ) if "prune" in f else ""
-        d["single"] = {k: f["single"][k][()] for k in ("bleu", "ppl")} if "single" in f else None
+        try:
+            d["single"] = {k: f["single"][k][()] for k in ("bleu", "ppl")} if "single" in f else None
+        except KeyError as e:
+            raise AnalysisError(path, f"missing dataset single/{e.args[0]}") from None
+    check_shapes(path, d)
     return d
+
+
+def check_shapes(path, d):
+    """A damaged file (a dataset deleted or of another shape) is named here,
+    before any figure, not by a KeyError or ValueError while drawing."""
+    shape = d["importance"].shape
+    for k in FIELDS:
+        if d[k].shape != shape or len(shape) != 3:
+            raise AnalysisError(path, f"{k} has shape {d[k].shape[1:]}, expected layers x heads as importance")
+    for k, v in (d["single"] or {}).items():
+        if v.shape != shape:
+            raise AnalysisError(path, f"single/{k} has shape {v.shape}, expected {shape}")
+    for name, c in d["curves"].items():
+        for k in ("fraction", "bleu", "ppl"):
+            if k not in c:
+                raise AnalysisError(path, f"missing dataset prune/{name}/{k}")
+            if c[k].ndim != 1 or len(c[k]) != len(c["fraction"]):
+                raise AnalysisError(path, f"prune/{name}/{k} has shape {c[k].shape}, expected "
+                                          f"({len(c['fraction'])},) as prune/{name}/fraction")
+    rand = [c for n, c in d["curves"].items() if n.startswith("random_")]
+    if any(not np.array_equal(c["fraction"], rand[0]["fraction"]) for c in rand):
+        raise AnalysisError(path, "the random_* curves have different fractions")
 
 
 def _heat_row(axes, values, title, label, fig):
@@ -72,9 +103,7 @@ def heatmap(d, prefix):
     _heat_row(axes[0], d["importance"], "importance", "mean |dL/dξ| (L: NLL per target token)", fig)
     _heat_row(axes[1], d["importance_norm"], "normalised per layer", "importance / l2 norm of its layer", fig)
     fig.suptitle(f"Head importance on {d['attrs']['split']} (Michel et al. 2019)", fontsize=10)
-    out = savefig(fig, prefix + "_importance")
-    plt.close(fig)
-    return out
+    return [(fig, prefix + "_importance")]
 
 
 def curve(d, prefix, path):
@@ -106,9 +135,7 @@ def curve(d, prefix, path):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Pruning attention heads (Michel et al. 2019, section 4)", fontsize=10)
-    out = savefig(fig, prefix + "_pruning")
-    plt.close(fig)
-    return out
+    return [(fig, prefix + "_pruning")]
 
 
 def table_rows(d, top):
@@ -137,10 +164,8 @@ def table(d, prefix, top):
     fmt = lambda v: v if isinstance(v, str) else f"{v:.3f}"  # noqa: E731
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
-    write_atomic(prefix + "_table.md", "\n".join(md) + "\n")
-    write_atomic(prefix + "_table.csv", "\n".join([",".join(cols)] + [",".join(fmt(r[c]) for c in cols)
-                                                                       for r in rows]) + "\n")
-    return [prefix + "_table.md", prefix + "_table.csv"]
+    csv = [",".join(cols)] + [",".join(fmt(r[c]) for c in cols) for r in rows]
+    return [(prefix + "_table.md", "\n".join(md) + "\n"), (prefix + "_table.csv", "\n".join(csv) + "\n")]
 
 
 def main(argv):
@@ -151,13 +176,21 @@ def main(argv):
     ap.add_argument("--top", type=int_at_least(1), default=10, help="heads at each end of the table (default 10)")
     a = ap.parse_args(argv)
     d = load(a.heads)
-    out = []
+    # figures and tables are all made before the first is written: "all"
+    # wrote the heatmap, then failed on the curves and left a mixed set
+    figs, texts = [], []
     if a.what in ("heatmap", "all"):
-        out += heatmap(d, a.out)
+        figs += heatmap(d, a.out)
     if a.what in ("curve", "all") and (d["curves"] or a.what == "curve"):
-        out += curve(d, a.out, a.heads)
+        figs += curve(d, a.out, a.heads)
     if a.what in ("table", "all"):
-        out += table(d, a.out, a.top)
+        texts += table(d, a.out, a.top)
+    out = []
+    for fig, prefix in figs:
+        out += savefig(fig, prefix)
+    for path, text in texts:
+        write_atomic(path, text)
+        out.append(path)
     for p in out:
         print(p)
     return 0

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from common import AnalysisError, attr_float, attr_str, h5_atomic, main_wrapper, open_h5
+from common import AnalysisError, attr_float, attr_str, h5_atomic, main_wrapper, open_h5, output_not_input
 
 FORMAT = "transformer-row-result"
 FORMAT_VERSION = 2  # 2: curves, hypotheses, held-out BLEU, compute, verdict; 1 is still read
@@ -261,12 +261,26 @@ def how_it_ended(path):
     return out
 
 
-def read_text_lines(p):
+def read_text(p):
+    """A text file's contents; unreadable or not UTF-8 is the one-line error."""
     try:
         with open(p, encoding="utf-8") as f:
-            return [l.rstrip("\n") for l in f]
+            return f.read()
     except OSError as e:
         raise AnalysisError(p, e.strerror or "cannot read") from None
+    except UnicodeDecodeError as e:
+        raise AnalysisError(p, f"not UTF-8 text (byte {e.start})") from None
+
+
+def read_text_lines(p):
+    """The lines of a hypothesis or reference file; an empty one is refused
+    (sacreBLEU failed on it with an IndexError)."""
+    lines = read_text(p).split("\n")   # not splitlines(): \f or \x85 inside a line is no break
+    if lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise AnalysisError(p, "empty: no lines to score")
+    return lines
 
 
 def bleu_of_lines(h, r, lang="de", origin="hypotheses"):
@@ -382,8 +396,14 @@ def dataset_facts(path):
 
 def data_path(cfg, given):
     """The dataset file: --data, else the config's data key (relative to the
-    working directory, else to this checkout)."""
+    working directory, else to this checkout).  A --data that is not a
+    dataset is refused (it was ignored: the compute attributes went unknown
+    without a word); the config's key stays a best effort."""
     if given:
+        if not os.path.isfile(given):
+            raise AnalysisError(given, "no such file" if not os.path.exists(given) else "not a file")
+        if not dataset_facts(given):
+            raise AnalysisError(given, "not a dataset file with train and dev splits (docs/dataset.md)")
         return given
     d = cfg.get("data", "")
     if not d:
@@ -457,6 +477,20 @@ def show_verdict(path):
     return 0
 
 
+def not_negative(t):
+    """An argparse type: t(text) that is not negative (NaN, "not known", and
+    inf, refused later, pass): "--dev-ppl -3" was stored as given."""
+    def parse(text):
+        try:
+            v = t(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{v}: must not be negative")
+        return v
+    return parse
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="row_result.py",
@@ -474,13 +508,13 @@ def build_parser():
                    help="a command-line override the run used (e.g. train_steps=200); repeatable")
     p.add_argument("--status", choices=STATUSES, default="done")
     p.add_argument("--message", default="", help="why a row failed (one line)")
-    p.add_argument("--params", type=int, help="exact parameter count ('params N' of transformer params)")
-    p.add_argument("--steps", type=int, dest="train_steps", help="training steps done")
-    p.add_argument("--dev-loss", type=float)
-    p.add_argument("--dev-ppl", type=float)
-    p.add_argument("--dev-bleu", type=float, help="dev sacreBLEU (13a)")
-    p.add_argument("--dev-bleu-tok", type=float, help="dev tokenised BLEU (Moses tokens, multi-bleu.perl)")
-    p.add_argument("--wall", type=float, dest="wall_seconds", help="training wall time, seconds")
+    p.add_argument("--params", type=not_negative(int), help="exact parameter count ('params N' of transformer params)")
+    p.add_argument("--steps", type=not_negative(int), dest="train_steps", help="training steps done")
+    p.add_argument("--dev-loss", type=not_negative(float))
+    p.add_argument("--dev-ppl", type=not_negative(float))
+    p.add_argument("--dev-bleu", type=not_negative(float), help="dev sacreBLEU (13a)")
+    p.add_argument("--dev-bleu-tok", type=not_negative(float), help="dev tokenised BLEU (Moses tokens, multi-bleu.perl)")
+    p.add_argument("--wall", type=not_negative(float), dest="wall_seconds", help="training wall time, seconds")
     p.add_argument("--metrics", metavar="METRICS_H5",
                    help="take steps, wall time, the last dev loss/PPL, tokens seen and the curves "
                         "(stored, and judged: verdict) from the run's metrics.h5 (explicit options win)")
@@ -506,11 +540,7 @@ def load_config(a):
     """The row's config (file plus --set overrides) and its name."""
     cfg = {}
     if a.config:
-        try:
-            with open(a.config, encoding="utf-8") as f:
-                cfg = parse_config_text(f.read(), a.config)
-        except OSError as e:
-            raise AnalysisError(a.config, e.strerror or "cannot read") from None
+        cfg = parse_config_text(read_text(a.config), a.config)
     for s in a.set:
         if "=" not in s:
             raise AnalysisError("--set", f"'{s}' is not KEY=VALUE")
@@ -560,6 +590,9 @@ def main(argv):
         return show_verdict(a.verdict)
     if not a.out:
         raise AnalysisError("row_result.py", "--out (or --show, --verdict) is required")
+    # "--out RUN/metrics.h5" replaced the training log with the result file
+    output_not_input("row_result.py", "--out", a.out, a.config, a.metrics, a.hyp, a.ref, a.data,
+                     *(p for _, hyp, ref in a.hyp_set for p in (hyp, ref)))
     cfg, row = load_config(a)
     comp = parse_compute(a.compute)
     vals = {k: (-1 if t is np.int64 else float("nan")) for k, (t, _) in NUMERIC.items()}

@@ -49,7 +49,7 @@ import stats
 from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
 import compare
 from compare import PAPER_EQUIV_NATS, base_spread_note, is_failed, mean_bleu, nll, split_run, summarize
-from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result
+from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result, read_text
 
 # Table 3 hyperparameter columns: (config key, Markdown header, LaTeX header, kind)
 HYPER = [
@@ -138,13 +138,9 @@ def read_sweep_env(sweep):
     """The sweep-wide overrides SWEEP/sweep.env records (NAME=value lines that
     jobs/table3-stages.sh writes with printf %q); {} without the file."""
     p = os.path.join(sweep, "sweep.env")
-    try:
-        with open(p, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
+    if not os.path.exists(p):
         return {}
-    except OSError as e:
-        raise AnalysisError(p, e.strerror or "cannot read") from None
+    text = read_text(p)
     env = {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -241,6 +237,15 @@ def judge_from_run_dir(r, sweep):
     r["verdict_reason"] = f"{why} (judged by table3.py from runs/{r['row']}/metrics.h5)"
 
 
+def check_numbers(cfg, origin):
+    """The numeric columns of a config are numbers: "train_steps = abc"
+    failed in int() while the table was formatted."""
+    for key, _, _, kind in HYPER:
+        v = cfg.get(key)
+        if kind != "str" and isinstance(_norm(key, v), str):
+            raise AnalysisError(origin, f"{key} = {v}: not a number")
+
+
 def load_rows(sweep, configs_dir):
     """All rows: dict name -> record with hyper (all keys), numbers and status.
     A row without a result gets its config with the sweep's overrides."""
@@ -248,12 +253,9 @@ def load_rows(sweep, configs_dir):
     env = read_sweep_env(sweep)
     cfg_files = sorted(glob.glob(os.path.join(configs_dir, "*.cfg"))) if configs_dir else []
     for p in cfg_files:
-        try:
-            with open(p, encoding="utf-8") as f:
-                cfg = parse_config_text(f.read(), p)
-        except OSError as e:
-            raise AnalysisError(p, e.strerror or "cannot read") from None
+        cfg = parse_config_text(read_text(p), p)
         cfg.update(sweep_overrides(env, cfg, p))
+        check_numbers(cfg, p)
         name = cfg.get("row") or os.path.splitext(os.path.basename(p))[0]
         rows[name] = dict({k: (None if t is np.int64 else math.nan) for k, (t, _) in NUMERIC.items()},
                           **{k: "" for k in STRINGS})
@@ -281,6 +283,7 @@ def load_rows(sweep, configs_dir):
         rows[r["row"]] = r
     for name, r in rows.items():
         hyper = {}
+        check_numbers(r["cfg"], r["source"])
         for key, *_ in HYPER:
             hyper[key] = _norm(key, r["cfg"].get(key))
         # steps: planned = the row config's value with the sweep's overrides
@@ -795,9 +798,9 @@ def _draw_run(ax, r, color, label):
     return True
 
 
-def plot_curves(runs, prefix):
+def plot_curves(runs):
     """Per-row dev NLL curves, one panel per group (base's healthy runs in
-    grey in every panel), failed runs dashed. Returns the files written."""
+    grey in every panel), failed runs dashed. Returns the figure."""
     paper_style()
     plt = pyplot()
     panels = curve_panels(runs)
@@ -832,7 +835,7 @@ def plot_curves(runs, prefix):
     for ax in axes[:, 0]:
         ax.set_ylabel("dev NLL (nats)")
     fig.tight_layout()
-    return savefig(fig, prefix)
+    return fig
 
 
 def delta_curves(summaries):
@@ -856,9 +859,9 @@ def to_delta_csv(curves):
     return buf.getvalue()
 
 
-def plot_delta(curves, prefix, band=PAPER_EQUIV_NATS):
+def plot_delta(curves, band=PAPER_EQUIV_NATS):
     """Δ dev NLL against base over training, one panel per group, ±band
-    shaded (the paper's ≈). Returns the files written."""
+    shaded (the paper's ≈). Returns the figure."""
     paper_style()
     plt = pyplot()
     panels = {}
@@ -883,7 +886,7 @@ def plot_delta(curves, prefix, band=PAPER_EQUIV_NATS):
     for ax in axes[:, 0]:
         ax.set_ylabel("Δ dev NLL vs base (nats)")
     fig.tight_layout()
-    return savefig(fig, prefix)
+    return fig
 
 
 def build_parser():
@@ -908,6 +911,24 @@ def build_parser():
     return p
 
 
+def outputs(a, rows, summaries, overall, prefix):
+    """({path: text}, [(figure, prefix)]) of every output, nothing written."""
+    converged = a.protocol == "converged"
+    texts = {prefix + ".md": to_markdown(rows, summaries, overall, read_sweep_env(a.sweep), converged),
+             prefix + ".csv": to_csv(rows, converged),
+             prefix + "-rows.csv": to_rows_csv(summaries, overall, converged),
+             prefix + ".tex": to_latex(summaries)}
+    figs, deltas = [], {}
+    if converged:
+        deltas = delta_curves(summaries)
+        texts[prefix + "-delta.csv"] = to_delta_csv(deltas)
+    if not a.no_plot:
+        if deltas:
+            figs.append((plot_delta(deltas), prefix + "-delta"))
+        figs.append((plot_curves(rows), prefix))
+    return texts, figs
+
+
 def main(argv):
     a = build_parser().parse_args(argv)
     if not os.path.isdir(a.sweep):
@@ -926,19 +947,15 @@ def main(argv):
     prefix = a.out or os.path.join(a.sweep, "table3")
     converged = a.protocol == "converged"
     summaries, overall = summarize(rows, logical_sort_key, converged)
-    write_atomic(prefix + ".md", to_markdown(rows, summaries, overall, read_sweep_env(a.sweep), converged))
-    write_atomic(prefix + ".csv", to_csv(rows, converged))
-    write_atomic(prefix + "-rows.csv", to_rows_csv(summaries, overall, converged))
-    write_atomic(prefix + ".tex", to_latex(summaries))
-    outs = [prefix + e for e in (".md", ".csv", "-rows.csv", ".tex")]
-    if converged:
-        deltas = delta_curves(summaries)
-        write_atomic(prefix + "-delta.csv", to_delta_csv(deltas))
-        outs.append(prefix + "-delta.csv")
-        if not a.no_plot and deltas:
-            outs += plot_delta(deltas, prefix + "-delta")
-    if not a.no_plot:
-        outs += plot_curves(rows, prefix)
+    texts, figs = outputs(a, rows, summaries, overall, prefix)
+    # every table and figure is made before the first is written: a bad
+    # input found late (a run without curves) left a mixed old/new set
+    outs = []
+    for path, text in texts.items():
+        write_atomic(path, text)
+        outs.append(path)
+    for fig, fig_prefix in figs:
+        outs += savefig(fig, fig_prefix)
     for p in outs:
         print(p)
     done = sum(r["status"] == "done" for r in rows)

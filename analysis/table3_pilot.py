@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from common import AnalysisError, main_wrapper, pyplot, savefig, write_atomic
+from common import AnalysisError, finite_float, main_wrapper, pyplot, savefig, write_atomic
 from compare import dev_curve
 from row_result import read_result
 from verdict import STUCK_NATS_BELOW_PLATEAU
@@ -99,7 +99,7 @@ def to_markdown(summaries, chosen, tol, last):
     return "\n".join(out) + "\n\n" + rule + "\n" + pick + "\n"
 
 
-def plot(groups, prefix):
+def plot(groups):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, ((p, w), cell) in enumerate(groups.items()):
@@ -114,14 +114,28 @@ def plot(groups, prefix):
     ax.set_xlabel("step")
     ax.set_ylabel("dev NLL (nats per piece)")
     ax.legend(fontsize=8)
-    savefig(fig, prefix)
+    return fig
+
+
+def check_curves(r):
+    """A done run's dev curve, checked here: without it (a version-1 file,
+    curves/ damaged) the summary failed with a KeyError."""
+    c = r["curves"]
+    if not c:
+        raise AnalysisError(r["path"], "no curves (a result file of format version 2 is needed)")
+    for k in ("dev_step", "dev_nll"):
+        if k not in c or not len(c[k]):
+            raise AnalysisError(r["path"], f"no curves/{k}: the pilot needs the dev NLL curve")
+    if len(c["dev_step"]) != len(c["dev_nll"]):
+        raise AnalysisError(r["path"], f"curves/dev_step has {len(c['dev_step'])} points, "
+                                       f"curves/dev_nll {len(c['dev_nll'])}")
 
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", help="pilot sweep directory (its results/*.h5)")
-    p.add_argument("--tol", type=float, default=0.05, help="largest spread of the seeds' final dev NLL (nats)")
+    p.add_argument("--tol", type=finite_float(low=0), default=0.05, help="largest spread of the seeds' final dev NLL (nats)")
     p.add_argument("--out", help="output prefix (default SWEEP/pilot)")
     p.add_argument("--last", type=int, default=3, help="dev evaluations averaged per seed (default 3)")
     p.add_argument("--no-plot", action="store_true")
@@ -135,8 +149,7 @@ def main(argv):
         raise AnalysisError(a.sweep, "no results/*.h5")
     runs = [r for r in map(read_result, files) if r["status"] == "done"]
     for r in runs:
-        if not r["curves"]:
-            raise AnalysisError(r["path"], "no curves (a result file of format version 2 is needed)")
+        check_curves(r)
     groups = settings(runs)
     if a.last < 1:
         raise AnalysisError("--last", f"{a.last}: not a positive count")
@@ -144,10 +157,12 @@ def main(argv):
     chosen = choose(summaries)
     md = to_markdown(summaries, chosen, a.tol, a.last)
     prefix = a.out or os.path.join(a.sweep, "pilot")
+    # the figure is made before the table is written: a failure leaves neither
+    fig = None if a.no_plot else plot(groups)
     write_atomic(prefix + ".md", md)
     print(md, end="")
-    if not a.no_plot:
-        plot(groups, prefix)
+    if fig is not None:
+        savefig(fig, prefix)
     return 0
 
 

@@ -58,6 +58,59 @@ def result_file(top, run="r1", **extra):
     return out
 
 
+# class 1: an output that is an input, or a set of outputs half replaced
+
+@pytest.mark.parametrize("opt", ["--config", "--metrics", "--hyp"])
+def test_row_result_out_is_an_input(tmp_path, opt):
+    cfg = write_cfg(tmp_path / "r.cfg", row="r")
+    m = write_metrics(tmp_path / "m.h5", lambda s: 3.0)
+    hyp = tmp_path / "h.txt"
+    hyp.write_text("ein Hund\n")
+    given = {"--config": cfg, "--metrics": m, "--hyp": hyp}
+    before = snapshot(*given.values())
+    p = script("row_result.py", "--out", given[opt], "--config", cfg, "--metrics", m, "--hyp", hyp,
+               "--ref", hyp, "--status", "done", expect=2)
+    one_line(p, given[opt], "--out")
+    assert snapshot(*given.values()) == before
+
+
+def test_table3_converged_writes_nothing_when_a_run_lacks_curves(tmp_path):
+    sweep = tmp_path / "s"
+    shutil.copytree(CONV, sweep)
+    with h5py.File(sweep / "results" / "base.h5", "r+") as f:
+        del f["curves/dev_nll"]
+    outs = [sweep / f"table3{e}" for e in (".md", ".csv", "-rows.csv", ".tex", "-delta.csv")]
+    before = snapshot(*outs)
+    p = script("table3.py", sweep, "--protocol", "converged", "--no-plot", expect=2)
+    one_line(p, "base.h5", "dev NLL curve")
+    assert snapshot(*outs) == before
+
+
+def test_heads_all_writes_nothing_when_the_curves_are_damaged(tmp_path):
+    f = make_file(tmp_path / "h.h5")
+    with h5py.File(f, "r+") as h:
+        del h["prune/importance/ppl"]
+    old = tmp_path / "x_importance.png"
+    old.write_bytes(b"old figure")
+    p = script("heads.py", "all", f, "--out", tmp_path / "x", expect=2)
+    one_line(p, "h.h5", "prune/importance/ppl")
+    assert old.read_bytes() == b"old figure"
+    assert sorted(os.listdir(tmp_path)) == ["h.h5", "x_importance.png"]
+
+
+def test_table3_pilot_writes_nothing_when_a_curve_is_damaged(tmp_path):
+    r = result_file(tmp_path)
+    with h5py.File(r, "r+") as f:
+        n = f["curves/dev_step"][:-2]
+        del f["curves/dev_step"]
+        f["curves/dev_step"] = n
+    (tmp_path / "pilot.md").write_text("old pilot\n")
+    p = script("table3_pilot.py", tmp_path, expect=2)
+    one_line(p, "r1.h5", "dev_step")
+    assert (tmp_path / "pilot.md").read_text() == "old pilot\n"
+    assert not list(tmp_path.glob("pilot.p*"))
+
+
 # class 2: an output under a regular file
 
 def test_output_under_a_regular_file(tmp_path):
@@ -71,3 +124,45 @@ def test_output_under_a_regular_file(tmp_path):
         one_line(p, os.path.join(tmp_path, "file", out), f"{tmp_path / 'file'} is not a directory")
     assert sorted(os.listdir(tmp_path)) == ["file", "h.h5"]
     assert (tmp_path / "file").read_text() == "x\n"
+
+
+# class 3: text inputs
+
+def test_text_inputs_not_utf8_or_empty(tmp_path):
+    bad, empty, ok = tmp_path / "bad.txt", tmp_path / "empty.txt", tmp_path / "ok.txt"
+    bad.write_bytes(b"ein \xff Hund\n")
+    empty.write_bytes(b"")
+    ok.write_text("ein Hund\n")
+    for args, named in (([ "--hyp", bad, "--ref", ok, "--row", "r", "--dev-ppl", "5"], bad),
+                        (["--config", bad, "--row", "r", "--status", "failed"], bad),
+                        (["--hyp", empty, "--ref", empty, "--row", "r", "--dev-ppl", "5"], empty)):
+        p = script("row_result.py", "--out", tmp_path / "r.h5", *args, expect=2)
+        one_line(p, named)
+    one_line(script("bleu.py", empty, empty, expect=2), empty, "empty")
+    assert not (tmp_path / "r.h5").exists()
+
+
+def test_table3_config_not_utf8_or_not_a_number(tmp_path):
+    sweep = tmp_path / "s"
+    (sweep / "configs").mkdir(parents=True)
+    cfg = write_cfg(sweep / "configs" / "base.cfg", **dict(TINY, row="base"))
+    cfg.write_text(cfg.read_text().replace("train_steps = 20", "train_steps = abc"))
+    one_line(script("table3.py", sweep, "--no-plot", expect=2), "base.cfg", "train_steps = abc")
+    cfg.write_bytes(b"row = b\xe4se\n")
+    one_line(script("table3.py", sweep, "--no-plot", expect=2), "base.cfg", "UTF-8")
+    write_cfg(cfg, **dict(TINY, row="base"))
+    (sweep / "sweep.env").write_bytes(b"STEPS=\xff\n")
+    one_line(script("table3.py", sweep, "--no-plot", expect=2), "sweep.env", "UTF-8")
+    assert sorted(os.listdir(sweep)) == ["configs", "sweep.env"]
+
+
+# class 4: bad values that were accepted (exit 0)
+
+def test_row_result_refuses_a_missing_dataset_and_negative_numbers(tmp_path):
+    out = tmp_path / "r.h5"
+    p = script("row_result.py", "--out", out, "--row", "r", "--dev-ppl", "5", "--data", tmp_path / "none.h5",
+               expect=2)
+    one_line(p, tmp_path / "none.h5", "no such file")
+    for opt in ("--dev-ppl", "--params", "--steps"):
+        usage_error("row_result.py", "--out", out, "--row", "r", "--dev-ppl", "5", opt, "-3", option=opt)
+    assert not out.exists()
