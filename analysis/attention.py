@@ -1152,6 +1152,8 @@ def compare_sweep(sweep, configs, prefix, kind, stat, plot=True):
     """attention.py compare: the table (.md, .csv) and figures of a sweep."""
     if not os.path.isdir(sweep):
         raise AnalysisError(sweep, "no such sweep directory")
+    if configs is not None and not os.path.isdir(configs):   # was read as "no configs", exit 0
+        raise AnalysisError(configs, "--configs: no such config directory")
     if configs is None:
         d = os.path.join(sweep, "configs")
         configs = d if os.path.isdir(d) else None

@@ -88,10 +88,10 @@ def int_at_least(low):
     return parse
 
 
-def finite_float(low=None, above=None):
-    """An argparse type: a finite float, >= low or > above where given, else
-    argparse's one-line usage error naming the option ("--tol nan" accepted
-    every setting, "--tflops 0" divided by zero)."""
+def finite_float(low=None, above=None, high=None):
+    """An argparse type: a finite float, >= low, > above, <= high where
+    given, else argparse's one-line usage error naming the option ("--tol
+    nan" accepted every setting, "--tflops 0" divided by zero)."""
     def parse(text):
         try:
             v = float(text)
@@ -103,6 +103,8 @@ def finite_float(low=None, above=None):
             raise argparse.ArgumentTypeError(f"{v:g}: must be at least {low:g}")
         if above is not None and v <= above:
             raise argparse.ArgumentTypeError(f"{v:g}: must be more than {above:g}")
+        if high is not None and v > high:
+            raise argparse.ArgumentTypeError(f"{v:g}: must be at most {high:g}")
         return v
     return parse
 

@@ -34,6 +34,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,10 @@ class Runner:
     def _run(self, args, mask):
         cmd = self.cmd + args + ["--checkpoint", self.attrs["checkpoint"], "--data", self.attrs["data"],
                                  "--split", self.split] + self.keys + [f"mask_heads={mask}"]
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:   # checked up front (check_commands); removed since
+            raise AnalysisError(cmd[0], e.strerror or str(e)) from None
         if p.returncode:
             last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise AnalysisError(" ".join(args[:1]), f"exit {p.returncode}: {last}")
@@ -209,7 +213,7 @@ def build_parser():
                     help="also one curve per attention kind, pruning that kind's heads alone")
     ap.add_argument("--min-per-layer", type=int_at_least(0), default=0, help="heads every layer keeps (default 0)")
     ap.add_argument("--random-orders", type=int_at_least(0), default=3, help="random orders for the baseline (default 3)")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the random orders (default 1)")
+    ap.add_argument("--seed", type=int_at_least(0), default=1, help="seed of the random orders (default 1)")
     ap.add_argument("--single", action="store_true", help="also mask each head alone")
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bin",
                                                   "transformer"), help="the transformer binary")
@@ -240,6 +244,21 @@ def all_curves(a, runner, imp, name):
     return curves
 
 
+def check_commands(a):
+    """The launcher and binary, checked before the first curve runs (an
+    unparsable --launcher, a --bin that is no program or a launcher not
+    on PATH were tracebacks, some after minutes of curves)."""
+    try:
+        words = shlex.split(a.launcher)
+    except ValueError as e:
+        raise AnalysisError("--launcher", f"cannot parse {a.launcher!r}: {e}") from None
+    if words and shutil.which(words[0]) is None:
+        raise AnalysisError("--launcher", f"{words[0]}: no such command")
+    if not os.path.isfile(a.bin) or not os.access(a.bin, os.X_OK):
+        why = "no such file" if not os.path.exists(a.bin) else "not an executable file"
+        raise AnalysisError(a.bin, f"--bin: {why}")
+
+
 def main(argv):
     a = build_parser().parse_intermixed_args(argv)
     if a.levels < 2 or a.random_orders < 0 or a.min_per_layer < 0:
@@ -251,6 +270,7 @@ def main(argv):
                                      "or score on another (--split)")
     if a.min_per_layer >= imp.shape[2]:
         raise AnalysisError("arguments", f"--min-per-layer {a.min_per_layer}: layers have {imp.shape[2]} heads")
+    check_commands(a)
     name = "importance" if a.score == "norm" else "importance_raw"
     with tempfile.TemporaryDirectory() as work:
         runner = Runner(a, attrs, work)

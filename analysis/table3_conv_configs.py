@@ -22,6 +22,7 @@ Examples:
 """
 
 import argparse
+import math
 import os
 
 from common import AnalysisError, main_wrapper, write_atomic
@@ -242,7 +243,7 @@ def check_setting(a):
         return
     if not all(given):
         raise AnalysisError("setting", "give --pilot SWEEP, or all of --dropout, --peak and --cap")
-    if a.peak <= 0 or a.cap <= 0 or a.cap % EVAL_STEPS:
+    if not 0 < a.peak < math.inf or a.cap <= 0 or a.cap % EVAL_STEPS:   # "not 0 <": NaN too
         raise AnalysisError("--peak/--cap", f"peak {a.peak:g}, cap {a.cap}: a positive rate and a positive "
                             f"multiple of {EVAL_STEPS} are needed")
     d_rows(a.dropout)  # the protocol's D rows exist for it
@@ -254,9 +255,7 @@ def main(argv):
     check_setting(a)
     files = sweep_configs(a)
     for rel, text in files.items():
-        path = os.path.join(a.out, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, text)
+        write_atomic(os.path.join(a.out, rel), text)   # makes the directories, or names the path
     print(f"{a.out}: {sum(1 for r in files if '/' not in r and r.endswith('.cfg'))} row configs, seeds.txt, "
           f"order.txt, lr-check/{{{','.join(n for n, _ in LR_CHECK)}}}/ ({setting_name((a.dropout, a.peak))}, "
           f"cap {a.cap})")

@@ -119,6 +119,10 @@ def main(argv=None):
     sweep = a.sweep.rstrip("/")
     if not os.path.isdir(sweep):
         raise AnalysisError(sweep, "not a directory")
+    for opt, d in (("--half", a.half), ("--twice", a.twice)):
+        # a default sweep not yet made is waiting; one the user named is a typo
+        if d is not None and not os.path.isdir(d):
+            raise AnalysisError(d, f"{opt}: no such sweep directory")
     dirs = {"half": a.half or sweep + "-lr-half", "chosen": sweep, "twice": a.twice or sweep + "-lr-twice"}
     sweeps = {rate: seed1_runs(d) for rate, d in dirs.items()}
     text = to_markdown(sweeps, deltas(sweeps))

@@ -166,3 +166,51 @@ def test_row_result_refuses_a_missing_dataset_and_negative_numbers(tmp_path):
     for opt in ("--dev-ppl", "--params", "--steps"):
         usage_error("row_result.py", "--out", out, "--row", "r", "--dev-ppl", "5", opt, "-3", option=opt)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name,args,option", [
+    ("table3_pilot.py", ["SWEEP", "--tol", "-1"], "--tol"),
+    ("table3_pilot.py", ["SWEEP", "--tol", "nan"], "--tol"),
+    ("silver_align.py", ["DATA", "--out", "OUT", "--null-prior", "-1"], "--null-prior"),
+    ("silver_align.py", ["DATA", "--out", "OUT", "--null-prior", "nan"], "--null-prior"),
+    ("silver_align.py", ["DATA", "--out", "OUT", "--length", "nan"], "--length"),
+    ("silver_align.py", ["DATA", "--out", "OUT", "--length", "-1"], "--length"),
+    ("scaling_model.py", ["--tflops", "0"], "--tflops"),
+    ("scaling_model.py", ["--tflops", "-5"], "--tflops"),
+    ("scaling_model.py", ["--nics", "0"], "--nics"),
+])
+def test_options_out_of_range(tmp_path, name, args, option):
+    args = [tmp_path / a if a.isupper() else a for a in args]
+    usage_error(name, *args, option=option)
+    assert not (tmp_path / "OUT").exists()
+
+
+def test_given_directories_must_exist(tmp_path):
+    sweep = tmp_path / "s"
+    shutil.copytree(CONV, sweep, ignore=shutil.ignore_patterns("attention*", "table3*"))
+    p = script("attention.py", "compare", sweep, "--configs", tmp_path / "none", "--out", tmp_path / "ac",
+               "--no-plot", expect=2)
+    one_line(p, tmp_path / "none", "--configs")
+    p = script("table3_lr_check.py", sweep, "--half", tmp_path / "none", "--out", tmp_path / "lr", expect=2)
+    one_line(p, tmp_path / "none", "--half")
+    for peak in ("nan", "inf"):
+        p = script("table3_conv_configs.py", "--dropout", "0.1", "--peak", peak, "--cap", "35400",
+                   "--out", tmp_path / "cc", expect=2)
+        one_line(p, "--peak", peak)
+    assert sorted(os.listdir(tmp_path)) == ["s"]
+
+
+def test_prune_heads_checks_its_commands_first(tmp_path):
+    f = make_file(tmp_path / "h.h5", curves=False)
+    (tmp_path / "c.h5").write_text("")
+    with h5py.File(f, "r+") as h:   # its checkpoint found, importance from train: the curves would run
+        h.attrs["checkpoint"], h.attrs["split"] = str(tmp_path / "c.h5"), "train"
+    before = snapshot(f)
+    exe = shutil.which("true")
+    for args, named in ((["--bin", tmp_path / "none"], tmp_path / "none"),
+                        (["--bin", tmp_path], tmp_path),
+                        (["--bin", exe, "--launcher", "no-such-launcher-here"], "no-such-launcher-here"),
+                        (["--bin", exe, "--launcher", "'"], "--launcher")):
+        one_line(script("prune_heads.py", f, *args, expect=2), named)
+    usage_error("prune_heads.py", f, "--bin", exe, "--seed", "-1", option="--seed")
+    assert snapshot(f) == before
