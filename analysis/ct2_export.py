@@ -122,6 +122,9 @@ def export(args):
     cfg, _, attrs, params = read_checkpoint(args.checkpoint)
     check_model(args.checkpoint, cfg)
     pieces, spm, lengths = read_vocab(args.data)
+    V = int(cfg["vocab_size"])
+    if len(pieces) != V:   # as hf_export.py: else CTranslate2's words, blaming the output
+        raise AnalysisError(args.data, f"vocabulary of {len(pieces)} pieces, the checkpoint's model has {V}")
     if "vocab_hash" in attrs and int(attrs["vocab_hash"]) != hm.vocab_hash(pieces):
         raise AnalysisError(args.data, "its vocabulary is not the checkpoint's (vocab_hash differs)")
     if os.path.exists(args.out_dir) and (not os.path.isdir(args.out_dir) or os.listdir(args.out_dir)):

@@ -160,7 +160,7 @@ def tensors(cfg, params, path):
 
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
+        json.dump(obj, f, indent=2, ensure_ascii=False, allow_nan=False)   # NaN is not JSON
         f.write("\n")
 
 
@@ -177,10 +177,25 @@ def write_tokenizer(out, pieces, spm, cfg, args):
                {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
 
 
+def check_finite(path, cfg):
+    """The config values that go into the JSON files as numbers must be
+    finite: "len_alpha = nan" was written as NaN, which is not JSON, and
+    transformers could not read the export."""
+    for key in ("len_alpha", "dropout", "ln_eps"):
+        if key in cfg:
+            try:
+                v = float(cfg[key])
+            except ValueError:
+                v = None
+            if v is None or not np.isfinite(v):
+                raise AnalysisError(path, f"config {key} = {cfg[key]}: not a finite number")
+
+
 def check_inputs(args):
     """(cfg, text, attrs, params, pieces, spm, lengths, dataset info), all checked."""
     cfg, text, attrs, params = read_checkpoint(args.checkpoint)
     check_architecture(args.checkpoint, cfg)
+    check_finite(args.checkpoint, cfg)
     pieces, spm, lengths = read_vocab(args.data)
     V = int(cfg["vocab_size"])
     if len(pieces) != V:

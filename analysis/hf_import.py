@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, main_wrapper  # noqa: E402
+from common import AnalysisError, main_wrapper, output_not_input  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
 # attribute types of checkpoint.c (checkpoint_write)
@@ -303,7 +303,9 @@ def write_all(outputs):
         for tmp, path in tmps:
             os.replace(tmp, path)
     except OSError as e:
-        raise AnalysisError(e.filename or tmps[-1][1], f"cannot write: {e.strerror}") from None
+        # name the output, not its temporary name
+        path = dict(tmps).get(e.filename, e.filename or tmps[-1][1])
+        raise AnalysisError(path, f"cannot write: {e.strerror}") from None
     finally:
         for tmp, _ in tmps:
             if os.path.exists(tmp):
@@ -338,6 +340,18 @@ def run_attrs(d, extra, params, pieces):
     return attrs
 
 
+def check_outputs(d, outputs):
+    """Refuse an output that is a directory (the error named its temporary
+    file) or any file of the Hugging Face directory: "hf_import.py HF
+    HF/model.safetensors" replaced the weights it had just read."""
+    inputs = [os.path.join(d, n) for n in os.listdir(d)]
+    for opt, out in outputs:
+        if out and os.path.isdir(out):
+            raise AnalysisError(out, "is a directory")
+        if out:
+            output_not_input("hf_import.py", opt, out, *[p for p in inputs if os.path.isfile(p)])
+
+
 def do_import(args):
     """Everything is read and checked before anything is written."""
     d = args.hf_dir
@@ -345,6 +359,7 @@ def do_import(args):
         raise AnalysisError(d, "no such directory")
     if args.data_out and os.path.abspath(args.data_out) == os.path.abspath(args.checkpoint):
         raise AnalysisError(args.data_out, "is also the checkpoint to write")
+    check_outputs(d, [("the checkpoint to write", args.checkpoint), ("--data-out", args.data_out)])
     c = read_json(d, "config.json")
     if not isinstance(c, dict):
         raise AnalysisError(os.path.join(d, "config.json"), "not a JSON object")

@@ -214,3 +214,89 @@ def test_prune_heads_checks_its_commands_first(tmp_path):
         one_line(script("prune_heads.py", f, *args, expect=2), named)
     usage_error("prune_heads.py", f, "--bin", exe, "--seed", "-1", option="--seed")
     assert snapshot(f) == before
+
+
+# the exports (.venv-hf): a checkpoint of two steps and its dataset
+
+HF_PY = os.path.join(ROOT, ".venv-hf", "bin", "python")
+
+
+def hf_script(name, *args):
+    """analysis/<name> under .venv-hf: (returncode, stderr)."""
+    import subprocess
+
+    from conftest import ANALYSIS
+
+    p = subprocess.run([HF_PY, os.path.join(ANALYSIS, name), *map(str, args)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    if p.returncode == 2:
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """(checkpoint, dataset, a MarianMT export of it) of a model trained two steps."""
+    from conftest import transformer
+
+    if not os.access(HF_PY, os.X_OK):
+        pytest.skip("no .venv-hf (bash tests/install-deps.sh creates it)")
+    w = tmp_path_factory.mktemp("model")
+    words = "a the man woman dog cat sees eats big small red blue house tree".split()
+    for split, n in (("train", 300), ("dev", 8)):
+        lines = [" ".join(words[(i * 7 + k * 3) % len(words)] for k in range(3 + i % 4)) + ".\n" for i in range(n)]
+        for lang in ("en", "de"):
+            (w / f"{split}.{lang}").write_text("".join(lines))
+    transformer("prepare", "--out", str(w / "d.h5"), "--split", "train", str(w / "train.en"), str(w / "train.de"),
+                "--split", "dev", str(w / "dev.en"), str(w / "dev.de"), "vocab_size=330", "max_len=16", "--jobs", "1")
+    transformer("train", f"data={w / 'd.h5'}", "vocab_size=330", "max_len=16", "n_layers=1", "d_model=16",
+                "d_ff=32", "n_heads=2", "d_k=8", "d_v=8", "max_tokens=256", "train_steps=2", "warmup=1",
+                "threads=1", f"run_dir={w / 'run'}")
+    ck = w / "run" / "ckpt_00000002.h5"
+    p = hf_script("hf_export.py", ck, w / "d.h5", w / "hf")
+    assert p.returncode == 0, p.stderr
+    return ck, w / "d.h5", w / "hf"
+
+
+def test_hf_import_refuses_to_overwrite_its_inputs(tiny_model, tmp_path):
+    hf = tiny_model[2]
+    inputs = [hf / n for n in sorted(os.listdir(hf))]
+    before = snapshot(*inputs)
+    for args, named in (([hf / "model.safetensors"], hf / "model.safetensors"),
+                        ([tmp_path / "c.h5", "--data-out", hf / "vocab.json"], hf / "vocab.json"),
+                        ([tmp_path], tmp_path)):
+        p = hf_script("hf_import.py", hf, *args)
+        assert p.returncode == 2 and f"error: {named}: " in p.stderr, p.stderr
+    assert snapshot(*inputs) == before and sorted(os.listdir(hf)) == [os.path.basename(i) for i in inputs]
+    assert os.listdir(tmp_path) == []
+
+
+def test_hf_export_refuses_a_non_finite_length_penalty(tiny_model, tmp_path):
+    ck = tmp_path / "ck.h5"
+    shutil.copy(tiny_model[0], ck)
+    with h5py.File(ck, "r+") as f:
+        f.attrs["config"] = f.attrs["config"] + "len_alpha = nan\n"
+    p = hf_script("hf_export.py", ck, tiny_model[1], tmp_path / "hf")
+    assert p.returncode == 2 and f"error: {ck}: config len_alpha = nan" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ck.h5"]
+
+
+def test_ct2_export_names_the_dataset_and_the_output(tiny_model, tmp_path):
+    if hf_script("ct2_export.py", "--help").returncode:
+        pytest.skip("no ctranslate2 in .venv-hf")
+    ck, data = tmp_path / "ck.h5", tmp_path / "d.h5"
+    shutil.copy(tiny_model[0], ck)
+    with h5py.File(ck, "r+") as f:   # a checkpoint without vocab_hash: the sizes are all there is to compare
+        del f.attrs["vocab_hash"]
+    with h5py.File(tiny_model[1], "r") as src, h5py.File(data, "w") as f:
+        for k, v in src.attrs.items():
+            f.attrs[k] = v
+        f["vocab/pieces"] = src["vocab/pieces"][:-5]
+        f["vocab/spm_model"] = src["vocab/spm_model"][()]
+    p = hf_script("ct2_export.py", ck, data, tmp_path / "ct2")
+    assert p.returncode == 2 and f"error: {data}: vocabulary of 325 pieces" in p.stderr, p.stderr
+    (tmp_path / "file").write_text("x\n")
+    p = hf_script("ct2_export.py", tiny_model[0], tiny_model[1], tmp_path / "file" / "ct2")
+    assert p.returncode == 2 and f"{tmp_path / 'file'} is not a directory" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ck.h5", "d.h5", "file"]
