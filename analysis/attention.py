@@ -44,8 +44,8 @@ import re
 
 import numpy as np
 
-from common import (AnalysisError, pyplot, as_strings, attr_str, main_wrapper, open_h5, output_not_input, paper_style,
-                    savefig, write_atomic)
+from common import (AnalysisError, pyplot, as_strings, attr_str, h5_array, main_wrapper, open_h5, output_not_input,
+                    paper_style, savefig, write_atomic)
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLE = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -723,18 +723,28 @@ def load_summary(path):
         if "sentence_index" not in f or set(names) != set(STATS) or "n_layers" not in f.attrs or "n_heads" not in f.attrs:
             raise AnalysisError(path, f"attention summary without sentence_index, n_layers, n_heads or the "
                                       f"statistics {','.join(STATS)}")
-        L, H = int(f.attrs["n_layers"]), int(f.attrs["n_heads"])
-        out = {"path": path, "run": attr_str(f, "run", ""), "index": np.asarray(f["sentence_index"][()]),
+        L, H = summary_sizes(path, f)
+        out = {"path": path, "run": attr_str(f, "run", ""), "index": h5_array(f, path, "sentence_index", (None,), True),
                "data": attr_str(f, "data", ""), "split": attr_str(f, "split", ""), "L": L, "H": H, "mean": {}}
         for kind in KINDS:
             if kind not in f:
                 continue
-            m = np.asarray(f[kind]["mean"][()], float)
-            if m.shape != (len(names), L, H):
-                raise AnalysisError(path, f"{kind}/mean has shape {m.shape}, expected {(len(names), L, H)}")
+            m = h5_array(f, path, f"{kind}/mean", (len(names), L, H))
             out["mean"][kind] = {s: m[names.index(s)] for s in STATS}
         out["aer"] = _load_alignment(path, f, L, H)
     return out
+
+
+def summary_sizes(path, f):
+    """(n_layers, n_heads) of a summary file: positive integers, else the
+    one-line error (a damaged attribute was a ValueError or TypeError)."""
+    try:
+        L, H = (int(np.asarray(f.attrs[k]).reshape(-1)[0]) for k in ("n_layers", "n_heads"))
+    except (TypeError, ValueError, IndexError):
+        L = H = 0
+    if L < 1 or H < 1:
+        raise AnalysisError(path, "attributes n_layers and n_heads are not positive integers")
+    return L, H
 
 
 def _load_alignment(path, f, L, H):
@@ -742,10 +752,7 @@ def _load_alignment(path, f, L, H):
     if "alignment" not in f:
         return None
     a = f["alignment"]
-    head, layer = np.asarray(a["aer_head"][()], float), np.asarray(a["aer_layer"][()], float)
-    if head.shape != (L, H) or layer.shape != (L,):
-        raise AnalysisError(path, f"alignment/aer_head {head.shape} or aer_layer {layer.shape} is not "
-                                  f"{(L, H)} and {(L,)}")
+    head, layer = h5_array(a, path, "aer_head", (L, H)), h5_array(a, path, "aer_layer", (L,))
     return {"head": head, "layer": layer, "digest": attr_str(a, "silver_digest", ""),
             "silver": attr_str(a, "silver", "")}
 

@@ -63,6 +63,25 @@ def open_h5(path):
         raise AnalysisError(path, "not an HDF5 file (or truncated)") from None
 
 
+def h5_array(f, path, name, shape=None, integer=False):
+    """Dataset name of the open HDF5 file or group f (of the file path) as
+    an array, checked: a deleted dataset, one of another shape (None in
+    shape: any length), or text where numbers belong is the one-line error
+    naming the file and dataset, not a KeyError, ValueError or TypeError
+    further on.  Floats unless integer (then an integer dtype is needed)."""
+    full = f"{f.name.rstrip('/')}/{name}".lstrip("/")
+    d = f.get(name)
+    if d is None or not hasattr(d, "shape"):
+        raise AnalysisError(path, f"missing dataset {full}")
+    if integer and not np.issubdtype(d.dtype, np.integer) or not np.issubdtype(d.dtype, np.number):
+        raise AnalysisError(path, f"{full} has type {d.dtype}, expected {'integers' if integer else 'numbers'}")
+    a = np.asarray(d[()]) if integer else np.asarray(d[()], float)
+    if shape is not None and (a.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, a.shape))):
+        want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+        raise AnalysisError(path, f"{full} has shape {a.shape}, expected {want}")
+    return a
+
+
 def output_not_input(cmd, opt, out, *inputs):
     """Refuse an output that is one of the command's inputs (the same existing
     file, whatever its path; bin/transformer's cli_output_not_input does the

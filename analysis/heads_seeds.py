@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+from common import AnalysisError, h5_array, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 CURVE_TITLE = {"importance": "importance order, all heads", "importance_enc": "encoder self only",
@@ -42,7 +42,9 @@ def load_curves(path):
         curves, splits = {}, set()
         for name, g in f["prune"].items():
             if all(k in g for k in NEEDED):
-                curves[name] = {k: g[k][()] for k in NEEDED}
+                # one length for all: a damaged curve failed in np.stack while drawing
+                n = len(h5_array(g, path, "fraction", shape=(None,)))
+                curves[name] = {k: h5_array(g, path, k, shape=(n,)) for k in NEEDED}
                 splits.add(str(g.attrs.get("split", "")))
     if "importance" not in curves:
         raise AnalysisError(path, "no 'importance' curve with Δ BLEU (prune_heads.py of this version)")

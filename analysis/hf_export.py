@@ -30,15 +30,30 @@ import hf_marian as hm  # noqa: E402
 
 def read_checkpoint(path):
     """(config dict, config text, {attr: value}, {name: array}) of one of our checkpoints."""
+    import h5py
+
     with open_h5(path) as f:
         if attr_str(f, "format") != "transformer-checkpoint":
             raise AnalysisError(path, "not a transformer checkpoint (no format=\"transformer-checkpoint\" attribute)")
         text = attr_str(f, "config", "")
         cfg = dict(l.split(" = ", 1) for l in text.splitlines() if " = " in l)
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        if not isinstance(f.get("params"), h5py.Group):
+            raise AnalysisError(path, "missing group params")
         params = {}
         f["params"].visititems(lambda n, o: params.__setitem__(n, o[()]) if hasattr(o, "shape") else None)
+    check_sizes(path, cfg)
     return cfg, text, attrs, params
+
+
+def check_sizes(path, cfg):
+    """The sizes the exports read from the stored config are positive
+    integers (a damaged config attribute was a KeyError or ValueError)."""
+    for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "vocab_size", "max_len"):
+        v = cfg.get(key)
+        if v is None or not v.strip().isdigit() or int(v) < 1:
+            raise AnalysisError(path, f"config {key} = {v}: expected a positive integer" if v is not None
+                                else f"config has no {key}")
 
 
 def read_vocab(path):
@@ -46,6 +61,9 @@ def read_vocab(path):
     with open_h5(path) as f:
         if attr_str(f, "format") != "transformer-dataset":
             raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
+        for name in ("vocab/pieces", "vocab/spm_model"):
+            if not hasattr(f.get(name), "shape"):
+                raise AnalysisError(path, f"missing dataset {name}")
         pieces = [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in f["vocab/pieces"][:]]
         spm = f["vocab/spm_model"][:].tobytes()
         lengths = None

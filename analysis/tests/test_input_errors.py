@@ -300,3 +300,54 @@ def test_ct2_export_names_the_dataset_and_the_output(tiny_model, tmp_path):
     p = hf_script("ct2_export.py", tiny_model[0], tiny_model[1], tmp_path / "file" / "ct2")
     assert p.returncode == 2 and f"{tmp_path / 'file'} is not a directory" in p.stderr, p.stderr
     assert sorted(os.listdir(tmp_path)) == ["ck.h5", "d.h5", "file"]
+
+
+# class 6: our own HDF5 files damaged (a dataset deleted, another shape)
+
+def test_damaged_files_are_named(tmp_path):
+    from test_silver_align import _planted_corpus
+
+    data = tmp_path / "d.h5"
+    _planted_corpus(data, n_train=20, n_dev=5)
+    with h5py.File(data, "r+") as f:
+        del f["splits/dev/tgt_ids"]
+    one_line(script("silver_align.py", data, "--out", tmp_path / "s.h5", expect=2), data,
+             "missing dataset splits/dev/tgt_ids")
+    seeds = tmp_path / "h.h5"
+    with h5py.File(seeds, "w") as f:
+        g = f.create_group("prune/importance")
+        for k in ("fraction", "n_pruned", "sacrebleu", "d_bleu", "d_bleu_lo", "d_bleu_hi"):
+            g[k] = [0.0, 0.5, 1.0] if k != "d_bleu" else [0.0, -2.0]
+    one_line(script("heads_seeds.py", seeds, "--out", tmp_path / "x", expect=2), seeds,
+             "prune/importance/d_bleu has shape (2,), expected (3,)")
+    sweep = tmp_path / "sw"
+    shutil.copytree(CONV, sweep, ignore=shutil.ignore_patterns("attention-*", "table3*"))
+    with h5py.File(sweep / "attention" / "A1.h5", "r+") as f:
+        del f["cross/mean"]
+    one_line(script("attention.py", "compare", sweep, "--out", tmp_path / "ac", "--no-plot", expect=2),
+             "A1.h5", "missing dataset cross/mean")
+    assert sorted(os.listdir(tmp_path)) == ["d.h5", "h.h5", "sw"]
+
+
+def test_damaged_checkpoint_and_export_are_named(tiny_model, tmp_path):
+    ck = tmp_path / "ck.h5"
+    shutil.copy(tiny_model[0], ck)
+    with h5py.File(ck, "r+") as f:
+        f.attrs["config"] = f.attrs["config"].replace("d_model = 16", "d_model = abc")
+    p = hf_script("hf_export.py", ck, tiny_model[1], tmp_path / "hf")
+    assert p.returncode == 2 and f"error: {ck}: config d_model = abc" in p.stderr, p.stderr
+    with h5py.File(ck, "r+") as f:
+        del f["params"]
+    p = hf_script("hf_export.py", ck, tiny_model[1], tmp_path / "hf")
+    assert p.returncode == 2 and f"error: {ck}: missing group params" in p.stderr, p.stderr
+    import json
+
+    hf = tmp_path / "hfd"
+    shutil.copytree(tiny_model[2], hf)
+    c = json.loads((hf / "config.json").read_text())
+    key = next(k for k, v in c.items() if isinstance(v, dict) and "config" in v)
+    c[key]["config"] = c[key]["config"].replace("n_layers = 1\n", "")
+    (hf / "config.json").write_text(json.dumps(c))
+    p = hf_script("hf_import.py", hf, tmp_path / "c.h5")
+    assert p.returncode == 2 and "config.json" in p.stderr and "n_layers = None" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ck.h5", "hfd"]
