@@ -513,7 +513,8 @@ def build_parser():
     p.add_argument("--dev-loss", type=not_negative(float))
     p.add_argument("--dev-ppl", type=not_negative(float))
     p.add_argument("--dev-bleu", type=not_negative(float), help="dev sacreBLEU (13a)")
-    p.add_argument("--dev-bleu-tok", type=not_negative(float), help="dev tokenised BLEU (Moses tokens, multi-bleu.perl)")
+    p.add_argument("--dev-bleu-tok", type=not_negative(float),
+                   help="dev tokenised BLEU (Moses tokens, multi-bleu.perl)")
     p.add_argument("--wall", type=not_negative(float), dest="wall_seconds", help="training wall time, seconds")
     p.add_argument("--metrics", metavar="METRICS_H5",
                    help="take steps, wall time, the last dev loss/PPL, tokens seen and the curves "

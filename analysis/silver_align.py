@@ -245,8 +245,10 @@ def build_parser():
     p.add_argument("--out", required=True, metavar="SILVER_H5", help="output file (written through a temporary)")
     p.add_argument("--model", type=int, choices=(1, 2, 3), default=3, help="1 IBM1, 2 +HMM, 3 +fertility (default 3)")
     p.add_argument("--samplers", type=int_at_least(1), default=3, help="independent samplers, averaged (default 3)")
-    p.add_argument("--null-prior", type=finite_float(low=0, high=1), default=0.2, help="prior probability of a NULL link (default 0.2)")
-    p.add_argument("--length", type=finite_float(above=0), default=1.0, help="iterations relative to eflomal's default (default 1)")
+    p.add_argument("--null-prior", type=finite_float(low=0, high=1), default=0.2,
+                   help="prior probability of a NULL link (default 0.2)")
+    p.add_argument("--length", type=finite_float(above=0), default=1.0,
+                   help="iterations relative to eflomal's default (default 1)")
     p.add_argument("--iterations", type=int_at_least(0), nargs=3, metavar=("IBM1", "HMM", "FERT"),
                    help="iterations of each model (default: eflomal's, from the number of sentences)")
     return p

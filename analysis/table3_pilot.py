@@ -135,7 +135,8 @@ def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", help="pilot sweep directory (its results/*.h5)")
-    p.add_argument("--tol", type=finite_float(low=0), default=0.05, help="largest spread of the seeds' final dev NLL (nats)")
+    p.add_argument("--tol", type=finite_float(low=0), default=0.05,
+                   help="largest spread of the seeds' final dev NLL (nats)")
     p.add_argument("--out", help="output prefix (default SWEEP/pilot)")
     p.add_argument("--last", type=int, default=3, help="dev evaluations averaged per seed (default 3)")
     p.add_argument("--no-plot", action="store_true")

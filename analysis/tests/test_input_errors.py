@@ -2,14 +2,17 @@
 exit 2 with one stderr line 'error: THING: PROBLEM' naming the file or
 option, and an output that existed before is byte-identical after."""
 
+import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 
 import h5py
 import pytest
 
-from conftest import ROOT, TINY, cli, script, write_cfg, write_metrics
+from conftest import ANALYSIS, ROOT, TINY, cli, script, transformer, write_cfg, write_metrics
 from test_heads import make_file
 
 CONV = os.path.join(ROOT, "docs", "results-multi30k", "converged", "sweep")
@@ -26,7 +29,7 @@ def one_line(p, *names):
 def usage_error(name, *args, option):
     """An option refused by its argparse type: exit 2, the option named on
     argparse's error line, no traceback (argparse prints its usage above)."""
-    p = _run(name, *args)
+    p = run_py(sys.executable, name, *args)
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr
     errs = [l for l in p.stderr.splitlines() if "error: " in l]
@@ -34,13 +37,8 @@ def usage_error(name, *args, option):
     return errs[0]
 
 
-def _run(name, *args):
-    import subprocess
-    import sys
-
-    from conftest import ANALYSIS
-
-    return subprocess.run([sys.executable, os.path.join(ANALYSIS, name), *map(str, args)],
+def run_py(python, name, *args):
+    return subprocess.run([python, os.path.join(ANALYSIS, name), *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
@@ -222,13 +220,8 @@ HF_PY = os.path.join(ROOT, ".venv-hf", "bin", "python")
 
 
 def hf_script(name, *args):
-    """analysis/<name> under .venv-hf: (returncode, stderr)."""
-    import subprocess
-
-    from conftest import ANALYSIS
-
-    p = subprocess.run([HF_PY, os.path.join(ANALYSIS, name), *map(str, args)], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300)
+    """analysis/<name> under .venv-hf; an exit 2 must be one error line."""
+    p = run_py(HF_PY, name, *args)
     if p.returncode == 2:
         lines = [l for l in p.stderr.splitlines() if l.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in p.stderr, p.stderr
@@ -238,8 +231,6 @@ def hf_script(name, *args):
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """(checkpoint, dataset, a MarianMT export of it) of a model trained two steps."""
-    from conftest import transformer
-
     if not os.access(HF_PY, os.X_OK):
         pytest.skip("no .venv-hf (bash tests/install-deps.sh creates it)")
     w = tmp_path_factory.mktemp("model")
@@ -340,8 +331,6 @@ def test_damaged_checkpoint_and_export_are_named(tiny_model, tmp_path):
         del f["params"]
     p = hf_script("hf_export.py", ck, tiny_model[1], tmp_path / "hf")
     assert p.returncode == 2 and f"error: {ck}: missing group params" in p.stderr, p.stderr
-    import json
-
     hf = tmp_path / "hfd"
     shutil.copytree(tiny_model[2], hf)
     c = json.loads((hf / "config.json").read_text())
