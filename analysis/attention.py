@@ -44,7 +44,7 @@ import re
 
 import numpy as np
 
-from common import (AnalysisError, pyplot, as_strings, attr_str, h5_array, main_wrapper, open_h5, output_not_input,
+from common import (ArgumentParser, AnalysisError, pyplot, as_strings, attr_str, h5_array, main_wrapper, open_h5, output_not_input,
                     paper_style, savefig, write_atomic)
 
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -1177,7 +1177,7 @@ def compare_sweep(sweep, configs, prefix, kind, stat, plot=True):
 
 # ---------------------------------------------------------------- CLI
 def build_parser():
-    p = argparse.ArgumentParser(prog="attention.py", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="attention.py", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")

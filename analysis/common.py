@@ -37,6 +37,17 @@ class AnalysisError(Exception):
         self.problem = problem
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the project's one-line error: a bad option is
+    "error: PROG: argument --tol: 'nan': not a finite number (see 'PROG
+    --help')", exit 2, not a usage block above argparse's own line.
+    Sub-commands' parsers are of this class too (add_subparsers)."""
+
+    def error(self, message):
+        print(f"error: {self.prog}: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
+
+
 def main_wrapper(main):
     """Run main(argv); turn AnalysisError (and unreadable files) into the one-line error."""
     try:

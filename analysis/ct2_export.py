@@ -14,7 +14,6 @@ on even, cos on odd dimensions: CTranslate2 adds a stored table, so no
 permutation is needed, unlike MarianMT).  Needs the ctranslate2 package
 (CPU wheels on PyPI); docs/ct2-export.md."""
 
-import argparse
 import os
 import shutil
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, main_wrapper, make_public, umask, why_cannot_write  # noqa: E402
+from common import ArgumentParser, AnalysisError, main_wrapper, make_public, umask, why_cannot_write  # noqa: E402
 from hf_export import hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -165,7 +164,7 @@ def export(args):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", help="our checkpoint (docs/checkpoint.md)")
     ap.add_argument("data", help="the dataset the model was trained on: its SentencePiece model and vocabulary")
     ap.add_argument("out_dir", help="the CTranslate2 directory to write (new or empty)")

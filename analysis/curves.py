@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from common import AnalysisError, pyplot, main_wrapper, open_h5, paper_style, savefig
+from common import ArgumentParser, AnalysisError, pyplot, main_wrapper, open_h5, paper_style, savefig
 
 # series -> (group, accepted dataset names): the layout of docs/metrics.md is
 # /train/{step,loss,lr,tokens_per_s,elapsed_s,tokens} and /dev/{step,loss,ppl,tokens,elapsed_s};
@@ -179,7 +179,7 @@ def plot_figure(runs, labels, xaxis, smooth=1):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="curves.py",
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),

@@ -12,14 +12,13 @@
 
 Usage: analysis/heads.py {heatmap,curve,table,all} HEADS.h5 --out PREFIX [--top 10]
 """
-import argparse
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, int_at_least, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, int_at_least, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 KIND_TITLE = {"enc": "encoder self-attention", "dec_self": "decoder self-attention",
@@ -169,7 +168,7 @@ def table(d, prefix, top):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=("heatmap", "curve", "table", "all"))
     ap.add_argument("heads", metavar="HEADS.h5")
     ap.add_argument("--out", required=True, help="output prefix, e.g. runs/base/figs/heads")

@@ -17,14 +17,13 @@ fraction is the largest level at which it holds, with every lower level.
 
 Usage: analysis/heads_seeds.py HEADS1.h5 HEADS2.h5 ... --out PREFIX [--label NAME ...]
 """
-import argparse
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, h5_array, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+from common import ArgumentParser, AnalysisError, h5_array, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 CURVE_TITLE = {"importance": "importance order, all heads", "importance_enc": "encoder self only",
@@ -117,7 +116,7 @@ def table(runs, labels):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("heads", nargs="+", metavar="HEADS.h5")
     ap.add_argument("--out", required=True, help="output prefix")
     ap.add_argument("--label", nargs="*", help="one name per file (default: the file names)")

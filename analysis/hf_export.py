@@ -13,7 +13,6 @@ dataset the model was trained on: it holds the SentencePiece model and the
 vocabulary (the checkpoint holds only their fingerprint, vocab_hash).
 docs/hf-export.md has the mapping and what differs."""
 
-import argparse
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, main_wrapper, open_h5, umask, why_cannot_write  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, main_wrapper, open_h5, umask, why_cannot_write  # noqa: E402
 import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -286,7 +285,7 @@ def export(args):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", help="our checkpoint (docs/checkpoint.md)")
     ap.add_argument("data", help="the dataset the model was trained on: its SentencePiece model and vocabulary")
     ap.add_argument("out_dir", help="the Hugging Face directory to write (new or empty)")

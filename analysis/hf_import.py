@@ -12,7 +12,6 @@ Marian model trained elsewhere is taken where it is an architecture this
 model has, else refused in one line (docs/hf-export.md).  Everything is
 checked before anything is written, and a refusal leaves no file."""
 
-import argparse
 import json
 import os
 import sys
@@ -20,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, main_wrapper, output_not_input  # noqa: E402
+from common import ArgumentParser, AnalysisError, main_wrapper, output_not_input  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
 # attribute types of checkpoint.c (checkpoint_write)
@@ -389,7 +388,7 @@ def do_import(args):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("hf_dir", help="a MarianMT directory (config.json, model.safetensors, vocab.json)")
     ap.add_argument("checkpoint", help="the checkpoint to write")
     ap.add_argument("--data-out", metavar="DATA.h5",

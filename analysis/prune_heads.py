@@ -30,7 +30,6 @@ Usage: analysis/prune_heads.py HEADS.h5 [--split dev] [--random-orders 3] [--sin
            [--score norm|raw] [--per-kind] [--min-per-layer 0] [--bin bin/transformer]
            [--launcher "mpirun -np 2"] [--beam 4]
 """
-import argparse
 import os
 import re
 import shlex
@@ -42,7 +41,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import AnalysisError, attr_str, h5_atomic, int_at_least, main_wrapper, open_h5  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, h5_atomic, int_at_least, main_wrapper, open_h5  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 
@@ -201,7 +200,7 @@ def save(path, curves, single, base, attrs=None):
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("heads", metavar="HEADS.h5", help="file of 'transformer heads'")
     ap.add_argument("--split", default="dev",
                     help="split the curves are scored on (default dev); never the one importance was measured on")

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from common import AnalysisError, attr_float, attr_str, h5_atomic, main_wrapper, open_h5, output_not_input
+from common import ArgumentParser, AnalysisError, attr_float, attr_str, h5_atomic, main_wrapper, open_h5, output_not_input
 
 FORMAT = "transformer-row-result"
 FORMAT_VERSION = 2  # 2: curves, hypotheses, held-out BLEU, compute, verdict; 1 is still read
@@ -492,7 +492,7 @@ def not_negative(t):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="row_result.py",
         description="Write the HDF5 result file of one Table 3 sweep row (docs/results.md), "
                     "or print one with --show or its failure verdict with --verdict.",

@@ -7,12 +7,11 @@ bandwidth.  Standard library only; every assumption is a named constant.
 
     python3 analysis/scaling_model.py            # the tables of docs/scaling.md
 """
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import finite_float, int_at_least  # noqa: E402
+from common import ArgumentParser, finite_float, int_at_least  # noqa: E402
 
 # model: Transformer base (Table 3), vocab 37000 shared, params 63,045,632
 D, DFF, H, DK, N, V = 512, 2048, 8, 64, 6, 37000
@@ -92,7 +91,7 @@ def exposed(n, bucket, flops, nics):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tflops", type=finite_float(above=0), nargs="*", default=[50.0, 10.0],
                     help="sustained GPU TFLOP/s (default 50 = A100/H100 mixed precision, 10 = fp32)")
     ap.add_argument("--nics", type=int_at_least(1), nargs="*", default=[1, 8], help="200 Gb/s ports per node")

@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 import attention as A
-from common import (AnalysisError, as_strings, attr_str, finite_float, h5_array, h5_atomic, int_at_least, main_wrapper,
+from common import (ArgumentParser, AnalysisError, as_strings, attr_str, finite_float, h5_array, h5_atomic, int_at_least, main_wrapper,
                     open_h5, output_not_input)
 
 SILVER_FORMAT = "transformer-silver-alignment"
@@ -236,7 +236,7 @@ def silver_align(data, split, train_split, out, settings, argv):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="silver_align.py", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="silver_align.py", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", metavar="DATA_H5", help="dataset file (transformer prepare)")

@@ -46,7 +46,7 @@ import shlex
 import numpy as np
 
 import stats
-from common import AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
+from common import ArgumentParser, AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
 import compare
 from compare import PAPER_EQUIV_NATS, base_spread_note, is_failed, mean_bleu, nll, split_run, summarize
 from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result, read_text
@@ -890,7 +890,7 @@ def plot_delta(curves, band=PAPER_EQUIV_NATS):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="table3.py",
         description=__doc__.split("\n\n")[0],
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),

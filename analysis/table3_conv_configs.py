@@ -25,7 +25,7 @@ import argparse
 import math
 import os
 
-from common import AnalysisError, main_wrapper, write_atomic
+from common import ArgumentParser, AnalysisError, main_wrapper, write_atomic
 from row_result import parse_config_text
 from table3_conv_pilot import EVAL_STEPS, d_rows, fmt_drop, fmt_rate, pilot_state, setting_name
 
@@ -221,7 +221,7 @@ def setting_from_pilot(a):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pilot", help="the pilot's sweep directory: its choice (analysis/table3_conv_pilot.py)")
     p.add_argument("--dropout", type=float, help="base′'s P_drop (without --pilot)")

@@ -36,7 +36,7 @@ import os
 
 import numpy as np
 
-from common import AnalysisError, main_wrapper, write_atomic
+from common import ArgumentParser, AnalysisError, main_wrapper, write_atomic
 from compare import dev_curve, nll
 from bleu import scores
 from row_result import parse_config_text, read_hyp_set, read_result
@@ -428,7 +428,7 @@ def to_markdown(st, sweep):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", help="the pilot's sweep directory (results/*.h5, configs/*.cfg)")
     p.add_argument("--configs", help="the pilot's configs (default SWEEP/configs)")

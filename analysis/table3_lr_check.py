@@ -28,7 +28,7 @@ import argparse
 import math
 import os
 
-from common import AnalysisError, main_wrapper, write_atomic
+from common import ArgumentParser, AnalysisError, main_wrapper, write_atomic
 from compare import is_failed, nll, usable
 from table3 import load_rows
 
@@ -105,7 +105,7 @@ def to_markdown(sweeps, table):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", help="the main sweep's directory (its seed-1 runs are the chosen rate's)")
     p.add_argument("--half", help="the half-rate sweep (default SWEEP-lr-half)")

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from common import AnalysisError, finite_float, main_wrapper, pyplot, savefig, write_atomic
+from common import ArgumentParser, AnalysisError, finite_float, main_wrapper, pyplot, savefig, write_atomic
 from compare import dev_curve
 from row_result import read_result
 from verdict import STUCK_NATS_BELOW_PLATEAU
@@ -132,7 +132,7 @@ def check_curves(r):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep", help="pilot sweep directory (its results/*.h5)")
     p.add_argument("--tol", type=finite_float(low=0), default=0.05,

@@ -19,22 +19,23 @@ CONV = os.path.join(ROOT, "docs", "results-multi30k", "converged", "sweep")
 
 
 def one_line(p, *names):
-    """The error line of a refused run; it names each of names."""
+    """The error line of a refused run: exactly one stderr line, 'error: ...',
+    naming each of names."""
     line = p.stderr.strip()
+    assert p.stderr.count("\n") == 1 and line.startswith("error: "), p.stderr
     for n in names:
         assert str(n) in line, f"{n} not named in {line!r}"
     return line
 
 
 def usage_error(name, *args, option):
-    """An option refused by its argparse type: exit 2, the option named on
-    argparse's error line, no traceback (argparse prints its usage above)."""
+    """An option refused by its argparse type: exit 2 and one line
+    'error: NAME: argument OPTION: ...' (common.ArgumentParser; argparse's
+    own usage block above it was dropped)."""
     p = run_py(sys.executable, name, *args)
     assert p.returncode == 2, p.stderr
-    assert "Traceback" not in p.stderr
-    errs = [l for l in p.stderr.splitlines() if "error: " in l]
-    assert len(errs) == 1 and f"argument {option}" in errs[0], p.stderr
-    return errs[0]
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"error: {name}: argument {option}"), p.stderr
+    return p.stderr.strip()
 
 
 def run_py(python, name, *args):
