@@ -143,14 +143,20 @@ static void capture_begin(StderrCapture *c)
     c->saved = c->f ? stderr_divert(fileno(c->f)) : -1;   /* -1: stderr as it was */
 }
 
-/* the captured line (its first) into line */
+/* the captured "error: " line into line (the first line where there is
+ * none): HDF5 may print its own diagnostic stack above the reader's line */
 static void capture_end(StderrCapture *c, char *line, int cap)
 {
     stderr_restore(c->saved);
     line[0] = '\0';
     if (!c->f) return;
     rewind(c->f);
-    if (fgets(line, cap, c->f)) line[strcspn(line, "\n")] = '\0';
+    char buf[1024];
+    while (fgets(buf, sizeof buf, c->f)) {
+        buf[strcspn(buf, "\n")] = '\0';
+        if (!line[0] || !strncmp(buf, "error: ", 7)) snprintf(line, cap, "%s", buf);
+        if (!strncmp(buf, "error: ", 7)) break;
+    }
     fclose(c->f);
 }
 
