@@ -141,12 +141,14 @@ static void capture_begin(StderrCapture *c)
 {
     c->f = tmpfile();
     c->saved = c->f ? stderr_divert(fileno(c->f)) : -1;   /* -1: stderr as it was */
+    util_die_fd = c->saved;
 }
 
 /* the captured "error: " line into line (the first line where there is
  * none): HDF5 may print its own diagnostic stack above the reader's line */
 static void capture_end(StderrCapture *c, char *line, int cap)
 {
+    util_die_fd = -1;
     stderr_restore(c->saved);
     line[0] = '\0';
     if (!c->f) return;

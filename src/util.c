@@ -10,6 +10,7 @@
 
 void (*util_abort_hook)(int code) = NULL;
 void (*util_cleanup_hook)(void) = NULL;
+int util_die_fd = -1;
 
 void die(int code, const char *fmt, ...)
 {
@@ -22,8 +23,13 @@ void die(int code, const char *fmt, ...)
     va_end(ap);
     strcat(line, "\n");
     fflush(stdout);
-    fputs(line, stderr);
-    fflush(stderr);
+    if (util_die_fd >= 0) {
+        ssize_t w = write(util_die_fd, line, strlen(line));
+        (void)w;
+    } else {
+        fputs(line, stderr);
+        fflush(stderr);
+    }
     if (util_cleanup_hook) util_cleanup_hook();
     if (util_abort_hook) util_abort_hook(code);
     exit(code);

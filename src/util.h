@@ -22,6 +22,9 @@ extern void (*util_abort_hook)(int code);
 /* set by a command that leaves files to remove: die() calls it before the
  * abort hook, whose MPI_Abort skips atexit's handlers */
 extern void (*util_cleanup_hook)(void);
+/* -1, or the descriptor die() writes its line to while stderr is captured
+ * into a file (resume.c's StderrCapture), so that the line reaches the user */
+extern int util_die_fd;
 /* stderr to the file descriptor fd (or to /dev/null: stderr_quiet) until
  * stderr_restore(saved) with the value returned; -1 where it could not be
  * diverted (stderr stays as it was, and stderr_restore(-1) does nothing).
