@@ -1,7 +1,9 @@
 /* Command-line handling shared by the commands (cli.h). */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -41,6 +43,18 @@ int cli_option(const char *cmd, int argc, char **argv, int *i, const char **slot
     if (*slot) { fprintf(stderr, "error: %s: %s given twice ('%s', '%s')\n", cmd, opt, *slot, v); return 2; }
     *slot = v;
     ++*i;
+    return 0;
+}
+
+int cli_int(const char *cmd, const char *opt, const char *v, long long lo, long long hi, long long *x)
+{
+    char *end;
+    errno = 0;
+    *x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || *x < lo || *x > hi) {
+        fprintf(stderr, "error: %s: %s '%s' must be an integer from %lld to %lld\n", cmd, opt, v, lo, hi);
+        return 2;
+    }
     return 0;
 }
 

@@ -23,6 +23,9 @@ int cli_set(Config *c, const char *cmd, const char *word, const char *arch_from)
  * wrote a file named "--recompute"); the option given twice (`--output a
  * --output b` wrote b only).  0, or 2 after "error: CMD: ..." */
 int cli_option(const char *cmd, int argc, char **argv, int *i, const char **slot);
+/* The integer value v of option opt in [lo, hi] into *x: 0, or 2 after one
+ * line "error: CMD: OPT 'V' must be an integer from LO to HI" */
+int cli_int(const char *cmd, const char *opt, const char *v, long long lo, long long hi, long long *x);
 /* options shared by commands: --config FILE and key=value overrides over
  * config_defaults, the other words of argv[first..] offered to extra
  * first (1 consumed, 0 not its own, 2 an error printed); then

@@ -123,14 +123,6 @@ static void restore_log_interval(TrainRun *r, const CkptState *st)
     r->log.tokens = v[1];
 }
 
-/* rank 0: find the newest intact checkpoint and load it into host buffers;
- * returns 1 if found, 0 if the directory has none.  Damaged ones (truncated,
- * failed checksum: CKPT_DAMAGED) are skipped, and renamed to *.bad once an
- * older one loads: left in place, the newest would count as the resume point
- * when the next checkpoint is pruned.  Anything else that stops a checkpoint
- * from loading (another architecture or vocabulary, another format version,
- * no permission) exits 2 rather than quietly resuming from an older one;
- * so does a directory none of whose checkpoints is intact. */
 /* The checkpoint readers print their own error line.  While load_newest
  * tries a candidate, that line goes to a temporary file instead, so that a
  * damaged checkpoint it can skip becomes part of one warning (or of the one
@@ -179,18 +171,15 @@ static int read_candidate(TrainRun *r, const char *path, float *host, CkptState 
     size_t N = r->model.pt.total;
     Config ck;
     StderrCapture c;
-    capture_begin(&c);
+    capture_begin(&c);   /* (die() reaches the user through util_die_fd) */
     int rc = checkpoint_read_config(path, &ck, st);
-    capture_end(&c, line, cap);
     char msg[512];
     if (!rc && config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
         die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", path, msg);
-    if (!rc) {
-        capture_begin(&c);
+    if (!rc)
         rc = checkpoint_check_vocab(path, st, r->cfg.data) ? 2
            : checkpoint_read_tensors(path, &r->model.pt, host, host + N, host + 2 * N);
-        capture_end(&c, line, cap);
-    }
+    capture_end(&c, line, cap);
     if (rc && rc != CKPT_DAMAGED) {   /* not damaged, but not ours to resume from: say so, lose nothing */
         fprintf(stderr, "%s\n", line);
         if (util_abort_hook) util_abort_hook(2);
@@ -199,6 +188,14 @@ static int read_candidate(TrainRun *r, const char *path, float *host, CkptState 
     return rc;
 }
 
+/* rank 0: find the newest intact checkpoint and load it into host buffers;
+ * returns 1 if found, 0 if the directory has none.  Damaged ones (truncated,
+ * failed checksum: CKPT_DAMAGED) are skipped, and renamed to *.bad once an
+ * older one loads: left in place, the newest would count as the resume point
+ * when the next checkpoint is pruned.  Anything else that stops a checkpoint
+ * from loading (another architecture or vocabulary, another format version,
+ * no permission) exits 2 rather than quietly resuming from an older one;
+ * so does a directory none of whose checkpoints is intact. */
 static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size_t cap)
 {
     char **paths;

@@ -114,7 +114,7 @@ one_line_error "^error: prepare: --byte-fallback '99' must be an integer from 0 
 one_line_error "^error: prepare: --jobs '4294967298' must be an integer from 0 to 4096$" \
     "$BIN" prepare --out d.h5 --split train a b --jobs 4294967298
 one_line_error "^error: prepare: --split needs 3 arguments" "$BIN" prepare --split train a --out d.h5
-one_line_error "^error: translate: --batch-size '99999999999' is not an integer from 1 to 1000000$" \
+one_line_error "^error: translate: --batch-size '99999999999' must be an integer from 1 to 1000000$" \
     "$BIN" translate --checkpoint "$CK" --data synthetic --split dev --output o.txt --batch-size 99999999999
 one_line_error "^error: command line: key 'data': empty" "$BIN" params data=
 printf 'd_model = 6\0004\n' > "$tmp/nul.cfg"

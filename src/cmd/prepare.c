@@ -76,19 +76,6 @@ static int prep_extra(void *ctx, int argc, char **argv, int *i)
     return cli_option("prepare", argc, argv, i, dst) ? 2 : 1;
 }
 
-/* an integer option's value in [lo, hi], else one line naming it */
-static int prep_int(const char *opt, const char *v, long long lo, long long hi, long long *x)
-{
-    char *end;
-    errno = 0;
-    *x = strtoll(v, &end, 10);
-    if (end == v || *end || errno || *x < lo || *x > hi) {
-        fprintf(stderr, "error: prepare: %s '%s' must be an integer from %lld to %lld\n", opt, v, lo, hi);
-        return 2;
-    }
-    return 0;
-}
-
 /* the numeric options, after parsing (each given at most once) */
 static int prep_numbers(PrepOpts *o)
 {
@@ -102,21 +89,23 @@ static int prep_numbers(PrepOpts *o)
         }
     }
     if (o->sentences_arg) {
-        if (prep_int("--sentences", o->sentences_arg, 0, LLONG_MAX, &x)) return 2;
+        if (cli_int("prepare", "--sentences", o->sentences_arg, 0, LLONG_MAX, &x)) return 2;
         o->sentence_size = x;
     }
     if (o->byte_fallback_arg) {
-        if (prep_int("--byte-fallback", o->byte_fallback_arg, 0, 1, &x)) return 2;
+        if (cli_int("prepare", "--byte-fallback", o->byte_fallback_arg, 0, 1, &x)) return 2;
         o->byte_fallback = (int)x;
     }
     if (o->jobs_arg) {   /* 0: as many as the allocation has CPUs */
-        if (prep_int("--jobs", o->jobs_arg, 0, 4096, &x)) return 2;
+        if (cli_int("prepare", "--jobs", o->jobs_arg, 0, 4096, &x)) return 2;
         o->jobs = (int)x;
     }
     if (o->id_bits_arg) {
-        if (prep_int("--id-bits", o->id_bits_arg, 16, 32, &x)) return 2;
-        if (x != 16 && x != 32) { fprintf(stderr, "error: prepare: --id-bits '%s' must be 16 or 32\n", o->id_bits_arg); return 2; }
-        o->id_bits = (int)x;
+        if (strcmp(o->id_bits_arg, "16") && strcmp(o->id_bits_arg, "32")) {
+            fprintf(stderr, "error: prepare: --id-bits '%s' must be 16 or 32\n", o->id_bits_arg);
+            return 2;
+        }
+        o->id_bits = atoi(o->id_bits_arg);
     }
     return 0;
 }
