@@ -209,6 +209,18 @@ def temp_beside(path, suffix=""):
         raise AnalysisError(path, f"cannot create: {why_cannot_write(path, e)}") from None
 
 
+def temp_dir_beside(path):
+    """A new temporary directory in path's parent, made if missing: a
+    directory output (the exports) is built there and renamed into place.
+    An OSError becomes the one-line error naming path."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(path)) + ".", dir=parent)
+    except OSError as e:
+        raise AnalysisError(path, f"cannot create: {why_cannot_write(path, e)}") from None
+
+
 def _discard(tmp, path, e):
     """Remove the temporary file of a failed write; an OSError (a full disk,
     an output that is a directory) becomes the one-line error naming path."""

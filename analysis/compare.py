@@ -389,13 +389,14 @@ def dev_curve(r):
 
 
 def stored_dev_curve(r):
-    """dev_curve() of a run the converged protocol compares: one without a
-    dev NLL curve (a version-1 file, curves/ damaged) is the user's error,
-    not an empty array that np.interp rejects with a traceback."""
+    """dev_curve() of a run whose curve a comparison needs (the converged
+    protocol, the pilot): one without a dev NLL curve (a version-1 file,
+    curves/ damaged, of two lengths) is the user's error, not an empty array
+    that np.interp rejects with a traceback."""
     steps, nlls = dev_curve(r)
     if not len(steps):
         raise AnalysisError(r.get("path", r.get("row", "?")),
-                            "no dev NLL curve (curves/dev_step, curves/dev_nll): the converged protocol needs it")
+                            "no usable dev NLL curve (curves/dev_step and curves/dev_nll, of one length)")
     return steps, nlls
 
 

@@ -17,14 +17,12 @@ permutation is needed, unlike MarianMT).  Needs the ctranslate2 package
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, main_wrapper, make_public, umask, why_cannot_write  # noqa: E402
-from hf_export import hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
-import hf_marian as hm  # noqa: E402
+from common import ArgumentParser, AnalysisError, main_wrapper, make_public, temp_dir_beside, umask  # noqa: E402
+from hf_export import check_vocab, hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
 
 
 def ctranslate2_specs():
@@ -121,21 +119,11 @@ def export(args):
     cfg, _, attrs, params = read_checkpoint(args.checkpoint)
     check_model(args.checkpoint, cfg)
     pieces, spm, lengths = read_vocab(args.data)
-    V = int(cfg["vocab_size"])
-    if len(pieces) != V:   # as hf_export.py: else CTranslate2's words, blaming the output
-        raise AnalysisError(args.data, f"vocabulary of {len(pieces)} pieces, the checkpoint's model has {V}")
-    if "vocab_hash" in attrs and int(attrs["vocab_hash"]) != hm.vocab_hash(pieces):
-        raise AnalysisError(args.data, "its vocabulary is not the checkpoint's (vocab_hash differs)")
+    check_vocab(args.data, cfg, attrs, pieces)
     if os.path.exists(args.out_dir) and (not os.path.isdir(args.out_dir) or os.listdir(args.out_dir)):
         raise AnalysisError(args.out_dir, "exists and is not an empty directory")
     spec = build_spec(cfg, params, pieces)
-    parent = os.path.dirname(os.path.abspath(args.out_dir))
-    try:
-        # as hf_export.py: a missing parent is made; one under a file is the user's error
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out_dir))}.", dir=parent)
-    except OSError as e:
-        raise AnalysisError(args.out_dir, f"cannot create: {why_cannot_write(args.out_dir, e)}") from None
+    tmp = temp_dir_beside(args.out_dir)
     try:
         spec.validate()
         spec.optimize(quantization=args.quantization)

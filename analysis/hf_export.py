@@ -17,12 +17,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, main_wrapper, open_h5, umask, why_cannot_write  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, main_wrapper, open_h5, temp_dir_beside, umask  # noqa: E402
 import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -41,18 +40,8 @@ def read_checkpoint(path):
             raise AnalysisError(path, "missing group params")
         params = {}
         f["params"].visititems(lambda n, o: params.__setitem__(n, o[()]) if hasattr(o, "shape") else None)
-    check_sizes(path, cfg)
+    hm.check_sizes(path, cfg)
     return cfg, text, attrs, params
-
-
-def check_sizes(path, cfg):
-    """The sizes the exports read from the stored config are positive
-    integers (a damaged config attribute was a KeyError or ValueError)."""
-    for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "vocab_size", "max_len"):
-        v = cfg.get(key)
-        if v is None or not v.strip().isdigit() or int(v) < 1:
-            raise AnalysisError(path, f"config {key} = {v}: expected a positive integer" if v is not None
-                                else f"config has no {key}")
 
 
 def read_vocab(path):
@@ -208,17 +197,23 @@ def check_finite(path, cfg):
                 raise AnalysisError(path, f"config {key} = {cfg[key]}: not a finite number")
 
 
+def check_vocab(data, cfg, attrs, pieces):
+    """The dataset's vocabulary is the checkpoint's: its size, then its
+    fingerprint (else the exports' own errors blamed the output)."""
+    V = int(cfg["vocab_size"])
+    if len(pieces) != V:
+        raise AnalysisError(data, f"vocabulary of {len(pieces)} pieces, the checkpoint's model has {V}")
+    if "vocab_hash" in attrs and int(attrs["vocab_hash"]) != hm.vocab_hash(pieces):
+        raise AnalysisError(data, "its vocabulary is not the checkpoint's (vocab_hash differs)")
+
+
 def check_inputs(args):
     """(cfg, text, attrs, params, pieces, spm, lengths, dataset info), all checked."""
     cfg, text, attrs, params = read_checkpoint(args.checkpoint)
     check_architecture(args.checkpoint, cfg)
     check_finite(args.checkpoint, cfg)
     pieces, spm, lengths = read_vocab(args.data)
-    V = int(cfg["vocab_size"])
-    if len(pieces) != V:
-        raise AnalysisError(args.data, f"vocabulary of {len(pieces)} pieces, the checkpoint's model has {V}")
-    if "vocab_hash" in attrs and int(attrs["vocab_hash"]) != hm.vocab_hash(pieces):
-        raise AnalysisError(args.data, "its vocabulary is not the checkpoint's (vocab_hash differs)")
+    check_vocab(args.data, cfg, attrs, pieces)
     for piece, i in hm.SPECIAL.items():
         if pieces[i] != piece:
             raise AnalysisError(args.data, f"piece {i} is {pieces[i]!r}, expected {piece!r}")
@@ -260,12 +255,7 @@ def publish(tmp, out_dir):
 def export(args):
     hm.safetensors_numpy()
     cfg, text, attrs, params, pieces, spm, lengths = check_inputs(args)
-    parent = os.path.dirname(os.path.abspath(args.out_dir))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(args.out_dir))}.", dir=parent)
-    except OSError as e:
-        raise AnalysisError(args.out_dir, f"cannot create: {why_cannot_write(args.out_dir, e)}") from None
+    tmp = temp_dir_beside(args.out_dir)
     try:
         gen, alpha, L = write_files(tmp, args, cfg, text, attrs, params, pieces, spm, lengths)
         publish(tmp, args.out_dir)

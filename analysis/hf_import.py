@@ -322,10 +322,7 @@ def our_config(d, c):
     if not isinstance(text, str) or extra and not isinstance(extra.get("attrs", {}), dict):
         raise AnalysisError(where, "config is not text or attrs not an object")
     cfg = dict(l.split(" = ", 1) for l in text.splitlines() if " = " in l)
-    for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "vocab_size", "max_len"):
-        # a damaged entry was a KeyError or ValueError further on
-        if not cfg.get(key, "").strip().isdigit():
-            raise AnalysisError(where, f"config {key} = {cfg.get(key)}: expected a positive integer")
+    hm.check_sizes(where, cfg)
     N, dm, V = int(cfg["n_layers"]), int(cfg["d_model"]), int(cfg["vocab_size"])
     if (N, dm, V) != (c.get("encoder_layers"), c.get("d_model"), c.get("vocab_size")):
         raise AnalysisError(d, "config.json and its transformer_checkpoint entry disagree")

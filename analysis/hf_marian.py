@@ -29,6 +29,18 @@ def safetensors_numpy():
     return safetensors.numpy
 
 
+def check_sizes(where, cfg):
+    """The sizes both directions read from our config text (a dict of its
+    key = value lines) are positive integers: a damaged config was a
+    KeyError or ValueError further on."""
+    from common import AnalysisError
+
+    for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "vocab_size", "max_len"):
+        v = cfg.get(key)
+        if v is None or not v.strip().isdigit() or int(v) < 1:
+            raise AnalysisError(where, f"config {key} = {v}: expected a positive integer")   # None: missing
+
+
 def model_dim_permutation(d):
     """perm[m] = our dimension that is Marian's dimension m.
 

@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from common import ArgumentParser, AnalysisError, finite_float, main_wrapper, pyplot, savefig, write_atomic
-from compare import dev_curve
+from compare import dev_curve, stored_dev_curve
 from row_result import read_result
 from verdict import STUCK_NATS_BELOW_PLATEAU
 
@@ -117,20 +117,6 @@ def plot(groups):
     return fig
 
 
-def check_curves(r):
-    """A done run's dev curve, checked here: without it (a version-1 file,
-    curves/ damaged) the summary failed with a KeyError."""
-    c = r["curves"]
-    if not c:
-        raise AnalysisError(r["path"], "no curves (a result file of format version 2 is needed)")
-    for k in ("dev_step", "dev_nll"):
-        if k not in c or not len(c[k]):
-            raise AnalysisError(r["path"], f"no curves/{k}: the pilot needs the dev NLL curve")
-    if len(c["dev_step"]) != len(c["dev_nll"]):
-        raise AnalysisError(r["path"], f"curves/dev_step has {len(c['dev_step'])} points, "
-                                       f"curves/dev_nll {len(c['dev_nll'])}")
-
-
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -149,8 +135,10 @@ def main(argv):
     if not files:
         raise AnalysisError(a.sweep, "no results/*.h5")
     runs = [r for r in map(read_result, files) if r["status"] == "done"]
-    for r in runs:
-        check_curves(r)
+    for r in runs:   # without a dev curve the summary failed with a KeyError
+        if not r["curves"]:
+            raise AnalysisError(r["path"], "no curves (a result file of format version 2 is needed)")
+        stored_dev_curve(r)
     groups = settings(runs)
     if a.last < 1:
         raise AnalysisError("--last", f"{a.last}: not a positive count")
