@@ -760,18 +760,16 @@ def _load_alignment(path, f, L, H):
 # ---------------------------------------------------------------- across the rows of a sweep
 def sweep_rows(sweep, configs):
     """The sweep's rows as the Table 3 protocol counts them (table3.py,
-    compare.py): list of {'row', 'used': run names, 'd_nll', 'failed': run names}."""
+    compare.py): list of {'row', 'used': run names, 'nll_of': {run name: dev
+    NLL}, 'failed': run names, 'seed_of': {run name: matched seed}}."""
     import compare as C
     import table3 as T3
 
     runs = T3.load_rows(sweep, configs)
     groups = C.group_runs(runs)
     rows = [C.row_summary(n, groups[n]) for n in sorted(groups, key=T3.logical_sort_key)]
-    base = next((s for s in rows if s["row"] == "base"), None)
-    for s in rows:
-        if base is not None and s is not base and s["n"] and base["n"]:
-            C.nll_comparison(s, base)
-    return [{"row": s["row"], "used": [r["row"] for r in s["used"]], "d_nll": s["d_nll"] if s is not base else 0.0,
+    return [{"row": s["row"], "used": [r["row"] for r in s["used"]],
+             "nll_of": {r["row"]: v for r, v in zip(s["used"], s["nlls"])},
              "failed": [r["row"] for r in s["failed"]],
              "seed_of": {r["row"]: k for k, r in C.matched_runs(s).items()}} for s in rows]
 
@@ -793,7 +791,7 @@ def seed_interval(v):
 
 
 def read_sweep_summaries(sweep, configs):
-    """Rows with their runs' summaries: list of {'row', 'runs', 'L', 'H', 'd_nll',
+    """Rows with their runs' summaries: list of {'row', 'runs', 'L', 'H', 'nll_of',
     'mean': {kind: {stat: [seeds, L, H]}}} and notes on what was left out.  Every
     summary must be of the same sentences of the same data."""
     adir = os.path.join(sweep, "attention")
@@ -822,7 +820,7 @@ def read_sweep_summaries(sweep, configs):
         if len(shapes) > 1:
             raise AnalysisError(summ[have[0]]["path"], f"row {r['row']}: its runs differ in layers x heads: {sorted(shapes)}")
         kinds = [k for k in KINDS if all(k in summ[n]["mean"] for n in have)]
-        rows.append({"row": r["row"], "runs": have, "d_nll": r["d_nll"], "L": shapes.pop()[0], "H": summ[have[0]]["H"],
+        rows.append({"row": r["row"], "runs": have, "nll_of": r["nll_of"], "L": shapes.pop()[0], "H": summ[have[0]]["H"],
                      "seed_of": r["seed_of"],
                      "mean": {k: {s: np.stack([summ[n]["mean"][k][s] for n in have]) for s in STATS} for k in kinds}})
     _check_same_silver(summ)
@@ -948,19 +946,27 @@ def overall(row, kind, stat):
 
 
 def delta_vs_nll(rows, kind, stat):
-    """(rows other than base with both numbers, Δ statistic vs base, Δ dev NLL, Spearman ρ)."""
+    """(rows other than base with both numbers, Δ statistic vs base, Δ dev NLL,
+    Spearman ρ, its permutation p).  Both Δ are paired over matched seeds, the
+    mean of row − base of the same seed, as Table 3's converged protocol
+    compares dev NLL (table3.py); a row's seeds without a pair are not used."""
     import stats
 
     base = next((r for r in rows if r["row"] == "base"), None)
     if base is None:
-        return [], [], [], math.nan
-    b = _nan_reduce(np.nanmean, overall(base, kind, stat))
-    pts = [(r, _nan_reduce(np.nanmean, overall(r, kind, stat)) - b, r["d_nll"]) for r in rows if r is not base]
-    pts = [p for p in pts if np.isfinite(p[1]) and np.isfinite(p[2])]
-    if not pts:
-        return [], [], [], math.nan
-    names, ds, dn = zip(*[(p[0]["row"], p[1], p[2]) for p in pts])
-    return list(names), list(ds), list(dn), stats.spearman(ds, dn)
+        return [], [], [], math.nan, math.nan
+    pts = []
+    for r in rows:
+        if r is base:
+            continue
+        ds = paired_delta(r, base, lambda x: (x["runs"], overall(x, kind, stat)))["diff"]
+        dn = paired_delta(r, base, lambda x: (x["runs"], [x["nll_of"][n] for n in x["runs"]]))["diff"]
+        if np.isfinite(ds) and np.isfinite(dn):
+            pts.append((r["row"], ds, dn))
+    if len(pts) < 2:
+        return [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], math.nan, math.nan
+    names, ds, dn = map(list, zip(*pts))
+    return names, ds, dn, stats.spearman(ds, dn), stats.spearman_permutation_p(ds, dn)
 
 
 def by_seed(row, runs, values):
@@ -1015,6 +1021,32 @@ def paired_markdown(rows):
     return out
 
 
+def rho_markdown(rows):
+    """Spearman ρ of Δ statistic vs Δ dev NLL for every kind and statistic,
+    with its permutation p and Holm's correction over all of them."""
+    import stats
+
+    cells = {(kd, s): delta_vs_nll(rows, kd, s) for kd in KINDS for s in STATS}
+    keys = [k for k, v in cells.items() if np.isfinite(v[4])]
+    holm = dict(zip(keys, stats.holm([cells[k][4] for k in keys]))) if keys else {}
+    out = ["## Δ statistic against Δ dev NLL\n",
+           "Spearman ρ over the rows (n rows, two-sided permutation p). Both Δ are row − base of the same seed, "
+           "the mean over the matched pairs (as Table 3's converged protocol compares dev NLL); statistic = mean "
+           f"over all heads. Exploratory: {len(keys)} ρ, so Holm's correction over them is given below.\n",
+           "| kind | " + " | ".join(STAT_TITLE[s] for s in STATS) + " |", "|:--|" + "--:|" * len(STATS)]
+    for kd in KINDS:
+        row = []
+        for s in STATS:
+            names, _, _, rho, p = cells[(kd, s)]
+            row.append("–" if not np.isfinite(rho) else f"{rho:+.2f} (n={len(names)}, p {p:.3f})")
+        out.append(f"| {KIND_TITLE[kd]} | " + " | ".join(row) + " |")
+    if keys:
+        k = min(keys, key=lambda k: cells[k][4])
+        out.append(f"\nSmallest p: {STAT_TITLE[k[1]]} of {KIND_TITLE[k[0]]}, ρ {cells[k][3]:+.2f}, p {cells[k][4]:.3f}, "
+                   f"Holm-adjusted over the {len(keys)} ρ: {holm[k]:.3f}.")
+    return out
+
+
 def compare_markdown(sweep, rows, notes, first, kind, stat):
     """Per kind: a table of rows x statistics (mean over all heads) and one of
     rows x layers x statistics, each [95% t interval over the seeds]; then
@@ -1045,17 +1077,7 @@ def compare_markdown(sweep, rows, notes, first, kind, stat):
         out.append("")
     out += aer_markdown(rows)
     out += paired_markdown(rows)
-    out.append("## Δ statistic against Δ dev NLL\n")
-    out.append("Spearman ρ over the rows (Δ = row − base, statistic = mean over all heads; Δ dev NLL as "
-               "table3.py computes it). Exploratory: one ρ per kind and statistic, none corrected.\n")
-    out.append("| kind | " + " | ".join(STAT_TITLE[s] for s in STATS) + " |")
-    out.append("|:--|" + "--:|" * len(STATS))
-    for kd in KINDS:
-        cells = []
-        for s in STATS:
-            names, _, _, rho = delta_vs_nll(rows, kd, s)
-            cells.append("–" if not np.isfinite(rho) else f"{rho:+.2f} (n={len(names)})")
-        out.append(f"| {KIND_TITLE[kd]} | " + " | ".join(cells) + " |")
+    out += rho_markdown(rows)
     out.append(f"\nFigure: {STAT_TITLE[stat]} of {KIND_TITLE[kind]} (`--kind`, `--stat`).\n")
     if notes:
         out.append("Left out:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
@@ -1137,7 +1159,7 @@ def compare_scatter(rows, kind, stat, prefix):
     """Each row's Δ statistic (mean over all heads, vs base) against its Δ dev NLL, with Spearman ρ."""
     paper_style()
     plt = pyplot()
-    names, ds, dn, rho = delta_vs_nll(rows, kind, stat)
+    names, ds, dn, rho, _ = delta_vs_nll(rows, kind, stat)
     fig, ax = plt.subplots(figsize=(3.6, 3.0))
     ax.axhline(0, color="0.7", lw=0.6)
     ax.axvline(0, color="0.7", lw=0.6)

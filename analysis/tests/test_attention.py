@@ -8,6 +8,7 @@ word alignments and AER of planted cross-attention heads, in a summary
 import csv
 import math
 import os
+import re
 
 import h5py
 import numpy as np
@@ -340,8 +341,32 @@ def test_compare_end_to_end(planted_sweep, tmp_path):
     md = (str(out) + ".md")
     text = open(md).read()
     assert "## encoder-decoder attention" in text and "| C1 | 1 |" in text
-    # B1 < A1 < C1 in Δ entropy and in Δ NLL: ρ = +1 over the 3 rows
-    assert "+1.00 (n=3)" in text
+    # B1 < A1 < C1 in Δ entropy and in Δ NLL: ρ = +1 over the 3 rows, which
+    # 2 of the 3! pairings reach: permutation p about 1/3
+    rho = re.search(r"\| encoder-decoder attention \| \+1\.00 \(n=3, p (0\.\d+)\)", text)
+    assert rho and float(rho.group(1)) == pytest.approx(1 / 3, abs=0.02)
+    assert re.search(r"Holm-adjusted over the \d+ ρ: \d\.\d{3}", text)
+
+
+def test_rho_pairs_both_deltas_over_matched_seeds(planted_sweep):
+    """The ρ's two Δ are row − base of the same seed, as Table 3's converged
+    protocol compares rows: B1 (seed 1) against base's seed 1, not against
+    the mean of base's two seeds; A1 the mean of its two pairs."""
+    top, runs = planted_sweep["top"], planted_sweep["runs"]
+    rows, _, _ = A.read_sweep_summaries(str(top), None)
+    names, ds, dn, rho, p = A.delta_vs_nll(rows, "cross", "entropy")
+    ent = lambda run: A.head_stats(_uniform_eye_mix(runs[run][0])[None, None])["entropy"][0, 0] / 2
+    nll = lambda run: math.log(runs[run][1])
+    want = {"A1": ((ent("A1") - ent("base") + ent("A1-seed2") - ent("base-seed2")) / 2,
+                   (nll("A1") - nll("base") + nll("A1-seed2") - nll("base-seed2")) / 2),
+            "B1": (ent("B1") - ent("base"), nll("B1") - nll("base")),
+            "C1": (ent("C1") - ent("base"), nll("C1") - nll("base"))}
+    assert sorted(names) == sorted(want)
+    for n, d_stat, d_nll in zip(names, ds, dn):
+        assert d_stat == pytest.approx(want[n][0], rel=1e-5) and d_nll == pytest.approx(want[n][1], rel=1e-6)
+    # unpaired, B1's Δ would be against base's mean of two seeds: another number
+    assert ds[names.index("B1")] != pytest.approx(ent("B1") - (ent("base") + ent("base-seed2")) / 2, rel=1e-3)
+    assert rho == pytest.approx(1.0) and 0 < p <= 1
 
 
 def test_compare_paired_over_seeds(planted_sweep, tmp_path):
