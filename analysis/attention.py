@@ -1125,7 +1125,7 @@ def compare_layers_figure(rows, prefix):
     hnd, lab = axes[0, 0].get_legend_handles_labels()
     fig.legend(hnd, lab, loc="upper center", ncol=min(len(lab), 8), frameon=False, bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return savefig(fig, prefix)
+    return [(fig, prefix)]
 
 
 def compare_heads_figure(rows, kind, stat, prefix):
@@ -1152,7 +1152,7 @@ def compare_heads_figure(rows, kind, stat, prefix):
                  fontsize=7)
     ax.legend(fontsize=6, frameon=False, loc="best")
     fig.tight_layout()
-    return savefig(fig, prefix)
+    return [(fig, prefix)]
 
 
 def compare_scatter(rows, kind, stat, prefix):
@@ -1174,7 +1174,7 @@ def compare_scatter(rows, kind, stat, prefix):
         ax.text(0.5, 0.5, "no row with both (needs base's attention)", transform=ax.transAxes, ha="center",
                 fontsize=7, color="0.4")
     fig.tight_layout()
-    return savefig(fig, prefix)
+    return [(fig, prefix)]
 
 
 def compare_sweep(sweep, configs, prefix, kind, stat, plot=True):
@@ -1187,14 +1187,16 @@ def compare_sweep(sweep, configs, prefix, kind, stat, plot=True):
         d = os.path.join(sweep, "configs")
         configs = d if os.path.isdir(d) else None
     rows, notes, first = read_sweep_summaries(sweep, configs)
-    write_atomic(prefix + ".md", compare_markdown(sweep, rows, notes, first, kind, stat))
-    write_atomic(prefix + ".csv", compare_csv(rows))
-    outs = [prefix + ".md", prefix + ".csv"]
+    # every output is made before the first is written: a failure leaves the earlier set whole
+    texts = {prefix + ".md": compare_markdown(sweep, rows, notes, first, kind, stat), prefix + ".csv": compare_csv(rows)}
+    figs = []
     if plot:
-        outs += compare_layers_figure(rows, prefix + "_layers")
-        outs += compare_heads_figure(rows, kind, stat, prefix + f"_heads_{kind}_{stat}")
-        outs += compare_scatter(rows, kind, stat, prefix + f"_dnll_{kind}_{stat}")
-    return outs
+        figs += compare_layers_figure(rows, prefix + "_layers")
+        figs += compare_heads_figure(rows, kind, stat, prefix + f"_heads_{kind}_{stat}")
+        figs += compare_scatter(rows, kind, stat, prefix + f"_dnll_{kind}_{stat}")
+    for path, text in texts.items():
+        write_atomic(path, text)
+    return list(texts) + [p for fig, pre in figs for p in savefig(fig, pre)]
 
 
 # ---------------------------------------------------------------- CLI

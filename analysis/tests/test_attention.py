@@ -409,6 +409,22 @@ def test_compare_errors(planted_sweep, tmp_path):
                                                 "--out", tmp_path / "s.h5")
 
 
+def test_compare_writes_nothing_when_a_figure_fails(planted_sweep, tmp_path, monkeypatch):
+    """compare makes its tables and figures before it writes the first: a
+    figure that fails leaves no new table beside the old figures."""
+    from common import AnalysisError
+
+    out = str(tmp_path / "cmp")
+
+    def broken(*args):
+        raise AnalysisError(out, "planted failure while drawing")
+
+    monkeypatch.setattr(A, "compare_scatter", broken)
+    with pytest.raises(AnalysisError, match="planted failure"):
+        A.compare_sweep(str(planted_sweep["top"]), None, out, "cross", "entropy")
+    assert os.listdir(tmp_path) == []
+
+
 # ------------------------------------------------------------ cross-attention as alignment (AER)
 def test_aer_of_planted_heads():
     n = 5
