@@ -343,6 +343,33 @@ static int check_offsets(const int64_t *off, int n, long long n_ids)
     return 0;
 }
 
+/* the split group of f and its vocab_size and n_pairs, or the reason not */
+static const char *open_split(hid_t f, const char *split, long long *vocab, long long *n, hid_t *g)
+{
+    char gname[512];
+    snprintf(gname, sizeof gname, "splits/%s", split);
+    *g = -1;
+    if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, vocab)) return "missing vocab_size attribute";
+    if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
+        return "no such split";
+    if ((*g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || h5io_attr_read(*g, "n_pairs", H5T_NATIVE_LLONG, n) || *n < 0 || *n > INT32_MAX)
+        return "split has no valid n_pairs attribute";
+    return NULL;
+}
+
+/* every id of one side within [TOK_FIRST_SYMBOL - 1, vocab) */
+static int ids_ok(const int32_t *w, const uint16_t *h, long long n, long long vocab)
+{
+    if (w) {
+        for (long long i = 0; i < n; i++)
+            if (w[i] < TOK_FIRST_SYMBOL - 1 || w[i] >= vocab) return 0;
+    } else {
+        for (long long i = 0; i < n; i++)
+            if (h[i] < TOK_FIRST_SYMBOL - 1 || h[i] >= vocab) return 0;
+    }
+    return 1;
+}
+
 int dataset_load(const char *path, const char *split, Corpus *out)
 {
     memset(out, 0, sizeof *out);
@@ -471,20 +498,6 @@ void dataset_vocab_free(DatasetVocab *v)
 
 /* ---------- mapping the training split (dataset_map) ---------- */
 
-/* the split group of f and its vocab_size and n_pairs, or the reason not */
-static const char *open_split(hid_t f, const char *split, long long *vocab, long long *n, hid_t *g)
-{
-    char gname[512];
-    snprintf(gname, sizeof gname, "splits/%s", split);
-    *g = -1;
-    if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, vocab)) return "missing vocab_size attribute";
-    if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
-        return "no such split";
-    if ((*g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || h5io_attr_read(*g, "n_pairs", H5T_NATIVE_LLONG, n) || *n < 0 || *n > INT32_MAX)
-        return "split has no valid n_pairs attribute";
-    return NULL;
-}
-
 /* the whole file mapped read-only and shared (the page cache holds one copy
  * per node), or NULL where arrays cannot be used in place: a host that is
  * not little-endian (the file's types are LE), a file with a user block
@@ -545,19 +558,6 @@ static void *map_or_read(hid_t g, const char *name, hid_t file_type, hid_t mem_t
     H5Tclose(t); H5Sclose(sp);
     H5Dclose(ds);
     return p ? p : read_1d(g, name, mem_type, elem, n_expect, n);
-}
-
-/* every id of one side within [TOK_FIRST_SYMBOL - 1, vocab) */
-static int ids_ok(const int32_t *w, const uint16_t *h, long long n, long long vocab)
-{
-    if (w) {
-        for (long long i = 0; i < n; i++)
-            if (w[i] < TOK_FIRST_SYMBOL - 1 || w[i] >= vocab) return 0;
-    } else {
-        for (long long i = 0; i < n; i++)
-            if (h[i] < TOK_FIRST_SYMBOL - 1 || h[i] >= vocab) return 0;
-    }
-    return 1;
 }
 
 /* the offsets and ids of split group g (n pairs) into out, then checked */
