@@ -370,6 +370,25 @@ static int ids_ok(const int32_t *w, const uint16_t *h, long long n, long long vo
     return 1;
 }
 
+/* the offsets and ids of split group g (n pairs) read into out, 32-bit
+ * whatever the file stores, then checked as map_split checks them */
+static const char *read_split(hid_t g, long long n, long long vocab, Corpus *out)
+{
+    long long ns = 0, nt = 0;
+    out->n = (int)n;
+    out->src_off = read_1d(g, "src_offsets", H5T_NATIVE_INT64, 8, n + 1, NULL);
+    out->tgt_off = read_1d(g, "tgt_offsets", H5T_NATIVE_INT64, 8, n + 1, NULL);
+    out->src_tok = read_1d(g, "src_ids", H5T_NATIVE_INT32, 4, -1, &ns);
+    out->tgt_tok = read_1d(g, "tgt_ids", H5T_NATIVE_INT32, 4, -1, &nt);
+    if (!out->src_off || !out->tgt_off || !out->src_tok || !out->tgt_tok)
+        return "cannot read the split's ids/offsets (corrupt file?)";
+    if (check_offsets(out->src_off, out->n, ns) || check_offsets(out->tgt_off, out->n, nt))
+        return "offsets do not match the ids (corrupt file)";
+    if (!ids_ok(out->src_tok, NULL, ns, vocab)) return "source id out of vocabulary range";
+    if (!ids_ok(out->tgt_tok, NULL, nt, vocab)) return "target id out of vocabulary range";
+    return NULL;
+}
+
 int dataset_load(const char *path, const char *split, Corpus *out)
 {
     memset(out, 0, sizeof *out);
@@ -377,34 +396,10 @@ int dataset_load(const char *path, const char *split, Corpus *out)
     quiet_on(&es);
     hid_t f = open_ours(path);
     if (f < 0) { quiet_off(&es); return 2; }
-    const char *why = NULL;
-    long long vocab = 0, n = 0, ns = 0, nt = 0;
-    char gname[512];
-    snprintf(gname, sizeof gname, "splits/%s", split);
+    long long vocab = 0, n = 0;
     hid_t g = -1;
-    if (h5io_attr_read(f, "vocab_size", H5T_NATIVE_LLONG, &vocab)) why = "missing vocab_size attribute";
-    else if (strchr(split, '/') || H5Lexists(f, "splits", H5P_DEFAULT) <= 0 || H5Lexists(f, gname, H5P_DEFAULT) <= 0)
-        why = "no such split";
-    else if ((g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0 || h5io_attr_read(g, "n_pairs", H5T_NATIVE_LLONG, &n) || n < 0 ||
-             n > INT32_MAX)
-        why = "split has no valid n_pairs attribute";
-    if (!why) {
-        out->n = (int)n;
-        out->src_off = read_1d(g, "src_offsets", H5T_NATIVE_INT64, 8, n + 1, NULL);
-        out->tgt_off = read_1d(g, "tgt_offsets", H5T_NATIVE_INT64, 8, n + 1, NULL);
-        out->src_tok = read_1d(g, "src_ids", H5T_NATIVE_INT32, 4, -1, &ns);
-        out->tgt_tok = read_1d(g, "tgt_ids", H5T_NATIVE_INT32, 4, -1, &nt);
-        if (!out->src_off || !out->tgt_off || !out->src_tok || !out->tgt_tok)
-            why = "cannot read the split's ids/offsets (corrupt file?)";
-        else if (check_offsets(out->src_off, out->n, ns) || check_offsets(out->tgt_off, out->n, nt))
-            why = "offsets do not match the ids (corrupt file)";
-        else {
-            for (long long i = 0; i < ns && !why; i++)
-                if (out->src_tok[i] < TOK_FIRST_SYMBOL - 1 || out->src_tok[i] >= vocab) why = "source id out of vocabulary range";
-            for (long long i = 0; i < nt && !why; i++)
-                if (out->tgt_tok[i] < TOK_FIRST_SYMBOL - 1 || out->tgt_tok[i] >= vocab) why = "target id out of vocabulary range";
-        }
-    }
+    const char *why = open_split(f, split, &vocab, &n, &g);
+    if (!why) why = read_split(g, n, vocab, out);
     if (g >= 0) H5Gclose(g);
     H5Fclose(f);
     quiet_off(&es);
