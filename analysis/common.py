@@ -230,20 +230,26 @@ def _discard(tmp, path, e):
         raise AnalysisError(path, f"cannot write: {e.strerror or e}") from None
 
 
-def write_atomic(path, data, mode="w"):
-    """Write text or bytes to path through a temporary name, fsync and rename:
-    a crash never leaves a half-written output."""
-    fd, tmp = temp_beside(path)
+def _write_through_temp(path, write, binary, suffix=""):
+    """Call write(f) on a temporary file beside path, fsync it and rename it
+    over path: a crash never leaves a half-written output."""
+    fd, tmp = temp_beside(path, suffix)
     try:
         make_public(fd)
-        with os.fdopen(fd, mode + ("b" if isinstance(data, bytes) else "")) as f:
-            f.write(data)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         _discard(tmp, path, e)
         raise
+
+
+def write_atomic(path, data):
+    """Write text or bytes to path through a temporary name, fsync and rename:
+    a crash never leaves a half-written output."""
+    _write_through_temp(path, lambda f: f.write(data), isinstance(data, bytes))
 
 
 def _fsync_replace(tmp, path):
@@ -295,20 +301,11 @@ def savefig(fig, prefix):
     """Save fig as PREFIX.png (200 dpi) and PREFIX.pdf (vector), atomically. Returns the paths."""
     out = []
     for ext in ("png", "pdf"):
+        # no creation date: the same results give the same file (committed figures)
+        meta = {"CreationDate": None} if ext == "pdf" else {}
         path = f"{prefix}.{ext}"
-        fd, tmp = temp_beside(path, "." + ext)
-        try:
-            make_public(fd)
-            with os.fdopen(fd, "wb") as f:
-                # no creation date: the same results give the same file (committed figures)
-                meta = {"CreationDate": None} if ext == "pdf" else {}
-                fig.savefig(f, format=ext, dpi=200, bbox_inches="tight", metadata=meta)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException as e:
-            _discard(tmp, path, e)
-            raise
+        _write_through_temp(path, lambda f: fig.savefig(f, format=ext, dpi=200, bbox_inches="tight", metadata=meta),
+                            True, "." + ext)
         out.append(path)
     pyplot().close(fig)
     return out
