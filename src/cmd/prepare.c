@@ -217,6 +217,21 @@ static void cut_text(TextFile *t, int pieces)
 
 /* ---------- running the SentencePiece tools ---------- */
 
+/* start argv with the file actions fa (destroyed here); its pid, or -1
+ * after one error line */
+static pid_t spawn_with(char *const argv[], posix_spawn_file_actions_t *fa)
+{
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(fa);
+    if (rc) {
+        fprintf(stderr, "error: %s: cannot run: %s%s\n", argv[0], strerror(rc),
+                rc == ENOENT ? " (install the Debian package 'sentencepiece')" : "");
+        return -1;
+    }
+    return pid;
+}
+
 /* spawn argv with stdin/stdout/stderr redirected to files (NULL: inherit) */
 static pid_t spawn(char *const argv[], const char *in, const char *out, const char *err)
 {
@@ -225,15 +240,7 @@ static pid_t spawn(char *const argv[], const char *in, const char *out, const ch
     if (in) posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
     if (out) posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (err) posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) {
-        fprintf(stderr, "error: %s: cannot run: %s%s\n", argv[0], strerror(rc),
-                rc == ENOENT ? " (install the Debian package 'sentencepiece')" : "");
-        return -1;
-    }
-    return pid;
+    return spawn_with(argv, &fa);
 }
 
 static int wait_ok(pid_t pid)
@@ -586,15 +593,7 @@ static pid_t spawn_piped(char *const argv[], int fd, const char *out, const char
     posix_spawn_file_actions_adddup2(&fa, fd, 0);
     posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) {
-        fprintf(stderr, "error: %s: cannot run: %s%s\n", argv[0], strerror(rc),
-                rc == ENOENT ? " (install the Debian package 'sentencepiece')" : "");
-        return -1;
-    }
-    return pid;
+    return spawn_with(argv, &fa);
 }
 
 /* start spm_encode on piece j->c of file j->k into work/K.C.ids; 0 or -1 */
