@@ -1,72 +1,30 @@
 """Independent check of an attention-map file (docs/attention.md) against a
-NumPy forward pass of the checkpoint (float64, written from the paper, not
-from src/): row sums, masks, shapes, token strings and every map."""
+NumPy forward pass of the checkpoint (analysis/np_model.py: float64,
+written from the paper, not from src/): row sums, masks, shapes, token
+strings and every map."""
+import os
 import sys
+
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+from np_model import NumpyTransformer  # noqa: E402
 
 attn_path, ckpt_path = sys.argv[1], sys.argv[2]
 A, C = h5py.File(attn_path, "r"), h5py.File(ckpt_path, "r")
 cfg = dict(l.split(" = ", 1) for l in C.attrs["config"].splitlines())
-N, d, h, dk, dv = (int(cfg[k]) for k in ("n_layers", "d_model", "n_heads", "d_k", "d_v"))
-eps = float(cfg["ln_eps"])
-P = lambda n: C["params/" + n][()].astype(np.float64)
-E = P("shared_embedding")
+N, h = int(cfg["n_layers"]), int(cfg["n_heads"])
+params = {}
+C["params"].visititems(lambda n, o: params.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+model = NumpyTransformer(cfg, params)
 names = {0: "<pad>", 1: "<s>", 2: "</s>", 3: "<unk>"}
 
 
-def pe(T):
-    pos = np.arange(T)[:, None]
-    j = np.arange(d)[None, :]
-    a = pos / 10000.0 ** ((j - j % 2) / d)
-    return np.where(j % 2 == 0, np.sin(a), np.cos(a))
-
-
-def embed(tok):
-    return E[tok] * np.sqrt(d) + pe(len(tok))
-
-
-def ln(r, pre):
-    mu = r.mean(-1, keepdims=True)
-    var = ((r - mu) ** 2).mean(-1, keepdims=True)
-    return (r - mu) / np.sqrt(var + eps) * P(pre + "/gamma") + P(pre + "/beta")
-
-
-def mha(x, mem, pre, causal):
-    Q, K, V = x @ P(pre + "/W_q").T, mem @ P(pre + "/W_k").T, mem @ P(pre + "/W_v").T
-    maps, ctx = [], []
-    for i in range(h):
-        s = Q[:, i * dk:(i + 1) * dk] @ K[:, i * dk:(i + 1) * dk].T / np.sqrt(dk)
-        if causal:
-            s = np.where(np.tri(len(x), len(mem), dtype=bool), s, -np.inf)
-        p = np.exp(s - s.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        maps.append(p)
-        ctx.append(p @ V[:, i * dv:(i + 1) * dv])
-    return np.concatenate(ctx, -1) @ P(pre + "/W_o").T, np.stack(maps)
-
-
-def ffn(x, pre):
-    hid = np.maximum(0, x @ P(pre + "/W_1").T + P(pre + "/b_1"))
-    return hid @ P(pre + "/W_2").T + P(pre + "/b_2")
-
-
 def forward(src, tin):
-    x, enc_maps = embed(src), []
-    for l in range(N):
-        p = f"encoder/layer_{l:02d}"
-        a, m = mha(x, x, p + "/self_attention", False); enc_maps.append(m)
-        x = ln(x + a, p + "/self_attention_norm")
-        x = ln(x + ffn(x, p + "/ffn"), p + "/ffn_norm")
-    y, dec_maps, crs_maps = embed(tin), [], []
-    for l in range(N):
-        p = f"decoder/layer_{l:02d}"
-        a, m = mha(y, y, p + "/self_attention", True); dec_maps.append(m)
-        y = ln(y + a, p + "/self_attention_norm")
-        a, m = mha(y, x, p + "/cross_attention", False); crs_maps.append(m)
-        y = ln(y + a, p + "/cross_attention_norm")
-        y = ln(y + ffn(y, p + "/ffn"), p + "/ffn_norm")
-    return np.stack(enc_maps), np.stack(dec_maps), np.stack(crs_maps)
+    enc_maps = []
+    dec = model.decode(tin, model.encode(src, maps=enc_maps))
+    return np.stack(enc_maps), np.stack(dec["decoder_self"]), np.stack(dec["cross"])
 
 
 def ids(ds):
