@@ -6,7 +6,8 @@ src/model.c: embeddings x sqrt(d_model) plus the positional encoding
 (section 3.1), scaled dot-product attention (eq. 1) over the sequence's real
 tokens, the position-wise FFN (eq. 2); written from the paper, not from
 src/, so that it is an independent reference: tests/attention_check.py
-compares every map of `transformer attention` with it."""
+compares every map of `transformer attention` with it, and
+encoder_spread.py --check the cross-attention it measures."""
 
 import math
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""How far a model's encoder keeps the source positions apart.
+
+    .venv/bin/python analysis/encoder_spread.py CKPT.h5 DATA.h5 [--split dev]
+        [--sentences N] [--check ATTENTION.h5]
+
+For each of the first N sentences of SPLIT (default: dev, 100): the
+encoder's states after the embedding and after each sublayer, and per
+decoder layer the keys of the encoder-decoder attention (the reference
+target teacher-forced), by np_model.py's float64 forward of the
+checkpoint.  Prints their spread across positions, the mean over positions
+of ||x_i - mean x|| over the mean ||x_i||, averaged over the sentences.  A
+spread near 0 is rank collapse (Dong et al. 2021): every position carries
+the same vector, so the decoder's cross-attention is uniform whatever its
+queries and reads only an average of the source (docs/attention.md, C3 of
+the converged sweep).
+
+--check ATTENTION.h5, a `transformer attention` file of the same
+checkpoint: its sentences are used instead, and their cross-attention maps
+must equal this forward's to 1e-4 (else exit 1): the diagnostic runs the
+model that the C code ran."""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ArgumentParser, AnalysisError, attr_str, h5_array, int_at_least, main_wrapper, open_h5  # noqa: E402
+from hf_export import read_checkpoint  # noqa: E402
+from np_model import NumpyTransformer  # noqa: E402
+
+CHECK_TOL = 1e-4
+
+
+def spread(x):
+    """Mean over positions of ||x_i - mean x||, over the mean ||x_i|| (0: all positions alike)."""
+    norms = np.linalg.norm(x, axis=-1).mean()
+    return float(np.linalg.norm(x - x.mean(-2, keepdims=True), axis=-1).mean() / norms) if norms > 0 else 0.0
+
+
+def read_pairs(path, split, indices, max_len, clip=False):
+    """(source ids + EOS, BOS + target ids) of the split's pairs at indices
+    (docs/dataset.md), each side cut to max_len - 1 ids as src/batch.c cuts
+    them; clip: indices past the split's end are left out."""
+    with open_h5(path) as f:
+        if attr_str(f, "format") != "transformer-dataset":
+            raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
+        if f"splits/{split}" not in f:
+            raise AnalysisError(path, f"no split '{split}'")
+        g = f[f"splits/{split}"]
+        so, to = (h5_array(g, path, f"{s}_offsets", integer=True) for s in ("src", "tgt"))
+        si, ti = (h5_array(g, path, f"{s}_ids", integer=True) for s in ("src", "tgt"))
+        bos, eos = int(f.attrs.get("bos_id", 1)), int(f.attrs.get("eos_id", 2))
+    n = len(so) - 1
+    indices = [i for i in indices if i < n] if clip else indices
+    bad = [i for i in indices if not 0 <= i < n]
+    if bad:
+        raise AnalysisError(path, f"split '{split}' has {n} pairs: no pair {bad[0]}")
+    cut = lambda ids, off, i: ids[off[i]:off[i + 1]][:max_len - 1].astype(np.int64)
+    return [(np.append(cut(si, so, i), eos), np.insert(cut(ti, to, i), 0, bos)) for i in indices]
+
+
+def check_maps(path, model_maps):
+    """The largest |difference| between this forward's cross maps and an attention file's; exit 1 past CHECK_TOL."""
+    worst = 0.0
+    with open_h5(path) as f:
+        for key, maps in model_maps:
+            ours = h5_array(f["sentences"][key], path, "cross")
+            if ours.shape != maps.shape:
+                raise AnalysisError(path, f"sentence {key}: cross maps {ours.shape}, this forward {maps.shape}")
+            worst = max(worst, float(np.abs(ours - maps).max()))
+    if worst > CHECK_TOL:
+        raise AnalysisError(path, f"cross-attention differs from this forward by {worst:.3g} (> {CHECK_TOL:g}): "
+                                  "not this checkpoint's file, or np_model.py does not mirror the C model")
+    return worst
+
+
+def attention_sentences(path):
+    """(split, [(group name, pair index)]) of a `transformer attention` file."""
+    with open_h5(path) as f:
+        if attr_str(f, "format") != "transformer-attention":
+            raise AnalysisError(path, "not a `transformer attention` file (attribute format)")
+        if "sentences" not in f:
+            raise AnalysisError(path, "missing group sentences")
+        return attr_str(f, "split", "dev"), [(k, int(f["sentences"][k].attrs["index"])) for k in sorted(f["sentences"])]
+
+
+def measure(model, pairs):
+    """(spread per encoder stage [1 + 2N], key spread per decoder layer [N], cross maps per pair [N, h, T, S])."""
+    stages, keys, maps = [], [], []
+    for src, tgt in pairs:
+        trace = []
+        dec = model.decode(tgt, model.encode(src, trace))
+        stages.append([spread(x) for x in trace])
+        keys.append([spread(k) for k in dec["cross_keys"]])
+        maps.append(np.stack(dec["cross"]))
+    return np.mean(stages, axis=0), np.mean(keys, axis=0), maps
+
+
+def report(ckpt, n, split, stages, keys, checked):
+    names = ["embedding"] + [f"layer {l} {s}" for l in range(len(keys)) for s in ("attention", "ffn")]
+    print(f"encoder_spread: {ckpt}: {n} sentences of split {split}"
+          + (f"; cross-attention equal to the attention file's within {checked:.1e}" if checked is not None else ""))
+    print("encoder state spread across positions (mean ||x_i - mean x|| / mean ||x_i||):")
+    for name, v in zip(names, stages):
+        print(f"  {name:<20} {v:.3f}")
+    print("cross-attention key spread per decoder layer: " + " ".join(f"{v:.3f}" for v in keys))
+
+
+def main(argv):
+    ap = ArgumentParser(prog="encoder_spread.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint", help="our checkpoint (docs/checkpoint.md)")
+    ap.add_argument("data", help="the dataset the model was trained on (docs/dataset.md)")
+    ap.add_argument("--split", default="dev")
+    ap.add_argument("--sentences", type=int_at_least(1), default=100,
+                    help="the first N pairs (default 100, at most the split's)")
+    ap.add_argument("--check", metavar="ATTENTION.h5", help="a `transformer attention` file of this checkpoint")
+    a = ap.parse_args(argv)
+    cfg, _, _, params = read_checkpoint(a.checkpoint)
+    if a.check:
+        split, named = attention_sentences(a.check)
+    else:
+        split, named = a.split, [(None, i) for i in range(a.sentences)]
+    pairs = read_pairs(a.data, split, [i for _, i in named], int(cfg["max_len"]), clip=not a.check)
+    stages, keys, maps = measure(NumpyTransformer(cfg, params), pairs)
+    checked = check_maps(a.check, [(k, m) for (k, _), m in zip(named, maps)]) if a.check else None
+    report(a.checkpoint, len(pairs), split, stages, keys, checked)
+    return 0
+
+
+if __name__ == "__main__":
+    main_wrapper(main)
