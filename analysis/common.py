@@ -93,6 +93,18 @@ def h5_array(f, path, name, shape=None, integer=False):
     return a
 
 
+def split_ids(path, g, side, n_pieces):
+    """(ids, offsets) of one side of a split, checked: a damaged dataset was
+    a KeyError or IndexError in the middle of reading."""
+    ids = h5_array(g, path, f"{side}_ids", (None,), integer=True)
+    off = h5_array(g, path, f"{side}_offsets", (None,), integer=True)
+    if len(off) < 1 or off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] > len(ids):
+        raise AnalysisError(path, f"{g.name}/{side}_offsets: not increasing from 0 to at most {len(ids)}")
+    if len(ids) and (ids.min() < 0 or ids.max() >= n_pieces):
+        raise AnalysisError(path, f"{g.name}/{side}_ids: ids outside the vocabulary of {n_pieces} pieces")
+    return ids, off
+
+
 def output_not_input(cmd, opt, out, *inputs):
     """Refuse an output that is one of the command's inputs (the same existing
     file, whatever its path; bin/transformer's cli_output_not_input does the

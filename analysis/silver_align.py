@@ -26,8 +26,8 @@ import tempfile
 import numpy as np
 
 import attention as A
-from common import (ArgumentParser, AnalysisError, as_strings, attr_str, finite_float, h5_array, h5_atomic, int_at_least, main_wrapper,
-                    open_h5, output_not_input)
+from common import (ArgumentParser, AnalysisError, as_strings, attr_str, finite_float, h5_atomic, int_at_least, main_wrapper,
+                    open_h5, output_not_input, split_ids)
 
 SILVER_FORMAT = "transformer-silver-alignment"
 SILVER_VERSION = 1
@@ -52,18 +52,6 @@ def piece_word(pieces):
 def sentence_words(pieces):
     """The words of one sentence's pieces, as attention.word_groups merges them."""
     return [piece_word([pieces[i] for i in g]) for g in A.word_groups(pieces)]
-
-
-def split_ids(path, g, side, n_pieces):
-    """(ids, offsets) of one side of a split, checked: a damaged dataset was
-    a KeyError or IndexError in the middle of reading."""
-    ids = h5_array(g, path, f"{side}_ids", (None,), integer=True)
-    off = h5_array(g, path, f"{side}_offsets", (None,), integer=True)
-    if len(off) < 1 or off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] > len(ids):
-        raise AnalysisError(path, f"{g.name}/{side}_offsets: not increasing from 0 to at most {len(ids)}")
-    if len(ids) and (ids.min() < 0 or ids.max() >= n_pieces):
-        raise AnalysisError(path, f"{g.name}/{side}_ids: ids outside the vocabulary of {n_pieces} pieces")
-    return ids, off
 
 
 def dataset_words(path, split):
