@@ -26,7 +26,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, h5_array, int_at_least, main_wrapper, open_h5  # noqa: E402
+from common import (ArgumentParser, AnalysisError, attr_str, h5_array, int_at_least, main_wrapper, open_h5,  # noqa: E402
+                    split_ids)
 from hf_export import read_checkpoint  # noqa: E402
 from np_model import NumpyTransformer  # noqa: E402
 
@@ -39,25 +40,25 @@ def spread(x):
     return float(np.linalg.norm(x - x.mean(-2, keepdims=True), axis=-1).mean() / norms) if norms > 0 else 0.0
 
 
-def read_pairs(path, split, indices, max_len, clip=False):
+def read_pairs(path, split, indices, cfg, clip=False):
     """(source ids + EOS, BOS + target ids) of the split's pairs at indices
-    (docs/dataset.md), each side cut to max_len - 1 ids as src/batch.c cuts
-    them; clip: indices past the split's end are left out."""
+    (docs/dataset.md), each side cut to cfg's max_len - 1 ids as
+    src/batch.c cuts them, every id within cfg's vocabulary; clip: indices
+    past the split's end are left out."""
     with open_h5(path) as f:
         if attr_str(f, "format") != "transformer-dataset":
             raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
         if f"splits/{split}" not in f:
             raise AnalysisError(path, f"no split '{split}'")
         g = f[f"splits/{split}"]
-        so, to = (h5_array(g, path, f"{s}_offsets", integer=True) for s in ("src", "tgt"))
-        si, ti = (h5_array(g, path, f"{s}_ids", integer=True) for s in ("src", "tgt"))
+        (si, so), (ti, to) = (split_ids(path, g, side, int(cfg["vocab_size"])) for side in ("src", "tgt"))
         bos, eos = int(f.attrs.get("bos_id", 1)), int(f.attrs.get("eos_id", 2))
     n = len(so) - 1
     indices = [i for i in indices if i < n] if clip else indices
     bad = [i for i in indices if not 0 <= i < n]
     if bad:
         raise AnalysisError(path, f"split '{split}' has {n} pairs: no pair {bad[0]}")
-    cut = lambda ids, off, i: ids[off[i]:off[i + 1]][:max_len - 1].astype(np.int64)
+    cut = lambda ids, off, i: ids[off[i]:off[i + 1]][:int(cfg["max_len"]) - 1].astype(np.int64)
     return [(np.append(cut(si, so, i), eos), np.insert(cut(ti, to, i), 0, bos)) for i in indices]
 
 
@@ -122,7 +123,7 @@ def main(argv):
         split, named = attention_sentences(a.check)
     else:
         split, named = a.split, [(None, i) for i in range(a.sentences)]
-    pairs = read_pairs(a.data, split, [i for _, i in named], int(cfg["max_len"]), clip=not a.check)
+    pairs = read_pairs(a.data, split, [i for _, i in named], cfg, clip=not a.check)
     stages, keys, maps = measure(NumpyTransformer(cfg, params), pairs)
     checked = check_maps(a.check, [(k, m) for (k, _), m in zip(named, maps)]) if a.check else None
     report(a.checkpoint, len(pairs), split, stages, keys, checked)

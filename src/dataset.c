@@ -389,23 +389,6 @@ static const char *read_split(hid_t g, long long n, long long vocab, Corpus *out
     return NULL;
 }
 
-int dataset_load(const char *path, const char *split, Corpus *out)
-{
-    memset(out, 0, sizeof *out);
-    ErrSave es;
-    quiet_on(&es);
-    hid_t f = open_ours(path);
-    if (f < 0) { quiet_off(&es); return 2; }
-    long long vocab = 0, n = 0;
-    hid_t g = -1;
-    const char *why = open_split(f, split, &vocab, &n, &g);
-    if (!why) why = read_split(g, n, vocab, out);
-    if (g >= 0) H5Gclose(g);
-    H5Fclose(f);
-    quiet_off(&es);
-    return split_result(path, split, why, out);
-}
-
 int dataset_vocab_size(const char *path)
 {
     ErrSave es;
@@ -575,7 +558,10 @@ static const char *map_split(hid_t g, long long n, long long vocab, Corpus *out)
     return NULL;
 }
 
-int dataset_map(const char *path, const char *split, Corpus *out)
+/* open a split of the dataset at path into out: mapped in place where
+ * its arrays allow (map_split), else read and widened to 32 bits
+ * (read_split); 0, or 2 after one line, out freed */
+static int split_from_file(const char *path, const char *split, Corpus *out, int in_place)
 {
     memset(out, 0, sizeof *out);
     ErrSave es;
@@ -585,12 +571,24 @@ int dataset_map(const char *path, const char *split, Corpus *out)
     long long vocab = 0, n = 0;
     hid_t g = -1;
     const char *why = open_split(f, split, &vocab, &n, &g);
-    if (!why) {
+    if (!why && in_place) {
         out->map = map_file(f, path, &out->map_len);
         why = map_split(g, n, vocab, out);
+    } else if (!why) {
+        why = read_split(g, n, vocab, out);
     }
     if (g >= 0) H5Gclose(g);
     H5Fclose(f);
     quiet_off(&es);
     return split_result(path, split, why, out);
+}
+
+int dataset_load(const char *path, const char *split, Corpus *out)
+{
+    return split_from_file(path, split, out, 0);
+}
+
+int dataset_map(const char *path, const char *split, Corpus *out)
+{
+    return split_from_file(path, split, out, 1);
 }

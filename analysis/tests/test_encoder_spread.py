@@ -77,7 +77,7 @@ def test_planted_collapse_reads_zero_spread_and_uniform_cross_attention(trained,
     from np_model import NumpyTransformer
 
     cfg, _, _, params = hf_export.read_checkpoint(str(ckpt))
-    (src, tgt), = ES.read_pairs(str(trained["data"]), "dev", [0], int(cfg["max_len"]))
+    (src, tgt), = ES.read_pairs(str(trained["data"]), "dev", [0], cfg)
     m = NumpyTransformer(cfg, params)
     for a in m.decode(tgt, m.encode(src))["cross"]:
         np.testing.assert_allclose(a, 1.0 / len(src), rtol=1e-9)
@@ -89,6 +89,16 @@ def test_check_refuses_another_checkpoints_file(trained, tmp_path):
     err = cli_error("encoder_spread.py", ckpt, trained["data"], "--check", trained["attn"])
     assert err.startswith(f"{trained['attn']}: cross-attention differs from this forward by"), err
     assert len(err.splitlines()) == 1
+    # a file whose maps are of another shape (another max_len, another model) is named, not broadcast
+    other = tmp_path / "other.h5"
+    shutil.copyfile(trained["attn"], other)
+    with h5py.File(other, "r+") as f:
+        g = f["sentences"][sorted(f["sentences"])[0]]
+        cut = g["cross"][()][:, :, :-1]
+        del g["cross"]
+        g["cross"] = cut
+    err = cli_error("encoder_spread.py", trained["ckpt"], trained["data"], "--check", other)
+    assert "cross maps" in err and "this forward" in err, err
 
 
 def test_errors(trained, tmp_path):
@@ -98,5 +108,5 @@ def test_errors(trained, tmp_path):
     assert "not a `transformer attention` file" in cli_error("encoder_spread.py", trained["ckpt"], trained["data"],
                                                            "--check", trained["data"])
     with pytest.raises(AnalysisError, match="has 8 pairs: no pair 9"):
-        ES.read_pairs(str(trained["data"]), "dev", [9], 24)
+        ES.read_pairs(str(trained["data"]), "dev", [9], {"vocab_size": "330", "max_len": "24"})
     assert os.path.exists(trained["ckpt"])

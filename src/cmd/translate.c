@@ -90,9 +90,11 @@ static int parse(Opts *o, int argc, char **argv)
         else if (cli_is_setting(a)) o->over[o->n_over++] = argv[i];
         else { fprintf(stderr, "error: translate: unknown argument '%s' (see 'transformer translate --help')\n", a); return 2; }
     }
-    long long v;
-    if (batch && cli_int("translate", "--batch-size", batch, 1, 1000000, &v)) return 2;
-    if (batch) o->batch = (int)v;
+    if (batch) {
+        long long v;
+        if (cli_int("translate", "--batch-size", batch, 1, 1000000, &v)) return 2;
+        o->batch = (int)v;
+    }
     if (!o->ckpt) { fprintf(stderr, "error: translate: --checkpoint CKPT is required\n"); return 2; }
     if (!o->data) { fprintf(stderr, "error: translate: --data DATA.h5 is required (its vocabulary and SentencePiece model)\n"); return 2; }
     if (!o->split == !o->input) { fprintf(stderr, "error: translate: give exactly one of --split NAME and --input FILE\n"); return 2; }
