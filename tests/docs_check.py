@@ -87,11 +87,16 @@ def check_hashes(root, git, rel):
         print("skipped: hash: %s has no history (a shallow or exported clone): %d cited hashes not checked"
               % (git, len(cited)))
         return []
+    # Reachable from HEAD, not merely present: a commit rewritten by a
+    # rebase stays in this clone's object store but never reaches CI's clone.
     names = "".join(h + "^{commit}\n" for _, _, h in cited)
     r = subprocess.run(["git", "-C", str(git), "cat-file", "--batch-check"],
                        input=names, capture_output=True, text=True, check=True)
+    history = set(subprocess.run(["git", "-C", str(git), "rev-list", "HEAD"],
+                                 capture_output=True, text=True, check=True).stdout.split())
     return ["%s:%d: hash: commit %s is not in the history" % (f, n, h)
-            for (f, n, h), ans in zip(cited, r.stdout.splitlines()) if ans.endswith("missing")]
+            for (f, n, h), ans in zip(cited, r.stdout.splitlines())
+            if ans.endswith("missing") or ans.split()[0] not in history]
 
 
 # ------------------------------------------------------------------- paths

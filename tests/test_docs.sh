@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The docs check (tests/docs_check.py, issue 46) on this tree, then once per
 # rule on a copy with one planted defect, which it must name: a stale commit
-# hash, a missing path, an unlisted and an unknown test, an undocumented and
-# an unknown config key, a hook missing from testing.md's table.
+# hash, a commit HEAD does not reach, a missing path, an unlisted and an
+# unknown test, an undocumented and an unknown config key, a hook missing
+# from testing.md's table.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 CHECK=$TOP/tests/docs_check.py
@@ -34,6 +35,15 @@ plant() {
 if [ "$(git -C "$TOP" rev-parse --is-shallow-repository 2>/dev/null || true)" = false ]; then
     plant hash 'docs/performance.md:[0-9]+: hash: commit 0badc0de' docs/performance.md \
         'echo "Measured with the code of commit 0badc0de." >> "$F"'
+    # a commit this clone holds but HEAD does not reach (as a rebase leaves
+    # behind), written to a scratch object store so the clone is untouched
+    OBJ=$(git -C "$TOP" rev-parse --path-format=absolute --git-common-dir)/objects
+    mkdir -p "$TMP/objects"
+    export GIT_OBJECT_DIRECTORY=$TMP/objects GIT_ALTERNATE_OBJECT_DIRECTORIES=$OBJ
+    ORPHAN=$(git -C "$TOP" commit-tree -m planted "HEAD^{tree}" | cut -c1-10)
+    plant unreachable "docs/performance.md:[0-9]+: hash: commit $ORPHAN is not in the history" \
+        docs/performance.md "echo \"Measured with the code of commit $ORPHAN.\" >> \"\$F\""
+    unset GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
 else
     ok "planted hash: skipped, this clone has no history"
 fi
