@@ -41,6 +41,7 @@ def read_checkpoint(path):
         params = {}
         f["params"].visititems(lambda n, o: params.__setitem__(n, o[()]) if hasattr(o, "shape") else None)
     hm.check_sizes(path, cfg)
+    hm.check_shapes(path, cfg, params)
     return cfg, text, attrs, params
 
 
@@ -147,13 +148,11 @@ def generation_config(cfg, lengths):
     return g, alpha, L
 
 
-def tensors(cfg, params, path):
+def tensors(cfg, params):
     N, d, V = int(cfg["n_layers"]), int(cfg["d_model"]), int(cfg["vocab_size"])
     perm = hm.model_dim_permutation(d)
     out = {}
-    for ours, hf, how in hm.tensor_map(N):
-        if ours not in params:
-            raise AnalysisError(path, f"checkpoint lacks params/{ours}")
+    for ours, hf, how in hm.tensor_map(N):   # present and shaped: read_checkpoint
         out[hf] = hm.to_marian(params[ours].astype(np.float32), how, perm)
     # the tied copies Marian's state dict also names (tie_word_embeddings)
     for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
@@ -228,7 +227,7 @@ def check_inputs(args):
 def write_files(d, args, cfg, text, attrs, params, pieces, spm, lengths):
     """Every file of the export into directory d; returns the generation config."""
     V = int(cfg["vocab_size"])
-    hm.safetensors_numpy().save_file(tensors(cfg, params, args.checkpoint), os.path.join(d, "model.safetensors"),
+    hm.safetensors_numpy().save_file(tensors(cfg, params), os.path.join(d, "model.safetensors"),
                                      metadata={"format": "pt"})
     write_json(os.path.join(d, "config.json"), marian_config(cfg, text, attrs, V))
     gen, alpha, L = generation_config(cfg, lengths)

@@ -97,6 +97,20 @@ def expected_shape(name, cfg):
             "gamma": (d,), "beta": (d,), "W_1": (dff, d), "b_1": (dff,), "W_2": (d, dff), "b_2": (d,)}[leaf]
 
 
+def check_shapes(where, cfg, params):
+    """Every tensor the exports read is present with the shape cfg gives it:
+    a damaged or hand-edited checkpoint stops here with one line, not as a
+    broadcast error or a silently wrong model further on."""
+    from common import AnalysisError
+
+    for ours, _, _ in tensor_map(int(cfg["n_layers"])):
+        if ours not in params:
+            raise AnalysisError(where, f"checkpoint lacks params/{ours}")
+        got, want = tuple(params[ours].shape), expected_shape(ours, cfg)
+        if got != want:
+            raise AnalysisError(where, f"params/{ours} has shape {list(got)}, its config says {list(want)}")
+
+
 def marian_zero_biases(n_layers):
     """Marian's attention biases (q/k/v/out_proj.bias): our attention has none
     (section 3.2.2), so they are exported as zeros; the output bias

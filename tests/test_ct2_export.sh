@@ -37,6 +37,11 @@ cat "$W/check.log"
 expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \
     "$PY" analysis/ct2_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/ct2_rowb"
 [ ! -e "$W/ct2_rowb" ] || fail "a refused export left $W/ct2_rowb"
+cp "$CK" "$W/no_w1.h5"   # a tensor missing (read_checkpoint, shared with hf_export.py)
+"$PY" -c "import sys, h5py; del h5py.File(sys.argv[1], 'r+')['params/decoder/layer_01/ffn/W_1']" "$W/no_w1.h5"
+expect_error 2 "^error: .*no_w1.h5: checkpoint lacks params/decoder/layer_01/ffn/W_1" \
+    "$PY" analysis/ct2_export.py "$W/no_w1.h5" "$W/d.h5" "$W/ct2_no_w1"
+[ ! -e "$W/ct2_no_w1" ] || fail "a refused export left $W/ct2_no_w1"
 if [ -x .venv/bin/python ] && ! .venv/bin/python -c "import ctranslate2" 2>/dev/null; then
     expect_error 2 "^error: ctranslate2: not installed" .venv/bin/python analysis/ct2_export.py "$CK" "$W/d.h5" "$W/ct2_novenv"
 fi

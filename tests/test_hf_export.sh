@@ -78,6 +78,17 @@ ok "model card: architecture, data and steps, BLEU with its signature, usage, da
 mkdir -p "$W/full" && touch "$W/full/x"
 expect_error 2 "^error: .*full: exists and is not an empty directory" "$PY" analysis/hf_export.py "$CK" "$W/d.h5" "$W/full"
 [ -z "$(find "$W" -maxdepth 1 -name '.full.*')" ] || fail "a refused export left a temporary directory"
+cp "$CK" "$W/bad_shape.h5"   # a tensor that does not fit its config: one line, no directory
+"$PY" - "$W/bad_shape.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    w = f["params/encoder/layer_00/ffn/W_1"][()]
+    del f["params/encoder/layer_00/ffn/W_1"]
+    f["params/encoder/layer_00/ffn/W_1"] = w[:-1]
+EOF
+expect_error 2 "^error: .*bad_shape.h5: params/encoder/layer_00/ffn/W_1 has shape \[63, 32\], its config says \[64, 32\]" \
+    "$PY" analysis/hf_export.py "$W/bad_shape.h5" "$W/d.h5" "$W/hf_bad"
+[ ! -e "$W/hf_bad" ] || fail "a refused export left $W/hf_bad"
 "$PY" tests/hf_check.py "$W/hf" "$W/d.h5" "$W" >"$W/check.log" 2>"$W/check.err" \
     || { cat "$W/check.log"; fail "hf_check (above; stderr: $(grep -v -i warn "$W/check.err" | tail -3))"; }
 cat "$W/check.log"
