@@ -15,10 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../cuda/cost.h"   /* the launch grids of check_embed_gpu */
+#include "../../cuda/cost.h"   /* launch grids (check_embed_gpu), which kernels ran (fa_kernels_were) */
 #include "attention.h"
 #include "ops.h"
-#include "../../cuda/cost.h"   /* which kernels ran (fa_kernels_were) */
+#include "util.h"   /* now_seconds: the sync subset's parts timed */
 
 #include <cublas_v2.h>   /* the type-combination checks of test_cublas_types */
 #include <cublasLt.h>    /* the argument checks of test_cublaslt_args */
@@ -2034,13 +2034,28 @@ static void test_lt_fallbacks(void)
 /* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
  * (shared memory, barriers, shuffles), one order: for the pthread backend
  * under ThreadSanitizer.  Returns the exit status */
+/* the seconds since the last call, printed after NAME: which part of the
+ * sync subset the sanitizer builds spend their time in (docs/testing.md) */
+static void sync_part_done(const char *name)
+{
+    static double last;
+    double now = now_seconds();
+    if (last > 0) printf("sync subset: %-30s %7.1f s\n", name, now - last);
+    last = now;
+}
+
 static int test_sync_subset(void)
 {
     order_name = "sync subset";
+    sync_part_done("start");
     test_softmax();         /* block reductions: shuffles + shared memory */
+    sync_part_done("softmax");
     test_residual_ln();     /* the same, and the two-stage column sums */
+    sync_part_done("residual + LayerNorm");
     test_xent();
+    sync_part_done("cross-entropy");
     test_fused_attention(0);   /* shared tiles, barriers, shuffles */
+    sync_part_done("fused attention fp32");
     /* the bf16 variants of the same kernels (bf16 loads and stores,
      * fp32 reductions; attention on the tensor cores, wmma's warp
      * rendezvous and the lanes' own loads and stores); their fp16
@@ -2050,8 +2065,11 @@ static int test_sync_subset(void)
     gpu = cuda_backend("bf16");
     if (!gpu) return 1;
     test_bf16_elementwise();
+    sync_part_done("bf16 elementwise");
     test_bf16_residual_ln_embed();
+    sync_part_done("bf16 residual + LN, embedding");
     test_fused_attention(1);
+    sync_part_done("fused attention bf16 (wmma)");
     gpu->destroy(gpu);
     gpu = fp32;
     printf("%d checks, %d failed\n", checks, failures);
