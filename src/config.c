@@ -104,9 +104,9 @@ static const KeyDesc KEYS[] = {
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 _Static_assert(NKEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS in config.h");
 
-void config_defaults(Config *c)
+/* the architecture and its regularisation (section 5.4) */
+static void model_defaults(Config *c)
 {
-    memset(c, 0, sizeof *c);
     /* a small model that learns the synthetic task on 2 cores in minutes */
     c->n_layers = 2;
     c->d_model = 64;
@@ -120,6 +120,11 @@ void config_defaults(Config *c)
     c->ln_eps = 1e-6f;
     c->dropout = 0.1f;
     c->label_smoothing = 0.1f;
+}
+
+/* the optimiser, schedule and batches (section 5) */
+static void training_defaults(Config *c)
+{
     /* eq. 3 with the paper's factor but a short warmup: the default run
      * (reverse 4-12 random symbols) reaches dev greedy exact match 0.995,
      * ppl 1.085 in 2000 steps (about 7 minutes on one loaded core; the
@@ -137,6 +142,11 @@ void config_defaults(Config *c)
     c->update_freq = 1;
     c->log_steps = 100;
     c->eval_steps = 0;
+}
+
+/* threads, devices, communication, loss scaling */
+static void runtime_defaults(Config *c)
+{
     c->threads = 0;
     c->bucket_kb = 25600;   /* 25 MB: docs/scaling.md */
     c->progress_us = 200;
@@ -156,12 +166,22 @@ void config_defaults(Config *c)
     c->loss_scale_init = 1024.0f;
     c->loss_scale_window = 2000;
     c->loss_scale_min = 1e-4f;
+}
+
+/* checkpoints and what a run writes */
+static void run_dir_defaults(Config *c)
+{
     strcpy(c->run_dir, "");   /* empty: no checkpoints, no metrics log */
     c->ckpt_steps = 0;
     c->ckpt_minutes = 10.0f;
     c->keep_ckpts = 5;
     c->lock_wait = 300;   /* s: an NFS server releases a failed node's locks within minutes */
     c->attn_steps = 0;
+}
+
+/* the data and the beam search (section 6.1) */
+static void data_and_decoding_defaults(Config *c)
+{
     strcpy(c->data, DATA_SYNTHETIC);
     c->task = TASK_REVERSE;
     c->synth_vocab = 20;
@@ -173,6 +193,16 @@ void config_defaults(Config *c)
     c->len_alpha = 0.6f;
     c->max_len_a = 50;
     strcpy(c->row, "");
+}
+
+void config_defaults(Config *c)
+{
+    memset(c, 0, sizeof *c);
+    model_defaults(c);
+    training_defaults(c);
+    runtime_defaults(c);
+    run_dir_defaults(c);
+    data_and_decoding_defaults(c);
 }
 
 static const KeyDesc *find_key(const char *key)
