@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The docs check (tests/docs_check.py, issue 46) on this tree, then once per
 # rule on a copy with one planted defect, which it must name: a stale commit
-# hash, a commit HEAD does not reach, a missing path, an unlisted and an
-# unknown test, an undocumented and an unknown config key, a hook missing
-# from testing.md's table.
+# hash, a commit HEAD does not reach, a missing path, a path only this
+# clone has (never committed), an unlisted and an unknown test, an
+# undocumented and an unknown config key, a hook missing from testing.md's
+# table.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 CHECK=$TOP/tests/docs_check.py
@@ -49,6 +50,8 @@ else
 fi
 plant path 'docs/design.md:[0-9]+: path: src/no_such_file.c does not exist' docs/design.md \
     'echo "See src/no_such_file.c." >> "$F"'
+plant untracked-path 'docs/design.md:[0-9]+: path: src/planted_untracked.c does not exist in git' docs/design.md \
+    'touch src/planted_untracked.c && echo "See src/planted_untracked.c." >> "$F"'
 plant unlisted-test 'test: test_planted_new \(tests/test_planted_new.sh\) is not listed' tests/test_planted_new.sh \
     'echo "exit 0" > "$F"'
 plant unknown-test 'docs/testing.md:[0-9]+: test: test_no_such is listed' docs/testing.md \
