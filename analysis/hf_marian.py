@@ -4,6 +4,8 @@ MarianMT (docs/hf-export.md), shared by hf_export.py and hf_import.py.
 Only numpy, h5py and safetensors: neither direction needs torch, which only
 the equivalence test (tests/test_hf_export.sh) loads."""
 
+import struct
+
 import numpy as np
 
 # token ids of every dataset (docs/dataset.md, TOK_* of src/batch.h)
@@ -148,20 +150,20 @@ def checksum64(data):
     M = 0xFFFFFFFFFFFFFFFF
     P1, P2, P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
     n = len(data)
-    lanes = [(P1 + P2) & M, P2, 0, (-P1) & M]
     nw = n // 32
-    if nw:
-        # four independent lanes over 64-bit words, vectorised with numpy
-        # (uint64 arithmetic wraps modulo 2^64 as in C)
-        w = np.frombuffer(data, dtype="<u8", count=nw * 4).reshape(nw, 4)
-        a = np.array(lanes, dtype=np.uint64)
-        p1, p2 = np.uint64(P1), np.uint64(P2)
-        with np.errstate(over="ignore"):
-            for row in w:
-                x = a + row * p2
-                a = ((x << np.uint64(31)) | (x >> np.uint64(33))) * p1
-        lanes = [int(v) for v in a]
-    h = (_rotl(lanes[0], 1) + _rotl(lanes[1], 7) + _rotl(lanes[2], 12) + _rotl(lanes[3], 18) + n) & M
+    # four independent lanes over 64-bit words; Python's integers with an
+    # explicit mask are 4x faster here than numpy's uint64 on 4-element rows
+    a0, a1, a2, a3 = (P1 + P2) & M, P2, 0, (-P1) & M
+    for w0, w1, w2, w3 in struct.iter_unpack("<4Q", memoryview(data)[:nw * 32]):
+        x = (a0 + w0 * P2) & M
+        a0 = (((x << 31) | (x >> 33)) * P1) & M
+        x = (a1 + w1 * P2) & M
+        a1 = (((x << 31) | (x >> 33)) * P1) & M
+        x = (a2 + w2 * P2) & M
+        a2 = (((x << 31) | (x >> 33)) * P1) & M
+        x = (a3 + w3 * P2) & M
+        a3 = (((x << 31) | (x >> 33)) * P1) & M
+    h = (_rotl(a0, 1) + _rotl(a1, 7) + _rotl(a2, 12) + _rotl(a3, 18) + n) & M
     for b in data[nw * 32:]:
         h = (_rotl(h ^ ((b * P3) & M), 11) * P1) & M
     h ^= h >> 33
