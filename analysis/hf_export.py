@@ -38,8 +38,16 @@ def read_checkpoint(path):
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
         if not isinstance(f.get("params"), h5py.Group):
             raise AnalysisError(path, "missing group params")
-        params = {}
-        f["params"].visititems(lambda n, o: params.__setitem__(n, o[()]) if hasattr(o, "shape") else None)
+        params, sums = {}, {}
+        def read(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                params[name] = obj[()]
+                if "checksum" in obj.attrs:   # absent in older files, as src/checkpoint.c allows
+                    sums[name] = int(obj.attrs["checksum"])
+        f["params"].visititems(read)
+    for name, want in sums.items():   # as the C loader does: a damaged file stops here
+        if hm.checksum64(np.ascontiguousarray(params[name], dtype="<f4").tobytes()) != want:
+            raise AnalysisError(path, f"tensor params/{name} fails its checksum (the file is damaged)")
     hm.check_sizes(path, cfg)
     hm.check_shapes(path, cfg, params)
     return cfg, text, attrs, params

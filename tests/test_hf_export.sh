@@ -89,6 +89,19 @@ EOF
 expect_error 2 "^error: .*bad_shape.h5: params/encoder/layer_00/ffn/W_1 has shape \[63, 32\], its config says \[64, 32\]" \
     "$PY" analysis/hf_export.py "$W/bad_shape.h5" "$W/d.h5" "$W/hf_bad"
 [ ! -e "$W/hf_bad" ] || fail "a refused export left $W/hf_bad"
+cp "$CK" "$W/flipped.h5"   # one weight changed in place, its checksum kept: a damaged file
+"$PY" - "$W/flipped.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["params/decoder/layer_01/cross_attention/W_v"]
+    w = d[()]
+    w[3, 5] = -w[3, 5]
+    d[...] = w
+EOF
+expect_error 2 "^error: .*flipped.h5: tensor params/decoder/layer_01/cross_attention/W_v fails its checksum" \
+    "$PY" analysis/hf_export.py "$W/flipped.h5" "$W/d.h5" "$W/hf_flipped"
+expect_error 2 "^error: .*flipped.h5: tensor params/decoder/layer_01/cross_attention/W_v fails its checksum" \
+    "$BIN" eval --checkpoint "$W/flipped.h5" --data "$W/d.h5" --split dev threads=1   # as the C loader does
 "$PY" tests/hf_check.py "$W/hf" "$W/d.h5" "$W" >"$W/check.log" 2>"$W/check.err" \
     || { cat "$W/check.log"; fail "hf_check (above; stderr: $(grep -v -i warn "$W/check.err" | tail -3))"; }
 cat "$W/check.log"
