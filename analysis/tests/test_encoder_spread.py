@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import encoder_spread as ES
+import hf_marian as hm
 from common import AnalysisError
 from conftest import TINY, cli, cli_error, transformer
 
@@ -57,11 +58,14 @@ def test_forward_reproduces_the_c_models_cross_attention(trained, capsys):
 
 def _collapse(src, dst):
     """A copy of checkpoint src whose last encoder LayerNorm has gamma 0:
-    every source position's state is then its beta, the same vector."""
+    every source position's state is then its beta, the same vector. Its
+    checksum is rewritten, as for an edit made on purpose: the readers
+    refuse a tensor that fails it."""
     shutil.copyfile(src, dst)
     with h5py.File(dst, "r+") as f:
         g = f["params/encoder/layer_01/ffn_norm/gamma"]
         g[...] = np.zeros(g.shape, g.dtype)
+        g.attrs["checksum"] = np.uint64(hm.checksum64(np.zeros(g.shape, "<f4").tobytes()))
 
 
 def test_planted_collapse_reads_zero_spread_and_uniform_cross_attention(trained, tmp_path, capsys):
