@@ -70,7 +70,16 @@ def backticked(text):
 
 
 # ------------------------------------------------------------------ hashes
+def own_checkout(git):
+    """git is the top of its own checkout, not an exported tree (perhaps
+    unpacked inside another repository, whose answers are not its own)."""
+    top = subprocess.run(["git", "-C", str(git), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(git).resolve()
+
+
 def git_has_history(git):
+    if not own_checkout(git):
+        return False
     r = subprocess.run(["git", "-C", str(git), "rev-parse", "--is-shallow-repository"],
                        capture_output=True, text=True)
     return r.returncode == 0 and r.stdout.strip() == "false" and \
@@ -120,8 +129,11 @@ def ignored(git, paths):
 
 
 def tracked(git):
-    """The files git tracks and the folders above them, or None outside a
-    checkout (an exported tree: then what exists counts)."""
+    """The files git tracks and the folders above them, or None where git
+    is not the top of its own checkout (an exported tree: then what exists
+    counts)."""
+    if not own_checkout(git):
+        return None
     r = subprocess.run(["git", "-C", str(git), "ls-files", "-z"], capture_output=True, text=True)
     if r.returncode != 0:
         return None
