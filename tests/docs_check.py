@@ -5,10 +5,13 @@
 
 Rules, one line per finding ("FILE:LINE: ..." where a line is known):
   hash   every commit hash cited (7-12 hex digits with a letter and a digit)
-         is in the history of --git (default --root); skipped with one line
-         in a clone without history
+         is reachable from HEAD of --git (default --root); skipped with one
+         line in a clone without history or a tree that is not its own
+         checkout
   path   every repository path cited (src/, tests/, docs/, analysis/, jobs/,
-         input/, cuda/) exists; {a,b} expands, <x> and * match anything
+         input/, cuda/) is tracked by git (in a tree that is not its own
+         checkout: exists), or is where .gitignore'd output goes; {a,b}
+         expands, <x> and * match anything
   test   every test (tests/test_*.{sh,c}, tests/cuda/test_*, tests/slurm/
          test_*.sh, the Makefile's bin/tests/test_*, analysis/tests/test_*.py)
          is named in docs/testing.md, and every test its table lists exists
@@ -163,7 +166,7 @@ def check_paths(root, git, rel):
                 if gone:
                     missing.append((rel(f), n, gone[0]))
     skip = ignored(git, [g for _, _, g in missing])
-    return ["%s:%d: path: %s does not exist%s" % (f, n, g, " in git" if os.path.exists(root / g) else "")
+    return ["%s:%d: path: %s %s" % (f, n, g, "is not tracked by git" if glob.glob(str(root / g)) else "does not exist")
             for f, n, g in missing if g not in skip]
 
 

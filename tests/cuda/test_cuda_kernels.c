@@ -2031,9 +2031,6 @@ static void test_lt_fallbacks(void)
     order_name = save_order;
 }
 
-/* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
- * (shared memory, barriers, shuffles), one order: for the pthread backend
- * under ThreadSanitizer.  Returns the exit status */
 /* the seconds since the last call, printed after NAME: which part of the
  * sync subset the sanitizer builds spend their time in (docs/testing.md) */
 static void sync_part_done(const char *name)
@@ -2044,6 +2041,9 @@ static void sync_part_done(const char *name)
     last = now;
 }
 
+/* CUDA_TEST_SUBSET=sync: only the kernels where threads communicate
+ * (shared memory, barriers, shuffles), one order: for the pthread backend
+ * under ThreadSanitizer.  Returns the exit status */
 static int test_sync_subset(void)
 {
     order_name = "sync subset";
