@@ -93,6 +93,21 @@ def h5_array(f, path, name, shape=None, integer=False):
     return a
 
 
+def check_dataset(f, path):
+    """Refuse in one line an open HDF5 file that is not one of our datasets (docs/dataset.md)."""
+    if attr_str(f, "format") != "transformer-dataset":
+        raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
+
+
+def dataset_split(f, path, split):
+    """The group splits/SPLIT of an open dataset file, refused in one line,
+    with the splits it has, if there is no such split."""
+    if f"splits/{split}" not in f:
+        have = ", ".join(f["splits"]) if "splits" in f else "none"
+        raise AnalysisError(path, f"no split '{split}' (splits: {have})")
+    return f[f"splits/{split}"]
+
+
 def split_ids(path, g, side, n_pieces):
     """(ids, offsets) of one side of a split, checked: a damaged dataset was
     a KeyError or IndexError in the middle of reading."""

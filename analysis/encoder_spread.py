@@ -26,8 +26,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (ArgumentParser, AnalysisError, attr_str, h5_array, int_at_least, main_wrapper, open_h5,  # noqa: E402
-                    split_ids)
+from common import (ArgumentParser, AnalysisError, attr_str, check_dataset, dataset_split, h5_array, int_at_least,  # noqa: E402
+                    main_wrapper, open_h5, split_ids)
 from hf_export import read_checkpoint  # noqa: E402
 from np_model import NumpyTransformer  # noqa: E402
 
@@ -46,11 +46,8 @@ def read_pairs(path, split, indices, cfg, clip=False):
     src/batch.c cuts them, every id within cfg's vocabulary; clip: indices
     past the split's end are left out."""
     with open_h5(path) as f:
-        if attr_str(f, "format") != "transformer-dataset":
-            raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
-        if f"splits/{split}" not in f:
-            raise AnalysisError(path, f"no split '{split}'")
-        g = f[f"splits/{split}"]
+        check_dataset(f, path)
+        g = dataset_split(f, path, split)
         (si, so), (ti, to) = (split_ids(path, g, side, int(cfg["vocab_size"])) for side in ("src", "tgt"))
         bos, eos = int(f.attrs.get("bos_id", 1)), int(f.attrs.get("eos_id", 2))
     n = len(so) - 1

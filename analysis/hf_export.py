@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, main_wrapper, open_h5, temp_dir_beside, umask  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, check_dataset, main_wrapper, open_h5, temp_dir_beside, umask  # noqa: E402
 import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -56,8 +56,7 @@ def read_checkpoint(path):
 def read_vocab(path):
     """(pieces, SentencePiece model bytes, dataset file) of a dataset (docs/dataset.md)."""
     with open_h5(path) as f:
-        if attr_str(f, "format") != "transformer-dataset":
-            raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
+        check_dataset(f, path)
         for name in ("vocab/pieces", "vocab/spm_model"):
             if not hasattr(f.get(name), "shape"):
                 raise AnalysisError(path, f"missing dataset {name}")

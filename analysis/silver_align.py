@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 import attention as A
-from common import (ArgumentParser, AnalysisError, as_strings, attr_str, finite_float, h5_atomic, int_at_least, main_wrapper,
+from common import (ArgumentParser, AnalysisError, as_strings, attr_str, dataset_split, finite_float, h5_atomic, int_at_least, main_wrapper,
                     open_h5, output_not_input, split_ids)
 
 SILVER_FORMAT = "transformer-silver-alignment"
@@ -60,11 +60,8 @@ def dataset_words(path, split):
     with open_h5(path) as f:
         if "vocab/pieces" not in f:
             raise AnalysisError(path, "not a dataset file (no vocab/pieces)")
-        if f"splits/{split}" not in f:
-            have = ", ".join(f["splits"]) if "splits" in f else "none"
-            raise AnalysisError(path, f"no split '{split}' (splits: {have})")
+        g = dataset_split(f, path, split)
         pieces = as_strings(f["vocab/pieces"][()])
-        g = f[f"splits/{split}"]
         out = []
         for side in ("src", "tgt"):
             ids, off = split_ids(path, g, side, len(pieces))
