@@ -20,7 +20,6 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 A="n_layers=2 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 train_steps=6 log_steps=1 max_tokens=160 synth_train=40
    synth_dev=8 max_len=14 warmup=10 threads=1 ckpt_minutes=0 device=cuda"
 
-losses() { grep -E '^step [0-9]+ ' "$1" | sed -E 's/ tok\/s .*//'; }
 one() { "$@"; }
 two() { mpirun -np 2 -x CUDA_EMU_DEVICES -x TRANSFORMER_DEFER_SUMS "$@"; }
 
@@ -33,7 +32,7 @@ same_run() {
     TRANSFORMER_DEFER_SUMS=0 $launch "$EMU" train $A "$@" run_dir=$W/rd-n --dump-params $W/n.bin > $W/n.log 2>&1 ||
         fail "$name, not deferred: $(tail -3 $W/n.log)"
     cmp -s $W/d.bin $W/n.bin || fail "$name: parameters with the column sums deferred differ from without"
-    diff <(losses $W/d.log) <(losses $W/n.log) > $W/diff.txt || fail "$name: losses differ: $(head -4 $W/diff.txt)"
+    diff <(step_losses $W/d.log) <(step_losses $W/n.log) > $W/diff.txt || fail "$name: losses differ: $(head -4 $W/diff.txt)"
     ok "$name: deferred = one launch each, bitwise"
 }
 

@@ -21,8 +21,6 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 A="n_layers=1 d_model=24 d_ff=40 n_heads=2 d_k=8 d_v=12 train_steps=12 log_steps=1 max_tokens=160 synth_train=40
    synth_dev=8 max_len=14 warmup=10 threads=1 ckpt_minutes=0 device=cuda"
 
-# the logged losses (and loss scales) of a train output
-losses() { grep -E '^step [0-9]+ ' "$1" | sed -E 's/ tok\/s .*//'; }
 # NAME LAUNCHER ARGS...: the run with and without graphs, the same parameters and losses
 same_run() {
     local name=$1 launch=$2; shift 2
@@ -32,7 +30,7 @@ same_run() {
     $launch "$EMU" train $A "$@" cuda_graphs=0 run_dir=$W/rd-n --dump-params $W/n.bin > $W/n.log 2>&1 ||
         fail "$name, no graphs: $(tail -3 $W/n.log)"
     cmp -s $W/g.bin $W/n.bin || fail "$name: parameters with cuda_graphs=1 differ from cuda_graphs=0"
-    diff <(losses $W/g.log) <(losses $W/n.log) > $W/diff.txt || fail "$name: losses differ: $(head -4 $W/diff.txt)"
+    diff <(step_losses $W/g.log) <(step_losses $W/n.log) > $W/diff.txt || fail "$name: losses differ: $(head -4 $W/diff.txt)"
     local st replayed
     st=$(grep -m1 '^cuda graphs: ' $W/g.log) || fail "$name: no 'cuda graphs:' line"
     replayed=$(awk '{ print $3 }' <<< "$st")
@@ -64,7 +62,7 @@ same_run "bf16, 2 ranks, update_freq 2" two precision=bf16 update_freq=2
 # fp16: planted overflows skip steps 3 and 7 (the loss scale halves: a new
 # key) and the scale doubles after 3 good steps
 TRANSFORMER_GRAD_INF=0:3 same_run "fp16, 1 rank, a loss-scale skip" one precision=fp16 loss_scale_window=3
-grep -q 'skipped 1' $W/g.log || fail "fp16: no skipped step in the log: $(losses $W/g.log | tail -3)"
+grep -q 'skipped 1' $W/g.log || fail "fp16: no skipped step in the log: $(step_losses $W/g.log | tail -3)"
 
 # checkpoint and resume: 6 steps, then resumed to 12, with graphs; against
 # 12 uninterrupted steps without
