@@ -99,6 +99,15 @@ def check_dataset(f, path):
         raise AnalysisError(path, "not a transformer dataset (no format=\"transformer-dataset\" attribute)")
 
 
+def dataset_pieces(f, path):
+    """The SentencePiece pieces (vocab/pieces) of an open dataset file, in id
+    order, refused in one line where the file is no dataset or lacks them."""
+    check_dataset(f, path)
+    if not hasattr(f.get("vocab/pieces"), "shape"):
+        raise AnalysisError(path, "missing dataset vocab/pieces")
+    return as_strings(f["vocab/pieces"][()])
+
+
 def dataset_split(f, path, split):
     """The group splits/SPLIT of an open dataset file, refused in one line,
     with the splits it has, if there is no such split."""

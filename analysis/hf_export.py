@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, check_dataset, main_wrapper, open_h5, temp_dir_beside, umask  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, dataset_pieces, main_wrapper, open_h5, temp_dir_beside, umask  # noqa: E402
 import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -56,11 +56,9 @@ def read_checkpoint(path):
 def read_vocab(path):
     """(pieces, SentencePiece model bytes, dataset file) of a dataset (docs/dataset.md)."""
     with open_h5(path) as f:
-        check_dataset(f, path)
-        for name in ("vocab/pieces", "vocab/spm_model"):
-            if not hasattr(f.get(name), "shape"):
-                raise AnalysisError(path, f"missing dataset {name}")
-        pieces = [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in f["vocab/pieces"][:]]
+        pieces = dataset_pieces(f, path)
+        if not hasattr(f.get("vocab/spm_model"), "shape"):
+            raise AnalysisError(path, "missing dataset vocab/spm_model")
         spm = f["vocab/spm_model"][:].tobytes()
         lengths = None
         for split in ("dev", "train"):

@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 import attention as A
-from common import (ArgumentParser, AnalysisError, as_strings, attr_str, dataset_split, finite_float, h5_atomic, int_at_least, main_wrapper,
+from common import (ArgumentParser, AnalysisError, attr_str, dataset_pieces, dataset_split, finite_float, h5_atomic, int_at_least, main_wrapper,
                     open_h5, output_not_input, split_ids)
 
 SILVER_FORMAT = "transformer-silver-alignment"
@@ -58,10 +58,8 @@ def dataset_words(path, split):
     """(source sentences, target sentences) of a split of a dataset file
     (docs/data.md), each a list of words."""
     with open_h5(path) as f:
-        if "vocab/pieces" not in f:
-            raise AnalysisError(path, "not a dataset file (no vocab/pieces)")
+        pieces = dataset_pieces(f, path)
         g = dataset_split(f, path, split)
-        pieces = as_strings(f["vocab/pieces"][()])
         out = []
         for side in ("src", "tgt"):
             ids, off = split_ids(path, g, side, len(pieces))

@@ -310,6 +310,14 @@ def test_damaged_files_are_named(tmp_path):
         del f["splits/dev/tgt_ids"]
     one_line(script("silver_align.py", data, "--out", tmp_path / "s.h5", expect=2), data,
              "missing dataset splits/dev/tgt_ids")
+    with h5py.File(data, "r+") as f:
+        del f["vocab/pieces"]
+    one_line(script("silver_align.py", data, "--out", tmp_path / "s.h5", expect=2), data,
+             "missing dataset vocab/pieces")
+    with h5py.File(data, "r+") as f:
+        del f.attrs["format"]
+    one_line(script("silver_align.py", data, "--out", tmp_path / "s.h5", expect=2), data,
+             "not a transformer dataset")
     seeds = tmp_path / "h.h5"
     with h5py.File(seeds, "w") as f:
         g = f.create_group("prune/importance")

@@ -98,6 +98,7 @@ def _planted_corpus(path, n_train=300, n_dev=20, seed=7):
                 truth.append(links)
         splits[name] = (src, tgt)
     with h5py.File(path, "w") as f:
+        f.attrs["format"] = "transformer-dataset"
         f["vocab/pieces"] = np.array([p.encode() for p in pieces], dtype=object)
         for name, sides in splits.items():
             for side, sents in zip(("src", "tgt"), sides):
