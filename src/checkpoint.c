@@ -128,11 +128,14 @@ int checkpoint_write(const char *path, const ParamTable *pt, const float *params
     const char *fault = getenv("TRANSFORMER_CKPT_FAULT_STEP");
     if (fault && atoll(fault) == st->step) raise(SIGKILL);
     if (h5io_publish(tmp, path, msg, cap)) return -1;
-    /* test hook: freeze the whole process once this checkpoint is in place,
-     * so that a test can kill -9 it at a known point */
-    const char *stop = getenv("TRANSFORMER_CKPT_STOP_STEP");
-    if (stop && atoll(stop) == st->step) raise(SIGSTOP);
+    if (checkpoint_test_stop_step(st->step)) raise(SIGSTOP);
     return 0;
+}
+
+int checkpoint_test_stop_step(int64_t step)
+{
+    const char *stop = getenv("TRANSFORMER_CKPT_STOP_STEP");
+    return stop && atoll(stop) == step;
 }
 
 /* --------------------------------------------------------------- reading */

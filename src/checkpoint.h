@@ -98,6 +98,11 @@ int checkpoint_upto_best(int64_t step, int64_t best_step, int ckpt_steps, int tr
 /* ckpt path of a step */
 void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step);
 
+/* Test hook TRANSFORMER_CKPT_STOP_STEP=S: 1 for step S, whose checkpoint
+ * freezes the whole process (SIGSTOP) once in place, so that a test can
+ * kill -9 or signal it at a known point (docs/checkpoint.md). */
+int checkpoint_test_stop_step(int64_t step);
+
 /* Background writer: snapshot into host memory, write in a thread. */
 typedef struct CkptWriter CkptWriter;
 /* keeps c->keep_ckpts interval checkpoints of c->run_dir (checkpoint_prune) */

@@ -388,6 +388,10 @@ static void start_ckpt(RunDir *rd, TrainRun *r, double elapsed_now)
     if (checkpoint_writer_start(rd->writer, &r->model, rd->cfg_text, &st)) return;
     rd->last_step = r->step;
     rd->t_last = now_seconds();
+    /* the test hook's freeze comes at this step whatever the load: written
+     * in the background, the loop could pass its next preemption check, or
+     * its end, before the write is in place and the process stops */
+    if (checkpoint_test_stop_step(r->step)) checkpoint_writer_wait(rd->writer);
 }
 
 int rundir_ckpt_failed(const RunDir *rd)
