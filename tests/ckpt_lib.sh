@@ -10,10 +10,11 @@ same_state() {
     done
 }
 
-# wait_file FILE PID: wait until FILE exists (or PID exits)
+# wait_file FILE PID: wait until FILE exists (or PID exits; at most 600 s:
+# the cap only bounds a hang, a failed run ends the wait when it exits)
 wait_file() {
     local i
-    for i in $(seq 1 3000); do
+    for i in $(seq 1 60000); do
         [ -e "$1" ] && return 0
         kill -0 "$2" 2>/dev/null || return 1
         sleep 0.01

@@ -104,8 +104,9 @@ touch $W/afile
 expect_error 2 "error: $W/afile: cannot create run directory: Not a directory" $BIN train $CK_ARGS run_dir=$W/afile
 TRANSFORMER_STEP_SLEEP_MS=100 $BIN train $CK_ARGS run_dir=$W/busy train_steps=200 > $W/busy.log 2>&1 &
 busy=$!
-wait_file $W/busy/.lock $busy || fail "first run did not start: $(tail -2 $W/busy.log)"
-sleep 0.3
+# the lock is taken once the file names its holder (written after flock)
+for _ in $(seq 6000); do grep -q "^pid $busy on " $W/busy/.lock 2>/dev/null && break; kill -0 $busy 2>/dev/null || break; sleep 0.01; done
+grep -q "^pid $busy on " $W/busy/.lock || fail "first run did not take the lock: $(tail -2 $W/busy.log)"
 expect_error 2 "error: $W/busy: another training run is using this run directory (pid $busy on " \
     $BIN train $CK_ARGS run_dir=$W/busy train_steps=200
 kill -9 $busy; wait $busy 2>/dev/null
@@ -114,22 +115,27 @@ ok "run directory lock: a second run refused with the holder's pid, released by 
 # a lock held by another host (a failed node's, kept by an NFS server until
 # its lease runs out; simulated: the lock file names another host, flock(1)
 # holds it): waited for up to lock_wait seconds, then refused naming the holder
-mkdir -p $W/elsewhere && printf 'pid 1 on other-node-7\n' > $W/elsewhere/.lock
-flock -x $W/elsewhere/.lock sleep 3 &
-holder=$!
-sleep 0.3
-$BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=2 lock_wait=30 > $W/elsewhere.log 2>&1 ||
-    fail "a lock of another host released after 3 s: the run failed: $(tail -3 $W/elsewhere.log)"
-grep -q "warning: $W/elsewhere: the run directory is locked by pid 1 on other-node-7; waiting up to 30 s" $W/elsewhere.log ||
-    fail "no waiting line: $(head -3 $W/elsewhere.log)"
-wait $holder
-printf 'pid 1 on other-node-7\n' > $W/elsewhere/.lock
-flock -x $W/elsewhere/.lock sleep 20 &
-holder=$!
-sleep 0.3
+# hold_elsewhere: flock(1) holds the lock of $W/elsewhere, the file naming
+# another host, until $W/release exists (no sleep decides who holds it)
+hold_elsewhere() {
+    mkdir -p $W/elsewhere && printf 'pid 1 on other-node-7\n' > $W/elsewhere/.lock
+    rm -f $W/held $W/release
+    flock -x $W/elsewhere/.lock sh -c "touch $W/held; while [ ! -e $W/release ]; do sleep 0.02; done" &
+    holder=$!
+    wait_file $W/held $holder || fail "flock(1) did not take the lock"
+}
+WAITING="warning: $W/elsewhere: the run directory is locked by pid 1 on other-node-7; waiting up to 30 s"
+hold_elsewhere
+$BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=2 lock_wait=30 > $W/elsewhere.log 2>&1 &
+run=$!
+for _ in $(seq 12000); do grep -q "$WAITING" $W/elsewhere.log && break; kill -0 $run 2>/dev/null || break; sleep 0.01; done
+grep -q "$WAITING" $W/elsewhere.log || fail "no waiting line: $(head -3 $W/elsewhere.log)"
+touch $W/release; wait $holder
+wait $run || fail "a lock of another host released while the run waited: the run failed: $(tail -3 $W/elsewhere.log)"
+hold_elsewhere
 expect_error 2 "error: $W/elsewhere: another training run is using this run directory (pid 1 on other-node-7); waited lock_wait seconds" \
     $BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=4 lock_wait=1
-kill $holder; wait $holder 2>/dev/null
+touch $W/release; wait $holder
 ok "a lock held by another host: waited for (lock_wait), then refused naming the holder"
 
 # a diverging run (eq. 3's rate x 1e6, the largest lr_factor): exit 1 and no
