@@ -36,7 +36,7 @@ chmod 711 "$DIR/munge"   # clients need x on the socket directory
 install -o munge -g munge -m 400 /etc/munge/munge.key "$DIR/munge/munge.key"
 runuser -u munge -- /usr/sbin/munged --socket="$DIR/munge/socket" --key-file="$DIR/munge/munge.key" \
     --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" --seed-file="$DIR/munge/seed"
-for _ in $(seq 50); do [ -s "$DIR/munge/munged.pid" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -s "$DIR/munge/munged.pid" ] && break; sleep 0.1; done   # up to 60 s under load
 cp "$DIR/munge/munged.pid" "$DIR/munged.pid"
 
 # --- free TCP ports for slurmctld and slurmd (6817/6818 may be taken by another Slurm)
@@ -113,10 +113,10 @@ export SLURM_CONF=$DIR/slurm.conf
 # the marker lets stop.sh find this cluster's leftover processes
 export TRANSFORMER_TEST_SLURM=$DIR
 /usr/sbin/slurmctld -c -f "$DIR/slurm.conf"
-for _ in $(seq 100); do [ -s "$DIR/slurmctld.pid" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -s "$DIR/slurmctld.pid" ] && break; sleep 0.1; done
 /usr/sbin/slurmd -f "$DIR/slurm.conf"
-for _ in $(seq 100); do [ -s "$DIR/slurmd.pid" ] && break; sleep 0.1; done
-for _ in $(seq 300); do
+for _ in $(seq 600); do [ -s "$DIR/slurmd.pid" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do
     state=$(sinfo -h -o %T 2>/dev/null || true)
     [ "$state" = idle ] && break
     sleep 0.1

@@ -47,7 +47,7 @@ start_munge() {
     install -o munge -g munge -m 400 /etc/munge/munge.key "$DIR/munge/munge.key"
     runuser -u munge -- /usr/sbin/munged --socket="$DIR/munge/socket" --key-file="$DIR/munge/munge.key" \
         --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" --seed-file="$DIR/munge/seed"
-    for _ in $(seq 50); do [ -s "$DIR/munge/munged.pid" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -s "$DIR/munge/munged.pid" ] && break; sleep 0.1; done
 }
 
 # slurm.conf: both nodes with this machine's cores and 40% of its memory
@@ -117,13 +117,13 @@ start() {
     write_conf
     export SLURM_CONF=$DIR/slurm.conf
     in_node n1 /usr/sbin/slurmctld -c -f "$DIR/slurm.conf"
-    for _ in $(seq 100); do [ -s "$DIR/slurmctld.pid" ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -s "$DIR/slurmctld.pid" ] && break; sleep 0.1; done
     local n st=""
     for n in $NODE_NAMES; do
         in_node "$n" /usr/sbin/slurmd -N "$n" -f "$DIR/slurm.conf"
-        for _ in $(seq 100); do [ -s "$DIR/slurmd-$n.pid" ] && break; sleep 0.1; done
+        for _ in $(seq 600); do [ -s "$DIR/slurmd-$n.pid" ] && break; sleep 0.1; done
     done
-    for _ in $(seq 300); do
+    for _ in $(seq 1200); do
         st=$(in_node n1 sinfo -h -N -o '%N=%T' 2>/dev/null | tr '\n' ' ' || true)
         [ "$st" = "n1=idle n2=idle " ] && break
         sleep 0.1
