@@ -86,12 +86,15 @@ n_err=$("${T[@]}" data="$W/trunc.h5" 2>&1 >/dev/null | wc -l)
 # (in its own process group, so that its spm_train child goes too)
 setsid "$BIN" prepare --out "$W/killed.h5" --split train "$M/train.en" "$M/train.de" vocab_size=4000 >/dev/null 2>&1 &
 pid=$!
-for i in $(seq 1 100); do
+# killed while its spm_train child runs (seen in its process group), not
+# after a fixed sleep: a fast machine could finish first, a loaded one not
+# have started
+for i in $(seq 1 6000); do
     [ -e "$W/killed.h5" ] && fail "output exists while prepare is still running"
-    ls "$W" | grep -q 'killed.h5.work' && break
-    sleep 0.05
+    ls "$W" | grep -q 'killed.h5.work' && pgrep -g $pid -x spm_train >/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
 done
-sleep 0.2   # into spm_train (the whole prepare takes ~2.4 s here)
 kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null; rc=$?
 [ $rc -eq 137 ] || fail "prepare was not killed mid-run (exit $rc): nothing was tested"
 [ -e "$W/killed.h5" ] && fail "a killed prepare left its output file"
