@@ -46,8 +46,9 @@ field() {
     awk -v re="$1" -v k="$2" '$0 ~ re { for (i = 1; i < NF; i++) if ($i == k) v = $(i + 1) } END { print v }' "${3:--}"
 }
 # step_losses LOG: the per-step lines of a train output without their timing
-# (loss, learning rate, loss scale: what two runs meant to be equal must share)
-step_losses() { grep -E '^step [0-9]+ ' "$1" | sed -E 's/ tok\/s .*//'; }
+# (loss, learning rate, and with loss scaling the scale and the steps
+# skipped: what two runs meant to be equal must share)
+step_losses() { grep -E '^step [0-9]+ ' "$1" | sed -E 's/ tok\/s [0-9]+ elapsed [0-9.]+s//'; }
 # expect_error CODE PATTERN cmd...: the command exits CODE and its stderr has
 # a line matching PATTERN (with several ranks, each may print it)
 expect_error() {
