@@ -116,11 +116,13 @@ ok "run directory lock: a second run refused with the holder's pid, released by 
 # its lease runs out; simulated: the lock file names another host, flock(1)
 # holds it): waited for up to lock_wait seconds, then refused naming the holder
 # hold_elsewhere: flock(1) holds the lock of $W/elsewhere, the file naming
-# another host, until $W/release exists (no sleep decides who holds it)
+# another host, until $W/release exists (no sleep decides who holds it), or
+# $W is gone (the test failed and its trap ran), or at most 300 s
 hold_elsewhere() {
     mkdir -p $W/elsewhere && printf 'pid 1 on other-node-7\n' > $W/elsewhere/.lock
     rm -f $W/held $W/release
-    flock -x $W/elsewhere/.lock sh -c "touch $W/held; while [ ! -e $W/release ]; do sleep 0.02; done" &
+    flock -x $W/elsewhere/.lock timeout 300 sh -c \
+        "touch $W/held; while [ ! -e $W/release ] && [ -d $W ]; do sleep 0.02; done" &
     holder=$!
     wait_file $W/held $holder || fail "flock(1) did not take the lock"
 }
@@ -128,13 +130,13 @@ WAITING="warning: $W/elsewhere: the run directory is locked by pid 1 on other-no
 hold_elsewhere
 $BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=2 lock_wait=30 > $W/elsewhere.log 2>&1 &
 run=$!
-for _ in $(seq 12000); do grep -q "$WAITING" $W/elsewhere.log && break; kill -0 $run 2>/dev/null || break; sleep 0.01; done
+for _ in $(seq 12000); do grep -q "$WAITING" $W/elsewhere.log 2>/dev/null && break; kill -0 $run 2>/dev/null || break; sleep 0.01; done
 grep -q "$WAITING" $W/elsewhere.log || fail "no waiting line: $(head -3 $W/elsewhere.log)"
 touch $W/release; wait $holder
 wait $run || fail "a lock of another host released while the run waited: the run failed: $(tail -3 $W/elsewhere.log)"
 hold_elsewhere
 expect_error 2 "error: $W/elsewhere: another training run is using this run directory (pid 1 on other-node-7); waited lock_wait seconds" \
-    $BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=4 lock_wait=1
+    timeout 120 $BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=4 lock_wait=1
 touch $W/release; wait $holder
 ok "a lock held by another host: waited for (lock_wait), then refused naming the holder"
 

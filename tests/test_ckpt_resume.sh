@@ -16,8 +16,8 @@ $BIN train $CK_ARGS run_dir=$W/ref train_steps=$STEPS ckpt_steps=10 keep_ckpts=3
 [ ! -e $W/ref/ckpt_00000010.h5 ] && [ -e $W/ref/ckpt_00000020.h5 ] || fail "keep_ckpts=3 not honoured: $(ls $W/ref)"
 ok "uninterrupted run, last 3 checkpoints kept"
 
-# kill -9 once the checkpoint of step 20 is in place (the test hook freezes
-# the process there; training may have gone on a few steps past it)
+# kill -9 once the checkpoint of step 20 is in place (the test hook writes
+# it in the foreground and freezes the process there, at step 20)
 TRANSFORMER_CKPT_STOP_STEP=20 $BIN train $CK_ARGS run_dir=$W/k train_steps=$STEPS ckpt_steps=10 > $W/k1.log 2>&1 &
 pid=$!
 wait_stopped $pid || fail "run did not stop at checkpoint 20"

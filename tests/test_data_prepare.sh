@@ -89,12 +89,14 @@ pid=$!
 # killed while its spm_train child runs (seen in its process group), not
 # after a fixed sleep: a fast machine could finish first, a loaded one not
 # have started
+seen=0
 for i in $(seq 1 6000); do
     [ -e "$W/killed.h5" ] && fail "output exists while prepare is still running"
-    ls "$W" | grep -q 'killed.h5.work' && pgrep -g $pid -x spm_train >/dev/null && break
+    ls "$W" | grep -q 'killed.h5.work' && pgrep -g $pid -x spm_train >/dev/null && { seen=1; break; }
     kill -0 $pid 2>/dev/null || break
     sleep 0.01
 done
+[ $seen = 1 ] || { kill -9 -- -$pid 2>/dev/null; fail "prepare's spm_train was never seen running: nothing was tested"; }
 kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null; rc=$?
 [ $rc -eq 137 ] || fail "prepare was not killed mid-run (exit $rc): nothing was tested"
 [ -e "$W/killed.h5" ] && fail "a killed prepare left its output file"

@@ -168,7 +168,7 @@ export FAKE_SMI_LOG=$W/smi.log
 # the command runs until the logger has written 3 samples (at most 60 s), not
 # for a fixed time that a loaded machine's sampler might not fill
 PATH=$W/fake:$PATH bash tests/gpu/gpu_clocks.sh $W/clocks.csv sh -c \
-    'echo ran; for i in $(seq 1200); do [ "$(wc -l < "$0")" -ge 4 ] && break; sleep 0.05; done; exit 3' $W/clocks.csv \
+    'echo ran; for i in $(seq 1200); do [ "$(cat "$0" 2>/dev/null | wc -l)" -ge 4 ] && break; sleep 0.05; done; exit 3' $W/clocks.csv \
     > $W/clk.out 2> $W/clk.err
 rc=$?
 [ $rc = 3 ] && [ "$(cat $W/clk.out)" = ran ] || fail "gpu_clocks.sh: exit $rc, output $(cat $W/clk.out)"

@@ -26,6 +26,7 @@ threads() { grep -o '[0-9]* ranks x [0-9]* threads' "$1"; }
 mpirun -n 1 "$BIN" train train_steps=3000 log_steps=1000 > "$W/one.log" 2>&1 &
 pid=""
 for _ in $(seq 1200); do   # up to 120 s: mpirun's start under load
+    kill -0 %1 2>/dev/null || break
     pid=$(pgrep -f "^$BIN train train_steps=3000" | head -n 1)
     [ -n "$pid" ] && grep -q '^train: ' "$W/one.log" && break
     sleep 0.1

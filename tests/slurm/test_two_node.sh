@@ -124,6 +124,8 @@ for mpi in pmix pmi2 none; do
         # MPI start-up take what they take under load)
         t0=$SECONDS t=$((SECONDS + 300))
         until grep -q 'rank 1: raising signal 9' "$jlog" 2>/dev/null || ended "$J" || [ $SECONDS -ge $t ]; do sleep 0.2; done
+        grep -q 'rank 1: raising signal 9' "$jlog" 2>/dev/null || ended "$J" ||
+            fail "srun --mpi=$mpi: job $J: rank 1 did not reach step 30 within 300 s: $(tail -3 "$jlog" 2>/dev/null)"
         wait_job "$J" 60 || fail "srun --mpi=$mpi: job $J still running 60 s after rank 1 was killed"
         [ "$mpi" = pmix ] && [ "$try" = 1 ] && crashed_in_mpi_init "$jlog" || break
         retry_note "srun --mpi=$mpi, job $J"; rm -rf "$run"

@@ -222,7 +222,7 @@ stage_train() {
         "${LIB[@]}" devloss "$W/fp32.log" "$W/bf16.log" "$BF16_TOL"
     # SIGUSR1 once checkpoint STOP_STEP is in place (the test hook writes it
     # in the foreground and freezes the process there, so the preemption
-    # checkpoint follows at that step), then a resume to TRAIN_STEPS
+    # checkpoint follows one step later), then a resume to TRAIN_STEPS
     rm -rf "$W/resume"
     TRANSFORMER_STEP_SLEEP_MS=${ACCEPT_STEP_SLEEP_MS:-0} TRANSFORMER_CKPT_STOP_STEP=$STOP_STEP "$BIN" train "${MODEL_ARGS[@]}" run_dir="$W/resume" device="$DEVICE" \
         precision=fp32 "${common[@]}" >"$W/resume1.log" 2>&1 &
