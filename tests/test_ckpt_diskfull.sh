@@ -18,7 +18,7 @@ if ! mount -t tmpfs -o size=2000k tmpfs $D 2>/dev/null; then
         IN_UNSHARE=1 exec unshare --mount --map-root-user bash "$0" "$@"
     fi
     rm -rf "$W"
-    echo "skip: cannot mount a tmpfs here (needs root or user namespaces)"; exit 0
+    skip "cannot mount a tmpfs here (needs root or user namespaces)"
 fi
 trap 'umount $D; rm -rf "$W"' EXIT
 ARGS="$CK_ARGS keep_ckpts=100 ckpt_steps=10 train_steps=60 attn_steps=10"
