@@ -104,6 +104,7 @@ def _read_sentences(path, root):
     sents = []
     for p, g in sorted(_sentence_groups(root), key=lambda t: _sort_key(t[0])):
         s = {"name": p.rsplit("/", 1)[-1], "path": p, "maps": {},
+             "index": int(g.attrs["index"]) if "index" in g.attrs else None,
              "src_tokens": _tokens(g, "src_tokens"), "tgt_tokens": _tokens(g, "tgt_tokens"),
              "tgt_out_tokens": _tokens(g, "tgt_out_tokens")}
         _read_maps(path, g, s)
@@ -119,8 +120,9 @@ def _read_sentences(path, root):
 
 
 def load(path):
-    """Read an attention file: {'steps': {step or None: [sentence, ...]}}.  A map
-    file has one entry None; a probe file one per /step_<N> group."""
+    """Read an attention file: {'steps': {step or None: [sentence, ...]},
+    'format', 'split'}.  A map file has one entry None; a probe file one per
+    /step_<N> group."""
     with open_h5(path) as f:
         steps = {}
         for name in f:
@@ -133,11 +135,22 @@ def load(path):
         if top:
             steps[None] = top
         kind = attr_str(f, "format", "")
+        split = attr_str(f, "split", "")
     if kind and not kind.startswith("transformer-attention"):
         raise AnalysisError(path, f"not an attention file (format '{kind}')")
     if not steps:
         raise AnalysisError(path, "not an attention file (no groups with encoder_self/decoder_self/cross maps)")
-    return {"steps": dict(sorted(steps.items(), key=lambda kv: -1 if kv[0] is None else kv[0])), "format": kind}
+    return {"steps": dict(sorted(steps.items(), key=lambda kv: -1 if kv[0] is None else kv[0])), "format": kind,
+            "split": split}
+
+
+def load_maps(path):
+    """(sentences, split) of a `transformer attention` file (as load reads
+    them; not a training probe), refused in one line if it is no such file."""
+    data = load(path)
+    if data["format"] != "transformer-attention" or None not in data["steps"]:
+        raise AnalysisError(path, f"not a `transformer attention` file (format '{data['format']}')")
+    return data["steps"][None], data["split"]
 
 
 def axis_tokens(sent, kind):
@@ -689,10 +702,7 @@ def summarize_maps(path, out, run=None, align=None):
     `transformer attention` file of every statistic (the committed form of a
     sweep run's maps: docs/attention.md), and with align (a silver_align.py
     file) the AER of the cross-attention heads; through a temporary, renamed."""
-    data = load(path)
-    if data["format"] != "transformer-attention" or None not in data["steps"]:
-        raise AnalysisError(path, f"not a `transformer attention` file (format '{data['format']}')")
-    sents = data["steps"][None]
+    sents, _ = load_maps(path)
     per = sentence_stats(path, sents)
     with open_h5(path) as f:
         attrs = {k: f.attrs[k] for k in SUMMARY_ATTRS if k in f.attrs}

@@ -26,8 +26,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (ArgumentParser, AnalysisError, attr_str, check_dataset, dataset_split, h5_array, int_at_least,  # noqa: E402
+from common import (ArgumentParser, AnalysisError, check_dataset, dataset_split, int_at_least,  # noqa: E402
                     main_wrapper, open_h5, split_ids)
+import attention as A  # noqa: E402
 from hf_export import read_checkpoint  # noqa: E402
 from np_model import NumpyTransformer  # noqa: E402
 
@@ -59,15 +60,14 @@ def read_pairs(path, split, indices, cfg, clip=False):
     return [(np.append(cut(si, so, i), eos), np.insert(cut(ti, to, i), 0, bos)) for i in indices]
 
 
-def check_maps(path, model_maps):
-    """The largest |difference| between this forward's cross maps and an attention file's; exit 1 past CHECK_TOL."""
+def check_maps(path, file_maps, model_maps):
+    """The largest |difference| between this forward's cross maps and an attention file's
+    ([(pair index, maps)], attention_sentences); exit 1 past CHECK_TOL."""
     worst = 0.0
-    with open_h5(path) as f:
-        for key, maps in model_maps:
-            ours = h5_array(f["sentences"][key], path, "cross")
-            if ours.shape != maps.shape:
-                raise AnalysisError(path, f"sentence {key}: cross maps {ours.shape}, this forward {maps.shape}")
-            worst = max(worst, float(np.abs(ours - maps).max()))
+    for (index, ours), maps in zip(file_maps, model_maps):
+        if ours.shape != maps.shape:
+            raise AnalysisError(path, f"sentence {index}: cross maps {ours.shape}, this forward {maps.shape}")
+        worst = max(worst, float(np.abs(ours - maps).max()))
     if worst > CHECK_TOL:
         raise AnalysisError(path, f"cross-attention differs from this forward by {worst:.3g} (> {CHECK_TOL:g}): "
                                   "not this checkpoint's file, or np_model.py does not mirror the C model")
@@ -75,13 +75,13 @@ def check_maps(path, model_maps):
 
 
 def attention_sentences(path):
-    """(split, [(group name, pair index)]) of a `transformer attention` file."""
-    with open_h5(path) as f:
-        if attr_str(f, "format") != "transformer-attention":
-            raise AnalysisError(path, "not a `transformer attention` file (attribute format)")
-        if "sentences" not in f:
-            raise AnalysisError(path, "missing group sentences")
-        return attr_str(f, "split", "dev"), [(k, int(f["sentences"][k].attrs["index"])) for k in sorted(f["sentences"])]
+    """(split, [(pair index, cross maps [N, h, T, S])]) of a `transformer
+    attention` file, read by attention.load_maps."""
+    sents, split = A.load_maps(path)
+    for s in sents:
+        if s["index"] is None or "cross" not in s["maps"]:
+            raise AnalysisError(path, f"sentence {s['path']}: no index attribute or no cross maps")
+    return split or "dev", [(s["index"], s["maps"]["cross"]) for s in sents]
 
 
 def measure(model, pairs):
@@ -119,10 +119,10 @@ def main(argv):
     if a.check:
         split, named = attention_sentences(a.check)
     else:
-        split, named = a.split, [(None, i) for i in range(a.sentences)]
-    pairs = read_pairs(a.data, split, [i for _, i in named], cfg, clip=not a.check)
+        split, named = a.split, [(i, None) for i in range(a.sentences)]
+    pairs = read_pairs(a.data, split, [i for i, _ in named], cfg, clip=not a.check)
     stages, keys, maps = measure(NumpyTransformer(cfg, params), pairs)
-    checked = check_maps(a.check, [(k, m) for (k, _), m in zip(named, maps)]) if a.check else None
+    checked = check_maps(a.check, named, maps) if a.check else None
     report(a.checkpoint, len(pairs), split, stages, keys, checked)
     return 0
 

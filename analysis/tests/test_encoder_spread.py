@@ -109,8 +109,8 @@ def test_errors(trained, tmp_path):
     assert "not a transformer dataset" in cli_error("encoder_spread.py", trained["ckpt"], trained["ckpt"])
     assert "no split 'nope'" in cli_error("encoder_spread.py", trained["ckpt"], trained["data"], "--split", "nope")
     assert "not a transformer checkpoint" in cli_error("encoder_spread.py", trained["data"], trained["data"])
-    assert "not a `transformer attention` file" in cli_error("encoder_spread.py", trained["ckpt"], trained["data"],
-                                                           "--check", trained["data"])
+    assert "not an attention file (format 'transformer-dataset')" in cli_error(
+        "encoder_spread.py", trained["ckpt"], trained["data"], "--check", trained["data"])
     with pytest.raises(AnalysisError, match="has 8 pairs: no pair 9"):
         ES.read_pairs(str(trained["data"]), "dev", [9], {"vocab_size": "330", "max_len": "24"})
     assert os.path.exists(trained["ckpt"])
