@@ -1,6 +1,6 @@
 /* gpu_model --run-steps N [--time-calls CSV] (docs/gpu-model.md section
  * 7): N real training steps, as the model logs one (gpu_model.c's
- * train_step on gpu-bench's batch), after one warm-up step.  With
+ * train_step on gpu-bench's batch), after two warm-up steps.  With
  * --time-calls, every declared call of each step is timed with CUDA
  * events (cuda_cost_time, cuda/cost.cuh) and the CSV gets one row per
  * call of the step in issue order: the median over the N steps of its
