@@ -233,7 +233,7 @@ def judge_from_run_dir(r, sweep):
         if k in ("tokens_seen", "epochs", "train_flops") and not math.isfinite(r.get(k, math.nan)):
             r[k] = v
     r["curves"] = curves
-    r["verdict"], why = verdict_of(curves, r["cfg"], uni, r["message"])
+    r["verdict"], why = verdict_of(curves, r["cfg"], uni, r["message"], got.get("stop_step"), got.get("best_step"))
     r["verdict_reason"] = f"{why} (judged by table3.py from runs/{r['row']}/metrics.h5)"
 
 

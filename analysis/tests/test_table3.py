@@ -601,6 +601,30 @@ def test_agreement_rules():
     assert agreement("≈", 0.03, "up", 0.041) == "no" and agreement("≈", 0.08, "up", 0.09) == "no"
 
 
+def test_version_1_run_stopped_by_patience_is_judged_with_its_steps(tmp_path):
+    """table3.py judges a version 1 file's run from its metrics.h5 as
+    row_result.py would: with the log's stop and best steps (a stop by
+    patience is judged over the steps it ran, and its reason says so)."""
+    sweep = tmp_path / "old"
+    (sweep / "results").mkdir(parents=True)
+    for row, ppl in (("base", 26.34), ("base-seed2", 27.58)):
+        with h5py.File(sweep / "results" / f"{row}.h5", "w") as f:
+            for k, v in (("format", "transformer-row-result"), ("row", row), ("status", "done"), ("message", ""),
+                         ("config", f"row = {row}\nd_model = 64\ntrain_steps = 3000\n")):
+                f.attrs.create(k, v, dtype=h5py.string_dtype("utf-8"))
+            f.attrs["format_version"] = 1
+            f.attrs["dev_ppl"], f.attrs["train_steps"], f.attrs["params"] = ppl, 1200, 824000
+    m = sweep / "runs" / "base" / "metrics.h5"
+    write_metrics(m, _healthy)
+    with h5py.File(m, "r+") as f:
+        f.attrs.create("stopped_by", "patience", dtype=h5py.string_dtype("utf-8"))
+        f.attrs["stop_step"], f.attrs["best_step"] = 1200, 1100
+    cli("table3.py", sweep, "--configs", tmp_path, "--out", tmp_path / "judged", "--no-plot")
+    with open(tmp_path / "judged.csv") as f:
+        runs = {r["row"]: r for r in csv.DictReader(f)}
+    assert "stopped by patience at step 1200 (best step 1100," in runs["base"]["verdict_reason"], runs["base"]
+
+
 def test_version_1_sweep_still_tabulates(tmp_path):
     """A sweep written before format 2 (attributes only, no verdict): its
     runs count, in log space, and --verdict says unknown."""
