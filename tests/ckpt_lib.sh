@@ -10,17 +10,8 @@ same_state() {
     done
 }
 
-# wait_file FILE PID: wait until FILE exists (or PID exits; at most 600 s:
-# the cap only bounds a hang, a failed run ends the wait when it exits)
-wait_file() {
-    local i
-    for i in $(seq 1 60000); do
-        [ -e "$1" ] && return 0
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.01
-    done
-    return 1
-}
+# wait_file FILE PID: wait until FILE exists (or PID exits; lib.sh wait_until)
+wait_file() { wait_until "$2" test -e "$1"; }
 
 # wait_usr1_pending PID...: wait until every stopped process of PIDs has a
 # SIGUSR1 pending (bit 0x200 of SigPnd or ShdPnd in /proc/PID/status).

@@ -45,6 +45,18 @@ need_multi30k() {
 field() {
     awk -v re="$1" -v k="$2" '$0 ~ re { for (i = 1; i < NF; i++) if ($i == k) v = $(i + 1) } END { print v }' "${3:--}"
 }
+# wait_until PID CMD...: poll CMD until it succeeds (0) or process PID has
+# exited (CMD's last answer), for at most 600 s: the cap only bounds a hang,
+# since a failed process ends the wait when it exits
+wait_until() {
+    local pid=$1 i; shift
+    for i in $(seq 1 30000); do
+        "$@" 2>/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || { "$@" 2>/dev/null; return; }
+        sleep 0.02
+    done
+    return 1
+}
 # step_losses LOG: the per-step lines of a train output without their timing
 # (loss, learning rate, and with loss scaling the scale and the steps
 # skipped: what two runs meant to be equal must share)

@@ -105,8 +105,7 @@ expect_error 2 "error: $W/afile: cannot create run directory: Not a directory" $
 TRANSFORMER_STEP_SLEEP_MS=100 $BIN train $CK_ARGS run_dir=$W/busy train_steps=200 > $W/busy.log 2>&1 &
 busy=$!
 # the lock is taken once the file names its holder (written after flock)
-for _ in $(seq 6000); do grep -q "^pid $busy on " $W/busy/.lock 2>/dev/null && break; kill -0 $busy 2>/dev/null || break; sleep 0.01; done
-grep -q "^pid $busy on " $W/busy/.lock || fail "first run did not take the lock: $(tail -2 $W/busy.log)"
+wait_until $busy grep -q "^pid $busy on " $W/busy/.lock || fail "first run did not take the lock: $(tail -2 $W/busy.log)"
 expect_error 2 "error: $W/busy: another training run is using this run directory (pid $busy on " \
     $BIN train $CK_ARGS run_dir=$W/busy train_steps=200
 kill -9 $busy; wait $busy 2>/dev/null
@@ -130,8 +129,7 @@ WAITING="warning: $W/elsewhere: the run directory is locked by pid 1 on other-no
 hold_elsewhere
 $BIN train $CK_ARGS run_dir=$W/elsewhere train_steps=2 lock_wait=30 > $W/elsewhere.log 2>&1 &
 run=$!
-for _ in $(seq 12000); do grep -q "$WAITING" $W/elsewhere.log 2>/dev/null && break; kill -0 $run 2>/dev/null || break; sleep 0.01; done
-grep -q "$WAITING" $W/elsewhere.log || fail "no waiting line: $(head -3 $W/elsewhere.log)"
+wait_until $run grep -q "$WAITING" $W/elsewhere.log || fail "no waiting line: $(head -3 $W/elsewhere.log)"
 touch $W/release; wait $holder
 wait $run || fail "a lock of another host released while the run waited: the run failed: $(tail -3 $W/elsewhere.log)"
 hold_elsewhere

@@ -42,9 +42,8 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 python3 -m http.server "$port" --bind 127.0.0.1 --directory "$W/mirror" >/dev/null 2>&1 &
 srv=$!
-# up to 60 s (a loaded machine's Python start-up), then a line saying so
-for i in $(seq 600); do curl -fs "http://127.0.0.1:$port/" >/dev/null && break; kill -0 $srv 2>/dev/null || break; sleep 0.1; done
-curl -fs "http://127.0.0.1:$port/" >/dev/null || fail "the test's HTTP server (python3 -m http.server) did not start"
+# as long as a loaded machine's Python start-up takes, then a line saying so
+wait_until $srv curl -fso /dev/null "http://127.0.0.1:$port/" || fail "the test's HTTP server (python3 -m http.server) did not start"
 
 sed -e "s|https://raw.githubusercontent.com/multi30k/dataset/[0-9a-f]*/data/task1/raw|file://$W/mirror/m30k|" \
     -e "s|https://raw.githubusercontent.com/Helsinki-NLP/OPUS-MT-testsets/[0-9a-f]*/testsets/en-de|http://127.0.0.1:$port/opus|" \
