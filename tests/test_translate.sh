@@ -11,8 +11,6 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
-"$BIN" prepare --help >/dev/null 2>&1 && "$BIN" average --help >/dev/null 2>&1 ||
-    fail "$BIN: no working prepare or average command (a broken build)"
 need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
 W=$(mktemp -d /tmp/test_translate.XXXXXX)
 trap 'rm -rf "$W"' EXIT
