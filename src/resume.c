@@ -385,6 +385,10 @@ static void start_ckpt(RunDir *rd, TrainRun *r, double elapsed_now)
 {
     CkptState st;
     fill_state(&st, r, elapsed_now);
+    /* the metrics rows logged so far reach the file first: a flush that met
+     * the previous write's HDF5 lock left them pending, and a resume from
+     * this checkpoint never logs them again (lost if the process then died) */
+    metrics_flush(rd->metrics, 1);
     if (checkpoint_writer_start(rd->writer, &r->model, rd->cfg_text, &st)) return;
     rd->last_step = r->step;
     rd->t_last = now_seconds();
