@@ -631,9 +631,12 @@ def to_markdown(runs, summaries, overall, env=None, converged=False):
                compare_table(summaries, CONVERGED_COLS, converged_cells) + converged_note(overall))
     else:
         out = "Rows against base (dev set, log space):\n\n" + compare_table(summaries) + overall_note(overall, summaries)
-    out += ("\nHeld-out BLEU (sacreBLEU 13a, mean over the healthy seeds; final checkpoint and the average "
-            "of the last 5); length ratio (hypothesis/reference tokens) and brevity penalty BP on "
-            "the bootstrap's set; Δ against base (mean over the seeds) by paired bootstrap over the sentences "
+    # under the converged protocol the ".final" sets are the best dev checkpoint's
+    # (jobs/table3-stages.sh stage_checkpoint) and the average ends at it
+    ckpts = ("best dev checkpoint and the average of the last 5 up to it" if converged
+             else "final checkpoint and the average of the last 5")
+    out += (f"\nHeld-out BLEU (sacreBLEU 13a, mean over the healthy seeds; {ckpts}); length ratio "
+            "(hypothesis/reference tokens) and brevity penalty BP on the bootstrap's set; Δ against base (mean over the seeds) by paired bootstrap over the sentences "
             "and the seeds:\n\n")
     out += md_table(["row"] + BLEU_COLS, [[s["row"]] + bleu_cells(s) for s in summaries])
     if converged:
