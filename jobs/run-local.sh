@@ -97,8 +97,8 @@ table3)
     # estimate lines below read the rows' parameter counts from it
     BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
     . "$HERE/table3-stages.sh"
-    TABLE3_RANKS=${LOCAL_RANKS:-1} table3_prepare "$@"
-    table3_check_data "$PWD"   # the rows run here
+    # the rows run here: their datasets are looked for from here
+    TABLE3_RANKS=${LOCAL_RANKS:-1} TABLE3_DATA_FROM=$PWD table3_prepare "$@"
     table3_print_layout
     table3_local_rows
     bash "$HERE/analysis.sbatch" "$SWEEP"

@@ -19,6 +19,9 @@
 # e.g. to rerun a failed row (its training resumes from its checkpoints); one
 # that sets an override to another value is refused (exit 2, naming the row
 # and the override): the rows' runs hold the sweep's settings.
+# Nothing is frozen into SWEEP_DIR before every check passed (overrides,
+# seeds.txt, ROW names, layouts, datasets: table3_prepare): a refused first
+# submission leaves nothing that the corrected one must match.
 #
 # Environment (besides jobs/cluster.env):
 #   TABLE3_DIR    row configs (default input/table3)
@@ -35,8 +38,8 @@ set -euo pipefail
 . "$(dirname "$0")/submit.sh"
 SWEEP=$1; shift
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
-table3_prepare "$SWEEP" "$@"
-table3_check_data "$TRANSFORMER_HOME"   # the elements run there (--chdir)
+# the elements run in TRANSFORMER_HOME (--chdir): their datasets are looked for there
+TABLE3_DATA_FROM=$TRANSFORMER_HOME table3_prepare "$SWEEP" "$@"
 # the layout of the rows and the sweep's cost, before anything is submitted
 table3_print_layout || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
 array=$(IFS=,; echo "${IDX[*]}")${MAX_PARALLEL:+%$MAX_PARALLEL}

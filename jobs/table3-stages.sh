@@ -674,16 +674,24 @@ table3_element() {
 # SWEEP/configs, the row order into SWEEP/rows.txt and the overrides into
 # SWEEP/sweep.env; then set SWEEP (absolute) and the array IDX to the 0-based
 # indices of the ROWs (default: all rows).  Exits 2 with a one-line error.
+# Everything is checked before the freeze: the overrides, seeds.txt, the ROW
+# names, the rows' layouts and (TABLE3_DATA_FROM=DIR, relative paths from
+# DIR) their datasets, and (TABLE3_CHECK_PARAMS, table3_check_params) their
+# configs; a refused first start writes nothing but SWEEP itself, so the
+# corrected command starts the sweep afresh.  A frozen sweep runs the same
+# checks on its frozen state, and refuses an override set to another value
+# (table3_same_overrides).
 table3_prepare() {
     mkdir -p "$1" || { echo "error: $1: cannot create the sweep directory" >&2; exit 2; }
     SWEEP=$(cd "$1" && pwd); shift
-    local dir=${TABLE3_DIR:-$TRANSFORMER_HOME/input/table3} c v r i found
+    local dir=${TABLE3_DIR:-$TRANSFORMER_HOME/input/table3} c v stage fresh=""
     if [ ! -f "$SWEEP/rows.txt" ] && compgen -G "$SWEEP/configs/*.cfg" > /dev/null; then
         # the frozen configs record how the runs ran: never copied over
         echo "error: $SWEEP: configs/ without rows.txt (its rows.txt lost, or not a sweep directory): restore rows.txt or use a new SWEEP_DIR" >&2
         exit 2
     fi
     if [ ! -f "$SWEEP/rows.txt" ]; then
+        fresh=1
         local cfgs=()
         for c in "$dir"/*.cfg; do [ -f "$c" ] && cfgs+=("$c"); done
         [ ${#cfgs[@]} -gt 0 ] || { echo "error: $dir: no *.cfg row configs" >&2; exit 2; }
@@ -692,18 +700,49 @@ table3_prepare() {
         if [ "${SEEDS:-1}" -gt 1 ] && [ ! -f "$dir/base.cfg" ]; then
             echo "error: SEEDS=$SEEDS: no base.cfg among the row configs ($dir)" >&2; exit 2
         fi
-        mkdir -p "$SWEEP/configs"
-        cp "${cfgs[@]}" "$SWEEP/configs/"
-        table3_seed_rows "$dir"
-        for c in "$SWEEP"/configs/*.cfg; do basename "$c" .cfg; done > "$SWEEP/rows.txt.tmp"
-        {
-            echo "# overrides of this sweep (written $(date -u +%FT%TZ); read by every element)"
-            for v in $TABLE3_SWEEP_VARS; do printf '%s=%q\n' "$v" "${!v:-}"; done
-        } > "$SWEEP/sweep.env"
-        mv "$SWEEP/rows.txt.tmp" "$SWEEP/rows.txt"
+        # the frozen state is built in a hidden folder of SWEEP and checked
+        # in a subshell (whose refusals exit it with 2); only then moved in
+        stage=$(mktemp -d "$SWEEP/.freeze.XXXXXX") || { echo "error: $SWEEP: cannot write the sweep directory" >&2; exit 2; }
+        if ! (
+            mkdir "$stage/configs" && cp "${cfgs[@]}" "$stage/configs/" ||
+                { echo "error: $SWEEP: cannot copy the row configs of $dir into it" >&2; exit 2; }
+            table3_seed_rows "$dir" "$stage/configs"
+            mapfile -t ROWS < <(for c in "$stage"/configs/*.cfg; do basename "$c" .cfg; done)
+            table3_select "$dir" "$@"
+            # the checks read (and name) the configs of TABLE3_DIR
+            T3_SRC=$dir table3_check_rows
+            printf '%s\n' "${ROWS[@]}" > "$stage/rows.txt" &&
+            {
+                echo "# overrides of this sweep (written $(date -u +%FT%TZ); read by every element)"
+                for v in $TABLE3_SWEEP_VARS; do printf '%s=%q\n' "$v" "${!v:-}"; done
+            } > "$stage/sweep.env" || { echo "error: $SWEEP: cannot write the sweep's rows.txt and sweep.env" >&2; exit 2; }
+        ); then
+            rm -rf "$stage"
+            exit 2
+        fi
+        # rows.txt last: it marks a complete freeze
+        mkdir -p "$SWEEP/configs" && mv "$stage"/configs/*.cfg "$SWEEP/configs/" &&
+            mv "$stage/sweep.env" "$SWEEP/sweep.env" && mv "$stage/rows.txt" "$SWEEP/rows.txt" &&
+            rm -rf "$stage" || { echo "error: $SWEEP: cannot freeze the sweep (from $stage)" >&2; exit 2; }
     fi
-    mkdir -p "$SWEEP/logs" "$SWEEP/results" "$SWEEP/runs"
     mapfile -t ROWS < "$SWEEP/rows.txt"
+    table3_select "$SWEEP/rows.txt" "$@"
+    if [ -z "$fresh" ]; then
+        table3_same_overrides
+        # unset overrides take the sweep's values (set ones equal them)
+        . "$SWEEP/sweep.env"
+        table3_check_rows
+    else
+        . "$SWEEP/sweep.env"   # checked above, with the values it recorded
+    fi
+    mkdir -p "$SWEEP/logs" "$SWEEP/results" "$SWEEP/runs" ||
+        { echo "error: $SWEEP: cannot create logs/, results/ and runs/ in it" >&2; exit 2; }
+}
+
+# table3_select WHERE [ROW ...]: IDX, the indices in ROWS of the ROWs (all
+# without any); exit 2 with one line naming WHERE for a ROW that is not one
+table3_select() {
+    local where=$1 r i found; shift
     IDX=()
     if [ $# -eq 0 ]; then
         for i in "${!ROWS[@]}"; do IDX+=("$i"); done
@@ -711,13 +750,28 @@ table3_prepare() {
     for r in "$@"; do
         found=""
         for i in "${!ROWS[@]}"; do [ "${ROWS[$i]}" = "$r" ] && found=$i; done
-        [ -n "$found" ] || { echo "error: $SWEEP/rows.txt: no row '$r' (rows: ${ROWS[*]})" >&2; exit 2; }
+        [ -n "$found" ] || { echo "error: $where: no row '$r' (rows: ${ROWS[*]})" >&2; exit 2; }
         IDX+=("$found")
     done
-    table3_same_overrides
-    # unset overrides take the sweep's values (set ones equal them)
-    . "$SWEEP/sweep.env"
+}
+
+# table3_row_cfg ROW: the config the checks read for ROW: its frozen one,
+# or before the freeze (T3_SRC, the TABLE3_DIR) the one it is made from:
+# ROW.cfg, for a seed row ROW-seedN ROW.cfg (it differs only in its row
+# and seed lines)
+table3_row_cfg() {
+    if [ -z "${T3_SRC:-}" ]; then echo "$SWEEP/configs/$1.cfg"
+    elif [ -f "$T3_SRC/$1.cfg" ]; then echo "$T3_SRC/$1.cfg"
+    else echo "$T3_SRC/${1%-seed*}.cfg"; fi
+}
+
+# table3_check_rows: the checks of the selected rows (IDX) before anything
+# is frozen, run or submitted: layouts, with TABLE3_DATA_FROM=DIR datasets,
+# with TABLE3_CHECK_PARAMS configs
+table3_check_rows() {
     table3_check_layouts
+    if [ -n "${TABLE3_DATA_FROM:-}" ]; then table3_check_data "$TABLE3_DATA_FROM"; fi
+    return 0
 }
 
 # table3_check_data DIR: exit 2 with one line if a selected row's dataset
@@ -728,7 +782,7 @@ table3_prepare() {
 table3_check_data() {
     local i d from
     for i in "${IDX[@]}"; do
-        d=$(CFG=$SWEEP/configs/${ROWS[$i]}.cfg row_data)
+        d=$(CFG=$(table3_row_cfg "${ROWS[$i]}") row_data)
         case $d in "" | synthetic) continue ;; /*) ;; *) d=$1/$d ;; esac
         [ -f "$d" ] && continue
         from="from row ${ROWS[$i]}'s config"
@@ -743,7 +797,7 @@ table3_check_data() {
 table3_check_layouts() {
     local i
     for i in "${IDX[@]}"; do
-        table3_layout "$SWEEP/configs/${ROWS[$i]}.cfg" || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
+        table3_layout "$(table3_row_cfg "${ROWS[$i]}")" || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
     done
 }
 
@@ -760,15 +814,15 @@ table3_check_vars() {
     if [ "${SEEDS:-1}" -gt 10 ]; then echo "error: SEEDS=$SEEDS: at most 10 seeds of base" >&2; exit 2; fi
 }
 
-# table3_seed_rows: SEEDS=N adds rows base-seed2 .. base-seedN to
-# SWEEP/configs: base with seed = 2 .. N (the seed of data order, dropout and
+# table3_seed_rows DIR [FOLDER]: SEEDS=N adds rows base-seed2 .. base-seedN to
+# FOLDER (default SWEEP/configs): base with seed = 2 .. N (the seed of data order, dropout and
 # initialisation), for the seed-to-seed spread that the other rows' differences
 # from base are read against (docs/results-multi30k.md).  A file seeds.txt
 # beside the row configs ("ROW N" lines) does the same for any row: the rows
 # whose expected effect is small need more seeds to be told apart from base.
 table3_seed_rows() {
-    local dir=$1 row n line=0
-    [ "${SEEDS:-1}" -gt 1 ] && seed_rows base "$SEEDS"
+    local dir=$1 to=${2:-$SWEEP/configs} row n line=0
+    [ "${SEEDS:-1}" -gt 1 ] && seed_rows base "$SEEDS" "$to"
     [ -f "$dir/seeds.txt" ] || return 0
     while read -r row n; do
         line=$((line + 1))
@@ -777,19 +831,20 @@ table3_seed_rows() {
             [1-9] | 10) ;;
             *) echo "error: $dir/seeds.txt:$line: expected 'ROW N' with N from 1 to 10, got '$row $n'" >&2; exit 2 ;;
         esac
-        [ -f "$SWEEP/configs/$row.cfg" ] || { echo "error: $dir/seeds.txt:$line: no row config $row.cfg" >&2; exit 2; }
-        seed_rows "$row" "$n"
+        [ -f "$to/$row.cfg" ] || { echo "error: $dir/seeds.txt:$line: no row config $row.cfg" >&2; exit 2; }
+        seed_rows "$row" "$n" "$to"
     done < "$dir/seeds.txt"
 }
 
-# seed_rows ROW N: ROW-seed2 .. ROW-seedN, ROW with seed = 2 .. N
+# seed_rows ROW N [FOLDER]: ROW-seed2 .. ROW-seedN, ROW with seed = 2 .. N
+# (in FOLDER, default SWEEP/configs)
 seed_rows() {
-    local s
+    local s to=${3:-$SWEEP/configs}
     for ((s = 2; s <= $2; s++)); do
-        { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$SWEEP/configs/$1.cfg"
+        { grep -v -E '^[[:space:]]*(row|seed)[[:space:]]*=' "$to/$1.cfg"
           echo "# seed $s of $1 (of $2)"
           echo "row = $1-seed$s"
-          echo "seed = $s"; } > "$SWEEP/configs/$1-seed$s.cfg"
+          echo "seed = $s"; } > "$to/$1-seed$s.cfg"
     done
 }
 

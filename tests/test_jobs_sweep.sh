@@ -6,6 +6,8 @@
 #      a sweep directory with configs/ but no rows.txt keeps its configs;
 #      a row (or submit-train.sh's job) whose dataset file is missing is
 #      refused before it runs or is submitted;
+#      a refused first start (DATA, a row name, seeds.txt, a layout) freezes
+#      nothing, and the corrected command starts the sweep;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
 #      not the first one of its appended log, even after a partial last line;
 #      and the text of a launcher's boxed message, not its row of dashes;
@@ -27,7 +29,8 @@ export TRANSFORMER_HOME=$TOP LOCAL_RANKS=1
 mkdir -p "$tmp/configs"
 printf 'row = r1\nn_layers = 1\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\n' > "$tmp/configs/r1.cfg"
 printf 'row = r2\nn_layers = 2\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\n' > "$tmp/configs/r2.cfg"
-prepare() { bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$@"; }
+PREP=(bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' -)
+prepare() { "${PREP[@]}" "$@"; }
 TABLE3_DIR=$tmp/configs STEPS=2 EXTRA="threads=1 log_steps=1" prepare "$tmp/sw" ||
     fail "table3_prepare: first submission failed"
 grep -qx 'STEPS=2' "$tmp/sw/sweep.env" || fail "sweep.env lacks STEPS=2: $(cat "$tmp/sw/sweep.env")"
@@ -70,7 +73,7 @@ expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (from row
     env TABLE3_DIR="$tmp/cdata" jobs/run-local.sh table3 "$tmp/sw-nodata"
 expect_error 2 "^error: /nowhere/d.h5: no such dataset file (from DATA; " \
     env TABLE3_DIR="$tmp/configs" DATA=/nowhere/d.h5 jobs/run-local.sh table3 "$tmp/sw-nodata2"
-[ -z "$(find "$tmp/sw-nodata/logs" "$tmp/sw-nodata2/logs" -type f)" ] || fail "a sweep without its data ran rows"
+[ -z "$(find "$tmp/sw-nodata" "$tmp/sw-nodata2" -type f)" ] || fail "a sweep without its data ran rows or froze"
 printf '#!/bin/sh\necho "$*" >> %s/sbatch.calls; echo 1\n' "$tmp" > "$tmp/fakesb/sbatch"
 chmod +x "$tmp/fakesb/sbatch"
 expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (from row r1's config; " \
@@ -84,6 +87,29 @@ PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-synth" "$tmp/configs/r1.
     fail "submit-train.sh refused a synthetic-data config"
 grep -q 'train.sbatch' "$tmp/sbatch.calls" || fail "submit-train.sh with synthetic data did not submit"
 ok "a missing dataset (a row config's, DATA, a config's or data=) is refused in one line before any row runs or job is submitted"
+
+# a refused first start freezes nothing (no configs/, rows.txt, sweep.env):
+# the corrected command, with other overrides, starts the sweep.  Refused
+# for its dataset (here DATA), a row name that is no row, a bad seeds.txt
+# line, a layout that changes the global batch
+frozen() { ls -A "$1" 2>/dev/null | grep -v '^logs$' | tr '\n' ' '; }
+[ -z "$(frozen "$tmp/sw-nodata2")" ] || fail "a start refused for its DATA froze: $(frozen "$tmp/sw-nodata2")"
+TABLE3_DIR=$tmp/configs DATA=synthetic STEPS=2 TABLE3_DATA_FROM=$PWD prepare "$tmp/sw-nodata2" ||
+    fail "the corrected start (DATA=synthetic STEPS=2) after a refused DATA was refused"
+grep -qx 'STEPS=2' "$tmp/sw-nodata2/sweep.env" || fail "the corrected start did not record STEPS=2"
+expect_error 2 "^error: $tmp/configs: no row 'r1x' (rows: r1 r2)" env TABLE3_DIR="$tmp/configs" STEPS=100 "${PREP[@]}" "$tmp/sw-norow" r1x
+[ -z "$(frozen "$tmp/sw-norow")" ] || fail "a start refused for a row name froze: $(frozen "$tmp/sw-norow")"
+TABLE3_DIR=$tmp/configs STEPS=200 prepare "$tmp/sw-norow" r1 || fail "the corrected start after a bad row name was refused"
+grep -qx 'STEPS=200' "$tmp/sw-norow/sweep.env" || fail "the corrected start did not record STEPS=200"
+mkdir -p "$tmp/cseeds" && cp "$tmp/configs/r1.cfg" "$tmp/configs/r2.cfg" "$tmp/cseeds/"
+printf 'r1 x\n' > "$tmp/cseeds/seeds.txt"
+expect_error 2 "^error: $tmp/cseeds/seeds.txt:1: expected 'ROW N' with N from 1 to 10, got 'r1 x'" \
+    env TABLE3_DIR="$tmp/cseeds" "${PREP[@]}" "$tmp/sw-seeds" r1
+[ -z "$(frozen "$tmp/sw-seeds")" ] || fail "a start refused for seeds.txt froze: $(frozen "$tmp/sw-seeds")"
+printf 'r1 2\n' > "$tmp/cseeds/seeds.txt"
+TABLE3_DIR=$tmp/cseeds prepare "$tmp/sw-seeds" r1 || fail "the corrected start after a bad seeds.txt was refused"
+[ "$(LC_ALL=C sort "$tmp/sw-seeds/rows.txt" | tr '\n' ' ')" = "r1 r1-seed2 r2 " ] || fail "rows.txt: $(cat "$tmp/sw-seeds/rows.txt")"
+ok "a refused first start (DATA, row name, seeds.txt) freezes nothing; the corrected command starts the sweep"
 
 # ---- 2: run-local.sh reports the latest run's error ------------------------
 printf 'row = bad\nn_layers = 1\nd_modle = 16\n' > "$tmp/configs/bad.cfg"
@@ -192,6 +218,7 @@ expect_error 2 "^error: row base: 8 GPU(s) x max_tokens 6250 x update_freq 1 = 5
     env MAX_TOKENS=6250 GPUS_PER_ROW=8 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay3" base
 [ "$(env MAX_TOKENS=6250 GPUS_PER_ROW=8 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay3b" base 2>&1 | grep -c .)" -eq 1 ] ||
     fail "the layout refusal is not one line"
+[ -z "$(ls -A "$tmp/lay3")" ] || fail "a start refused for its layout froze: $(ls "$tmp/lay3")"
 expect_error 2 "^error: row base: 1 GPU(s) x max_tokens 3125 x update_freq 2 = 6250 tokens a step" \
     env UPDATE_FREQ=2 MAX_TOKENS=3125 bash -c '. jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/lay4" base
 out=$(MAX_TOKENS=6250 GPUS_PER_ROW=8 BATCH_TOKENS=50000 layout "$tmp/lay5" base) || fail "BATCH_TOKENS=50000 refused: $out"
