@@ -11,6 +11,9 @@
 #   preempted RC          true if RC (or a signal seen by this shell) means
 #                         "checkpointed, continue in a new job"
 #   requeue_self          requeue this job (or array element) and leave
+#   config_refusal CONFIG [key=value ...]
+#                         why `transformer params` refuses CONFIG with these
+#                         overrides, as train would (nothing if it accepts)
 #
 # Preemption protocol (docs/jobs.md).  Slurm sends SIGUSR1 SIGNAL_LEAD seconds
 # before the time limit: with --signal=USR1@T to every task of the running
@@ -58,6 +61,19 @@ job_init() {
     [ -x "$BIN" ] || { echo "error: $BIN: not built (run make in $TRANSFORMER_HOME)" >&2; exit 2; }
     trap '_on_signal USR1' USR1
     trap '_on_signal TERM' TERM
+}
+
+# config_refusal CONFIG [key=value ...]: returns 0, printing nothing, if
+# `BIN params` accepts CONFIG with the overrides (it checks the keys and
+# values as train does); else prints its error line without "error: " (it
+# names the config file and line, or "command line" for an override) and
+# returns 1.  The submit scripts refuse such a job before its queue wait.
+config_refusal() {
+    local err line
+    err=$("$BIN" params --config "$@" 2>&1 >/dev/null) && return 0
+    line=$(grep -m 1 '^error: ' <<< "$err") || line=${err%%$'\n'*}
+    echo "${line#error: }"
+    return 1
 }
 
 # gpu_compute_cap: the major compute capability of this node's first GPU

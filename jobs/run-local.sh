@@ -98,7 +98,8 @@ table3)
     BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
     . "$HERE/table3-stages.sh"
     # the rows run here: their datasets are looked for from here
-    TABLE3_RANKS=${LOCAL_RANKS:-1} TABLE3_DATA_FROM=$PWD table3_prepare "$@"
+    # (and overrides that break a row's config are refused before they are frozen)
+    TABLE3_RANKS=${LOCAL_RANKS:-1} TABLE3_DATA_FROM=$PWD TABLE3_CHECK_PARAMS=overrides table3_prepare "$@"
     table3_print_layout
     table3_local_rows
     bash "$HERE/analysis.sbatch" "$SWEEP"

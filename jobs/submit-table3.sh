@@ -20,7 +20,8 @@
 # that sets an override to another value is refused (exit 2, naming the row
 # and the override): the rows' runs hold the sweep's settings.
 # Nothing is frozen into SWEEP_DIR before every check passed (overrides,
-# seeds.txt, ROW names, layouts, datasets: table3_prepare): a refused first
+# seeds.txt, ROW names, layouts, datasets, each row's config with the
+# overrides through `transformer params`: table3_prepare): a refused first
 # submission leaves nothing that the corrected one must match.
 #
 # Environment (besides jobs/cluster.env):
@@ -39,7 +40,8 @@ set -euo pipefail
 SWEEP=$1; shift
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
 # the elements run in TRANSFORMER_HOME (--chdir): their datasets are looked for there
-TABLE3_DATA_FROM=$TRANSFORMER_HOME table3_prepare "$SWEEP" "$@"
+# and every selected row's config with the overrides goes through `transformer params`
+TABLE3_DATA_FROM=$TRANSFORMER_HOME TABLE3_CHECK_PARAMS=all table3_prepare "$SWEEP" "$@"
 # the layout of the rows and the sweep's cost, before anything is submitted
 table3_print_layout || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
 array=$(IFS=,; echo "${IDX[*]}")${MAX_PARALLEL:+%$MAX_PARALLEL}

@@ -3,7 +3,9 @@
 # jobs/cluster.env:
 #   jobs/submit-train.sh RUN_DIR CONFIG [key=value ...]
 # e.g. jobs/submit-train.sh runs/base input/table3/base.cfg train_steps=100000
-# Prints the job id.  The job log is RUN_DIR/slurm-<jobid>.out (appended to
+# The config and the overrides are checked with `transformer params` (and
+# the dataset file's existence) before anything is submitted: a job train
+# would refuse is refused here in one line (exit 2).  Prints the job id.  The job log is RUN_DIR/slurm-<jobid>.out (appended to
 # across requeues).  Extra sbatch options: SBATCH_EXTRA="..." (cluster.env).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: jobs/submit-train.sh RUN_DIR CONFIG [key=value ...]" >&2; exit 2; }
@@ -15,6 +17,9 @@ data=$(job_data "$CONFIG" "${@:3}")
 case $data in "" | synthetic) ;; *)
     [ -f "$data" ] || { echo "error: $data: no such dataset file (data of $CONFIG or the command line; input/prepare.sh makes one)" >&2; exit 2; } ;;
 esac
+# and so does a config that train refuses (an unknown key, a bad value)
+why=$(config_refusal "$CONFIG" device="$DEVICE" "${@:3}") ||
+    { echo "error: $why (transformer params; nothing submitted)" >&2; exit 2; }
 mkdir -p "$RUN_DIR"
 RUN_DIR=$(cd "$RUN_DIR" && pwd)
 CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")

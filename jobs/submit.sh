@@ -6,6 +6,8 @@ TRANSFORMER_HOME=${TRANSFORMER_HOME:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." &&
 export TRANSFORMER_HOME
 # shellcheck source=jobs/cluster.env
 . "${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}" || { echo "error: ${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}: cannot read the cluster settings" >&2; exit 2; }
+# shellcheck source=jobs/lib.sh
+. "$TRANSFORMER_HOME/jobs/lib.sh"
 command -v sbatch >/dev/null || { echo "error: sbatch: not found (no Slurm here? use jobs/run-local.sh)" >&2; exit 2; }
 # the submit shell runs `transformer params` (memory request, layout, cost
 # estimate): a binary that cannot start here (modules not loaded, not built)

@@ -677,7 +677,7 @@ table3_element() {
 # Everything is checked before the freeze: the overrides, seeds.txt, the ROW
 # names, the rows' layouts and (TABLE3_DATA_FROM=DIR, relative paths from
 # DIR) their datasets, and (TABLE3_CHECK_PARAMS, table3_check_params) their
-# configs; a refused first start writes nothing but SWEEP itself, so the
+# configs with the overrides; a refused first start writes nothing but SWEEP itself, so the
 # corrected command starts the sweep afresh.  A frozen sweep runs the same
 # checks on its frozen state, and refuses an override set to another value
 # (table3_same_overrides).
@@ -767,11 +767,35 @@ table3_row_cfg() {
 
 # table3_check_rows: the checks of the selected rows (IDX) before anything
 # is frozen, run or submitted: layouts, with TABLE3_DATA_FROM=DIR datasets,
-# with TABLE3_CHECK_PARAMS configs
+# with TABLE3_CHECK_PARAMS configs and overrides
 table3_check_rows() {
     table3_check_layouts
     if [ -n "${TABLE3_DATA_FROM:-}" ]; then table3_check_data "$TABLE3_DATA_FROM"; fi
+    if [ -n "${TABLE3_CHECK_PARAMS:-}" ]; then table3_check_params; fi
     return 0
+}
+
+# table3_check_params: exit 2 with one line if `transformer params` (BIN;
+# config_refusal, jobs/lib.sh) refuses a selected row's config with the
+# sweep's overrides, as its training would.  TABLE3_CHECK_PARAMS=all
+# (jobs/submit-table3.sh: else the element fails after its queue wait);
+# =overrides only where the row's config alone passes, i.e. where the
+# sweep's overrides (EXTRA, ...), which would be frozen, are at fault
+# (jobs/run-local.sh: a row whose own config is bad fails in its params
+# stage, and its frozen config can be fixed and the row rerun).
+table3_check_params() {
+    local i cfg why seen=" "
+    for i in "${IDX[@]}"; do
+        cfg=$(table3_row_cfg "${ROWS[$i]}")
+        case $seen in *" $cfg "*) continue ;; esac   # a seed row's source: once
+        seen+="$cfg "
+        table3_overrides "$cfg" || continue            # its layout: refused before
+        why=$(config_refusal "$cfg" device="${DEVICE:-cuda}" "${OVR[@]}") && continue
+        if [ "$TABLE3_CHECK_PARAMS" = overrides ] && ! config_refusal "$cfg" > /dev/null; then continue; fi
+        why=${why/#command line:/the sweep\'s overrides (EXTRA, STEPS, DATA, SHRINK, layout):}
+        echo "error: table3 row ${ROWS[$i]}: $why (transformer params; nothing frozen, run or submitted)" >&2
+        exit 2
+    done
 }
 
 # table3_check_data DIR: exit 2 with one line if a selected row's dataset

@@ -8,6 +8,8 @@
 #      refused before it runs or is submitted;
 #      a refused first start (DATA, a row name, seeds.txt, a layout) freezes
 #      nothing, and the corrected command starts the sweep;
+#      a config or override that `transformer params` refuses is refused in
+#      one line before sbatch is called or the sweep is frozen;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
 #      not the first one of its appended log, even after a partial last line;
 #      and the text of a launcher's boxed message, not its row of dashes;
@@ -83,10 +85,33 @@ expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (data of 
 expect_error 2 "^error: /nowhere/d.h5: no such dataset file " \
     env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/configs/r1.cfg" data=/nowhere/d.h5
 [ ! -e "$tmp/sbatch.calls" ] || fail "a job without its data was submitted: $(cat "$tmp/sbatch.calls")"
+ok "a missing dataset (a row config's, DATA, a config's or data=) is refused in one line before any row runs or job is submitted"
+
+# a config or override that train refuses: one line from `transformer
+# params` naming the file (or the overrides), before sbatch is called and
+# before a sweep freezes it
+mkdir -p "$tmp/ctypo"
+sed 's/^d_model = /d_modle = /' "$tmp/configs/r1.cfg" > "$tmp/typo.cfg"
+expect_error 2 "^error: $tmp/typo.cfg:3: unknown key 'd_modle' (did you mean 'd_model'?) (transformer params; nothing submitted)$" \
+    env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-typo" "$tmp/typo.cfg"
+expect_error 2 "^error: command line: unknown key 'bogus_key' (transformer params; nothing submitted)$" \
+    env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-typo" "$tmp/configs/r1.cfg" bogus_key=1
+expect_error 2 "^error: table3 row r1: the sweep's overrides (EXTRA, .*): unknown key 'bogus_key' (transformer params; " \
+    env PATH="$tmp/fakesb:$PATH" TABLE3_DIR="$tmp/configs" EXTRA=bogus_key=1 jobs/submit-table3.sh "$tmp/sw-extra"
+cp "$tmp/configs/r1.cfg" "$tmp/typo.cfg" "$tmp/ctypo/"
+expect_error 2 "^error: table3 row typo: $tmp/ctypo/typo.cfg:3: unknown key 'd_modle'" \
+    env PATH="$tmp/fakesb:$PATH" TABLE3_DIR="$tmp/ctypo" jobs/submit-table3.sh "$tmp/sw-typo"
+[ ! -e "$tmp/sbatch.calls" ] || fail "a job train refuses was submitted: $(cat "$tmp/sbatch.calls")"
+expect_error 2 "^error: table3 row r1: the sweep's overrides (EXTRA, .*): unknown key 'bogus_key'" \
+    env TABLE3_DIR="$tmp/configs" EXTRA=bogus_key=1 jobs/run-local.sh table3 "$tmp/sw-extra"
+[ -z "$(find "$tmp/sw-extra" "$tmp/sw-typo" -mindepth 1)" ] || fail "a refused config froze: $(find "$tmp/sw-extra" "$tmp/sw-typo" -mindepth 1)"
+TABLE3_DIR=$tmp/configs EXTRA=threads=1 TABLE3_CHECK_PARAMS=all BIN=$BIN \
+    bash -c '. jobs/lib.sh; . jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/sw-extra" ||
+    fail "the corrected start (EXTRA=threads=1) after a refused EXTRA was refused"
 PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-synth" "$tmp/configs/r1.cfg" > /dev/null ||
     fail "submit-train.sh refused a synthetic-data config"
 grep -q 'train.sbatch' "$tmp/sbatch.calls" || fail "submit-train.sh with synthetic data did not submit"
-ok "a missing dataset (a row config's, DATA, a config's or data=) is refused in one line before any row runs or job is submitted"
+ok "a config or override train refuses (submit-train.sh, submit-table3.sh, run-local.sh's EXTRA) is refused in one line before sbatch or a freeze"
 
 # a refused first start freezes nothing (no configs/, rows.txt, sweep.env):
 # the corrected command, with other overrides, starts the sweep.  Refused

@@ -10,7 +10,9 @@
 #      sweep array over every row config, scaled down (SHRINK, a few steps,
 #      Multi30k subset), completes for every row, each row has its result
 #      file, and the dependent analysis job writes the table.
-#   2. A failing element (a config with a bad key) is FAILED with a clear
+#   2. submit-table3.sh refuses a row config with a bad key in one line; a
+#      failing element (its frozen config given a bad key after the
+#      submission) is FAILED with a clear
 #      message in its log and result file; the other element of its array
 #      completes; that sweep's analysis job still runs (afterany) and marks
 #      the failed row in its table.
@@ -107,8 +109,20 @@ grep -qE '^estimate: [0-9.]+ lane-hours of training on the CPU' "$T/submit.out" 
 ok "submit-table3.sh printed the layout (1 rank a row, 400 tokens a step) and the CPU lane-hours before submitting"
 mkdir -p "$T/bad-configs"
 cp $TABLE3_SRC/A1.cfg "$T/bad-configs/"
-printf 'row = bad\nn_layers = 2\nd_modle = 64\n' > "$T/bad-configs/bad.cfg"
-read -r A2 AN2 < <(TABLE3_DIR=$T/bad-configs jobs/submit-table3.sh "$T/badsweep" | tail -n 1) || fail "submit-table3.sh (bad sweep) failed"
+printf 'row = bad\nn_layers = 2\nd_modle = 64\n' > "$T/bad.cfg"
+cp "$T/bad.cfg" "$T/bad-configs/bad.cfg"
+# a row config that train refuses is refused before sbatch (`transformer
+# params`), nothing frozen; so the failing element is a row whose frozen
+# config breaks after its submission (held until then)
+out=$(TABLE3_DIR=$T/bad-configs jobs/submit-table3.sh "$T/badsweep" 2>&1) && fail "submit-table3.sh submitted a config with an unknown key: $out"
+grep -q "^error: table3 row bad: $T/bad-configs/bad.cfg:3: unknown key 'd_modle'" <<< "$out" || fail "submit-table3.sh: not the one-line refusal: $out"
+# (the running sweep's elements come and go in squeue: jobs.txt says whether it submitted)
+[ ! -e "$T/badsweep/jobs.txt" ] && [ ! -e "$T/badsweep/rows.txt" ] || fail "a refused submission submitted jobs or froze the sweep"
+ok "submit-table3.sh refused a row config with an unknown key in one line: $out"
+sed 's/^row = .*/row = bad/' "$TABLE3_SRC/A1.cfg" > "$T/bad-configs/bad.cfg"
+read -r A2 AN2 < <(SBATCH_EXTRA=--hold TABLE3_DIR=$T/bad-configs jobs/submit-table3.sh "$T/badsweep" | tail -n 1) || fail "submit-table3.sh (bad sweep) failed"
+cp "$T/bad.cfg" "$T/badsweep/configs/bad.cfg" && scontrol release "$A2" "$AN2" || fail "cannot break and release the bad sweep"
+cp "$T/bad.cfg" "$T/bad-configs/bad.cfg"   # the bad row of part 4
 echo "submitted: sweep $A1 (+analysis $AN1), bad sweep $A2 (+analysis $AN2)"
 
 wait_job "$A1" 900 || fail "sweep array $A1 did not finish"
