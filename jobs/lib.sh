@@ -3,6 +3,9 @@
 #
 #   job_init              find the project (TRANSFORMER_HOME), read cluster.env,
 #                         load modules, install the signal traps
+#   read_cluster_env      read CLUSTER_ENV (default jobs/cluster.env)
+#   need_count NAME...    exit 2 with one line unless each $NAME is a
+#                         positive integer
 #   launch CMD...         run CMD as one MPI job: srun inside a Slurm job,
 #                         mpirun -n LOCAL_RANKS outside (jobs/run-local.sh)
 #   run_stage CMD...      launch CMD in the background and wait for it, passing
@@ -33,6 +36,34 @@
 JOB_SIGNAL=""        # the last preemption signal this shell received
 _STAGE_PID=""
 
+# read_cluster_env: source CLUSTER_ENV (default TRANSFORMER_HOME/jobs/
+# cluster.env) and set CLUSTER_FILE to it; exit 2 with one line if it is not
+# a readable file or fails
+read_cluster_env() {
+    CLUSTER_FILE=${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}
+    local why=""
+    if [ ! -e "$CLUSTER_FILE" ]; then why="no such file"
+    elif [ ! -f "$CLUSTER_FILE" ]; then why="not a regular file"
+    elif [ ! -r "$CLUSTER_FILE" ]; then why="not readable"; fi
+    [ -z "$why" ] || { echo "error: $CLUSTER_FILE: cannot read the cluster settings: $why${CLUSTER_ENV:+ (CLUSTER_ENV)}" >&2; exit 2; }
+    # shellcheck source=jobs/cluster.env
+    . "$CLUSTER_FILE" || { echo "error: $CLUSTER_FILE: cannot read the cluster settings" >&2; exit 2; }
+}
+
+# need_count NAME...: exit 2 with one line unless each $NAME is a positive
+# integer (a count of ranks, GPUs, nodes, rows); says where it comes from
+# once the cluster settings are read
+need_count() {
+    local v
+    for v in "$@"; do
+        case ${!v-} in
+            "" | *[!0-9]* | 0*)
+                echo "error: $v='${!v-}': not a positive integer${CLUSTER_FILE:+ (the environment or $CLUSTER_FILE)}" >&2
+                exit 2 ;;
+        esac
+    done
+}
+
 job_init() {
     # the analysis's h5py opens files with HDF5's locks, which fail where
     # flock does (NFS without lockd); transformer itself opens without them
@@ -48,8 +79,10 @@ job_init() {
         fi
     fi
     export TRANSFORMER_HOME
-    # shellcheck source=jobs/cluster.env
-    . "${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}" || { echo "error: ${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}: cannot read the cluster settings" >&2; exit 2; }
+    read_cluster_env
+    # outside Slurm (or JOBS_NO_SRUN) the ranks are mpirun -n LOCAL_RANKS:
+    # -n 0 would start one a slot, and a word Open MPI's banner
+    if [ -z "${SLURM_JOB_ID:-}" ] || [ -n "${JOBS_NO_SRUN:-}" ]; then need_count LOCAL_RANKS; fi
     BIN=${BIN:-$TRANSFORMER_HOME/bin/transformer}
     if [ -n "${SLURM_JOB_ID:-}" ]; then
         local m

@@ -20,6 +20,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 export TRANSFORMER_HOME=${TRANSFORMER_HOME:-$(cd "$HERE/.." && pwd)}
 # outside Slurm even inside an allocation would be surprising: force mpirun
 export JOBS_NO_SRUN=${JOBS_NO_SRUN:-1}
+# shellcheck source=jobs/lib.sh
+. "$HERE/lib.sh"
 # local_row I: row I of the sweep in the foreground, its output appended to
 # its log; on failure prints the row's last error line.  Returns its status.
 local_row() {
@@ -90,8 +92,8 @@ train)
     ;;
 table3)
     [ $# -ge 1 ] || usage
-    case ${PARALLEL:-1} in *[!0-9]*|0*) echo "error: PARALLEL='$PARALLEL': not a positive integer" >&2; exit 2 ;; esac
-    . "$HERE/lib.sh"
+    PARALLEL=${PARALLEL:-1}
+    need_count PARALLEL
     BIN=/bin/true job_init
     # the rows check the build themselves (table3.sbatch); the layout and
     # estimate lines below read the rows' parameter counts from it

@@ -4,10 +4,11 @@
 # ANALYSIS_OPTS for a CPU-only analysis job.
 TRANSFORMER_HOME=${TRANSFORMER_HOME:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 export TRANSFORMER_HOME
-# shellcheck source=jobs/cluster.env
-. "${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}" || { echo "error: ${CLUSTER_ENV:-$TRANSFORMER_HOME/jobs/cluster.env}: cannot read the cluster settings" >&2; exit 2; }
 # shellcheck source=jobs/lib.sh
 . "$TRANSFORMER_HOME/jobs/lib.sh"
+read_cluster_env
+# counts that the options and the memory request compute with
+need_count GPUS_PER_NODE NODES CPUS_PER_TASK
 command -v sbatch >/dev/null || { echo "error: sbatch: not found (no Slurm here? use jobs/run-local.sh)" >&2; exit 2; }
 # the submit shell runs `transformer params` (memory request, layout, cost
 # estimate): a binary that cannot start here (modules not loaded, not built)

@@ -14,6 +14,8 @@
 #      not the first one of its appended log, even after a partial last line;
 #      and the text of a launcher's boxed message, not its row of dashes;
 #   3. PARALLEL=2 runs rows side by side and still reports a failed one;
+#      PARALLEL, LOCAL_RANKS, GPUS_PER_NODE, NODES that are not positive
+#      integers and a CLUSTER_ENV that is not a file: one line each;
 #   3b. a PYTHON that cannot import what a row's result needs fails the row
 #      in one line before it trains (the GPU image lacked sacremoses);
 #   4. the batch layout of the real row configs is printed (1 GPU a row,
@@ -187,6 +189,30 @@ for r in r1 r2; do
 done
 cp "$tmp/configs/bad.cfg" "$tmp/c3/"
 expect_error 2 "^error: PARALLEL='two': not a positive integer" env PARALLEL=two jobs/run-local.sh table3 "$tmp/sw3"
+# the cluster settings the scripts count with, and CLUSTER_ENV: one line
+# each (not mpirun -n 0's one rank a slot, Open MPI's banner, bash's
+# "unbound variable" or "No such file"), nothing started or submitted
+one_line() {   # one_line PATTERN cmd...: exit 2 and stderr exactly one line, matching
+    local pat=$1 err rc; shift
+    err=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?
+    [ "$rc" -eq 2 ] && [ "$(grep -c . <<< "$err")" -eq 1 ] && grep -q -- "$pat" <<< "$err" ||
+        fail "'$*': exit $rc, expected 2 and one line matching '$pat': $err"
+    ok "'$*' -> exit 2: $err"
+}
+one_line "^error: LOCAL_RANKS='0': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
+    env LOCAL_RANKS=0 jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
+one_line "^error: LOCAL_RANKS='abc': not a positive integer" env LOCAL_RANKS=abc jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
+one_line "^error: LOCAL_RANKS='2x': not a positive integer" env LOCAL_RANKS=2x TABLE3_DIR="$tmp/c3" jobs/run-local.sh table3 "$tmp/sw-lr"
+[ ! -e "$tmp/lr0" ] && [ ! -e "$tmp/sw-lr/rows.txt" ] || fail "a refused LOCAL_RANKS started a run"
+one_line "^error: GPUS_PER_NODE='abc': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
+    env PATH="$tmp/fakesb:$PATH" GPUS_PER_NODE=abc jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
+one_line "^error: NODES='0': not a positive integer" env PATH="$tmp/fakesb:$PATH" NODES=0 jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
+one_line "^error: $tmp/none.env: cannot read the cluster settings: no such file (CLUSTER_ENV)$" \
+    env CLUSTER_ENV="$tmp/none.env" jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
+one_line "^error: $tmp: cannot read the cluster settings: not a regular file (CLUSTER_ENV)$" \
+    env PATH="$tmp/fakesb:$PATH" CLUSTER_ENV="$tmp" jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
+[ ! -e "$tmp/lr0" ] && [ ! -e "$tmp/run-g" ] || fail "a refused setting started or submitted a run"
+ok "LOCAL_RANKS, GPUS_PER_NODE, NODES that are no positive integer and a missing CLUSTER_ENV: one line each, nothing run"
 PARALLEL=2 TABLE3_DIR=$tmp/c3 STEPS=2 EXTRA="threads=1" DEVICE=cpu jobs/run-local.sh table3 "$tmp/sw3" \
     > "$tmp/run3.log" 2>&1 && fail "PARALLEL=2: a bad row succeeded"
 grep -q "^error: table3 row bad: failed (exit 1): params: .*unknown key 'd_modle'" "$tmp/run3.log" ||
