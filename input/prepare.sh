@@ -19,7 +19,8 @@
 #   every file is checked against its sha256 there (the folder appears only
 #   when complete).  Environment: VOCAB (shared BPE vocabulary size), MAX_LEN
 #   (positions incl. BOS/EOS; longer training pairs are dropped), SENTENCES
-#   (spm_train sample size), JOBS (prepare's workers, default: cores),
+#   (spm_train sample size, any dataset; default: all lines, wmt14 and
+#   wmt14-enfr 4000000), JOBS (prepare's workers, default: cores),
 #   MANIFEST, TRANSFORMER (the binary).
 #   `input/prepare.sh fetch FOLDER [ROOT]` only fetches one folder.
 set -euo pipefail
@@ -87,7 +88,7 @@ fetch() {
     trap - EXIT
 }
 
-[ $# -ge 1 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 name=$1
 if [ "$name" = fetch ]; then
     [ $# -ge 2 ] || die "usage: input/prepare.sh fetch FOLDER [ROOT]"
@@ -101,9 +102,15 @@ case $root in
     *.h5) die "$root: ROOT is the folder of the dataset folders, not the output file (input/prepare.sh NAME [ROOT] [OUT]; \"\" for the default ROOT)" ;;
 esac
 [ ! -e "$root" ] || [ -d "$root" ] || die "$root: ROOT is not a folder (input/prepare.sh NAME [ROOT] [OUT])"
+# SENTENCES: spm_train's sample of every dataset (prepare --sentences; 0:
+# every line); checked before anything is fetched (prepare checks its range)
+case ${SENTENCES:-} in
+    *[!0-9]*) die "SENTENCES='$SENTENCES': not a number of lines (spm_train's sample size for the vocabulary; 0: every line)" ;;
+esac
 mkdir -p "$(dirname "$out")"
 max_len=${MAX_LEN:-256}
 args=()
+sentences=""   # the dataset's default sample: all lines
 case $name in
     multi30k)
         fetch multi30k "$root"
@@ -119,7 +126,7 @@ case $name in
             args+=(--split train "$t/$c.de-en.en" "$t/$c.de-en.de")
         done
         # 4.5M pairs: spm_train learns the merges from a 4M-line sample
-        args+=(--sentences "${SENTENCES:-4000000}") ;;
+        sentences=4000000 ;;
     wmt14-offline)
         fetch newstest-extra "$root"; fetch tatoeba-manythings "$root"; fetch wmt14 "$root"
         vocab=${VOCAB:-16000}
@@ -140,13 +147,15 @@ case $name in
         args+=(--split dev "$w/newstest2012.en" "$w/newstest2012.fr" --split dev "$w/newstest2013.en" "$w/newstest2013.fr"
                --split test "$w/newstest2014.en" "$w/newstest2014.fr")
         # ~40M pairs: the 32000 word-pieces are learned from a 4M-line sample
-        args+=(--sentences "${SENTENCES:-4000000}") ;;
+        sentences=4000000 ;;
     *) die "$name: unknown dataset (multi30k, wmt14, wmt14-offline, wmt14-enfr)" ;;
 esac
 case $name in wmt14|wmt14-offline)
     w=$root/wmt14
     args+=(--split dev "$w/newstest2013.en" "$w/newstest2013.de" --split test "$w/newstest2014.en" "$w/newstest2014.de") ;;
 esac
+sentences=${SENTENCES:-$sentences}
+[ -n "$sentences" ] && args+=(--sentences "$sentences")
 [ -n "${JOBS:-}" ] && args+=(--jobs "$JOBS")
 [ -x "$TRANSFORMER" ] || die "$TRANSFORMER: not built (run make)"
 exec "$TRANSFORMER" prepare --out "$out" "${args[@]}" vocab_size="$vocab" max_len="$max_len"

@@ -10,7 +10,9 @@
 #    line, empty, missing, invalid UTF-8 with the line, truncated dataset,
 #    foreign HDF5 file, impossible vocabulary size) and no output file;
 #  - the output appears only when complete (SIGKILL mid-run leaves nothing);
-#  - the workers (and spm_train threads) follow the allocation: taskset, SLURM_CPUS_PER_TASK.
+#  - the workers (and spm_train threads) follow the allocation: taskset, SLURM_CPUS_PER_TASK;
+#  - input/prepare.sh passes SENTENCES on for every dataset and refuses a
+#    value that is no number in one line, before fetching anything.
 set -u
 . "$(dirname "$0")/lib.sh"
 need_multi30k   # sets M (tests/lib.sh): shared data, a download, or a skip
@@ -116,4 +118,23 @@ taskset -c 0 env SLURM_CPUS_PER_TASK=2 "$BIN" prepare --out "$W/two.h5" --split 
 grep -qx 'prepare: 2 workers (SLURM_CPUS_PER_TASK; --jobs N to change)' "$W/two.log" && [ "$(spm_opts "$W/two.h5")" = --num_threads=2 ] ||
     fail "SLURM_CPUS_PER_TASK=2 not taken: $(head -3 "$W/two.log"), $(spm_opts "$W/two.h5")"
 ok "prepare: 1 worker and spm_train --num_threads=1 under taskset -c 0; 2 with SLURM_CPUS_PER_TASK=2"
+# ---- input/prepare.sh's SENTENCES (spm_train's sample) is passed on for
+# every dataset, multi30k included (was: only wmt14, wmt14-enfr), and a
+# value that is no number of lines is refused in one line before anything
+# is fetched (a stub binary records prepare's command line)
+printf '#!/bin/sh\necho "$@" > "%s/args"\n' "$W" > "$W/stub"; chmod +x "$W/stub"
+SENTENCES=1234 TRANSFORMER=$W/stub "$TOP/input/prepare.sh" multi30k "$(dirname "$M")" "$W/s.h5" ||
+    fail "input/prepare.sh multi30k with SENTENCES=1234 failed"
+grep -q -- '--sentences 1234 ' "$W/args" || fail "multi30k: SENTENCES=1234 not passed on: $(cat "$W/args")"
+TRANSFORMER=$W/stub "$TOP/input/prepare.sh" multi30k "$(dirname "$M")" "$W/s.h5" || fail "input/prepare.sh multi30k failed"
+grep -q -- '--sentences' "$W/args" && fail "multi30k without SENTENCES: $(cat "$W/args")"
+rm -f "$W/args"
+for bad in x -5 1e6; do
+    expect_error 2 "^error: SENTENCES='$bad': not a number of lines" env SENTENCES="$bad" TRANSFORMER="$W/stub" \
+        "$TOP/input/prepare.sh" multi30k "$(dirname "$M")" "$W/s.h5"
+    [ "$(SENTENCES=$bad TRANSFORMER=$W/stub "$TOP/input/prepare.sh" wmt14 "$W/noroot" "$W/s.h5" 2>&1 | grep -c .)" -eq 1 ] ||
+        fail "SENTENCES=$bad wmt14: not one line (fetched first?)"
+done
+[ ! -e "$W/args" ] && [ ! -e "$W/noroot" ] || fail "a refused SENTENCES ran prepare or fetched"
+ok "input/prepare.sh: SENTENCES passed on for multi30k; x, -5, 1e6 refused in one line before any fetch"
 echo "test_data_prepare: all checks passed"
