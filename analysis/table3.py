@@ -932,10 +932,21 @@ def outputs(a, rows, summaries, overall, prefix):
     return texts, figs
 
 
+# what a sweep directory holds, one of them at least (docs/jobs.md)
+SWEEP_MARKS = ("results", "configs", "rows.txt", "sweep.env")
+
+
 def main(argv):
     a = build_parser().parse_args(argv)
     if not os.path.isdir(a.sweep):
         raise AnalysisError(a.sweep, "no such sweep directory")
+    # a sweep has results/ (its rows' result files) and configs/, rows.txt
+    # and sweep.env (frozen at its first start); a folder with none of them
+    # (an empty one, a sweep's parent) would get a table of every row
+    # pending from the checkout's configs, written into it
+    if not any(os.path.exists(os.path.join(a.sweep, m)) for m in SWEEP_MARKS):
+        raise AnalysisError(a.sweep, "not a sweep directory (no results/, configs/, rows.txt or sweep.env; "
+                                     "jobs/submit-table3.sh or jobs/run-local.sh table3 makes one)")
     if a.configs is not None and not os.path.isdir(a.configs):
         raise AnalysisError(a.configs, "no such config directory")
     configs = a.configs

@@ -155,6 +155,19 @@ def test_table3_config_not_utf8_or_not_a_number(tmp_path):
     assert sorted(os.listdir(sweep)) == ["configs", "sweep.env"]
 
 
+def test_table3_refuses_a_directory_that_is_no_sweep(tmp_path):
+    """An empty folder, or a sweep's parent: not a sweep (no results/,
+    configs/, rows.txt or sweep.env), one line, nothing written (it tabled
+    the checkout's configs as pending rows into it)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    parent = tmp_path / "parent"
+    (parent / "sw" / "results").mkdir(parents=True)
+    for d in (empty, parent):
+        one_line(script("table3.py", d, "--no-plot", expect=2), d, "not a sweep directory")
+    assert os.listdir(empty) == [] and os.listdir(parent) == ["sw"]
+
+
 # class 4: bad values that were accepted (exit 0)
 
 def test_row_result_refuses_a_missing_dataset_and_negative_numbers(tmp_path):

@@ -209,7 +209,7 @@ def test_errors(sweep, tmp_path):
         f["step"] = [1, 2, 3]
     assert "not a Table 3 row result" in cli_error("table3.py", bad, "--configs", tmp_path)
     empty = tmp_path / "empty"
-    empty.mkdir()
+    (empty / "results").mkdir(parents=True)
     assert "nothing to tabulate" in cli_error("table3.py", empty, "--configs", empty)
     cfg = top / "configs" / "base.cfg"
     p = script("row_result.py", "--out", tmp_path / "r.h5", "--config", cfg, "--status", "done", expect=2)
