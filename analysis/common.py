@@ -4,6 +4,7 @@ figure style and atomic output (temporary name, fsync, rename)."""
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 
@@ -266,17 +267,43 @@ def _discard(tmp, path, e):
         raise AnalysisError(path, f"cannot write: {e.strerror or e}") from None
 
 
+_NOT_REGULAR = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def output_target(path):
+    """The file an output named path is written as: path, or where path is a
+    symbolic link, its target (os.path.realpath: the target is replaced and
+    the link kept, as the shell's > would).  An existing output that is a
+    device node, a FIFO or a socket is refused in one line, as
+    bin/transformer refuses one: the rename over it left a regular file in
+    its place (heads.py --out over a device node).  A directory is left to
+    the write's own error."""
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return target   # not there (written), or not reachable (the write names why)
+    for test, kind in _NOT_REGULAR:
+        if test(mode):
+            what = f"a symbolic link to {kind} ({target})" if target != path else kind
+            raise AnalysisError(path, f"exists and is {what}, not a regular file: choose another output name")
+    return target
+
+
 def _write_through_temp(path, write, binary, suffix=""):
-    """Call write(f) on a temporary file beside path, fsync it and rename it
-    over path: a crash never leaves a half-written output."""
-    fd, tmp = temp_beside(path, suffix)
+    """Call write(f) on a temporary file beside path (beside its target if
+    path is a symbolic link; output_target), fsync it and rename it over
+    path: a crash never leaves a half-written output."""
+    target = output_target(path)
+    fd, tmp = temp_beside(target, suffix)
     try:
         make_public(fd)
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as e:
         _discard(tmp, path, e)
         raise
@@ -301,12 +328,14 @@ def _fsync_replace(tmp, path):
 def h5_atomic(path, copy_from=None):
     """An HDF5 file for writing under a temporary name next to path (a copy of
     copy_from opened r+, or a new file), fsync'ed and renamed over path when
-    the block ends without error: readers never see it half-written."""
+    the block ends without error: readers never see it half-written.  Path
+    as output_target: a symbolic link's target, never a device or FIFO."""
     import shutil
 
     import h5py
 
-    fd, tmp = temp_beside(path, ".tmp")
+    target = output_target(path)
+    fd, tmp = temp_beside(target, ".tmp")
     try:
         try:
             make_public(fd)
@@ -327,7 +356,7 @@ def h5_atomic(path, copy_from=None):
             os.unlink(tmp)
         raise
     try:
-        _fsync_replace(tmp, path)
+        _fsync_replace(tmp, target)
     except BaseException as e:
         _discard(tmp, path, e)
         raise

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -166,6 +167,27 @@ def test_table3_refuses_a_directory_that_is_no_sweep(tmp_path):
     for d in (empty, parent):
         one_line(script("table3.py", d, "--no-plot", expect=2), d, "not a sweep directory")
     assert os.listdir(empty) == [] and os.listdir(parent) == ["sw"]
+
+
+def test_output_that_is_not_a_regular_file(tmp_path):
+    """An output that exists as a FIFO, or a symbolic link to a device node,
+    is refused in one line and left as it was (the rename over it left a
+    regular file in its place: heads.py --out over a device node); a link
+    to a regular file is written through, the link kept."""
+    f = make_file(tmp_path / "h.h5")
+    out = tmp_path / "o"
+    out.mkdir()
+    os.mkfifo(out / "x_table.md")
+    one_line(script("heads.py", "table", f, "--out", out / "x", expect=2), out / "x_table.md", "a FIFO")
+    (out / "y_table.md").symlink_to(os.devnull)
+    one_line(script("heads.py", "table", f, "--out", out / "y", expect=2), out / "y_table.md", "character device")
+    assert stat.S_ISFIFO(os.lstat(out / "x_table.md").st_mode) and os.path.islink(out / "y_table.md")
+    assert sorted(os.listdir(out)) == ["x_table.md", "y_table.md"]
+    real = tmp_path / "real.md"
+    real.write_text("old\n")
+    (out / "z_table.md").symlink_to(real)
+    script("heads.py", "table", f, "--out", out / "z")
+    assert os.path.islink(out / "z_table.md") and real.read_text().startswith("|"), real.read_text()[:80]
 
 
 # class 4: bad values that were accepted (exit 0)
