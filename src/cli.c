@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int cli_wants_help(int argc, char **argv)
 {
@@ -124,18 +125,47 @@ static int output_place(const char *cmd, const char *opt, const char *out)
     return 2;
 }
 
+/* the output, where it exists, is a regular file: every command writes a
+ * temporary beside it and renames that over it, which would replace a
+ * device (/dev/null, /dev/stdout), a FIFO or a socket with a regular file
+ * (as root, a system device node), and a symbolic link with a file while
+ * its target stays as it was.  A symbolic link is refused rather than
+ * followed: following it would write into another directory than the one
+ * named (the temporary and the rename must be in the target's, perhaps on
+ * another file system or another user's), through every writer, and a link
+ * that dangles or is changed between this check and the rename would still
+ * be replaced; naming the target is one word for the user.  lstat: the
+ * name itself, not what it points to. */
+static int output_regular(const char *cmd, const char *opt, const char *out)
+{
+    struct stat sl;
+    if (lstat(out, &sl) || S_ISREG(sl.st_mode)) return 0;   /* new, or a file */
+    if (S_ISLNK(sl.st_mode)) {
+        char to[4096];
+        ssize_t n = readlink(out, to, sizeof to - 1);
+        to[n > 0 ? n : 0] = '\0';
+        fprintf(stderr, "error: %s: %s of %s is a symbolic link (to %s): give the file it names, or another name\n",
+                out, opt, cmd, n > 0 ? to : "?");
+        return 2;
+    }
+    const char *what = S_ISCHR(sl.st_mode) ? "a character device" : S_ISBLK(sl.st_mode) ? "a block device"
+                     : S_ISFIFO(sl.st_mode) ? "a FIFO" : S_ISSOCK(sl.st_mode) ? "a socket" : "not a file";
+    fprintf(stderr, "error: %s: %s of %s is not a regular file (%s): give a file name\n", out, opt, cmd, what);
+    return 2;
+}
+
 int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in)
 {
     struct stat so, si;
     if (!out) return 0;
     if (output_place(cmd, opt, out)) return 2;
-    if (stat(out, &so)) return 0;   /* a new file is nobody's input */
+    if (stat(out, &so)) return output_regular(cmd, opt, out);   /* a new file is nobody's input; a dangling link */
     for (int k = 0; k < n_in; k++)
         if (in[k] && !stat(in[k], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
             fprintf(stderr, "error: %s: %s is also an input of %s (%s): choose another name\n", out, opt, cmd, in[k]);
             return 2;
         }
-    return 0;
+    return output_regular(cmd, opt, out);
 }
 
 int cli_check_outputs_differ(const char *cmd, const char *opt_a, const char *a, const char *opt_b, const char *b)

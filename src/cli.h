@@ -42,10 +42,14 @@ int parse_config_words(Config *c, int argc, char **argv, int first, const char *
  * in.txt --output in.txt` or `prepare --out train.en` would overwrite the
  * user's data; nor is it a directory or in a directory that does not exist,
  * which the command would find only when it renames its finished output
- * into place.  in[] holds n_in paths (NULL entries skipped); opt names the
- * output option.  0, or 2 after one line "error: OUT: OPT is also an input
- * of CMD (IN): choose another name" (or "... is a directory", "... no such
- * directory DIR"). */
+ * into place; nor, where it exists, anything but a regular file: the
+ * rename would replace a device (/dev/null), a FIFO or a socket with a
+ * regular file, and a symbolic link with a file (links are refused, not
+ * followed: cli.c says why).  in[] holds n_in paths (NULL entries
+ * skipped); opt names the output option.  0, or 2 after one line "error:
+ * OUT: OPT is also an input of CMD (IN): choose another name" (or "... is
+ * a directory", "... no such directory DIR", "... is not a regular file
+ * (a FIFO)", "... is a symbolic link (to TARGET)"). */
 int cli_check_output(const char *cmd, const char *opt, const char *out, const char *const *in, int n_in);
 /* path's directory (".", "/" or what comes before its last slash) into dir
  * (n bytes); returns its last component */

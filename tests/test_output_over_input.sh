@@ -10,8 +10,9 @@
 # translate and prepare each).  train --dump-params also refuses an existing
 # file of its run directory (a checkpoint it resumes from, its metrics).
 # An output that is a directory, or in a missing directory, is refused
-# before the command's work, not at its final rename.  translate's --output
-# and --reference are two files.
+# before the command's work, not at its final rename, and so is an existing
+# output that is not a regular file (a FIFO, a device node) or is a
+# symbolic link.  translate's --output and --reference are two files.
 set -u
 . "$(dirname "$0")/lib.sh"
 cd "$TOP"
@@ -95,6 +96,42 @@ done
 [ "$(sums)" = "$before" ] || fail "a misplaced output changed an input"
 [ ! -e nodir ] && [ -z "$(ls outdir)" ] || fail "a misplaced output left files: $(ls -d nodir outdir/* 2>/dev/null)"
 ok "every output option: a directory, or a file in a missing directory, refused in one line before any work"
+
+# an existing output that is not a regular file (a FIFO; as root also a
+# device node such as /dev/null) or is a symbolic link (to a file, or
+# dangling): refused in one line before any work.  The temporary + rename
+# replaced it with a regular file (as root a system device node), and a
+# link with a file while its target stayed as it was.
+mkfifo fifo
+echo kept > target.txt && ln -s target.txt out.link && ln -s nowhere dangling.link
+odd=(fifo out.link dangling.link)
+[ "$(id -u)" -eq 0 ] && mknod null c 1 3 && odd+=(null)
+listing=$(ls -A)
+notreg() {
+    local out=$1 why; shift
+    case $out in
+        fifo) why="is not a regular file (a FIFO): give a file name" ;;
+        null) why="is not a regular file (a character device): give a file name" ;;
+        out.link) why="is a symbolic link (to target.txt): give the file it names, or another name" ;;
+        dangling.link) why="is a symbolic link (to nowhere): give the file it names, or another name" ;;
+    esac
+    expect_error 2 "^error: $out: --[a-z-]* of [a-z]* $why$" "$@"
+}
+for o in "${odd[@]}"; do
+    notreg $o "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output $o
+    notreg $o "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output out.txt --reference $o
+    notreg $o "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output $o
+    notreg $o "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output $o
+    notreg $o "$BIN" average --output $o "$CK" ck2.h5
+    notreg $o "$BIN" prepare --out $o --split train tr.en tr.de vocab_size=400
+    notreg $o "$BIN" train data=data.h5 "${TA[@]}" --dump-params $o
+done
+[ -p fifo ] && [ -L out.link ] && [ -L dangling.link ] && [ "$(cat target.txt)" = kept ] ||
+    fail "a refused output was replaced: $(ls -l fifo out.link dangling.link target.txt)"
+[ ! -e null ] || [ -c null ] || fail "the device node null was replaced: $(ls -l null)"
+[ "$(ls -A)" = "$listing" ] || fail "a refused output left files: $(diff <(echo "$listing") <(ls -A))"
+[ "$(sums)" = "$before" ] || fail "a refused output changed an input"
+ok "every output option: a FIFO$([ -c null ] && echo ', a device node'), a symbolic link refused in one line before any work, each left as it was"
 
 # a new output is written as before
 "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output out.txt > tr.log 2>&1 ||

@@ -101,9 +101,10 @@ static int parse(Opts *o, int argc, char **argv)
     if (!o->output) { fprintf(stderr, "error: translate: --output OUT.txt is required\n"); return 2; }
     if (o->reference && !o->split) { fprintf(stderr, "error: translate: --reference needs --split\n"); return 2; }
     const char *in[] = { o->ckpt, o->data, o->input };
+    /* first: a --reference that is a link to the --output is named as such */
+    if (cli_check_outputs_differ("translate", "--output", o->output, "--reference", o->reference)) return 2;
     if (cli_check_output("translate", "--output", o->output, in, 3)) return 2;
-    if (cli_check_output("translate", "--reference", o->reference, in, 3)) return 2;
-    return cli_check_outputs_differ("translate", "--output", o->output, "--reference", o->reference);
+    return cli_check_output("translate", "--reference", o->reference, in, 3);
 }
 
 /* run argv[0] (PATH lookup) with stdin/stdout/stderr from/to files */
