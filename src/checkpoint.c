@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "corpus.h"
 #include "dataset.h"
 #include "h5io.h"
@@ -409,6 +410,17 @@ int checkpoint_open_model(const char *path, Config *cfg_out, CkptState *st, Mode
 void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step)
 {
     snprintf(buf, cap, "%s/ckpt_%08lld.h5", run_dir, (long long)step);
+}
+
+int checkpoint_check_run_output(const char *opt, const char *out, const char *run_dir)
+{
+    char dir[4096];
+    cli_path_dir(out, dir, sizeof dir);
+    if (run_dir[0] && !access(out, F_OK) && cli_same_file(dir, run_dir)) {
+        fprintf(stderr, "error: %s: %s is a file of the run directory %s: choose another name\n", out, opt, run_dir);
+        return 2;
+    }
+    return 0;
 }
 
 static int is_ckpt_name(const char *name, int64_t *step)

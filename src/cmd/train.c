@@ -306,13 +306,7 @@ static int dump_not_input(Training *t)
     if (out && t->r->dist.rank == 0) {
         const char *in[] = { c->config_file, c->data };
         rc = cli_check_output("train", "--dump-params", out, in, 2);
-        char dir[4096];
-        cli_path_dir(out, dir, sizeof dir);
-        if (!rc && c->run_dir[0] && !access(out, F_OK) && cli_same_file(dir, c->run_dir)) {
-            fprintf(stderr, "error: %s: --dump-params is a file of the run directory %s: choose another name\n",
-                    out, c->run_dir);
-            rc = 2;
-        }
+        if (!rc) rc = checkpoint_check_run_output("--dump-params", out, c->run_dir);
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, t->r->dist.comm);
     return rc;
