@@ -412,17 +412,6 @@ void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step)
     snprintf(buf, cap, "%s/ckpt_%08lld.h5", run_dir, (long long)step);
 }
 
-int checkpoint_check_run_output(const char *opt, const char *out, const char *run_dir)
-{
-    char dir[4096];
-    cli_path_dir(out, dir, sizeof dir);
-    if (run_dir[0] && !access(out, F_OK) && cli_same_file(dir, run_dir)) {
-        fprintf(stderr, "error: %s: %s is a file of the run directory %s: choose another name\n", out, opt, run_dir);
-        return 2;
-    }
-    return 0;
-}
-
 static int is_ckpt_name(const char *name, int64_t *step)
 {
     long long s;
@@ -432,6 +421,34 @@ static int is_ckpt_name(const char *name, int64_t *step)
     if (strcmp(chk, name)) return 0;
     *step = s;
     return 1;
+}
+
+/* a name training reads or writes in a run directory (checkpoint.h), or
+ * one of them moved aside as NAME.bad (resume.c, h5io_open_log) */
+static int is_run_file(const char *name)
+{
+    static const char *const OWN[] = { "best.h5", "metrics.h5", "attention_probe.h5", ".lock" };
+    char base[256];
+    size_t n = strlen(name);
+    if (n >= sizeof base) return 0;
+    memcpy(base, name, n + 1);
+    if (n > 4 && !strcmp(base + n - 4, ".bad")) base[n - 4] = '\0';
+    int64_t step;
+    if (is_ckpt_name(base, &step)) return 1;
+    for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)
+        if (!strcmp(base, OWN[i])) return 1;
+    return 0;
+}
+
+int checkpoint_check_run_output(const char *opt, const char *out, const char *run_dir)
+{
+    char dir[4096];
+    const char *name = cli_path_dir(out, dir, sizeof dir);
+    if (run_dir[0] && is_run_file(name) && cli_same_file(dir, run_dir)) {
+        fprintf(stderr, "error: %s: %s is a file of the run directory %s: choose another name\n", out, opt, run_dir);
+        return 2;
+    }
+    return 0;
 }
 
 int checkpoint_list(const char *run_dir, char ***paths, int64_t **steps)

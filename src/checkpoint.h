@@ -97,10 +97,14 @@ void checkpoint_prune(const char *run_dir, int keep, int ckpt_steps, int train_s
 int checkpoint_upto_best(int64_t step, int64_t best_step, int ckpt_steps, int train_steps);
 /* ckpt path of a step */
 void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step);
-/* out, the file of a command's output option opt, is no existing file of
- * the run directory run_dir (a checkpoint a run resumes from, its
- * metrics): 0 (also for an empty run_dir), or 2 after one line "error:
- * OUT: OPT is a file of the run directory RUN: choose another name" */
+/* out, the file of a command's output option opt, is none of the files
+ * training reads and writes in the run directory run_dir, existing or not:
+ * its checkpoints ckpt_<step>.h5 (a new one would be resumed from),
+ * best.h5, metrics.h5, attention_probe.h5, .lock, and any of them moved
+ * aside as NAME.bad.  Other files there (the jobs' avg5.h5, a second
+ * average written over the first) are the user's.  0 (also for an empty
+ * run_dir), or 2 after one line "error: OUT: OPT is a file of the run
+ * directory RUN: choose another name" */
 int checkpoint_check_run_output(const char *opt, const char *out, const char *run_dir);
 
 /* Test hook TRANSFORMER_CKPT_STOP_STEP=S: 1 for step S, whose checkpoint

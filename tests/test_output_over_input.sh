@@ -7,8 +7,9 @@
 # hard link, a symbolic link): exit 2, one line naming the output, the option
 # and the input, and every input byte for byte as before.  An output that is
 # a new file still works (the command's own tests cover it; here one run of
-# translate and prepare each).  train --dump-params also refuses an existing
-# file of its run directory (a checkpoint it resumes from, its metrics).
+# translate and prepare each).  train --dump-params and average --output
+# also refuse a file of a run directory they read (a checkpoint a run
+# resumes from, its metrics), existing or not.
 # An output that is a directory, or in a missing directory, is refused
 # before the command's work, not at its final rename, and so is an existing
 # output that is not a regular file (a FIFO, a device node) or is a
@@ -72,7 +73,29 @@ refused data.link data.h5 "$BIN" train data=data.h5 "${TA[@]}" --dump-params dat
 refused ./tiny.cfg tiny.cfg "$BIN" train --config tiny.cfg "${TA[@]}" --dump-params ./tiny.cfg
 expect_error 2 "^error: $CK: --dump-params is a file of the run directory run: choose another name$" \
     "$BIN" train data=data.h5 "${TA[@]}" run_dir=run --dump-params "$CK"
+expect_error 2 "^error: run/ckpt_00000009.h5: --dump-params is a file of the run directory run: choose another name$" \
+    "$BIN" train data=data.h5 "${TA[@]}" run_dir=run --dump-params run/ckpt_00000009.h5
+[ ! -e run/ckpt_00000009.h5 ] || fail "train --dump-params wrote a checkpoint name"
 [ "$(sums)" = "$before" ] || fail "train --dump-params over a checkpoint changed an input"
+# average --output over a file of a run directory it reads (--last's, or
+# its checkpoints' own), existing or a name training would take for its
+# own: it replaced a checkpoint the run resumes from (an average has no
+# Adam moments) or the run's metrics log, exit 0.  Other files there are
+# the user's: the jobs write RUN/avg5.h5, again on a rerun.
+cp -r run runA && cp runA/ckpt_00000002.h5 runA/ckpt_00000001.h5
+runsum() { sha256sum runA/*; }
+run_before=$(runsum)
+for o in runA/ckpt_00000001.h5 runA/metrics.h5 runA/ckpt_00000003.h5 runA/best.h5; do
+    expect_error 2 "^error: $o: --output is a file of the run directory runA: choose another name$" \
+        "$BIN" average --output $o --last 1 runA
+done
+expect_error 2 "^error: runA/metrics.h5: --output is a file of the run directory runA: choose another name$" \
+    "$BIN" average --output runA/metrics.h5 runA/ckpt_00000002.h5
+[ "$(runsum)" = "$run_before" ] || fail "a refused average changed the run directory: $(ls runA)"
+for k in 1 2; do
+    "$BIN" average --output runA/avg.h5 --last 1 runA > avg.log 2>&1 || fail "average into the run directory ($k): $(cat avg.log)"
+done
+ok "average --output over a checkpoint, metrics.h5, best.h5 or a new ckpt_*.h5 of the run directory it reads refused; RUN/avg.h5 written and rewritten"
 ok "prepare, translate (--output, --reference), attention, heads, average, train --dump-params: an output over an input refused, inputs unchanged"
 
 # an output that is a directory, or in a directory that does not exist:

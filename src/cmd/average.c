@@ -154,13 +154,23 @@ static int check_distinct(const Average *a)
     return 0;
 }
 
-/* an output and at least one input, each once; the output is none of them */
+/* an output and at least one input, each once; the output is none of them,
+ * nor a file of a run directory the inputs are read from (--last's, or a
+ * checkpoint's own): `--output RUN/ckpt_00000002.h5 --last 1 RUN` replaced
+ * a checkpoint the run resumes from with an average without Adam moments,
+ * `--output RUN/metrics.h5` the training log */
 static int check_inputs(const Average *a)
 {
     if (!a->out) { fprintf(stderr, "error: average: --output AVG.h5 is required\n"); return 2; }
     if (a->n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); return 2; }
     if (check_distinct(a)) return 2;
-    return cli_check_output("average", "--output", a->out, (const char *const *)a->in, a->n);
+    if (cli_check_output("average", "--output", a->out, (const char *const *)a->in, a->n)) return 2;
+    for (int k = 0; k < a->n; k++) {
+        char dir[4096];
+        cli_path_dir(a->in[k], dir, sizeof dir);
+        if (checkpoint_check_run_output("--output", a->out, dir)) return 2;
+    }
+    return 0;
 }
 
 /* input k: same vocabulary and architecture as the newest; its parameters

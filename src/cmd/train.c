@@ -294,8 +294,9 @@ static void set_update_freq(Config *c, const Dist *D)
 }
 
 /* --dump-params replaces its file (by rename) after the last step: given
- * the config, the dataset or an existing file of the run directory (a
- * checkpoint the run resumes from, its metrics) it would destroy them.
+ * the config, the dataset or a file of the run directory (a checkpoint the
+ * run resumes from, its metrics: checkpoint_check_run_output) it would
+ * destroy them.
  * Checked by rank 0, which writes it.  0, or 2 on every rank after one
  * line. */
 static int dump_not_input(Training *t)
