@@ -216,9 +216,8 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *data, const 
     char msg[4400];
     int created;
     H5Mem mem;
-    hid_t f = h5io_open_log(&mem, path, &created, msg, sizeof msg) ? -1 : mem.id;
+    hid_t f = h5io_open_log(&mem, path, "transformer-attention-probe", NULL, &created, msg, sizeof msg) ? -1 : mem.id;
     if (f >= 0 && created) {
-        h5io_attr_str(f, "format", "transformer-attention-probe");
         h5io_attr_str(f, "version", PROJECT_VERSION);
         h5io_attr_i64(f, "n_layers", m->cfg.n_layers);
         h5io_attr_i64(f, "n_heads", m->cfg.n_heads);

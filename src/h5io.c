@@ -219,23 +219,71 @@ int h5io_open_update(H5Mem *m, const char *path, int *missing, char *msg, int ca
     return -2;
 }
 
-int h5io_open_log(H5Mem *m, const char *path, int *created, char *msg, int cap)
+/* the log opened in m is one of ours: its root attribute "format" is
+ * format, or, without one (a log of a version before the attribute), its
+ * root holds only objects named in legacy (NULL-terminated; NULL: none
+ * accepted), legacy[0] among them.  1, or 0 with why set. */
+static int log_is_ours(hid_t f, const char *format, const char *const *legacy, char *why, int cap)
+{
+    char *have = h5io_attr_read_str(f, "format");
+    if (have) {
+        int ok = !strcmp(have, format);
+        snprintf(why, cap, "format '%.64s'", have);
+        free(have);
+        return ok;
+    }
+    snprintf(why, cap, "no format attribute");
+    H5G_info_t gi;
+    if (!legacy || H5Gget_info(f, &gi) < 0 || H5Lexists(f, legacy[0], H5P_DEFAULT) <= 0) return 0;
+    hsize_t known = 0;
+    for (int i = 0; legacy[i]; i++) known += H5Lexists(f, legacy[i], H5P_DEFAULT) > 0;
+    if (known == gi.nlinks) return 1;
+    int n = snprintf(why, cap, "no format attribute, and objects other than");
+    for (int i = 0; legacy[i] && n > 0 && n < cap; i++) n += snprintf(why + n, cap - n, "%s %s", i ? "," : "", legacy[i]);
+    return 0;
+}
+
+/* path moved aside to path.bad (path.bad.1, ... if taken: an earlier one
+ * is kept), its name in bad.  0, or -1 with errno. */
+static int move_aside(const char *path, char *bad, size_t cap)
+{
+    struct stat sb;
+    for (int k = 0; k < 1000; k++) {
+        if (k) snprintf(bad, cap, "%s.bad.%d", path, k);
+        else snprintf(bad, cap, "%s.bad", path);
+        if (lstat(bad, &sb) && errno == ENOENT) return rename(path, bad);
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+int h5io_open_log(H5Mem *m, const char *path, const char *format, const char *const *legacy, int *created, char *msg,
+                  int cap)
 {
     int missing;
     int rc = h5io_open_update(m, path, &missing, msg, cap);
     *created = 0;
-    if (rc == 0) return 0;
+    char why[160] = "";
+    if (rc == 0) {
+        if (log_is_ours(m->id, format, legacy, why, sizeof why)) return 0;
+        h5io_discard(m);   /* some other HDF5 file: never written into */
+        rc = -3;
+    }
     if (rc == -1 && !missing) return -1;   /* unreadable for another reason: left alone */
-    if (rc == -2) {
+    if (rc == -2 || rc == -3) {
         char bad[4300];
-        snprintf(bad, sizeof bad, "%s.bad", path);
-        if (rename(path, bad)) {
-            snprintf(msg, cap, "%s: not a readable HDF5 file, and cannot be moved aside: %s", path, strerror(errno));
+        const char *what = rc == -2 ? "not a readable HDF5 file" : "not a log of this kind";
+        if (move_aside(path, bad, sizeof bad)) {
+            snprintf(msg, cap, "%s: %s, and cannot be moved aside: %s", path, what, strerror(errno));
             return -1;
         }
-        fprintf(stderr, "warning: %s: not a readable HDF5 file; moved to %s, starting a new one\n", path, bad);
+        if (rc == -2) fprintf(stderr, "warning: %s: %s; moved to %s, starting a new one\n", path, what, bad);
+        else
+            fprintf(stderr, "warning: %s: an HDF5 file but not a %s log (%s); moved to %s, starting a new one\n", path,
+                    format, why, bad);
     }
-    if (h5io_create(m, 1 << 20, NULL)) {
+    if (h5io_create(m, 1 << 20, NULL) || h5io_attr_str(m->id, "format", format)) {
+        if (m->id >= 0) h5io_discard(m);
         snprintf(msg, cap, "%s: cannot create the file in memory", path);
         return -1;
     }

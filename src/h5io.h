@@ -89,10 +89,17 @@ int h5io_create(H5Mem *m, size_t size_hint, H5Buffer *reuse);
  * HDF5 file (truncated, damaged). */
 int h5io_open_update(H5Mem *m, const char *path, int *missing, char *msg, int cap);
 /* A log appended to over a run (metrics, attention probe): path loaded
- * into memory, or a new file if there is none (*created = 1).  One that is
- * not a readable HDF5 file is kept as path.bad, with a warning, and a new
- * one started: never silently truncated.  0, or -1 with msg set. */
-int h5io_open_log(H5Mem *m, const char *path, int *created, char *msg, int cap);
+ * into memory, or a new file if there is none (*created = 1), with the
+ * root attribute "format" = format.  An existing file is the log if its
+ * "format" is format or, without a "format" (a log written before it
+ * was), if its root holds only objects named in legacy (NULL-terminated,
+ * legacy[0] among them; NULL: no such file is taken).  One that is not a
+ * readable HDF5 file, or another HDF5 file (a dataset copied there), is
+ * kept as path.bad (path.bad.1, ... when taken), with one warning line,
+ * and a new one started: never silently truncated nor written into.  0,
+ * or -1 with msg set. */
+int h5io_open_log(H5Mem *m, const char *path, const char *format, const char *const *legacy, int *created, char *msg,
+                  int cap);
 /* close without writing (error paths) */
 void h5io_discard(H5Mem *m);
 

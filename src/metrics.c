@@ -11,6 +11,7 @@
 #include "util.h"
 
 #define MAXCOL 6
+#define METRICS_FORMAT "transformer-metrics"   /* the root attribute "format" */
 
 typedef struct {
     const char *group;
@@ -146,7 +147,9 @@ static int write_all(Metrics *m, long keep_upto, char *msg, int cap)
 {
     int created;
     H5Mem mem;
-    if (h5io_open_log(&mem, m->path, &created, msg, cap)) return -1;
+    /* logs before the format attribute hold these groups only */
+    static const char *const LEGACY[] = { "train", "dev", "loss_scale", NULL };
+    if (h5io_open_log(&mem, m->path, METRICS_FORMAT, LEGACY, &created, msg, cap)) return -1;
     if (table_write(mem.id, &m->train, keep_upto) | table_write(mem.id, &m->dev, keep_upto) |
         table_write(mem.id, &m->loss_scale, keep_upto) || ((keep_upto >= 0 || m->end_dirty) && write_end(mem.id, m))) {
         h5io_discard(&mem);

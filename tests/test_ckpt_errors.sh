@@ -7,7 +7,8 @@
 # newest checkpoint in a run directory is skipped for the previous one and
 # moved aside, an intact one of another format version stops the run; a
 # directory none of whose checkpoints is intact is an error; a damaged
-# metrics log is kept as metrics.h5.bad.
+# metrics log, or another HDF5 file in its place or the attention probe's,
+# is kept as metrics.h5.bad (.bad.1 when that is taken), never written into.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -70,6 +71,33 @@ grep -q "^warning: $W/badlog/metrics.h5: not a readable HDF5 file; moved to $W/b
 grep -qx "not hdf5" $W/badlog/metrics.h5.bad && $PY -c "import h5py; assert list(h5py.File('$W/badlog/metrics.h5', 'r')['train/step'][:]) == [15]" \
     || fail "damaged metrics log not kept aside, or the new log wrong"
 ok "a damaged metrics log is kept as metrics.h5.bad, a new one started"
+# another HDF5 file as metrics.h5 or attention_probe.h5 (a dataset copied
+# there) was taken over as the log and written into: now it is moved aside
+# as a file that does not read is, untouched, beside an earlier .bad (kept),
+# with one warning line each, and a new log with its format started
+mkdir $W/forlog && cp $W/run/ckpt_00000010.h5 $W/forlog/ && cp $W/foreign.h5 $W/forlog/metrics.h5
+cp $W/foreign.h5 $W/forlog/attention_probe.h5 && echo earlier > $W/forlog/metrics.h5.bad
+$BIN train $CK_ARGS run_dir=$W/forlog train_steps=15 attn_steps=5 > $W/fl.log 2>&1 || fail "run with a foreign metrics log: $(tail -2 $W/fl.log)"
+[ "$(grep -c '^warning:' $W/fl.log)" -eq 2 ] &&
+grep -qx "warning: $W/forlog/metrics.h5: an HDF5 file but not a transformer-metrics log (no format attribute); moved to $W/forlog/metrics.h5.bad.1, starting a new one" $W/fl.log &&
+grep -qx "warning: $W/forlog/attention_probe.h5: an HDF5 file but not a transformer-attention-probe log (no format attribute); moved to $W/forlog/attention_probe.h5.bad, starting a new one" $W/fl.log \
+    || fail "no warning line for the foreign logs: $(grep -v '^step' $W/fl.log | head -4)"
+cmp -s $W/foreign.h5 $W/forlog/metrics.h5.bad.1 && cmp -s $W/foreign.h5 $W/forlog/attention_probe.h5.bad &&
+grep -qx earlier $W/forlog/metrics.h5.bad || fail "a foreign log was changed, or the earlier .bad lost: $(ls $W/forlog)"
+$PY -c "
+import h5py
+f = h5py.File('$W/forlog/metrics.h5', 'r')
+fmt = lambda g: bytes(g.attrs['format']).decode()
+assert fmt(f) == 'transformer-metrics' and list(f['train/step'][:]) == [15] and 'x' not in f, dict(f.attrs)
+assert fmt(h5py.File('$W/forlog/attention_probe.h5', 'r')) == 'transformer-attention-probe'
+" || fail "the new logs are not ours"
+# a log written before the format attribute (train and dev only) is still ours
+$PY -c "import h5py; del h5py.File('$W/forlog/metrics.h5', 'r+').attrs['format']"
+$BIN train $CK_ARGS run_dir=$W/forlog train_steps=20 > $W/fl2.log 2>&1 || fail "resume with an old log: $(tail -2 $W/fl2.log)"
+! grep -q '^warning:' $W/fl2.log && [ ! -e $W/forlog/metrics.h5.bad.2 ] &&
+$PY -c "import h5py; assert list(h5py.File('$W/forlog/metrics.h5', 'r')['train/step'][:]) == [15, 20]" \
+    || fail "a log without the format attribute not continued: $(grep '^warning' $W/fl2.log; ls $W/forlog)"
+ok "a foreign HDF5 metrics.h5 and attention_probe.h5 moved aside untouched (an earlier .bad kept), new logs started; an old log continued"
 
 # one flipped byte inside a tensor: the checksum catches it
 cp $C $W/flip.h5
