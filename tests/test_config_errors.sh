@@ -2,7 +2,8 @@
 # Bad configuration input: each case is exactly one line on stderr,
 # "error: <file>:<line>: ... key ..." (or the file alone when there is no
 # line), and exit code 2, with no output written.  A missing dataset file
-# names the command that makes it.  Also: `--help` of every
+# names the command that makes it.  A max_len below the dataset's is one
+# warning line with the pairs it leaves out.  Also: `--help` of every
 # command exits 0.
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
@@ -143,6 +144,36 @@ one_line_error "^error: $tmp/multi30k.h5: no such file (make it with: input/prep
     "$BIN" train data="$tmp/multi30k.h5" $small
 one_line_error "^error: $tmp/mine.h5: no such file (make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md)$" \
     "$BIN" train data="$tmp/mine.h5" $small
+# a max_len below the dataset's: pairs longer than it (source or target + 1)
+# are left out of training and of the dev evaluation, which dropped most of
+# a corpus without a word.  One warning line with both counts (counted here
+# from the dataset's offsets), in eval's words; none when nothing is left out.
+. "$(dirname "$0")/ckpt_lib.sh"   # PY
+text_corpus 300 7 "$tmp/tr.en" "$tmp/tr.de"
+text_corpus 40 8 "$tmp/dv.en" "$tmp/dv.de"
+"$BIN" prepare --out "$tmp/ml.h5" --split train "$tmp/tr.en" "$tmp/tr.de" --split dev "$tmp/dv.en" "$tmp/dv.de" \
+    vocab_size=400 max_len=64 --jobs 1 > "$tmp/ml.log" 2>&1 || fail "prepare: $(tail -n 2 "$tmp/ml.log")"
+over() {   # over MAX_LEN SPLIT: pairs of SPLIT with a side of MAX_LEN tokens or more
+    $PY -c "import h5py, numpy as np, sys
+g = h5py.File(sys.argv[1], 'r')['splits/' + sys.argv[3]]
+n = lambda s: np.diff(g[s + '_offsets'][:])
+print(int(np.sum((n('src') + 1 > int(sys.argv[2])) | (n('tgt') + 1 > int(sys.argv[2])))), len(n('src')))" "$tmp/ml.h5" "$1" "$2"
+}
+for ml in 12 64; do
+    "$BIN" train data="$tmp/ml.h5" vocab_size=400 max_len=$ml train_steps=1 $small > /dev/null 2> "$tmp/ml.err" ||
+        fail "train max_len=$ml: $(cat "$tmp/ml.err")"
+    read -r tk tn < <(over $ml train); read -r dk dn < <(over $ml dev)
+    if [ $((tk + dk)) -eq 0 ]; then
+        ! grep -q '^warning' "$tmp/ml.err" || fail "max_len=$ml leaves no pair out, yet: $(cat "$tmp/ml.err")"
+    else
+        [ "$(grep -c . "$tmp/ml.err")" -eq 1 ] &&
+        grep -qx "warning: $tmp/ml.h5: skipped $tk of $tn train pairs and $dk of $dn dev pairs longer than max_len=$ml" "$tmp/ml.err" ||
+            fail "max_len=$ml leaves $tk of $tn train and $dk of $dn dev pairs out; stderr: $(cat "$tmp/ml.err")"
+    fi
+    ok "train max_len=$ml: $tk of $tn train and $dk of $dn dev pairs left out: $(cat "$tmp/ml.err")"
+done
+[ "$(over 12 train)" != "0 300" ] && [ "$(over 64 train | cut -d' ' -f1)" = 0 ] || fail "the corpus tests nothing"
+
 # a byte order mark before the first key is not part of it
 printf '\xef\xbb\xbfn_layers = 1\n' > "$tmp/bom.cfg"
 "$BIN" params --config "$tmp/bom.cfg" n_layers=1 > /dev/null || fail "a config with a UTF-8 BOM is refused"

@@ -371,6 +371,21 @@ static int create_model(Training *t)
     return bad ? train_reject(t, msg) : 0;
 }
 
+/* Pairs longer than max_len (source or target plus EOS) are left out of
+ * training (batchplan_build) and of every dev evaluation (evaluate): with
+ * a max_len below the dataset's most of a corpus can go without a word.
+ * One line with both counts, in eval's words, when any is. */
+static void warn_skipped(const TrainRun *r)
+{
+    const Config *c = &r->cfg;
+    int train_skipped = r->train.n - r->plan.start[r->plan.n_batches], dev_skipped = 0;
+    for (int i = 0; i < r->dev.n; i++)
+        dev_skipped += corpus_src_len(&r->dev, i) + 1 > c->max_len || corpus_tgt_len(&r->dev, i) + 1 > c->max_len;
+    if (train_skipped || dev_skipped)
+        fprintf(stderr, "warning: %s: skipped %d of %d train pairs and %d of %d dev pairs longer than max_len=%d\n",
+                c->data, train_skipped, r->train.n, dev_skipped, r->dev.n, c->max_len);
+}
+
 /* data, batches, run directory (may resume), gradient allreduce */
 static void open_inputs(Training *t)
 {
@@ -381,6 +396,7 @@ static void open_inputs(Training *t)
     load_corpora(r);
     if (batchplan_build(&r->plan, &r->train, c->max_tokens, c->max_len, c->seed))
         die(2, "%s: no training pair fits max_len=%d", c->data, c->max_len);
+    if (D->rank == 0) warn_skipped(r);
     rundir_open(&t->rd, r, t->args.resume);
     t->rd_open = 1;
     gradsync_init(&r->sync, D, &m->pt, m->grads, (size_t)c->bucket_kb * 1024);
