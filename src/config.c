@@ -522,6 +522,67 @@ int config_to_string(const Config *c, char *buf, int cap)
     return n;
 }
 
+/* key k's value in c (strings quoted); floats exact (as config_to_string
+ * writes them) or as read (%g: 0.1, not 0.100000001) */
+static void key_value(const KeyDesc *k, const Config *c, int exact, char *buf, size_t cap)
+{
+    const char *p = (const char *)c + k->off;
+    switch (k->type) {
+    case T_INT: snprintf(buf, cap, "%d", *(const int *)p); break;
+    case T_FLOAT: snprintf(buf, cap, exact ? "%.9g" : "%g", *(const float *)p); break;
+    case T_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case T_ENUM: snprintf(buf, cap, "%s", config_choice(k->key, *(const int *)p)); break;
+    default: snprintf(buf, cap, "'%.100s'", p); break;
+    }
+}
+
+/* Keys a resumed run may change without a word (config_setting_changes):
+ * they only lengthen or shorten the run (train_steps, unless a linear or
+ * cosine decay ends at it; patience and patience_delta, the stopping
+ * rule); say where and how often it logs, evaluates, probes and
+ * checkpoints (log_steps, eval_steps, attn_steps, ckpt_steps,
+ * ckpt_minutes, keep_ckpts, keep_best, lock_wait, run_dir); say how it
+ * runs on the machine rather than what it computes (threads, bucket_kb,
+ * progress_us, allreduce_timeout, allreduce, device, cuda_graphs,
+ * cuda_graph_cache, logits_chunk; loss_scale_init, as the checkpoint
+ * carries the scale reached); or serve other commands and reports (beam,
+ * len_alpha, max_len_a for translate; row, paper_*).  Every other key
+ * sets what the remaining steps compute (schedule, optimiser,
+ * regularisation, batches, data, precision, head mask): mixing two
+ * values in one run is said.  Architecture keys are refused apart
+ * (config_arch_mismatch). */
+static const char *const RESUME_FREE[] = {
+    "patience", "patience_delta", "log_steps", "eval_steps", "attn_steps", "ckpt_steps", "ckpt_minutes",
+    "keep_ckpts", "keep_best", "lock_wait", "run_dir", "threads", "bucket_kb", "progress_us", "allreduce_timeout",
+    "allreduce", "device", "cuda_graphs", "cuda_graph_cache", "logits_chunk", "loss_scale_init", "beam",
+    "len_alpha", "max_len_a", "row", "paper_ppl", "paper_bleu", "paper_params_m",
+};
+
+int config_setting_changes(const Config *old, const Config *now, char *msg, int cap)
+{
+    int n = 0, len = 0;
+    msg[0] = '\0';
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDesc *k = &KEYS[i];
+        int free_key = k->arch;
+        for (size_t j = 0; j < sizeof RESUME_FREE / sizeof RESUME_FREE[0] && !free_key; j++)
+            free_key = !strcmp(k->key, RESUME_FREE[j]);
+        if (!strcmp(k->key, "train_steps"))   /* the end of a linear or cosine decay */
+            free_key = old->lr_decay == LR_DECAY_RSQRT && now->lr_decay == LR_DECAY_RSQRT;
+        if (free_key) continue;
+        char va[128], vb[128];
+        key_value(k, old, 1, va, sizeof va);
+        key_value(k, now, 1, vb, sizeof vb);
+        if (!strcmp(va, vb)) continue;
+        key_value(k, old, 0, va, sizeof va);
+        key_value(k, now, 0, vb, sizeof vb);
+        int w = snprintf(msg + len, cap - len, "%s%s %s->%s", n ? ", " : "", k->key, va, vb);
+        if (w > 0 && w < cap - len) len += w;
+        n++;
+    }
+    return n;
+}
+
 int config_is_arch_key(const char *key)
 {
     const KeyDesc *k = find_key(key);

@@ -143,5 +143,10 @@ int config_choice_value(const char *key, const char *name);
 int config_is_arch_key(const char *key);
 /* Compare architecture keys; on mismatch write a message into msg and return 1. */
 int config_arch_mismatch(const Config *a, const Config *b, char *msg, int cap);
+/* The settings a run resumed from a checkpoint of config old changes in
+ * now, other than architecture keys and those that only lengthen the run
+ * or change its logging, checkpoints or machine use (config.c lists them
+ * and says why): how many, and "key old->new, ..." in msg (KEYS order). */
+int config_setting_changes(const Config *old, const Config *now, char *msg, int cap);
 
 #endif

@@ -166,15 +166,14 @@ static const char *damage_reason(const char *line, const char *path)
 /* read candidate path into host and st: 0, CKPT_DAMAGED (line holds the
  * reader's error), or exit 2 for a checkpoint that is intact but not this
  * run's to resume */
-static int read_candidate(TrainRun *r, const char *path, float *host, CkptState *st, char *line, int cap)
+static int read_candidate(TrainRun *r, const char *path, float *host, CkptState *st, Config *ck, char *line, int cap)
 {
     size_t N = r->model.pt.total;
-    Config ck;
     StderrCapture c;
     capture_begin(&c);   /* (die() reaches the user through util_die_fd) */
-    int rc = checkpoint_read_config(path, &ck, st);
+    int rc = checkpoint_read_config(path, ck, st);
     char msg[512];
-    if (!rc && config_arch_mismatch(&ck, &r->cfg, msg, sizeof msg))
+    if (!rc && config_arch_mismatch(ck, &r->cfg, msg, sizeof msg))
         die(2, "%s: cannot resume: %s (checkpoint vs this run's config)", path, msg);
     if (!rc)
         rc = checkpoint_check_vocab(path, st, r->cfg.data) ? 2
@@ -196,14 +195,14 @@ static int read_candidate(TrainRun *r, const char *path, float *host, CkptState 
  * from loading (another architecture or vocabulary, another format version,
  * no permission) exits 2 rather than quietly resuming from an older one;
  * so does a directory none of whose checkpoints is intact. */
-static int load_newest(TrainRun *r, float *host, CkptState *st, char *used, size_t cap)
+static int load_newest(TrainRun *r, float *host, CkptState *st, Config *ck, char *used, size_t cap)
 {
     char **paths;
     int64_t *steps;
     int n = checkpoint_list(r->cfg.run_dir, &paths, &steps), found = -1;
     char (*why)[1024] = xcalloc(n ? n : 1, sizeof *why);
     for (int i = n - 1; i >= 0 && found < 0; i--)
-        if (read_candidate(r, paths[i], host, st, why[i], sizeof why[i]) == 0) {
+        if (read_candidate(r, paths[i], host, st, ck, why[i], sizeof why[i]) == 0) {
             snprintf(used, cap, "%s", paths[i]);
             found = i;
         }
@@ -304,7 +303,7 @@ int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
 /* every rank takes the checkpoint rank 0 loaded (host: params | adam_m |
  * adam_v, rank 0's; others allocate it) and its state; says where the run
  * resumes, and warns where it will not continue bitwise */
-static float *adopt_checkpoint(TrainRun *r, float *host, const CkptState *st, const char *used)
+static float *adopt_checkpoint(TrainRun *r, float *host, const CkptState *st, const Config *ck, const char *used)
 {
     Dist *D = &r->dist;
     size_t N = r->model.pt.total;
@@ -339,6 +338,11 @@ static float *adopt_checkpoint(TrainRun *r, float *host, const CkptState *st, co
             || st->plan_hash != now.plan_hash)
             fprintf(stderr, "warning: %s: seed, ranks, update_freq or the batch plan differ from the "
                     "checkpoint's: training continues but is not bitwise identical to an uninterrupted run\n", used);
+        /* a changed schedule, optimiser or regularisation mixes two runs in one */
+        char changed[2048];
+        if (config_setting_changes(ck, &r->cfg, changed, sizeof changed))
+            fprintf(stderr, "warning: %s: settings differ from the checkpoint's; the run continues with the new ones: "
+                    "%s\n", used, changed);
     }
     return host;
 }
@@ -359,6 +363,7 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
     float *host = NULL;
     CkptState st;
     memset(&st, 0, sizeof st);
+    Config *ck = xcalloc(1, sizeof *ck);   /* rank 0: the checkpoint's config */
     char used[4200] = "";
     if (D->rank == 0) {
         struct stat sb;   /* --resume never creates the directory it resumes */
@@ -367,12 +372,13 @@ void rundir_open(RunDir *rd, TrainRun *r, int resume_flag)
         if (mkdir_p(c->run_dir)) die(2, "%s: cannot create run directory: %s", c->run_dir, strerror(errno));
         rd->lock_fd = lock_run_dir(c->run_dir, c->lock_wait);
         host = xmalloc(sizeof(float) * 3 * r->model.pt.total);
-        status = load_newest(r, host, &st, used, sizeof used);
+        status = load_newest(r, host, &st, ck, used, sizeof used);
         if (!status && resume_flag) die(2, "%s: --resume: no complete checkpoint in the run directory", c->run_dir);
     }
     MPI_Bcast(&status, 1, MPI_INT, 0, D->comm);
-    if (status == 1) host = adopt_checkpoint(r, host, &st, used);
+    if (status == 1) host = adopt_checkpoint(r, host, &st, ck, used);
     free(host);
+    free(ck);
     rd->last_step = r->step;
     rd->t_last = now_seconds();
     if (D->rank == 0) {

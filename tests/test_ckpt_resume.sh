@@ -3,6 +3,8 @@
 # resumed ends with parameters and Adam moments bitwise equal to those of an
 # uninterrupted run; a run killed inside a checkpoint write (between the
 # write and the rename) leaves the previous checkpoint intact and resumes.
+# A resume with a changed schedule, optimiser or regularisation says which
+# keys changed in one warning line; a longer train_steps says nothing.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ckpt_lib.sh"
@@ -37,7 +39,8 @@ $BIN train $CK_ARGS run_dir=$W/r train_steps=30 ckpt_steps=10 > /dev/null 2>&1 |
 $BIN train --resume $CK_ARGS run_dir=$W/r train_steps=$STEPS ckpt_steps=10 > $W/r.log 2>&1 || fail "--resume: $(tail -3 $W/r.log)"
 grep -q "resume: .*ckpt_00000030.h5 (step 30" $W/r.log || fail "--resume did not start at 30"
 same_state $W/ref/ckpt_00000040.h5 $W/r/ckpt_00000040.h5
-ok "train --resume with a longer train_steps: bitwise equal"
+! grep -q "^warning: .*settings differ" $W/r.log || fail "a longer train_steps warned: $(grep '^warning' $W/r.log)"
+ok "train --resume with a longer train_steps: bitwise equal, no warning"
 
 # fault injection: the process dies between the write of checkpoint 30 and its rename
 TRANSFORMER_CKPT_FAULT_STEP=30 $BIN train $CK_ARGS run_dir=$W/f train_steps=$STEPS ckpt_steps=10 > $W/f1.log 2>&1
@@ -131,3 +134,14 @@ grep -q "^resume: .*(step 20" $W/ev2.log || fail "the rerun did not resume at st
 $PY -c "import h5py; s = list(h5py.File('$W/ev/metrics.h5', 'r')['dev/step'][:]); assert s == [10, 20], s" \
     || fail "a finished run rerun logged its last dev evaluation twice"
 ok "a finished run rerun: same final figures, dev rows still [10, 20]"
+# resumed with a changed schedule, optimiser or regularisation: one warning
+# line naming each key old->new (the run mixed them without a word); keys
+# that only lengthen the run or change its logging, evaluations and
+# checkpoints are left out (src/config.c RESUME_FREE)
+cp -r $W/ev $W/cd
+$BIN train $CK_ARGS run_dir=$W/cd train_steps=22 eval_steps=0 log_steps=1 ckpt_steps=1 keep_ckpts=2 \
+    lr_factor=2 warmup=10 dropout=0.3 label_smoothing=0 > $W/cd.log 2>&1 || fail "resume with changed settings: $(tail -2 $W/cd.log)"
+[ "$(grep -c 'settings differ' $W/cd.log)" -eq 1 ] &&
+grep -qx "warning: $W/cd/ckpt_00000020.h5: settings differ from the checkpoint's; the run continues with the new ones: dropout 0.1->0.3, label_smoothing 0.1->0, warmup 200->10, lr_factor 1->2" $W/cd.log \
+    || fail "no one warning line naming the changed settings: $(grep '^warning' $W/cd.log)"
+ok "resumed with changed settings: $(grep 'settings differ' $W/cd.log)"
