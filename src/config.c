@@ -47,7 +47,7 @@ static const KeyDesc KEYS[] = {
     K(dropout, T_FLOAT, 0, 0.99, 0),
     K(label_smoothing, T_FLOAT, 0, 0.99, 0),
     K(warmup, T_INT, 1, 1e9, 0),
-    K(lr_factor, T_FLOAT, 0, 1e6, 0),
+    K(lr_factor, T_FLOAT, 1e-6, 1e6, 0),   /* 0 trained at rate 0: refused */
     K(lr_peak, T_FLOAT, 0, 1, 0),   /* 0: eq. 3's peak (model_lrate) */
     E(lr_decay, LR_DECAYS, 0),
     K(lr_final, T_FLOAT, 0, 1, 0),
@@ -55,7 +55,7 @@ static const KeyDesc KEYS[] = {
     K(adam_beta2, T_FLOAT, 0, 0.999999, 0),
     K(adam_eps, T_FLOAT, 0, 1, 0),
     K(seed, T_U64, 0, 0, 0),
-    K(train_steps, T_INT, 0, 1e9, 0),
+    K(train_steps, T_INT, 0, 1e9, 0),   /* 0: no step, for --dump-params of the initial parameters */
     K(max_tokens, T_INT, 0, 1e8, 0),   /* 0: from the device's free memory (auto_tokens.h) */
     K(logits_chunk, T_INT, 0, 1e8, 0),   /* 0: from the vocabulary (model_logits_rows) */
     K(update_freq, T_INT, 1, 1e6, 0),

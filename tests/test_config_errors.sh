@@ -63,6 +63,8 @@ for cmd in params train; do
         "$BIN" $cmd precision=tf32 device=cpu
     one_line_error "^error: command line: key 'cuda_graphs': 2 is out of range" "$BIN" $cmd cuda_graphs=2
     one_line_error "^error: command line: key 'cuda_graph_cache': 0 is out of range" "$BIN" $cmd cuda_graph_cache=0
+    # a rate factor of 0 trained every step at rate 0, exit 0
+    one_line_error "^error: command line: key 'lr_factor': 0 is out of range \[1e-06, 1e+06\]$" "$BIN" $cmd lr_factor=0
     f=$(cfg dev.cfg 'device = gpu\n')
     one_line_error "^error: $f:1: key 'device': 'gpu' is not 'cpu' or 'cuda'$" "$BIN" $cmd --config "$f"
     f=$(cfg ls.cfg 'loss_scale = static\n')
