@@ -272,28 +272,31 @@ _NOT_REGULAR = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block de
 
 
 def output_target(path):
-    """The file an output named path is written as: path, or where path is a
-    symbolic link, its target (os.path.realpath: the target is replaced and
-    the link kept, as the shell's > would).  An existing output that is a
-    device node, a FIFO or a socket is refused in one line, as
-    bin/transformer refuses one: the rename over it left a regular file in
-    its place (heads.py --out over a device node).  A directory is left to
-    the write's own error."""
-    target = os.path.realpath(path) if os.path.islink(path) else path
+    """The file an output named path is written as: path itself, checked.
+    An existing output that is not a regular file is refused in one line,
+    as bin/transformer refuses one (src/cli.c cli_check_output): a device
+    node, a FIFO or a socket (the rename over it left a regular file in its
+    place: heads.py --out over a device node), and a symbolic link, which
+    the rename would replace by a file while its target stayed as it was;
+    following it would put the temporary file on the target's file system,
+    and a dangling or swapped link would still be replaced.  A directory is
+    left to the write's own error."""
     try:
-        mode = os.stat(target).st_mode
+        mode = os.lstat(path).st_mode
     except OSError:
-        return target   # not there (written), or not reachable (the write names why)
+        return path   # not there (written), or not reachable (the write names why)
+    if stat.S_ISLNK(mode):
+        raise AnalysisError(path, f"exists and is a symbolic link (to {os.readlink(path)}), not a regular "
+                                  "file: give the file it names, or another name")
     for test, kind in _NOT_REGULAR:
         if test(mode):
-            what = f"a symbolic link to {kind} ({target})" if target != path else kind
-            raise AnalysisError(path, f"exists and is {what}, not a regular file: choose another output name")
-    return target
+            raise AnalysisError(path, f"exists and is {kind}, not a regular file: choose another output name")
+    return path
 
 
 def _write_through_temp(path, write, binary, suffix=""):
-    """Call write(f) on a temporary file beside path (beside its target if
-    path is a symbolic link; output_target), fsync it and rename it over
+    """Call write(f) on a temporary file beside path (output_target: never
+    a link, device or FIFO), fsync it and rename it over
     path: a crash never leaves a half-written output."""
     target = output_target(path)
     fd, tmp = temp_beside(target, suffix)
@@ -329,7 +332,7 @@ def h5_atomic(path, copy_from=None):
     """An HDF5 file for writing under a temporary name next to path (a copy of
     copy_from opened r+, or a new file), fsync'ed and renamed over path when
     the block ends without error: readers never see it half-written.  Path
-    as output_target: a symbolic link's target, never a device or FIFO."""
+    as output_target: never a symbolic link, device or FIFO."""
     import shutil
 
     import h5py

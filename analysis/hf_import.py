@@ -295,7 +295,7 @@ def write_all(outputs):
     """[(path, writer(tmp_path))]: every file under a temporary name beside
     its own, then all renamed: a failure leaves none of them behind."""
     tmps = []
-    # a symbolic link's target, never a device or FIFO (common.output_target)
+    # never a symbolic link, device or FIFO (common.output_target)
     outputs = [(output_target(path), writer) for path, writer in outputs]
     try:
         for path, writer in outputs:
