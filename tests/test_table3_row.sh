@@ -2,7 +2,8 @@
 # One Table 3 row end to end on real text (a small Multi30k subset), as the
 # sweep runs it (jobs/table3-stages.sh, docs/results.md):
 #   1. a healthy row: trained, dev and every held-out split translated with
-#      the final checkpoint and the average of the last 5, all stored in its
+#      the final checkpoint and the average of the last 5 (avg5.h5 made of
+#      exactly the last 5 step checkpoints), all stored in its
 #      result file with their BLEU, the compute (tokens seen = the metrics
 #      log's sum, wall time = its elapsed time, threads) and the learning-rate rule; verdict healthy;
 #   2. a planted stuck row (a learning rate too small to leave the start):
@@ -77,6 +78,14 @@ assert a["tokens_seen"] == m["train/tokens"][:].sum() > 0, (a["tokens_seen"], m[
 assert a["wall_seconds"] == m["train/elapsed_s"][-1] > 0, (a["wall_seconds"], m["train/elapsed_s"][-1])
 assert str(a["threads"]) == "1" and "lr_peak 1e-2" in str(a["lr_rule"]), (a["threads"], a["lr_rule"])
 assert "nrefs:1" in str(a["bleu_signature"]), a["bleu_signature"]
+# avg5 averages the run's last 5 step checkpoints (section 6.1's base
+# average; ckpt_steps 10, train_steps 300), oldest first, not 4 or 6 of them
+# (the checks above only count avg5's lines and find its BLEU finite)
+av = h5py.File(f"{sw}/runs/ok/avg5.h5", "r").attrs["averaged_from"]
+av = av.decode() if isinstance(av, bytes) else str(av)
+got = [p.rsplit("/", 1)[-1] for p in av.split("\n")]
+want = [f"ckpt_{s:08d}.h5" for s in range(260, 301, 10)]
+assert got == want, ("avg5.h5 averages", got, "not the last 5 step checkpoints", want)
 for row in ("stuck", "stuck-rerun"):
     s = h5py.File(f"{sw}/results/{row}.h5", "r").attrs
     assert str(s["verdict"]) == "stuck", (row, s["verdict"], s["verdict_reason"])
