@@ -107,15 +107,19 @@ misplaced() {
     [ -d "$out" ] || why=": no such directory ${out%/*}"
     expect_error 2 "^error: $out: --[a-z-]* of [a-z]*$why$" "$@"
 }
-for o in outdir nodir/out.x; do
-    misplaced $o "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output $o
-    misplaced $o "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output out.txt --reference $o
-    misplaced $o "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output $o
-    misplaced $o "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output $o
-    misplaced $o "$BIN" average --output $o "$CK" ck2.h5
-    misplaced $o "$BIN" prepare --out $o --split train tr.en tr.de vocab_size=400
-    misplaced $o "$BIN" train data=data.h5 "${TA[@]}" --dump-params $o
-done
+# every_output CHECK O: CHECK O COMMAND... for each output option of every
+# command, with O as that output
+every_output() {
+    local check=$1 o=$2
+    $check $o "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output $o
+    $check $o "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output out.txt --reference $o
+    $check $o "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output $o
+    $check $o "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output $o
+    $check $o "$BIN" average --output $o "$CK" ck2.h5
+    $check $o "$BIN" prepare --out $o --split train tr.en tr.de vocab_size=400
+    $check $o "$BIN" train data=data.h5 "${TA[@]}" --dump-params $o
+}
+for o in outdir nodir/out.x; do every_output misplaced $o; done
 [ "$(sums)" = "$before" ] || fail "a misplaced output changed an input"
 [ ! -e nodir ] && [ -z "$(ls outdir)" ] || fail "a misplaced output left files: $(ls -d nodir outdir/* 2>/dev/null)"
 ok "every output option: a directory, or a file in a missing directory, refused in one line before any work"
@@ -140,15 +144,7 @@ notreg() {
     esac
     expect_error 2 "^error: $out: --[a-z-]* of [a-z]* $why$" "$@"
 }
-for o in "${odd[@]}"; do
-    notreg $o "$BIN" translate --checkpoint "$CK" --data data.h5 --input in.txt --output $o
-    notreg $o "$BIN" translate --checkpoint "$CK" --data data.h5 --split dev --output out.txt --reference $o
-    notreg $o "$BIN" attention --checkpoint "$CK" --data data.h5 --split dev --sentences 0-1 --output $o
-    notreg $o "$BIN" heads --checkpoint "$CK" --data data.h5 --split dev --output $o
-    notreg $o "$BIN" average --output $o "$CK" ck2.h5
-    notreg $o "$BIN" prepare --out $o --split train tr.en tr.de vocab_size=400
-    notreg $o "$BIN" train data=data.h5 "${TA[@]}" --dump-params $o
-done
+for o in "${odd[@]}"; do every_output notreg $o; done
 [ -p fifo ] && [ -L out.link ] && [ -L dangling.link ] && [ "$(cat target.txt)" = kept ] ||
     fail "a refused output was replaced: $(ls -l fifo out.link dangling.link target.txt)"
 [ ! -e null ] || [ -c null ] || fail "the device node null was replaced: $(ls -l null)"
