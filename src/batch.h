@@ -39,6 +39,14 @@ typedef struct Corpus {
 
 static inline int corpus_src_len(const Corpus *c, int i) { return (int)(c->src_off[i + 1] - c->src_off[i]); }
 static inline int corpus_tgt_len(const Corpus *c, int i) { return (int)(c->tgt_off[i + 1] - c->tgt_off[i]); }
+/* pairs of c longer than max_len (source or target plus EOS), which the
+ * batches and the dev evaluations leave out (train and eval say so) */
+static inline int corpus_count_longer(const Corpus *c, int max_len)
+{
+    int n = 0;
+    for (int i = 0; i < c->n; i++) n += corpus_src_len(c, i) + 1 > max_len || corpus_tgt_len(c, i) + 1 > max_len;
+    return n;
+}
 /* id k of the concatenated source (target) ids, whatever their width */
 static inline int32_t corpus_src_id(const Corpus *c, int64_t k) { return c->src_tok ? c->src_tok[k] : c->src_tok16[k]; }
 static inline int32_t corpus_tgt_id(const Corpus *c, int64_t k) { return c->tgt_tok ? c->tgt_tok[k] : c->tgt_tok16[k]; }

@@ -75,9 +75,7 @@ static int evaluate_split(Eval *e)
     TrainRun *r = e->r;
     const Config *c = &r->cfg;
     const Corpus *corp = &e->corp;
-    int skipped = 0;
-    for (int i = 0; i < corp->n; i++)
-        skipped += corpus_src_len(corp, i) + 1 > c->max_len || corpus_tgt_len(corp, i) + 1 > c->max_len;
+    int skipped = corpus_count_longer(corp, c->max_len);
     double t0 = now_seconds();
     EvalStats st = evaluate(r, corp);
     if (st.tokens == 0) {

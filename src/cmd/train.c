@@ -378,9 +378,8 @@ static int create_model(Training *t)
 static void warn_skipped(const TrainRun *r)
 {
     const Config *c = &r->cfg;
-    int train_skipped = r->train.n - r->plan.start[r->plan.n_batches], dev_skipped = 0;
-    for (int i = 0; i < r->dev.n; i++)
-        dev_skipped += corpus_src_len(&r->dev, i) + 1 > c->max_len || corpus_tgt_len(&r->dev, i) + 1 > c->max_len;
+    int train_skipped = r->train.n - r->plan.start[r->plan.n_batches];
+    int dev_skipped = corpus_count_longer(&r->dev, c->max_len);
     if (train_skipped || dev_skipped)
         fprintf(stderr, "warning: %s: skipped %d of %d train pairs and %d of %d dev pairs longer than max_len=%d\n",
                 c->data, train_skipped, r->train.n, dev_skipped, r->dev.n, c->max_len);
