@@ -13,12 +13,17 @@
 
 enum { T_INT, T_FLOAT, T_U64, T_STR, T_TEXT, T_ENUM };   /* T_TEXT: char[CFG_TEXT]; T_ENUM: one of choices */
 
+/* a key's class on resume (config_arch_mismatch, config_setting_changes):
+ * ARCH must match the checkpoint; SAID may change, and the change is said;
+ * FREE may change silently (the reasons are above config_setting_changes) */
+enum { ARCH, SAID, FREE };
+
 typedef struct {
     const char *key;
     int type;
     size_t off;
     double lo, hi;   /* accepted range for numbers */
-    int arch;        /* architecture key: must match on resume */
+    int resume;      /* ARCH, SAID or FREE: what a resume with another value does */
     const char *const *choices;   /* T_ENUM: the names of the values 0, 1, ..., NULL-terminated */
 } KeyDesc;
 
@@ -31,74 +36,74 @@ static const char *const LOSS_SCALES[] = { "auto", "dynamic", "off", NULL };
 static const char *const TASKS[] = { "reverse", "copy", "sort", NULL };
 static const char *const LR_DECAYS[] = { "rsqrt", "linear", "cosine", NULL };
 
-#define K(name, type, lo, hi, arch) { #name, type, offsetof(Config, name), lo, hi, arch, NULL }
-#define E(name, choices, arch) { #name, T_ENUM, offsetof(Config, name), 0, 0, arch, choices }
+#define K(name, type, lo, hi, resume) { #name, type, offsetof(Config, name), lo, hi, resume, NULL }
+#define E(name, choices, resume) { #name, T_ENUM, offsetof(Config, name), 0, 0, resume, choices }
 static const KeyDesc KEYS[] = {
-    K(n_layers, T_INT, 1, 64, 1),
-    K(d_model, T_INT, 1, 65536, 1),
-    K(d_ff, T_INT, 1, 1 << 20, 1),
-    K(n_heads, T_INT, 1, 1024, 1),
-    K(d_k, T_INT, 1, 65536, 1),
-    K(d_v, T_INT, 1, 65536, 1),
-    K(vocab_size, T_INT, 5, 1 << 24, 1),
-    K(max_len, T_INT, 2, 1 << 16, 1),
-    E(positional, POSITIONALS, 1),
-    K(ln_eps, T_FLOAT, 1e-12, 1, 1),
-    K(dropout, T_FLOAT, 0, 0.99, 0),
-    K(label_smoothing, T_FLOAT, 0, 0.99, 0),
-    K(warmup, T_INT, 1, 1e9, 0),
-    K(lr_factor, T_FLOAT, 1e-6, 1e6, 0),   /* 0 trained at rate 0: refused */
-    K(lr_peak, T_FLOAT, 0, 1, 0),   /* 0: eq. 3's peak (model_lrate) */
-    E(lr_decay, LR_DECAYS, 0),
-    K(lr_final, T_FLOAT, 0, 1, 0),
-    K(adam_beta1, T_FLOAT, 0, 0.999999, 0),
-    K(adam_beta2, T_FLOAT, 0, 0.999999, 0),
-    K(adam_eps, T_FLOAT, 0, 1, 0),
-    K(seed, T_U64, 0, 0, 0),
-    K(train_steps, T_INT, 0, 1e9, 0),   /* 0: no step, for --dump-params of the initial parameters */
-    K(max_tokens, T_INT, 0, 1e8, 0),   /* 0: from the device's free memory (auto_tokens.h) */
-    K(logits_chunk, T_INT, 0, 1e8, 0),   /* 0: from the vocabulary (model_logits_rows) */
-    K(update_freq, T_INT, 1, 1e6, 0),
-    K(batch_tokens, T_INT, 0, 1e9, 0),
-    K(log_steps, T_INT, 1, 1e9, 0),
-    K(eval_steps, T_INT, 0, 1e9, 0),
-    K(patience, T_INT, 0, 1e6, 0),
-    K(patience_delta, T_FLOAT, 0, 100, 0),
-    K(keep_best, T_INT, 0, 1, 0),
-    K(threads, T_INT, 0, 4096, 0),
-    K(bucket_kb, T_INT, 1, 1 << 22, 0),
-    K(progress_us, T_INT, 0, 1e6, 0),
-    K(allreduce_timeout, T_INT, 0, 604800, 0),
-    E(device, DEVICES, 0),
-    E(precision, PRECISIONS, 0),
-    E(allreduce, ALLREDUCES, 0),
-    K(cuda_graphs, T_INT, 0, 1, 0),
-    K(cuda_graph_cache, T_INT, 1, 1 << 16, 0),
-    E(loss_scale, LOSS_SCALES, 0),
-    K(loss_scale_init, T_FLOAT, 1e-30, 1e30, 0),
-    K(loss_scale_window, T_INT, 1, 1e9, 0),
-    K(loss_scale_min, T_FLOAT, 0, 1e30, 0),
-    K(run_dir, T_STR, 0, 0, 0),
-    K(ckpt_steps, T_INT, 0, 1e9, 0),
-    K(ckpt_minutes, T_FLOAT, 0, 1e9, 0),
-    K(keep_ckpts, T_INT, 1, 1e6, 0),
-    K(lock_wait, T_INT, 0, 86400, 0),
-    K(attn_steps, T_INT, 0, 1e9, 0),
-    K(data, T_STR, 0, 0, 0),
-    E(task, TASKS, 0),
-    K(synth_vocab, T_INT, 2, 1 << 20, 0),
-    K(synth_min_len, T_INT, 1, 1 << 16, 0),
-    K(synth_max_len, T_INT, 1, 1 << 16, 0),
-    K(synth_train, T_INT, 1, 1e9, 0),
-    K(synth_dev, T_INT, 1, 1e9, 0),
-    K(beam, T_INT, 1, 1024, 0),
-    K(len_alpha, T_FLOAT, 0, 100, 0),
-    K(max_len_a, T_INT, 0, 1 << 16, 0),
-    K(paper_ppl, T_FLOAT, 0, 1e9, 0),
-    K(paper_bleu, T_FLOAT, 0, 100, 0),
-    K(paper_params_m, T_FLOAT, 0, 1e9, 0),
-    K(row, T_STR, 0, 0, 0),
-    K(mask_heads, T_TEXT, 0, 0, 0),
+    K(n_layers, T_INT, 1, 64, ARCH),
+    K(d_model, T_INT, 1, 65536, ARCH),
+    K(d_ff, T_INT, 1, 1 << 20, ARCH),
+    K(n_heads, T_INT, 1, 1024, ARCH),
+    K(d_k, T_INT, 1, 65536, ARCH),
+    K(d_v, T_INT, 1, 65536, ARCH),
+    K(vocab_size, T_INT, 5, 1 << 24, ARCH),
+    K(max_len, T_INT, 2, 1 << 16, ARCH),
+    E(positional, POSITIONALS, ARCH),
+    K(ln_eps, T_FLOAT, 1e-12, 1, ARCH),
+    K(dropout, T_FLOAT, 0, 0.99, SAID),
+    K(label_smoothing, T_FLOAT, 0, 0.99, SAID),
+    K(warmup, T_INT, 1, 1e9, SAID),
+    K(lr_factor, T_FLOAT, 1e-6, 1e6, SAID),   /* 0 trained at rate 0: refused */
+    K(lr_peak, T_FLOAT, 0, 1, SAID),   /* 0: eq. 3's peak (model_lrate) */
+    E(lr_decay, LR_DECAYS, SAID),
+    K(lr_final, T_FLOAT, 0, 1, SAID),
+    K(adam_beta1, T_FLOAT, 0, 0.999999, SAID),
+    K(adam_beta2, T_FLOAT, 0, 0.999999, SAID),
+    K(adam_eps, T_FLOAT, 0, 1, SAID),
+    K(seed, T_U64, 0, 0, SAID),
+    K(train_steps, T_INT, 0, 1e9, SAID),   /* 0: no step, for --dump-params of the initial parameters */
+    K(max_tokens, T_INT, 0, 1e8, SAID),   /* 0: from the device's free memory (auto_tokens.h) */
+    K(logits_chunk, T_INT, 0, 1e8, FREE),   /* 0: from the vocabulary (model_logits_rows) */
+    K(update_freq, T_INT, 1, 1e6, SAID),
+    K(batch_tokens, T_INT, 0, 1e9, SAID),
+    K(log_steps, T_INT, 1, 1e9, FREE),
+    K(eval_steps, T_INT, 0, 1e9, FREE),
+    K(patience, T_INT, 0, 1e6, FREE),
+    K(patience_delta, T_FLOAT, 0, 100, FREE),
+    K(keep_best, T_INT, 0, 1, FREE),
+    K(threads, T_INT, 0, 4096, FREE),
+    K(bucket_kb, T_INT, 1, 1 << 22, FREE),
+    K(progress_us, T_INT, 0, 1e6, FREE),
+    K(allreduce_timeout, T_INT, 0, 604800, FREE),
+    E(device, DEVICES, FREE),
+    E(precision, PRECISIONS, SAID),
+    E(allreduce, ALLREDUCES, FREE),
+    K(cuda_graphs, T_INT, 0, 1, FREE),
+    K(cuda_graph_cache, T_INT, 1, 1 << 16, FREE),
+    E(loss_scale, LOSS_SCALES, SAID),
+    K(loss_scale_init, T_FLOAT, 1e-30, 1e30, FREE),
+    K(loss_scale_window, T_INT, 1, 1e9, SAID),
+    K(loss_scale_min, T_FLOAT, 0, 1e30, SAID),
+    K(run_dir, T_STR, 0, 0, FREE),
+    K(ckpt_steps, T_INT, 0, 1e9, FREE),
+    K(ckpt_minutes, T_FLOAT, 0, 1e9, FREE),
+    K(keep_ckpts, T_INT, 1, 1e6, FREE),
+    K(lock_wait, T_INT, 0, 86400, FREE),
+    K(attn_steps, T_INT, 0, 1e9, FREE),
+    K(data, T_STR, 0, 0, SAID),
+    E(task, TASKS, SAID),
+    K(synth_vocab, T_INT, 2, 1 << 20, SAID),
+    K(synth_min_len, T_INT, 1, 1 << 16, SAID),
+    K(synth_max_len, T_INT, 1, 1 << 16, SAID),
+    K(synth_train, T_INT, 1, 1e9, SAID),
+    K(synth_dev, T_INT, 1, 1e9, SAID),
+    K(beam, T_INT, 1, 1024, FREE),
+    K(len_alpha, T_FLOAT, 0, 100, FREE),
+    K(max_len_a, T_INT, 0, 1 << 16, FREE),
+    K(paper_ppl, T_FLOAT, 0, 1e9, FREE),
+    K(paper_bleu, T_FLOAT, 0, 100, FREE),
+    K(paper_params_m, T_FLOAT, 0, 1e9, FREE),
+    K(row, T_STR, 0, 0, FREE),
+    K(mask_heads, T_TEXT, 0, 0, SAID),
 };
 #undef K
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -536,7 +541,7 @@ static void key_value(const KeyDesc *k, const Config *c, int exact, char *buf, s
     }
 }
 
-/* Keys a resumed run may change without a word (config_setting_changes):
+/* The FREE keys of KEYS, which a resumed run may change without a word:
  * they only lengthen or shorten the run (train_steps, unless a linear or
  * cosine decay ends at it; patience and patience_delta, the stopping
  * rule); say where and how often it logs, evaluates, probes and
@@ -551,22 +556,13 @@ static void key_value(const KeyDesc *k, const Config *c, int exact, char *buf, s
  * regularisation, batches, data, precision, head mask): mixing two
  * values in one run is said.  Architecture keys are refused apart
  * (config_arch_mismatch). */
-static const char *const RESUME_FREE[] = {
-    "patience", "patience_delta", "log_steps", "eval_steps", "attn_steps", "ckpt_steps", "ckpt_minutes",
-    "keep_ckpts", "keep_best", "lock_wait", "run_dir", "threads", "bucket_kb", "progress_us", "allreduce_timeout",
-    "allreduce", "device", "cuda_graphs", "cuda_graph_cache", "logits_chunk", "loss_scale_init", "beam",
-    "len_alpha", "max_len_a", "row", "paper_ppl", "paper_bleu", "paper_params_m",
-};
-
 int config_setting_changes(const Config *old, const Config *now, char *msg, int cap)
 {
     int n = 0, len = 0;
     msg[0] = '\0';
     for (int i = 0; i < NKEYS; i++) {
         const KeyDesc *k = &KEYS[i];
-        int free_key = k->arch;
-        for (size_t j = 0; j < sizeof RESUME_FREE / sizeof RESUME_FREE[0] && !free_key; j++)
-            free_key = !strcmp(k->key, RESUME_FREE[j]);
+        int free_key = k->resume != SAID;   /* ARCH: refused apart */
         if (!strcmp(k->key, "train_steps"))   /* the end of a linear or cosine decay */
             free_key = old->lr_decay == LR_DECAY_RSQRT && now->lr_decay == LR_DECAY_RSQRT;
         if (free_key) continue;
@@ -586,14 +582,14 @@ int config_setting_changes(const Config *old, const Config *now, char *msg, int 
 int config_is_arch_key(const char *key)
 {
     const KeyDesc *k = find_key(key);
-    return k && k->arch;
+    return k && k->resume == ARCH;
 }
 
 int config_arch_mismatch(const Config *a, const Config *b, char *msg, int cap)
 {
     for (int i = 0; i < NKEYS; i++) {
         const KeyDesc *k = &KEYS[i];
-        if (!k->arch) continue;
+        if (k->resume != ARCH) continue;
         const char *pa = (const char *)a + k->off, *pb = (const char *)b + k->off;
         int differ;
         char va[64], vb[64];

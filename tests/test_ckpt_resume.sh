@@ -137,7 +137,7 @@ ok "a finished run rerun: same final figures, dev rows still [10, 20]"
 # resumed with a changed schedule, optimiser or regularisation: one warning
 # line naming each key old->new (the run mixed them without a word); keys
 # that only lengthen the run or change its logging, evaluations and
-# checkpoints are left out (src/config.c RESUME_FREE)
+# checkpoints are left out (the FREE keys of src/config.c)
 cp -r $W/ev $W/cd
 $BIN train $CK_ARGS run_dir=$W/cd train_steps=22 eval_steps=0 log_steps=1 ckpt_steps=1 keep_ckpts=2 \
     lr_factor=2 warmup=10 dropout=0.3 label_smoothing=0 > $W/cd.log 2>&1 || fail "resume with changed settings: $(tail -2 $W/cd.log)"

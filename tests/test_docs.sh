@@ -70,7 +70,7 @@ plant unlisted-test 'test: test_planted_new \(tests/test_planted_new.sh\) is not
 plant unknown-test 'docs/testing.md:[0-9]+: test: test_no_such is listed' docs/testing.md \
     'sed -i "s/| \`test_layers\` |/| \`test_layers\`, \`test_no_such\` |/" "$F"'
 plant undocumented-key 'key: planted_key \(src/config.c\) is not in the Config keys table' src/config.c \
-    'sed -i "s/^    K(seed, T_U64, 0, 0, 0),/&\n    K(planted_key, T_INT, 0, 1, 0),/" "$F"'
+    'sed -i "s/^    K(seed, T_U64, 0, 0, SAID),/&\n    K(planted_key, T_INT, 0, 1, SAID),/" "$F"'
 plant unknown-key 'docs/training.md:[0-9]+: key: no_such_key is not a key' docs/training.md \
     'sed -i "s/^| \`seed\`/| \`no_such_key\`, \`seed\`/" "$F"'
 plant hook 'hook: TRANSFORMER_RELU_MASK \(read in cuda/device.cuh\) is not in the Test hooks table' docs/testing.md \
