@@ -243,20 +243,6 @@ static int log_is_ours(hid_t f, const char *format, const char *const *legacy, c
     return 0;
 }
 
-/* path moved aside to path.bad (path.bad.1, ... if taken: an earlier one
- * is kept), its name in bad.  0, or -1 with errno. */
-static int move_aside(const char *path, char *bad, size_t cap)
-{
-    struct stat sb;
-    for (int k = 0; k < 1000; k++) {
-        if (k) snprintf(bad, cap, "%s.bad.%d", path, k);
-        else snprintf(bad, cap, "%s.bad", path);
-        if (lstat(bad, &sb) && errno == ENOENT) return rename(path, bad);
-    }
-    errno = EEXIST;
-    return -1;
-}
-
 int h5io_open_log(H5Mem *m, const char *path, const char *format, const char *const *legacy, int *created, char *msg,
                   int cap)
 {
@@ -273,7 +259,7 @@ int h5io_open_log(H5Mem *m, const char *path, const char *format, const char *co
     if (rc == -2 || rc == -3) {
         char bad[4300];
         const char *what = rc == -2 ? "not a readable HDF5 file" : "not a log of this kind";
-        if (move_aside(path, bad, sizeof bad)) {
+        if (file_move_aside(path, bad, sizeof bad)) {
             snprintf(msg, cap, "%s: %s, and cannot be moved aside: %s", path, what, strerror(errno));
             return -1;
         }

@@ -1,10 +1,12 @@
 #include "util.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -180,4 +182,16 @@ size_t utf8_bad(const unsigned char *s, size_t n)
         i += k + 1;
     }
     return n;
+}
+
+int file_move_aside(const char *path, char *bad, size_t cap)
+{
+    struct stat sb;
+    for (int k = 0; k < 1000; k++) {
+        if (k) snprintf(bad, cap, "%s.bad.%d", path, k);
+        else snprintf(bad, cap, "%s.bad", path);
+        if (lstat(bad, &sb) && errno == ENOENT) return rename(path, bad);
+    }
+    errno = EEXIST;
+    return -1;
 }

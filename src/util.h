@@ -49,4 +49,8 @@ uint64_t checksum64(const void *data, size_t n);
  * forms, surrogates, code points > U+10FFFF and NUL */
 size_t utf8_bad(const unsigned char *s, size_t n);
 
+/* path moved aside to path.bad (path.bad.1, ... if taken: an earlier one
+ * is kept), its name in bad.  0, or -1 with errno. */
+int file_move_aside(const char *path, char *bad, size_t cap);
+
 #endif
