@@ -424,7 +424,7 @@ static int is_ckpt_name(const char *name, int64_t *step)
 }
 
 /* a name training reads or writes in a run directory (checkpoint.h), or
- * one of them moved aside as NAME.bad (resume.c, h5io_open_log) */
+ * one of them moved aside as NAME.bad or NAME.bad.N (resume.c, h5io_open_log) */
 static int is_run_file(const char *name)
 {
     static const char *const OWN[] = { "best.h5", "metrics.h5", "attention_probe.h5", ".lock" };
@@ -432,7 +432,8 @@ static int is_run_file(const char *name)
     size_t n = strlen(name);
     if (n >= sizeof base) return 0;
     memcpy(base, name, n + 1);
-    if (n > 4 && !strcmp(base + n - 4, ".bad")) base[n - 4] = '\0';
+    char *bad = strstr(base, ".bad");   /* NAME.bad, NAME.bad.1, ... (file_move_aside) */
+    if (bad && (!bad[4] || (bad[4] == '.' && bad[5] && strspn(bad + 5, "0123456789") == strlen(bad + 5)))) *bad = '\0';
     int64_t step;
     if (is_ckpt_name(base, &step)) return 1;
     for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)

@@ -189,7 +189,8 @@ static int read_candidate(TrainRun *r, const char *path, float *host, CkptState 
 
 /* rank 0: find the newest intact checkpoint and load it into host buffers;
  * returns 1 if found, 0 if the directory has none.  Damaged ones (truncated,
- * failed checksum: CKPT_DAMAGED) are skipped, and renamed to *.bad once an
+ * failed checksum: CKPT_DAMAGED) are skipped, and renamed to *.bad (.bad.1,
+ * ... beside an earlier one, which is kept) once an
  * older one loads: left in place, the newest would count as the resume point
  * when the next checkpoint is pruned.  Anything else that stops a checkpoint
  * from loading (another architecture or vocabulary, another format version,
@@ -211,8 +212,7 @@ static int load_newest(TrainRun *r, float *host, CkptState *st, Config *ck, char
             r->cfg.run_dir, n, paths[n - 1], damage_reason(why[n - 1], paths[n - 1]));
     for (int i = found + 1; i < n; i++) {
         char bad[4300];
-        snprintf(bad, sizeof bad, "%s.bad", paths[i]);
-        if (rename(paths[i], bad)) die(2, "%s: cannot move the unreadable checkpoint aside: %s", paths[i], strerror(errno));
+        if (file_move_aside(paths[i], bad, sizeof bad)) die(2, "%s: cannot move the unreadable checkpoint aside: %s", paths[i], strerror(errno));
         fprintf(stderr, "warning: %s: skipped (damaged: %s), moved to %s; resuming from %s\n", paths[i],
                 damage_reason(why[i], paths[i]), bad, used);
     }

@@ -42,14 +42,16 @@ mkdir $W/empty
 expect_error 2 "error: .*--resume: no complete checkpoint" $BIN train --resume $CK_ARGS run_dir=$W/empty
 expect_error 2 "error: $W/nodir: --resume: no such run directory" $BIN train --resume $CK_ARGS run_dir=$W/nodir
 [ ! -e $W/nodir ] || fail "--resume created the run directory it could not resume: $(ls -A $W/nodir)"
-# a truncated newest checkpoint (e.g. disk corruption) is skipped
-cp $W/trunc.h5 $W/run/ckpt_00000030.h5
+# a truncated newest checkpoint (e.g. disk corruption) is skipped, and moved
+# aside beside an earlier .bad of the same name (kept: .bad.1)
+cp $W/trunc.h5 $W/run/ckpt_00000030.h5 && echo earlier > $W/run/ckpt_00000030.h5.bad
 $BIN train $CK_ARGS run_dir=$W/run train_steps=20 > $W/r.log 2>&1 || fail "resume past a truncated file: $(tail -2 $W/r.log)"
-grep -q "^warning: .*ckpt_00000030.h5: skipped (damaged: cannot read checkpoint (truncated.*), moved to .*ckpt_00000030.h5.bad; resuming from .*ckpt_00000020.h5$" $W/r.log \
+grep -q "^warning: .*ckpt_00000030.h5: skipped (damaged: cannot read checkpoint (truncated.*), moved to .*ckpt_00000030.h5.bad.1; resuming from .*ckpt_00000020.h5$" $W/r.log \
     && grep -q "resume: .*ckpt_00000020.h5" $W/r.log || fail "truncated newest checkpoint not skipped: $(head -3 $W/r.log)"
 ! grep -q "^error:" $W/r.log || fail "a skipped checkpoint reported as an error: $(grep '^error:' $W/r.log)"
-[ -e $W/run/ckpt_00000030.h5.bad ] && [ ! -e $W/run/ckpt_00000030.h5 ] || fail "unreadable newest not moved aside: $(ls $W/run)"
-ok "truncated newest checkpoint skipped with a warning and moved to ckpt_00000030.h5.bad"
+cmp -s $W/trunc.h5 $W/run/ckpt_00000030.h5.bad.1 && [ ! -e $W/run/ckpt_00000030.h5 ] || fail "unreadable newest not moved aside: $(ls $W/run)"
+grep -qx earlier $W/run/ckpt_00000030.h5.bad || fail "the earlier ckpt_00000030.h5.bad was overwritten"
+ok "truncated newest checkpoint skipped with a warning and moved to ckpt_00000030.h5.bad.1, the earlier .bad kept"
 mkdir $W/allbad && cp $W/trunc.h5 $W/allbad/ckpt_00000010.h5
 $BIN train $CK_ARGS run_dir=$W/allbad > /dev/null 2> $W/allbad.err && fail "a run directory of damaged checkpoints: exit 0"
 [ "$(grep -c . $W/allbad.err)" -eq 1 ] && grep -q "^error: $W/allbad: none of its 1 checkpoints is intact (the newest, $W/allbad/ckpt_00000010.h5: cannot read checkpoint (truncated" $W/allbad.err \

@@ -85,7 +85,7 @@ expect_error 2 "^error: run/ckpt_00000009.h5: --dump-params is a file of the run
 cp -r run runA && cp runA/ckpt_00000002.h5 runA/ckpt_00000001.h5
 runsum() { sha256sum runA/*; }
 run_before=$(runsum)
-for o in runA/ckpt_00000001.h5 runA/metrics.h5 runA/ckpt_00000003.h5 runA/best.h5; do
+for o in runA/ckpt_00000001.h5 runA/metrics.h5 runA/ckpt_00000003.h5 runA/best.h5 runA/metrics.h5.bad runA/ckpt_00000002.h5.bad.1; do
     expect_error 2 "^error: $o: --output is a file of the run directory runA: choose another name$" \
         "$BIN" average --output $o --last 1 runA
 done
@@ -95,7 +95,7 @@ expect_error 2 "^error: runA/metrics.h5: --output is a file of the run directory
 for k in 1 2; do
     "$BIN" average --output runA/avg.h5 --last 1 runA > avg.log 2>&1 || fail "average into the run directory ($k): $(cat avg.log)"
 done
-ok "average --output over a checkpoint, metrics.h5, best.h5 or a new ckpt_*.h5 of the run directory it reads refused; RUN/avg.h5 written and rewritten"
+ok "average --output over a checkpoint, metrics.h5, best.h5, a new ckpt_*.h5 or a .bad(.N) of the run directory it reads refused; RUN/avg.h5 written and rewritten"
 ok "prepare, translate (--output, --reference), attention, heads, average, train --dump-params: an output over an input refused, inputs unchanged"
 
 # an output that is a directory, or in a directory that does not exist:
