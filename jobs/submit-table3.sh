@@ -38,6 +38,8 @@ set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: jobs/submit-table3.sh SWEEP_DIR [ROW ...]" >&2; exit 2; }
 . "$(dirname "$0")/submit.sh"
 SWEEP=$1; shift
+# before anything is frozen: sbatch would refuse %0 or %abc only after it
+[ -z "${MAX_PARALLEL:-}" ] || need_count MAX_PARALLEL
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
 # the elements run in TRANSFORMER_HOME (--chdir): their datasets are looked for there
 # and every selected row's config with the overrides goes through `transformer params`

@@ -7,8 +7,9 @@ export TRANSFORMER_HOME
 # shellcheck source=jobs/lib.sh
 . "$TRANSFORMER_HOME/jobs/lib.sh"
 read_cluster_env
-# counts that the options and the memory request compute with
-need_count GPUS_PER_NODE NODES CPUS_PER_TASK
+# counts that the options and the memory request compute with (SIGNAL_LEAD:
+# seconds; sbatch would take 0 as no warning before the time limit)
+need_count GPUS_PER_NODE NODES CPUS_PER_TASK SIGNAL_LEAD
 command -v sbatch >/dev/null || { echo "error: sbatch: not found (no Slurm here? use jobs/run-local.sh)" >&2; exit 2; }
 # the submit shell runs `transformer params` (memory request, layout, cost
 # estimate): a binary that cannot start here (modules not loaded, not built)

@@ -14,7 +14,7 @@
 #      not the first one of its appended log, even after a partial last line;
 #      and the text of a launcher's boxed message, not its row of dashes;
 #   3. PARALLEL=2 runs rows side by side and still reports a failed one;
-#      PARALLEL, LOCAL_RANKS, GPUS_PER_NODE, NODES that are not positive
+#      PARALLEL, LOCAL_RANKS, GPUS_PER_NODE, NODES, SIGNAL_LEAD, MAX_PARALLEL that are not positive
 #      integers and a CLUSTER_ENV that is not a file: one line each;
 #   3b. a PYTHON that cannot import what a row's result needs fails the row
 #      in one line before it trains (the GPU image lacked sacremoses);
@@ -211,8 +211,12 @@ one_line "^error: $tmp/none.env: cannot read the cluster settings: no such file 
     env CLUSTER_ENV="$tmp/none.env" jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
 one_line "^error: $tmp: cannot read the cluster settings: not a regular file (CLUSTER_ENV)$" \
     env PATH="$tmp/fakesb:$PATH" CLUSTER_ENV="$tmp" jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
-[ ! -e "$tmp/lr0" ] && [ ! -e "$tmp/run-g" ] || fail "a refused setting started or submitted a run"
-ok "LOCAL_RANKS, GPUS_PER_NODE, NODES that are no positive integer and a missing CLUSTER_ENV: one line each, nothing run"
+one_line "^error: SIGNAL_LEAD='5m': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
+    env PATH="$tmp/fakesb:$PATH" SIGNAL_LEAD=5m jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
+one_line "^error: MAX_PARALLEL='0': not a positive integer" \
+    env PATH="$tmp/fakesb:$PATH" MAX_PARALLEL=0 TABLE3_DIR="$tmp/c3" jobs/submit-table3.sh "$tmp/sw-mp"
+[ ! -e "$tmp/lr0" ] && [ ! -e "$tmp/run-g" ] && [ ! -e "$tmp/sw-mp/rows.txt" ] || fail "a refused setting started or submitted a run"
+ok "LOCAL_RANKS, GPUS_PER_NODE, NODES, SIGNAL_LEAD, MAX_PARALLEL that are no positive integer and a missing CLUSTER_ENV: one line each, nothing run"
 PARALLEL=2 TABLE3_DIR=$tmp/c3 STEPS=2 EXTRA="threads=1" DEVICE=cpu jobs/run-local.sh table3 "$tmp/sw3" \
     > "$tmp/run3.log" 2>&1 && fail "PARALLEL=2: a bad row succeeded"
 grep -q "^error: table3 row bad: failed (exit 1): params: .*unknown key 'd_modle'" "$tmp/run3.log" ||
