@@ -452,6 +452,14 @@ int checkpoint_check_run_output(const char *opt, const char *out, const char *ru
     return 0;
 }
 
+int checkpoint_check_output_beside(const char *opt, const char *out, const char *ckpt)
+{
+    char dir[4096];
+    if (!out) return 0;
+    cli_path_dir(ckpt, dir, sizeof dir);
+    return checkpoint_check_run_output(opt, out, dir);
+}
+
 int checkpoint_list(const char *run_dir, char ***paths, int64_t **steps)
 {
     *paths = NULL;

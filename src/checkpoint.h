@@ -106,6 +106,10 @@ void checkpoint_path(char *buf, size_t cap, const char *run_dir, int64_t step);
  * run_dir), or 2 after one line "error: OUT: OPT is a file of the run
  * directory RUN: choose another name" */
 int checkpoint_check_run_output(const char *opt, const char *out, const char *run_dir);
+/* the same for a command that reads the checkpoint ckpt: out is no file of
+ * the run directory ckpt lies in (average, translate, attention, heads:
+ * `--output RUN/metrics.h5` replaced the training log) */
+int checkpoint_check_output_beside(const char *opt, const char *out, const char *ckpt);
 
 /* Test hook TRANSFORMER_CKPT_STOP_STEP=S: 1 for step S, whose checkpoint
  * freezes the whole process (SIGSTOP) once in place, so that a test can

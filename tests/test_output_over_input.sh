@@ -7,9 +7,9 @@
 # hard link, a symbolic link): exit 2, one line naming the output, the option
 # and the input, and every input byte for byte as before.  An output that is
 # a new file still works (the command's own tests cover it; here one run of
-# translate and prepare each).  train --dump-params and average --output
-# also refuse a file of a run directory they read (a checkpoint a run
-# resumes from, its metrics), existing or not.
+# translate and prepare each).  train --dump-params, and average,
+# translate, attention and heads, also refuse a file of a run directory they
+# read (a checkpoint a run resumes from, its metrics), existing or not.
 # An output that is a directory, or in a missing directory, is refused
 # before the command's work, not at its final rename, and so is an existing
 # output that is not a regular file (a FIFO, a device node) or is a
@@ -91,7 +91,20 @@ for o in runA/ckpt_00000001.h5 runA/metrics.h5 runA/ckpt_00000003.h5 runA/best.h
 done
 expect_error 2 "^error: runA/metrics.h5: --output is a file of the run directory runA: choose another name$" \
     "$BIN" average --output runA/metrics.h5 runA/ckpt_00000002.h5
-[ "$(runsum)" = "$run_before" ] || fail "a refused average changed the run directory: $(ls runA)"
+# the commands that read a checkpoint write no file of its run directory
+# either: `attention --output RUN/metrics.h5` replaced the training log,
+# which the next resume then moved aside as foreign
+for o in runA/metrics.h5 runA/best.h5 runA/ckpt_00000009.h5; do
+    expect_error 2 "^error: $o: --output is a file of the run directory runA: choose another name$" \
+        "$BIN" attention --checkpoint runA/ckpt_00000002.h5 --data data.h5 --split dev --sentences 0-1 --output $o
+    expect_error 2 "^error: $o: --output is a file of the run directory runA: choose another name$" \
+        "$BIN" heads --checkpoint runA/ckpt_00000002.h5 --data data.h5 --split dev --output $o
+    expect_error 2 "^error: $o: --output is a file of the run directory runA: choose another name$" \
+        "$BIN" translate --checkpoint runA/ckpt_00000002.h5 --data data.h5 --input in.txt --output $o
+    expect_error 2 "^error: $o: --reference is a file of the run directory runA: choose another name$" \
+        "$BIN" translate --checkpoint runA/ckpt_00000002.h5 --data data.h5 --split dev --output out.txt --reference $o
+done
+[ "$(runsum)" = "$run_before" ] || fail "a refused average, attention, heads or translate changed the run directory: $(ls runA)"
 for k in 1 2; do
     "$BIN" average --output runA/avg.h5 --last 1 runA > avg.log 2>&1 || fail "average into the run directory ($k): $(cat avg.log)"
 done

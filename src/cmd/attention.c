@@ -318,7 +318,8 @@ static int attention_parse(AttnArgs *a, int argc, char **argv)
     if (!a->data) a->data = DATA_SYNTHETIC;
     if (!a->split) a->split = "dev";
     const char *in[] = { a->ckpt, a->data };
-    return cli_check_output("attention", "--output", a->out, in, 2);
+    if (cli_check_output("attention", "--output", a->out, in, 2)) return 2;
+    return checkpoint_check_output_beside("--output", a->out, a->ckpt);
 }
 
 int cmd_attention(int argc, char **argv)

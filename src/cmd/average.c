@@ -165,11 +165,8 @@ static int check_inputs(const Average *a)
     if (a->n == 0) { fprintf(stderr, "error: average: no checkpoints given\n"); return 2; }
     if (check_distinct(a)) return 2;
     if (cli_check_output("average", "--output", a->out, (const char *const *)a->in, a->n)) return 2;
-    for (int k = 0; k < a->n; k++) {
-        char dir[4096];
-        cli_path_dir(a->in[k], dir, sizeof dir);
-        if (checkpoint_check_run_output("--output", a->out, dir)) return 2;
-    }
+    for (int k = 0; k < a->n; k++)
+        if (checkpoint_check_output_beside("--output", a->out, a->in[k])) return 2;
     return 0;
 }
 

@@ -139,6 +139,7 @@ static int heads_parse(HeadsArgs *a, int argc, char **argv)
     }
     const char *in[] = { a->ckpt, a->data };
     if (cli_check_output("heads", "--output", a->out, in, 2)) return 2;
+    if (checkpoint_check_output_beside("--output", a->out, a->ckpt)) return 2;
     if (a->sample > 0 && !a->per_sentence) {
         fprintf(stderr, "error: heads: --sample needs --per sentence (a sample of pairs, one per batch)\n");
         return 2;

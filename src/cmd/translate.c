@@ -104,7 +104,10 @@ static int parse(Opts *o, int argc, char **argv)
     /* first: a --reference that is a link to the --output is named as such */
     if (cli_check_outputs_differ("translate", "--output", o->output, "--reference", o->reference)) return 2;
     if (cli_check_output("translate", "--output", o->output, in, 3)) return 2;
-    return cli_check_output("translate", "--reference", o->reference, in, 3);
+    if (cli_check_output("translate", "--reference", o->reference, in, 3)) return 2;
+    /* nor a file training keeps beside the checkpoint (its log, a checkpoint) */
+    if (checkpoint_check_output_beside("--output", o->output, o->ckpt)) return 2;
+    return checkpoint_check_output_beside("--reference", o->reference, o->ckpt);
 }
 
 /* run argv[0] (PATH lookup) with stdin/stdout/stderr from/to files */
