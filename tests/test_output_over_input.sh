@@ -76,6 +76,13 @@ expect_error 2 "^error: $CK: --dump-params is a file of the run directory run: c
 expect_error 2 "^error: run/ckpt_00000009.h5: --dump-params is a file of the run directory run: choose another name$" \
     "$BIN" train data=data.h5 "${TA[@]}" run_dir=run --dump-params run/ckpt_00000009.h5
 [ ! -e run/ckpt_00000009.h5 ] || fail "train --dump-params wrote a checkpoint name"
+# nor any other existing file there (the Slurm log submit-train.sh writes
+# into the run directory), as before 36f23dd
+echo "job log" > run/slurm-123.out
+expect_error 2 "^error: run/slurm-123.out: --dump-params is a file of the run directory run: choose another name$" \
+    "$BIN" train data=data.h5 "${TA[@]}" run_dir=run --dump-params run/slurm-123.out
+grep -qx "job log" run/slurm-123.out || fail "train --dump-params replaced the run directory's slurm-123.out"
+rm run/slurm-123.out
 [ "$(sums)" = "$before" ] || fail "train --dump-params over a checkpoint changed an input"
 # average --output over a file of a run directory it reads (--last's, or
 # its checkpoints' own), existing or a name training would take for its

@@ -293,10 +293,22 @@ static void set_update_freq(Config *c, const Dist *D)
                 (double)global / c->batch_tokens, c->batch_tokens / D->size > 0 ? (long)c->batch_tokens / D->size : 1L);
 }
 
+/* an existing file of run_dir: for --dump-params, whose run directory holds
+ * what the jobs write beside training's own files (submit-train.sh's
+ * slurm-<id>.out, avg5.h5), none of them a raw parameter dump */
+static int exists_in_run_dir(const char *out, const char *run_dir)
+{
+    char dir[4096];
+    cli_path_dir(out, dir, sizeof dir);
+    if (!run_dir[0] || access(out, F_OK) || !cli_same_file(dir, run_dir)) return 0;
+    fprintf(stderr, "error: %s: --dump-params is a file of the run directory %s: choose another name\n", out, run_dir);
+    return 2;
+}
+
 /* --dump-params replaces its file (by rename) after the last step: given
- * the config, the dataset or a file of the run directory (a checkpoint the
- * run resumes from, its metrics: checkpoint_check_run_output) it would
- * destroy them.
+ * the config, the dataset, a file training keeps in the run directory (a
+ * checkpoint the run resumes from, its metrics: checkpoint_check_run_output,
+ * existing or not) or any other existing file there it would destroy them.
  * Checked by rank 0, which writes it.  0, or 2 on every rank after one
  * line. */
 static int dump_not_input(Training *t)
@@ -308,6 +320,7 @@ static int dump_not_input(Training *t)
         const char *in[] = { c->config_file, c->data };
         rc = cli_check_output("train", "--dump-params", out, in, 2);
         if (!rc) rc = checkpoint_check_run_output("--dump-params", out, c->run_dir);
+        if (!rc) rc = exists_in_run_dir(out, c->run_dir);
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, t->r->dist.comm);
     return rc;
