@@ -52,7 +52,7 @@ static const KeyDesc KEYS[] = {
     K(dropout, T_FLOAT, 0, 0.99, SAID),
     K(label_smoothing, T_FLOAT, 0, 0.99, SAID),
     K(warmup, T_INT, 1, 1e9, SAID),
-    K(lr_factor, T_FLOAT, 1e-6, 1e6, SAID),   /* 0 trained at rate 0: refused */
+    K(lr_factor, T_FLOAT, 0, 1e6, SAID),   /* 0 with lr_peak 0 trains at rate 0: validate_schedule */
     K(lr_peak, T_FLOAT, 0, 1, SAID),   /* 0: eq. 3's peak (model_lrate) */
     E(lr_decay, LR_DECAYS, SAID),
     K(lr_final, T_FLOAT, 0, 1, SAID),
@@ -459,6 +459,10 @@ static int validate_schedule(const Config *c, const char *origin)
     const char *decay = config_choice("lr_decay", c->lr_decay);
     /* eq. 3's peak, at step = warmup (model_lrate) */
     double peak = c->lr_peak > 0 ? c->lr_peak : c->lr_factor / sqrt((double)c->d_model) / sqrt((double)c->warmup);
+    /* eq. 3 scaled by 0 trained every step at rate 0 (exit 0); with lr_peak
+     * set, lr_factor is unused and 0 harmless */
+    if (c->lr_factor == 0 && c->lr_peak == 0)
+        FAIL("lr_factor", "key 'lr_factor': 0 scales eq. 3's rate to 0 (every step): give lr_factor > 0, or lr_peak");
     if (c->lr_decay == LR_DECAY_RSQRT && c->lr_final > 0)
         FAIL("lr_final", "key 'lr_final': %g needs lr_decay=linear or cosine (eq. 3's rsqrt decay has no final rate)", c->lr_final);
     if (c->lr_decay != LR_DECAY_RSQRT && c->train_steps <= c->warmup)

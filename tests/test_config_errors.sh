@@ -64,7 +64,11 @@ for cmd in params train; do
     one_line_error "^error: command line: key 'cuda_graphs': 2 is out of range" "$BIN" $cmd cuda_graphs=2
     one_line_error "^error: command line: key 'cuda_graph_cache': 0 is out of range" "$BIN" $cmd cuda_graph_cache=0
     # a rate factor of 0 trained every step at rate 0, exit 0
-    one_line_error "^error: command line: key 'lr_factor': 0 is out of range \[1e-06, 1e+06\]$" "$BIN" $cmd lr_factor=0
+    one_line_error "^error: command line: key 'lr_factor': 0 scales eq. 3's rate to 0 (every step): give lr_factor > 0, or lr_peak$" \
+        "$BIN" $cmd lr_factor=0
+    # with lr_peak set, lr_factor is not used: 0 is harmless (and a
+    # checkpoint that stores it stays readable)
+    [ $cmd = train ] || "$BIN" $cmd lr_factor=0 lr_peak=1e-3 > /dev/null 2>&1 || fail "$cmd lr_factor=0 lr_peak=1e-3 refused"
     f=$(cfg dev.cfg 'device = gpu\n')
     one_line_error "^error: $f:1: key 'device': 'gpu' is not 'cpu' or 'cuda'$" "$BIN" $cmd --config "$f"
     f=$(cfg ls.cfg 'loss_scale = static\n')
