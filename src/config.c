@@ -545,6 +545,11 @@ static void key_value(const KeyDesc *k, const Config *c, int exact, char *buf, s
     }
 }
 
+int config_loss_scaling(const Config *c)
+{
+    return c->loss_scale == LOSS_SCALE_DYNAMIC || (c->loss_scale == LOSS_SCALE_AUTO && c->precision == PRECISION_FP16);
+}
+
 /* The FREE keys of KEYS, which a resumed run may change without a word:
  * they only lengthen or shorten the run (train_steps, unless a linear or
  * cosine decay ends at it; patience and patience_delta, the stopping

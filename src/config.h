@@ -148,5 +148,8 @@ int config_arch_mismatch(const Config *a, const Config *b, char *msg, int cap);
  * or change its logging, checkpoints or machine use (config.c lists them
  * and says why): how many, and "key old->new, ..." in msg (KEYS order). */
 int config_setting_changes(const Config *old, const Config *now, char *msg, int cap);
+/* 1 if c trains with dynamic loss scaling (loss_scale.h): loss_scale =
+ * dynamic, or auto in fp16 */
+int config_loss_scaling(const Config *c);
 
 #endif

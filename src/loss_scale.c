@@ -23,7 +23,7 @@ static void parse_inf_hook(LossScaler *ls)
 void loss_scale_init(LossScaler *ls, const Config *c)
 {
     memset(ls, 0, sizeof *ls);
-    ls->enabled = c->loss_scale == LOSS_SCALE_DYNAMIC || (c->loss_scale == LOSS_SCALE_AUTO && c->precision == PRECISION_FP16);
+    ls->enabled = config_loss_scaling(c);
     ls->scale = c->loss_scale_init;
     ls->window = c->loss_scale_window;
     ls->min_scale = c->loss_scale_min;
