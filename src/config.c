@@ -541,13 +541,36 @@ static void key_value(const KeyDesc *k, const Config *c, int exact, char *buf, s
     case T_FLOAT: snprintf(buf, cap, exact ? "%.9g" : "%g", *(const float *)p); break;
     case T_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case T_ENUM: snprintf(buf, cap, "%s", config_choice(k->key, *(const int *)p)); break;
-    default: snprintf(buf, cap, "'%.100s'", p); break;
+    default: snprintf(buf, cap, strlen(p) > 100 ? "'%.100s...'" : "'%s'", p); break;
     }
+}
+
+/* k's values in a and b are the same: numbers as exactly as key_value
+ * prints them, texts in full (not cut to key_value's 100 characters) */
+static int key_equal(const KeyDesc *k, const Config *a, const Config *b)
+{
+    if (k->type == T_STR || k->type == T_TEXT) return !strcmp((const char *)a + k->off, (const char *)b + k->off);
+    char va[128], vb[128];
+    key_value(k, a, 1, va, sizeof va);
+    key_value(k, b, 1, vb, sizeof vb);
+    return !strcmp(va, vb);
 }
 
 int config_loss_scaling(const Config *c)
 {
     return c->loss_scale == LOSS_SCALE_DYNAMIC || (c->loss_scale == LOSS_SCALE_AUTO && c->precision == PRECISION_FP16);
+}
+
+/* 1 if key k has no effect on a run of a or of b: the synthetic task's
+ * keys with a dataset, the loss-scaling keys without loss scaling, eq. 3's
+ * factor where lr_peak sets the rate */
+static int key_unused(const KeyDesc *k, const Config *a, const Config *b)
+{
+    if (!strncmp(k->key, "synth_", 6) || !strcmp(k->key, "task"))
+        return strcmp(a->data, DATA_SYNTHETIC) && strcmp(b->data, DATA_SYNTHETIC);
+    if (!strncmp(k->key, "loss_scale", 10)) return !config_loss_scaling(a) && !config_loss_scaling(b);
+    if (!strcmp(k->key, "lr_factor")) return a->lr_peak > 0 && b->lr_peak > 0;
+    return 0;
 }
 
 /* The FREE keys of KEYS, which a resumed run may change without a word:
@@ -571,14 +594,11 @@ int config_setting_changes(const Config *old, const Config *now, char *msg, int 
     msg[0] = '\0';
     for (int i = 0; i < NKEYS; i++) {
         const KeyDesc *k = &KEYS[i];
-        int free_key = k->resume != SAID;   /* ARCH: refused apart */
+        int unsaid = k->resume != SAID || key_unused(k, old, now);   /* ARCH: refused apart */
         if (!strcmp(k->key, "train_steps"))   /* the end of a linear or cosine decay */
-            free_key = old->lr_decay == LR_DECAY_RSQRT && now->lr_decay == LR_DECAY_RSQRT;
-        if (free_key) continue;
+            unsaid = old->lr_decay == LR_DECAY_RSQRT && now->lr_decay == LR_DECAY_RSQRT;
+        if (unsaid || key_equal(k, old, now)) continue;
         char va[128], vb[128];
-        key_value(k, old, 1, va, sizeof va);
-        key_value(k, now, 1, vb, sizeof vb);
-        if (!strcmp(va, vb)) continue;
         key_value(k, old, 0, va, sizeof va);
         key_value(k, now, 0, vb, sizeof vb);
         int w = snprintf(msg + len, cap - len, "%s%s %s->%s", n ? ", " : "", k->key, va, vb);

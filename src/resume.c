@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ preemption */
@@ -300,6 +301,40 @@ int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
     return v;
 }
 
+/* rank 0, resuming from used (state st, config ck): one warning line naming
+ * what makes the run differ from an uninterrupted one bitwise (seed, ranks,
+ * update_freq, the batch plan), and one naming the other settings changed
+ * (config_setting_changes: a changed schedule, optimiser or regularisation
+ * mixes two runs in one), each said once; the same dataset under another
+ * path is no change */
+static void warn_resume_changes(const TrainRun *r, const CkptState *st, const Config *ck, const char *used, double el)
+{
+    CkptState now;
+    fill_state(&now, r, el);
+    char what[256] = "";
+    int n = 0;
+    if (st->seed != now.seed)
+        n += snprintf(what + n, sizeof what - n, "seed %llu->%llu", (unsigned long long)st->seed,
+                      (unsigned long long)now.seed);
+    if (st->ranks != now.ranks) n += snprintf(what + n, sizeof what - n, "%sranks %d->%d", n ? ", " : "", st->ranks, now.ranks);
+    if (st->update_freq != now.update_freq)
+        n += snprintf(what + n, sizeof what - n, "%supdate_freq %d->%d", n ? ", " : "", st->update_freq, now.update_freq);
+    if (st->plan_hash != now.plan_hash) snprintf(what + n, sizeof what - n, "%sthe batch plan", n ? ", " : "");
+    if (what[0])
+        fprintf(stderr, "warning: %s: changed from the checkpoint's: %s; training continues, not bitwise identical to "
+                "an uninterrupted run\n", used, what);
+    Config *old = xmalloc(sizeof *old);
+    *old = *ck;
+    old->seed = r->cfg.seed;   /* said above */
+    old->update_freq = r->cfg.update_freq;
+    if (cli_same_file(old->data, r->cfg.data)) memcpy(old->data, r->cfg.data, sizeof old->data);
+    char changed[2048];
+    if (config_setting_changes(old, &r->cfg, changed, sizeof changed))
+        fprintf(stderr, "warning: %s: settings differ from the checkpoint's; the run continues with the new ones: %s\n",
+                used, changed);
+    free(old);
+}
+
 /* every rank takes the checkpoint rank 0 loaded (host: params | adam_m |
  * adam_v, rank 0's; others allocate it) and its state; says where the run
  * resumes, and warns where it will not continue bitwise */
@@ -332,17 +367,7 @@ static float *adopt_checkpoint(TrainRun *r, float *host, const CkptState *st, co
     restore_log_interval(r, st);
     if (D->rank == 0) {
         printf("resume: %s (step %lld, %.1fs trained)\n", used, (long long)step, el);
-        CkptState now;
-        fill_state(&now, r, el);
-        if (st->seed != now.seed || st->ranks != now.ranks || st->update_freq != now.update_freq
-            || st->plan_hash != now.plan_hash)
-            fprintf(stderr, "warning: %s: seed, ranks, update_freq or the batch plan differ from the "
-                    "checkpoint's: training continues but is not bitwise identical to an uninterrupted run\n", used);
-        /* a changed schedule, optimiser or regularisation mixes two runs in one */
-        char changed[2048];
-        if (config_setting_changes(ck, &r->cfg, changed, sizeof changed))
-            fprintf(stderr, "warning: %s: settings differ from the checkpoint's; the run continues with the new ones: "
-                    "%s\n", used, changed);
+        warn_resume_changes(r, st, ck, used, el);
     }
     return host;
 }

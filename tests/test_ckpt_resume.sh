@@ -145,3 +145,34 @@ $BIN train $CK_ARGS run_dir=$W/cd train_steps=22 eval_steps=0 log_steps=1 ckpt_s
 grep -qx "warning: $W/cd/ckpt_00000020.h5: settings differ from the checkpoint's; the run continues with the new ones: dropout 0.1->0.3, label_smoothing 0.1->0, warmup 200->10, lr_factor 1->2" $W/cd.log \
     || fail "no one warning line naming the changed settings: $(grep '^warning' $W/cd.log)"
 ok "resumed with changed settings: $(grep 'settings differ' $W/cd.log)"
+# each change said once: a changed seed in the bitwise line only; keys this
+# run does not use (loss scaling in fp32, the rate factor under lr_peak)
+# not at all
+cp -r $W/ev $W/cs
+$BIN train $CK_ARGS run_dir=$W/cs train_steps=22 eval_steps=0 seed=7 loss_scale_window=50 > $W/cs.log 2>&1 \
+    || fail "resume with a changed seed: $(tail -2 $W/cs.log)"
+[ "$(grep -c '^warning' $W/cs.log)" -eq 1 ] &&
+grep -qx "warning: $W/cs/ckpt_00000020.h5: changed from the checkpoint's: seed 1->7, the batch plan; training continues, not bitwise identical to an uninterrupted run" $W/cs.log \
+    || fail "a changed seed (and an unused loss_scale_window) not said once: $(grep '^warning' $W/cs.log)"
+# a text setting that changes after its 100th character is said (it was
+# compared cut to 100), cut for display with '...'
+mask=$(for k in enc dec_self cross; do for l in 0 1; do for h in 0 1 2; do printf '%s:%d:%d,' $k $l $h; done; done; done)
+cp -r $W/ev $W/mh
+$BIN train $CK_ARGS run_dir=$W/mh train_steps=22 eval_steps=0 ckpt_steps=1 mask_heads=${mask%,} > /dev/null 2>&1 \
+    || fail "resume with a head mask"
+$BIN train $CK_ARGS run_dir=$W/mh train_steps=24 eval_steps=0 ckpt_steps=1 mask_heads=${mask%,cross:1:2,} > $W/mh.log 2>&1 \
+    || fail "resume with a changed head mask: $(tail -2 $W/mh.log)"
+grep -q "^warning: $W/mh/ckpt_00000022.h5: settings differ from the checkpoint's; the run continues with the new ones: mask_heads 'enc:0:0,.*\.\.\.'->'enc:0:0,.*\.\.\.'$" $W/mh.log \
+    || fail "a head mask changed after its 100th character not said: $(grep '^warning' $W/mh.log)"
+ok "a changed seed said once, unused keys not at all, a text changed after 100 characters said"
+# the same dataset under another path (relative, then absolute, from the
+# same directory) is no change of setting
+text_corpus 200 7 $W/tr.en $W/tr.de
+(cd $W && $BIN prepare --out d.h5 --split train tr.en tr.de --split dev tr.en tr.de vocab_size=400 --jobs 1 > /dev/null 2>&1 &&
+    $BIN train data=d.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 threads=1 train_steps=2 \
+        run_dir=dd > /dev/null 2>&1) || fail "a run on a prepared dataset"
+(cd $W && $BIN train data=$W/d.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 threads=1 train_steps=3 \
+    run_dir=$W/dd) > $W/dd.log 2>&1 || fail "resume with the dataset's absolute path: $(tail -2 $W/dd.log)"
+grep -q "^resume: " $W/dd.log && ! grep -q '^warning' $W/dd.log \
+    || fail "the same dataset by another path said as a change: $(grep '^warning' $W/dd.log)"
+ok "the same dataset by a relative and an absolute path: resumed without a warning"
