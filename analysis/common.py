@@ -271,8 +271,8 @@ _NOT_REGULAR = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block de
                 (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
-def output_target(path):
-    """The file an output named path is written as: path itself, checked.
+def check_output(path):
+    """Check an output name before it is written; returns path unchanged.
     An existing output that is not a regular file is refused in one line,
     as bin/transformer refuses one (src/cli.c cli_check_output): a device
     node, a FIFO or a socket (the rename over it left a regular file in its
@@ -295,10 +295,10 @@ def output_target(path):
 
 
 def _write_through_temp(path, write, binary, suffix=""):
-    """Call write(f) on a temporary file beside path (output_target: never
+    """Call write(f) on a temporary file beside path (check_output: never
     a link, device or FIFO), fsync it and rename it over
     path: a crash never leaves a half-written output."""
-    target = output_target(path)
+    target = check_output(path)
     fd, tmp = temp_beside(target, suffix)
     try:
         make_public(fd)
@@ -332,12 +332,12 @@ def h5_atomic(path, copy_from=None):
     """An HDF5 file for writing under a temporary name next to path (a copy of
     copy_from opened r+, or a new file), fsync'ed and renamed over path when
     the block ends without error: readers never see it half-written.  Path
-    as output_target: never a symbolic link, device or FIFO."""
+    as check_output: never a symbolic link, device or FIFO."""
     import shutil
 
     import h5py
 
-    target = output_target(path)
+    target = check_output(path)
     fd, tmp = temp_beside(target, ".tmp")
     try:
         try:

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, main_wrapper, output_not_input, output_target  # noqa: E402
+from common import ArgumentParser, AnalysisError, check_output, main_wrapper, output_not_input  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
 # attribute types of checkpoint.c (checkpoint_write)
@@ -295,8 +295,8 @@ def write_all(outputs):
     """[(path, writer(tmp_path))]: every file under a temporary name beside
     its own, then all renamed: a failure leaves none of them behind."""
     tmps = []
-    # never a symbolic link, device or FIFO (common.output_target)
-    outputs = [(output_target(path), writer) for path, writer in outputs]
+    # never a symbolic link, device or FIFO (common.check_output)
+    outputs = [(check_output(path), writer) for path, writer in outputs]
     try:
         for path, writer in outputs:
             tmps.append((f"{path}.tmp{os.getpid()}", path))
