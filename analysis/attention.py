@@ -44,8 +44,8 @@ import re
 
 import numpy as np
 
-from common import (ArgumentParser, AnalysisError, pyplot, as_strings, attr_str, h5_array, main_wrapper, open_h5, output_not_input,
-                    paper_style, savefig, write_atomic)
+from common import (ArgumentParser, AnalysisError, pyplot, as_strings, attr_str, check_outputs, figure_paths, h5_array, main_wrapper,
+                    open_h5, output_not_input, paper_style, savefig, write_atomic)
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLE = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -526,6 +526,7 @@ def evolution(path, data, prefix):
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.text(0.5, -0.01, "lines: mean over the heads of a layer; bands: range over heads", ha="center",
              fontsize=7, color="0.3")
+    check_outputs([prefix + ".csv"] + figure_paths(prefix))   # all before the first is written
     write_atomic(prefix + ".csv", "\n".join(csv) + "\n")
     return savefig(fig, prefix) + [prefix + ".csv"]
 
@@ -1204,6 +1205,7 @@ def compare_sweep(sweep, configs, prefix, kind, stat, plot=True):
         figs += compare_layers_figure(rows, prefix + "_layers")
         figs += compare_heads_figure(rows, kind, stat, prefix + f"_heads_{kind}_{stat}")
         figs += compare_scatter(rows, kind, stat, prefix + f"_dnll_{kind}_{stat}")
+    check_outputs(list(texts) + [p for _, pre in figs for p in figure_paths(pre)])   # every name too
     for path, text in texts.items():
         write_atomic(path, text)
     return list(texts) + [p for fig, pre in figs for p in savefig(fig, pre)]
@@ -1279,6 +1281,7 @@ def main(argv):
         name = os.path.basename(a.file) + (f", step {step}" if step is not None else "")
         head = (f"# Attention heads of {name}\n\nAveraged over {len(sents)} sentence(s). "
                 "Entropy in nats; distance in positions; the others are shares of attention weight.\n\n")
+        check_outputs([a.out + ".md", a.out + ".csv"] + figure_paths(a.out))   # all before the first is written
         write_atomic(a.out + ".md", head + md)
         write_atomic(a.out + ".csv", csv)
         outs = [a.out + ".md", a.out + ".csv"]

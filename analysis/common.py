@@ -294,6 +294,23 @@ def check_output(path):
     return path
 
 
+def check_outputs(paths):
+    """check_output on every file of a script's output set, before its first
+    write: a bad name among them (the last, say) is refused with none of the
+    others replaced yet, where each write's own check (write_atomic,
+    h5_atomic, savefig) would find it after the earlier ones.  A figure
+    counts as its figure_paths.  Returns the paths as a list."""
+    return [check_output(p) for p in paths]
+
+
+FIGURE_FORMATS = ("png", "pdf")
+
+
+def figure_paths(prefix):
+    """The files savefig(fig, prefix) writes: PREFIX.png and PREFIX.pdf."""
+    return [f"{prefix}.{ext}" for ext in FIGURE_FORMATS]
+
+
 def _write_through_temp(path, write, binary, suffix=""):
     """Call write(f) on a temporary file beside path (check_output: never
     a link, device or FIFO), fsync it and rename it over
@@ -366,15 +383,14 @@ def h5_atomic(path, copy_from=None):
 
 
 def savefig(fig, prefix):
-    """Save fig as PREFIX.png (200 dpi) and PREFIX.pdf (vector), atomically. Returns the paths."""
-    out = []
-    for ext in ("png", "pdf"):
+    """Save fig as PREFIX.png (200 dpi) and PREFIX.pdf (vector), atomically,
+    both names checked before either is written. Returns the paths."""
+    out = check_outputs(figure_paths(prefix))
+    for ext, path in zip(FIGURE_FORMATS, out):
         # no creation date: the same results give the same file (committed figures)
         meta = {"CreationDate": None} if ext == "pdf" else {}
-        path = f"{prefix}.{ext}"
         _write_through_temp(path, lambda f: fig.savefig(f, format=ext, dpi=200, bbox_inches="tight", metadata=meta),
                             True, "." + ext)
-        out.append(path)
     pyplot().close(fig)
     return out
 

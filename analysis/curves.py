@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from common import ArgumentParser, AnalysisError, pyplot, main_wrapper, open_h5, paper_style, savefig
+from common import ArgumentParser, AnalysisError, check_outputs, figure_paths, main_wrapper, open_h5, paper_style, pyplot, savefig
 
 # series -> (group, accepted dataset names): the layout of docs/metrics.md is
 # /train/{step,loss,lr,tokens_per_s,elapsed_s,tokens} and /dev/{step,loss,ppl,tokens,elapsed_s};
@@ -206,9 +206,13 @@ def main(argv):
             raise AnalysisError(metrics_path(r), "no training steps logged yet")
     labels = a.labels or [os.path.basename(os.path.normpath(r if os.path.isdir(r) else os.path.dirname(r) or "."))
                           for r in a.runs]
+    xs = ("step", "time") if a.x == "both" else (a.x,)
+    prefixes = {x: f"{a.out}_{'steps' if x == 'step' else 'time'}" for x in xs}
+    # every figure's names checked before the first is written
+    check_outputs(p for prefix in prefixes.values() for p in figure_paths(prefix))
     out = []
-    for x in (("step", "time") if a.x == "both" else (a.x,)):
-        out += plot(runs, labels, x, f"{a.out}_{'steps' if x == 'step' else 'time'}", a.smooth)
+    for x, prefix in prefixes.items():
+        out += plot(runs, labels, x, prefix, a.smooth)
     for p in out:
         print(p)
     return 0

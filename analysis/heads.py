@@ -18,7 +18,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, int_at_least, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+from common import (ArgumentParser, AnalysisError, attr_str, check_outputs, figure_paths, int_at_least, main_wrapper,  # noqa: E402
+                    open_h5, pyplot, savefig, write_atomic)
 
 KINDS = ("enc", "dec_self", "cross")
 KIND_TITLE = {"enc": "encoder self-attention", "dec_self": "decoder self-attention",
@@ -184,6 +185,8 @@ def main(argv):
         figs += curve(d, a.out, a.heads)
     if a.what in ("table", "all"):
         texts += table(d, a.out, a.top)
+    # and every output name checked: a FIFO as the last was found after the figures were written
+    check_outputs([p for _, prefix in figs for p in figure_paths(prefix)] + [path for path, _ in texts])
     out = []
     for fig, prefix in figs:
         out += savefig(fig, prefix)

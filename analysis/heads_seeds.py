@@ -23,7 +23,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, h5_array, main_wrapper, open_h5, pyplot, savefig, write_atomic  # noqa: E402
+from common import (ArgumentParser, AnalysisError, check_outputs, figure_paths, h5_array, main_wrapper, open_h5,  # noqa: E402
+                    pyplot, savefig, write_atomic)
 
 KINDS = ("enc", "dec_self", "cross")
 CURVE_TITLE = {"importance": "importance order, all heads", "importance_enc": "encoder self only",
@@ -127,6 +128,8 @@ def main(argv):
     runs = [(p,) + load_curves(p) for p in a.heads]
     check_levels(runs)
     split = "/".join(sorted({s for *_, s in runs}))
+    # both outputs' names checked before the figure is written
+    check_outputs(figure_paths(a.out + "_seeds") + [a.out + "_seeds.md"])
     out = plot(runs, a.out, split)
     md = (f"Safe pruning fraction: the largest share of the curve's heads pruned, least important first, "
           f"at which BLEU on {split} (and at every smaller share) is less than 1 below the unpruned "

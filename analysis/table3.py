@@ -46,7 +46,8 @@ import shlex
 import numpy as np
 
 import stats
-from common import ArgumentParser, AnalysisError, pyplot, fmt_num, main_wrapper, paper_style, savefig, write_atomic
+from common import (ArgumentParser, AnalysisError, check_outputs, figure_paths, fmt_num, main_wrapper, paper_style, pyplot,
+                    savefig, write_atomic)
 import compare
 from compare import PAPER_EQUIV_NATS, base_spread_note, is_failed, mean_bleu, nll, split_run, summarize
 from row_result import NUMERIC, STRINGS, cfg_float, parse_config_text, read_result, read_text
@@ -962,8 +963,10 @@ def main(argv):
     converged = a.protocol == "converged"
     summaries, overall = summarize(rows, logical_sort_key, converged)
     texts, figs = outputs(a, rows, summaries, overall, prefix)
-    # every table and figure is made before the first is written: a bad
-    # input found late (a run without curves) left a mixed old/new set
+    # every table and figure is made, and every output name checked, before
+    # the first is written: a bad input found late (a run without curves),
+    # or a last output that is a symbolic link, left a mixed old/new set
+    check_outputs(list(texts) + [p for _, fig_prefix in figs for p in figure_paths(fig_prefix)])
     outs = []
     for path, text in texts.items():
         write_atomic(path, text)

@@ -25,7 +25,7 @@ import argparse
 import math
 import os
 
-from common import ArgumentParser, AnalysisError, main_wrapper, write_atomic
+from common import ArgumentParser, AnalysisError, check_outputs, main_wrapper, write_atomic
 from row_result import parse_config_text
 from table3_conv_pilot import EVAL_STEPS, d_rows, fmt_drop, fmt_rate, pilot_state, setting_name
 
@@ -254,6 +254,7 @@ def main(argv):
     a = build_parser().parse_args(argv)
     check_setting(a)
     files = sweep_configs(a)
+    check_outputs(os.path.join(a.out, rel) for rel in files)   # all before the first is written
     for rel, text in files.items():
         write_atomic(os.path.join(a.out, rel), text)   # makes the directories, or names the path
     print(f"{a.out}: {sum(1 for r in files if '/' not in r and r.endswith('.cfg'))} row configs, seeds.txt, "

@@ -23,7 +23,8 @@ import os
 
 import numpy as np
 
-from common import ArgumentParser, AnalysisError, finite_float, main_wrapper, pyplot, savefig, write_atomic
+from common import (ArgumentParser, AnalysisError, check_outputs, figure_paths, finite_float, main_wrapper, pyplot, savefig,
+                    write_atomic)
 from compare import dev_curve, stored_dev_curve
 from row_result import read_result
 from verdict import STUCK_NATS_BELOW_PLATEAU
@@ -146,8 +147,10 @@ def main(argv):
     chosen = choose(summaries)
     md = to_markdown(summaries, chosen, a.tol, a.last)
     prefix = a.out or os.path.join(a.sweep, "pilot")
-    # the figure is made before the table is written: a failure leaves neither
+    # the figure is made, and every output name checked, before the table
+    # is written: a failure leaves neither
     fig = None if a.no_plot else plot(groups)
+    check_outputs([prefix + ".md"] + ([] if fig is None else figure_paths(prefix)))
     write_atomic(prefix + ".md", md)
     print(md, end="")
     if fig is not None:

@@ -190,6 +190,102 @@ def test_output_that_is_not_a_regular_file(tmp_path):
     assert sorted(os.listdir(out)) == ["x_table.md", "y_table.md", "z_table.md"]
 
 
+def seeds_heads_file(path):
+    """A heads file with the importance curve heads_seeds.py reads."""
+    import numpy as np
+
+    make_file(path, curves=False)
+    with h5py.File(path, "r+") as f:
+        g = f.create_group("prune/importance")
+        g.attrs["split"] = "dev"
+        for k, v in (("fraction", [0, 0.25, 0.5]), ("n_pruned", [0, 1, 2]), ("sacrebleu", [30, 29.5, 25]),
+                     ("d_bleu", [0, -0.5, -5]), ("d_bleu_lo", [0, -1.2, -6]), ("d_bleu_hi", [0, 0.2, -4])):
+            g[k] = np.array(v, float)
+    return path
+
+
+def several_outputs(case, top):
+    """(script, arguments, every output in the order it writes them) of a
+    script that writes several files."""
+    if case.startswith("table3"):
+        s = top / "s"
+        shutil.copytree(CONV, s)
+        if case == "table3":   # 8-epoch, tables only: .tex is the last
+            return ("table3.py", [s, "--configs", os.path.join(ROOT, "input", "table3"), "--no-plot"],
+                    [s / f"table3{e}" for e in (".md", ".csv", "-rows.csv", ".tex")])
+        return ("table3.py", [s, "--protocol", "converged"],
+                [s / f"table3{e}" for e in (".md", ".csv", "-rows.csv", ".tex", "-delta.csv", "-delta.png",
+                                            "-delta.pdf", ".png", ".pdf")])
+    if case.startswith("heads"):
+        f = make_file(top / "h.h5")
+        if case == "heads-heatmap":   # savefig alone: PREFIX.png, then PREFIX.pdf
+            return "heads.py", ["heatmap", f, "--out", top / "x"], [top / "x_importance.png", top / "x_importance.pdf"]
+        return ("heads.py", ["all", f, "--out", top / "x"],
+                [top / f"x_{n}" for n in ("importance.png", "importance.pdf", "curve.png", "curve.pdf", "table.md",
+                                          "table.csv")])
+    if case == "heads_seeds":
+        fs = [seeds_heads_file(top / f"h{k}.h5") for k in (1, 2)]
+        return "heads_seeds.py", [*fs, "--out", top / "x"], [top / f"x_seeds.{e}" for e in ("png", "pdf", "md")]
+    if case == "curves":
+        m = write_metrics(top / "r" / "metrics.h5", lambda s: 2.8 + 3.4 * math.exp(-s / 300))
+        return ("curves.py", [m, "--out", top / "c"],
+                [top / f"c_{x}.{e}" for x in ("steps", "time") for e in ("png", "pdf")])
+    if case == "table3_pilot":
+        result_file(top)
+        return "table3_pilot.py", [top], [top / f"pilot.{e}" for e in ("md", "png", "pdf")]
+    if case == "attention-compare":
+        s = top / "s"
+        shutil.copytree(CONV, s, ignore=shutil.ignore_patterns("table3*"))
+        return ("attention.py", ["compare", s, "--no-plot"],
+                [s / f"attention-compare.{e}" for e in ("md", "csv")])
+    assert case == "table3_conv_configs"
+    import table3_conv_configs
+
+    args = ["--dropout", "0.1", "--peak", "2e-3", "--cap", "35400", "--out", str(top / "conv")]
+    a = table3_conv_configs.build_parser().parse_args(args)
+    table3_conv_configs.check_setting(a)
+    return "table3_conv_configs.py", args, [top / "conv" / rel for rel in table3_conv_configs.sweep_configs(a)]
+
+
+@pytest.mark.parametrize("case,kind", [
+    ("table3", "link"), ("table3-plot", "fifo"), ("heads-all", "fifo"), ("heads-heatmap", "fifo"),
+    ("heads_seeds", "link"), ("curves", "fifo"), ("table3_pilot", "link"), ("attention-compare", "link"),
+    ("table3_conv_configs", "fifo"),
+])
+def test_a_bad_last_output_is_refused_before_the_first_write(tmp_path, case, kind):
+    """A script that writes several files checks all of them before the
+    first (common.check_outputs; a figure is PREFIX.png and PREFIX.pdf):
+    a FIFO or a symbolic link planted as its last output is refused in one
+    line naming it, and every other output is as it was, byte for byte, or
+    still absent.  Each was checked only at its own write, so the earlier
+    ones had been replaced when the last was refused."""
+    name, args, outs = several_outputs(case, tmp_path)
+    bad = outs[-1]
+    if bad.exists():
+        bad.unlink()
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(bad)
+    else:
+        real = tmp_path / "real"
+        real.write_text("old\n")
+        bad.symlink_to(real)
+    for p in outs[:-1]:   # old bytes, not what this run would write again
+        if p.exists():
+            p.write_bytes(b"old " + p.name.encode() + b"\n")
+    if not any(p.exists() for p in outs[:-1]):   # and one old output among the absent ones
+        outs[0].write_bytes(b"old output\n")
+    before = {str(p): p.read_bytes() if p.exists() else None for p in outs[:-1]}
+    listing = sorted(os.listdir(bad.parent))
+    one_line(script(name, *args, expect=2), bad, "a FIFO" if kind == "fifo" else "symbolic link")
+    assert {str(p): p.read_bytes() if p.exists() else None for p in outs[:-1]} == before
+    assert sorted(os.listdir(bad.parent)) == listing   # no temporary left either
+    if kind == "fifo":
+        assert stat.S_ISFIFO(os.lstat(bad).st_mode)
+    else:
+        assert os.readlink(bad) == str(tmp_path / "real") and (tmp_path / "real").read_text() == "old\n"
+
+
 # class 4: bad values that were accepted (exit 0)
 
 def test_row_result_refuses_a_missing_dataset_and_negative_numbers(tmp_path):
