@@ -71,6 +71,18 @@ expect_error() {
     grep -q -- "$pat" <<<"$err" || fail "'$*': stderr lacks '$pat': $err"
     ok "'$*' -> exit $rc: $(echo "$err" | head -1)"
 }
+# one_line_error CODE PATTERN cmd...: the command exits CODE and its stderr
+# is exactly one line, matching PATTERN (expect_error and the line count in
+# one run: `train` starts MPI, which is slow on loaded machines)
+one_line_error() {
+    local code=$1 pat=$2; shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?   # also under set -e
+    [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code (stderr: $err)"
+    [ -n "$err" ] && [ "$err" = "${err%%$'\n'*}" ] || fail "'$*': stderr is not exactly one line: $err"
+    grep -q -- "$pat" <<<"$err" || fail "'$*': stderr lacks '$pat': $err"
+    ok "'$*' -> exit $rc: $err"
+}
 # ids FILE DSET: the ids of an id array of a dataset file, one a line,
 # whatever their stored width (uint16 or int32, docs/dataset.md)
 ids() {

@@ -56,18 +56,11 @@ cmp -s "$OUT/outputs/ours-b1-t1.txt" "$OUT/outputs/ct2-fp32-b1-t1.txt" \
 grep -q '| 1 | 1 | ct2-fp32 | .* | 5 of 5 |$' <<<"$rows" || fail "the table does not count 5 of 5 greedy outputs equal"
 ok "every engine wrote 5 lines; greedy CT2 fp32 = ours"
 
-# one_line_error CODE PATTERN ENV...: the script fails with exactly one stderr line
-one_line_error() {
-    local code=$1 pat=$2 rc=0; shift 2
-    env "$@" bash "$BENCH" >"$W/e.out" 2>"$W/e.err" || rc=$?
-    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, expected $code ($(cat "$W/e.err"))"
-    [ "$(wc -l <"$W/e.err")" -eq 1 ] && grep -q -- "$pat" "$W/e.err" || fail "$*: stderr is not one line matching '$pat': $(cat "$W/e.err")"
-    ok "$* -> exit $rc: $(cat "$W/e.err")"
-}
-one_line_error 2 "^error: $W/nope.h5: no such checkpoint file" CKPT="$W/nope.h5"
-one_line_error 2 "^error: CKPT=FILE is required" CKPT=
+# no CKPT, a missing or corrupt checkpoint: one stderr line, exit 2
+one_line_error 2 "^error: $W/nope.h5: no such checkpoint file" env CKPT="$W/nope.h5" bash "$BENCH"
+one_line_error 2 "^error: CKPT=FILE is required" env CKPT= bash "$BENCH"
 printf 'not hdf5\n' >"$W/junk.h5"
-one_line_error 2 "^error: $W/junk.h5: not an HDF5 file" CKPT="$W/junk.h5"
+one_line_error 2 "^error: $W/junk.h5: not an HDF5 file" env CKPT="$W/junk.h5" bash "$BENCH"
 printf '#!/bin/sh\nexit 1\n' >"$W/no-ct2-python" && chmod +x "$W/no-ct2-python"
 CKPT=$CK CT2_PY=$W/no-ct2-python bash "$BENCH" >"$W/skip.log" 2>&1 || fail "without ctranslate2: exit $?"
 [ "$(wc -l <"$W/skip.log")" -eq 1 ] && grep -q "^skipped: no ctranslate2" "$W/skip.log" \

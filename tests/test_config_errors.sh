@@ -9,95 +9,81 @@
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# one_line_error PATTERN cmd...: exit 2 and stderr is exactly one line,
-# matching PATTERN (expect_error of lib.sh, plus the line count, in one run:
-# `train` starts MPI, which is slow on loaded machines)
-one_line_error() {
-    local pat=$1; shift
-    local err rc n
-    err=$("$@" 2>&1 >/dev/null); rc=$?
-    [ "$rc" -eq 2 ] || fail "'$*' exited $rc, expected 2 (stderr: $err)"
-    n=$(printf '%s\n' "$err" | grep -c .)
-    [ "$n" -eq 1 ] || fail "'$*': $n lines on stderr, expected exactly 1: $err"
-    echo "$err" | grep -q -- "$pat" || fail "'$*': stderr lacks '$pat': $err"
-    ok "'$*' -> exit $rc: $err"
-}
-
 cfg() { printf '%b' "$2" > "$tmp/$1"; echo "$tmp/$1"; }
 
 for cmd in params train; do
-    one_line_error "^error: $tmp/missing.cfg: cannot open config file" "$BIN" $cmd --config "$tmp/missing.cfg"
+    one_line_error 2 "^error: $tmp/missing.cfg: cannot open config file" "$BIN" $cmd --config "$tmp/missing.cfg"
     f=$(cfg malformed.cfg '# comment\nn_layers = 2\nthis line has no equals sign\n')
-    one_line_error "^error: $f:3: malformed line" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:3: malformed line" "$BIN" $cmd --config "$f"
     f=$(cfg unknown.cfg 'n_layers = 2\n\nd_modle = 512\n')
-    one_line_error "^error: $f:3: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:3: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd --config "$f"
     # a suggestion only when a key is near: none for a key far from all
     f=$(cfg far.cfg 'zzzzzz = 1\n')
-    one_line_error "^error: $f:1: unknown key 'zzzzzz'$" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: unknown key 'zzzzzz'$" "$BIN" $cmd --config "$f"
     f=$(cfg negative.cfg 'd_model = 512\nd_ff = -2048   # negative size\n')
-    one_line_error "^error: $f:2: key 'd_ff': -2048 is out of range" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'd_ff': -2048 is out of range" "$BIN" $cmd --config "$f"
     f=$(cfg nonnum.cfg 'n_heads = eight\n')
-    one_line_error "^error: $f:1: key 'n_heads': 'eight' is not a number" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'n_heads': 'eight' is not a number" "$BIN" $cmd --config "$f"
     f=$(cfg nonint.cfg 'n_layers = 2.5\n')
-    one_line_error "^error: $f:1: key 'n_layers': '2.5' is not an integer" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'n_layers': '2.5' is not an integer" "$BIN" $cmd --config "$f"
     f=$(cfg empty.cfg 'd_k =\n')
-    one_line_error "^error: $f:1: key 'd_k': empty value" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'd_k': empty value" "$BIN" $cmd --config "$f"
     f=$(cfg seed.cfg 'seed = -1\n')
-    one_line_error "^error: $f:1: key 'seed': '-1' is negative" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'seed': '-1' is negative" "$BIN" $cmd --config "$f"
     # inconsistent settings: the line of the offending key
     f=$(cfg odd.cfg 'n_layers = 2\nd_model = 511\n')
-    one_line_error "^error: $f:2: key 'd_model': 511 must be even" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'd_model': 511 must be even" "$BIN" $cmd --config "$f"
     f=$(cfg budget.cfg 'max_len = 128\nmax_tokens = 100\n')
-    one_line_error "^error: $f:2: key 'max_tokens': 100 is smaller than max_len 128" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'max_tokens': 100 is smaller than max_len 128" "$BIN" $cmd --config "$f"
     f=$(cfg autotok.cfg 'device = cpu\nmax_tokens = 0\n')
-    one_line_error "^error: $f:2: key 'max_tokens': 0 (from free device memory) needs device=cuda" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'max_tokens': 0 (from free device memory) needs device=cuda" "$BIN" $cmd --config "$f"
     f=$(cfg pos.cfg 'positional = rotary\n')
-    one_line_error "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'positional': 'rotary' is not" "$BIN" $cmd --config "$f"
     f=$(cfg allreduce.cfg 'allreduce = gloo\n')
-    one_line_error "^error: $f:1: key 'allreduce': 'gloo' is not 'auto', 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'allreduce': 'gloo' is not 'auto', 'nccl' or 'mpi'" "$BIN" $cmd --config "$f"
     f=$(cfg fp16.cfg 'device = cpu\nprecision = fp16\n')
-    one_line_error "^error: $f:2: key 'precision': fp16 needs device=cuda" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'precision': fp16 needs device=cuda" "$BIN" $cmd --config "$f"
     # tf32 too: the CPU backend computes fp32 only (README), so a tf32 run
     # on it would silently be an fp32 run
-    one_line_error "^error: command line: key 'precision': tf32 needs device=cuda (the CPU backend is fp32)$" \
+    one_line_error 2 "^error: command line: key 'precision': tf32 needs device=cuda (the CPU backend is fp32)$" \
         "$BIN" $cmd precision=tf32 device=cpu
-    one_line_error "^error: command line: key 'cuda_graphs': 2 is out of range" "$BIN" $cmd cuda_graphs=2
-    one_line_error "^error: command line: key 'cuda_graph_cache': 0 is out of range" "$BIN" $cmd cuda_graph_cache=0
+    one_line_error 2 "^error: command line: key 'cuda_graphs': 2 is out of range" "$BIN" $cmd cuda_graphs=2
+    one_line_error 2 "^error: command line: key 'cuda_graph_cache': 0 is out of range" "$BIN" $cmd cuda_graph_cache=0
     # a rate factor of 0 trained every step at rate 0, exit 0
-    one_line_error "^error: command line: key 'lr_factor': 0 scales eq. 3's rate to 0 (every step): give lr_factor > 0, or lr_peak$" \
+    one_line_error 2 "^error: command line: key 'lr_factor': 0 scales eq. 3's rate to 0 (every step): give lr_factor > 0, or lr_peak$" \
         "$BIN" $cmd lr_factor=0
     # with lr_peak set, lr_factor is not used: 0 is harmless (and a
     # checkpoint that stores it stays readable)
     [ $cmd = train ] || "$BIN" $cmd lr_factor=0 lr_peak=1e-3 > /dev/null 2>&1 || fail "$cmd lr_factor=0 lr_peak=1e-3 refused"
     f=$(cfg dev.cfg 'device = gpu\n')
-    one_line_error "^error: $f:1: key 'device': 'gpu' is not 'cpu' or 'cuda'$" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'device': 'gpu' is not 'cpu' or 'cuda'$" "$BIN" $cmd --config "$f"
     f=$(cfg ls.cfg 'loss_scale = static\n')
-    one_line_error "^error: $f:1: key 'loss_scale': 'static' is not 'auto', 'dynamic' or 'off'" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'loss_scale': 'static' is not 'auto', 'dynamic' or 'off'" "$BIN" $cmd --config "$f"
     f=$(cfg lsmin.cfg 'loss_scale_init = 8\nloss_scale_min = 16\n')
-    one_line_error "^error: $f:2: key 'loss_scale_min': 16 is above loss_scale_init 8" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'loss_scale_min': 16 is above loss_scale_init 8" "$BIN" $cmd --config "$f"
     # early stopping and the schedule's decay (docs/training.md)
     f=$(cfg patience.cfg 'eval_steps = 100\npatience = -1\n')
-    one_line_error "^error: $f:2: key 'patience': -1 is out of range" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'patience': -1 is out of range" "$BIN" $cmd --config "$f"
     f=$(cfg patience0.cfg 'eval_steps = 0\npatience = 10\n')
-    one_line_error "^error: $f:2: key 'patience': 10 counts dev evaluations: it needs eval_steps > 0$" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'patience': 10 counts dev evaluations: it needs eval_steps > 0$" "$BIN" $cmd --config "$f"
     f=$(cfg delta.cfg 'patience_delta = -0.01\n')
-    one_line_error "^error: $f:1: key 'patience_delta': -0.01 is out of range" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'patience_delta': -0.01 is out of range" "$BIN" $cmd --config "$f"
     f=$(cfg best.cfg 'keep_best = 1\n')
-    one_line_error "^error: $f:1: key 'keep_best': the best dev evaluation needs eval_steps > 0$" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:1: key 'keep_best': the best dev evaluation needs eval_steps > 0$" "$BIN" $cmd --config "$f"
     f=$(cfg final.cfg 'lr_decay = cosine\nlr_final = -1e-5\n')
-    one_line_error "^error: $f:2: key 'lr_final': -1e-5 is out of range" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $f:2: key 'lr_final': -1e-5 is out of range" "$BIN" $cmd --config "$f"
     # the same mistakes as command-line overrides
-    one_line_error "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
-    one_line_error "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8
-    one_line_error "^error: command line: unknown key 'bogus_key'$" "$BIN" $cmd bogus_key=1
-    one_line_error "^error: command line: key 'd_model': -512 is out of range" "$BIN" $cmd d_model=-512
-    one_line_error "^error: command line: key 'warmup': 'soon' is not a number" "$BIN" $cmd warmup=soon
-    one_line_error "^error: command line: key 'd_model': 9 must be even" "$BIN" $cmd --config "$tmp/odd.cfg" d_model=9
-    one_line_error "^error: $cmd: unknown argument 'bogus'" "$BIN" $cmd bogus
-    one_line_error "^error: $tmp: is a directory, not a config file" "$BIN" $cmd --config "$tmp"
+    one_line_error 2 "^error: command line: unknown key 'd_modle' (did you mean 'd_model'?)$" "$BIN" $cmd d_modle=512
+    one_line_error 2 "^error: command line: unknown key 'n_haeds' (did you mean 'n_heads'?)$" "$BIN" $cmd n_haeds=8
+    one_line_error 2 "^error: command line: unknown key 'bogus_key'$" "$BIN" $cmd bogus_key=1
+    one_line_error 2 "^error: command line: key 'd_model': -512 is out of range" "$BIN" $cmd d_model=-512
+    one_line_error 2 "^error: command line: key 'warmup': 'soon' is not a number" "$BIN" $cmd warmup=soon
+    one_line_error 2 "^error: command line: key 'd_model': 9 must be even" "$BIN" $cmd --config "$tmp/odd.cfg" d_model=9
+    one_line_error 2 "^error: $cmd: unknown argument 'bogus'" "$BIN" $cmd bogus
+    one_line_error 2 "^error: $tmp: is a directory, not a config file" "$BIN" $cmd --config "$tmp"
     f=$(cfg dup.cfg 'd_model = 512\nn_layers = 2\nd_model = 256\n')
-    one_line_error "^error: $f:3: key 'd_model' set twice (first on line 1)" "$BIN" $cmd --config "$f"
-    one_line_error "^error: $cmd: --config given twice ('$f', '$tmp/odd.cfg')" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
+    one_line_error 2 "^error: $f:3: key 'd_model' set twice (first on line 1)" "$BIN" $cmd --config "$f"
+    one_line_error 2 "^error: $cmd: --config given twice ('$f', '$tmp/odd.cfg')" "$BIN" $cmd --config "$f" --config "$tmp/odd.cfg"
 done
 # an option whose value is missing or is itself an option, an option given
 # twice, a numeric option out of its range: one line each, nothing written
@@ -107,25 +93,25 @@ CK=$TOP/tests/fuzz/seeds/checkpoint/synthetic.h5
 mkdir -p "$tmp/opts"
 (
 cd "$tmp/opts" || exit 1
-one_line_error "^error: translate: --output needs a value, not the option '--recompute'$" \
+one_line_error 2 "^error: translate: --output needs a value, not the option '--recompute'$" \
     "$BIN" translate --checkpoint "$CK" --data synthetic --split dev --output --recompute
-one_line_error "^error: eval: --checkpoint needs a value, not the option '--data'$" "$BIN" eval --checkpoint --data x.h5
-one_line_error "^error: attention: --output given twice ('a.h5', 'b.h5')$" \
+one_line_error 2 "^error: eval: --checkpoint needs a value, not the option '--data'$" "$BIN" eval --checkpoint --data x.h5
+one_line_error 2 "^error: attention: --output given twice ('a.h5', 'b.h5')$" \
     "$BIN" attention --checkpoint "$CK" --sentences 0 --output a.h5 --output b.h5
-one_line_error "^error: heads: --split given twice ('dev', 'train')$" \
+one_line_error 2 "^error: heads: --split given twice ('dev', 'train')$" \
     "$BIN" heads --checkpoint "$CK" --data synthetic --split dev --split train --output a.h5
-one_line_error "^error: average: --output given twice ('a.h5', 'b.h5')$" "$BIN" average --output a.h5 --output b.h5 "$CK" "$CK"
-one_line_error "^error: train: --dump-params needs a value, not the option '--resume'$" "$BIN" train --dump-params --resume
-one_line_error "^error: prepare: --byte-fallback '99' must be an integer from 0 to 1$" \
+one_line_error 2 "^error: average: --output given twice ('a.h5', 'b.h5')$" "$BIN" average --output a.h5 --output b.h5 "$CK" "$CK"
+one_line_error 2 "^error: train: --dump-params needs a value, not the option '--resume'$" "$BIN" train --dump-params --resume
+one_line_error 2 "^error: prepare: --byte-fallback '99' must be an integer from 0 to 1$" \
     "$BIN" prepare --out d.h5 --split train a b --byte-fallback 99
-one_line_error "^error: prepare: --jobs '4294967298' must be an integer from 0 to 4096$" \
+one_line_error 2 "^error: prepare: --jobs '4294967298' must be an integer from 0 to 4096$" \
     "$BIN" prepare --out d.h5 --split train a b --jobs 4294967298
-one_line_error "^error: prepare: --split needs 3 arguments" "$BIN" prepare --split train a --out d.h5
-one_line_error "^error: translate: --batch-size '99999999999' must be an integer from 1 to 1000000$" \
+one_line_error 2 "^error: prepare: --split needs 3 arguments" "$BIN" prepare --split train a --out d.h5
+one_line_error 2 "^error: translate: --batch-size '99999999999' must be an integer from 1 to 1000000$" \
     "$BIN" translate --checkpoint "$CK" --data synthetic --split dev --output o.txt --batch-size 99999999999
-one_line_error "^error: command line: key 'data': empty" "$BIN" params data=
+one_line_error 2 "^error: command line: key 'data': empty" "$BIN" params data=
 printf 'd_model = 6\0004\n' > "$tmp/nul.cfg"
-one_line_error "^error: $tmp/nul.cfg:1: a NUL byte in the line" "$BIN" params --config "$tmp/nul.cfg"
+one_line_error 2 "^error: $tmp/nul.cfg:1: a NUL byte in the line" "$BIN" params --config "$tmp/nul.cfg"
 [ -z "$(ls -A)" ] || fail "files written by refused commands: $(ls -A)"
 ) || exit 1
 # prepare's settings describe the dataset it writes, not the synthetic task:
@@ -136,7 +122,7 @@ ok "prepare max_len=10 is checked against its own data, not the synthetic task's
 # TMPDIR that is no directory: one line before MPI starts (Open MPI's own
 # report of it is some fifty lines)
 touch "$tmp/file"
-one_line_error "^error: TMPDIR=$tmp/file: not a directory" env TMPDIR="$tmp/file" "$BIN" eval --checkpoint "$CK" --data synthetic
+one_line_error 2 "^error: TMPDIR=$tmp/file: not a directory" env TMPDIR="$tmp/file" "$BIN" eval --checkpoint "$CK" --data synthetic
 
 # a missing dataset file says how to make it: input/prepare.sh NAME for a
 # dataset of input/prepare.sh (its file name), else where the datasets are.
@@ -144,11 +130,11 @@ one_line_error "^error: TMPDIR=$tmp/file: not a directory" env TMPDIR="$tmp/file
 # have prepared data/wmt14.h5), with a small model (no 63M-parameter init)
 small="n_layers=1 d_model=32 d_ff=64 n_heads=2 d_k=16 d_v=16 threads=1"
 mkdir -p "$tmp/empty"
-(cd "$tmp/empty" && one_line_error "^error: data/wmt14.h5: no such file (make it with: input/prepare.sh wmt14)$" \
+(cd "$tmp/empty" && one_line_error 2 "^error: data/wmt14.h5: no such file (make it with: input/prepare.sh wmt14)$" \
     "$BIN" train data=data/wmt14.h5 $small) || exit 1
-one_line_error "^error: $tmp/multi30k.h5: no such file (make it with: input/prepare.sh multi30k '' $tmp/multi30k.h5)$" \
+one_line_error 2 "^error: $tmp/multi30k.h5: no such file (make it with: input/prepare.sh multi30k '' $tmp/multi30k.h5)$" \
     "$BIN" train data="$tmp/multi30k.h5" $small
-one_line_error "^error: $tmp/mine.h5: no such file (make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md)$" \
+one_line_error 2 "^error: $tmp/mine.h5: no such file (make a dataset with input/prepare.sh NAME or transformer prepare: see docs/dataset.md)$" \
     "$BIN" train data="$tmp/mine.h5" $small
 # a max_len below the dataset's: pairs longer than it (source or target + 1)
 # are left out of training and of the dev evaluation, which dropped most of
@@ -194,4 +180,4 @@ for c in $cmds; do
     grep -q "usage: transformer $c" "$tmp/h" || fail "transformer $c --help prints no usage line"
     ok "transformer $c --help"
 done
-one_line_error "^error: unknown command 'trian'" "$BIN" trian
+one_line_error 2 "^error: unknown command 'trian'" "$BIN" trian

@@ -192,28 +192,21 @@ expect_error 2 "^error: PARALLEL='two': not a positive integer" env PARALLEL=two
 # the cluster settings the scripts count with, and CLUSTER_ENV: one line
 # each (not mpirun -n 0's one rank a slot, Open MPI's banner, bash's
 # "unbound variable" or "No such file"), nothing started or submitted
-one_line() {   # one_line PATTERN cmd...: exit 2 and stderr exactly one line, matching
-    local pat=$1 err rc; shift
-    err=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?
-    [ "$rc" -eq 2 ] && [ "$(grep -c . <<< "$err")" -eq 1 ] && grep -q -- "$pat" <<< "$err" ||
-        fail "'$*': exit $rc, expected 2 and one line matching '$pat': $err"
-    ok "'$*' -> exit 2: $err"
-}
-one_line "^error: LOCAL_RANKS='0': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
+one_line_error 2 "^error: LOCAL_RANKS='0': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
     env LOCAL_RANKS=0 jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
-one_line "^error: LOCAL_RANKS='abc': not a positive integer" env LOCAL_RANKS=abc jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
-one_line "^error: LOCAL_RANKS='2x': not a positive integer" env LOCAL_RANKS=2x TABLE3_DIR="$tmp/c3" jobs/run-local.sh table3 "$tmp/sw-lr"
+one_line_error 2 "^error: LOCAL_RANKS='abc': not a positive integer" env LOCAL_RANKS=abc jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
+one_line_error 2 "^error: LOCAL_RANKS='2x': not a positive integer" env LOCAL_RANKS=2x TABLE3_DIR="$tmp/c3" jobs/run-local.sh table3 "$tmp/sw-lr"
 [ ! -e "$tmp/lr0" ] && [ ! -e "$tmp/sw-lr/rows.txt" ] || fail "a refused LOCAL_RANKS started a run"
-one_line "^error: GPUS_PER_NODE='abc': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
+one_line_error 2 "^error: GPUS_PER_NODE='abc': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
     env PATH="$tmp/fakesb:$PATH" GPUS_PER_NODE=abc jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
-one_line "^error: NODES='0': not a positive integer" env PATH="$tmp/fakesb:$PATH" NODES=0 jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
-one_line "^error: $tmp/none.env: cannot read the cluster settings: no such file (CLUSTER_ENV)$" \
+one_line_error 2 "^error: NODES='0': not a positive integer" env PATH="$tmp/fakesb:$PATH" NODES=0 jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
+one_line_error 2 "^error: $tmp/none.env: cannot read the cluster settings: no such file (CLUSTER_ENV)$" \
     env CLUSTER_ENV="$tmp/none.env" jobs/run-local.sh train "$tmp/lr0" "$tmp/c3/r1.cfg"
-one_line "^error: $tmp: cannot read the cluster settings: not a regular file (CLUSTER_ENV)$" \
+one_line_error 2 "^error: $tmp: cannot read the cluster settings: not a regular file (CLUSTER_ENV)$" \
     env PATH="$tmp/fakesb:$PATH" CLUSTER_ENV="$tmp" jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
-one_line "^error: SIGNAL_LEAD='5m': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
+one_line_error 2 "^error: SIGNAL_LEAD='5m': not a positive integer (the environment or $TOP/jobs/cluster.env)$" \
     env PATH="$tmp/fakesb:$PATH" SIGNAL_LEAD=5m jobs/submit-train.sh "$tmp/run-g" "$tmp/c3/r1.cfg"
-one_line "^error: MAX_PARALLEL='0': not a positive integer" \
+one_line_error 2 "^error: MAX_PARALLEL='0': not a positive integer" \
     env PATH="$tmp/fakesb:$PATH" MAX_PARALLEL=0 TABLE3_DIR="$tmp/c3" jobs/submit-table3.sh "$tmp/sw-mp"
 [ ! -e "$tmp/lr0" ] && [ ! -e "$tmp/run-g" ] && [ ! -e "$tmp/sw-mp/rows.txt" ] || fail "a refused setting started or submitted a run"
 ok "LOCAL_RANKS, GPUS_PER_NODE, NODES, SIGNAL_LEAD, MAX_PARALLEL that are no positive integer and a missing CLUSTER_ENV: one line each, nothing run"
