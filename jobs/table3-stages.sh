@@ -670,6 +670,38 @@ table3_element() {
     esac
 }
 
+# The freeze of a first start (table3_prepare) is built and checked in a
+# hidden stage folder, SWEEP/.freeze.XXXXXX, then moved in place by one mv,
+# rows.txt last (it marks a complete freeze).  A SIGINT, SIGTERM or SIGHUP
+# during the checks removes the stage and ends the start by that signal:
+# nothing is frozen, and the same command starts afresh.  During the move it
+# waits (mv runs with them ignored) and is then taken as the caller takes
+# it, with the sweep frozen.  The caller's traps (jobs/lib.sh's TERM in
+# run-local.sh; none where this file is sourced alone) are put back after.
+T3_FREEZE_SIGNALS="INT TERM HUP"
+_T3_STAGE="" _T3_TRAPS="" _T3_CAUGHT=""
+_t3_traps_restore() {
+    # shellcheck disable=SC2086
+    trap - $T3_FREEZE_SIGNALS
+    eval "$_T3_TRAPS"
+}
+_t3_freeze_abort() {   # the trap during the checks: SIG
+    rm -rf "$_T3_STAGE"
+    trap - "$1"
+    kill -s "$1" "$BASHPID"
+    exit $((128 + $(kill -l "$1")))   # SIG ignored since this shell started
+}
+
+# table3_freeze_left SWEEP: the stage of an interrupted move that still holds
+# its rows.txt, if any (named by the refusal of configs/ without rows.txt)
+table3_freeze_left() {
+    local st
+    for st in "$1"/.freeze.*; do
+        [ -f "$st/rows.txt" ] && { echo "$st"; return 0; }
+    done
+    return 1
+}
+
 # table3_prepare SWEEP [ROW ...]: on first use, freeze TABLE3_DIR/*.cfg into
 # SWEEP/configs, the row order into SWEEP/rows.txt and the overrides into
 # SWEEP/sweep.env; then set SWEEP (absolute) and the array IDX to the 0-based
@@ -678,7 +710,8 @@ table3_element() {
 # names, the rows' layouts and (TABLE3_DATA_FROM=DIR, relative paths from
 # DIR) their datasets, and (TABLE3_CHECK_PARAMS, table3_check_params) their
 # configs with the overrides; a refused first start writes nothing but SWEEP itself, so the
-# corrected command starts the sweep afresh.  A frozen sweep runs the same
+# corrected command starts the sweep afresh; so does one interrupted before
+# its freeze is in place (SIGINT, SIGTERM, SIGHUP: see above).  A frozen sweep runs the same
 # checks on its frozen state, and refuses an override set to another value
 # (table3_same_overrides).
 table3_prepare() {
@@ -687,7 +720,11 @@ table3_prepare() {
     local dir=${TABLE3_DIR:-$TRANSFORMER_HOME/input/table3} c v stage fresh=""
     if [ ! -f "$SWEEP/rows.txt" ] && compgen -G "$SWEEP/configs/*.cfg" > /dev/null; then
         # the frozen configs record how the runs ran: never copied over
-        echo "error: $SWEEP: configs/ without rows.txt (its rows.txt lost, or not a sweep directory): restore rows.txt or use a new SWEEP_DIR" >&2
+        if stage=$(table3_freeze_left "$SWEEP"); then
+            echo "error: $SWEEP: configs/ without rows.txt, which is in $stage (a start stopped while it moved its freeze in place): move what $stage holds into $SWEEP, rows.txt last, remove it and start again" >&2
+        else
+            echo "error: $SWEEP: configs/ without rows.txt (its rows.txt lost, or not a sweep directory): restore rows.txt or use a new SWEEP_DIR" >&2
+        fi
         exit 2
     fi
     if [ ! -f "$SWEEP/rows.txt" ]; then
@@ -701,8 +738,13 @@ table3_prepare() {
             echo "error: SEEDS=$SEEDS: no base.cfg among the row configs ($dir)" >&2; exit 2
         fi
         # the frozen state is built in a hidden folder of SWEEP and checked
-        # in a subshell (whose refusals exit it with 2); only then moved in
+        # in a subshell (whose refusals exit it with 2); only then moved in.
+        # Interrupted before the move, the start leaves nothing (see above)
+        # shellcheck disable=SC2086
+        _T3_TRAPS=$(trap -p $T3_FREEZE_SIGNALS) _T3_STAGE="" _T3_CAUGHT=""
+        for v in $T3_FREEZE_SIGNALS; do trap "_t3_freeze_abort $v" "$v"; done
         stage=$(mktemp -d "$SWEEP/.freeze.XXXXXX") || { echo "error: $SWEEP: cannot write the sweep directory" >&2; exit 2; }
+        _T3_STAGE=$stage
         if ! (
             mkdir "$stage/configs" && cp "${cfgs[@]}" "$stage/configs/" ||
                 { echo "error: $SWEEP: cannot copy the row configs of $dir into it" >&2; exit 2; }
@@ -720,10 +762,26 @@ table3_prepare() {
             rm -rf "$stage"
             exit 2
         fi
-        # rows.txt last: it marks a complete freeze
-        mkdir -p "$SWEEP/configs" && mv "$stage"/configs/*.cfg "$SWEEP/configs/" &&
-            mv "$stage/sweep.env" "$SWEEP/sweep.env" && mv "$stage/rows.txt" "$SWEEP/rows.txt" &&
-            rm -rf "$stage" || { echo "error: $SWEEP: cannot freeze the sweep (from $stage)" >&2; exit 2; }
+        # one mv, rows.txt last (it marks a complete freeze), with the
+        # signals ignored: one that comes now is recorded and taken after it
+        for v in $T3_FREEZE_SIGNALS; do trap "_T3_CAUGHT=$v" "$v"; done
+        if ! (
+            # shellcheck disable=SC2086
+            trap '' $T3_FREEZE_SIGNALS
+            # configs/ by one rename where SWEEP has none (or an empty one)
+            if rmdir "$SWEEP/configs" 2>/dev/null || [ ! -e "$SWEEP/configs" ]; then
+                exec mv "$stage/configs" "$stage/sweep.env" "$stage/rows.txt" "$SWEEP/"
+            fi
+            # a configs/ that holds other files (*.cfg ones are refused above)
+            mv "$stage"/configs/*.cfg "$SWEEP/configs/" && exec mv "$stage/sweep.env" "$stage/rows.txt" "$SWEEP/"
+        ); then
+            _t3_traps_restore
+            echo "error: $SWEEP: cannot freeze the sweep (from $stage)" >&2; exit 2
+        fi
+        rm -rf "$stage"
+        _T3_STAGE=""
+        _t3_traps_restore
+        if [ -n "$_T3_CAUGHT" ]; then kill -s "$_T3_CAUGHT" "$BASHPID"; fi
     fi
     mapfile -t ROWS < "$SWEEP/rows.txt"
     table3_select "$SWEEP/rows.txt" "$@"

@@ -8,6 +8,8 @@
 #      refused before it runs or is submitted;
 #      a refused first start (DATA, a row name, seeds.txt, a layout) freezes
 #      nothing, and the corrected command starts the sweep;
+#      a first start stopped during its checks (SIGINT, SIGTERM) leaves
+#      nothing, not even its stage SWEEP/.freeze.*, and the next one starts;
 #      a config or override that `transformer params` refuses is refused in
 #      one line before sbatch is called or the sweep is frozen;
 #   2. jobs/run-local.sh table3 reports the error of the latest run of a row,
@@ -137,6 +139,71 @@ printf 'r1 2\n' > "$tmp/cseeds/seeds.txt"
 TABLE3_DIR=$tmp/cseeds prepare "$tmp/sw-seeds" r1 || fail "the corrected start after a bad seeds.txt was refused"
 [ "$(LC_ALL=C sort "$tmp/sw-seeds/rows.txt" | tr '\n' ' ')" = "r1 r1-seed2 r2 " ] || fail "rows.txt: $(cat "$tmp/sw-seeds/rows.txt")"
 ok "a refused first start (DATA, row name, seeds.txt) freezes nothing; the corrected command starts the sweep"
+
+# a first start interrupted during its checks (here in its `transformer
+# params --config` of a row) leaves nothing behind: no configs/, rows.txt, sweep.env,
+# nor its hidden stage SWEEP/.freeze.*; the next start works.  The start
+# runs in its own process group (setsid; its shell's pid is the group's):
+# Ctrl-C (SIGINT to the group; perl undoes a SIGINT ignored by a background
+# caller) at run-local.sh, SIGTERM to the group (scancel, kill -- -PGID) at
+# submit-table3.sh, SIGTERM to the start's shell alone, whose checks go on
+mkdir -p "$tmp/stopbin"
+cat > "$tmp/stopbin/transformer" <<'STOP'
+#!/bin/sh
+if [ "$1 $2" = "params --config" ] && [ -n "${T3_STOP:-}" ]; then
+    read -r _ _ _ _ pg _ < /proc/$$/stat
+    case $T3_STOP in
+        *-shell) kill -s "${T3_STOP%-shell}" "$pg" ;;
+        *) kill -s "$T3_STOP" -- "-$pg"; sleep 5; exit 1 ;;
+    esac
+fi
+exec "$REAL_BIN" "$@"
+STOP
+chmod +x "$tmp/stopbin/transformer"
+stopped() {   # stopped SIG SWEEP cmd...: the start in its own group, stopped by SIG
+    local sig=$1 sw=$2 rc; shift 2
+    # (the braces: without bash's "Terminated" for it)
+    { setsid -w perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "$ARGV[0]: $!\n"' \
+        env PATH="$tmp/fakesb:$PATH" REAL_BIN="$BIN" BIN="$tmp/stopbin/transformer" T3_STOP="$sig" \
+        TABLE3_DIR="$tmp/configs" "$@" > "$tmp/stopped.log" 2>&1; } 2>/dev/null && rc=0 || rc=$?
+    [ "$rc" -ne 0 ] || fail "T3_STOP=$sig: the start was not stopped: $(cat "$tmp/stopped.log")"
+    [ -z "$(find "$sw" -mindepth 1 -maxdepth 1 ! -name logs)" ] || fail "T3_STOP=$sig: a stopped start left: $(ls -A "$sw")"
+    TABLE3_DIR=$tmp/configs STEPS=2 prepare "$sw" || fail "T3_STOP=$sig: the next start was refused"
+    [ -f "$sw/rows.txt" ] && ! compgen -G "$sw/.freeze.*" > /dev/null || fail "T3_STOP=$sig: the next start: $(ls -A "$sw")"
+    ok "T3_STOP=$sig: stopped (exit $rc), nothing left in $sw; the next start froze it"
+}
+stopped INT "$tmp/sw-int" jobs/run-local.sh table3 "$tmp/sw-int"
+stopped TERM "$tmp/sw-term" jobs/submit-table3.sh "$tmp/sw-term"
+stopped TERM-shell "$tmp/sw-term1" TABLE3_CHECK_PARAMS=all \
+    bash -c '. jobs/lib.sh; . jobs/table3-stages.sh; table3_prepare "$@"' - "$tmp/sw-term1"
+! grep -q sw-term "$tmp/sbatch.calls" || fail "a stopped start submitted: $(grep sw-term "$tmp/sbatch.calls")"
+# a signal while the freeze is moved in place (here from mv itself, to
+# the group) waits for the move: the sweep is frozen whole, then the start
+# ends by it
+mkdir -p "$tmp/stopmv"
+printf '#!/bin/sh\nread -r _ _ _ _ pg _ < /proc/$$/stat\nkill -s TERM -- "-$pg"\nexec %s "$@"\n' "$(command -v mv)" > "$tmp/stopmv/mv"
+chmod +x "$tmp/stopmv/mv"
+{ setsid -w env PATH="$tmp/stopmv:$PATH" TABLE3_DIR="$tmp/configs" "${PREP[@]}" "$tmp/sw-mv" > "$tmp/stopped.log" 2>&1; } 2>/dev/null && rc=0 || rc=$?
+[ "$rc" -eq 143 ] || fail "a start stopped during its move: exit $rc, expected 143 (SIGTERM): $(cat "$tmp/stopped.log")"
+[ -f "$tmp/sw-mv/rows.txt" ] && [ -f "$tmp/sw-mv/sweep.env" ] && [ -f "$tmp/sw-mv/configs/r2.cfg" ] &&
+    ! compgen -G "$tmp/sw-mv/.freeze.*" > /dev/null || fail "a start stopped during its move: $(ls -AR "$tmp/sw-mv")"
+prepare "$tmp/sw-mv" || fail "the sweep frozen by a start stopped during its move was refused"
+# the caller's traps are its own again after a start (run-local.sh's TERM)
+TABLE3_DIR=$tmp/configs bash -c '. jobs/table3-stages.sh; trap "echo caller" TERM; t=$(trap -p)
+    table3_prepare "$@"; [ "$(trap -p)" = "$t" ] || { echo "traps after the start: $(trap -p)"; exit 1; }' - "$tmp/sw-traps" ||
+    fail "table3_prepare did not put the caller's traps back"
+# a move stopped before rows.txt (SIGKILL): the refusal names the stage
+# that holds it, and the move finished by hand starts the sweep
+st=$tmp/sw-half/.freeze.AbC123
+mkdir -p "$tmp/sw-half/configs" "$st"
+cp "$tmp/configs/r1.cfg" "$tmp/configs/r2.cfg" "$tmp/sw-half/configs/"
+printf 'r1\nr2\n' > "$st/rows.txt"
+cp "$tmp/sw-traps/sweep.env" "$st/"
+one_line_error 2 "^error: $tmp/sw-half: configs/ without rows.txt, which is in $st (.*): move what $st holds into $tmp/sw-half, rows.txt last, remove it and start again$" \
+    env TABLE3_DIR="$tmp/configs" "${PREP[@]}" "$tmp/sw-half"
+mv "$st/sweep.env" "$st/rows.txt" "$tmp/sw-half/" && rmdir "$st"
+prepare "$tmp/sw-half" || fail "the sweep whose move was finished by hand was refused"
+ok "a first start stopped during its checks (Ctrl-C, SIGTERM to its group or its shell) leaves nothing, during its move freezes whole; traps put back; a half-moved freeze is named"
 
 # ---- 2: run-local.sh reports the latest run's error ------------------------
 printf 'row = bad\nn_layers = 1\nd_modle = 16\n' > "$tmp/configs/bad.cfg"
