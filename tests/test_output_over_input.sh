@@ -125,7 +125,7 @@ misplaced() {
     local out=$1; shift
     local why=" is a directory: give a file name"
     [ -d "$out" ] || why=": no such directory ${out%/*}"
-    expect_error 2 "^error: $out: --[a-z-]* of [a-z]*$why$" "$@"
+    one_line_error 2 "^error: $out: --[a-z-]* of [a-z]*$why$" "$@"
 }
 # every_output CHECK O: CHECK O COMMAND... for each output option of every
 # command, with O as that output
@@ -162,7 +162,7 @@ notreg() {
         out.link) why="is a symbolic link (to target.txt): give the file it names, or another name" ;;
         dangling.link) why="is a symbolic link (to nowhere): give the file it names, or another name" ;;
     esac
-    expect_error 2 "^error: $out: --[a-z-]* of [a-z]* $why$" "$@"
+    one_line_error 2 "^error: $out: --[a-z-]* of [a-z]* $why$" "$@"
 }
 for o in "${odd[@]}"; do every_output notreg $o; done
 [ -p fifo ] && [ -L out.link ] && [ -L dangling.link ] && [ "$(cat target.txt)" = kept ] ||
