@@ -15,6 +15,7 @@
 #include "dataset.h"
 #include "dist.h"
 #include "h5io.h"
+#include "run_files.h"
 #include "greedy.h"
 #include "synthetic.h"
 #include "util.h"
@@ -210,7 +211,7 @@ void attention_probe_write(Model *m, const Corpus *dev, const char *data, const 
     vocab_build(&v, m->cfg.vocab_size, pieces);
     if (dv.pieces) dataset_vocab_free(&dv);
     char path[4200], grp[32];
-    snprintf(path, sizeof path, "%s/attention_probe.h5", run_dir);
+    snprintf(path, sizeof path, "%s/" RUN_FILE_PROBE, run_dir);
     snprintf(grp, sizeof grp, "step_%08d", step);
     /* rewritten whole and renamed into place (h5io.h) */
     char msg[4400];

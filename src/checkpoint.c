@@ -20,6 +20,7 @@
 #include "corpus.h"
 #include "dataset.h"
 #include "h5io.h"
+#include "run_files.h"
 #include "util.h"
 
 /* --------------------------------------------------------------- writing */
@@ -427,7 +428,7 @@ static int is_ckpt_name(const char *name, int64_t *step)
  * one of them moved aside as NAME.bad or NAME.bad.N (resume.c, h5io_open_log) */
 static int is_run_file(const char *name)
 {
-    static const char *const OWN[] = { "best.h5", "metrics.h5", "attention_probe.h5", ".lock" };
+    static const char *const OWN[] = { RUN_FILE_BEST, RUN_FILE_METRICS, RUN_FILE_PROBE, RUN_FILE_LOCK };
     char base[256];
     size_t n = strlen(name);
     if (n >= sizeof base) return 0;
@@ -575,7 +576,7 @@ CkptWriter *checkpoint_writer_create(const ParamTable *pt, const Config *c)
 static void link_best(const CkptWriter *w, const char *path)
 {
     char best[CFG_STR + 16], tmp[CFG_STR + 24];
-    snprintf(best, sizeof best, "%s/best.h5", w->run_dir);
+    snprintf(best, sizeof best, "%s/" RUN_FILE_BEST, w->run_dir);
     snprintf(tmp, sizeof tmp, "%s/.best.h5.tmp", w->run_dir);
     unlink(tmp);
     if (link(path, tmp) || rename(tmp, best)) {

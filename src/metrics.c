@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "h5io.h"
+#include "run_files.h"
 #include "util.h"
 
 #define MAXCOL 6
@@ -165,7 +166,7 @@ Metrics *metrics_open(const char *run_dir, long keep_upto)
 {
     h5io_init();
     Metrics *m = xcalloc(1, sizeof *m);
-    snprintf(m->path, sizeof m->path, "%s/metrics.h5", run_dir);
+    snprintf(m->path, sizeof m->path, "%s/" RUN_FILE_METRICS, run_dir);
     m->train = (Table){ "train", 6, { "step", "loss", "lr", "tokens_per_s", "elapsed_s", "tokens" },
                         { 1, 0, 0, 0, 0, 0 }, NULL, 0, 0, 0, -1 };
     m->dev = (Table){ "dev", 5, { "step", "loss", "ppl", "tokens", "elapsed_s" }, { 1, 0, 0, 1, 0 }, NULL, 0, 0, 0, -1 };

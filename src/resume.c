@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "run_files.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ preemption */
@@ -244,7 +245,7 @@ static int held_elsewhere(int fd, char *who, size_t cap)
 static int lock_run_dir(const char *run_dir, int lock_wait)
 {
     char path[CFG_STR + 16], who[64] = "";
-    snprintf(path, sizeof path, "%s/.lock", run_dir);
+    snprintf(path, sizeof path, "%s/" RUN_FILE_LOCK, run_dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) die(2, "%s: cannot create the run directory lock: %s", path, strerror(errno));
     double t0 = now_seconds();
