@@ -39,12 +39,18 @@ typedef struct Corpus {
 
 static inline int corpus_src_len(const Corpus *c, int i) { return (int)(c->src_off[i + 1] - c->src_off[i]); }
 static inline int corpus_tgt_len(const Corpus *c, int i) { return (int)(c->tgt_off[i + 1] - c->tgt_off[i]); }
-/* pairs of c longer than max_len (source or target plus EOS), which the
- * batches and the dev evaluations leave out (train and eval say so) */
+/* pair i fits lim positions: its source plus EOS and its target plus BOS
+ * (or EOS) each; the batches leave out the pairs that do not (batcher.c) */
+static inline int corpus_pair_fits(const Corpus *c, int i, int lim)
+{
+    return corpus_src_len(c, i) + 1 <= lim && corpus_tgt_len(c, i) + 1 <= lim;
+}
+/* pairs of c that do not fit max_len, which the batches and the dev
+ * evaluations leave out (train and eval say so) */
 static inline int corpus_count_longer(const Corpus *c, int max_len)
 {
     int n = 0;
-    for (int i = 0; i < c->n; i++) n += corpus_src_len(c, i) + 1 > max_len || corpus_tgt_len(c, i) + 1 > max_len;
+    for (int i = 0; i < c->n; i++) n += !corpus_pair_fits(c, i, max_len);
     return n;
 }
 /* id k of the concatenated source (target) ids, whatever their width */

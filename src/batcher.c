@@ -22,15 +22,14 @@ int batchplan_build(BatchPlan *bp, const Corpus *c, int max_tokens, int max_len,
     memset(bp, 0, sizeof *bp);
     bp->seed = seed;
     bp->perm_epoch = -1;
-    /* a pair needs its length + 1 positions (EOS on the source, BOS/EOS on
-     * the target); pairs that do not fit max_len (or alone exceed the token
-     * budget) are left out of the plan */
+    /* pairs that do not fit max_len (or alone exceed the token budget) are
+     * left out of the plan */
     int lim = max_len < max_tokens ? max_len : max_tokens;
     int n = 0;
     SortKey *key = xmalloc(sizeof(SortKey) * (c->n ? c->n : 1));
     for (int i = 0; i < c->n; i++) {
         int s = corpus_src_len(c, i) + 1, t = corpus_tgt_len(c, i) + 1;
-        if (s <= lim && t <= lim) key[n++] = (SortKey){ (uint64_t)t << 32 | (uint32_t)s, i };
+        if (corpus_pair_fits(c, i, lim)) key[n++] = (SortKey){ (uint64_t)t << 32 | (uint32_t)s, i };
     }
     if (n == 0) { free(key); return -1; }
     qsort(key, n, sizeof(SortKey), by_key);
