@@ -563,9 +563,11 @@ int config_loss_scaling(const Config *c)
 
 /* 1 if key k has no effect on a run of a or of b: the synthetic task's
  * keys with a dataset, the loss-scaling keys without loss scaling, eq. 3's
- * factor where lr_peak sets the rate */
+ * factor where lr_peak sets the rate, and train_steps on what the steps
+ * compute unless a linear or cosine decay ends at it */
 static int key_unused(const KeyDesc *k, const Config *a, const Config *b)
 {
+    if (!strcmp(k->key, "train_steps")) return a->lr_decay == LR_DECAY_RSQRT && b->lr_decay == LR_DECAY_RSQRT;
     if (!strncmp(k->key, "synth_", 6) || !strcmp(k->key, "task"))
         return strcmp(a->data, DATA_SYNTHETIC) && strcmp(b->data, DATA_SYNTHETIC);
     if (!strncmp(k->key, "loss_scale", 10)) return !config_loss_scaling(a) && !config_loss_scaling(b);
@@ -594,10 +596,8 @@ int config_setting_changes(const Config *old, const Config *now, char *msg, int 
     msg[0] = '\0';
     for (int i = 0; i < NKEYS; i++) {
         const KeyDesc *k = &KEYS[i];
-        int unsaid = k->resume != SAID || key_unused(k, old, now);   /* ARCH: refused apart */
-        if (!strcmp(k->key, "train_steps"))   /* the end of a linear or cosine decay */
-            unsaid = old->lr_decay == LR_DECAY_RSQRT && now->lr_decay == LR_DECAY_RSQRT;
-        if (unsaid || key_equal(k, old, now)) continue;
+        /* ARCH: refused apart (config_arch_mismatch) */
+        if (k->resume != SAID || key_unused(k, old, now) || key_equal(k, old, now)) continue;
         char va[128], vb[128];
         key_value(k, old, 0, va, sizeof va);
         key_value(k, now, 0, vb, sizeof vb);
