@@ -302,6 +302,17 @@ int rundir_saved_max_tokens(TrainRun *r, char *from, size_t cap)
     return v;
 }
 
+/* the checkpoint's dataset (path old) is the one the run trains on now
+ * (path cur): the same file, or, where old is relative to a working
+ * directory the run no longer starts in, a dataset with the same vocabulary
+ * fingerprint and the same batch plan (the composition of every batch), so
+ * that a resume from another directory is not said to change the data */
+static int same_dataset(const CkptState *st, const CkptState *now, const char *old, const char *cur)
+{
+    if (cli_same_file(old, cur)) return 1;
+    return old[0] != '/' && st->vocab_hash && st->vocab_hash == now->vocab_hash && st->plan_hash == now->plan_hash;
+}
+
 /* rank 0, resuming from used (state st, config ck): one warning line naming
  * what makes the run differ from an uninterrupted one bitwise (seed, ranks,
  * update_freq, the batch plan), and one naming the other settings changed
@@ -328,7 +339,7 @@ static void warn_resume_changes(const TrainRun *r, const CkptState *st, const Co
     *old = *ck;
     old->seed = r->cfg.seed;   /* said above */
     old->update_freq = r->cfg.update_freq;
-    if (cli_same_file(old->data, r->cfg.data)) memcpy(old->data, r->cfg.data, sizeof old->data);
+    if (same_dataset(st, &now, old->data, r->cfg.data)) memcpy(old->data, r->cfg.data, sizeof old->data);
     char changed[2048];
     if (config_setting_changes(old, &r->cfg, changed, sizeof changed))
         fprintf(stderr, "warning: %s: settings differ from the checkpoint's; the run continues with the new ones: %s\n",

@@ -171,8 +171,21 @@ text_corpus 200 7 $W/tr.en $W/tr.de
 (cd $W && $BIN prepare --out d.h5 --split train tr.en tr.de --split dev tr.en tr.de vocab_size=400 --jobs 1 > /dev/null 2>&1 &&
     $BIN train data=d.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 threads=1 train_steps=2 \
         run_dir=dd > /dev/null 2>&1) || fail "a run on a prepared dataset"
+cp -r $W/dd $W/dd-other && cp -r $W/dd $W/dd-plan   # checkpoints naming data=d.h5
 (cd $W && $BIN train data=$W/d.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 threads=1 train_steps=3 \
     run_dir=$W/dd) > $W/dd.log 2>&1 || fail "resume with the dataset's absolute path: $(tail -2 $W/dd.log)"
 grep -q "^resume: " $W/dd.log && ! grep -q '^warning' $W/dd.log \
     || fail "the same dataset by another path said as a change: $(grep '^warning' $W/dd.log)"
 ok "the same dataset by a relative and an absolute path: resumed without a warning"
+# from another directory, the checkpoint's relative path names no file (or
+# another one): the same dataset is still no change; one with another batch
+# plan (max_tokens changed) is said
+(cd / && $BIN train data=$W/d.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 threads=1 train_steps=3 \
+    run_dir=$W/dd-other) > $W/dd2.log 2>&1 || fail "resume from another directory: $(tail -2 $W/dd2.log)"
+grep -q "^resume: " $W/dd2.log && ! grep -q '^warning' $W/dd2.log \
+    || fail "the same dataset from another directory said as a change: $(grep '^warning' $W/dd2.log)"
+(cd / && $BIN train data=$W/d.h5 vocab_size=400 n_layers=1 d_model=16 d_ff=32 n_heads=2 d_k=8 d_v=8 threads=1 train_steps=3 \
+    max_tokens=100 run_dir=$W/dd-plan) > $W/dd3.log 2>&1 || fail "resume with another batch plan: $(tail -2 $W/dd3.log)"
+grep -q "^warning: .*settings differ.*data 'd.h5'->'$W/d.h5'" $W/dd3.log \
+    || fail "another batch plan from another directory: data not said: $(grep '^warning' $W/dd3.log)"
+ok "the same dataset from another directory: no warning; with another batch plan, data said"
