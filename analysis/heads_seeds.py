@@ -128,13 +128,14 @@ def main(argv):
     runs = [(p,) + load_curves(p) for p in a.heads]
     check_levels(runs)
     split = "/".join(sorted({s for *_, s in runs}))
-    # both outputs' names checked before the figure is written
+    # both outputs' names checked, and the table built, before the figure is written
     check_outputs(figure_paths(a.out + "_seeds") + [a.out + "_seeds.md"])
-    out = plot(runs, a.out, split)
     md = (f"Safe pruning fraction: the largest share of the curve's heads pruned, least important first, "
           f"at which BLEU on {split} (and at every smaller share) is less than 1 below the unpruned "
           f"model's: by the estimate / by the lower end of the paired bootstrap's 95% interval.\n\n")
-    write_atomic(a.out + "_seeds.md", md + table(runs, labels))
+    md += table(runs, labels)
+    out = plot(runs, a.out, split)
+    write_atomic(a.out + "_seeds.md", md)
     for p in out + [a.out + "_seeds.md"]:
         print(p)
     return 0

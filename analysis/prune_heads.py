@@ -41,7 +41,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, h5_atomic, int_at_least, main_wrapper, open_h5  # noqa: E402
+from common import ArgumentParser, AnalysisError, attr_str, check_output, h5_atomic, int_at_least, main_wrapper, open_h5  # noqa: E402
 
 KINDS = ("enc", "dec_self", "cross")
 
@@ -263,6 +263,7 @@ def main(argv):
     if a.levels < 2 or a.random_orders < 0 or a.min_per_layer < 0:
         raise AnalysisError("arguments", "--levels must be >= 2, --random-orders and --min-per-layer >= 0")
     attrs, imp = read_heads(a.heads, "importance_norm" if a.score == "norm" else "importance")
+    check_output(a.heads)   # the curves go into it at the end: a bad name is refused before they run
     if attrs["split"] == a.split:
         raise AnalysisError(a.heads, f"importance was estimated on split '{a.split}', the split the curves would be "
                                      "scored on: estimate it on another (transformer heads --split train) "

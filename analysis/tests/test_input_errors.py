@@ -233,6 +233,18 @@ def several_outputs(case, top):
     if case == "table3_pilot":
         result_file(top)
         return "table3_pilot.py", [top], [top / f"pilot.{e}" for e in ("md", "png", "pdf")]
+    if case in ("attention-stats", "attention-evolution"):
+        run = top / "run"   # a trained run's probe, and a maps file of its checkpoint
+        transformer("train", f"run_dir={run}", *[f"{k}={v}" for k, v in TINY.items()],
+                    "train_steps=10", "attn_steps=5", "ckpt_steps=10", "eval_steps=0")
+        if case == "attention-evolution":
+            return ("attention.py", ["evolution", run / "attention_probe.h5", "--out", top / "ev"],
+                    [top / f"ev.{e}" for e in ("csv", "png", "pdf")])
+        maps = top / "maps.h5"
+        transformer("attention", "--checkpoint", str(run / "ckpt_00000010.h5"), "--data", "synthetic",
+                    "--sentences", "0-1", "--output", str(maps), "--greedy")
+        return ("attention.py", ["stats", maps, "--out", top / "st"],
+                [top / f"st.{e}" for e in ("md", "csv", "png", "pdf")])
     if case == "attention-compare":
         s = top / "s"
         shutil.copytree(CONV, s, ignore=shutil.ignore_patterns("table3*"))
@@ -250,6 +262,7 @@ def several_outputs(case, top):
 @pytest.mark.parametrize("case,kind", [
     ("table3", "link"), ("table3-plot", "fifo"), ("heads-all", "fifo"), ("heads-heatmap", "fifo"),
     ("heads_seeds", "link"), ("curves", "fifo"), ("table3_pilot", "link"), ("attention-compare", "link"),
+    ("attention-stats", "fifo"), ("attention-evolution", "link"),
     ("table3_conv_configs", "fifo"),
 ])
 def test_a_bad_last_output_is_refused_before_the_first_write(tmp_path, case, kind):
@@ -344,6 +357,15 @@ def test_prune_heads_checks_its_commands_first(tmp_path):
         one_line(script("prune_heads.py", f, *args, expect=2), named)
     usage_error("prune_heads.py", f, "--bin", exe, "--seed", "-1", option="--seed")
     assert snapshot(f) == before
+    # the heads file is also the output: as a symbolic link it is refused
+    # before the first curve runs (a --bin that leaves a mark when called)
+    mark, fake = tmp_path / "called", tmp_path / "fake-bin"
+    fake.write_text(f"#!/bin/sh\ntouch {mark}\nexit 1\n")
+    fake.chmod(0o755)
+    link = tmp_path / "link.h5"
+    link.symlink_to(f)
+    one_line(script("prune_heads.py", link, "--bin", fake, expect=2), link, "symbolic link")
+    assert not mark.exists() and snapshot(f) == before
 
 
 # the exports (.venv-hf): a checkpoint of two steps and its dataset
