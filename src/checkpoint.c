@@ -426,6 +426,22 @@ static int is_ckpt_name(const char *name, int64_t *step)
 
 /* a name training reads or writes in a run directory (checkpoint.h), or
  * one of them moved aside as NAME.bad or NAME.bad.N (resume.c, h5io_open_log) */
+/* NAME.bad and NAME.bad.N (file_move_aside's names for a file moved
+ * aside) cut to NAME; any other name left as it is */
+static void cut_moved_aside_suffix(char *name)
+{
+    char *bad = strstr(name, ".bad");
+    if (!bad) return;
+    const char *tail = bad + strlen(".bad");
+    if (*tail == '.') {   /* .bad.N: N is one or more digits */
+        tail++;
+        if (!*tail || strspn(tail, "0123456789") != strlen(tail)) return;
+    } else if (*tail) {
+        return;
+    }
+    *bad = '\0';
+}
+
 static int is_run_file(const char *name)
 {
     static const char *const OWN[] = { RUN_FILE_BEST, RUN_FILE_METRICS, RUN_FILE_PROBE, RUN_FILE_LOCK };
@@ -433,8 +449,7 @@ static int is_run_file(const char *name)
     size_t n = strlen(name);
     if (n >= sizeof base) return 0;
     memcpy(base, name, n + 1);
-    char *bad = strstr(base, ".bad");   /* NAME.bad, NAME.bad.1, ... (file_move_aside) */
-    if (bad && (!bad[4] || (bad[4] == '.' && bad[5] && strspn(bad + 5, "0123456789") == strlen(bad + 5)))) *bad = '\0';
+    cut_moved_aside_suffix(base);
     int64_t step;
     if (is_ckpt_name(base, &step)) return 1;
     for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)
@@ -446,7 +461,7 @@ int checkpoint_check_run_output(const char *opt, const char *out, const char *ru
 {
     char dir[4096];
     const char *name = cli_path_dir(out, dir, sizeof dir);
-    if (run_dir[0] && is_run_file(name) && cli_same_file(dir, run_dir)) {
+    if (is_run_file(name) && cli_in_dir(out, run_dir)) {
         fprintf(stderr, "error: %s: %s is a file of the run directory %s: choose another name\n", out, opt, run_dir);
         return 2;
     }

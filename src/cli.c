@@ -107,6 +107,13 @@ int cli_same_file(const char *a, const char *b)
     return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+int cli_in_dir(const char *path, const char *dir)
+{
+    char d[4096];
+    cli_path_dir(path, d, sizeof d);
+    return dir[0] && cli_same_file(d, dir);
+}
+
 /* the output can be placed where it is asked: not over a directory, and
  * in a directory that exists (else the command would find out only at its
  * rename, after all its work) */

@@ -56,6 +56,9 @@ int cli_check_output(const char *cmd, const char *opt, const char *out, const ch
 const char *cli_path_dir(const char *path, char *dir, size_t n);
 /* a and b exist and are the same file (device and inode) */
 int cli_same_file(const char *a, const char *b);
+/* path lies in the directory dir (dir non-empty and path's directory the
+ * same directory, by whatever path) */
+int cli_in_dir(const char *path, const char *dir);
 /* Two outputs of one command are two files, existing or not (`translate
  * --output o.txt --reference o.txt` wrote the references over the
  * translations, and their BLEU was 100).  NULL paths pass.  0, or 2 after

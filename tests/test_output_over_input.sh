@@ -115,6 +115,11 @@ done
 for k in 1 2; do
     "$BIN" average --output runA/avg.h5 --last 1 runA > avg.log 2>&1 || fail "average into the run directory ($k): $(cat avg.log)"
 done
+# names that only look like a moved-aside file are the user's
+for o in runA/metrics.h5.bad. runA/metrics.h5.bad.1x runA/best.h5.badge; do
+    "$BIN" average --output $o --last 1 runA > avg.log 2>&1 || fail "average --output $o refused: $(cat avg.log)"
+    rm -f $o
+done
 ok "average --output over a checkpoint, metrics.h5, best.h5, a new ckpt_*.h5 or a .bad(.N) of the run directory it reads refused; RUN/avg.h5 written and rewritten"
 ok "prepare, translate (--output, --reference), attention, heads, average, train --dump-params: an output over an input refused, inputs unchanged"
 

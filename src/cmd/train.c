@@ -298,9 +298,7 @@ static void set_update_freq(Config *c, const Dist *D)
  * slurm-<id>.out, avg5.h5), none of them a raw parameter dump */
 static int exists_in_run_dir(const char *out, const char *run_dir)
 {
-    char dir[4096];
-    cli_path_dir(out, dir, sizeof dir);
-    if (!run_dir[0] || access(out, F_OK) || !cli_same_file(dir, run_dir)) return 0;
+    if (access(out, F_OK) || !cli_in_dir(out, run_dir)) return 0;
     fprintf(stderr, "error: %s: --dump-params is a file of the run directory %s: choose another name\n", out, run_dir);
     return 2;
 }
