@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ArgumentParser, AnalysisError, main_wrapper, make_public, temp_dir_beside, umask  # noqa: E402
 from hf_export import check_vocab, hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
+import hf_marian as hm  # noqa: E402
 
 
 def ctranslate2_specs():
@@ -118,6 +119,7 @@ def build_spec(cfg, params, pieces):
 def export(args):
     cfg, _, attrs, params = read_checkpoint(args.checkpoint)
     check_model(args.checkpoint, cfg)
+    params = hm.apply_head_mask(args.checkpoint, cfg, params)   # CTranslate2 has no head gates
     pieces, spm, lengths = read_vocab(args.data)
     check_vocab(args.data, cfg, attrs, pieces)
     if os.path.exists(args.out_dir) and (not os.path.isdir(args.out_dir) or os.listdir(args.out_dir)):

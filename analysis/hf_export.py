@@ -216,6 +216,7 @@ def check_inputs(args):
     cfg, text, attrs, params = read_checkpoint(args.checkpoint)
     check_architecture(args.checkpoint, cfg)
     check_finite(args.checkpoint, cfg)
+    params = hm.apply_head_mask(args.checkpoint, cfg, params)   # Marian has no head gates
     pieces, spm, lengths = read_vocab(args.data)
     check_vocab(args.data, cfg, attrs, pieces)
     for piece, i in hm.SPECIAL.items():

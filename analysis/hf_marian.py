@@ -113,6 +113,46 @@ def check_shapes(where, cfg, params):
             raise AnalysisError(where, f"params/{ours} has shape {list(got)}, its config says {list(want)}")
 
 
+# mask_heads' kinds (docs/attention.md) and the attention block of each
+HEAD_BLOCKS = {"enc": "encoder/layer_{:02d}/self_attention", "dec_self": "decoder/layer_{:02d}/self_attention",
+               "cross": "decoder/layer_{:02d}/cross_attention"}
+
+
+def _indices(text, n):
+    """'*': all of range(n); a number below n: it; else None (src/head_mask.c)."""
+    if text == "*":
+        return range(n)
+    return [int(text)] if text.isdigit() and int(text) < n else None
+
+
+def masked_heads(where, cfg):
+    """{(kind, layer, head)} that the config key mask_heads masks."""
+    from common import AnalysisError
+
+    spec, N, H = cfg.get("mask_heads", "").strip(), int(cfg["n_layers"]), int(cfg["n_heads"])
+    out = set()
+    for e in spec.split(",") if spec else []:
+        kind, layer, heads = e.split(":") if e.count(":") == 2 else ("", "", "")
+        layers, hs = _indices(layer, N), [_indices(h, H) for h in heads.split("+")]
+        if kind not in HEAD_BLOCKS or layers is None or any(h is None for h in hs):
+            raise AnalysisError(where, f"config mask_heads = {spec}: {e!r} is not KIND:LAYER:HEADS of this model")
+        out |= {(kind, l, h) for l in layers for g in hs for h in g}
+    return out
+
+
+def apply_head_mask(where, cfg, params):
+    """params with the W_o columns of every head mask_heads masks set to 0:
+    our gate of 0 on a head's output before W_o (docs/attention.md) is that
+    same function, and neither Marian nor CTranslate2 has a gate (their
+    exports computed every head of a pruned model)."""
+    dv, out = int(cfg["d_v"]), dict(params)
+    for kind, l, h in sorted(masked_heads(where, cfg)):
+        name = HEAD_BLOCKS[kind].format(l) + "/W_o"
+        out[name] = np.array(out[name], np.float32)
+        out[name][:, h * dv:(h + 1) * dv] = 0
+    return out
+
+
 def marian_zero_biases(n_layers):
     """Marian's attention biases (q/k/v/out_proj.bias): our attention has none
     (section 3.2.2), so they are exported as zeros; the output bias

@@ -32,6 +32,33 @@ lp=$(grep -o 'length_penalty [0-9.]*' "$W/export.log" | cut -d' ' -f2)
     || { cat "$W/check.log"; fail "ct2_check (above; stderr: $(tail -3 "$W/check.err"))"; }
 cat "$W/check.log"
 
+# a checkpoint with a head mask (config mask_heads): CTranslate2 has no head
+# gates, so the export zeroes the masked heads' W_o columns, the same
+# function: CTranslate2's NLL of dev (score_batch) is eval's
+"$BIN" train data="$W/d.h5" $WORD_ARCH d_k=8 d_v=8 train_steps=100 dropout=0 threads=1 \
+    mask_heads=enc:0:1+2,dec_self:1:3,cross:1:0 run_dir="$W/masked" >"$W/masked.log" 2>&1 \
+    || fail "train masked: $(tail -2 "$W/masked.log")"
+CKM=$(ls "$W"/masked/ckpt_*.h5 | tail -1)
+"$BIN" eval --checkpoint "$CKM" --data "$W/d.h5" --split dev threads=1 >"$W/eval_masked.txt" 2>&1 \
+    || fail "eval masked: $(cat "$W/eval_masked.txt")"
+"$PY" analysis/ct2_export.py "$CKM" "$W/d.h5" "$W/ct2_masked" >"$W/export_masked.log" 2>&1 \
+    || fail "export masked: $(cat "$W/export_masked.log")"
+"$PY" - "$W/ct2_masked" "$W/d.h5" "$(field '^eval' nll "$W/eval_masked.txt")" <<'EOF' \
+    || fail "mask_heads: CTranslate2's model is not the checkpoint's"
+import sys, ctranslate2, h5py
+tr, f, ours = ctranslate2.Translator(sys.argv[1], intra_threads=1), h5py.File(sys.argv[2], "r"), float(sys.argv[3])
+g, L, pieces = f["splits/dev"], int(f.attrs["max_len"]), [p.decode() for p in f["vocab/pieces"][()]]
+so, si, to, ti = (g[k][:].tolist() for k in ("src_offsets", "src_ids", "tgt_offsets", "tgt_ids"))
+text = lambda ids, off, k: [pieces[i] for i in ids[off[k]:off[k + 1]]]   # noqa: E731
+pairs = [(text(si, so, k), text(ti, to, k)) for k in range(len(so) - 1)]
+pairs = [(s, t) for s, t in pairs if len(s) < L and len(t) < L]   # eval skips over-long pairs
+lp = [r.log_probs for r in tr.score_batch([s for s, _ in pairs], [t for _, t in pairs])]
+nll = -sum(map(sum, lp)) / sum(map(len, lp))
+print(f"mask_heads: CTranslate2's dev NLL per token {nll:.4f}, eval's {ours}")
+assert abs(nll - ours) < 2e-4
+EOF
+ok "mask_heads: CTranslate2's dev NLL per token = eval's (the masked heads' W_o columns exported as 0)"
+
 "$BIN" train data="$W/d.h5" $WORD_ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
     || fail "train row B: $(tail -2 "$W/rowb.log")"
 expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \

@@ -153,6 +153,38 @@ done
 cmp -s "$W/in_d.h5.txt" "$W/in_vocab.h5.txt" || fail "translate --input: the foreign import differs"
 ok "foreign import (Marian config only): eval nll $(field '^eval' nll "$W/eval_foreign.txt"), translate --input with its vocabulary file = the original's"
 
+# a checkpoint with a head mask (config mask_heads): Marian has no head
+# gates, so the export zeroes the masked heads' W_o columns, the same
+# function: transformers' teacher-forced NLL of dev is eval's
+"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 train_steps=100 dropout=0 threads=1 ln_eps=1e-5 \
+    mask_heads=enc:0:1+2,dec_self:1:3,cross:1:0 run_dir="$W/masked" >"$W/masked.log" 2>&1 \
+    || fail "train masked: $(tail -2 "$W/masked.log")"
+CKM=$(ls "$W"/masked/ckpt_*.h5 | tail -1)
+"$BIN" eval --checkpoint "$CKM" --data "$W/d.h5" --split dev threads=1 >"$W/eval_masked.txt" 2>&1 \
+    || fail "eval masked: $(cat "$W/eval_masked.txt")"
+"$PY" analysis/hf_export.py "$CKM" "$W/d.h5" "$W/hf_masked" >"$W/export_masked.log" 2>&1 \
+    || fail "export masked: $(cat "$W/export_masked.log")"
+"$PY" - "$W/hf_masked" "$W/d.h5" "$(field '^eval' nll "$W/eval_masked.txt")" <<'EOF' 2>/dev/null \
+    || fail "mask_heads: transformers' model is not the checkpoint's"
+import sys, h5py, torch
+from transformers import MarianMTModel
+model, f, ours = MarianMTModel.from_pretrained(sys.argv[1]), h5py.File(sys.argv[2], "r"), float(sys.argv[3])
+g, L = f["splits/dev"], int(f.attrs["max_len"])
+so, si, to, ti = (g[k][:].tolist() for k in ("src_offsets", "src_ids", "tgt_offsets", "tgt_ids"))
+nll, n = 0.0, 0
+for k in range(len(so) - 1):
+    src, tgt = si[so[k]:so[k + 1]] + [2], ti[to[k]:to[k + 1]] + [2]
+    if len(src) > L or len(tgt) > L:
+        continue   # eval skips over-long pairs
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([[1] + tgt[:-1]])).logits[0]
+    nll -= float(torch.log_softmax(logits.double(), -1)[torch.arange(len(tgt)), torch.tensor(tgt)].sum())
+    n += len(tgt)
+print(f"mask_heads: transformers' dev NLL per token {nll / n:.4f}, eval's {ours}")
+assert abs(nll / n - ours) < 2e-4
+EOF
+ok "mask_heads: transformers' dev NLL per token = eval's (the masked heads' W_o columns exported as 0)"
+
 # what Marian cannot express, and what this model does not have: one line each
 "$BIN" train data="$W/d.h5" $ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
     || fail "train row B: $(tail -2 "$W/rowb.log")"
