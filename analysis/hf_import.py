@@ -33,6 +33,10 @@ F64 = ("elapsed_seconds", "loss_scale")
 IGNORED_KEYS = ("normalize_before", "add_final_layer_norm", "normalize_embedding")
 SIZE_KEYS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
              "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")
+# our config keys and the config.json keys that must agree: the heads and
+# d_ff too (more heads of the same d_model have the same tensor shapes)
+SAME_SIZES = (("n_layers", "encoder_layers"), ("d_model", "d_model"), ("vocab_size", "vocab_size"),
+              ("n_heads", "encoder_attention_heads"), ("d_ff", "encoder_ffn_dim"))
 POSITIONS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 # stored sinusoids may have been computed in float32 (rounding of pos/10000^x
 # up to 512 positions: ~3e-5) or stored in bf16 (2^-8 of 1); perturbed or
@@ -325,9 +329,9 @@ def our_config(d, c):
         raise AnalysisError(where, "config is not text or attrs not an object")
     cfg = dict(l.split(" = ", 1) for l in text.splitlines() if " = " in l)
     hm.check_sizes(where, cfg)
-    N, dm, V = int(cfg["n_layers"]), int(cfg["d_model"]), int(cfg["vocab_size"])
-    if (N, dm, V) != (c.get("encoder_layers"), c.get("d_model"), c.get("vocab_size")):
-        raise AnalysisError(d, "config.json and its transformer_checkpoint entry disagree")
+    for ours, key in SAME_SIZES:   # transformers runs config.json's, the checkpoint would run the entry's
+        if int(cfg[ours]) != c.get(key):
+            raise AnalysisError(where, f"{ours} = {cfg[ours]}, config.json's {key} = {c.get(key)}: they disagree")
     return text, cfg, extra
 
 

@@ -452,6 +452,20 @@ def test_ct2_export_names_the_dataset_and_the_output(tiny_model, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ck.h5", "d.h5", "file"]
 
 
+def test_hf_import_refuses_heads_that_disagree_with_its_entry(tiny_model, tmp_path):
+    """config.json's heads are what transformers runs; the transformer_checkpoint
+    entry's n_heads is what the import wrote, unchecked (same tensor shapes)."""
+    hf = tmp_path / "hf"
+    shutil.copytree(tiny_model[2], hf)
+    c = json.loads((hf / "config.json").read_text())
+    c["encoder_attention_heads"] = c["decoder_attention_heads"] = 4
+    (hf / "config.json").write_text(json.dumps(c))
+    p = hf_script("hf_import.py", hf, tmp_path / "c.h5")
+    assert p.returncode == 2, p.stderr
+    assert "config.json" in p.stderr and "n_heads = 2, config.json's encoder_attention_heads = 4" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["hf"]
+
+
 # class 6: our own HDF5 files damaged (a dataset deleted, another shape)
 
 def test_damaged_files_are_named(tmp_path):
