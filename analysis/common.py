@@ -294,6 +294,19 @@ def check_output(path):
     return path
 
 
+def check_output_dir(path):
+    """Check a directory output (the exports) before it is built: new, or an
+    empty directory that the finished one replaces.  A symbolic link is
+    refused as check_output refuses one: the rename over it failed with
+    "Not a directory" once everything was written."""
+    if os.path.islink(os.path.normpath(path)):
+        raise AnalysisError(path, f"exists and is a symbolic link (to {os.readlink(os.path.normpath(path))}), "
+                                  "not a directory: give the directory it names, or another name")
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise AnalysisError(path, "exists and is not an empty directory")
+    return path
+
+
 def check_outputs(paths):
     """check_output on every file of a script's output set, before its first
     write: a bad name among them (the last, say) is refused with none of the

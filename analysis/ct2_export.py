@@ -21,7 +21,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, main_wrapper, make_public, temp_dir_beside, umask  # noqa: E402
+from common import (ArgumentParser, AnalysisError, check_output_dir, main_wrapper, make_public,  # noqa: E402
+                    temp_dir_beside, umask)
 from hf_export import check_vocab, hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -122,8 +123,7 @@ def export(args):
     params = hm.apply_head_mask(args.checkpoint, cfg, params)   # CTranslate2 has no head gates
     pieces, spm, lengths = read_vocab(args.data)
     check_vocab(args.data, cfg, attrs, pieces)
-    if os.path.exists(args.out_dir) and (not os.path.isdir(args.out_dir) or os.listdir(args.out_dir)):
-        raise AnalysisError(args.out_dir, "exists and is not an empty directory")
+    check_output_dir(args.out_dir)
     spec = build_spec(cfg, params, pieces)
     tmp = temp_dir_beside(args.out_dir)
     try:

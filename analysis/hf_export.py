@@ -21,7 +21,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ArgumentParser, AnalysisError, attr_str, dataset_pieces, main_wrapper, open_h5, temp_dir_beside, umask  # noqa: E402
+from common import (ArgumentParser, AnalysisError, attr_str, check_output_dir, dataset_pieces, main_wrapper,  # noqa: E402
+                    open_h5, temp_dir_beside, umask)
 import hf_card  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
@@ -222,8 +223,7 @@ def check_inputs(args):
     for piece, i in hm.SPECIAL.items():
         if pieces[i] != piece:
             raise AnalysisError(args.data, f"piece {i} is {pieces[i]!r}, expected {piece!r}")
-    if os.path.exists(args.out_dir) and (not os.path.isdir(args.out_dir) or os.listdir(args.out_dir)):
-        raise AnalysisError(args.out_dir, "exists and is not an empty directory")
+    check_output_dir(args.out_dir)
     for b in args.bleu:
         if "=" not in b:
             raise AnalysisError("--bleu", f"{b!r} is not SPLIT=TEXT")

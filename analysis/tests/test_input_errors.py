@@ -466,6 +466,22 @@ def test_hf_import_refuses_heads_that_disagree_with_its_entry(tiny_model, tmp_pa
     assert sorted(os.listdir(tmp_path)) == ["hf"]
 
 
+def test_exports_refuse_a_symbolic_link_as_output(tiny_model, tmp_path):
+    """A link to an empty directory, or a dangling one: refused before the
+    work, not "cannot write: Not a directory" at the rename after it."""
+    (tmp_path / "empty").mkdir()
+    os.symlink("empty", tmp_path / "to_empty")
+    os.symlink("nowhere", tmp_path / "dangling")
+    scripts = ["hf_export.py"] + ([] if hf_script("ct2_export.py", "--help").returncode else ["ct2_export.py"])
+    for name in scripts:
+        for link, to in (("to_empty", "empty"), ("dangling", "nowhere")):
+            p = hf_script(name, tiny_model[0], tiny_model[1], tmp_path / link)
+            assert p.returncode == 2, p.stderr
+            assert f"error: {tmp_path / link}: exists and is a symbolic link (to {to})" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["dangling", "empty", "to_empty"] and not os.listdir(tmp_path / "empty")
+    assert os.readlink(tmp_path / "to_empty") == "empty" and os.readlink(tmp_path / "dangling") == "nowhere"
+
+
 # class 6: our own HDF5 files damaged (a dataset deleted, another shape)
 
 def test_damaged_files_are_named(tmp_path):
