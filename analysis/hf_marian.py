@@ -95,8 +95,8 @@ def expected_shape(name, cfg):
     d, dff, V = int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["vocab_size"])
     hk, hv = int(cfg["n_heads"]) * int(cfg["d_k"]), int(cfg["n_heads"]) * int(cfg["d_v"])
     leaf = name.rsplit("/", 1)[-1]
-    return {"shared_embedding": (V, d), "W_q": (hk, d), "W_k": (hk, d), "W_v": (hv, d), "W_o": (d, hv),
-            "gamma": (d,), "beta": (d,), "W_1": (dff, d), "b_1": (dff,), "W_2": (d, dff), "b_2": (d,)}[leaf]
+    return {"shared_embedding": (V, d), "positional_embedding": (int(cfg["max_len"]), d),
+            "W_q": (hk, d), "W_k": (hk, d), "W_v": (hv, d), "W_o": (d, hv), "gamma": (d,), "beta": (d,), "W_1": (dff, d), "b_1": (dff,), "W_2": (d, dff), "b_2": (d,)}[leaf]
 
 
 def check_shapes(where, cfg, params):
@@ -105,7 +105,10 @@ def check_shapes(where, cfg, params):
     broadcast error or a silently wrong model further on."""
     from common import AnalysisError
 
-    for ours, _, _ in tensor_map(int(cfg["n_layers"])):
+    names = [ours for ours, _, _ in tensor_map(int(cfg["n_layers"]))]
+    if cfg.get("positional", "sinusoid") == "learned":
+        names.append("positional_embedding")   # row E's table, which ct2_export.py exports
+    for ours in names:
         if ours not in params:
             raise AnalysisError(where, f"checkpoint lacks params/{ours}")
         got, want = tuple(params[ours].shape), expected_shape(ours, cfg)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import h5py
+import numpy as np
 import pytest
 
 from conftest import ANALYSIS, ROOT, TINY, cli, script, transformer, write_cfg, write_metrics
@@ -480,6 +481,25 @@ def test_exports_refuse_a_symbolic_link_as_output(tiny_model, tmp_path):
             assert f"error: {tmp_path / link}: exists and is a symbolic link (to {to})" in p.stderr, p.stderr
     assert sorted(os.listdir(tmp_path)) == ["dangling", "empty", "to_empty"] and not os.listdir(tmp_path / "empty")
     assert os.readlink(tmp_path / "to_empty") == "empty" and os.readlink(tmp_path / "dangling") == "nowhere"
+
+
+def test_ct2_export_checks_the_learned_positions(tiny_model, tmp_path):
+    """Row E's table, which ct2_export.py exports, is checked like every other
+    tensor: missing was a KeyError traceback, short an export that exited 0."""
+    if hf_script("ct2_export.py", "--help").returncode:
+        pytest.skip("no ctranslate2 in .venv-hf")
+    ck = tmp_path / "ck.h5"
+    shutil.copy(tiny_model[0], ck)
+    with h5py.File(ck, "r+") as f:
+        f.attrs["config"] = f.attrs["config"].replace("positional = sinusoid", "positional = learned")
+    p = hf_script("ct2_export.py", ck, tiny_model[1], tmp_path / "ct2")
+    assert p.returncode == 2 and f"error: {ck}: checkpoint lacks params/positional_embedding" in p.stderr, p.stderr
+    with h5py.File(ck, "r+") as f:
+        f["params/positional_embedding"] = np.zeros((10, 16), np.float32)
+    p = hf_script("ct2_export.py", ck, tiny_model[1], tmp_path / "ct2")
+    assert p.returncode == 2, p.stderr
+    assert f"error: {ck}: params/positional_embedding has shape [10, 16], its config says [16, 16]" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ck.h5"]
 
 
 # class 6: our own HDF5 files damaged (a dataset deleted, another shape)
