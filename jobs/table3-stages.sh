@@ -570,14 +570,29 @@ row_status() { row_attr "$1" status; }
 
 # row_finished ROW: ROW has a result file of status done, or its curve
 # failed and its rerun has one; a sweep run again (another session, another
-# allocation) skips it: results are kept, checkpoints need not be
+# allocation) skips it: results are kept, checkpoints need not be.  Not a
+# result of fewer steps than the frozen config now asks (row_cut_short)
 row_finished() {
     [ "${TABLE3_REDO:-0}" = 1 ] && return 1
     [ -f "$SWEEP/results/$1.h5" ] || return 1
     case $(row_verdict "$1") in
         diverged* | stuck* | unstable*) [ "$(row_status "$1-rerun")" = done ] ;;
-        *) [ "$(row_status "$1")" = done ] ;;
+        *) [ "$(row_status "$1")" = done ] && ! row_cut_short "$1" ;;
     esac
+}
+
+# row_cut_short ROW: ROW's result is of a run that stopped at its
+# train_steps, fewer than its frozen config (with the sweep's overrides)
+# asks now: a continuation (cap_continue) was stopped (a preemption, a
+# time limit) before its new cap, and resumes instead of being skipped.
+# Sets CFG and OVR to the row's
+row_cut_short() {
+    local steps
+    [ "$(row_attr "$1" stopped_by)" = train_steps ] || return 1
+    CFG=$SWEEP/configs/$1.cfg
+    table3_overrides "$CFG" || return 1
+    steps=$(row_key train_steps)
+    [ -n "$steps" ] && [ "$(row_attr "$1" train_steps)" -lt "$steps" ] 2>/dev/null
 }
 
 # cap_continue ROW: the converged protocol's rule for a run that reaches its

@@ -17,6 +17,9 @@
 #      file, leaves ok's result done, and the rerun of the sweep writes it;
 #      with ATTN_ALIGN (planted silver links of the dev split) each summary
 #      has the AER of the cross-attention heads, = attention.py's on the maps.
+#   5. a row with patience at its cap is continued with train_steps raised
+#      by half; 6. a continuation stopped (SIGTERM) before its new cap is
+#      resumed to it when the sweep runs again, not skipped.
 . "$(dirname "$0")/lib.sh"
 need_multi30k
 # KEEP_DIR=DIR keeps the sweep there for a look
@@ -206,3 +209,20 @@ grep -q "table3: row cap: reached its cap of 400 updates without a patience stop
     fail "row cap's result is not of the continued run"
 ok "a finished row at its cap is continued when the sweep runs again with a continuation left (400 -> 600)"
 
+# 6. a continuation stopped before its new cap (SIGTERM to the element, as
+# a preemption or a time limit sends, at its first checkpoint past 260):
+# the sweep run again resumes it to 400, and does not skip the row with its
+# 260-step result (nor count the stop as a second continuation)
+row_cfg cut 1e-2 260
+printf '%s\n' keep_best=1 patience=50 patience_delta=0 >> "$W/configs/cut.cfg"
+TABLE3_CAP_CONTINUE=1 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw4" cut > "$W/cut.log" 2>&1 & p=$!
+wait_until "$p" test -e "$W/sw4/runs/cut/ckpt_00000280.h5" || fail "row cut was not continued: $(tail -3 "$W/cut.log")"
+kill -TERM "$(pgrep -f "table3.sbatch $W/sw4")"
+wait "$p"; [ $? -eq 99 ] || fail "the stopped continuation did not exit 99: $(tail -3 "$W/cut.log")"
+TABLE3_CAP_CONTINUE=1 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 "$W/sw4" cut > "$W/cut2.log" 2>&1 ||
+    fail "row cut after its stop: $(tail -3 "$W/cut2.log")"
+! grep -q "table3: row cut: finished earlier" "$W"/sw4/logs/*.out && grep -q '^train_steps = 400$' "$W/sw4/configs/cut.cfg" ||
+    fail "the stopped continuation of row cut was not resumed: $(grep -h 'row cut' "$W"/sw4/logs/*.out | tail -3)"
+"$PY" -c 'import sys, h5py; a = h5py.File(sys.argv[1], "r"); assert a.attrs["train_steps"] == 400, a.attrs["train_steps"]' \
+    "$W/sw4/results/cut.h5" || fail "row cut's result is not of its continued run to 400"
+ok "a continuation stopped before its new cap resumes to it when the sweep runs again (260 -> 400), not skipped"
