@@ -31,7 +31,8 @@
 #                 sweep-wide overrides (jobs/table3-stages.sh), e.g. a small
 #                 cluster: STEPS=2000 BATCH_TOKENS=4096 SHRINK=4 DATA=data/multi30k.h5
 #   GPUS_PER_ROW  GPUs (ranks) of each row (default 1: a base row's 25k-token
-#                 step fits one GPU, and that is what was measured)
+#                 step fits one GPU, and that is what was measured); above
+#                 GPUS_PER_NODE a multiple of it (a row takes whole nodes)
 #   MAX_PARALLEL  at most this many elements at once (sbatch --array=...%N)
 # Prints the array job id and the analysis job id.
 set -euo pipefail
@@ -43,7 +44,8 @@ SWEEP=$1; shift
 . "$TRANSFORMER_HOME/jobs/table3-stages.sh"
 # the elements run in TRANSFORMER_HOME (--chdir): their datasets are looked for there
 # and every selected row's config with the overrides goes through `transformer params`
-TABLE3_DATA_FROM=$TRANSFORMER_HOME TABLE3_CHECK_PARAMS=all table3_prepare "$SWEEP" "$@"
+# and a row on several nodes fills them (GPUS_PER_NODE ranks on each)
+TABLE3_NODE_GPUS=$GPUS_PER_NODE TABLE3_DATA_FROM=$TRANSFORMER_HOME TABLE3_CHECK_PARAMS=all table3_prepare "$SWEEP" "$@"
 # the layout of the rows and the sweep's cost, before anything is submitted
 table3_print_layout || { echo "error: $LAYOUT_ERR" >&2; exit 2; }
 array=$(IFS=,; echo "${IDX[*]}")${MAX_PARALLEL:+%$MAX_PARALLEL}

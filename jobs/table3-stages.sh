@@ -843,6 +843,7 @@ table3_row_cfg() {
 # with TABLE3_CHECK_PARAMS configs and overrides
 table3_check_rows() {
     table3_check_layouts
+    if [ -n "${TABLE3_NODE_GPUS:-}" ]; then table3_check_nodes "$TABLE3_NODE_GPUS"; fi
     if [ -n "${TABLE3_DATA_FROM:-}" ]; then table3_check_data "$TABLE3_DATA_FROM"; fi
     if [ -n "${TABLE3_CHECK_PARAMS:-}" ]; then table3_check_params; fi
     return 0
@@ -887,6 +888,17 @@ table3_check_data() {
         echo "error: $d: no such dataset file ($from; input/prepare.sh makes one)" >&2
         exit 2
     done
+}
+
+# table3_check_nodes N: exit 2 with one line unless a row of GPUS_PER_ROW
+# ranks fills whole nodes of N GPUs (submit-table3.sh: GPUS_PER_NODE): a
+# row on several nodes gets N ranks on each, more than its layout counts,
+# and would train a bigger global batch than its config says
+table3_check_nodes() {
+    local r=${GPUS_PER_ROW:-1} n=$1
+    [ "$r" -le "$n" ] || [ $((r % n)) -eq 0 ] && return 0
+    echo "error: GPUS_PER_ROW=$r: more than GPUS_PER_NODE=$n and not a multiple of it: a row would run $n ranks on each of $(( (r + n - 1) / n )) nodes, $(( (r + n - 1) / n * n )) in all, and train a bigger batch than its layout (use a multiple of $n)" >&2
+    exit 2
 }
 
 # table3_check_layouts: exit 2 with one line if a selected row's layout is

@@ -22,7 +22,8 @@
 #      in one line before it trains (the GPU image lacked sacremoses);
 #   4. the batch layout of the real row configs is printed (1 GPU a row,
 #      25000 tokens a step, GPU-hours; DEVICE=cpu: lane-hours); MAX_TOKENS recomputes update_freq and
-#      says so; a layout that changes the global batch is refused in one line.
+#      says so; a layout that changes the global batch is refused in one line;
+#      so is a GPUS_PER_ROW that does not fill whole nodes.
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -339,6 +340,18 @@ expect_error 2 "^error: row base: 1 GPU(s) x max_tokens 3125 x update_freq 2 = 6
 out=$(MAX_TOKENS=6250 GPUS_PER_ROW=8 BATCH_TOKENS=50000 layout "$tmp/lay5" base) || fail "BATCH_TOKENS=50000 refused: $out"
 grep -q '8 GPUs a row, micro-batch 6250 tokens x update_freq 1 = 50000 tokens a step' <<< "$out" || fail "BATCH_TOKENS=50000: $out"
 ok "layout: printed (1 GPU a row, 25000 tokens a step, GPU-hours; DEVICE=cpu: lane-hours by hand); MAX_TOKENS recomputes update_freq and says so; a changed global batch is refused in one line"
+# a row on several nodes gets GPUS_PER_NODE ranks on each: GPUS_PER_ROW=6
+# on 4-GPU nodes would train on 8 ranks, 8 x 4167 tokens a step, not the
+# layout's 25000: refused in one line before a freeze or an sbatch call;
+# a multiple of GPUS_PER_NODE (8: 2 nodes x 4) is submitted
+rm -f "$tmp/sbatch.calls"
+one_line_error 2 "^error: GPUS_PER_ROW=6: more than GPUS_PER_NODE=4 and not a multiple of it: a row would run 4 ranks on each of 2 nodes, 8 in all" \
+    env PATH="$tmp/fakesb:$PATH" GPUS_PER_NODE=4 GPUS_PER_ROW=6 DATA=synthetic jobs/submit-table3.sh "$tmp/lay6" base
+[ ! -e "$tmp/sbatch.calls" ] && [ -z "$(ls -A "$tmp/lay6")" ] || fail "GPUS_PER_ROW=6 on 4-GPU nodes was frozen or submitted"
+PATH="$tmp/fakesb:$PATH" GPUS_PER_NODE=4 GPUS_PER_ROW=8 DATA=synthetic jobs/submit-table3.sh "$tmp/lay8" base > /dev/null ||
+    fail "GPUS_PER_ROW=8 on 4-GPU nodes was refused"
+grep -q -- '--nodes=2 --ntasks-per-node=4 ' "$tmp/sbatch.calls" || fail "GPUS_PER_ROW=8: not 2 nodes x 4: $(cat "$tmp/sbatch.calls")"
+ok "GPUS_PER_ROW above GPUS_PER_NODE and not a multiple of it (more ranks than the layout) is refused in one line; 8 on 4-GPU nodes: 2 x 4"
 
 # ---- 5: the jobs' precision: the fast one the GPU has, said; recorded per row --
 prec() { bash -c '. jobs/lib.sh; job_precision "$@"; print_precision' - "$@"; }
