@@ -844,7 +844,7 @@ table3_row_cfg() {
 table3_check_rows() {
     table3_check_layouts
     if [ -n "${TABLE3_NODE_GPUS:-}" ]; then table3_check_nodes "$TABLE3_NODE_GPUS"; fi
-    if [ -n "${TABLE3_DATA_FROM:-}" ]; then table3_check_data "$TABLE3_DATA_FROM"; fi
+    if [ -n "${TABLE3_DATA_FROM:-}" ]; then table3_check_data "$TABLE3_DATA_FROM"; table3_check_align "$TABLE3_DATA_FROM"; fi
     if [ -n "${TABLE3_CHECK_PARAMS:-}" ]; then table3_check_params; fi
     return 0
 }
@@ -898,6 +898,18 @@ table3_check_nodes() {
     local r=${GPUS_PER_ROW:-1} n=$1
     [ "$r" -le "$n" ] || [ $((r % n)) -eq 0 ] && return 0
     echo "error: GPUS_PER_ROW=$r: more than GPUS_PER_NODE=$n and not a multiple of it: a row would run $n ranks on each of $(( (r + n - 1) / n )) nodes, $(( (r + n - 1) / n * n )) in all, and train a bigger batch than its layout (use a multiple of $n)" >&2
+    exit 2
+}
+
+# table3_check_align DIR: exit 2 with one line if ATTN_ALIGN is set and not
+# a file, relative paths taken from DIR (as table3_check_data): else every
+# row would train and then fail its attention stage, and the corrected
+# ATTN_ALIGN be refused as another setting than the frozen sweep's
+table3_check_align() {
+    local a=${ATTN_ALIGN:-}
+    case $a in "") return 0 ;; /*) ;; *) a=$1/$a ;; esac
+    [ -f "$a" ] && return 0
+    echo "error: $a: no such file (ATTN_ALIGN, the silver word links of the dev split; analysis/silver_align.py makes them)" >&2
     exit 2
 }
 

@@ -5,7 +5,7 @@
 #      override; unset or equal overrides are accepted;
 #      a sweep directory with configs/ but no rows.txt keeps its configs;
 #      a row (or submit-train.sh's job) whose dataset file is missing is
-#      refused before it runs or is submitted;
+#      refused before it runs or is submitted, and so is a missing ATTN_ALIGN;
 #      a refused first start (DATA, a row name, seeds.txt, a layout) freezes
 #      nothing, and the corrected command starts the sweep;
 #      a first start stopped during its checks (SIGINT, SIGTERM) leaves
@@ -89,8 +89,15 @@ expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (data of 
     env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/cdata/r1.cfg"
 expect_error 2 "^error: /nowhere/d.h5: no such dataset file " \
     env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/configs/r1.cfg" data=/nowhere/d.h5
+# so is a missing ATTN_ALIGN (the attention stage runs after the training:
+# every row would fail there, and the corrected value differ from the frozen)
+expect_error 2 "^error: $TOP/no-such-dir/silver.h5: no such file (ATTN_ALIGN, " \
+    env TABLE3_DIR="$tmp/configs" ATTN_ALIGN=no-such-dir/silver.h5 jobs/run-local.sh table3 "$tmp/sw-noalign"
+expect_error 2 "^error: $TOP/no-such-dir/silver.h5: no such file (ATTN_ALIGN, " \
+    env PATH="$tmp/fakesb:$PATH" TABLE3_DIR="$tmp/configs" ATTN_ALIGN=no-such-dir/silver.h5 jobs/submit-table3.sh "$tmp/sw-noalign2"
+[ -z "$(find "$tmp/sw-noalign" "$tmp/sw-noalign2" -type f)" ] || fail "a sweep without its ATTN_ALIGN ran rows or froze"
 [ ! -e "$tmp/sbatch.calls" ] || fail "a job without its data was submitted: $(cat "$tmp/sbatch.calls")"
-ok "a missing dataset (a row config's, DATA, a config's or data=) is refused in one line before any row runs or job is submitted"
+ok "a missing dataset (a row config's, DATA, a config's or data=) or ATTN_ALIGN is refused in one line before any row runs or job is submitted"
 
 # a config or override that train refuses: one line from `transformer
 # params` naming the file (or the overrides), before sbatch is called and
