@@ -595,6 +595,15 @@ row_cut_short() {
     [ -n "$steps" ] && [ "$(row_attr "$1" train_steps)" -lt "$steps" ] 2>/dev/null
 }
 
+# row_curve_failed ROW: ROW has a result file whose curve failed (diverged,
+# stuck, unstable), so only its rerun is left to run (TABLE3_REDO=1: not)
+row_curve_failed() {
+    [ "${TABLE3_REDO:-0}" = 1 ] && return 1
+    [ -f "$SWEEP/results/$1.h5" ] || return 1
+    case $(row_verdict "$1") in diverged* | stuck* | unstable*) return 0 ;; esac
+    return 1
+}
+
 # cap_continue ROW: the converged protocol's rule for a run that reaches its
 # step cap without a patience stop (docs/results-multi30k/converged/
 # protocol.md): flagged not converged, and continued from its checkpoints
@@ -662,10 +671,18 @@ table3_element() {
         return 0
     fi
     table3_python_check || exit 2
-    table3_row "$row"; rc=$?
-    while [ "$rc" -eq 0 ] && cap_continue "$row"; do table3_row "$row"; rc=$?; done
-    # no verdict where no curve was logged (a row that failed before training)
-    verdict=$(row_verdict "$row" 2>/dev/null) && echo "table3: row $row: $verdict"
+    if row_curve_failed "$row"; then
+        # its rerun was stopped (a requeue, a resubmission): the row's own
+        # stages are not run again, only the rerun continues
+        verdict=$(row_verdict "$row")
+        echo "table3: row $row: its curve failed earlier: $verdict ($SWEEP/results/$row.h5; TABLE3_REDO=1 runs it again)"
+        row_attention "$row" || exit 1
+    else
+        table3_row "$row"; rc=$?
+        while [ "$rc" -eq 0 ] && cap_continue "$row"; do table3_row "$row"; rc=$?; done
+        # no verdict where no curve was logged (a row that failed before training)
+        verdict=$(row_verdict "$row" 2>/dev/null) && echo "table3: row $row: $verdict"
+    fi
     case $verdict in
         diverged* | stuck* | unstable*) ;;
         *) [ "$rc" -eq 0 ] || exit 1; return 0 ;;

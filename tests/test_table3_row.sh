@@ -19,7 +19,9 @@
 #      has the AER of the cross-attention heads, = attention.py's on the maps.
 #   5. a row with patience at its cap is continued with train_steps raised
 #      by half; 6. a continuation stopped (SIGTERM) before its new cap is
-#      resumed to it when the sweep runs again, not skipped.
+#      resumed to it when the sweep runs again, not skipped;
+#   7. a rerun stopped (SIGTERM) is continued alone when the sweep runs
+#      again: the stages of the row whose curve failed are not run again.
 . "$(dirname "$0")/lib.sh"
 need_multi30k
 # KEEP_DIR=DIR keeps the sweep there for a look
@@ -226,3 +228,24 @@ TABLE3_CAP_CONTINUE=1 TABLE3_DIR=$W/configs DEVICE=cpu jobs/run-local.sh table3 
 "$PY" -c 'import sys, h5py; a = h5py.File(sys.argv[1], "r"); assert a.attrs["train_steps"] == 400, a.attrs["train_steps"]' \
     "$W/sw4/results/cut.h5" || fail "row cut's result is not of its continued run to 400"
 ok "a continuation stopped before its new cap resumes to it when the sweep runs again (260 -> 400), not skipped"
+# 7. a rerun stopped (SIGTERM to the element, as a preemption sends) after
+# its row's curve failed: the sweep run again continues the rerun only; the
+# row's own stages (evaluation, translations, attention) are not run again
+# and its result file is kept as it was
+row_cfg stall 1e-7 400
+mkdir -p "$W/c5" && mv "$W/configs/stall.cfg" "$W/c5/"   # a sweep of one row: its log is local_0.out
+TABLE3_DIR=$W/c5 DEVICE=cpu jobs/run-local.sh table3 "$W/sw5" > "$W/stall.log" 2>&1 & p=$!
+rerun_started() { compgen -G "$W/sw5/runs/stall-rerun/ckpt_*.h5" > /dev/null; }
+wait_until "$p" rerun_started || fail "row stall was not rerun: $(tail -3 "$W/stall.log")"
+kill -TERM "$(pgrep -f "table3.sbatch $W/sw5")"
+wait "$p"; [ $? -eq 99 ] || fail "the stopped rerun did not exit 99: $(tail -3 "$W/stall.log")"
+before=$(stat -c %Y.%s "$W/sw5/results/stall.h5") n=$(wc -l < "$W/sw5/logs/local_0.out")
+TABLE3_DIR=$W/c5 DEVICE=cpu jobs/run-local.sh table3 "$W/sw5" > "$W/stall2.log" 2>&1 &&
+    fail "the sweep succeeded although row stall's rerun is stuck too"
+log=$(tail -n "+$((n + 1))" "$W/sw5/logs/local_0.out")
+grep -q "^table3: row stall: its curve failed earlier: stuck" <<< "$log" && ! grep -q "^table3: row stall job " <<< "$log" ||
+    fail "row stall's stages ran again: $(grep '^table3: row stall' <<< "$log")"
+[ "$(stat -c %Y.%s "$W/sw5/results/stall.h5")" = "$before" ] || fail "row stall's result file was written again"
+[ "$("$PY" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r").attrs["status"])' "$W/sw5/results/stall-rerun.h5")" = done ] ||
+    fail "the stopped rerun was not continued to its result: $(tail -3 "$W/stall2.log")"
+ok "a rerun stopped after its row's curve failed: continued alone when the sweep runs again, the row's stages not run again"
