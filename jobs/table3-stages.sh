@@ -304,8 +304,10 @@ stage_checkpoint() {
     echo "table3: $ROW: evaluating $CKPT ($REPORTED)"
 }
 
-# the dataset of the run ("synthetic" or a dataset file)
-row_data() { echo "${DATA:-$(cfg_get "$CFG" data)}"; }
+# the dataset of the run ("synthetic" or a dataset file): as train takes
+# it, the last data= of the row's overrides (DATA, EXTRA), else its config's
+# (CFG and OVR: the row's, table3_overrides)
+row_data() { row_key data; }
 
 # key=value overrides that eval/translate accept (the architecture comes from
 # the checkpoint): device, precision, threads, max_tokens
@@ -897,11 +899,14 @@ table3_check_params() {
 table3_check_data() {
     local i d from
     for i in "${IDX[@]}"; do
-        d=$(CFG=$(table3_row_cfg "${ROWS[$i]}") row_data)
+        CFG=$(table3_row_cfg "${ROWS[$i]}")
+        table3_overrides "$CFG" || continue    # its layout: refused before
+        d=$(row_data)
         case $d in "" | synthetic) continue ;; /*) ;; *) d=$1/$d ;; esac
         [ -f "$d" ] && continue
         from="from row ${ROWS[$i]}'s config"
         [ -n "${DATA:-}" ] && from="from DATA"
+        case " ${EXTRA:-} " in *" data="*) from="from EXTRA" ;; esac
         echo "error: $d: no such dataset file ($from; input/prepare.sh makes one)" >&2
         exit 2
     done

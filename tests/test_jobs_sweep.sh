@@ -5,7 +5,8 @@
 #      override; unset or equal overrides are accepted;
 #      a sweep directory with configs/ but no rows.txt keeps its configs;
 #      a row (or submit-train.sh's job) whose dataset file is missing is
-#      refused before it runs or is submitted, and so is a missing ATTN_ALIGN;
+#      refused before it runs or is submitted (also one EXTRA's data= names,
+#      which the eval and translate stages read too), and so is a missing ATTN_ALIGN;
 #      a refused first start (DATA, a row name, seeds.txt, a layout) freezes
 #      nothing, and the corrected command starts the sweep;
 #      a first start stopped during its checks (SIGINT, SIGTERM) leaves
@@ -89,6 +90,12 @@ expect_error 2 "^error: $TOP/no-such-dir/m30k.h5: no such dataset file (data of 
     env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/cdata/r1.cfg"
 expect_error 2 "^error: /nowhere/d.h5: no such dataset file " \
     env PATH="$tmp/fakesb:$PATH" jobs/submit-train.sh "$tmp/run-nodata" "$tmp/configs/r1.cfg" data=/nowhere/d.h5
+# so is one an EXTRA data= names: train reads it, and so do the eval and
+# translate stages (not the config's, whose dev split the model never saw)
+expect_error 2 "^error: $TOP/no-such-dir/x.h5: no such dataset file (from EXTRA; " \
+    env TABLE3_DIR="$tmp/configs" EXTRA=data=no-such-dir/x.h5 jobs/run-local.sh table3 "$tmp/sw-nodata4"
+(CFG=$tmp/configs/r1.cfg OVR=(data=/d1.h5 threads=1 data=/d2.h5); . jobs/table3-stages.sh; [ "$(row_data)" = /d2.h5 ]) ||
+    fail "the stages' dataset is not the row's last data= override"
 # so is a missing ATTN_ALIGN (the attention stage runs after the training:
 # every row would fail there, and the corrected value differ from the frozen)
 expect_error 2 "^error: $TOP/no-such-dir/silver.h5: no such file (ATTN_ALIGN, " \
