@@ -15,6 +15,7 @@
 Usage: analysis/bleu.py HYP REF [REF ...] [--lang de] [--lowercase] [--json]
 """
 import argparse
+import functools
 import json
 import re
 import sys
@@ -67,7 +68,15 @@ def sentence_stats(hyp, refs):
     for r in refs:
         if len(r) != len(hyp):
             raise ValueError(f"{len(hyp)} hypothesis lines but {len(r)} reference lines")
-    return np.array(BLEU()._extract_corpus_statistics(list(hyp), [list(r) for r in refs]), dtype=float)
+    scorer = _cached_reference_scorer(tuple(tuple(r) for r in refs))
+    return np.array(scorer._extract_corpus_statistics(list(hyp), None), dtype=float)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_reference_scorer(refs):
+    """A BLEU scorer holding the n-grams of refs: a table scores every run
+    against the same test references, and tokenising them is half the cost."""
+    return BLEU(references=[list(r) for r in refs])
 
 
 def _error(path, problem):

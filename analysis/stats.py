@@ -9,6 +9,7 @@ a permutation p-value and a bootstrap interval of Spearman's rho.  Each
 function is small and tested against hand-computed or
 textbook values (analysis/tests/test_stats.py)."""
 
+import functools
 import math
 
 import numpy as np
@@ -59,8 +60,11 @@ def t_cdf(t, df):
     return 1.0 - tail if t >= 0 else tail
 
 
+@functools.lru_cache(maxsize=None)
 def t_quantile(p, df):
-    """The p quantile of Student's t with df degrees of freedom (bisection on t_cdf)."""
+    """The p quantile of Student's t with df degrees of freedom (bisection on t_cdf).
+    Cached: the sweep's comparisons ask for the same few (p, df) thousands
+    of times, and each bisection costs some 200 continued fractions."""
     if not 0.0 < p < 1.0 or not df > 0:
         raise ValueError(f"t_quantile: need 0 < p < 1 and df > 0, got p={p}, df={df}")
     if p < 0.5:
