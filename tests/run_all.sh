@@ -31,7 +31,7 @@ pattern=${TESTS:-}
 jobs=${TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) + 1 ))}
 case $jobs in ''|*[!0-9]*|0) echo "error: TEST_JOBS='$jobs': not a positive integer" >&2; exit 2 ;; esac
 [ "$jobs" -gt 4 ] && [ -z "${TEST_JOBS:-}" ] && jobs=4
-durations=$logdir/durations.txt   # name seconds, of the last run: longest first
+durations=$logdir/durations.txt   # name seconds cpu-seconds, of the last run: longest first
 
 selected() {
     [ -z "$pattern" ] && return 0
@@ -55,16 +55,25 @@ run_one() {
     # still ends a hung CI run well inside its 90 minutes
     timeout -k 10 "${TEST_TIMEOUT:-1500}" "$@" >"$log" 2>&1
     rc=$?
-    echo "$rc $(echo "$(date +%s.%N) - $t0" | bc)" > "$logdir/$name.rc"
+    # the CPU seconds of the test's processes (bash's times: user and system
+    # of the waited-for children, second line): what a faster test saves
+    # the whole suite on 2 cores, where its wall time depends on neighbours
+    times > "$logdir/$name.times"
+    echo "$rc $(echo "$(date +%s.%N) - $t0" | bc) $(cpu_seconds "$logdir/$name.times")" > "$logdir/$name.rc"
+}
+
+# cpu_seconds FILE: user + system seconds of times's second line (0m1.5s 0m0.2s)
+cpu_seconds() {
+    awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%.1f", n }' "$1"
 }
 
 # report NAME: one line for a finished test, its log's tail when it failed
 report() {
-    local name=$1 rc secs log="$logdir/$1.log"
-    read -r rc secs < "$logdir/$name.rc"
-    printf '%s %.1f\n' "$name" "$secs" >> "$durations.$$"
+    local name=$1 rc secs cpu log="$logdir/$1.log"
+    read -r rc secs cpu < "$logdir/$name.rc"
+    printf '%s %.1f %s\n' "$name" "$secs" "$cpu" >> "$durations.$$"
     if [ "$rc" -eq 0 ]; then
-        printf 'PASS %-40s %6.1fs\n' "$name" "$secs"; pass=$((pass + 1))
+        printf 'PASS %-40s %6.1fs  cpu %6.1fs\n' "$name" "$secs" "$cpu"; pass=$((pass + 1))
     elif [ "$rc" -eq 77 ]; then   # tests/lib.sh skip: cannot run here, says why
         printf 'SKIP %-40s %6.1fs %s\n' "$name" "$secs" "$(grep -m1 '^skipped:' "$log")"; skipped=$((skipped + 1))
     else
