@@ -7,7 +7,9 @@ BIN=${BIN:-$TOP/bin/transformer}
 SHARED_DATA=${SHARED_DATA:-$TOP/../shared/data}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
-ok() { echo "ok: $*"; }
+# ok WHAT: a passed check, with the seconds since the test started (which of
+# its parts is slow is then in its log: build/test-logs/NAME.log)
+ok() { echo "ok: $* [${SECONDS} s]"; }
 # skip REASON: the test cannot run here (exit 77, counted as skipped by run_all.sh)
 skip() { echo "skipped: $*"; exit 77; }
 # need_emulator BINARY...: the CUDA emulator's tests need the CUDA headers
