@@ -191,3 +191,18 @@ word_model() {
         run_dir="$w/run" >"$w/train.log" 2>&1 || fail "train: $(tail -2 "$w/train.log")"
     CK=$(ls "$w"/run/ckpt_*.h5 | tail -1)
 }
+
+# train_masked_model DIR DATA ARG...: a 100-step model of DATA with three
+# heads masked (config mask_heads) in run directory DIR, its last checkpoint
+# in CKM and eval's dev NLL of it in MASKED_NLL: what an export of a pruned
+# model must reproduce (test_hf_export, test_ct2_export)
+train_masked_model() {
+    local dir=$1 data=$2; shift 2
+    "$BIN" train data="$data" "$@" d_k=8 d_v=8 train_steps=100 dropout=0 threads=1 \
+        mask_heads=enc:0:1+2,dec_self:1:3,cross:1:0 run_dir="$dir" >"$dir.log" 2>&1 \
+        || fail "train masked: $(tail -2 "$dir.log")"
+    CKM=$(ls "$dir"/ckpt_*.h5 | tail -1)
+    "$BIN" eval --checkpoint "$CKM" --data "$data" --split dev threads=1 >"$dir.eval" 2>&1 \
+        || fail "eval masked: $(cat "$dir.eval")"
+    MASKED_NLL=$(field '^eval' nll "$dir.eval")
+}

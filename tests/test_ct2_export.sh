@@ -35,15 +35,10 @@ cat "$W/check.log"
 # a checkpoint with a head mask (config mask_heads): CTranslate2 has no head
 # gates, so the export zeroes the masked heads' W_o columns, the same
 # function: CTranslate2's NLL of dev (score_batch) is eval's
-"$BIN" train data="$W/d.h5" $WORD_ARCH d_k=8 d_v=8 train_steps=100 dropout=0 threads=1 \
-    mask_heads=enc:0:1+2,dec_self:1:3,cross:1:0 run_dir="$W/masked" >"$W/masked.log" 2>&1 \
-    || fail "train masked: $(tail -2 "$W/masked.log")"
-CKM=$(ls "$W"/masked/ckpt_*.h5 | tail -1)
-"$BIN" eval --checkpoint "$CKM" --data "$W/d.h5" --split dev threads=1 >"$W/eval_masked.txt" 2>&1 \
-    || fail "eval masked: $(cat "$W/eval_masked.txt")"
+train_masked_model "$W/masked" "$W/d.h5" $WORD_ARCH
 "$PY" analysis/ct2_export.py "$CKM" "$W/d.h5" "$W/ct2_masked" >"$W/export_masked.log" 2>&1 \
     || fail "export masked: $(cat "$W/export_masked.log")"
-"$PY" - "$W/ct2_masked" "$W/d.h5" "$(field '^eval' nll "$W/eval_masked.txt")" <<'EOF' \
+"$PY" - "$W/ct2_masked" "$W/d.h5" "$MASKED_NLL" <<'EOF' \
     || fail "mask_heads: CTranslate2's model is not the checkpoint's"
 import sys, ctranslate2, h5py
 tr, f, ours = ctranslate2.Translator(sys.argv[1], intra_threads=1), h5py.File(sys.argv[2], "r"), float(sys.argv[3])

@@ -30,8 +30,7 @@ done
 cp "$W/dev.en" "$W/dev.src"
 "$BIN" prepare --out "$W/d.h5" --split train "$W/train.en" "$W/train.de" --split dev "$W/dev.en" "$W/dev.de" \
     "${splits[@]}" vocab_size=330 max_len=24 --jobs 1 >"$W/prep.log" 2>&1 || fail "prepare: $(tail -2 "$W/prep.log")"
-ARCH="vocab_size=330 max_len=24 n_layers=2 d_model=32 d_ff=64 n_heads=4 max_tokens=512 warmup=60 lr_factor=1"
-"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 train_steps=300 dropout=0 threads=1 ln_eps=1e-5 \
+"$BIN" train data="$W/d.h5" $WORD_ARCH d_k=8 d_v=8 train_steps=300 dropout=0 threads=1 ln_eps=1e-5 \
     run_dir="$W/run" >"$W/train.log" 2>&1 || fail "train: $(tail -2 "$W/train.log")"
 CK=$(ls "$W"/run/ckpt_*.h5 | tail -1)
 
@@ -156,15 +155,10 @@ ok "foreign import (Marian config only): eval nll $(field '^eval' nll "$W/eval_f
 # a checkpoint with a head mask (config mask_heads): Marian has no head
 # gates, so the export zeroes the masked heads' W_o columns, the same
 # function: transformers' teacher-forced NLL of dev is eval's
-"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 train_steps=100 dropout=0 threads=1 ln_eps=1e-5 \
-    mask_heads=enc:0:1+2,dec_self:1:3,cross:1:0 run_dir="$W/masked" >"$W/masked.log" 2>&1 \
-    || fail "train masked: $(tail -2 "$W/masked.log")"
-CKM=$(ls "$W"/masked/ckpt_*.h5 | tail -1)
-"$BIN" eval --checkpoint "$CKM" --data "$W/d.h5" --split dev threads=1 >"$W/eval_masked.txt" 2>&1 \
-    || fail "eval masked: $(cat "$W/eval_masked.txt")"
+train_masked_model "$W/masked" "$W/d.h5" $WORD_ARCH ln_eps=1e-5
 "$PY" analysis/hf_export.py "$CKM" "$W/d.h5" "$W/hf_masked" >"$W/export_masked.log" 2>&1 \
     || fail "export masked: $(cat "$W/export_masked.log")"
-"$PY" - "$W/hf_masked" "$W/d.h5" "$(field '^eval' nll "$W/eval_masked.txt")" <<'EOF' 2>/dev/null \
+"$PY" - "$W/hf_masked" "$W/d.h5" "$MASKED_NLL" <<'EOF' 2>/dev/null \
     || fail "mask_heads: transformers' model is not the checkpoint's"
 import sys, h5py, torch
 from transformers import MarianMTModel
@@ -186,13 +180,13 @@ EOF
 ok "mask_heads: transformers' dev NLL per token = eval's (the masked heads' W_o columns exported as 0)"
 
 # what Marian cannot express, and what this model does not have: one line each
-"$BIN" train data="$W/d.h5" $ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
+"$BIN" train data="$W/d.h5" $WORD_ARCH d_k=4 d_v=8 train_steps=1 threads=1 run_dir="$W/rowb" >"$W/rowb.log" 2>&1 \
     || fail "train row B: $(tail -2 "$W/rowb.log")"
 expect_error 2 "^error: .*d_k = 4 with n_heads = 4 is not d_model/n_heads" \
     "$PY" analysis/hf_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowb"
 [ "$("$PY" analysis/hf_export.py "$(ls "$W"/rowb/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowb" 2>&1 | wc -l)" -eq 1 ] \
     || fail "row B refusal is not one line"
-"$BIN" train data="$W/d.h5" $ARCH d_k=8 d_v=8 positional=learned train_steps=1 threads=1 run_dir="$W/rowe" \
+"$BIN" train data="$W/d.h5" $WORD_ARCH d_k=8 d_v=8 positional=learned train_steps=1 threads=1 run_dir="$W/rowe" \
     >"$W/rowe.log" 2>&1 || fail "train row E: $(tail -2 "$W/rowe.log")"
 expect_error 2 "^error: .*positional = learned: MarianMT's positions are fixed sinusoids" \
     "$PY" analysis/hf_export.py "$(ls "$W"/rowe/ckpt_*.h5 | tail -1)" "$W/d.h5" "$W/hf_rowe"
