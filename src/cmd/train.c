@@ -99,12 +99,21 @@ static double greedy_accuracy(TrainRun *r, const Corpus *c, int n, int *n_done)
     Batch b = {0};
     for (int s = r->dist.rank * chunk; s < n; s += chunk * r->dist.size) {
         int k = n - s < chunk ? n - s : chunk;
-        for (int j = 0; j < k; j++) idx[j] = s + j;
+        /* a sentence is right only with its L tokens and EOS next: decoding
+         * past the longest target's L + 1 tokens cannot change the count,
+         * and an untrained model that never says EOS would otherwise cost
+         * max_len recomputed steps (greedy_decode is quadratic) */
+        int cap = 0;
+        for (int j = 0; j < k; j++) {
+            idx[j] = s + j;
+            if (corpus_tgt_len(c, s + j) + 1 > cap) cap = corpus_tgt_len(c, s + j) + 1;
+        }
+        if (cap > max_out) cap = max_out;
         batch_build(&b, c, idx, k, r->cfg.max_len);
-        greedy_decode(m, &b, max_out, out, len);
+        greedy_decode(m, &b, cap, out, len);
         for (int j = 0; j < k; j++) {
             int L = corpus_tgt_len(c, s + j);
-            correct += len[j] == L && !memcmp(out + (size_t)j * max_out, c->tgt_tok + c->tgt_off[s + j], sizeof(int32_t) * L);
+            correct += len[j] == L && !memcmp(out + (size_t)j * cap, c->tgt_tok + c->tgt_off[s + j], sizeof(int32_t) * L);
             total++;
         }
     }
