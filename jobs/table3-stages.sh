@@ -575,21 +575,20 @@ row_status() { row_attr "$1" status; }
 # allocation) skips it: results are kept, checkpoints need not be.  Not a
 # result of fewer steps than the frozen config now asks (row_cut_short)
 row_finished() {
-    [ "${TABLE3_REDO:-0}" = 1 ] && return 1
-    [ -f "$SWEEP/results/$1.h5" ] || return 1
-    case $(row_verdict "$1") in
-        diverged* | stuck* | unstable*) [ "$(row_status "$1-rerun")" = done ] ;;
-        *) [ "$(row_status "$1")" = done ] && ! row_cut_short "$1" ;;
-    esac
+    if row_curve_failed "$1"; then
+        [ "$(row_status "$1-rerun")" = done ]
+    else
+        [ "${TABLE3_REDO:-0}" != 1 ] && [ "$(row_status "$1")" = done ] && ! row_cut_short "$1"
+    fi
 }
 
 # row_cut_short ROW: ROW's result is of a run that stopped at its
 # train_steps, fewer than its frozen config (with the sweep's overrides)
 # asks now: a continuation (cap_continue) was stopped (a preemption, a
 # time limit) before its new cap, and resumes instead of being skipped.
-# Sets CFG and OVR to the row's
+# (CFG and OVR are its own: the caller's are left as they were)
 row_cut_short() {
-    local steps
+    local steps CFG OVR
     [ "$(row_attr "$1" stopped_by)" = train_steps ] || return 1
     CFG=$SWEEP/configs/$1.cfg
     table3_overrides "$CFG" || return 1
