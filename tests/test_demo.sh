@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's first command, `bash jobs/demo.sh`, end to end at 200 steps
-# (STEPS=200; the README's run takes 2000): exit 0, every file its closing
+# The README's first command, `bash jobs/demo.sh`, end to end at 100 steps
+# (STEPS=100; the README's run takes 2000): exit 0, every file its closing
 # "What to look at" list names exists and is not empty, the translation has
 # one line per dev reference, the training log reached the last step, and
 # the attention file holds maps.  Run into the directory of an earlier demo
@@ -27,7 +27,7 @@ ok "refused in one line, exit 2: a non-demo RUN_DIR (kept), STEPS=5, STEPS=2k, R
 RUN=$W/demo
 STEPS=20 bash jobs/demo.sh "$RUN" > "$W/demo1.log" 2>&1 || fail "demo (STEPS=20) failed: $(tail -n 3 "$W/demo1.log")"
 echo stale > "$RUN/stale.txt"
-STEPS=200 bash jobs/demo.sh "$RUN" > "$W/demo.log" 2>&1 || fail "demo (STEPS=200, again) failed: $(tail -n 3 "$W/demo.log")"
+STEPS=100 bash jobs/demo.sh "$RUN" > "$W/demo.log" 2>&1 || fail "demo (STEPS=100, again) failed: $(tail -n 3 "$W/demo.log")"
 [ -e "$RUN/stale.txt" ] && fail "the second demo did not start afresh"
 paths=$(sed -n '/^What to look at:/,$p' "$W/demo.log" | grep -o "$RUN/[^ ,]*")
 [ "$(echo "$paths" | grep -c .)" -ge 8 ] || fail "the closing list names too few files: $(tail -n 9 "$W/demo.log")"
@@ -35,9 +35,9 @@ for f in $paths; do
     [ -s "$f" ] || fail "the closing list names $f, which is missing or empty"
     case $f in *.png) [ -s "${f%.png}.pdf" ] || fail "${f%.png}.pdf: missing beside $f" ;; esac
 done
-grep -q '^step 200 ' "$RUN/train.log" || fail "train.log has no step 200: $(tail -n 2 "$RUN/train.log")"
+grep -q '^step 100 ' "$RUN/train.log" || fail "train.log has no step 100: $(tail -n 2 "$RUN/train.log")"
 [ "$(wc -l < "$RUN/dev.beam4.txt")" -eq "$(wc -l < "$RUN/dev.ref.txt")" ] && [ -s "$RUN/dev.ref.txt" ] ||
     fail "dev.beam4.txt: $(wc -l < "$RUN/dev.beam4.txt") lines for $(wc -l < "$RUN/dev.ref.txt") references"
 grep -q '^translate: exact match ' "$W/demo.log" || fail "translate printed no exact-match line"
 h5ls -r "$RUN/attention.h5" | grep -q 'Dataset' || fail "attention.h5 holds no maps: $(h5ls -r "$RUN/attention.h5")"
-ok "demo (STEPS=200, 2 ranks) into an earlier demo's directory, started afresh: $(echo "$paths" | grep -c .) listed files present, $(wc -l < "$RUN/dev.beam4.txt") translations"
+ok "demo (STEPS=100, 2 ranks) into an earlier demo's directory, started afresh: $(echo "$paths" | grep -c .) listed files present, $(wc -l < "$RUN/dev.beam4.txt") translations"
