@@ -232,7 +232,7 @@ ok "a continuation stopped before its new cap resumes to it when the sweep runs 
 # its row's curve failed: the sweep run again continues the rerun only; the
 # row's own stages (evaluation, translations, attention) are not run again
 # and its result file is kept as it was
-row_cfg stall 1e-7 400
+row_cfg stall 1e-7 100   # stuck at any length, as row stuck
 mkdir -p "$W/c5" && mv "$W/configs/stall.cfg" "$W/c5/"   # a sweep of one row: its log is local_0.out
 TABLE3_DIR=$W/c5 DEVICE=cpu jobs/run-local.sh table3 "$W/sw5" > "$W/stall.log" 2>&1 & p=$!
 rerun_started() { compgen -G "$W/sw5/runs/stall-rerun/ckpt_*.h5" > /dev/null; }
