@@ -233,7 +233,13 @@ float model_lrate(const ModelConfig *c, int step)
     return (float)(c->lr_factor * pow((double)c->d_model, -0.5) * (a < b ? a : b));
 }
 
-int model_init(Model *m, const ModelConfig *c, Backend *be)
+static int model_setup(Model *m, const ModelConfig *c, Backend *be, int draw_params);
+
+int model_init(Model *m, const ModelConfig *c, Backend *be) { return model_setup(m, c, be, 1); }
+
+int model_init_undrawn(Model *m, const ModelConfig *c, Backend *be) { return model_setup(m, c, be, 0); }
+
+static int model_setup(Model *m, const ModelConfig *c, Backend *be, int draw_params)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
@@ -248,10 +254,12 @@ int model_init(Model *m, const ModelConfig *c, Backend *be)
     if (!m->params || !m->grads || !m->adam_m || !m->adam_v) return -1;
     /* a backend with narrow GEMM inputs keeps a shadow copy of the weights */
     if (be->set_params) be->set_params(be, m->params, m->pt.total);
-    float *host = xmalloc(bytes);
-    param_init_host(&m->pt, c, host);
-    be->upload(be, m->params, host, bytes);
-    free(host);
+    if (draw_params) {
+        float *host = xmalloc(bytes);
+        param_init_host(&m->pt, c, host);
+        be->upload(be, m->params, host, bytes);
+        free(host);
+    }
     if (!m->pt.has_pos) {
         size_t n = (size_t)model_positions(m) * c->d_model;
         float *pe = xmalloc(sizeof(float) * n);

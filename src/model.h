@@ -120,6 +120,11 @@ typedef struct {
 } LossStats;
 
 int model_init(Model *m, const ModelConfig *c, Backend *be);
+/* model_init without drawing the initial parameters (their buffer holds what
+ * the backend's allocation left): for the cost model's dry runs
+ * (tests/gpu/gpu_model.c), where no value is read and drawing a big
+ * model's 200M normals was most of a call's time */
+int model_init_undrawn(Model *m, const ModelConfig *c, Backend *be);
 void model_free(Model *m);
 /* Forward (training if p_drop from cfg, or eval with dropout off), and with
  * do_backward accumulate (+=) the gradients of the *summed* loss (times m->loss_scale) into

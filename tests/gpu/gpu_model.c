@@ -108,7 +108,9 @@ static CostCall *log_step(const Config *c, const Args *a, size_t *n, size_t *act
     Backend *be = backend_cuda_create(c->precision, c->allreduce, 0);
     if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
     Model m;
-    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
+    /* a dry run reads no parameter: not drawn (a real GPU's run is) */
+    if ((cuda_emu_dry_run ? model_init_undrawn : model_init)(&m, &c->model, be))
+        die(1, "gpu-model: model_init failed");
     m.loss_scale = c->precision == PRECISION_FP16 ? 1024.0f : 1.0f;
     /* --graphs: the logged step runs eagerly, its calls marked with the
      * graph segment they are nodes of (cuda/cost.h graph) */
@@ -142,7 +144,7 @@ static void count_launches(const Config *c, const Args *a)
     if (!be) die(1, "gpu-model: cannot create the (emulated) CUDA backend");
     be->graph_shapes = c->cuda_graph_cache;
     Model m;
-    if (model_init(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
+    if (model_init_undrawn(&m, &c->model, be)) die(1, "gpu-model: model_init failed");
     Batch b = {0};
     make_batch(&b, a->B, a->L, c->vocab_size, 1);
     long s[5][3];
