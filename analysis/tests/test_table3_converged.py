@@ -332,15 +332,23 @@ EMBEDDED_CONVERGED = ("Rows against base (dev set, log space; best dev checkpoin
                       "<!-- end of the converged table so far -->", 19)
 
 
-def _converged_rebuild(tmp_path):
-    from conftest import ROOT, script
+def _converged_sweep():
+    """(the committed converged sweep, the page that embeds its table)"""
+    from conftest import ROOT
 
-    tmp_path.mkdir(parents=True, exist_ok=True)
     sweep = os.path.join(ROOT, "docs", "results-multi30k", "converged", "sweep")
     if not os.path.isdir(os.path.join(sweep, "results")):
         pytest.skip("no committed converged sweep")
-    script("table3.py", sweep, "--protocol", "converged", "--out", tmp_path / "table3", "--no-plot")
     return sweep, os.path.join(ROOT, "docs", "results-multi30k.md")
+
+
+def _converged_rebuild(tmp_path):
+    from conftest import script
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    sweep, page = _converged_sweep()
+    script("table3.py", sweep, "--protocol", "converged", "--out", tmp_path / "table3", "--no-plot")
+    return sweep, page
 
 
 def test_committed_converged_table_rebuilds_from_its_result_files(tmp_path):
@@ -361,7 +369,7 @@ def test_committed_converged_check_fails_on_a_changed_result(tmp_path):
 
     from test_table3 import _rebuild_differences
 
-    sweep, page = _converged_rebuild(tmp_path / "ok")
+    sweep, page = _converged_sweep()   # (the committed files are compared with what the copy makes)
     copy = tmp_path / "sweep"
     shutil.copytree(sweep, copy)
     os.unlink(sorted((copy / "results").glob("C*.h5"))[-1])
