@@ -933,6 +933,16 @@ def outputs(a, rows, summaries, overall, prefix):
     return texts, figs
 
 
+def known_outputs(a, prefix):
+    """The outputs that outputs() makes for any rows: their names can be
+    refused before the table is computed (the delta figure, made only where
+    there are curves, is checked with the rest before the first write)."""
+    paths = [prefix + e for e in (".md", ".csv", "-rows.csv", ".tex")]
+    if a.protocol == "converged":
+        paths.append(prefix + "-delta.csv")
+    return paths + ([] if a.no_plot else figure_paths(prefix))
+
+
 # what a sweep directory holds, one of them at least (docs/jobs.md)
 SWEEP_MARKS = ("results", "configs", "rows.txt", "sweep.env")
 
@@ -961,6 +971,7 @@ def main(argv):
         raise AnalysisError(a.sweep, "no results/*.h5 and no row configs: nothing to tabulate")
     prefix = a.out or os.path.join(a.sweep, "table3")
     converged = a.protocol == "converged"
+    check_outputs(known_outputs(a, prefix))   # before the seconds of scoring the runs
     summaries, overall = summarize(rows, logical_sort_key, converged)
     texts, figs = outputs(a, rows, summaries, overall, prefix)
     # every table and figure is made, and every output name checked, before
