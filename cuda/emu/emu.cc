@@ -6,7 +6,7 @@
  * single makecontext(), then switched with _setjmp/_longjmp (no signal mask
  * syscall).  On x86-64 outside the sanitizer builds (which intercept
  * _setjmp/_longjmp) a fiber instead starts on a prepared stack and is
- * switched by fiber_switch below, six pushes and pops: glibc's _longjmp
+ * switched by cuda_emu_fiber_switch below, six pushes and pops: glibc's _longjmp
  * also walks the thread's cancellation handlers (_longjmp_unwind), a fifth
  * of an emulated training step's time (perf, 2026-12-07).  The fiber's
  * entry function loops: run the kernel body, mark DONE, yield; so fibers
@@ -55,7 +55,7 @@
 
 #if defined(__x86_64__) && !EMU_ASAN && !defined(__SANITIZE_THREAD__)
 #define EMU_FIBER_SWITCH 1
-/* fiber_switch(save, to): pushes the callee-saved registers of the System V
+/* cuda_emu_fiber_switch(save, to): pushes the callee-saved registers of the System V
  * x86-64 ABI (rbp, rbx, r12-r15), stores the stack pointer in *save, loads
  * `to` and pops the same registers from there: the switch of a cooperative
  * thread, where the compiler already saved every caller-saved register
@@ -254,20 +254,23 @@ static Fiber *new_fiber(int linear)
     /* guard page: a stack overflow faults instead of corrupting a neighbour */
     if (mprotect(f->map, (size_t)page, PROT_NONE)) fail("mprotect of a guard page failed");
     f->stack_lo = f->map + page;
-    getcontext(&f->uc);
-    f->uc.uc_stack.ss_sp = f->stack_lo;
-    f->uc.uc_stack.ss_size = f->stack_size;
-    f->uc.uc_link = nullptr;
-    makecontext(&f->uc, fiber_entry, 0);
-    /* for fiber_switch: fiber_entry's address to return to, below it a null
-     * return address of its own (it never returns, and its entry sees the
-     * stack 8 bytes past a 16-byte boundary, as after a call), six zero
-     * registers to pop */
+#if EMU_FIBER_SWITCH
+    /* for cuda_emu_fiber_switch: fiber_entry's address to return to, below
+     * it a null return address of its own (it never returns, and its entry
+     * sees the stack 8 bytes past a 16-byte boundary, as after a call), six
+     * zero registers to pop */
     void **sp = (void **)(((uintptr_t)f->stack_lo + f->stack_size) & ~(uintptr_t)15);
     *--sp = nullptr;
     *--sp = (void *)fiber_entry;
     for (int i = 0; i < 6; i++) *--sp = nullptr;
     f->sp = sp;
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack_lo;
+    f->uc.uc_stack.ss_size = f->stack_size;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, fiber_entry, 0);
+#endif
     f->linear = linear;
     return f;
 }

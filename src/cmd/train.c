@@ -106,7 +106,8 @@ static double greedy_accuracy(TrainRun *r, const Corpus *c, int n, int *n_done)
         int cap = 0;
         for (int j = 0; j < k; j++) {
             idx[j] = s + j;
-            if (corpus_tgt_len(c, s + j) + 1 > cap) cap = corpus_tgt_len(c, s + j) + 1;
+            int L = corpus_tgt_len(c, s + j);
+            if (L + 1 > cap) cap = L + 1;
         }
         if (cap > max_out) cap = max_out;
         batch_build(&b, c, idx, k, r->cfg.max_len);
