@@ -57,19 +57,59 @@ def has_command(name):
     return re.search(rf"^\s+{name}\s", p.stdout, re.M) is not None
 
 
-def script(name, *args, expect=0):
-    """Run analysis/<name> with the venv's python; assert the exit code; on
-    an expected error assert exactly one 'error: ' line on stderr."""
-    env = dict(os.environ, MPLBACKEND="Agg")
-    env.pop("DISPLAY", None)
-    p = subprocess.run([sys.executable, os.path.join(ANALYSIS, name), *map(str, args)],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+def script(name, *args, expect=0, own_process=False):
+    """Run analysis/<name> as its command line does; assert the exit code;
+    on an expected error assert exactly one 'error: ' line on stderr.
+
+    In this process by default (runpy, as `python analysis/NAME` runs it:
+    its __main__ block, main_wrapper's exit code and one-line error), so
+    that the ~110 calls of the suite do not each start an interpreter and
+    import numpy, h5py and sacrebleu again (about 1 CPU s a call on the
+    2 cores the tests share); own_process=True runs a real subprocess (the
+    scripts as executables: test_every_script_has_help)."""
+    if own_process:
+        env = dict(os.environ, MPLBACKEND="Agg")
+        env.pop("DISPLAY", None)
+        p = subprocess.run([sys.executable, os.path.join(ANALYSIS, name), *map(str, args)],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    else:
+        p = _run_in_process(name, [str(a) for a in args])
     assert p.returncode == expect, f"{name} {args}: exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}"
     if expect == 2:
         lines = [l for l in p.stderr.splitlines() if l.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: "), f"not a one-line error: {p.stderr!r}"
         assert "Traceback" not in p.stderr
     return p
+
+
+def _run_in_process(name, args):
+    """analysis/<name> run as __main__ with sys.argv = [path, *args] from
+    ROOT, stdout and stderr captured; a CompletedProcess with the exit code
+    of its SystemExit (0 when it returns).  An exception the script lets
+    escape (a traceback, where a user would see one) fails the test here."""
+    import contextlib
+    import io
+    import runpy
+
+    path = os.path.join(ANALYSIS, name)
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_cwd, code = sys.argv, os.getcwd(), 0
+    try:
+        sys.argv = [path, *args]
+        os.chdir(ROOT)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as e:   # as the interpreter maps sys.exit's argument
+                if isinstance(e.code, int) or e.code is None:
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+    return subprocess.CompletedProcess([path, *args], code, out.getvalue(), err.getvalue())
 
 
 def cli(name, *args):

@@ -3,12 +3,12 @@ et al. 2002: clipped n-gram precisions 1..4, geometric mean, brevity penalty)
 on the tokenised strings, and sacreBLEU's known edge cases."""
 import math
 import os
-import subprocess
 import sys
 from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import bleu  # noqa: E402
+from conftest import script  # noqa: E402
 
 
 def plain_bleu(hyps, refs):
@@ -60,8 +60,7 @@ def test_tokenisation_is_moses_not_13a():
 def test_identity_is_100_and_cli_prints_signature(tmp_path):
     h = tmp_path / "h.txt"
     h.write_text("\n".join(REF) + "\n", encoding="utf-8")
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), str(h), str(h)],
-                         capture_output=True, text=True, check=True).stdout
+    out = script("bleu.py", h, h).stdout
     assert out.startswith("sacreBLEU 100.00") and "signature: nrefs:1|case:mixed" in out
     assert "tokenised BLEU 100.00" in out
 
@@ -71,9 +70,7 @@ def test_line_count_mismatch_is_one_line_error(tmp_path):
     r = tmp_path / "r.txt"
     h.write_text("a\nb\n")
     r.write_text("a\n")
-    p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), str(h), str(r)],
-                       capture_output=True, text=True)
-    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+    script("bleu.py", h, r, expect=2)   # (one 'error: ' line)
 
 
 def test_errors_name_the_file_at_fault(tmp_path):
@@ -94,6 +91,5 @@ def test_errors_name_the_file_at_fault(tmp_path):
         ([tmp_path, r], f"error: {tmp_path}: Is a directory"),
     ]
     for args, want in cases:
-        p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "bleu.py"), *map(str, args)],
-                           capture_output=True, text=True)
-        assert p.returncode == 2 and p.stderr == want + "\n", p.stderr
+        p = script("bleu.py", *args, expect=2)
+        assert p.stderr == want + "\n", p.stderr

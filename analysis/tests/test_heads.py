@@ -6,7 +6,7 @@ import numpy as np
 
 import heads as H
 import prune_heads as P
-from conftest import ANALYSIS, assert_figure, assert_public, cli, cli_error, script
+from conftest import assert_figure, assert_public, cli, cli_error, script
 
 KINDS = ("enc", "dec_self", "cross")
 
@@ -141,9 +141,6 @@ def test_counts_below_their_least_are_usage_errors(tmp_path):
     """--top -1 made an empty table and --levels 0 no curve, silently: now
     one error line (common.ArgumentParser, exit 2) naming the option and its
     least value."""
-    import subprocess
-    import sys
-
     f = make_file(tmp_path / "h.h5")
     for name, args, msg in (("heads.py", ["table", f, "--out", tmp_path / "x", "--top", "-1"],
                              "argument --top: -1: must be at least 1"),
@@ -152,8 +149,7 @@ def test_counts_below_their_least_are_usage_errors(tmp_path):
                             ("prune_heads.py", [f, "--levels", "0"], "argument --levels: 0: must be at least 1"),
                             ("prune_heads.py", [f, "--random-orders", "-2"],
                              "argument --random-orders: -2: must be at least 0")):
-        p = subprocess.run([sys.executable, f"{ANALYSIS}/{name}", *map(str, args)],
-                           capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2 and msg in p.stderr and p.stderr.startswith(f"error: {name}: argument --") \
+        p = script(name, *args, expect=2)
+        assert msg in p.stderr and p.stderr.startswith(f"error: {name}: argument --") \
             and p.stderr.count("\n") == 1, (name, args, p.stderr)
     assert not list(tmp_path.glob("x*")), "a refused command wrote its output"

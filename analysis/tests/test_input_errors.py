@@ -1,6 +1,8 @@
-"""Inputs a user can get wrong, run as a user would (a subprocess): each is
-exit 2 with one stderr line 'error: THING: PROBLEM' naming the file or
-option, and an output that existed before is byte-identical after."""
+"""Inputs a user can get wrong, run as a user would: the script's command
+line (conftest.script, in this process; run_py, a real subprocess, where
+the interpreter matters).  Each is exit 2 with one stderr line 'error:
+THING: PROBLEM' naming the file or option, and an output that existed
+before is byte-identical after."""
 
 import json
 import math
@@ -8,7 +10,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -34,8 +35,7 @@ def usage_error(name, *args, option):
     """An option refused by its argparse type: exit 2 and one line
     'error: NAME: argument OPTION: ...' (common.ArgumentParser; argparse's
     own usage block above it was dropped)."""
-    p = run_py(sys.executable, name, *args)
-    assert p.returncode == 2, p.stderr
+    p = script(name, *args, expect=2)
     assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"error: {name}: argument {option}"), p.stderr
     return p.stderr.strip()
 

@@ -261,7 +261,7 @@ def test_sacrebleu_from_hypotheses(tmp_path, sweep):
 
 def test_every_script_has_help():
     for name in ("table3.py", "row_result.py", "attention.py", "curves.py", "bleu.py"):
-        p = script(name, "--help")
+        p = script(name, "--help", own_process=True)   # each runs as an executable
         assert p.stdout.startswith("usage: ") and ("--out" in p.stdout or name == "bleu.py"), name
 
 
