@@ -14,14 +14,17 @@ export OMP_NUM_THREADS=1
 # two emulated GPUs: the 2-rank runs below take one each (one rank per GPU)
 export CUDA_EMU_DEVICES=2
 
+# The runs after the first vary one path the positional encoding does not
+# reach (the allreduce, the attention kernels, the GEMM epilogues): each
+# with one encoding (positional=), sinusoid and learned in turn.
 # (big-scores: and an fp16 step whose attention scores pass 65504 before
 # the 1/sqrt(d_k) scale, test_cuda_step.c check_big_scores)
 out=$(mpirun -np 2 "$STEP" big-scores) && echo "$out" | grep -q "^ok   ranks 2 fp16, scores up to" \
     || fail "2-rank training step: CUDA (emulated, NCCL) differs from CPU: $(echo "$out" | grep -v '^ok' | head -5)"
 # (the whole output first: grep -q closing the pipe early would abort mpirun)
-out=$(mpirun -np 2 "$STEP" allreduce=mpi) && echo "$out" | grep -q "ok   ranks 2" \
+out=$(mpirun -np 2 "$STEP" allreduce=mpi positional=sinusoid) && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with the MPI fallback (allreduce=mpi) differs from CPU"
-out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+out=$(mpirun -np 2 -x TRANSFORMER_NCCL=0 "$STEP" positional=learned) && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with the MPI fallback (TRANSFORMER_NCCL=0) differs from CPU"
 ok "2-rank training step: CUDA (emulated) = CPU (loss, every gradient, parameters after Adam)"
 # the same with the emulated kernels contracted into FMA as nvcc's default
@@ -41,7 +44,7 @@ fi
 # =gemm (the default: its 2-rank step is the one above): each step equals
 # the CPU's (fp32, bf16, fp16), each runs what it names (the step's
 # declared calls) with its declared costs
-out=$(mpirun -np 2 -x TRANSFORMER_ATTENTION=fused "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+out=$(mpirun -np 2 -x TRANSFORMER_ATTENTION=fused "$STEP" positional=learned) && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with TRANSFORMER_ATTENTION=fused differs from CPU: $out"
 out=$(TRANSFORMER_ATTENTION=fused "$TOP/bin/tests/test_cuda_costs" 2>&1) && echo "$out" | grep -q " attention_forward .* calls" \
     && echo "$out" | grep -q " attention_backward .* calls" && ! echo "$out" | grep -q " softmax_forward .* calls" \
@@ -59,10 +62,11 @@ ok "training step: TRANSFORMER_ATTENTION=fused the fused kernels, =gemm the GEMM
 # (its ReLU mask never written: the backward must not read it), MPI
 # fallback.  fp32, bf16 and fp16 each; the model's d_ff = 50 also puts
 # biases off 16-byte boundaries (LT_ALIGN)
-for mode_ar in 1:nccl forward:mpi; do
-    out=$(mpirun -np 2 -x CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} -x TRANSFORMER_RELU_MASK=1 "$STEP" allreduce=${mode_ar#*:}) \
+for mode_ar in 1:nccl:sinusoid forward:mpi:learned; do
+    IFS=: read -r mode ar pe <<< "$mode_ar"
+    out=$(mpirun -np 2 -x CUDA_EMU_LT_NO_EPILOGUE=$mode -x TRANSFORMER_RELU_MASK=1 "$STEP" allreduce=$ar positional=$pe) \
         && echo "$out" | grep -q "ok   ranks 2" \
-        || fail "2-rank training step with CUDA_EMU_LT_NO_EPILOGUE=${mode_ar%%:*} differs from CPU: $out"
+        || fail "2-rank training step with CUDA_EMU_LT_NO_EPILOGUE=$mode differs from CPU: $out"
 done
 ok "2-rank training step without cuBLASLt epilogues (all, forward only) = CPU"
 # the unfused path declares the costs of what it runs (docs/gpu-model.md)
@@ -74,7 +78,7 @@ ok "declared costs without cuBLASLt epilogues = counted (fp32, bf16, fp16)"
 # and DRELU matmul: each = CPU, its declared costs = counted, and =0's
 # linear_relu_backward moves fewer bytes (no mask read) than =1's DRELU
 # matmul; a bad value refused
-out=$(mpirun -np 2 -x TRANSFORMER_RELU_MASK=1 "$STEP") && echo "$out" | grep -q "ok   ranks 2" \
+out=$(mpirun -np 2 -x TRANSFORMER_RELU_MASK=1 "$STEP" positional=sinusoid) && echo "$out" | grep -q "ok   ranks 2" \
     || fail "2-rank training step with TRANSFORMER_RELU_MASK=1 differs from CPU: $out"
 relu_bytes() { "$TOP/bin/tests/test_cuda_costs" 2>&1 | awk '$1 == "fp32" && $2 == "linear_relu_backward" { print $6 }'; }
 b0=$(relu_bytes) b1=$(TRANSFORMER_RELU_MASK=1 relu_bytes)

@@ -18,7 +18,12 @@
  * backward (model.loss_scale, as train.c does) and Adam dividing by it
  * again: the gradients compared are the scaled ones divided by S, with
  * tolerances from fp16's rounding (see check_lowp); and an fp16 step whose
- * attention scores pass 65504 before the 1/sqrt(d_k) scale (check_big_scores). */
+ * attention scores pass 65504 before the 1/sqrt(d_k) scale (check_big_scores).
+ *
+ * Arguments: allreduce=nccl|mpi (the gradient sums), big-scores (also
+ * check_big_scores), positional=sinusoid|learned (that encoding alone: the
+ * runs of tests/test_cuda_emu.sh that vary a path the encoding does not
+ * reach, the allreduce or the GEMM epilogues, each take half the time). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -509,8 +514,15 @@ int main(int argc, char **argv)
     /* argument big-scores: also check_big_scores (tests/test_cuda_emu.sh, once) */
     int big_scores = 0;
     for (int i = 1; i < argc; i++) big_scores |= !strcmp(argv[i], "big-scores");
+    int only_pe = -1;   /* -1: both encodings */
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "positional=", 11)) {
+            only_pe = config_choice_value("positional", argv[i] + 11);
+            if (only_pe < 0) die(2, "test_cuda_step: positional '%s' is not sinusoid or learned", argv[i] + 11);
+        }
     int failures = 0;
     for (int pe = 0; pe < 2; pe++) {   /* sinusoid, learned */
+        if (only_pe >= 0 && pe != only_pe) continue;
         int f = check_positional(&D, pe, (Allreduce)allreduce, allreduce_name, big_scores);
         if (f < 0) return -f;
         failures += f;
