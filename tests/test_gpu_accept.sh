@@ -319,7 +319,13 @@ unset ACCEPT_DEVICE ACCEPT_BF16_PRECISION ACCEPT_STEP_SLEEP_MS ACCEPT_MODEL_ARGS
 # that runs the program; a tiny model for the step stage's trainings
 G=$W/gpubin
 mkdir -p "$G" "$W/gpu2"
-ln -s "$TOP/bin/tests/test_cuda_step" "$TOP/bin/tests/test_cuda_kernels" "$G/"
+# what these stages run is tested by test_cuda_emu and test_cuda_kernels;
+# here, that the stages run it and read its verdict: one positional
+# encoding of the step, the sync subset of the kernels (a fifth of the
+# CPU seconds each)
+printf '#!/bin/sh\nexec %s "$@" positional=sinusoid\n' "$TOP/bin/tests/test_cuda_step" >"$G/test_cuda_step"
+printf '#!/bin/sh\nCUDA_TEST_SUBSET=sync exec %s "$@"\n' "$TOP/bin/tests/test_cuda_kernels" >"$G/test_cuda_kernels"
+chmod +x "$G/test_cuda_step" "$G/test_cuda_kernels"
 printf '#!/bin/sh\necho "bf16 GEMM peak (stub)"\n' >"$G/gemm_peak"
 printf '#!/bin/sh\n# compute-sanitizer --tool T --error-exitcode N PROGRAM: runs PROGRAM\nshift 4; exec "$@"\n' >"$W/sanitizer"
 sed 's/^    -L) .*/    -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"; echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)" ;;/' "$W/gpu/nvidia-smi" >"$W/gpu2/nvidia-smi"
@@ -362,8 +368,8 @@ ok "emulator, two GPUs with NCCL: the 2-rank step and training use NCCL and pass
 # seed (its losses are not the CPU's): both checks fail, the 1-rank one passes
 P=$W/planted
 mkdir -p "$P"
-ln -s "$TOP/bin/tests/test_cuda_kernels" "$G/gemm_peak" "$P/"
-printf '#!/bin/sh\n[ "${OMPI_COMM_WORLD_SIZE:-1}" = 1 ] && exec %s "$@"\necho "FAIL   grad encoder/emb: planted"; exit 1\n' "$TOP/bin/tests/test_cuda_step" >"$P/test_cuda_step"
+ln -s "$G/test_cuda_kernels" "$G/gemm_peak" "$P/"
+printf '#!/bin/sh\n[ "${OMPI_COMM_WORLD_SIZE:-1}" = 1 ] && exec %s "$@"\necho "FAIL   grad encoder/emb: planted"; exit 1\n' "$G/test_cuda_step" >"$P/test_cuda_step"
 printf '#!/bin/sh\ncase " $* " in *" device=cuda "*) exec %s "$@" seed=2 ;; esac\nexec %s "$@"\n' "$ACCEPT_BIN" "$ACCEPT_BIN" >"$P/transformer"
 chmod +x "$P/test_cuda_step" "$P/transformer"
 rc=0; ACCEPT_STAGE_LIMIT=$EMU_LIMIT ACCEPT_NVIDIA_SMI=$W/gpu/nvidia-smi CUDA_EMU_DEVICES=1 ACCEPT_NCCL=0 ACCEPT_GPU_BIN=$P ACCEPT_BIN=$P/transformer STAGE=step $A "$W/e3" >"$W/out" 2>&1 || rc=$?
