@@ -477,6 +477,29 @@ def show_verdict(path):
     return 0
 
 
+def show_state(path):
+    """--state: one line 'STATUS STOPPED_BY TRAIN_STEPS VERDICT reason' of the
+    result file for the sweep's job scripts (jobs/table3-stages.sh
+    row_state): what they ask of a row in one start of Python, where one a
+    field cost 0.3 s each; '-' for a field the file lacks, and for a verdict
+    that cannot be judged (no curves)."""
+    with open_h5(path) as f:
+        fields = [attr_str(f, k) or "-" for k in ("status", "stopped_by")]
+        steps = f.attrs.get("train_steps")
+        fields.append("-" if steps is None else str(int(steps)))
+    try:
+        r = read_result(path)
+        v, why = r["verdict"], r["verdict_reason"]
+        if not v:
+            v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"], stop_step=r["stop_step"],
+                                best_step=r.get("best_step"))
+        fields.append(f"{v} {why}")
+    except AnalysisError:
+        fields.append("-")
+    print(" ".join(fields))
+    return 0
+
+
 def not_negative(t):
     """An argparse type: t(text) that is not negative (NaN, "not known", and
     inf, refused later, pass): "--dev-ppl -3" was stored as given."""
@@ -501,6 +524,8 @@ def build_parser():
     )
     p.add_argument("--show", metavar="F", help="print the result file F and exit")
     p.add_argument("--verdict", metavar="F", help="print 'VERDICT reason' of the result file F and exit")
+    p.add_argument("--state", metavar="F", help="print 'STATUS STOPPED_BY TRAIN_STEPS VERDICT reason' of the "
+                                               "result file F ('-': not in it) and exit (for the job scripts)")
     p.add_argument("--out", metavar="F", help="result file to write (SWEEP/results/<row>.h5)")
     p.add_argument("--row", help="row name (default: the config's 'row' key, else the config file's name)")
     p.add_argument("--config", metavar="CFG", help="the row's config file (its text is stored)")
@@ -589,6 +614,8 @@ def main(argv):
         return show(a.show)
     if a.verdict:
         return show_verdict(a.verdict)
+    if a.state:
+        return show_state(a.state)
     if not a.out:
         raise AnalysisError("row_result.py", "--out (or --show, --verdict) is required")
     # "--out RUN/metrics.h5" replaced the training log with the result file

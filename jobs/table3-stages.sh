@@ -233,7 +233,12 @@ table3_python() {
 table3_python_check() {
     local py err
     py=$(table3_python)
-    err=$("$py" -c 'import h5py, numpy, sacrebleu, sacremoses' 2>&1 | tail -n 1) && return 0
+    # (sacreBLEU and sacremoses found, not imported: their import was 0.6 s
+    # of each row's check; they are pure Python, what is missing is the usual fault)
+    err=$("$py" -c 'import importlib.util, h5py, numpy
+for m in ("sacrebleu", "sacremoses"):
+    if importlib.util.find_spec(m) is None:
+        raise SystemExit(f"ModuleNotFoundError: No module named {m!r}")' 2>&1 | tail -n 1) && return 0
     echo "error: table3: PYTHON=$py cannot import what a row's result needs (${err:-it does not run}): set PYTHON to an interpreter with analysis/requirements.txt (make venv: .venv/bin/python)" >&2
     return 1
 }
@@ -495,7 +500,8 @@ attention_failed() {
 row_attention() {
     ROW=$1 RUN=$SWEEP/runs/$1 CFG=$SWEEP/configs/$1.cfg
     [ -f "$SWEEP/attention/$ROW.h5" ] && return 0
-    [ "$(row_status "$ROW")" = done ] || return 0
+    row_state "$ROW"
+    [ "$RS_STATUS" = done ] || return 0
     if ! stage_checkpoint >/dev/null; then
         echo "table3: row $ROW: no attention summary and no checkpoint in $RUN to make one from"; return 0
     fi
@@ -551,24 +557,34 @@ table3_row() {
     stage_attention
 }
 
-# row_verdict ROW: the verdict row_result.py recorded from the row's curves
-# (healthy, diverged, stuck, unstable; docs/results.md) and its reason
+# row_state ROW: what ROW's result file says, in RS_STATUS (done, failed,
+# pending), RS_STOPPED_BY, RS_TRAIN_STEPS and RS_VERDICT ('VERDICT reason':
+# healthy, diverged, stuck, unstable; docs/results.md); empty where the file
+# or the field is missing.  One start of Python (row_result.py --state) per
+# version of the file, not one per field: a row's checks ask up to six
+# fields in turn.  Call it directly, not in $(...), which would lose the
+# cache.  (A rewritten result file is a new inode: row_result.py renames.)
+_RS_KEY=""
+row_state() {
+    local f=$SWEEP/results/$1.h5 key line
+    key="$f $(stat -c '%d %i %s %Y' "$f" 2>/dev/null)"
+    [ "$key" = "$_RS_KEY" ] && return 0
+    RS_STATUS="" RS_STOPPED_BY="" RS_TRAIN_STEPS="" RS_VERDICT="" _RS_KEY=$key
+    [ -f "$f" ] || return 0
+    line=$("$(table3_python)" "$TRANSFORMER_HOME/analysis/row_result.py" --state "$f" 2>/dev/null) || return 0
+    read -r RS_STATUS RS_STOPPED_BY RS_TRAIN_STEPS RS_VERDICT <<< "$line"
+    [ "$RS_STATUS" = - ] && RS_STATUS=""
+    [ "$RS_STOPPED_BY" = - ] && RS_STOPPED_BY=""
+    [ "$RS_TRAIN_STEPS" = - ] && RS_TRAIN_STEPS=""
+    [ "$RS_VERDICT" = - ] && RS_VERDICT=""
+    return 0
+}
+
+# row_verdict ROW: prints RS_VERDICT of ROW; exit 1 where there is none
 row_verdict() {
-    "$(table3_python)" "$TRANSFORMER_HOME/analysis/row_result.py" --verdict "$SWEEP/results/$1.h5"
+    row_state "$1"
+    [ -n "$RS_VERDICT" ] && echo "$RS_VERDICT"
 }
-
-# row_attr ROW KEY: attribute KEY of ROW's result file, nothing without the
-# file or the key
-row_attr() {
-    [ -f "$SWEEP/results/$1.h5" ] || return 0
-    "$(table3_python)" -c 'import sys, h5py
-v = h5py.File(sys.argv[1], "r").attrs.get(sys.argv[2], "")
-print(v.decode() if isinstance(v, bytes) else v)' "$SWEEP/results/$1.h5" "$2" 2>/dev/null
-}
-
-# row_status ROW: the status recorded in ROW's result file (done, failed,
-# pending), nothing without one
-row_status() { row_attr "$1" status; }
 
 # row_finished ROW: ROW has a result file of status done, or its curve
 # failed and its rerun has one; a sweep run again (another session, another
@@ -576,9 +592,11 @@ row_status() { row_attr "$1" status; }
 # result of fewer steps than the frozen config now asks (row_cut_short)
 row_finished() {
     if row_curve_failed "$1"; then
-        [ "$(row_status "$1-rerun")" = done ]
+        row_state "$1-rerun"
+        [ "$RS_STATUS" = done ]
     else
-        [ "${TABLE3_REDO:-0}" != 1 ] && [ "$(row_status "$1")" = done ] && ! row_cut_short "$1"
+        row_state "$1"
+        [ "${TABLE3_REDO:-0}" != 1 ] && [ "$RS_STATUS" = done ] && ! row_cut_short "$1"
     fi
 }
 
@@ -589,11 +607,13 @@ row_finished() {
 # (CFG and OVR are its own: the caller's are left as they were)
 row_cut_short() {
     local steps CFG OVR
-    [ "$(row_attr "$1" stopped_by)" = train_steps ] || return 1
+    row_state "$1"
+    [ "$RS_STOPPED_BY" = train_steps ] || return 1
     CFG=$SWEEP/configs/$1.cfg
     table3_overrides "$CFG" || return 1
     steps=$(row_key train_steps)
-    [ -n "$steps" ] && [ "$(row_attr "$1" train_steps)" -lt "$steps" ] 2>/dev/null
+    row_state "$1"   # (table3_overrides ran between: the same file, no new read)
+    [ -n "$steps" ] && [ "$RS_TRAIN_STEPS" -lt "$steps" ] 2>/dev/null
 }
 
 # row_curve_failed ROW: ROW has a result file whose curve failed (diverged,
@@ -601,7 +621,8 @@ row_cut_short() {
 row_curve_failed() {
     [ "${TABLE3_REDO:-0}" = 1 ] && return 1
     [ -f "$SWEEP/results/$1.h5" ] || return 1
-    case $(row_verdict "$1") in diverged* | stuck* | unstable*) return 0 ;; esac
+    row_state "$1"
+    case $RS_VERDICT in diverged* | stuck* | unstable*) return 0 ;; esac
     return 1
 }
 
@@ -620,8 +641,9 @@ cap_continue() {
     local cfg=$SWEEP/configs/$1.cfg steps every n new
     [ "$(row_key patience)" -gt 0 ] 2>/dev/null && [ "$(row_key train_steps)" = "$(cfg_get "$cfg" train_steps)" ] ||
         return 1
-    [ "$(row_attr "$1" stopped_by)" = train_steps ] || return 1
-    case $(row_verdict "$1" 2>/dev/null) in healthy*) ;; *) return 1 ;; esac   # a failed curve is rerun instead
+    row_state "$1"
+    [ "$RS_STOPPED_BY" = train_steps ] || return 1
+    case $RS_VERDICT in healthy*) ;; *) return 1 ;; esac   # a failed curve is rerun instead
     steps=$(cfg_get "$cfg" train_steps) every=$(cfg_get "$cfg" eval_steps)
     [ "${every:-0}" -gt 0 ] 2>/dev/null || every=1
     n=$(grep -c '^# continued at the cap' "$cfg")
