@@ -32,6 +32,12 @@ jobs=${TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 1) + 1 ))}
 case $jobs in ''|*[!0-9]*|0) echo "error: TEST_JOBS='$jobs': not a positive integer" >&2; exit 2 ;; esac
 [ "$jobs" -gt 4 ] && [ -z "${TEST_JOBS:-}" ] && jobs=4
 durations=$logdir/durations.txt   # name seconds cpu-seconds, of the last run: longest first
+# a clone that has run no test yet takes the order of a committed idle run
+# (refresh it with `cp build/test-logs/durations.txt tests/durations.txt`
+# after an idle `make test`): in the order found, pytest-analysis, the
+# longest, would start last and run alone at the end
+order_from=$durations
+[ -f "$order_from" ] || order_from=tests/durations.txt
 
 selected() {
     [ -z "$pattern" ] && return 0
@@ -103,7 +109,7 @@ list_tests() {
     fi
 }
 ordered_tests() {
-    awk -F'\t' -v d="$durations" 'BEGIN { while ((getline l < d) > 0) { split(l, f, " "); s[f[1]] = f[2] } }
+    awk -F'\t' -v d="$order_from" 'BEGIN { while ((getline l < d) > 0) { split(l, f, " "); s[f[1]] = f[2] } }
         { printf "%s\t%d\t%s\n", (($1 in s) ? s[$1] : -1), NR, $0 }' | sort -t$'\t' -k1,1gr -k2,2n | cut -f3-
 }
 
