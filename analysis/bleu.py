@@ -63,12 +63,19 @@ def sentence_stats(hyp, refs):
     case): an (n_sentences x 10) array [hyp_len, ref_len, correct_1..4,
     total_1..4]; their column sums give the corpus BLEU (analysis/stats.py,
     bleu_from_stats), resampled by the paired bootstrap."""
-    import numpy as np
-
     for r in refs:
         if len(r) != len(hyp):
             raise ValueError(f"{len(hyp)} hypothesis lines but {len(r)} reference lines")
-    scorer = _cached_reference_scorer(tuple(tuple(r) for r in refs))
+    return _cached_sentence_stats(tuple(hyp), tuple(tuple(r) for r in refs)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_sentence_stats(hyp, refs):
+    """sentence_stats by content: the same translations scored again in one
+    process (a sweep's copy, another table of it) are not scored anew"""
+    import numpy as np
+
+    scorer = _cached_reference_scorer(refs)
     return np.array(scorer._extract_corpus_statistics(list(hyp), None), dtype=float)
 
 
