@@ -231,6 +231,8 @@ def summarize(runs, order, converged=False):
     rows = [row_summary(name, groups[name]) for name in sorted(groups, key=order)]
     base = next((s for s in rows if s["row"] == "base"), None)
     others = [s for s in rows if s is not base]
+    if converged and base is not None:
+        check_paired_curves(others, base)   # before the seconds of scoring BLEU
     if base is not None:
         base["len_ratio"], base["bp"] = length_ratio(base["used"])
         for s in others:
@@ -398,6 +400,18 @@ def stored_dev_curve(r):
         raise AnalysisError(r.get("path", r.get("row", "?")),
                             "no usable dev NLL curve (curves/dev_step and curves/dev_nll, of one length)")
     return steps, nlls
+
+
+def check_paired_curves(others, base):
+    """The dev NLL curves delta_curve will need, each row's paired with
+    base's, read now: a damaged one is refused before a table's BLEU scoring,
+    not after it."""
+    b = matched_runs(base)
+    for s in others:
+        a = matched_runs(s)
+        for k in sorted(set(a) & set(b)):
+            stored_dev_curve(a[k])
+            stored_dev_curve(b[k])
 
 
 def delta_curve(s, base):
