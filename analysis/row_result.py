@@ -466,14 +466,20 @@ def show(path):
     return 0
 
 
-def show_verdict(path):
-    """--verdict: one line 'VERDICT reason' (a version 1 file: unknown)."""
+def verdict_line(path):
+    """'VERDICT reason' of the result file: the stored verdict, else (a
+    version 1 file) judged from its curves."""
     r = read_result(path)
     v, why = r["verdict"], r["verdict_reason"]
     if not v:
         v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"], stop_step=r["stop_step"],
                             best_step=r.get("best_step"))
-    print(f"{v} {why}")
+    return f"{v} {why}"
+
+
+def show_verdict(path):
+    """--verdict: one line 'VERDICT reason'."""
+    print(verdict_line(path))
     return 0
 
 
@@ -488,12 +494,7 @@ def show_state(path):
         steps = f.attrs.get("train_steps")
         fields.append("-" if steps is None else str(int(steps)))
     try:
-        r = read_result(path)
-        v, why = r["verdict"], r["verdict_reason"]
-        if not v:
-            v, why = verdict_of(r["curves"], r["cfg"], r["unigram_nll"], stop_step=r["stop_step"],
-                                best_step=r.get("best_step"))
-        fields.append(f"{v} {why}")
+        fields.append(verdict_line(path))
     except AnalysisError:
         fields.append("-")
     print(" ".join(fields))

@@ -612,7 +612,6 @@ row_cut_short() {
     CFG=$SWEEP/configs/$1.cfg
     table3_overrides "$CFG" || return 1
     steps=$(row_key train_steps)
-    row_state "$1"   # (table3_overrides ran between: the same file, no new read)
     [ -n "$steps" ] && [ "$RS_TRAIN_STEPS" -lt "$steps" ] 2>/dev/null
 }
 
