@@ -29,6 +29,8 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
+SLURM_ON=()
+. tests/slurm/lib.sh    # state, wait_restart
 # make test-slurm has no skip status: without Multi30k (no ../shared and no
 # network) the test says so in one line and succeeds
 skip() { echo "skipped: $*"; exit 0; }
@@ -53,7 +55,6 @@ export PARTITION="" ACCOUNT="" MODULES="" GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE
 # and 2; --gpus-per-task=1 for the training job of 3)
 export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10
 
-state() { scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
 # array_states ARRAYID: "<task id> <state>" per element
 array_states() {
     scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*ArrayTaskId=\([^ ]*\) .*JobState=\([A-Z_]*\).*/\1 \2/p' | sort -n
@@ -209,27 +210,6 @@ wait_log() {
     local t=$((SECONDS + $2))
     while [ $SECONDS -lt $t ]; do grep -qE "$1" "$jlog" 2>/dev/null && return 0; sleep 0.2; done
     cat "$jlog" >&2; fail "job $J: no '$1' in its log within $2 s"
-}
-# old_steps_alive: a slurmstepd of this job's previous run is still there
-old_steps_alive() { pgrep -f "slurmstepd: \[$J\." >/dev/null; }
-# wait_restart N: the job was requeued; skip Slurm's requeue delay (about 2
-# minutes) and wait for run N.  Not at once, which Slurm's own delay avoids:
-# slurmd rejects a job whose new credential is from the same second as the
-# revocation of its previous run's ("Job credential revoked"), and the new
-# run's step N.0 fails to launch ("aborted before step completely launched",
-# after which srun may still exit 0) while the previous run's slurmstepd of
-# step N.0 is still finishing (PMIx clean-up takes seconds on a slow VM)
-wait_restart() {
-    local t=$((SECONDS + 120)) pend=0
-    while [ $SECONDS -lt $t ]; do
-        if [ "$(state "$J")" = PENDING ] && ! old_steps_alive; then
-            pend=$((pend + 1))
-            [ $pend -ge 5 ] && scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null
-        fi
-        grep -q "restart $1 " "$jlog" 2>/dev/null && return 0
-        sleep 0.5
-    done
-    cat "$jlog" >&2; fail "job $J: not restarted a ${1}th time (state $(state "$J"))"
 }
 # wait_steps N: until N more step lines than now are in the log
 wait_steps() {

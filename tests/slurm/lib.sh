@@ -1,0 +1,30 @@
+# tests/slurm/lib.sh: what the Slurm tests share; source it after tests/lib.sh.
+# SLURM_ON: the command prefix that runs a Slurm client on the test's
+# cluster (an array; empty: the client here).  The helpers read the test's
+# job id J and its log jlog where they say so.
+
+# state ID: the job's state (an array's first element's)
+state() { "${SLURM_ON[@]}" scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
+# old_steps_alive: a slurmstepd of job J's previous run is still there (the
+# namespace nodes of two-node.sh share this machine's process table)
+old_steps_alive() { pgrep -f "slurmstepd: \[$J\." >/dev/null; }
+# wait_restart N: job J was requeued; skip Slurm's requeue delay (about 2
+# minutes) and wait for run N ("restart N" in jlog).  Not at once, which
+# Slurm's own delay avoids: slurmd rejects a job whose new credential is from
+# the same second as the revocation of its previous run's ("Job credential
+# revoked"), and the new run's step N.0 fails to launch ("aborted before step
+# completely launched", after which srun may still exit 0) while the previous
+# run's slurmstepd of step N.0 is still finishing (PMIx clean-up takes
+# seconds on a slow VM)
+wait_restart() {
+    local t=$((SECONDS + 120)) pend=0
+    while [ $SECONDS -lt $t ]; do
+        if [ "$(state "$J")" = PENDING ] && ! old_steps_alive; then
+            pend=$((pend + 1))
+            [ $pend -ge 5 ] && "${SLURM_ON[@]}" scontrol update JobId="$J" TimeLimit=20 StartTime=now 2>/dev/null
+        fi
+        grep -q "restart $1 " "$jlog" 2>/dev/null && return 0
+        sleep 0.5
+    done
+    cat "$jlog" >&2; fail "job $J: not restarted a ${1}th time (state $(state "$J"))"
+}
