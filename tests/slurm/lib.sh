@@ -12,10 +12,14 @@ old_steps_alive() { pgrep -f "slurmstepd: \[$J\." >/dev/null; }
 # minutes) and wait for run N ("restart N" in jlog).  Not at once, which
 # Slurm's own delay avoids: slurmd rejects a job whose new credential is from
 # the same second as the revocation of its previous run's ("Job credential
-# revoked"), and the new run's step N.0 fails to launch ("aborted before step
-# completely launched", after which srun may still exit 0) while the previous
-# run's slurmstepd of step N.0 is still finishing (PMIx clean-up takes
-# seconds on a slow VM)
+# revoked"): a refused batch launch ends the job FAILED ("Killing
+# non-startable batch job" in slurmctld's log; its script never runs), a
+# refused step N.0 fails to launch ("aborted before step completely
+# launched", after which srun may still exit 0) while the previous run's
+# slurmstepd of step N.0 is still finishing (PMIx clean-up takes seconds on
+# a slow VM).  So only once the job has been PENDING for 5 polls (2.5 s,
+# a later second than the kill's) and no slurmstepd of its previous run is
+# left.
 wait_restart() {
     local t=$((SECONDS + 120)) pend=0
     while [ $SECONDS -lt $t ]; do
