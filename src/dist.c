@@ -78,7 +78,10 @@ void dist_init(Dist *d, int *argc, char ***argv)
     memset(d, 0, sizeof *d);
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited) check_tmpdir(), prefer_isolated_singleton();
+    if (!inited) {
+        check_tmpdir();
+        prefer_isolated_singleton();
+    }
     int provided = MPI_THREAD_SINGLE;
     if (!inited) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     else MPI_Query_thread(&provided);
