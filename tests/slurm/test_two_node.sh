@@ -31,8 +31,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 tests/slurm/two-node.sh start "$C" || fail "could not start the two-node Slurm"
 . "$C/env.sh"
-on_n1() { tests/slurm/two-node.sh run "$C" "$@"; }
 SLURM_ON=(tests/slurm/two-node.sh run "$C")
+on_n1() { "${SLURM_ON[@]}" "$@"; }
 
 export PARTITION="" ACCOUNT="" MODULES="" NODES=2 GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE=cpu
 export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10 SRUN_MPI=pmix
