@@ -7,8 +7,7 @@
 #   need_count NAME...    exit 2 with one line unless each $NAME is a
 #                         positive integer
 #   launch CMD...         run CMD as one MPI job: srun inside a Slurm job,
-#                         mpirun -n LOCAL_RANKS outside (jobs/run-local.sh;
-#                         one rank and no MPIRUN_EXTRA: CMD itself)
+#                         mpirun -n LOCAL_RANKS outside (jobs/run-local.sh)
 #   run_stage CMD...      launch CMD in the background and wait for it, passing
 #                         a preemption signal on to it (see below); returns its
 #                         exit status
@@ -180,11 +179,6 @@ launch_cmd() {
         local extra=()   # SRUN_EXTRA: words, split without globbing
         read -ra extra <<< "${SRUN_EXTRA:-}"
         _LAUNCH=(srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 "${cpt[@]}" "${extra[@]}" "$@")
-    elif [ "${LOCAL_RANKS:-1}" -eq 1 ] && [ -z "${MPIRUN_EXTRA:-}" ]; then
-        # one rank: the command itself, an (isolated) MPI singleton.
-        # `mpirun -n 1` cost 0.10 CPU s more a start and only bound the
-        # rank to one core, which the commands undo
-        _LAUNCH=("$@")
     else
         local extra=()
         read -ra extra <<< "${MPIRUN_EXTRA:-}"

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The Slurm jobs without Slurm, for a workstation: the same scripts, launched
-# with plain `mpirun -n LOCAL_RANKS` (jobs/cluster.env; one rank per GPU;
-# one rank is started without mpirun, as an MPI singleton).
+# with plain `mpirun -n LOCAL_RANKS` (jobs/cluster.env; one rank per GPU).
 #
 #   jobs/run-local.sh train RUN_DIR CONFIG [key=value ...]
 #       one training run (jobs/train.sbatch); run it again to resume.
@@ -54,8 +53,8 @@ local_row() {
 table3_local_rows() {
     local par=${PARALLEL:-1} i r rc=0 stopped="" failed=() status
     # Open MPI binds rank 0 of every mpirun to core 0: parallel rows would
-    # share one core (a row of one rank has no mpirun)
-    [ "$par" -gt 1 ] && [ "${LOCAL_RANKS:-1}" -gt 1 ] && export MPIRUN_EXTRA="--bind-to none ${MPIRUN_EXTRA:-}"
+    # share one core
+    [ "$par" -gt 1 ] && export MPIRUN_EXTRA="--bind-to none ${MPIRUN_EXTRA:-}"
     status=$(mktemp -d) || exit 1
     for i in "${IDX[@]}"; do
         if [ "$par" -eq 1 ]; then

@@ -63,25 +63,12 @@ static void check_tmpdir(void)
     if (!S_ISDIR(sb.st_mode)) die(2, "TMPDIR=%s: not a directory (MPI keeps its session files there)", t);
 }
 
-/* A command started without a launcher (mpirun, srun) is an MPI singleton,
- * for which Open MPI 4 forks an orted daemon: 0.17 CPU s a start, against
- * 0.07 isolated (measured with a bare MPI_Init, daemon included).  No
- * command spawns processes, so ask for the isolated singleton; a value the
- * user set is kept, and a launched rank or another MPI ignores it. */
-static void prefer_isolated_singleton(void)
-{
-    setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
-}
-
 void dist_init(Dist *d, int *argc, char ***argv)
 {
     memset(d, 0, sizeof *d);
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited) {
-        check_tmpdir();
-        prefer_isolated_singleton();
-    }
+    if (!inited) check_tmpdir();
     int provided = MPI_THREAD_SINGLE;
     if (!inited) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     else MPI_Query_thread(&provided);

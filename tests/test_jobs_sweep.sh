@@ -240,7 +240,7 @@ ok "run-local.sh table3: the latest run's error ($msg)"
 
 # a launcher that fails in Open MPI's boxed messages (a rank killed by a
 # signal; also too few slots, mpirun as root): the row's reason is the last
-# box's text, not its closing row of dashes (2 ranks: one has no mpirun)
+# box's text, not its closing row of dashes
 mkdir -p "$tmp/fakempi" "$tmp/c2b"
 dashes=--------------------------------------------------------------------------
 cat > "$tmp/fakempi/mpirun" <<EOF
@@ -258,7 +258,7 @@ exit 1
 EOF
 chmod +x "$tmp/fakempi/mpirun"
 printf 'row = r1\nn_layers = 1\nd_model = 16\nd_ff = 32\nn_heads = 2\nd_k = 8\nd_v = 8\ndata = synthetic\n' > "$tmp/c2b/r1.cfg"
-PATH=$tmp/fakempi:$PATH TABLE3_DIR=$tmp/c2b DEVICE=cpu LOCAL_RANKS=2 jobs/run-local.sh table3 "$tmp/sw2b" > "$tmp/run2b.log" 2>&1 &&
+PATH=$tmp/fakempi:$PATH TABLE3_DIR=$tmp/c2b DEVICE=cpu jobs/run-local.sh table3 "$tmp/sw2b" > "$tmp/run2b.log" 2>&1 &&
     fail "a row whose launcher failed succeeded"
 want="error: table3 row r1: failed (exit 1): train: mpirun noticed that process rank 0 with PID 0 on node vm exited on signal 11 (Segmentation fault). (log "
 grep -qF "$want" "$tmp/run2b.log" || fail "a launcher's boxed message: not its text: $(grep '^error: table3 row' "$tmp/run2b.log")"

@@ -261,5 +261,5 @@ TABLE3_DIR=$T/bad-configs LOCAL_RANKS=1 jobs/run-local.sh table3 "$T/local" bad 
     fail "run-local.sh table3 with a bad row succeeded"
 grep -q "^error: table3 row bad: failed (exit 1): .*unknown key 'd_modle'" "$T/local-bad.log" ||
     { cat "$T/local-bad.log"; fail "run-local.sh: no clear message for the bad row"; }
-ok "run-local.sh table3 (one rank, no mpirun; synthetic data): rows done and the table written; a bad row fails with '$(grep -m1 '^error:' "$T/local-bad.log")'"
+ok "run-local.sh table3 (mpirun, synthetic data): rows done and the table written; a bad row fails with '$(grep -m1 '^error:' "$T/local-bad.log")'"
 echo "test_slurm: all cases passed in $((SECONDS - T0)) s"
