@@ -220,9 +220,7 @@ def check_inputs(args):
     params = hm.apply_head_mask(args.checkpoint, cfg, params)   # Marian has no head gates
     pieces, spm, lengths = read_vocab(args.data)
     check_vocab(args.data, cfg, attrs, pieces)
-    for piece, i in hm.SPECIAL.items():
-        if pieces[i] != piece:
-            raise AnalysisError(args.data, f"piece {i} is {pieces[i]!r}, expected {piece!r}")
+    hm.check_special_pieces(args.data, pieces)
     check_output_dir(args.out_dir)
     for b in args.bleu:
         if "=" not in b:

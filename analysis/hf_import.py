@@ -197,9 +197,7 @@ def vocab_pieces(d, V):
             pieces[i] = p
     if any(p is None for p in pieces):
         raise AnalysisError(os.path.join(d, "vocab.json"), f"does not name every id 0..{V - 1}")
-    for piece, i in hm.SPECIAL.items():
-        if pieces[i] != piece:
-            raise AnalysisError(os.path.join(d, "vocab.json"), f"id {i} is {pieces[i]!r}, ours is {piece!r}")
+    hm.check_special_pieces(os.path.join(d, "vocab.json"), pieces)
     return pieces
 
 

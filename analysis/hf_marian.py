@@ -31,6 +31,16 @@ def safetensors_numpy():
     return safetensors.numpy
 
 
+def check_special_pieces(where, pieces):
+    """Our four special tokens at their ids (docs/dataset.md): an export that
+    starts decoding from another piece's embedding translates nothing."""
+    from common import AnalysisError
+
+    for piece, i in SPECIAL.items():
+        if pieces[i] != piece:
+            raise AnalysisError(where, f"id {i} is {pieces[i]!r}, ours is {piece!r}")
+
+
 def check_sizes(where, cfg):
     """The sizes both directions read from our config text (a dict of its
     key = value lines) are positive integers: a damaged config was a
