@@ -191,7 +191,7 @@ def write_tokenizer(out, pieces, spm, cfg, args):
 def check_finite(path, cfg):
     """The config values that go into the JSON files as numbers must be
     finite: "len_alpha = nan" was written as NaN, which is not JSON, and
-    transformers could not read the export."""
+    transformers could not read the export (CTranslate2 neither, ln_eps)."""
     for key in ("len_alpha", "dropout", "ln_eps"):
         if key in cfg:
             try:

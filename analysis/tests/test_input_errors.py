@@ -483,6 +483,35 @@ def test_exports_refuse_a_symbolic_link_as_output(tiny_model, tmp_path):
     assert os.readlink(tmp_path / "to_empty") == "empty" and os.readlink(tmp_path / "dangling") == "nowhere"
 
 
+def test_ct2_export_refuses_what_it_cannot_write_as_json_or_decode_from(tiny_model, tmp_path):
+    """ln_eps = nan went into config.json as NaN and exited 0: CTranslate2's
+    Translator then failed to parse it.  A dataset (without the checkpoint's
+    vocab_hash to compare) whose <s> sits elsewhere started every sentence
+    from another piece's embedding."""
+    if hf_script("ct2_export.py", "--help").returncode:
+        pytest.skip("no ctranslate2 in .venv-hf")
+    ck, data = tmp_path / "ck.h5", tmp_path / "d.h5"
+    for key in ("ln_eps", "len_alpha"):
+        shutil.copy(tiny_model[0], ck)
+        with h5py.File(ck, "r+") as f:
+            f.attrs["config"] = f.attrs["config"] + f"{key} = nan\n"
+        p = hf_script("ct2_export.py", ck, tiny_model[1], tmp_path / "ct2")
+        assert p.returncode == 2 and f"error: {ck}: config {key} = nan: not a finite number" in p.stderr, p.stderr
+    shutil.copy(tiny_model[0], ck)
+    with h5py.File(ck, "r+") as f:
+        del f.attrs["vocab_hash"]
+    with h5py.File(tiny_model[1], "r") as src, h5py.File(data, "w") as f:
+        for k, v in src.attrs.items():
+            f.attrs[k] = v
+        pieces = src["vocab/pieces"][:]
+        pieces[[1, 4]] = pieces[[4, 1]]
+        f["vocab/pieces"] = pieces
+        f["vocab/spm_model"] = src["vocab/spm_model"][()]
+    p = hf_script("ct2_export.py", ck, data, tmp_path / "ct2")
+    assert p.returncode == 2 and f"error: {data}: id 1 is " in p.stderr and "ours is '<s>'" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ck.h5", "d.h5"]
+
+
 def test_ct2_export_checks_the_learned_positions(tiny_model, tmp_path):
     """Row E's table, which ct2_export.py exports, is checked like every other
     tensor: missing was a KeyError traceback, short an export that exited 0."""
