@@ -5,6 +5,17 @@
 
 # state ID: the job's state (an array's first element's)
 state() { "${SLURM_ON[@]}" scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
+# wait_job ID TIMEOUT: until the job (every array element) has ended
+wait_job() {
+    local t=$((SECONDS + $2))
+    while [ $SECONDS -lt $t ]; do
+        "${SLURM_ON[@]}" scontrol -o show job "$1" 2>/dev/null |
+            grep -qE 'JobState=(PENDING|RUNNING|REQUEUED|COMPLETING|CONFIGURING|SUSPENDED)' || return 0
+        sleep 0.5
+    done
+    "${SLURM_ON[@]}" scontrol show job "$1" >&2
+    return 1
+}
 # old_steps_alive: a slurmstepd of job J's previous run is still there (the
 # namespace nodes of two-node.sh share this machine's process table)
 old_steps_alive() { pgrep -f "slurmstepd: \[$J\." >/dev/null; }

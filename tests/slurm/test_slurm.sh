@@ -30,7 +30,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 SLURM_ON=()
-. tests/slurm/lib.sh    # state, wait_restart
+. tests/slurm/lib.sh    # state, wait_job, wait_restart
 # make test-slurm has no skip status: without Multi30k (no ../shared and no
 # network) the test says so in one line and succeeds
 skip() { echo "skipped: $*"; exit 0; }
@@ -58,16 +58,6 @@ export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10
 # array_states ARRAYID: "<task id> <state>" per element
 array_states() {
     scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*ArrayTaskId=\([^ ]*\) .*JobState=\([A-Z_]*\).*/\1 \2/p' | sort -n
-}
-# wait_job ID TIMEOUT: until the job (every array element) left PENDING/RUNNING
-wait_job() {
-    local t=$((SECONDS + $2))
-    while [ $SECONDS -lt $t ]; do
-        scontrol -o show job "$1" 2>/dev/null | grep -qE 'JobState=(PENDING|RUNNING|REQUEUED|COMPLETING|CONFIGURING|SUSPENDED)' || return 0
-        sleep 1
-    done
-    scontrol show job "$1" >&2
-    return 1
 }
 pyexe=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3 )}
 export PYTHON=$pyexe

@@ -16,7 +16,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
-. tests/slurm/lib.sh    # state, wait_restart
+. tests/slurm/lib.sh    # state, wait_job, wait_restart
 T0=$SECONDS
 make -s all >/dev/null || fail "make failed"
 command -v nsenter >/dev/null && command -v ip >/dev/null || { echo "skipped: two nodes need nsenter and ip"; exit 0; }
@@ -36,16 +36,6 @@ on_n1() { "${SLURM_ON[@]}" "$@"; }
 
 export PARTITION="" ACCOUNT="" MODULES="" NODES=2 GPUS_PER_NODE=1 CPUS_PER_TASK=1 DEVICE=cpu
 export TIME_LIMIT=20 SIGNAL_LEAD=60 ANALYSIS_TIME=10 SRUN_MPI=pmix
-wait_job() {   # ID TIMEOUT: until the job (every array element) has ended
-    local t=$((SECONDS + $2))
-    while [ $SECONDS -lt $t ]; do
-        on_n1 scontrol -o show job "$1" 2>/dev/null |
-            grep -qE 'JobState=(PENDING|RUNNING|REQUEUED|COMPLETING|CONFIGURING|SUSPENDED)' || return 0
-        sleep 0.5
-    done
-    on_n1 scontrol show job "$1" >&2
-    return 1
-}
 wait_log() {   # FILE PATTERN TIMEOUT
     local t=$((SECONDS + $3))
     while [ $SECONDS -lt $t ]; do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.2; done
