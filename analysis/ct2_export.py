@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (ArgumentParser, AnalysisError, check_output_dir, main_wrapper, make_public,  # noqa: E402
                     temp_dir_beside, umask)
-from hf_export import check_finite, check_vocab, hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
+from hf_export import check_vocab, hf_length_penalty, read_checkpoint, read_vocab  # noqa: E402
 import hf_marian as hm  # noqa: E402
 
 
@@ -120,7 +120,7 @@ def build_spec(cfg, params, pieces):
 def export(args):
     cfg, _, attrs, params = read_checkpoint(args.checkpoint)
     check_model(args.checkpoint, cfg)
-    check_finite(args.checkpoint, cfg)   # ln_eps = nan was written as NaN: config.json CTranslate2 cannot parse
+    hm.check_finite(args.checkpoint, cfg)   # ln_eps = nan was written as NaN: config.json CTranslate2 cannot parse
     params = hm.apply_head_mask(args.checkpoint, cfg, params)   # CTranslate2 has no head gates
     pieces, spm, lengths = read_vocab(args.data)
     check_vocab(args.data, cfg, attrs, pieces)

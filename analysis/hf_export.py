@@ -188,20 +188,6 @@ def write_tokenizer(out, pieces, spm, cfg, args):
                {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
 
 
-def check_finite(path, cfg):
-    """The config values that go into the JSON files as numbers must be
-    finite: "len_alpha = nan" was written as NaN, which is not JSON, and
-    transformers could not read the export (CTranslate2 neither, ln_eps)."""
-    for key in ("len_alpha", "dropout", "ln_eps"):
-        if key in cfg:
-            try:
-                v = float(cfg[key])
-            except ValueError:
-                v = None
-            if v is None or not np.isfinite(v):
-                raise AnalysisError(path, f"config {key} = {cfg[key]}: not a finite number")
-
-
 def check_vocab(data, cfg, attrs, pieces):
     """The dataset's vocabulary is the checkpoint's: its size, then its
     fingerprint (else the exports' own errors blamed the output)."""
@@ -216,7 +202,7 @@ def check_inputs(args):
     """(cfg, text, attrs, params, pieces, spm, lengths, dataset info), all checked."""
     cfg, text, attrs, params = read_checkpoint(args.checkpoint)
     check_architecture(args.checkpoint, cfg)
-    check_finite(args.checkpoint, cfg)
+    hm.check_finite(args.checkpoint, cfg)
     params = hm.apply_head_mask(args.checkpoint, cfg, params)   # Marian has no head gates
     pieces, spm, lengths = read_vocab(args.data)
     check_vocab(args.data, cfg, attrs, pieces)

@@ -31,6 +31,22 @@ def safetensors_numpy():
     return safetensors.numpy
 
 
+def check_finite(path, cfg):
+    """The config values that go into the JSON files as numbers must be
+    finite: "len_alpha = nan" was written as NaN, which is not JSON, and
+    transformers could not read the export (CTranslate2 neither, ln_eps)."""
+    from common import AnalysisError
+
+    for key in ("len_alpha", "dropout", "ln_eps"):
+        if key in cfg:
+            try:
+                v = float(cfg[key])
+            except ValueError:
+                v = None
+            if v is None or not np.isfinite(v):
+                raise AnalysisError(path, f"config {key} = {cfg[key]}: not a finite number")
+
+
 def check_special_pieces(where, pieces):
     """Our four special tokens at their ids (docs/dataset.md): an export that
     starts decoding from another piece's embedding translates nothing."""
