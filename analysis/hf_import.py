@@ -327,6 +327,7 @@ def our_config(d, c):
         raise AnalysisError(where, "config is not text or attrs not an object")
     cfg = dict(l.split(" = ", 1) for l in text.splitlines() if " = " in l)
     hm.check_sizes(where, cfg)
+    hm.check_finite(where, cfg)   # "ln_eps = nan" made a checkpoint every command refuses
     for ours, key in SAME_SIZES:   # transformers runs config.json's, the checkpoint would run the entry's
         if int(cfg[ours]) != c.get(key):
             raise AnalysisError(where, f"{ours} = {cfg[ours]}, config.json's {key} = {c.get(key)}: they disagree")

@@ -467,6 +467,24 @@ def test_hf_import_refuses_heads_that_disagree_with_its_entry(tiny_model, tmp_pa
     assert sorted(os.listdir(tmp_path)) == ["hf"]
 
 
+def test_hf_import_refuses_config_numbers_that_are_not_finite(tiny_model, tmp_path):
+    """The export's entry with "ln_eps = nan", or a foreign config.json with
+    "dropout": NaN: the import wrote them into a checkpoint that eval and
+    translate then refused at load."""
+    hf = tmp_path / "hf"
+    for key, edit in (("ln_eps", lambda c: c["transformer_checkpoint"].update(config=c["transformer_checkpoint"]["config"] + "ln_eps = nan\n")),
+                      ("dropout", lambda c: (c.pop("transformer_checkpoint"), c.update(dropout=float("nan"))))):
+        shutil.rmtree(hf, ignore_errors=True)
+        shutil.copytree(tiny_model[2], hf)
+        c = json.loads((hf / "config.json").read_text())
+        edit(c)
+        (hf / "config.json").write_text(json.dumps(c))
+        p = hf_script("hf_import.py", hf, tmp_path / "c.h5")
+        assert p.returncode == 2 and f"config {key} = nan: not a finite number" in p.stderr, p.stderr
+        assert str(hf / "config.json") in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["hf"]
+
+
 def test_exports_refuse_a_symbolic_link_as_output(tiny_model, tmp_path):
     """A link to an empty directory, or a dangling one: refused before the
     work, not "cannot write: Not a directory" at the rename after it."""
